@@ -1,0 +1,163 @@
+// The backward pass: dependency counting over the recorded graph, then nodes run in reverse
+// creation order as soon as all gradients for them have arrived.
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/node.h"
+#include "ops/pointwise.h"
+
+namespace ska {
+
+namespace {
+thread_local bool grad_enabled = true;
+std::atomic<uint64_t> next_sequence_nr{0};
+}  // namespace
+
+bool GradMode::is_enabled() { return grad_enabled; }
+void GradMode::set_enabled(bool on) { grad_enabled = on; }
+
+namespace autograd {
+
+Node::Node() : sequence_nr(next_sequence_nr++) {}
+
+TensorList FunctionNode::apply(TensorList&& grads) {
+  SKA_CHECK(fn_ != nullptr, AutogradError, "backward through '", name_,
+            "' a second time: its saved values were freed after the first backward");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) {
+      grads[i] = Tensor::zeros(outputs[i].shape, outputs[i].dtype, outputs[i].device);
+    }
+  }
+  return fn_(grads);
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grads) {
+  std::shared_ptr<TensorImpl> leaf = leaf_.lock();
+  if (!leaf || !grads[0].defined()) return {};
+  Tensor g = grads[0];
+  if (g.dtype() != leaf->dtype) g = g.to(leaf->dtype);
+  // .grad is owned by the leaf and may be updated in place (optimizers, all-reduce).
+  if (!g.is_contiguous() || g.storage().use_count() > 1) g = g.clone();
+  if (leaf->grad) {
+    leaf->grad = add(Tensor(leaf->grad), g).impl_ptr();
+  } else {
+    leaf->grad = g.impl_ptr();
+  }
+  for (const GradHook& hook : leaf->grad_ready_hooks) hook(Tensor(leaf->grad));
+  return {};
+}
+
+namespace {
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
+  TensorImpl& impl = leaf.impl();
+  std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+    acc->outputs.push_back({leaf.shape(), leaf.dtype(), leaf.device()});
+    impl.grad_accumulator = acc;
+  }
+  return acc;
+}
+
+Edge edge_of(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  if (t.grad_fn()) return {t.grad_fn(), t.impl().output_nr};
+  return {grad_accumulator(t), 0};
+}
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+}  // namespace
+
+bool needs_grad(const TensorList& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
+bool record_op(const char* name, const TensorList& inputs, const TensorList& outputs,
+               BackwardFn backward) {
+  if (!needs_grad(inputs)) return false;
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next_edges.push_back(edge_of(t));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    node->outputs.push_back({out.shape(), out.dtype(), out.device()});
+    TensorImpl& impl = out.impl();
+    impl.requires_grad = true;
+    impl.grad_fn = node;
+    impl.output_nr = static_cast<int>(i);
+  }
+  return true;
+}
+
+void run_backward(const TensorList& roots, const TensorList& grads) {
+  NoGradGuard no_grad;
+  // 1. Count, for every reachable node, how many edges point at it.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
+  std::vector<Node*> stack;
+  std::vector<Edge> root_edges;
+  for (const Tensor& r : roots) {
+    SKA_CHECK(r.requires_grad(), AutogradError,
+              "backward: tensor ", r.str(), " does not require grad and has no grad_fn");
+    Edge e = edge_of(r);
+    root_edges.push_back(e);
+    if (keep_alive.emplace(e.fn.get(), e.fn).second) stack.push_back(e.fn.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.fn) continue;
+      ++deps[e.fn.get()];
+      if (keep_alive.emplace(e.fn.get(), e.fn).second) stack.push_back(e.fn.get());
+    }
+  }
+  // 2. Seed the roots' gradients.
+  std::unordered_map<Node*, TensorList> buffers;
+  auto deliver = [&](const Edge& e, const Tensor& g) {
+    TensorList& buf = buffers[e.fn.get()];
+    if (buf.empty()) buf.resize(e.fn->outputs.size());
+    const OutputMeta& meta = e.fn->outputs[e.input_nr];
+    SKA_CHECK(g.shape() == meta.shape, AutogradError, "backward of '", e.fn->name(),
+              "': gradient of shape ", shape_str(g.shape()), " for an output of shape ",
+              shape_str(meta.shape));
+    Tensor& slot = buf[e.input_nr];
+    slot = slot.defined() ? add(slot, g) : g;
+  };
+  for (size_t i = 0; i < roots.size(); ++i) deliver(root_edges[i], grads[i]);
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  for (const Edge& e : root_edges) {
+    if (deps[e.fn.get()] == 0) {
+      ready.push(e.fn.get());
+      deps[e.fn.get()] = -1;  // queued
+    }
+  }
+  // 3. Run nodes once all their gradients are in; free what they saved.
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    TensorList in = std::move(buffers[n]);
+    buffers.erase(n);
+    in.resize(n->outputs.size());
+    TensorList out = n->apply(std::move(in));
+    n->release();
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      const Edge& e = n->next_edges[i];
+      if (!e.fn) continue;
+      if (i < out.size() && out[i].defined()) deliver(e, out[i]);
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
+    }
+  }
+}
+
+}  // namespace autograd
+}  // namespace ska

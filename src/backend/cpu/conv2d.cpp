@@ -1,0 +1,1 @@
+// backend/cpu/conv2d: implementation pending (see the kernel contract in backend/kernels.inc).

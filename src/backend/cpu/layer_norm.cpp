@@ -1,0 +1,1 @@
+// backend/cpu/layer_norm: implementation pending (see the kernel contract in backend/kernels.inc).

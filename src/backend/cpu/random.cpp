@@ -1,0 +1,70 @@
+// CPU kernels: uniform, normal and Bernoulli draws from Philox4x32-10 (same stream as CUDA).
+#include <cmath>
+
+#include "backend/backend.h"
+#include "backend/cpu/dispatch.h"
+#include "backend/cpu/loops.h"
+#include "core/random.h"
+
+namespace ska::cpu {
+
+namespace {
+
+// Calls f(i, word) for every element i of an n-element draw.
+template <typename F>
+void for_each_word(int64_t n, uint64_t seed, uint64_t offset, F&& f) {
+  const int64_t groups = (n + 3) / 4;
+  parallel_for(groups, [&](int64_t g) {
+    const PhiloxOut r = philox4x32_10(seed, offset + static_cast<uint64_t>(g));
+    for (int k = 0; k < 4 && g * 4 + k < n; ++k) f(g * 4 + k, r.w[k]);
+  }, 4096);
+}
+
+}  // namespace
+
+void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
+  dispatch_floating(out.dtype(), "random_uniform", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out.data_ptr());
+    for_each_word(out.numel(), seed, offset, [&](int64_t i, uint32_t w) {
+      p[i] = static_cast<T>(lo + (hi - lo) * static_cast<double>(philox_uniform(w)));
+    });
+  });
+}
+
+void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std) {
+  dispatch_floating(out.dtype(), "random_normal", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out.data_ptr());
+    const int64_t n = out.numel();
+    const int64_t groups = (n + 3) / 4;
+    parallel_for(groups, [&](int64_t g) {
+      const PhiloxOut r = philox4x32_10(seed, offset + static_cast<uint64_t>(g));
+      for (int pair = 0; pair < 2; ++pair) {
+        // u1 in (0, 1] so the log is finite.
+        const float u1 = 1.0f - philox_uniform(r.w[2 * pair]);
+        const float u2 = philox_uniform(r.w[2 * pair + 1]);
+        const float radius = std::sqrt(-2.0f * std::log(u1));
+        const float angle = 6.28318530717958647692f * u2;
+        const int64_t i = g * 4 + 2 * pair;
+        if (i < n) p[i] = static_cast<T>(mean + std * radius * std::cos(angle));
+        if (i + 1 < n) p[i + 1] = static_cast<T>(mean + std * radius * std::sin(angle));
+      }
+    }, 4096);
+  });
+}
+
+void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double keep_prob,
+                      double scale) {
+  dispatch_floating(out.dtype(), "random_bernoulli", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out.data_ptr());
+    const float keep = static_cast<float>(keep_prob);
+    const T s = static_cast<T>(scale);
+    for_each_word(out.numel(), seed, offset, [&](int64_t i, uint32_t w) {
+      p[i] = philox_uniform(w) < keep ? s : T(0);
+    });
+  });
+}
+
+}  // namespace ska::cpu

@@ -1,0 +1,1 @@
+// backend/cpu/softmax: implementation pending (see the kernel contract in backend/kernels.inc).

@@ -1,0 +1,61 @@
+// Enums and parameter structs shared by the op layer and every backend's kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace ska {
+
+// Pointwise functions of one tensor. `a` and `b` are the op's scalar parameters.
+enum class UnaryOp : uint8_t {
+  kNeg,          // -x
+  kAbs,          // |x|
+  kExp,          // e^x
+  kLog,          // ln x
+  kSqrt,         // sqrt x
+  kRsqrt,        // 1 / sqrt x
+  kReciprocal,   // 1 / x
+  kSigmoid,      // 1 / (1 + e^-x)
+  kTanh,         // tanh x
+  kRelu,         // max(x, 0)
+  kGelu,         // x * Phi(x), erf form
+  kGeluTanh,     // tanh approximation of GELU
+  kQuickGelu,    // x * sigmoid(1.702 x)
+  kSquaredRelu,  // relu(x)^2
+  kSilu,         // x * sigmoid(x)
+  kAffine,       // a * x + b (scalar add, sub, mul, div forms)
+  kPow,          // x ^ a
+};
+const char* unary_op_name(UnaryOp op);
+
+// Pointwise functions of two tensors; comparisons write u8 0/1.
+enum class BinaryOp : uint8_t {
+  kAdd, kSub, kMul, kDiv, kMaximum, kMinimum,
+  kEq, kNe, kLt, kLe, kGt, kGe,
+};
+const char* binary_op_name(BinaryOp op);
+inline bool binary_op_is_comparison(BinaryOp op) { return op >= BinaryOp::kEq; }
+
+enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin };
+const char* reduce_op_name(ReduceOp op);
+
+// c[b] = alpha * a[b] @ b[b] + beta * c[b] (+ bias on each row).
+// a: [B, M, K], b: [B, K, N], c: [B, M, N] contiguous. a and b are views whose last two dims are
+// row-major (stride[-1] == 1) or column-major (stride[-2] == 1); a batch stride of 0 broadcasts.
+// bias: undefined or a contiguous [N] tensor.
+struct GemmArgs {
+  Tensor a, b, c, bias;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+// NCHW convolution with weight [C_out, C_in / groups, kH, kW].
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+}  // namespace ska

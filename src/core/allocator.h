@@ -1,0 +1,36 @@
+// Memory allocators: an aligned host allocator, pinned host memory, and the per-device CUDA
+// caching allocator (cuda/runtime/caching_allocator.*), all behind one interface with statistics.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace ska {
+
+struct MemoryStats {
+  int64_t allocated = 0;       // bytes handed out and not yet returned
+  int64_t peak_allocated = 0;  // high-water mark of `allocated` since the last reset
+  int64_t reserved = 0;        // bytes held from the system (allocated + cached)
+  int64_t num_allocs = 0;      // allocation calls served
+  int64_t num_system_allocs = 0;  // of those, how many went to the system (cudaMalloc/malloc)
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;  // throws OutOfMemoryError
+  virtual void deallocate(void* ptr) = 0;
+  virtual MemoryStats stats() const = 0;
+  virtual void reset_peak() = 0;
+  virtual void empty_cache() {}  // returns cached, unused blocks to the system
+};
+
+// The allocator for tensors on `device`. CUDA devices throw DeviceError when built without CUDA.
+Allocator& allocator_for(Device device);
+
+// Page-locked host memory for fast, asynchronous host<->device copies (plain memory without CUDA).
+Allocator& pinned_host_allocator();
+
+}  // namespace ska

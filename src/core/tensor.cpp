@@ -1,0 +1,160 @@
+// Tensor factories, metadata, host read-back and in-place fill/copy.
+#include "core/tensor.h"
+
+#include <sstream>
+
+#include "autograd/node.h"
+#include "backend/backend.h"
+#include "backend/device_runtime.h"
+
+namespace ska {
+
+namespace detail {
+void throw_no_cuda(const char* kernel) {
+  SKA_FAIL(DeviceError, "kernel '", kernel,
+           "' called for a CUDA tensor, but this build has no CUDA support (-DSKA_CUDA=ON)");
+}
+}  // namespace detail
+
+#ifndef SKA_WITH_CUDA
+void copy_between_devices(const Tensor& src, const Tensor& dst) {
+  SKA_FAIL(DeviceError, "copy from ", src.device(), " to ", dst.device(),
+           ": this build has no CUDA support");
+}
+void synchronize(Device) {}
+#endif
+
+Tensor Tensor::make_view(std::shared_ptr<Storage> storage, Shape shape, Shape strides,
+                         int64_t offset, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t s : shape) {
+    SKA_CHECK(s >= 0, ShapeError, "empty: negative size in shape ", shape_str(shape));
+  }
+  auto storage =
+      std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  return make_view(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
+}
+
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  auto storage = std::make_shared<Storage>(
+      static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), Device::cpu(),
+      &pinned_host_allocator());
+  return make_view(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill_(value);
+  return t;
+}
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
+Tensor Tensor::scalar(double value, DType dtype, Device device) {
+  return full({}, value, dtype, device);
+}
+
+Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return from_vector(v, {n}, dtype, device);
+}
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape().size(); i-- > 0;) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream os;
+  os << "Tensor" << shape_str(shape()) << " " << dtype_name(dtype()) << " " << device();
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+void* Tensor::data_ptr() const {
+  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(element_size());
+}
+
+double Tensor::item() const {
+  SKA_CHECK(numel() == 1, ShapeError, "item: tensor of shape ", shape_str(shape()),
+            " has ", numel(), " elements, expected 1");
+  return to_vector<double>()[0];
+}
+
+Tensor& Tensor::fill_(double value) {
+  SKA_KERNEL(device(), fill)(*this, value);
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  Tensor s = src.shape() == shape() ? src : src.expand(shape());
+  if (s.device() == device()) {
+    SKA_KERNEL(device(), copy)(s, *this);
+    return *this;
+  }
+  // Across devices: convert and pack on the source side, move bytes, unpack on the destination.
+  Tensor packed = s.dtype() == dtype() && s.is_contiguous()
+                      ? s
+                      : Tensor::empty(shape(), dtype(), s.device()).copy_(s);
+  if (is_contiguous()) {
+    copy_between_devices(packed, *this);
+  } else {
+    Tensor staged = Tensor::empty(shape(), dtype(), device());
+    copy_between_devices(packed, staged);
+    SKA_KERNEL(device(), copy)(staged, *this);
+  }
+  return *this;
+}
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  SKA_CHECK(!on || is_floating(), DTypeError, "requires_grad on a ", dtype_name(dtype()),
+            " tensor: only floating tensors can require gradients");
+  SKA_CHECK(is_leaf(), AutogradError, "set_requires_grad on a non-leaf tensor; use detach()");
+  impl().requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::detach() const {
+  return make_view(storage(), shape(), strides(), offset(), dtype());
+}
+
+void Tensor::backward(const Tensor& grad) const {
+  Tensor g = grad;
+  if (!g.defined()) {
+    SKA_CHECK(numel() == 1, AutogradError, "backward on a tensor of shape ", shape_str(shape()),
+              ": pass a gradient, or call it on a scalar");
+    g = Tensor::ones(shape(), dtype(), device());
+  }
+  autograd::run_backward({*this}, {g});
+}
+
+void Tensor::register_grad_ready_hook(GradHook hook) {
+  SKA_CHECK(is_leaf() && requires_grad(), AutogradError,
+            "register_grad_ready_hook: only leaf tensors that require grad have a final gradient");
+  impl().grad_ready_hooks.push_back(std::move(hook));
+}
+
+}  // namespace ska

@@ -1,0 +1,1 @@
+// ops/index: implementation pending (see the kernel contract in backend/kernels.inc).

@@ -1,0 +1,1 @@
+// ops/linear: implementation pending (see the kernel contract in backend/kernels.inc).

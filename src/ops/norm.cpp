@@ -1,0 +1,1 @@
+// ops/norm: implementation pending (see the kernel contract in backend/kernels.inc).

@@ -1,0 +1,19 @@
+// Normalisation ops: layer norm over the last dim and batch norm over channels.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace ska {
+
+// weight and bias [C] or undefined (the MetaFormer norms have no bias).
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Layer norm over dim 1 of x [N, C, ...] (channels-first layout).
+Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 double eps = 1e-6);
+// x [N, C, ...]. In training, batch statistics are used and running_mean / running_var are updated
+// in place (momentum as in PyTorch); in eval the running statistics are used.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum = 0.1, double eps = 1e-5);
+
+}  // namespace ska

@@ -1,0 +1,149 @@
+// Pointwise ops with broadcasting and their gradients.
+#include "ops/pointwise.h"
+
+#include "autograd/node.h"
+#include "backend/backend.h"
+#include "ops/detail.h"
+#include "ops/reduce.h"
+
+namespace ska {
+
+namespace {
+
+Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_op_name(op);
+  detail::check_same_device_dtype(name, a, b);
+  detail::check_floating(name, a);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape, binary_op_is_comparison(op) ? DType::kU8 : a.dtype(), a.device());
+  SKA_KERNEL(a.device(), binary)(op, detail::broadcast_raw(a, shape), detail::broadcast_raw(b, shape), out);
+  return out;
+}
+
+// Records a broadcasting binary op whose input grads are grad_a(g), grad_b(g) before reduction.
+template <typename GA, typename GB>
+Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, GA grad_a, GB grad_b) {
+  Tensor out = binary_raw(op, a, b);
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record_op(binary_op_name(op), {a, b}, {out}, [=](const TensorList& g) {
+    return TensorList{need_a ? sum_to_shape(grad_a(g[0]), a.shape()) : Tensor(),
+                      need_b ? sum_to_shape(grad_b(g[0]), b.shape()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
+  detail::check_floating(unary_op_name(op), x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  SKA_KERNEL(x.device(), unary)(op, x, out, a, b);
+  autograd::record_op(unary_op_name(op), {x}, {out}, [=](const TensorList& g) {
+    const Tensor xc = x.contiguous();
+    Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    SKA_KERNEL(x.device(), unary_backward)(op, g[0].contiguous(), xc, gx, a, b);
+    return TensorList{gx};
+  });
+  return out;
+}
+
+// Share of the gradient of max/min going to `a`: 1 where a wins, 1/2 on ties, else 0.
+Tensor winner_share(const Tensor& a, const Tensor& b, BinaryOp wins) {
+  const Tensor w = binary_raw(wins, a, b).to(a.dtype());
+  const Tensor tie = binary_raw(BinaryOp::kEq, a, b).to(a.dtype());
+  return w + tie * 0.5;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kAdd, a, b, [](const Tensor& g) { return g; },
+                   [](const Tensor& g) { return g; });
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kSub, a, b, [](const Tensor& g) { return g; },
+                   [](const Tensor& g) { return neg(g); });
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kMul, a, b, [b](const Tensor& g) { return mul(g, b); },
+                   [a](const Tensor& g) { return mul(g, a); });
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kDiv, a, b, [b](const Tensor& g) { return div(g, b); },
+                   [a, b](const Tensor& g) { return neg(div(mul(g, a), mul(b, b))); });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kMaximum, a, b,
+                   [a, b](const Tensor& g) { return g * winner_share(a, b, BinaryOp::kGt); },
+                   [a, b](const Tensor& g) { return g * winner_share(b, a, BinaryOp::kGt); });
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kMinimum, a, b,
+                   [a, b](const Tensor& g) { return g * winner_share(a, b, BinaryOp::kLt); },
+                   [a, b](const Tensor& g) { return g * winner_share(b, a, BinaryOp::kLt); });
+}
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kEq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kNe, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kLt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kLe, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kGt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kGe, a, b); }
+
+Tensor add(const Tensor& a, double b) { return unary_op(UnaryOp::kAffine, a, 1.0, b); }
+Tensor sub(const Tensor& a, double b) { return unary_op(UnaryOp::kAffine, a, 1.0, -b); }
+Tensor rsub(double a, const Tensor& b) { return unary_op(UnaryOp::kAffine, b, -1.0, a); }
+Tensor mul(const Tensor& a, double b) { return unary_op(UnaryOp::kAffine, a, b, 0.0); }
+Tensor div(const Tensor& a, double b) { return unary_op(UnaryOp::kAffine, a, 1.0 / b, 0.0); }
+Tensor pow(const Tensor& a, double exponent) { return unary_op(UnaryOp::kPow, a, exponent); }
+
+Tensor neg(const Tensor& x) { return unary_op(UnaryOp::kNeg, x); }
+Tensor abs(const Tensor& x) { return unary_op(UnaryOp::kAbs, x); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::kExp, x); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::kLog, x); }
+Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::kSqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::kRsqrt, x); }
+Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::kReciprocal, x); }
+Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::kSigmoid, x); }
+Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::kTanh, x); }
+Tensor relu(const Tensor& x) { return unary_op(UnaryOp::kRelu, x); }
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  return unary_op(tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x);
+}
+Tensor quick_gelu(const Tensor& x) { return unary_op(UnaryOp::kQuickGelu, x); }
+Tensor squared_relu(const Tensor& x) { return unary_op(UnaryOp::kSquaredRelu, x); }
+Tensor silu(const Tensor& x) { return unary_op(UnaryOp::kSilu, x); }
+
+Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias) {
+  SKA_CHECK(scale.numel() == 1 && bias.numel() == 1, ShapeError,
+            "star_relu: scale and bias must have one element, got ", shape_str(scale.shape()),
+            " and ", shape_str(bias.shape()));
+  return add(mul(squared_relu(x), scale.reshape({})), bias.reshape({}));
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_same_device_dtype("where", a, b);
+  SKA_CHECK(cond.dtype() == DType::kU8, DTypeError, "where: condition must be u8, got ",
+            dtype_name(cond.dtype()));
+  SKA_CHECK(cond.device() == a.device(), DeviceError, "where: condition on ", cond.device(),
+            ", values on ", a.device());
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"),
+                                       b.shape(), "where");
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  SKA_KERNEL(a.device(), where)(detail::broadcast_raw(cond, shape), detail::broadcast_raw(a, shape),
+                                detail::broadcast_raw(b, shape), out);
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record_op("where", {a, b}, {out}, [=](const TensorList& g) {
+    const Tensor zero = Tensor::zeros({}, g[0].dtype(), g[0].device());
+    return TensorList{need_a ? sum_to_shape(where(cond, g[0], zero), a.shape()) : Tensor(),
+                      need_b ? sum_to_shape(where(cond, zero, g[0]), b.shape()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  const Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  SKA_CHECK(shape == x.shape(), ShapeError, "masked_fill: mask ", shape_str(mask.shape()),
+            " does not broadcast to the input ", shape_str(x.shape()));
+  return where(mask, Tensor::full({}, value, x.dtype(), x.device()), x);
+}
+
+}  // namespace ska

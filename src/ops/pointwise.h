@@ -1,0 +1,64 @@
+// Differentiable pointwise ops: arithmetic with broadcasting, activations, where/masked_fill.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace ska {
+
+// Binary arithmetic with NumPy broadcasting. Both operands must share dtype and device.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+// Scalar forms.
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor rsub(double a, const Tensor& b);  // a - b
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor pow(const Tensor& a, double exponent);
+// Comparisons (no grad): u8 0/1 with broadcasting.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x, bool tanh_approximation = false);
+Tensor quick_gelu(const Tensor& x);    // x * sigmoid(1.702 x)
+Tensor squared_relu(const Tensor& x);  // relu(x)^2
+Tensor silu(const Tensor& x);
+// scale * relu(x)^2 + bias with learnable one-element `scale` and `bias` (MetaFormer StarReLU).
+Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias);
+
+// cond (u8) ? a : b, broadcasting all three.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// x with `value` where mask (u8, broadcastable to x) is nonzero.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+// Operators for readable model code.
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+
+}  // namespace ska

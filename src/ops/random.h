@@ -1,0 +1,18 @@
+// Random tensors and stochastic regularisers, drawn from the per-device generators.
+#pragma once
+
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace ska {
+
+Tensor rand(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu(),
+            Generator* gen = nullptr);
+Tensor randn(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu(),
+             Generator* gen = nullptr);
+// Zeroes elements with probability p and scales the rest by 1 / (1 - p); identity unless training.
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+// Drops whole samples (dim 0) with probability p, scaling survivors by 1 / (1 - p).
+Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+
+}  // namespace ska

@@ -1,0 +1,22 @@
+// Differentiable shape ops that copy: cat, stack, split/chunk (views), constant pad, roll.
+// Pure views (reshape, permute, narrow, expand, ...) are Tensor methods.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ska {
+
+Tensor cat(const TensorList& xs, int64_t dim);
+Tensor stack(const TensorList& xs, int64_t dim);
+// Views of consecutive pieces along `dim`.
+TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+TensorList split(const Tensor& x, int64_t piece, int64_t dim);  // last piece may be shorter
+TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim);
+// pads = {last_lo, last_hi, second_last_lo, second_last_hi, ...} as torch.nn.functional.pad.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
+// Cyclic shifts along dims, as torch.roll.
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims);
+
+}  // namespace ska

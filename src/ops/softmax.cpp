@@ -1,0 +1,1 @@
+// ops/softmax: implementation pending (see the kernel contract in backend/kernels.inc).

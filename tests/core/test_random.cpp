@@ -1,0 +1,90 @@
+// Philox4x32-10 against its published known-answer vectors, generator state, and distributions.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "support/test_util.h"
+
+using namespace ska;
+
+TEST_CASE("philox4x32-10 matches the Random123 known-answer test", "[cpu]") {
+  // Random123 kat_vectors: philox4x32 10 rounds, counter 0, key 0.
+  const PhiloxOut r = philox4x32_10(0, 0);
+  CHECK(r.w[0] == 0x6627e8d5u);
+  CHECK(r.w[1] == 0xe169c58du);
+  CHECK(r.w[2] == 0xbc57ac4cu);
+  CHECK(r.w[3] == 0x9b00dbd8u);
+}
+
+TEST_CASE("a generator's state reproduces its draws", "[cpu]") {
+  Generator g(42);
+  const Tensor a = rand({10}, DType::kF32, Device::cpu(), &g);
+  CHECK(g.offset() == 3);  // ceil(10 / 4) counters consumed
+  const uint64_t seed = g.seed(), offset = g.offset();
+  const Tensor b = randn({7}, DType::kF64, Device::cpu(), &g);
+  g.set_state(seed, offset);
+  const Tensor c = randn({7}, DType::kF64, Device::cpu(), &g);
+  CHECK(b.to_vector<double>() == c.to_vector<double>());
+  Generator h(42);
+  CHECK(rand({10}, DType::kF32, Device::cpu(), &h).to_vector<float>() == a.to_vector<float>());
+}
+
+TEST_CASE("uniform and normal draws have the right moments", "[cpu]") {
+  Generator g(7);
+  const std::vector<double> u = rand({200000}, DType::kF64, Device::cpu(), &g).to_vector<double>();
+  double mean = 0, var = 0, lo = 1, hi = 0;
+  for (double v : u) {
+    mean += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  mean /= u.size();
+  for (double v : u) var += (v - mean) * (v - mean);
+  var /= u.size();
+  CHECK(lo >= 0.0);
+  CHECK(hi < 1.0);
+  CHECK(mean == Approx(0.5).margin(0.005));
+  CHECK(var == Approx(1.0 / 12).margin(0.002));
+  const std::vector<double> n = randn({200000}, DType::kF64, Device::cpu(), &g).to_vector<double>();
+  double m1 = 0, m2 = 0;
+  for (double v : n) {
+    m1 += v;
+    m2 += v * v;
+  }
+  CHECK(m1 / n.size() == Approx(0.0).margin(0.01));
+  CHECK(m2 / n.size() == Approx(1.0).margin(0.015));
+}
+
+TEST_CASE("dropout keeps 1-p of the elements, scaled; drop_path drops whole samples", "[cpu]") {
+  Generator g(3);
+  const Tensor x = Tensor::ones({100, 1000}, DType::kF64);
+  const std::vector<double> y = dropout(x, 0.3, true, &g).to_vector<double>();
+  size_t kept = 0;
+  for (double v : y) {
+    if (v != 0.0) {
+      ++kept;
+      REQUIRE(v == Approx(1.0 / 0.7));
+    }
+  }
+  CHECK(static_cast<double>(kept) / y.size() == Approx(0.7).margin(0.01));
+  CHECK(dropout(x, 0.3, false, &g).same_storage(x));
+
+  const Tensor p = drop_path(Tensor::ones({1000, 3, 4}, DType::kF64), 0.25, true, &g);
+  const std::vector<double> pv = p.to_vector<double>();
+  size_t alive = 0;
+  for (size_t s = 0; s < 1000; ++s) {
+    for (size_t j = 1; j < 12; ++j) REQUIRE(pv[s * 12 + j] == pv[s * 12]);
+    alive += pv[s * 12] != 0.0;
+  }
+  CHECK(alive / 1000.0 == Approx(0.75).margin(0.05));
+  CHECK_THROWS_AS(dropout(x, 1.0, true, &g), ValueError);
+}
+
+TEST_CASE("dropout gradient uses the same mask", "[cpu]") {
+  Generator g(9);
+  Tensor x = ska::test::uniform({4, 5}, 2).set_requires_grad();
+  Tensor y = dropout(x, 0.5, true, &g);
+  sum(y).backward();
+  const std::vector<double> yv = y.to_vector<double>(), xv = x.to_vector<double>();
+  const std::vector<double> gv = x.grad().to_vector<double>();
+  for (size_t i = 0; i < yv.size(); ++i) CHECK(gv[i] == (yv[i] == 0.0 ? 0.0 : 2.0));
+}

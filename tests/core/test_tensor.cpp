@@ -1,0 +1,101 @@
+// Tensor factories, views without copies, contiguous(), conversions and error messages.
+#include <catch2/catch.hpp>
+
+#include "support/test_util.h"
+
+using namespace ska;
+using ska::test::values;
+
+TEST_CASE("factories and metadata", "[cpu]") {
+  Tensor z = Tensor::zeros({2, 3});
+  CHECK(z.numel() == 6);
+  CHECK(z.strides() == Shape{3, 1});
+  CHECK(z.is_contiguous());
+  CHECK(z.to_vector<float>() == std::vector<float>(6, 0.0f));
+  CHECK(Tensor::full({2}, 2.5, DType::kF64).to_vector<double>() == std::vector<double>{2.5, 2.5});
+  CHECK(Tensor::arange(4).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(Tensor::scalar(3.0).item() == 3.0);
+  CHECK(z.str() == "Tensor[2, 3] f32 cpu");
+  CHECK_THROWS_AS(Tensor::empty({2, -1}), ShapeError);
+  CHECK_THROWS_AS(Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}), ShapeError);
+}
+
+TEST_CASE("views share storage and index correctly", "[cpu]") {
+  Tensor x = Tensor::arange(24, DType::kF64).reshape({2, 3, 4});
+  Tensor t = x.transpose(0, 2);  // [4, 3, 2]
+  CHECK(t.same_storage(x));
+  CHECK(t.shape() == Shape{4, 3, 2});
+  CHECK_FALSE(t.is_contiguous());
+  // t[i][j][k] == x[k][j][i] == 12k + 4j + i
+  const std::vector<double> tv = t.contiguous().to_vector<double>();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 2; ++k) REQUIRE(tv[(i * 3 + j) * 2 + k] == 12 * k + 4 * j + i);
+
+  Tensor n = x.narrow(2, 1, 2);  // [2, 3, 2]
+  CHECK(n.same_storage(x));
+  CHECK(n.contiguous().to_vector<double>() ==
+        std::vector<double>{1, 2, 5, 6, 9, 10, 13, 14, 17, 18, 21, 22});
+  CHECK(x.slice(1, 0, 3, 2).select(2, 3).to_vector<double>() == std::vector<double>{3, 11, 15, 23});
+  CHECK(x.select(0, -1).shape() == Shape{3, 4});
+
+  Tensor e = values({1, 2, 3}, {3, 1}).expand({3, 4});
+  CHECK(e.strides() == Shape{1, 0});
+  CHECK(e.contiguous().to_vector<double>() ==
+        std::vector<double>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  CHECK_THROWS_AS(values({1, 2, 3}, {3}).expand({2, 4}), ShapeError);
+
+  CHECK(x.unsqueeze(0).shape() == Shape{1, 2, 3, 4});
+  CHECK(x.unsqueeze(-1).shape() == Shape{2, 3, 4, 1});
+  CHECK(x.flatten(1).shape() == Shape{2, 12});
+  CHECK(x.view({-1, 4}).shape() == Shape{6, 4});
+}
+
+TEST_CASE("view refuses incompatible strides; reshape copies", "[cpu]") {
+  Tensor x = Tensor::arange(6, DType::kF64).reshape({2, 3});
+  Tensor t = x.transpose(0, 1);
+  CHECK_THROWS_AS(t.view({6}), ShapeError);
+  Tensor r = t.reshape({6});
+  CHECK_FALSE(r.same_storage(x));
+  CHECK(r.to_vector<double>() == std::vector<double>{0, 3, 1, 4, 2, 5});
+  // A view that only splits a contiguous dim stays a view even on a permuted tensor.
+  Tensor p = Tensor::arange(24, DType::kF64).reshape({2, 3, 4}).permute({2, 0, 1});
+  CHECK(p.view({4, 6}).same_storage(p));
+  CHECK_THROWS_WITH(x.view({4, 2}), Catch::Contains("invalid for 6 elements"));
+}
+
+TEST_CASE("dtype conversions and in-place copy with broadcasting", "[cpu]") {
+  Tensor x = values({1.5, -2.25, 3.0}, {3});
+  CHECK(x.to(DType::kF32).to_vector<float>() == std::vector<float>{1.5f, -2.25f, 3.0f});
+  CHECK(x.to(DType::kI64).to_vector<int64_t>() == std::vector<int64_t>{1, -2, 3});
+  CHECK(x.to(DType::kBF16).to_vector<double>() == std::vector<double>{1.5, -2.25, 3.0});
+  CHECK(x.to(DType::kF16).to(DType::kF64).to_vector<double>() == x.to_vector<double>());
+  Tensor d = Tensor::zeros({2, 3}, DType::kF64);
+  d.copy_(x);
+  CHECK(d.to_vector<double>() == std::vector<double>{1.5, -2.25, 3, 1.5, -2.25, 3});
+  d.narrow(1, 1, 1).fill_(7.0);
+  CHECK(d.to_vector<double>() == std::vector<double>{1.5, 7, 3, 1.5, 7, 3});
+}
+
+TEST_CASE("devices parse; CUDA without a device is a clear error", "[cpu]") {
+  CHECK(Device::parse("cuda:3") == Device::cuda(3));
+  CHECK(Device::parse("cpu").is_cpu());
+  CHECK_THROWS_AS(Device::parse("gpu0"), ValueError);
+  if (!cuda_is_available()) {
+    CHECK_THROWS_AS(Tensor::zeros({2}, DType::kF32, Device::cuda(0)), Error);
+  }
+}
+
+TEST_CASE("host allocator statistics track live and peak bytes", "[cpu]") {
+  Allocator& a = allocator_for(Device::cpu());
+  a.reset_peak();
+  const MemoryStats before = a.stats();
+  {
+    Tensor t = Tensor::empty({1024, 1024});  // 4 MiB
+    const MemoryStats during = a.stats();
+    CHECK(during.allocated - before.allocated >= 4 * 1024 * 1024);
+    CHECK(during.peak_allocated >= during.allocated);
+  }
+  CHECK(a.stats().allocated == before.allocated);
+  CHECK(a.stats().peak_allocated - before.allocated >= 4 * 1024 * 1024);
+}

@@ -1,0 +1,170 @@
+// Shared test helpers (see test_util.h).
+#include "support/test_util.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+
+namespace ska::test {
+
+Tolerance tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::kF64: return {1e-10, 1e-8};
+    case DType::kF32: return {1e-4, 2e-3};
+    case DType::kBF16: return {2e-2, 2e-2};
+    case DType::kF16: return {2e-3, 5e-3};
+    default: return {0.0, 0.0};
+  }
+}
+
+void require_close(const Tensor& actual, const Tensor& expected, Tolerance tol,
+                   const std::string& what) {
+  INFO(what);
+  REQUIRE(actual.defined());
+  REQUIRE(expected.defined());
+  INFO("actual " << actual.str() << ", expected " << expected.str());
+  REQUIRE(actual.shape() == expected.shape());
+  const std::vector<double> a = actual.to_vector<double>();
+  const std::vector<double> e = expected.to_vector<double>();
+  size_t worst = 0, failures = 0;
+  double worst_excess = -1.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double bound = tol.atol + tol.rtol * std::fabs(e[i]);
+    const double err = std::fabs(a[i] - e[i]);
+    const bool nan_mismatch = std::isnan(a[i]) != std::isnan(e[i]);
+    if (nan_mismatch || err > bound) {
+      ++failures;
+      const double excess = nan_mismatch ? 1e300 : err - bound;
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+  }
+  if (failures > 0) {
+    std::ostringstream msg;
+    msg << failures << " of " << a.size() << " elements differ beyond atol " << tol.atol
+        << " + rtol " << tol.rtol << "; worst at flat index " << worst << ": actual "
+        << a[worst] << ", expected " << e[worst];
+    FAIL(msg.str());
+  }
+}
+
+double nmse(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = actual.to_vector<double>();
+  const std::vector<double> e = expected.to_vector<double>();
+  REQUIRE(a.size() == e.size());
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - e[i]) * (a[i] - e[i]);
+    den += e[i] * e[i];
+  }
+  return den > 0.0 ? num / den : num;
+}
+
+Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype) {
+  Generator gen(seed);
+  return add(mul(rand(shape, DType::kF64, Device::cpu(), &gen), hi - lo), lo).to(dtype);
+}
+
+Tensor values(const std::vector<double>& v, const Shape& shape, DType dtype) {
+  return Tensor::from_vector(v, shape, dtype);
+}
+
+namespace {
+
+double weighted_sum(const Tensor& out, const Tensor& w) {
+  return sum(mul(out, w)).item();
+}
+
+}  // namespace
+
+void check_gradients(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                     const GradCheckOptions& options) {
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) REQUIRE(t.dtype() == DType::kF64);
+  }
+  // Analytic gradients of L = sum(f(x) * w).
+  Tensor out = f(inputs);
+  REQUIRE(out.dtype() == DType::kF64);
+  const Tensor w = uniform(out.shape(), 12345, 0.5, 1.5);
+  for (const Tensor& t : inputs) {
+    if (t.defined()) t.zero_grad();
+  }
+  sum(mul(out, w)).backward();
+
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& x = inputs[k];
+    if (!x.defined() || !x.requires_grad()) continue;
+    INFO("input " << k << " " << x.str());
+    REQUIRE(x.is_contiguous());
+    const Tensor analytic = x.grad();
+    REQUIRE(analytic.defined());
+    double* p = x.data<double>();
+    std::vector<double> numeric(static_cast<size_t>(x.numel()));
+    std::vector<char> skip(numeric.size(), 0);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double orig = p[i];
+      if (options.kink_range >= 0.0 && std::fabs(orig - options.kink) <= options.kink_range) {
+        skip[static_cast<size_t>(i)] = 1;
+        continue;
+      }
+      p[i] = orig + options.eps;
+      const double up = weighted_sum(f(inputs), w);
+      p[i] = orig - options.eps;
+      const double down = weighted_sum(f(inputs), w);
+      p[i] = orig;
+      numeric[static_cast<size_t>(i)] = (up - down) / (2.0 * options.eps);
+    }
+    std::vector<double> a = analytic.to_vector<double>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (skip[i]) a[i] = numeric[i] = 0.0;
+    }
+    require_close(Tensor::from_vector(a, x.shape()), Tensor::from_vector(numeric, x.shape()),
+                  options.tol, "gradient vs central differences");
+  }
+}
+
+bool cuda_available_or_skip() {
+  if (cuda_is_available()) return true;
+  WARN("skipped: no CUDA device available (build with -DSKA_CUDA=ON and run on a GPU)");
+  return false;
+}
+
+void check_cuda_parity(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                       DType dtype, const Tolerance* tol) {
+  const Tolerance t = tol ? *tol : tolerance_for(dtype);
+  auto prepare = [&](Device dev, DType dt) {
+    TensorList xs;
+    for (const Tensor& x : inputs) {
+      if (!x.defined()) {
+        xs.emplace_back();
+        continue;
+      }
+      Tensor y = x.is_floating() ? x.detach().to(dev, dt) : x.detach().to(dev);
+      if (x.requires_grad()) y.set_requires_grad(true);
+      xs.push_back(y);
+    }
+    return xs;
+  };
+  TensorList cpu_in = prepare(Device::cpu(), DType::kF32);
+  TensorList gpu_in = prepare(Device::cuda(0), dtype);
+  Tensor cpu_out = f(cpu_in);
+  Tensor gpu_out = f(gpu_in);
+  require_close(gpu_out, cpu_out, t, "CUDA forward vs CPU");
+  const Tensor w = uniform(cpu_out.shape(), 777, 0.5, 1.5, DType::kF32);
+  if (cpu_out.requires_grad()) {
+    sum(mul(cpu_out, w)).backward();
+    sum(mul(gpu_out, w.to(Device::cuda(0), gpu_out.dtype()))).backward();
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (!inputs[k].defined() || !inputs[k].requires_grad()) continue;
+      require_close(gpu_in[k].grad(), cpu_in[k].grad(), t,
+                    "CUDA gradient of input " + std::to_string(k) + " vs CPU");
+    }
+  }
+}
+
+}  // namespace ska::test

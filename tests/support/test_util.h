@@ -1,0 +1,59 @@
+// Shared test helpers: tolerances per dtype, closeness checks, the finite-difference gradient
+// checker, CUDA-vs-CPU parity, and small tensor factories. Every op test uses these.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "ops/ops.h"
+
+namespace ska::test {
+
+// Absolute + relative tolerance: |a - e| <= atol + rtol * |e|.
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+
+// The tolerances of a result computed in `dtype` (defined here once, used by every test).
+//  f64: reference arithmetic; f32: one backend vs another (TF32 GEMMs on CUDA included);
+//  bf16 / f16: storage and compute in 16 bits with f32 accumulation.
+Tolerance tolerance_for(DType dtype);
+// The gradient checker's tolerance (central differences in f64).
+constexpr Tolerance kGradCheckTolerance{1e-6, 1e-5};
+
+// Fails the current test (naming `what`, the shapes and the worst element) unless every element
+// of `actual` is within `tol` of `expected`. Both may be on any device and of any dtype.
+void require_close(const Tensor& actual, const Tensor& expected, Tolerance tol,
+                   const std::string& what = "");
+// Normalised mean squared error sum((a - e)^2) / sum(e^2): for long reductions and attention.
+double nmse(const Tensor& actual, const Tensor& expected);
+
+// Deterministic test data (f64 on the CPU unless stated), uniform in [lo, hi).
+Tensor uniform(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0,
+               DType dtype = DType::kF64);
+Tensor values(const std::vector<double>& v, const Shape& shape, DType dtype = DType::kF64);
+
+struct GradCheckOptions {
+  double eps = 1e-6;         // central-difference step
+  Tolerance tol = kGradCheckTolerance;
+  double kink = 0.0;         // skip inputs within kink_range of this point (ReLU-like kinks)
+  double kink_range = -1.0;  // < 0: no skipping
+};
+
+// Checks the gradients of f at `inputs` (f64 CPU tensors; those with requires_grad are checked):
+// the analytic gradient of sum(f(inputs) * w), for a fixed random w, against central differences.
+void check_gradients(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                     const GradCheckOptions& options = {});
+
+// True when a CUDA device is usable; otherwise emits a Catch2 WARN saying why the test is skipped.
+bool cuda_available_or_skip();
+
+// Runs f on CPU (f32) and on CUDA in `dtype`, with the same inputs, and compares outputs and the
+// gradients of every input that requires grad, within tolerance_for(dtype) (or `tol` if given).
+void check_cuda_parity(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                       DType dtype, const Tolerance* tol = nullptr);
+
+}  // namespace ska::test

@@ -1,0 +1,53 @@
+# Finds every external dependency with find_package / pkg-config. No third-party source lives in
+# this repository; third_party/README.md lists where each one comes from and the tested versions.
+
+# ska_require(<found-var> <what> <debian-package>): a clear error naming the package to install.
+function(ska_require found what package)
+  if(NOT ${found})
+    message(FATAL_ERROR "SKA needs ${what}. On Debian/Ubuntu: apt-get install ${package} "
+                        "(or run scripts/setup.sh, which installs everything missing).")
+  endif()
+endfunction()
+
+find_package(OpenMP)
+ska_require(OpenMP_CXX_FOUND "OpenMP" "libomp-dev")
+
+# CPU GEMM: OpenBLAS (CBLAS interface).
+find_package(OpenBLAS CONFIG QUIET)
+if(OpenBLAS_FOUND)
+  add_library(ska_blas INTERFACE)
+  target_include_directories(ska_blas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
+  target_link_libraries(ska_blas INTERFACE ${OpenBLAS_LIBRARIES})
+else()
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(OPENBLAS IMPORTED_TARGET openblas)
+  endif()
+  ska_require(OPENBLAS_FOUND "OpenBLAS" "libopenblas-dev")
+  add_library(ska_blas INTERFACE)
+  target_link_libraries(ska_blas INTERFACE PkgConfig::OPENBLAS)
+endif()
+
+find_package(Threads REQUIRED)
+
+if(SKA_BUILD_TESTS)
+  find_package(Catch2 2 QUIET)
+  ska_require(Catch2_FOUND "Catch2 v2" "catch2")
+endif()
+
+if(SKA_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  # cuDNN: headers and library beside the toolkit, or where CUDNN_ROOT points.
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
+    message(FATAL_ERROR "SKA_CUDA=ON needs cuDNN 9 (cudnn.h, libcudnn.so): install NVIDIA's "
+                        "cudnn9-cuda-13 package or set -DCUDNN_ROOT=<dir>; or configure with -DSKA_CUDA=OFF")
+  endif()
+  add_library(ska_cudnn INTERFACE)
+  target_include_directories(ska_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
+  target_link_libraries(ska_cudnn INTERFACE ${CUDNN_LIBRARY})
+  message(STATUS "SKA: cuDNN ${CUDNN_LIBRARY}")
+endif()
