@@ -1,0 +1,1 @@
+// kernels/batch_norm.cu: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// kernels/common.cu: implementation pending (see src/backend/kernels.inc).

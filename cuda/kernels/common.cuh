@@ -1,0 +1,113 @@
+// Helpers shared by the CUDA kernels: dtype dispatch (f32, bf16, f16; f32 math), launch sizes,
+// strided indexing of views up to 8 dims, and block/warp reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/runtime.h"
+
+namespace ska::cuda {
+
+// Element <-> float conversion for the compute types.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(double v) { return static_cast<float>(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
+template <> __device__ __forceinline__ double from_float<double>(float v) { return v; }
+
+// Calls f(T{}) with T the CUDA element type of a floating compute dtype.
+template <typename F>
+void dispatch_floating(DType dt, const char* kernel, F&& f) {
+  switch (dt) {
+    case DType::kF32: f(float{}); return;
+    case DType::kBF16: f(__nv_bfloat16{}); return;
+    case DType::kF16: f(__half{}); return;
+    default:
+      SKA_FAIL(DTypeError, "cuda kernel '", kernel, "' supports f32, bf16 and f16, got ",
+               dtype_name(dt));
+  }
+}
+
+// Device index of a CUDA tensor, checked.
+inline int device_index(const Tensor& t) {
+  SKA_CHECK(t.device().is_cuda(), DeviceError, "cuda kernel called with a tensor on ", t.device());
+  return t.device().index;
+}
+
+constexpr int kMaxDims = 8;
+
+// Maps a linear index of a view's logical shape to the element offset in its storage.
+struct StridedIndexer {
+  int ndim;
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxDims];
+
+  __host__ __device__ __forceinline__ int64_t offset(int64_t linear) const {
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+      const int64_t i = linear % sizes[d];
+      linear /= sizes[d];
+      off += i * strides[d];
+    }
+    return off;
+  }
+};
+
+// The indexer of a tensor view; throws ShapeError beyond kMaxDims dims.
+StridedIndexer make_indexer(const Tensor& t);
+
+// Grid size for n elements at `threads` per block, capped for grid-stride loops.
+inline unsigned int grid_for(int64_t n, int threads = 256) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned int>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  v = warp_sum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? partial[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  v = warp_max(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? partial[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+}  // namespace ska::cuda

@@ -1,0 +1,1 @@
+// kernels/conv2d.cpp: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// kernels/cross_entropy.cu: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// kernels/gemm.cpp: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// kernels/index.cu: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// kernels/layer_norm.cu: implementation pending (see src/backend/kernels.inc).

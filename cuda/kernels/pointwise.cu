@@ -1,0 +1,1 @@
+// kernels/pointwise.cu: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// kernels/random.cu: implementation pending (see src/backend/kernels.inc).

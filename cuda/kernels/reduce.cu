@@ -1,0 +1,1 @@
+// kernels/reduce.cu: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// kernels/softmax.cu: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// runtime/caching_allocator.cpp: implementation pending (see src/backend/kernels.inc).

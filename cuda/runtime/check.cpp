@@ -1,0 +1,1 @@
+// runtime/check.cpp: implementation pending (see src/backend/kernels.inc).

@@ -1,0 +1,1 @@
+// runtime/device_copy.cpp: implementation pending (see src/backend/kernels.inc).

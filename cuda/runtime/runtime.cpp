@@ -1,0 +1,1 @@
+// runtime/runtime.cpp: implementation pending (see src/backend/kernels.inc).
