@@ -30,6 +30,9 @@ class Allocator {
 // The allocator for tensors on `device`. CUDA devices throw DeviceError when built without CUDA.
 Allocator& allocator_for(Device device);
 
+// Plain 64-byte aligned host memory (the CPU device's allocator).
+Allocator& host_allocator();
+
 // Page-locked host memory for fast, asynchronous host<->device copies (plain memory without CUDA).
 Allocator& pinned_host_allocator();
 
