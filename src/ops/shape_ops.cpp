@@ -1,1 +1,145 @@
-// ops/shape_ops: implementation pending (see the kernel contract in backend/kernels.inc).
+// Shape ops that assemble or cut tensors: cat, stack, split/chunk, constant pad, roll.
+#include "ops/shape_ops.h"
+
+#include "autograd/node.h"
+#include "ops/detail.h"
+
+namespace ska {
+
+namespace {
+
+Tensor narrow_raw(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  Shape shape = t.shape();
+  shape[dim] = length;
+  return Tensor::make_view(t.storage(), shape, t.strides(), t.offset() + start * t.strides()[dim],
+                           t.dtype());
+}
+
+}  // namespace
+
+Tensor cat(const TensorList& xs, int64_t dim) {
+  SKA_CHECK(!xs.empty(), ValueError, "cat: no tensors given");
+  const Tensor& first = xs[0];
+  dim = wrap_dim(dim, first.dim(), "cat");
+  Shape shape = first.shape();
+  shape[dim] = 0;
+  for (const Tensor& x : xs) {
+    detail::check_same_device_dtype("cat", first, x);
+    bool compatible = x.dim() == first.dim();
+    for (int64_t d = 0; compatible && d < x.dim(); ++d) {
+      compatible = d == dim || x.shape()[d] == first.shape()[d];
+    }
+    SKA_CHECK(compatible, ShapeError, "cat along dim ", dim, ": shape ", shape_str(x.shape()),
+              " does not match ", shape_str(first.shape()));
+    shape[dim] += x.shape()[dim];
+  }
+  Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+  std::vector<int64_t> sizes;
+  int64_t offset = 0;
+  for (const Tensor& x : xs) {
+    narrow_raw(out, dim, offset, x.shape()[dim]).copy_(x);
+    sizes.push_back(x.shape()[dim]);
+    offset += x.shape()[dim];
+  }
+  autograd::record_op("cat", xs, {out}, [sizes, dim](const TensorList& g) {
+    TensorList grads;
+    int64_t start = 0;
+    for (int64_t n : sizes) {
+      grads.push_back(narrow_raw(g[0], dim, start, n));
+      start += n;
+    }
+    return grads;
+  });
+  return out;
+}
+
+Tensor stack(const TensorList& xs, int64_t dim) {
+  SKA_CHECK(!xs.empty(), ValueError, "stack: no tensors given");
+  dim = wrap_dim(dim, xs[0].dim() + 1, "stack");
+  for (const Tensor& x : xs) {
+    SKA_CHECK(x.shape() == xs[0].shape(), ShapeError, "stack: shape ", shape_str(x.shape()),
+              " differs from ", shape_str(xs[0].shape()));
+  }
+  TensorList expanded;
+  for (const Tensor& x : xs) expanded.push_back(x.unsqueeze(dim));
+  return cat(expanded, dim);
+}
+
+TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  dim = wrap_dim(dim, x.dim(), "split");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    SKA_CHECK(s >= 0, ShapeError, "split: negative piece size ", s);
+    total += s;
+  }
+  SKA_CHECK(total == x.shape()[dim], ShapeError, "split: sizes add up to ", total, " but dim ", dim,
+            " of ", shape_str(x.shape()), " has ", x.shape()[dim]);
+  TensorList pieces;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    pieces.push_back(narrow_raw(x, dim, start, s));
+    start += s;
+  }
+  // One node for all pieces: backward concatenates their gradients (zeros for unused pieces).
+  autograd::record_op("split", {x}, pieces, [dim](const TensorList& g) {
+    return TensorList{cat(g, dim)};
+  });
+  return pieces;
+}
+
+TensorList split(const Tensor& x, int64_t piece, int64_t dim) {
+  SKA_CHECK(piece > 0, ValueError, "split: piece size must be positive, got ", piece);
+  const int64_t n = x.size(dim);
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < n; start += piece) sizes.push_back(std::min(piece, n - start));
+  return split(x, sizes, dim);
+}
+
+TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  SKA_CHECK(chunks > 0, ValueError, "chunk: number of chunks must be positive, got ", chunks);
+  const int64_t n = x.size(dim);
+  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, 1), dim);
+}
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
+  SKA_CHECK(pads.size() % 2 == 0 && static_cast<int64_t>(pads.size()) <= 2 * x.dim(), ShapeError,
+            "pad: ", pads.size(), " padding values for a ", x.dim(),
+            "-d tensor; expected pairs (lo, hi) for at most every dim");
+  Shape shape = x.shape();
+  std::vector<int64_t> lo(static_cast<size_t>(x.dim()), 0);
+  for (size_t i = 0; i < pads.size() / 2; ++i) {
+    const int64_t d = x.dim() - 1 - static_cast<int64_t>(i);
+    SKA_CHECK(pads[2 * i] >= 0 && pads[2 * i + 1] >= 0, ValueError,
+              "pad: negative padding is not supported (dim ", d, ")");
+    lo[static_cast<size_t>(d)] = pads[2 * i];
+    shape[d] += pads[2 * i] + pads[2 * i + 1];
+  }
+  Tensor out = Tensor::full(shape, value, x.dtype(), x.device());
+  auto interior = [lo, in = x.shape()](const Tensor& t) {
+    Tensor v = t;
+    for (int64_t d = 0; d < t.dim(); ++d) v = narrow_raw(v, d, lo[static_cast<size_t>(d)], in[d]);
+    return v;
+  };
+  interior(out).copy_(x);
+  autograd::record_op("pad", {x}, {out}, [interior](const TensorList& g) {
+    return TensorList{interior(g[0]).contiguous()};
+  });
+  return out;
+}
+
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
+  SKA_CHECK(shifts.size() == dims.size(), ValueError, "roll: ", shifts.size(), " shifts for ",
+            dims.size(), " dims");
+  Tensor out = x;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], x.dim(), "roll");
+    const int64_t n = x.shape()[d];
+    if (n == 0) continue;
+    const int64_t s = ((shifts[i] % n) + n) % n;
+    if (s == 0) continue;
+    out = cat({out.narrow(d, n - s, s), out.narrow(d, 0, n - s)}, d);
+  }
+  return out;
+}
+
+}  // namespace ska

@@ -1,0 +1,84 @@
+// cat, stack, split, chunk, pad and roll: values, gradients, errors, CUDA parity.
+#include <catch2/catch.hpp>
+
+#include "support/test_util.h"
+
+using namespace ska;
+using ska::test::check_gradients;
+using ska::test::uniform;
+using ska::test::values;
+
+TEST_CASE("cat and stack", "[cpu]") {
+  const Tensor a = values({1, 2, 3, 4}, {2, 2}), b = values({5, 6}, {2, 1});
+  CHECK(cat({a, b}, 1).to_vector<double>() == std::vector<double>{1, 2, 5, 3, 4, 6});
+  CHECK(cat({a, a}, 0).shape() == Shape{4, 2});
+  CHECK(stack({a, a}, 1).shape() == Shape{2, 2, 2});
+  CHECK(stack({a, a * 2.0}, 0).to_vector<double>() == std::vector<double>{1, 2, 3, 4, 2, 4, 6, 8});
+  CHECK_THROWS_WITH(cat({a, b}, 0), Catch::Contains("[2, 1]") && Catch::Contains("[2, 2]"));
+  CHECK_THROWS_AS(stack({a, b}, 0), ShapeError);
+  CHECK_THROWS_AS(cat({}, 0), ValueError);
+}
+
+TEST_CASE("split and chunk are views; backward fills unused pieces with zeros", "[cpu]") {
+  Tensor x = Tensor::arange(10, DType::kF64).reshape({2, 5}).detach();
+  TensorList p = split(x, {2, 3}, 1);
+  CHECK(p[0].same_storage(x));
+  CHECK(p[1].to_vector<double>() == std::vector<double>{2, 3, 4, 7, 8, 9});
+  CHECK(chunk(x, 3, 1).size() == 3);
+  CHECK(chunk(x, 3, 1)[2].shape() == Shape{2, 1});
+  CHECK(split(x, 2, 1).back().shape() == Shape{2, 1});
+  CHECK_THROWS_AS(split(x, {2, 2}, 1), ShapeError);
+
+  Tensor y = uniform({3, 6}, 5).set_requires_grad();
+  TensorList q = chunk(y, 3, 1);
+  sum(q[1] * 2.0).backward();  // only the middle chunk is used
+  const std::vector<double> g = y.grad().to_vector<double>();
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 6; ++c) REQUIRE(g[r * 6 + c] == (c == 2 || c == 3 ? 2.0 : 0.0));
+}
+
+TEST_CASE("constant pad", "[cpu]") {
+  const Tensor x = values({1, 2, 3, 4}, {1, 2, 2});
+  const Tensor y = pad(x, {1, 0, 0, 1}, -1.0);  // last dim: 1 before; second last: 1 after
+  CHECK(y.shape() == Shape{1, 3, 3});
+  CHECK(y.to_vector<double>() == std::vector<double>{-1, 1, 2, -1, 3, 4, -1, -1, -1});
+  CHECK_THROWS_AS(pad(x, {1}, 0.0), ShapeError);
+  CHECK_THROWS_AS(pad(x, {-1, 0}, 0.0), ValueError);
+}
+
+TEST_CASE("roll matches torch.roll", "[cpu]") {
+  const Tensor x = Tensor::arange(12, DType::kF64).reshape({3, 4}).detach();
+  CHECK(roll(x, {1}, {1}).to_vector<double>() ==
+        std::vector<double>{3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10});
+  CHECK(roll(x, {-1, 2}, {0, 1}).to_vector<double>() ==
+        std::vector<double>{6, 7, 4, 5, 10, 11, 8, 9, 2, 3, 0, 1});
+  CHECK(roll(x, {8}, {1}).to_vector<double>() == x.to_vector<double>());
+}
+
+TEST_CASE("shape op gradients", "[cpu]") {
+  Tensor a = uniform({2, 3}, 1).set_requires_grad();
+  Tensor b = uniform({2, 2}, 2).set_requires_grad();
+  check_gradients([](const TensorList& in) { return cat({in[0], in[1], in[0]}, 1); }, {a, b});
+  check_gradients([](const TensorList& in) { return stack({in[0], in[0] * 3.0}, 2); }, {a});
+  check_gradients([](const TensorList& in) {
+    TensorList p = split(in[0], {1, 2}, 1);
+    return p[0] * p[1].narrow(1, 1, 1) + p[1].narrow(1, 0, 1);
+  }, {a});
+  check_gradients([](const TensorList& in) { return pad(in[0], {2, 1, 0, 3}, 0.5); }, {a});
+  check_gradients([](const TensorList& in) { return roll(in[0], {1, -2}, {0, 1}) * in[0]; }, {a});
+}
+
+TEST_CASE("CUDA shape ops match the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  Tensor a = uniform({4, 7, 9}, 3).set_requires_grad();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    ska::test::check_cuda_parity([](const TensorList& in) {
+      TensorList p = chunk(in[0], 3, 2);
+      return cat({p[2], p[0] * 2.0}, 1);
+    }, {a}, dt);
+    ska::test::check_cuda_parity([](const TensorList& in) { return pad(in[0], {1, 2, 3, 0}, 0.0); },
+                                 {a}, dt);
+    ska::test::check_cuda_parity([](const TensorList& in) { return roll(in[0], {2, -3}, {1, 2}); },
+                                 {a}, dt);
+  }
+}
