@@ -30,6 +30,10 @@ endif()
 
 find_package(Threads REQUIRED)
 
+# JSON (safetensors headers, configs): header-only nlohmann-json.
+find_package(nlohmann_json 3 QUIET)
+ska_require(nlohmann_json_FOUND "nlohmann-json 3" "nlohmann-json3-dev")
+
 if(SKA_BUILD_TESTS)
   find_package(Catch2 2 QUIET)
   ska_require(Catch2_FOUND "Catch2 v2" "catch2")

@@ -21,6 +21,7 @@ class ValueError : public Error { using Error::Error; };     // bad argument val
 class OutOfMemoryError : public Error { using Error::Error; };
 class CudaError : public Error { using Error::Error; };      // CUDA / cuBLAS / cuDNN / NCCL status
 class AutogradError : public Error { using Error::Error; };
+class IOError : public Error { using Error::Error; };        // unreadable, unwritable or malformed file
 
 namespace detail {
 

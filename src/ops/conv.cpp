@@ -1,1 +1,99 @@
-// ops/conv: implementation pending (see the kernel contract in backend/kernels.inc).
+// 2-D convolution op: argument and shape checks, the kernel call, and the gradients of the input,
+// the weight and the bias.
+#include "ops/conv.h"
+
+#include "autograd/node.h"
+#include "backend/backend.h"
+#include "ops/detail.h"
+#include "ops/reduce.h"
+
+namespace ska {
+
+namespace {
+
+// Output length along one dim; 0 when the dilated kernel does not fit the padded input.
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+void check_conv_params(const Conv2dParams& p) {
+  SKA_CHECK(p.stride_h >= 1 && p.stride_w >= 1, ValueError, "conv2d: stride must be >= 1, got (",
+            p.stride_h, ", ", p.stride_w, ")");
+  SKA_CHECK(p.dilation_h >= 1 && p.dilation_w >= 1, ValueError,
+            "conv2d: dilation must be >= 1, got (", p.dilation_h, ", ", p.dilation_w, ")");
+  SKA_CHECK(p.pad_h >= 0 && p.pad_w >= 0, ValueError, "conv2d: padding must be >= 0, got (",
+            p.pad_h, ", ", p.pad_w, ")");
+  SKA_CHECK(p.groups >= 1, ValueError, "conv2d: groups must be >= 1, got ", p.groups);
+}
+
+// Checks every operand and returns the output shape [N, C_out, H_out, W_out].
+Shape conv_output_shape(const Tensor& x, const Tensor& w, const Tensor& bias,
+                        const Conv2dParams& p) {
+  detail::check_same_device_dtype("conv2d", x, w);
+  detail::check_floating("conv2d", x);
+  detail::check_dim("conv2d", x, 4, "input");
+  detail::check_dim("conv2d", w, 4, "weight");
+  check_conv_params(p);
+  const int64_t c_in = x.size(1), c_out = w.size(0);
+  SKA_CHECK(c_in % p.groups == 0 && c_out % p.groups == 0, ShapeError, "conv2d: input channels ",
+            c_in, " (input ", shape_str(x.shape()), ") and output channels ", c_out, " (weight ",
+            shape_str(w.shape()), ") must be divisible by groups = ", p.groups);
+  SKA_CHECK(w.size(1) * p.groups == c_in, ShapeError, "conv2d: weight ", shape_str(w.shape()),
+            " expects ", w.size(1) * p.groups, " input channels for groups = ", p.groups,
+            ", but input ", shape_str(x.shape()), " has ", c_in);
+  if (bias.defined()) {
+    detail::check_same_device_dtype("conv2d", x, bias);
+    SKA_CHECK(bias.dim() == 1 && bias.size(0) == c_out, ShapeError, "conv2d: bias ",
+              shape_str(bias.shape()), " does not match weight ", shape_str(w.shape()));
+  }
+  const int64_t h_out = conv_out_size(x.size(2), w.size(2), p.stride_h, p.pad_h, p.dilation_h);
+  const int64_t w_out = conv_out_size(x.size(3), w.size(3), p.stride_w, p.pad_w, p.dilation_w);
+  SKA_CHECK(h_out > 0 && w_out > 0, ShapeError, "conv2d: output size ", h_out, "x", w_out,
+            " <= 0 for input ", shape_str(x.shape()), " and weight ", shape_str(w.shape()),
+            " (stride ", p.stride_h, "x", p.stride_w, ", padding ", p.pad_h, "x", p.pad_w,
+            ", dilation ", p.dilation_h, "x", p.dilation_w, ")");
+  return {x.size(0), c_out, h_out, w_out};
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  const Shape out_shape = conv_output_shape(x, weight, bias, p);
+  const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  SKA_KERNEL(x.device(), conv2d_forward)(xc, wc, bc, p, y);
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  // Saves the contiguous raw copies only where a gradient needs them.
+  const Tensor saved_x = need_w ? xc : Tensor(), saved_w = need_x ? wc : Tensor();
+  const Shape x_shape = x.shape(), w_shape = weight.shape();
+  autograd::record_op("conv2d", {x, weight, bias}, {y}, [=](const TensorList& g) {
+    const Tensor gy = g[0].contiguous();
+    Tensor gx, gw;
+    // Zero-filled, so that a backend may either write or accumulate into them.
+    if (need_x) {
+      gx = Tensor::zeros(x_shape, gy.dtype(), gy.device());
+      SKA_KERNEL(gy.device(), conv2d_backward_input)(gy, saved_w, p, gx);
+    }
+    if (need_w) {
+      gw = Tensor::zeros(w_shape, gy.dtype(), gy.device());
+      SKA_KERNEL(gy.device(), conv2d_backward_weight)(gy, saved_x, p, gw);
+    }
+    return TensorList{gx, gw, need_b ? sum(gy, {0, 2, 3}) : Tensor()};
+  });
+  return y;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+              int64_t padding, int64_t dilation, int64_t groups) {
+  Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = padding;
+  p.dilation_h = p.dilation_w = dilation;
+  p.groups = groups;
+  return conv2d(x, weight, bias, p);
+}
+
+}  // namespace ska

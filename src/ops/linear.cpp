@@ -1,1 +1,178 @@
-// ops/linear: implementation pending (see the kernel contract in backend/kernels.inc).
+// Matrix products: torch.matmul semantics over the batched GEMM kernel, and the fully connected
+// layer (weight read transposed in place, bias fused into the GEMM).
+#include "ops/linear.h"
+
+#include <algorithm>
+
+#include "autograd/node.h"
+#include "backend/backend.h"
+#include "ops/detail.h"
+#include "ops/reduce.h"
+
+namespace ska {
+
+namespace {
+
+enum class GemmLayout { kRowMajor, kColMajor, kNone };
+
+// How BLAS can read the last two dims without a copy: row-major or column-major with a leading
+// dimension that does not overlap rows (size-1 dims may carry any stride).
+GemmLayout gemm_layout(const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  if ((cols <= 1 || t.stride(-1) == 1) && (rows <= 1 || t.stride(-2) >= cols)) {
+    return GemmLayout::kRowMajor;
+  }
+  if ((rows <= 1 || t.stride(-2) == 1) && (cols <= 1 || t.stride(-1) >= rows)) {
+    return GemmLayout::kColMajor;
+  }
+  return GemmLayout::kNone;
+}
+
+Tensor detached_gemm_layout(const Tensor& t) {
+  return gemm_layout(t) == GemmLayout::kNone ? t.detach().contiguous() : t.detach();
+}
+
+// The [batch, rows, cols] kernel view of v (which has a GEMM layout), with the strides of size-1
+// dims made canonical so that every backend sees stride[-1] == 1 or stride[-2] == 1.
+Tensor gemm_kernel_view(const Tensor& v, int64_t batch, int64_t batch_stride) {
+  const int64_t rows = v.size(-2), cols = v.size(-1);
+  const Shape strides =
+      gemm_layout(v) == GemmLayout::kRowMajor
+          ? Shape{batch_stride, rows <= 1 ? std::max<int64_t>(cols, 1) : v.stride(-2), 1}
+          : Shape{batch_stride, 1, cols <= 1 ? std::max<int64_t>(rows, 1) : v.stride(-1)};
+  return Tensor::make_view(v.storage(), {batch, rows, cols}, strides, v.offset(), v.dtype());
+}
+
+// The single stride that walks dims [0, ndims) of t in order, if one exists (size-1 dims are
+// free; a fully broadcast run has stride 0).
+bool collapsed_stride(const Tensor& t, int64_t ndims, int64_t& stride) {
+  stride = 0;
+  int64_t expected = -1;
+  for (int64_t d = ndims - 1; d >= 0; --d) {
+    if (t.shape()[d] == 1) continue;
+    if (expected >= 0 && t.strides()[d] != expected) return false;
+    if (expected < 0) stride = t.strides()[d];
+    expected = t.strides()[d] * t.shape()[d];
+  }
+  return true;
+}
+
+// A history-free [B, rows, cols] view of t broadcast to batch + [rows, cols], copying only when
+// the layout or the broadcast batch dims cannot be expressed as one strided view.
+Tensor batched_gemm_operand(const Tensor& t, const Shape& batch) {
+  Shape full = batch;
+  full.push_back(t.size(-2));
+  full.push_back(t.size(-1));
+  Tensor v = detail::broadcast_raw(detached_gemm_layout(t), full);
+  int64_t batch_stride = 0;
+  if (!collapsed_stride(v, static_cast<int64_t>(batch.size()), batch_stride)) {
+    v = v.contiguous();
+    batch_stride = v.size(-2) * v.size(-1);
+  }
+  return gemm_kernel_view(v, shape_numel(batch), batch_stride);
+}
+
+// A history-free [1, rows, cols] view for the single-GEMM paths.
+Tensor single_gemm_operand(const Tensor& t) {
+  const Tensor v = detached_gemm_layout(t);
+  return gemm_kernel_view(v, 1, v.size(-2) * v.size(-1));
+}
+
+void check_matmul_operands(const Tensor& a, const Tensor& b) {
+  detail::check_same_device_dtype("matmul", a, b);
+  detail::check_floating("matmul", a);
+  SKA_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: operands must be at least 1-d, got ",
+            shape_str(a.shape()), " and ", shape_str(b.shape()));
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  SKA_CHECK(ka == kb, ShapeError, "matmul: shapes ", shape_str(a.shape()), " and ",
+            shape_str(b.shape()), " cannot be multiplied (", ka, " != ", kb, ")");
+}
+
+// a [..., M, K] @ b [..., K, N] with both operands at least 2-d; records the op.
+Tensor matmul_batched(const Tensor& a, const Tensor& b) {
+  const Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                       Shape(b.shape().begin(), b.shape().end() - 2), "matmul");
+  const int64_t m = a.size(-2), n = b.size(-1);
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  GemmArgs args;
+  args.a = batched_gemm_operand(a, batch);
+  args.b = batched_gemm_operand(b, batch);
+  args.c = Tensor::make_view(out.storage(), {shape_numel(batch), m, n},
+                             contiguous_strides({shape_numel(batch), m, n}), 0, out.dtype());
+  SKA_KERNEL(a.device(), gemm)(args);
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record_op("matmul", {a, b}, {out}, [=](const TensorList& g) {
+    return TensorList{
+        need_a ? sum_to_shape(matmul(g[0], b.transpose(-1, -2)), a.shape()) : Tensor(),
+        need_b ? sum_to_shape(matmul(a.transpose(-1, -2), g[0]), b.shape()) : Tensor()};
+  });
+  return out;
+}
+
+// True when a [..., M, K] (K contiguous) can be viewed as [B * M, K] without a copy.
+bool rows_fold_into_matrix(const Tensor& a) {
+  int64_t stride = 0;
+  return (a.size(-1) <= 1 || a.stride(-1) == 1) && collapsed_stride(a, a.dim() - 1, stride);
+}
+
+void check_linear_operands(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_same_device_dtype("linear", x, weight);
+  detail::check_floating("linear", x);
+  detail::check_dim("linear", weight, 2, "weight");
+  SKA_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), ShapeError, "linear: input ",
+            shape_str(x.shape()), " does not match weight ", shape_str(weight.shape()),
+            " (expected last dim ", weight.size(1), ")");
+  if (!bias.defined()) return;
+  detail::check_same_device_dtype("linear", x, bias);
+  SKA_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), ShapeError, "linear: bias ",
+            shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()));
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_matmul_operands(a, b);
+  if (a.dim() == 1 || b.dim() == 1) {  // promote to matrices, then drop the added dims
+    const Tensor c = matmul(a.dim() == 1 ? a.unsqueeze(0) : a, b.dim() == 1 ? b.unsqueeze(1) : b);
+    const Tensor without_n = b.dim() == 1 ? c.squeeze(-1) : c;
+    return a.dim() == 1 ? without_n.squeeze(b.dim() == 1 ? -1 : -2) : without_n;
+  }
+  if (a.dim() > 2 && b.dim() == 2 && a.size(-1) > 0 && rows_fold_into_matrix(a)) {
+    // One large GEMM instead of a batch of small ones; also gives weight-style backward for b.
+    Shape out_shape(a.shape().begin(), a.shape().end() - 1);
+    out_shape.push_back(b.size(1));
+    return matmul_batched(a.reshape({-1, a.size(-1)}), b).reshape(out_shape);
+  }
+  return matmul_batched(a, b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear_operands(x, weight, bias);
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  const int64_t rows = shape_numel(out_shape);
+  out_shape.push_back(out_features);
+  const Tensor x2 = x.detach().reshape({rows, in});
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  GemmArgs args;
+  args.a = single_gemm_operand(x2);
+  args.b = single_gemm_operand(weight.detach().transpose(0, 1));
+  args.c = Tensor::make_view(y.storage(), {1, rows, out_features},
+                             {rows * out_features, out_features, 1}, 0, y.dtype());
+  if (bias.defined()) args.bias = bias.detach().contiguous();
+  SKA_KERNEL(x.device(), gemm)(args);
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  autograd::record_op("linear", {x, weight, bias}, {y}, [=](const TensorList& g) {
+    const Tensor g2 = g[0].reshape({rows, out_features});
+    return TensorList{need_x ? matmul(g2, weight).reshape(x.shape()) : Tensor(),
+                      need_w ? matmul(g2.transpose(0, 1), x.reshape({rows, in})) : Tensor(),
+                      need_b ? sum(g2, {0}) : Tensor()};
+  });
+  return y;
+}
+
+}  // namespace ska

@@ -6,7 +6,7 @@
 namespace ska {
 
 // logits [N, C]; target i64 [N] (class indices) or floating [N, C] (soft targets, e.g. mixup).
-// Returns the mean loss over the batch as a 0-d f32 tensor.
+// Returns the mean loss over the batch as a 0-d f32 tensor (f64 for f64 logits).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
 
 }  // namespace ska

@@ -1,1 +1,121 @@
-// ops/norm: implementation pending (see the kernel contract in backend/kernels.inc).
+// Layer norm (channels-last and channels-first) and batch norm, with their gradients.
+// Saved statistics are f32, or f64 for f64 inputs so that gradient checks stay exact.
+#include "ops/norm.h"
+
+#include <numeric>
+
+#include "autograd/node.h"
+#include "backend/backend.h"
+#include "ops/detail.h"
+
+namespace ska {
+
+namespace {
+
+DType stat_dtype(DType x_dtype) { return x_dtype == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+// A per-channel parameter: undefined, or [channels] of x's dtype and device.
+void check_channel_param(const char* op, const char* what, const Tensor& x, const Tensor& p,
+                         int64_t channels) {
+  if (!p.defined()) return;
+  detail::check_same_device_dtype(op, x, p);
+  SKA_CHECK(p.dim() == 1 && p.shape()[0] == channels, ShapeError, op, ": ", what, " must be [",
+            channels, "] for input ", shape_str(x.shape()), ", got ", shape_str(p.shape()));
+}
+
+// A raw contiguous copy (or view) for a kernel input; undefined stays undefined.
+Tensor kernel_input(const Tensor& t) { return t.defined() ? t.contiguous().detach() : Tensor(); }
+
+// An output of `like`'s shape for a wanted gradient, else undefined.
+Tensor grad_buffer(bool wanted, const Tensor& like) {
+  return wanted ? Tensor::empty(like.shape(), like.dtype(), like.device()) : Tensor();
+}
+
+// Running statistics are updated in place, so they must be [C] contiguous floating tensors.
+void check_running_stat(const char* what, const Tensor& x, const Tensor& stat, int64_t channels) {
+  if (!stat.defined()) return;
+  SKA_CHECK(stat.device() == x.device(), DeviceError, "batch_norm: ", what, " on ", stat.device(),
+            ", input on ", x.device());
+  detail::check_floating("batch_norm", stat);
+  SKA_CHECK(stat.dim() == 1 && stat.shape()[0] == channels && stat.is_contiguous(), ShapeError,
+            "batch_norm: ", what, " must be a contiguous [", channels, "] tensor for input ",
+            shape_str(x.shape()), ", got ", shape_str(stat.shape()));
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  detail::check_floating("layer_norm", x);
+  SKA_CHECK(x.dim() >= 1, ShapeError, "layer_norm: expected at least 1 dim, got a 0-d tensor");
+  const int64_t channels = x.shape().back();
+  check_channel_param("layer_norm", "weight", x, weight, channels);
+  check_channel_param("layer_norm", "bias", x, bias, channels);
+  const Tensor xc = kernel_input(x), w = kernel_input(weight), b = kernel_input(bias);
+  const int64_t rows = channels == 0 ? 0 : x.numel() / channels;
+  const Tensor mean = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
+  const Tensor rstd = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  SKA_KERNEL(x.device(), layer_norm_forward)(xc, w, b, eps, y, mean, rstd);
+
+  const bool need_w = weight.defined() && weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  autograd::record_op("layer_norm", {x, weight, bias}, {y}, [=](const TensorList& g) {
+    Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
+    Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
+    SKA_KERNEL(xc.device(), layer_norm_backward)(g[0].contiguous(), xc, w, mean, rstd, gx, gw, gb);
+    return TensorList{gx, gw, gb};
+  });
+  return y;
+}
+
+Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 double eps) {
+  SKA_CHECK(x.dim() >= 2, ShapeError,
+            "layer_norm_channels_first: expected x [N, C, ...], got shape ", shape_str(x.shape()));
+  // [N, C, S...] -> [N, S..., C], normalise the last dim, and back: differentiable views.
+  const int64_t nd = x.dim();
+  std::vector<int64_t> to_last(static_cast<size_t>(nd)), to_first(static_cast<size_t>(nd));
+  std::iota(to_last.begin(), to_last.end(), 0);
+  to_last.erase(to_last.begin() + 1);
+  to_last.push_back(1);
+  for (int64_t d = 0; d < nd; ++d) to_first[static_cast<size_t>(to_last[d])] = d;
+  return layer_norm(x.permute(to_last), weight, bias, eps).permute(to_first).contiguous();
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum, double eps) {
+  detail::check_floating("batch_norm", x);
+  SKA_CHECK(x.dim() >= 2, ShapeError, "batch_norm: expected x [N, C, ...], got shape ",
+            shape_str(x.shape()));
+  const int64_t channels = x.shape()[1];
+  check_channel_param("batch_norm", "weight", x, weight, channels);
+  check_channel_param("batch_norm", "bias", x, bias, channels);
+  check_running_stat("running_mean", x, running_mean, channels);
+  check_running_stat("running_var", x, running_var, channels);
+  SKA_CHECK(training || (running_mean.defined() && running_var.defined()), ValueError,
+            "batch_norm: eval mode needs running_mean and running_var (input ",
+            shape_str(x.shape()), ")");
+  SKA_CHECK(!training || channels == 0 || x.numel() / channels > 1, ValueError,
+            "batch_norm: expected more than 1 value per channel when training, got input shape ",
+            shape_str(x.shape()));
+  const Tensor xc = kernel_input(x), w = kernel_input(weight), b = kernel_input(bias);
+  const Tensor save_mean = Tensor::empty({channels}, stat_dtype(x.dtype()), x.device());
+  const Tensor save_rstd = Tensor::empty({channels}, stat_dtype(x.dtype()), x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  SKA_KERNEL(x.device(), batch_norm_forward)(xc, w, b, running_mean, running_var, training,
+                                             momentum, eps, y, save_mean, save_rstd);
+
+  const bool need_w = weight.defined() && weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  autograd::record_op("batch_norm", {x, weight, bias}, {y}, [=](const TensorList& g) {
+    Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
+    Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
+    SKA_KERNEL(xc.device(), batch_norm_backward)(g[0].contiguous(), xc, w, save_mean, save_rstd,
+                                                 training, gx, gw, gb);
+    return TensorList{gx, gw, gb};
+  });
+  return y;
+}
+
+}  // namespace ska

@@ -1,1 +1,364 @@
-// backend/cpu/conv2d: implementation pending (see the kernel contract in backend/kernels.inc).
+// CPU kernels: 2-D convolution (NCHW). Dense and grouped convolutions use im2col + GEMM per sample
+// and group (col2im for the input gradient); depthwise convolutions use direct loops.
+#include <algorithm>
+#include <utility>
+
+#include "backend/backend.h"
+#include "backend/cpu/dispatch.h"
+
+namespace ska::cpu {
+
+namespace {
+
+constexpr int64_t kParallelWork = 1 << 16;
+
+// Sizes of one convolution, read from the input, weight and output shapes.
+struct ConvGeometry {
+  int64_t n, c_in, h, w;
+  int64_t c_out, kh, kw;
+  int64_t h_out, w_out;
+  int64_t groups, c_in_group, c_out_group;
+  Conv2dParams p;
+
+  int64_t kernel_area() const { return kh * kw; }
+  int64_t col_rows() const { return c_in_group * kh * kw; }  // rows of one group's im2col matrix
+  int64_t out_area() const { return h_out * w_out; }
+  int64_t in_area() const { return h * w; }
+  // Multiply-adds of the whole convolution: below kParallelWork, threads cost more than they save.
+  int64_t work() const { return n * c_out * out_area() * col_rows(); }
+  bool is_depthwise() const { return c_in_group == 1 && groups == c_in; }
+  bool is_pointwise() const {  // 1x1, stride 1, no padding: the input already is the im2col matrix
+    return kh == 1 && kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+  }
+};
+
+// Output length along one dim; 0 when the dilated kernel does not fit the padded input.
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+ConvGeometry conv_geometry(const char* kernel, const Tensor& x, const Tensor& w, const Tensor& y,
+                           const Conv2dParams& p) {
+  SKA_CHECK(x.dim() == 4 && w.dim() == 4 && y.dim() == 4, ShapeError, kernel,
+            ": input, weight and output must be 4-d, got ", shape_str(x.shape()), ", ",
+            shape_str(w.shape()), ", ", shape_str(y.shape()));
+  SKA_CHECK(x.dtype() == w.dtype() && y.dtype() == w.dtype(), DTypeError, kernel,
+            ": operands of different dtypes");
+  SKA_CHECK(x.is_contiguous() && w.is_contiguous() && y.is_contiguous(), ValueError, kernel,
+            ": operands must be contiguous");
+  ConvGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3),
+                 y.size(2), y.size(3), p.groups,  0,         0,         p};
+  SKA_CHECK(p.groups >= 1 && g.c_in % p.groups == 0 && g.c_out % p.groups == 0 &&
+                w.size(1) * p.groups == g.c_in && y.size(0) == g.n && y.size(1) == g.c_out,
+            ShapeError, kernel, ": input ", shape_str(x.shape()), ", weight ", shape_str(w.shape()),
+            " and output ", shape_str(y.shape()), " do not match groups = ", p.groups);
+  SKA_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
+                p.pad_h >= 0 && p.pad_w >= 0 &&
+                g.h_out == conv_out_size(g.h, g.kh, p.stride_h, p.pad_h, p.dilation_h) &&
+                g.w_out == conv_out_size(g.w, g.kw, p.stride_w, p.pad_w, p.dilation_w),
+            ShapeError, kernel, ": output ", shape_str(y.shape()), " does not match input ",
+            shape_str(x.shape()), " and weight ", shape_str(w.shape()), " for the given params");
+  g.c_in_group = g.c_in / p.groups;
+  g.c_out_group = g.c_out / p.groups;
+  return g;
+}
+
+// The output positions o in [first, last) whose input position o * stride + offset lies in
+// [0, in_len), where offset = k * dilation - pad for kernel tap k.
+std::pair<int64_t, int64_t> valid_outputs(int64_t offset, int64_t stride, int64_t in_len,
+                                          int64_t out_len) {
+  const int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t last = in_len - 1 - offset < 0 ? 0 : (in_len - 1 - offset) / stride + 1;
+  const int64_t lo = std::min(first, out_len), hi = std::min(last, out_len);
+  return {lo, std::max(lo, hi)};
+}
+
+// col[(c, i, j), (oh, ow)] = x[c, oh * sh + i * dh - ph, ow * sw + j * dw - pw], 0 in the padding.
+template <typename T>
+void im2col(const T* x, const ConvGeometry& g, T* col) {
+  const int64_t rows = g.col_rows(), cols = g.out_area();
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = r / g.kernel_area(), i = (r / g.kw) % g.kh, j = r % g.kw;
+    const int64_t off_h = i * g.p.dilation_h - g.p.pad_h, off_w = j * g.p.dilation_w - g.p.pad_w;
+    const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
+    const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
+    const T* plane = x + c * g.in_area();
+    T* dst_rows = col + r * cols;
+    std::fill(dst_rows, dst_rows + cols, T(0));
+    for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+      const T* src = plane + (oh * g.p.stride_h + off_h) * g.w + off_w;
+      T* dst = dst_rows + oh * g.w_out;
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] = src[ow * g.p.stride_w];
+    }
+  }
+}
+
+// The adjoint of im2col: x[c, ...] += every col entry that was read from it.
+template <typename T>
+void col2im_add(const T* col, const ConvGeometry& g, T* x) {
+  const int64_t cols = g.out_area();
+#pragma omp parallel for schedule(static) if (g.col_rows() * cols > 32768)
+  for (int64_t c = 0; c < g.c_in_group; ++c) {  // one thread per plane: no write conflicts
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t off_h = i * g.p.dilation_h - g.p.pad_h,
+                      off_w = j * g.p.dilation_w - g.p.pad_w;
+        const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
+        const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
+        const T* src_rows = col + ((c * g.kh + i) * g.kw + j) * cols;
+        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+          T* dst = x + c * g.in_area() + (oh * g.p.stride_h + off_h) * g.w + off_w;
+          const T* src = src_rows + oh * g.w_out;
+          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * g.p.stride_w] += src[ow];
+        }
+      }
+    }
+  }
+}
+
+// A [1, rows, cols] matrix view of `base`'s storage starting `offset` elements into base; with
+// `transposed`, the memory holds the [cols, rows] matrix row-major.
+Tensor matrix_view(const Tensor& base, int64_t offset, int64_t rows, int64_t cols,
+                   bool transposed = false) {
+  const Shape strides = transposed ? Shape{rows * cols, 1, rows} : Shape{rows * cols, cols, 1};
+  return Tensor::make_view(base.storage(), {1, rows, cols}, strides, base.offset() + offset,
+                           base.dtype());
+}
+
+void run_gemm(const Tensor& a, const Tensor& b, const Tensor& c, float beta) {
+  GemmArgs args;
+  args.a = a;
+  args.b = b;
+  args.c = c;
+  args.beta = beta;
+  gemm(args);
+}
+
+// Element offset of group `grp`'s first channel in sample `n` of an [N, C, H, W] tensor.
+int64_t group_offset(int64_t n, int64_t channels, int64_t grp, int64_t group_channels,
+                     int64_t area) {
+  return (n * channels + grp * group_channels) * area;
+}
+
+// --- Dense and grouped: im2col + GEMM ---
+
+template <typename T>
+void dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
+                   const Tensor& y) {
+  const int64_t k = g.col_rows(), cols = g.out_area();
+  Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({k, cols}, x.dtype());
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const int64_t x_off = group_offset(n, g.c_in, grp, g.c_in_group, g.in_area());
+      Tensor b = matrix_view(x, x_off, k, cols);
+      if (!g.is_pointwise()) {
+        im2col(static_cast<const T*>(x.data_ptr()) + x_off, g, static_cast<T*>(col.data_ptr()));
+        b = matrix_view(col, 0, k, cols);
+      }
+      run_gemm(
+          matrix_view(w, grp * g.c_out_group * k, g.c_out_group, k), b,
+          matrix_view(y, group_offset(n, g.c_out, grp, g.c_out_group, cols), g.c_out_group, cols),
+          0.0f);
+    }
+  }
+  if (!bias.defined()) return;
+  const T* bp = static_cast<const T*>(bias.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+#pragma omp parallel for schedule(static) if (y.numel() > 32768)
+  for (int64_t plane = 0; plane < g.n * g.c_out; ++plane) {
+    T* dst = yp + plane * cols;
+    const T v = bp[plane % g.c_out];
+    for (int64_t e = 0; e < cols; ++e) dst[e] += v;
+  }
+}
+
+template <typename T>
+void dense_backward_input(const Tensor& grad_y, const Tensor& w, const ConvGeometry& g,
+                          const Tensor& grad_x) {
+  const int64_t k = g.col_rows(), cols = g.out_area();
+  T* gx = static_cast<T*>(grad_x.data_ptr());
+  std::fill(gx, gx + grad_x.numel(), T(0));
+  Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({k, cols}, grad_x.dtype());
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const int64_t x_off = group_offset(n, g.c_in, grp, g.c_in_group, g.in_area());
+      const Tensor c =
+          g.is_pointwise() ? matrix_view(grad_x, x_off, k, cols) : matrix_view(col, 0, k, cols);
+      run_gemm(matrix_view(w, grp * g.c_out_group * k, k, g.c_out_group, true),
+               matrix_view(grad_y, group_offset(n, g.c_out, grp, g.c_out_group, cols),
+                           g.c_out_group, cols),
+               c, 0.0f);
+      if (!g.is_pointwise()) col2im_add(static_cast<const T*>(col.data_ptr()), g, gx + x_off);
+    }
+  }
+}
+
+template <typename T>
+void dense_backward_weight(const Tensor& grad_y, const Tensor& x, const ConvGeometry& g,
+                           const Tensor& grad_w) {
+  const int64_t k = g.col_rows(), cols = g.out_area();
+  Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({k, cols}, x.dtype());
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const int64_t x_off = group_offset(n, g.c_in, grp, g.c_in_group, g.in_area());
+      Tensor b = matrix_view(x, x_off, cols, k, true);
+      if (!g.is_pointwise()) {
+        im2col(static_cast<const T*>(x.data_ptr()) + x_off, g, static_cast<T*>(col.data_ptr()));
+        b = matrix_view(col, 0, cols, k, true);
+      }
+      run_gemm(matrix_view(grad_y, group_offset(n, g.c_out, grp, g.c_out_group, cols),
+                           g.c_out_group, cols),
+               b, matrix_view(grad_w, grp * g.c_out_group * k, g.c_out_group, k),
+               n == 0 ? 0.0f : 1.0f);
+    }
+  }
+  if (g.n == 0) {
+    T* gw = static_cast<T*>(grad_w.data_ptr());
+    std::fill(gw, gw + grad_w.numel(), T(0));
+  }
+}
+
+// --- Depthwise: direct loops, one output channel per input channel times a multiplier ---
+
+template <typename T>
+void depthwise_forward(const T* x, const T* w, const T* bias, const ConvGeometry& g, T* y) {
+  const int64_t mult = g.c_out / g.c_in;
+#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
+  for (int64_t plane = 0; plane < g.n * g.c_out; ++plane) {
+    const int64_t n = plane / g.c_out, co = plane % g.c_out;
+    const T* xp = x + (n * g.c_in + co / mult) * g.in_area();
+    const T* wp = w + co * g.kernel_area();
+    T* yp = y + plane * g.out_area();
+    std::fill(yp, yp + g.out_area(), bias ? bias[co] : T(0));
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t off_h = i * g.p.dilation_h - g.p.pad_h;
+      const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t off_w = j * g.p.dilation_w - g.p.pad_w;
+        const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
+        const T wv = wp[i * g.kw + j];
+        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+          const T* src = xp + (oh * g.p.stride_h + off_h) * g.w + off_w;
+          T* dst = yp + oh * g.w_out;
+          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] += wv * src[ow * g.p.stride_w];
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void depthwise_backward_input(const T* grad_y, const T* w, const ConvGeometry& g, T* grad_x) {
+  const int64_t mult = g.c_out / g.c_in;
+#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
+  for (int64_t plane = 0; plane < g.n * g.c_in; ++plane) {  // one thread per input plane
+    const int64_t n = plane / g.c_in, ci = plane % g.c_in;
+    T* gx = grad_x + plane * g.in_area();
+    std::fill(gx, gx + g.in_area(), T(0));
+    for (int64_t co = ci * mult; co < (ci + 1) * mult; ++co) {
+      const T* gy = grad_y + (n * g.c_out + co) * g.out_area();
+      const T* wp = w + co * g.kernel_area();
+      for (int64_t i = 0; i < g.kh; ++i) {
+        const int64_t off_h = i * g.p.dilation_h - g.p.pad_h;
+        const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const int64_t off_w = j * g.p.dilation_w - g.p.pad_w;
+          const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
+          const T wv = wp[i * g.kw + j];
+          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+            T* dst = gx + (oh * g.p.stride_h + off_h) * g.w + off_w;
+            const T* src = gy + oh * g.w_out;
+            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * g.p.stride_w] += wv * src[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void depthwise_backward_weight(const T* grad_y, const T* x, const ConvGeometry& g, T* grad_w) {
+  const int64_t mult = g.c_out / g.c_in;
+#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
+  for (int64_t tap = 0; tap < g.c_out * g.kernel_area(); ++tap) {
+    const int64_t co = tap / g.kernel_area(), i = (tap / g.kw) % g.kh, j = tap % g.kw;
+    const int64_t off_h = i * g.p.dilation_h - g.p.pad_h, off_w = j * g.p.dilation_w - g.p.pad_w;
+    const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
+    const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
+    double acc = 0.0;  // a sum over N * H_out * W_out terms
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* xp = x + (n * g.c_in + co / mult) * g.in_area();
+      const T* gy = grad_y + (n * g.c_out + co) * g.out_area();
+      for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+        const T* src = xp + (oh * g.p.stride_h + off_h) * g.w + off_w;
+        const T* dy = gy + oh * g.w_out;
+        T row = T(0);
+        for (int64_t ow = ow_lo; ow < ow_hi; ++ow) row += dy[ow] * src[ow * g.p.stride_w];
+        acc += static_cast<double>(row);
+      }
+    }
+    grad_w[tap] = static_cast<T>(acc);
+  }
+}
+
+template <typename T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                    const Tensor& y) {
+  const ConvGeometry g = conv_geometry("conv2d_forward", x, w, y, p);
+  SKA_CHECK(!bias.defined() ||
+                (bias.numel() == g.c_out && bias.dtype() == y.dtype() && bias.is_contiguous()),
+            ShapeError, "conv2d_forward: bias must be a contiguous [", g.c_out,
+            "] tensor of the input's dtype, got ", bias.str());
+  if (y.numel() == 0) return;
+  dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    if (g.is_depthwise()) {
+      depthwise_forward(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                        ptr_or_null<T>(bias), g, static_cast<T*>(y.data_ptr()));
+    } else {
+      dense_forward<T>(x, w, bias, g, y);
+    }
+  });
+}
+
+void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
+                           const Tensor& grad_x) {
+  const ConvGeometry g = conv_geometry("conv2d_backward_input", grad_x, w, grad_y, p);
+  if (grad_x.numel() == 0) return;
+  dispatch_floating(grad_x.dtype(), "conv2d_backward_input", [&](auto tag) {
+    using T = decltype(tag);
+    if (g.is_depthwise()) {
+      depthwise_backward_input(static_cast<const T*>(grad_y.data_ptr()),
+                               static_cast<const T*>(w.data_ptr()), g,
+                               static_cast<T*>(grad_x.data_ptr()));
+    } else {
+      dense_backward_input<T>(grad_y, w, g, grad_x);
+    }
+  });
+}
+
+void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dParams& p,
+                            const Tensor& grad_w) {
+  const ConvGeometry g = conv_geometry("conv2d_backward_weight", x, grad_w, grad_y, p);
+  if (grad_w.numel() == 0) return;
+  dispatch_floating(grad_w.dtype(), "conv2d_backward_weight", [&](auto tag) {
+    using T = decltype(tag);
+    if (g.is_depthwise()) {
+      depthwise_backward_weight(static_cast<const T*>(grad_y.data_ptr()),
+                                static_cast<const T*>(x.data_ptr()), g,
+                                static_cast<T*>(grad_w.data_ptr()));
+    } else {
+      dense_backward_weight<T>(grad_y, x, g, grad_w);
+    }
+  });
+}
+
+}  // namespace ska::cpu

@@ -1,0 +1,293 @@
+// benchmark_ops: times the GEMMs, convolutions, softmax, layer norms and elementwise ops of ViT-S
+// and CAFormer-S18 (forward, no grad) and prints GFLOP/s or GB/s; scripts/benchmark_ops.py is its
+// twin.
+//
+// Timing: each case runs kWarmupRuns times; the warm-up time sets the number of repetitions
+// (kTargetSeconds / time, clamped to [kMinReps, kMaxReps]); every repetition is one call between
+// two device synchronisations, and the median is reported. The PyTorch script does exactly the
+// same.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "backend/device_runtime.h"
+#include "ops/ops.h"
+
+namespace {
+
+using ska::Device;
+using ska::DType;
+using ska::Shape;
+using ska::Tensor;
+
+constexpr int kWarmupRuns = 3;
+constexpr double kTargetSeconds = 0.3;
+constexpr int kMinReps = 5;
+constexpr int kMaxReps = 100;
+
+// Batch sizes per device: CPU cases stay under about a second on two cores.
+struct Batches {
+  int64_t vit;       // ViT-S on CIFAR: 65 tokens
+  int64_t caformer;  // CAFormer-S18 at 224
+};
+constexpr Batches kCpuBatches{32, 8};
+constexpr Batches kCudaBatches{128, 64};
+
+struct BenchCase {
+  std::string name;
+  std::string shape;  // the operands, for the reader and for matching the PyTorch cases
+  double work;        // floating-point operations, or bytes moved
+  bool counts_flops;
+  std::function<Tensor()> run;
+};
+
+struct Options {
+  std::vector<Device> devices;
+  DType dtype = DType::kF32;
+  bool json = false;
+};
+
+std::string shape_text(const Shape& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "x" : "") + std::to_string(s[i]);
+  return out;
+}
+
+// Cases that read and write whole tensors report bytes moved (reads + writes).
+double bytes_of(const Tensor& t, int tensor_passes) {
+  return static_cast<double>(t.numel()) * t.element_size() * tensor_passes;
+}
+
+class CaseBuilder {
+ public:
+  CaseBuilder(Device device, DType dtype) : device_(device), dtype_(dtype), gen_(1234) {}
+
+  Tensor random(const Shape& shape) {
+    return ska::randn(shape, DType::kF32, Device::cpu(), &gen_).to(device_, dtype_);
+  }
+
+  // y = x @ w^T (nn.Linear without bias), x [m, k], w [n, k].
+  BenchCase linear(const std::string& name, int64_t m, int64_t k, int64_t n) {
+    Tensor x = random({m, k}), w = random({n, k});
+    return {name, shape_text({m, k}) + "*" + shape_text({n, k}) + "^T", 2.0 * m * n * k, true,
+            [x, w] { return ska::linear(x, w); }};
+  }
+
+  // Batched a @ b^T, a [batch, m, k], b [batch, n, k] (q @ k^T of attention).
+  BenchCase batched_abt(const std::string& name, int64_t batch, int64_t m, int64_t k, int64_t n) {
+    Tensor a = random({batch, m, k}), b = random({batch, n, k});
+    return {name, shape_text({batch, m, k}) + "@" + shape_text({batch, n, k}) + "^T",
+            2.0 * batch * m * n * k, true, [a, b] { return ska::matmul(a, b.transpose(-2, -1)); }};
+  }
+
+  BenchCase conv(const std::string& name, const Shape& x_shape, int64_t c_out, int64_t kernel,
+                 int64_t stride, int64_t padding, int64_t groups, bool bias) {
+    Tensor x = random(x_shape), w = random({c_out, x_shape[1] / groups, kernel, kernel});
+    Tensor b = bias ? random({c_out}) : Tensor();
+    const int64_t h_out = (x_shape[2] + 2 * padding - kernel) / stride + 1;
+    const int64_t w_out = (x_shape[3] + 2 * padding - kernel) / stride + 1;
+    const double flops =
+        2.0 * x_shape[0] * c_out * h_out * w_out * (x_shape[1] / groups) * kernel * kernel;
+    const std::string shape = shape_text(x_shape) + " k" + std::to_string(kernel) + "s" +
+                              std::to_string(stride) + "g" + std::to_string(groups) + "->" +
+                              std::to_string(c_out);
+    return {name, shape, flops, true,
+            [=] { return ska::conv2d(x, w, b, stride, padding, 1, groups); }};
+  }
+
+  BenchCase softmax(const std::string& name, const Shape& shape) {
+    Tensor x = random(shape);
+    return {name, shape_text(shape), bytes_of(x, 2), false, [x] { return ska::softmax(x); }};
+  }
+
+  BenchCase layer_norm(const std::string& name, int64_t rows, int64_t width) {
+    Tensor x = random({rows, width}), w = random({width}), b = random({width});
+    return {name, shape_text({rows, width}), bytes_of(x, 2), false,
+            [=] { return ska::layer_norm(x, w, b, 1e-5); }};
+  }
+
+  BenchCase add(const std::string& name, int64_t n) {
+    Tensor a = random({n}), b = random({n});
+    return {name, shape_text({n}), bytes_of(a, 3), false, [a, b] { return ska::add(a, b); }};
+  }
+
+  BenchCase gelu(const std::string& name, int64_t n) {
+    Tensor x = random({n});
+    return {name, shape_text({n}), bytes_of(x, 2), false, [x] { return ska::gelu(x); }};
+  }
+
+ private:
+  Device device_;
+  DType dtype_;
+  ska::Generator gen_;
+};
+
+// The case list; scripts/benchmark_ops.py builds the same names and shapes.
+std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs) {
+  const int64_t vit_rows = bs.vit * 65, s1_rows = bs.caformer * 3136;
+  return {
+      [=](CaseBuilder& c) { return c.linear("vit_qkv_linear", vit_rows, 512, 1536); },
+      [=](CaseBuilder& c) { return c.linear("vit_proj_linear", vit_rows, 512, 512); },
+      [=](CaseBuilder& c) { return c.batched_abt("vit_attn_qk", bs.vit * 8, 65, 64, 65); },
+      [=](CaseBuilder& c) { return c.linear("caf_s1_pw_linear", s1_rows, 64, 256); },
+      [=](CaseBuilder& c) { return c.linear("caf_s3_qkv_linear", bs.caformer * 196, 320, 960); },
+      [=](CaseBuilder& c) {
+        return c.batched_abt("caf_s3_attn_qk", bs.caformer * 10, 196, 32, 196);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_stem_conv7x7s4", {bs.caformer, 3, 224, 224}, 64, 7, 4, 2, 1, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_dwconv7x7", {bs.caformer, 128, 56, 56}, 128, 7, 1, 3, 128, false);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_down_conv3x3s2", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.softmax("vit_softmax", {bs.vit * 8, 65, 65});
+      },
+      [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64); },
+      [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512); },
+      [=](CaseBuilder& c) { return c.add("add_4M", 4 << 20); },
+      [=](CaseBuilder& c) { return c.gelu("gelu_4M", 4 << 20); },
+  };
+}
+
+double seconds_of_one_call(const BenchCase& c, Device device) {
+  ska::synchronize(device);
+  const auto start = std::chrono::steady_clock::now();
+  c.run();
+  ska::synchronize(device);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct Timing {
+  double median_s;
+  int reps;
+};
+
+Timing time_case(const BenchCase& c, Device device) {
+  double warmup = 0.0;
+  for (int i = 0; i < kWarmupRuns; ++i) warmup = seconds_of_one_call(c, device);
+  const int reps =
+      std::clamp(static_cast<int>(kTargetSeconds / std::max(warmup, 1e-9)), kMinReps, kMaxReps);
+  std::vector<double> times(reps);
+  for (double& t : times) t = seconds_of_one_call(c, device);
+  std::sort(times.begin(), times.end());
+  const double median = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  return {median, reps};
+}
+
+void print_result(const BenchCase& c, Device device, DType dtype, const Timing& t, bool json) {
+  const double rate = c.work / t.median_s / 1e9;
+  const char* unit = c.counts_flops ? "GFLOP/s" : "GB/s";
+  if (json) {
+    std::printf(
+        "{\"case\": \"%s\", \"shape\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
+        "\"median_ms\": %.4f, \"rate\": %.3f, \"unit\": \"%s\", \"reps\": %d, "
+        "\"threads\": %d}\n",
+        c.name.c_str(), c.shape.c_str(), device.str().c_str(), ska::dtype_name(dtype),
+        t.median_s * 1e3, rate, unit, t.reps, omp_get_max_threads());
+  } else {
+    std::printf("%-20s %-4s %-5s %-34s %10.3f ms %10.2f %s\n", c.name.c_str(), device.str().c_str(),
+                ska::dtype_name(dtype), c.shape.c_str(), t.median_s * 1e3, rate, unit);
+  }
+  std::fflush(stdout);
+}
+
+// A case the build cannot run (e.g. a dtype a kernel lacks) is reported and skipped.
+void print_failure(const std::string& name, Device device, const std::exception& e, bool json) {
+  if (json) {
+    std::printf("{\"case\": \"%s\", \"device\": \"%s\", \"error\": \"see stderr\"}\n", name.c_str(),
+                device.str().c_str());
+  }
+  std::fprintf(stderr, "%s on %s failed: %s\n", name.c_str(), device.str().c_str(), e.what());
+}
+
+void run_device(Device device, const Options& options) {
+  CaseBuilder builder(device, options.dtype);
+  const Batches batches = device.is_cpu() ? kCpuBatches : kCudaBatches;
+  for (const auto& make_case : case_list(batches)) {
+    std::string name = "?";
+    try {
+      const BenchCase c = make_case(builder);
+      name = c.name;
+      print_result(c, device, options.dtype, time_case(c, device), options.json);
+    } catch (const std::exception& e) {
+      print_failure(name, device, e, options.json);
+    }
+  }
+}
+
+void print_usage() {
+  std::fprintf(stderr,
+               "usage: benchmark_ops [--device cpu|cuda|all] [--dtype f32|bf16] [--json]\n"
+               "  Times ViT-S / CAFormer-S18 op shapes; prints median time and GFLOP/s or GB/s.\n");
+}
+
+// Returns false (after printing why) when the command line is not understood.
+bool parse_options(int argc, char** argv, Options* options) {
+  std::string device = "all";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--json") {
+      options->json = true;
+    } else if (arg == "--device" && has_value) {
+      device = argv[++i];
+    } else if (arg == "--dtype" && has_value) {
+      const std::string dtype = argv[++i];
+      if (dtype != "f32" && dtype != "bf16") {
+        std::fprintf(stderr, "benchmark_ops: --dtype must be f32 or bf16, got '%s'\n",
+                     dtype.c_str());
+        return false;
+      }
+      options->dtype = ska::dtype_from_name(dtype);
+    } else {
+      std::fprintf(stderr, "benchmark_ops: unknown or incomplete argument '%s'\n", arg.c_str());
+      return false;
+    }
+  }
+  if (device != "cpu" && device != "cuda" && device != "all") {
+    std::fprintf(stderr, "benchmark_ops: --device must be cpu, cuda or all, got '%s'\n",
+                 device.c_str());
+    return false;
+  }
+  if (device != "cuda") options->devices.push_back(Device::cpu());
+  if (device == "cuda" && !ska::cuda_is_available()) {
+    std::fprintf(stderr, "benchmark_ops: --device cuda, but no CUDA device is available\n");
+    return false;
+  }
+  if (device != "cpu" && ska::cuda_is_available()) options->devices.push_back(Device::cuda());
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (!parse_options(argc, argv, &options)) {
+    print_usage();
+    return 2;
+  }
+  try {
+    ska::NoGradGuard no_grad;
+    if (!options.json) {
+      std::printf("# benchmark_ops: %d OpenMP threads, dtype %s, median of timed calls\n",
+                  omp_get_max_threads(), ska::dtype_name(options.dtype));
+      std::fflush(stdout);
+    }
+    for (Device device : options.devices) run_device(device, options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "benchmark_ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

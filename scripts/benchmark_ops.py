@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+# PyTorch twin of apps/benchmark_ops.cpp: the same cases, shapes, timing rule and output format.
+"""Op micro-benchmark in PyTorch (forward, no grad), for comparison with apps/benchmark_ops.
+
+Run with Debian's interpreter, which has torch:
+  /usr/bin/python3 scripts/benchmark_ops.py [--device cpu|cuda|all] [--dtype f32|bf16] [--json]
+                                            [--threads N]
+Keep CASES, the batch sizes and the timing constants in step with apps/benchmark_ops.cpp.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+WARMUP_RUNS = 3
+TARGET_SECONDS = 0.3
+MIN_REPS, MAX_REPS = 5, 100
+BATCHES = {"cpu": {"vit": 32, "caformer": 8}, "cuda": {"vit": 128, "caformer": 64}}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def shape_text(shape):
+    return "x".join(str(s) for s in shape)
+
+
+class CaseBuilder:
+    def __init__(self, device, dtype):
+        self.device, self.dtype = device, dtype
+        self.gen = torch.Generator().manual_seed(1234)
+
+    def random(self, *shape):
+        return torch.randn(*shape, generator=self.gen).to(self.device, self.dtype)
+
+    def linear(self, name, m, k, n):
+        x, w = self.random(m, k), self.random(n, k)
+        return (name, f"{shape_text((m, k))}*{shape_text((n, k))}^T", 2.0 * m * n * k, True,
+                lambda: F.linear(x, w))
+
+    def batched_abt(self, name, batch, m, k, n):
+        a, b = self.random(batch, m, k), self.random(batch, n, k)
+        return (name, f"{shape_text((batch, m, k))}@{shape_text((batch, n, k))}^T",
+                2.0 * batch * m * n * k, True, lambda: torch.matmul(a, b.transpose(-2, -1)))
+
+    def conv(self, name, x_shape, c_out, kernel, stride, padding, groups, bias):
+        x = self.random(*x_shape)
+        w = self.random(c_out, x_shape[1] // groups, kernel, kernel)
+        b = self.random(c_out) if bias else None
+        h_out = (x_shape[2] + 2 * padding - kernel) // stride + 1
+        w_out = (x_shape[3] + 2 * padding - kernel) // stride + 1
+        flops = 2.0 * x_shape[0] * c_out * h_out * w_out * (x_shape[1] // groups) * kernel * kernel
+        shape = f"{shape_text(x_shape)} k{kernel}s{stride}g{groups}->{c_out}"
+        return (name, shape, flops, True,
+                lambda: F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups))
+
+    def bytes_of(self, t, passes):
+        return float(t.numel() * t.element_size() * passes)
+
+    def softmax(self, name, shape):
+        x = self.random(*shape)
+        return name, shape_text(shape), self.bytes_of(x, 2), False, lambda: torch.softmax(x, -1)
+
+    def layer_norm(self, name, rows, width):
+        x, w, b = self.random(rows, width), self.random(width), self.random(width)
+        return (name, shape_text((rows, width)), self.bytes_of(x, 2), False,
+                lambda: F.layer_norm(x, (width,), w, b, 1e-5))
+
+    def add(self, name, n):
+        a, b = self.random(n), self.random(n)
+        return name, shape_text((n,)), self.bytes_of(a, 3), False, lambda: torch.add(a, b)
+
+    def gelu(self, name, n):
+        x = self.random(n)
+        return name, shape_text((n,)), self.bytes_of(x, 2), False, lambda: F.gelu(x)
+
+
+def case_list(bs):
+    vit_rows, s1_rows, caf = bs["vit"] * 65, bs["caformer"] * 3136, bs["caformer"]
+    return [
+        lambda c: c.linear("vit_qkv_linear", vit_rows, 512, 1536),
+        lambda c: c.linear("vit_proj_linear", vit_rows, 512, 512),
+        lambda c: c.batched_abt("vit_attn_qk", bs["vit"] * 8, 65, 64, 65),
+        lambda c: c.linear("caf_s1_pw_linear", s1_rows, 64, 256),
+        lambda c: c.linear("caf_s3_qkv_linear", caf * 196, 320, 960),
+        lambda c: c.batched_abt("caf_s3_attn_qk", caf * 10, 196, 32, 196),
+        lambda c: c.conv("caf_stem_conv7x7s4", (caf, 3, 224, 224), 64, 7, 4, 2, 1, True),
+        lambda c: c.conv("caf_dwconv7x7", (caf, 128, 56, 56), 128, 7, 1, 3, 128, False),
+        lambda c: c.conv("caf_down_conv3x3s2", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True),
+        lambda c: c.softmax("vit_softmax", (bs["vit"] * 8, 65, 65)),
+        lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64),
+        lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512),
+        lambda c: c.add("add_4M", 4 << 20),
+        lambda c: c.gelu("gelu_4M", 4 << 20),
+    ]
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds_of_one_call(run, device):
+    synchronize(device)
+    start = time.perf_counter()
+    run()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def time_case(run, device):
+    warmup = 0.0
+    for _ in range(WARMUP_RUNS):
+        warmup = seconds_of_one_call(run, device)
+    reps = min(max(int(TARGET_SECONDS / max(warmup, 1e-9)), MIN_REPS), MAX_REPS)
+    return statistics.median(seconds_of_one_call(run, device) for _ in range(reps)), reps
+
+
+def print_result(case, device, dtype_name, median, reps, as_json):
+    name, shape, work, counts_flops, _ = case
+    rate = work / median / 1e9
+    unit = "GFLOP/s" if counts_flops else "GB/s"
+    if as_json:
+        print(json.dumps({"case": name, "shape": shape, "device": str(device), "dtype": dtype_name,
+                          "median_ms": round(median * 1e3, 4), "rate": round(rate, 3),
+                          "unit": unit, "reps": reps, "threads": torch.get_num_threads()}),
+              flush=True)
+    else:
+        print(f"{name:<20} {str(device):<4} {dtype_name:<5} {shape:<34} {median * 1e3:10.3f} ms "
+              f"{rate:10.2f} {unit}", flush=True)
+
+
+def run_device(device, dtype_name, as_json):
+    builder = CaseBuilder(device, DTYPES[dtype_name])
+    for make_case in case_list(BATCHES[device.type]):
+        try:
+            case = make_case(builder)
+            median, reps = time_case(case[4], device)
+            print_result(case, device, dtype_name, median, reps, as_json)
+        except RuntimeError as e:  # e.g. an op without a kernel for this dtype
+            print(f"case failed on {device}: {e}", file=sys.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op CPU threads (default: keep torch's setting)")
+    args = parser.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("benchmark_ops.py: --device cuda, but torch sees no CUDA device")
+    devices = [] if args.device == "cuda" else [torch.device("cpu")]
+    if args.device != "cpu" and torch.cuda.is_available():
+        devices.append(torch.device("cuda"))
+    if not args.json:
+        print(f"# benchmark_ops.py: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+              f"dtype {args.dtype}, median of timed calls")
+    with torch.no_grad():
+        for device in devices:
+            run_device(device, args.dtype, args.json)
+
+
+if __name__ == "__main__":
+    main()

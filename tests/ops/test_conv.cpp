@@ -1,0 +1,219 @@
+// conv2d: values against hand-computed cases and a direct-loop reference (dense, grouped,
+// depthwise, stride, padding, dilation, 1x1), gradients by finite differences, errors, CUDA parity.
+#include <catch2/catch.hpp>
+
+#include "support/test_util.h"
+
+using namespace ska;
+using ska::test::check_gradients;
+using ska::test::require_close;
+using ska::test::tolerance_for;
+using ska::test::uniform;
+using ska::test::values;
+
+namespace {
+
+Conv2dParams make_params(int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
+  Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.dilation_h = p.dilation_w = dilation;
+  p.groups = groups;
+  return p;
+}
+
+// The convolution by its definition, one output element at a time (f64).
+Tensor loop_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const int64_t n = x.size(0), c_in = x.size(1), h = x.size(2), wd = x.size(3);
+  const int64_t c_out = w.size(0), cg = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t ho = (h + 2 * p.pad_h - p.dilation_h * (kh - 1) - 1) / p.stride_h + 1;
+  const int64_t wo = (wd + 2 * p.pad_w - p.dilation_w * (kw - 1) - 1) / p.stride_w + 1;
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const std::vector<double> bv = bias.defined() ? bias.to_vector<double>() : std::vector<double>();
+  std::vector<double> y(static_cast<size_t>(n * c_out * ho * wo), 0.0);
+  const int64_t out_per_group = c_out / p.groups;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t co = 0; co < c_out; ++co)
+      for (int64_t oh = 0; oh < ho; ++oh)
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          double acc = bv.empty() ? 0.0 : bv[co];
+          for (int64_t c = 0; c < cg; ++c) {
+            const int64_t ci = (co / out_per_group) * cg + c;
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * p.stride_h - p.pad_h + i * p.dilation_h;
+                const int64_t iw = ow * p.stride_w - p.pad_w + j * p.dilation_w;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                acc += xv[((b * c_in + ci) * h + ih) * wd + iw] *
+                       wv[((co * cg + c) * kh + i) * kw + j];
+              }
+          }
+          y[((b * c_out + co) * ho + oh) * wo + ow] = acc;
+        }
+  return values(y, {n, c_out, ho, wo});
+}
+
+Tensor ramp(int64_t n, const Shape& shape) {  // 1, 2, ..., n
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(i + 1);
+  return values(v, shape);
+}
+
+// One convolution case: input and weight shapes and the params.
+struct ConvCase {
+  Shape x, w;
+  Conv2dParams p;
+  const char* what;
+};
+
+std::vector<ConvCase> reference_cases() {
+  Conv2dParams asym = make_params(1, 0, 1, 1);
+  asym.stride_h = 2;
+  asym.pad_w = 2;
+  asym.dilation_h = 2;
+  return {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, make_params(1, 1, 1, 1), "dense 3x3 pad 1"},
+      {{1, 2, 9, 8}, {3, 2, 3, 2}, make_params(2, 0, 1, 1), "dense stride 2"},
+      {{2, 2, 9, 9}, {2, 2, 3, 3}, make_params(1, 2, 2, 1), "dense dilation 2"},
+      {{2, 4, 6, 5}, {6, 2, 3, 3}, make_params(1, 1, 1, 2), "groups 2"},
+      {{1, 6, 8, 8}, {6, 2, 3, 3}, make_params(2, 1, 1, 3), "groups 3 stride 2"},
+      {{2, 3, 8, 7}, {3, 1, 3, 3}, make_params(1, 1, 1, 3), "depthwise 3x3"},
+      {{1, 4, 10, 10}, {4, 1, 7, 7}, make_params(1, 3, 1, 4), "depthwise 7x7"},
+      {{1, 2, 9, 9}, {6, 1, 3, 3}, make_params(2, 2, 2, 2), "depthwise multiplier 3"},
+      {{2, 3, 5, 4}, {5, 3, 1, 1}, make_params(1, 0, 1, 1), "1x1"},
+      {{1, 2, 9, 8}, {2, 2, 3, 3}, asym, "asymmetric params"},
+      {{1, 1, 3, 3}, {1, 1, 5, 5}, make_params(1, 2, 1, 1), "kernel larger than input"},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("conv2d of one channel matches hand-computed values", "[cpu]") {
+  const Tensor x = ramp(9, {1, 1, 3, 3});  // 1..9
+  const Tensor w = values({1, 2, 3, 4}, {1, 1, 2, 2});
+  CHECK(conv2d(x, w).to_vector<double>() == std::vector<double>{37, 47, 67, 77});
+  CHECK(conv2d(x, w, values({1}, {1})).to_vector<double>() == std::vector<double>{38, 48, 68, 78});
+  CHECK(conv2d(x.to(DType::kF32), w.to(DType::kF32)).to_vector<float>() ==
+        std::vector<float>{37, 47, 67, 77});
+  // Padding 1 with a 3x3 box filter on ones counts the taps inside the image.
+  const Tensor ones = Tensor::ones({1, 1, 3, 3}, DType::kF64);
+  CHECK(conv2d(ones, ones, Tensor(), 1, 1).to_vector<double>() ==
+        std::vector<double>{4, 6, 4, 6, 9, 6, 4, 6, 4});
+  // Stride 2 and dilation 2 on 1..16 with a 2x2 box filter.
+  const Tensor x4 = ramp(16, {1, 1, 4, 4});
+  const Tensor box = Tensor::ones({1, 1, 2, 2}, DType::kF64);
+  CHECK(conv2d(x4, box, Tensor(), 2).to_vector<double>() == std::vector<double>{14, 22, 46, 54});
+  CHECK(conv2d(x4, box, Tensor(), 1, 0, 2).to_vector<double>() ==
+        std::vector<double>{24, 28, 40, 44});
+}
+
+TEST_CASE("conv2d with groups and depthwise matches hand-computed values", "[cpu]") {
+  // Depthwise: channel 0 (1..9) with [[1, 2], [3, 4]], channel 1 (10..18) with a box filter.
+  const Tensor x = ramp(18, {1, 2, 3, 3});
+  const Tensor w = values({1, 2, 3, 4, 1, 1, 1, 1}, {2, 1, 2, 2});
+  const Tensor y = conv2d(x, w, values({0, 100}, {2}), 1, 0, 1, 2);
+  CHECK(y.shape() == Shape{1, 2, 2, 2});
+  CHECK(y.to_vector<double>() == std::vector<double>{37, 47, 67, 77, 148, 152, 160, 164});
+  // Groups 2, 1x1: out0 = c0 + 2 c1, out1 = c2 - c3 (channels of x: 1..4 repeated per pixel).
+  const Tensor x4 = values({1, 1, 2, 2, 3, 3, 4, 4}, {1, 4, 1, 2});
+  const Tensor w4 = values({1, 2, 1, -1}, {2, 2, 1, 1});
+  CHECK(conv2d(x4, w4, Tensor(), 1, 0, 1, 2).to_vector<double>() ==
+        std::vector<double>{5, 5, -1, -1});
+}
+
+TEST_CASE("conv2d matches the direct-loop reference", "[cpu]") {
+  for (const ConvCase& c : reference_cases()) {
+    INFO(c.what);
+    const Tensor x = uniform(c.x, 1), w = uniform(c.w, 2), b = uniform({c.w[0]}, 3);
+    const Tensor expected = loop_conv2d(x, w, b, c.p);
+    require_close(conv2d(x, w, b, c.p), expected, tolerance_for(DType::kF64), c.what);
+    require_close(conv2d(x, w, Tensor(), c.p), loop_conv2d(x, w, Tensor(), c.p),
+                  tolerance_for(DType::kF64), c.what);
+    require_close(conv2d(x.to(DType::kF32), w.to(DType::kF32), b.to(DType::kF32), c.p), expected,
+                  tolerance_for(DType::kF32), c.what);
+  }
+  // A strided (non-contiguous) input is packed first.
+  const Tensor xt = uniform({1, 2, 6, 5}, 4).transpose(2, 3);
+  const Tensor w = uniform({3, 2, 3, 3}, 5);
+  require_close(conv2d(xt, w), loop_conv2d(xt.contiguous(), w, Tensor(), make_params(1, 0, 1, 1)),
+                tolerance_for(DType::kF64), "transposed input");
+}
+
+TEST_CASE("conv2d gradients match finite differences", "[cpu]") {
+  for (const ConvCase& c : reference_cases()) {
+    INFO(c.what);
+    // Small inputs so that the finite differences stay fast.
+    Shape xs = c.x;
+    xs[0] = 1;
+    const Tensor x = uniform(xs, 11).set_requires_grad();
+    const Tensor w = uniform(c.w, 12).set_requires_grad();
+    const Tensor b = uniform({c.w[0]}, 13).set_requires_grad();
+    const Conv2dParams p = c.p;
+    check_gradients([p](const TensorList& in) { return conv2d(in[0], in[1], in[2], p); },
+                    {x, w, b});
+  }
+  // Batch of 2, grad of the weight only (input needs none), and of the input only.
+  const Conv2dParams p = make_params(1, 1, 1, 2);
+  check_gradients([p](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), p); },
+                  {uniform({2, 4, 4, 4}, 14), uniform({2, 2, 3, 3}, 15).set_requires_grad()});
+  check_gradients([p](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), p); },
+                  {uniform({2, 4, 4, 4}, 16).set_requires_grad(), uniform({2, 2, 3, 3}, 17)});
+  const Conv2dParams dw = make_params(2, 1, 1, 3);
+  check_gradients([dw](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), dw); },
+                  {uniform({2, 3, 5, 5}, 18).set_requires_grad(),
+                   uniform({3, 1, 3, 3}, 19).set_requires_grad()});
+}
+
+TEST_CASE("conv2d rejects inconsistent shapes and params", "[cpu]") {
+  const Tensor x = uniform({1, 4, 5, 5}, 1);
+  // Channels not divisible by groups.
+  CHECK_THROWS_AS(conv2d(x, uniform({3, 2, 3, 3}, 2), Tensor(), 1, 0, 1, 2), ShapeError);
+  CHECK_THROWS_WITH(conv2d(x, uniform({3, 2, 3, 3}, 2), Tensor(), 1, 0, 1, 2),
+                    Catch::Contains("conv2d") && Catch::Contains("groups = 2") &&
+                        Catch::Contains("[3, 2, 3, 3]"));
+  // Weight expects other input channels.
+  CHECK_THROWS_WITH(conv2d(x, uniform({2, 3, 3, 3}, 3)),
+                    Catch::Contains("[2, 3, 3, 3]") && Catch::Contains("[1, 4, 5, 5]"));
+  // Weight and input ranks.
+  CHECK_THROWS_AS(conv2d(x, uniform({2, 4, 3}, 4)), ShapeError);
+  CHECK_THROWS_AS(conv2d(uniform({4, 5, 5}, 5), uniform({2, 4, 3, 3}, 6)), ShapeError);
+  // Kernel larger than the padded input: output size <= 0.
+  CHECK_THROWS_WITH(conv2d(x, uniform({2, 4, 7, 7}, 7)),
+                    Catch::Contains("output size") && Catch::Contains("[2, 4, 7, 7]"));
+  CHECK_THROWS_AS(conv2d(x, uniform({2, 4, 3, 3}, 8), Tensor(), 1, 0, 3), ShapeError);
+  CHECK_THROWS_AS(conv2d(x, uniform({2, 4, 6, 6}, 8), Tensor(), 2), ShapeError);  // span -1
+  // Bias, params, dtypes.
+  CHECK_THROWS_AS(conv2d(x, uniform({2, 4, 3, 3}, 9), uniform({3}, 10)), ShapeError);
+  CHECK_THROWS_AS(conv2d(x, uniform({2, 4, 3, 3}, 9), Tensor(), 0), ValueError);
+  CHECK_THROWS_AS(conv2d(x, uniform({2, 4, 3, 3}, 9), Tensor(), 1, -1), ValueError);
+  CHECK_THROWS_AS(conv2d(x, uniform({2, 4, 3, 3}, 9), Tensor(), 1, 0, 1, 0), ValueError);
+  CHECK_THROWS_AS(conv2d(x.to(DType::kF32), uniform({2, 4, 3, 3}, 9)), DTypeError);
+}
+
+TEST_CASE("CUDA conv2d matches the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const ConvCase& c : reference_cases()) {
+      INFO(c.what);
+      const Tensor x = uniform(c.x, 21).set_requires_grad();
+      const Tensor w = uniform(c.w, 22).set_requires_grad();
+      const Tensor b = uniform({c.w[0]}, 23).set_requires_grad();
+      const Conv2dParams p = c.p;
+      ska::test::check_cuda_parity(
+          [p](const TensorList& in) { return conv2d(in[0], in[1], in[2], p); }, {x, w, b}, dt);
+      ska::test::check_cuda_parity(
+          [p](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), p); }, {x, w}, dt);
+    }
+    // Larger channel counts, as in a ConvNeXt stage: depthwise 7x7 and a strided downsample.
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) { return conv2d(in[0], in[1], in[2], 1, 3, 1, 64); },
+        {uniform({2, 64, 14, 14}, 24).set_requires_grad(),
+         uniform({64, 1, 7, 7}, 25).set_requires_grad(), uniform({64}, 26).set_requires_grad()},
+        dt);
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) { return conv2d(in[0], in[1], in[2], 2, 0); },
+        {uniform({2, 32, 16, 16}, 27).set_requires_grad(),
+         uniform({48, 32, 2, 2}, 28).set_requires_grad(), uniform({48}, 29).set_requires_grad()},
+        dt);
+  }
+}

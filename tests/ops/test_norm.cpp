@@ -1,0 +1,193 @@
+// Layer norm (channels-last and channels-first) and batch norm: hand-computed values, running-stat
+// updates, gradients by finite differences, errors, and CUDA parity.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "support/test_util.h"
+
+using namespace ska;
+using ska::test::check_gradients;
+using ska::test::require_close;
+using ska::test::tolerance_for;
+using ska::test::uniform;
+using ska::test::values;
+
+namespace {
+const ska::test::Tolerance kExact = tolerance_for(DType::kF64);
+}  // namespace
+
+TEST_CASE("layer norm of a known row", "[cpu]") {
+  // Row [1, 2, 3, 4]: mean 2.5, biased variance 1.25.
+  const Tensor x = values({1, 2, 3, 4, 5, 5, 5, 5}, {2, 4});
+  const double eps = 1e-5, s = 1.0 / std::sqrt(1.25 + eps);
+  const std::vector<double> xhat = {-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s};
+  // A constant row normalises to 0 (variance 0, eps keeps it finite).
+  require_close(layer_norm(x, Tensor(), Tensor(), eps),
+                values({xhat[0], xhat[1], xhat[2], xhat[3], 0, 0, 0, 0}, {2, 4}), kExact);
+  const Tensor w = values({1, 0.5, 2, -1}, {4}), b = values({0, 1, 0, 0.5}, {4});
+  require_close(layer_norm(x, w, b, eps),
+                values({xhat[0], 0.5 * xhat[1] + 1, 2 * xhat[2], -xhat[3] + 0.5,  //
+                        0, 1, 0, 0.5}, {2, 4}), kExact);
+  // Weight without bias (the MetaFormer norms).
+  require_close(layer_norm(x, w, Tensor(), eps),
+                values({xhat[0], 0.5 * xhat[1], 2 * xhat[2], -xhat[3], 0, 0, 0, 0}, {2, 4}),
+                kExact);
+  // f32 matches.
+  require_close(layer_norm(x.to(DType::kF32), w.to(DType::kF32), b.to(DType::kF32), eps),
+                layer_norm(x, w, b, eps), tolerance_for(DType::kF32));
+}
+
+TEST_CASE("layer norm over channels of a channels-first tensor", "[cpu]") {
+  // x [1, 2, 1, 2]: position 0 has channels (1, 3), position 1 has channels (5, 1).
+  const Tensor x = values({1, 5, 3, 1}, {1, 2, 1, 2});
+  const double eps = 1e-6;
+  const double a = 1.0 / std::sqrt(1.0 + eps);  // position 0: mean 2, variance 1
+  const double c = 2.0 / std::sqrt(4.0 + eps);  // position 1: mean 3, variance 4
+  require_close(layer_norm_channels_first(x, Tensor(), Tensor(), eps),
+                values({-a, c, a, -c}, {1, 2, 1, 2}), kExact);
+  const Tensor w = values({2, 3}, {2}), b = values({0.5, -1}, {2});
+  const Tensor y = layer_norm_channels_first(x, w, b, eps);
+  CHECK(y.is_contiguous());
+  require_close(y, values({-2 * a + 0.5, 2 * c + 0.5, 3 * a - 1, -3 * c - 1}, {1, 2, 1, 2}),
+                kExact);
+  // A 3-D [N, C, L] input agrees with layer norm over the last dim of its transpose.
+  const Tensor x3 = uniform({2, 5, 3}, 30);
+  require_close(layer_norm_channels_first(x3, Tensor(), Tensor(), eps),
+                layer_norm(x3.transpose(1, 2), Tensor(), Tensor(), eps).transpose(1, 2), kExact);
+}
+
+TEST_CASE("batch norm in training and eval, with the running-stat update", "[cpu]") {
+  // x [N=2, C=2, L=2]. Channel 0 holds {1, 2, 3, 6}: mean 3, biased var 3.5, unbiased 14/3.
+  // Channel 1 holds {0, 0, 4, 4}: mean 2, biased var 4, unbiased 16/3.
+  const Tensor x = values({1, 2, 0, 0, 3, 6, 4, 4}, {2, 2, 2});
+  const Tensor w = values({2, 0.5}, {2}), b = values({1, -1}, {2});
+  const double eps = 1e-5, momentum = 0.1;
+  Tensor running_mean = Tensor::zeros({2}, DType::kF64);
+  Tensor running_var = Tensor::ones({2}, DType::kF64);
+
+  SECTION("training uses batch statistics and updates the running ones") {
+    const double s0 = 1.0 / std::sqrt(3.5 + eps), s1 = 1.0 / std::sqrt(4.0 + eps);
+    const Tensor y = batch_norm(x, w, b, running_mean, running_var, true, momentum, eps);
+    require_close(y, values({2 * (1 - 3) * s0 + 1, 2 * (2 - 3) * s0 + 1,      //
+                             0.5 * (0 - 2) * s1 - 1, 0.5 * (0 - 2) * s1 - 1,  //
+                             2 * (3 - 3) * s0 + 1, 2 * (6 - 3) * s0 + 1,      //
+                             0.5 * (4 - 2) * s1 - 1, 0.5 * (4 - 2) * s1 - 1}, {2, 2, 2}),
+                  kExact);
+    // running = 0.9 * running + 0.1 * batch (unbiased variance).
+    require_close(running_mean, values({0.3, 0.2}, {2}), kExact);
+    require_close(running_var, values({0.9 + 0.1 * 14.0 / 3.0, 0.9 + 0.1 * 16.0 / 3.0}, {2}),
+                  kExact);
+    // A second step moves them again.
+    batch_norm(x, w, b, running_mean, running_var, true, momentum, eps);
+    require_close(running_mean, values({0.9 * 0.3 + 0.3, 0.9 * 0.2 + 0.2}, {2}), kExact);
+  }
+  SECTION("eval uses the running statistics and leaves them alone") {
+    running_mean = values({1, -1}, {2});
+    running_var = values({4, 0.25}, {2});
+    const double s0 = 1.0 / std::sqrt(4 + eps), s1 = 1.0 / std::sqrt(0.25 + eps);
+    const Tensor y = batch_norm(x, Tensor(), Tensor(), running_mean, running_var, false,
+                                momentum, eps);
+    require_close(y, values({0 * s0, 1 * s0, 1 * s1, 1 * s1, 2 * s0, 5 * s0, 5 * s1, 5 * s1},
+                            {2, 2, 2}), kExact);
+    require_close(running_mean, values({1, -1}, {2}), kExact);
+    require_close(running_var, values({4, 0.25}, {2}), kExact);
+  }
+  SECTION("training without running statistics, and f32 running stats for f64 input") {
+    const Tensor y = batch_norm(x, w, b, Tensor(), Tensor(), true, momentum, eps);
+    Tensor rm32 = Tensor::zeros({2}, DType::kF32), rv32 = Tensor::ones({2}, DType::kF32);
+    require_close(batch_norm(x, w, b, rm32, rv32, true, momentum, eps), y, kExact);
+    require_close(rm32, values({0.3, 0.2}, {2}), tolerance_for(DType::kF32));
+  }
+}
+
+TEST_CASE("layer norm gradients match finite differences", "[cpu]") {
+  Tensor x = uniform({3, 5}, 40, -2.0, 2.0).set_requires_grad();
+  Tensor w = uniform({5}, 41, 0.5, 1.5).set_requires_grad();
+  Tensor b = uniform({5}, 42).set_requires_grad();
+  check_gradients([](const TensorList& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b});
+  check_gradients([](const TensorList& in) { return layer_norm(in[0], in[1], Tensor()); }, {x, w});
+  check_gradients([](const TensorList& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {x});
+  // Weight only (frozen input).
+  check_gradients([](const TensorList& in) { return layer_norm(in[0], in[1], in[2]); },
+                  {x.detach(), w, b});
+  Tensor x4 = uniform({2, 3, 2, 2}, 43, -2.0, 2.0).set_requires_grad();
+  Tensor w3 = uniform({3}, 44, 0.5, 1.5).set_requires_grad();
+  check_gradients(
+      [](const TensorList& in) { return layer_norm_channels_first(in[0], in[1], Tensor()); },
+      {x4, w3});
+  Tensor x3 = uniform({2, 2, 4}, 45, -2.0, 2.0).set_requires_grad();
+  check_gradients([](const TensorList& in) { return layer_norm(in[0].transpose(1, 2), {}, {}); },
+                  {x3});
+}
+
+TEST_CASE("batch norm gradients match finite differences", "[cpu]") {
+  Tensor x = uniform({3, 2, 2, 2}, 50, -2.0, 2.0).set_requires_grad();
+  Tensor w = uniform({2}, 51, 0.5, 1.5).set_requires_grad();
+  Tensor b = uniform({2}, 52).set_requires_grad();
+  const Tensor rm = values({0.1, -0.2}, {2}), rv = values({0.8, 1.3}, {2});
+  for (bool training : {true, false}) {
+    INFO("training " << training);
+    check_gradients([&](const TensorList& in) {
+      Tensor m = rm.clone(), v = rv.clone();  // fresh running stats per call
+      return batch_norm(in[0], in[1], in[2], m, v, training);
+    }, {x, w, b});
+    check_gradients([&](const TensorList& in) {
+      Tensor m = rm.clone(), v = rv.clone();
+      return batch_norm(in[0], Tensor(), Tensor(), m, v, training);
+    }, {x});
+  }
+  Tensor x2 = uniform({4, 3}, 53, -2.0, 2.0).set_requires_grad();  // [N, C] (no spatial dims)
+  check_gradients([](const TensorList& in) {
+    return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
+  }, {x2});
+}
+
+TEST_CASE("norms reject bad arguments", "[cpu]") {
+  const Tensor x = uniform({2, 3}, 60);
+  CHECK_THROWS_WITH(layer_norm(x, uniform({4}, 61), Tensor()),
+                    Catch::Contains("layer_norm") && Catch::Contains("[3]") &&
+                        Catch::Contains("[4]"));
+  CHECK_THROWS_AS(layer_norm(x, Tensor(), uniform({3}, 62, -1, 1, DType::kF32)), DTypeError);
+  CHECK_THROWS_AS(layer_norm(Tensor::zeros({2, 3}, DType::kI64), Tensor(), Tensor()), DTypeError);
+  CHECK_THROWS_AS(layer_norm_channels_first(uniform({3}, 63), Tensor(), Tensor()), ShapeError);
+  CHECK_THROWS_AS(batch_norm(uniform({3}, 64), Tensor(), Tensor(), Tensor(), Tensor(), true),
+                  ShapeError);
+  CHECK_THROWS_AS(batch_norm(x, uniform({2}, 65), Tensor(), Tensor(), Tensor(), true), ShapeError);
+  CHECK_THROWS_WITH(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false),
+                    Catch::Contains("eval") && Catch::Contains("running"));
+  CHECK_THROWS_WITH(batch_norm(uniform({1, 3}, 66), Tensor(), Tensor(), Tensor(), Tensor(), true),
+                    Catch::Contains("more than 1 value") && Catch::Contains("[1, 3]"));
+  CHECK_THROWS_AS(batch_norm(x, Tensor(), Tensor(), Tensor::zeros({4}, DType::kF64),
+                             Tensor::ones({3}, DType::kF64), true), ShapeError);
+}
+
+TEST_CASE("CUDA norms match the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Shape& shape : {Shape{4, 7}, Shape{2, 3, 64}, Shape{5, 1000}, Shape{3, 4097}}) {
+      const int64_t c = shape.back();
+      Tensor x = uniform(shape, 70, -2.0, 2.0).set_requires_grad();
+      Tensor w = uniform({c}, 71, 0.5, 1.5).set_requires_grad();
+      Tensor b = uniform({c}, 72).set_requires_grad();
+      ska::test::check_cuda_parity(
+          [](const TensorList& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b}, dt);
+      ska::test::check_cuda_parity(
+          [](const TensorList& in) { return layer_norm(in[0], in[1], Tensor(), 1e-6); }, {x, w},
+          dt);
+    }
+    Tensor img = uniform({2, 8, 5, 5}, 73, -2.0, 2.0).set_requires_grad();
+    Tensor w8 = uniform({8}, 74, 0.5, 1.5).set_requires_grad();
+    Tensor b8 = uniform({8}, 75).set_requires_grad();
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) { return layer_norm_channels_first(in[0], in[1], Tensor()); },
+        {img, w8}, dt);
+    for (bool training : {true, false}) {
+      ska::test::check_cuda_parity([training](const TensorList& in) {
+        // f32 running statistics on the input's device, the same on both sides.
+        Tensor m = Tensor::full({8}, 0.1, DType::kF32, in[0].device());
+        Tensor v = Tensor::full({8}, 1.5, DType::kF32, in[0].device());
+        return batch_norm(in[0], in[1], in[2], m, v, training);
+      }, {img, w8, b8}, dt);
+    }
+  }
+}
