@@ -1,1 +1,317 @@
-// kernels/batch_norm.cu: implementation pending (see src/backend/kernels.inc).
+// Batch norm of x [N, C, *] on CUDA: per-channel statistics (Welford) and gradient sums reduced in
+// two deterministic stages (blocks -> per-(channel, split) partials -> one thread per channel).
+#include <algorithm>
+#include <climits>
+
+#include "backend/backend.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ska::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxSplits = 64;
+constexpr int64_t kMinPerSplit = kThreads * 8;  // elements per split before adding another
+
+// x [N, C, S] flattened: channel c's i-th element (i in [0, N * S)).
+struct Layout {
+  int64_t n, c, s;
+  __device__ __forceinline__ int64_t at(int64_t ch, int64_t i) const {
+    return (i / s) * c * s + ch * s + i % s;
+  }
+  __host__ __device__ int64_t per_channel() const { return n * s; }
+};
+
+struct Welford {
+  float n, mean, m2;
+};
+
+// Chan et al.'s merge of two partial (count, mean, M2) triples.
+__device__ __forceinline__ Welford welford_merge(Welford a, Welford b) {
+  const float n = a.n + b.n;
+  if (n == 0.0f) return a;
+  const float delta = b.mean - a.mean;
+  const float fb = b.n / n;
+  return {n, a.mean + delta * fb, a.m2 + b.m2 + delta * delta * a.n * fb};
+}
+
+__device__ __forceinline__ Welford welford_block(Welford w) {
+  __shared__ Welford partial[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const Welford other{__shfl_down_sync(0xffffffffu, w.n, o),
+                        __shfl_down_sync(0xffffffffu, w.mean, o),
+                        __shfl_down_sync(0xffffffffu, w.m2, o)};
+    w = welford_merge(w, other);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = w;
+  __syncthreads();
+  if (threadIdx.x == 0) {  // few warps: merge them in order on one thread
+    for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) w = welford_merge(w, partial[i]);
+  }
+  return w;  // valid on thread 0
+}
+
+// Stage 1 of the statistics: block (channel, split) -> part[channel * splits + split].
+template <typename T>
+__global__ void bn_stats_partials(const T* x, Layout lay, Welford* part) {
+  const int64_t ch = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+  Welford w{0.0f, 0.0f, 0.0f};
+  for (int64_t i = split * blockDim.x + threadIdx.x; i < lay.per_channel();
+       i += splits * blockDim.x) {
+    const float v = to_float(x[lay.at(ch, i)]);
+    w.n += 1.0f;
+    const float d = v - w.mean;
+    w.mean += d / w.n;
+    w.m2 += d * (v - w.mean);
+  }
+  w = welford_block(w);
+  if (threadIdx.x == 0) part[ch * splits + split] = w;
+}
+
+// Stage 2: per channel, merge the splits; save mean / rstd and update the running statistics
+// as PyTorch does: r = (1 - momentum) * r + momentum * batch value, unbiased variance.
+__global__ void bn_stats_final(const Welford* part, int64_t channels, int splits, float eps,
+                               float momentum, float* save_mean, float* save_rstd,
+                               float* running_mean, float* running_var) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < channels;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    Welford w = part[c * splits];
+    for (int k = 1; k < splits; ++k) w = welford_merge(w, part[c * splits + k]);
+    const float var = w.n > 0.0f ? w.m2 / w.n : 0.0f;
+    save_mean[c] = w.mean;
+    save_rstd[c] = 1.0f / sqrtf(var + eps);
+    if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * w.mean;
+    if (running_var) {
+      const float unbiased = w.n > 1.0f ? w.m2 / (w.n - 1.0f) : var;
+      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+    }
+  }
+}
+
+// Eval: the statistics used are the running ones.
+__global__ void bn_eval_stats(const float* running_mean, const float* running_var, int64_t channels,
+                              float eps, float* save_mean, float* save_rstd) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < channels;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    save_mean[c] = running_mean[c];
+    save_rstd[c] = 1.0f / sqrtf(running_var[c] + eps);
+  }
+}
+
+template <typename T>
+__global__ void bn_apply(const T* x, const T* w, const T* b, const float* mean, const float* rstd,
+                         Layout lay, T* y) {
+  const int64_t total = lay.n * lay.c * lay.s;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = (i / lay.s) % lay.c;
+    float v = (to_float(x[i]) - mean[c]) * rstd[c];
+    if (w) v *= to_float(w[c]);
+    if (b) v += to_float(b[c]);
+    y[i] = from_float<T>(v);
+  }
+}
+
+// Stage 1 of the backward sums: sum(grad_y) and sum(grad_y * xhat) per (channel, split).
+template <typename T>
+__global__ void bn_grad_partials(const T* gy, const T* x, const float* mean, const float* rstd,
+                                 Layout lay, float2* part) {
+  const int64_t ch = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+  const float mu = mean[ch], rs = rstd[ch];
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t i = split * blockDim.x + threadIdx.x; i < lay.per_channel();
+       i += splits * blockDim.x) {
+    const int64_t at = lay.at(ch, i);
+    const float g = to_float(gy[at]);
+    sg += g;
+    sgx += g * (to_float(x[at]) - mu) * rs;
+  }
+  sg = block_sum(sg);
+  sgx = block_sum(sgx);
+  if (threadIdx.x == 0) part[ch * splits + split] = make_float2(sg, sgx);
+}
+
+// Stage 2: per channel, sums over the splits in order -> sums[c], grad_bias, grad_weight.
+template <typename T>
+__global__ void bn_grad_final(const float2* part, int64_t channels, int splits, float2* sums, T* gw,
+                              T* gb) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < channels;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sg = 0.0f, sgx = 0.0f;
+    for (int k = 0; k < splits; ++k) {
+      sg += part[c * splits + k].x;
+      sgx += part[c * splits + k].y;
+    }
+    sums[c] = make_float2(sg, sgx);
+    if (gb) gb[c] = from_float<T>(sg);
+    if (gw) gw[c] = from_float<T>(sgx);
+  }
+}
+
+// grad_x. Training (sums given): w * rstd * (g - mean(g) - xhat * mean(g * xhat)), since the
+// batch statistics depend on x; eval: g * w * rstd.
+template <typename T>
+__global__ void bn_grad_x(const T* gy, const T* x, const T* w, const float* mean, const float* rstd,
+                          const float2* sums, Layout lay, T* gx) {
+  const int64_t total = lay.n * lay.c * lay.s;
+  const float inv_m = 1.0f / static_cast<float>(lay.per_channel());
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = (i / lay.s) % lay.c;
+    const float scale = rstd[c] * (w ? to_float(w[c]) : 1.0f);
+    float g = to_float(gy[i]);
+    if (sums) {
+      const float xhat = (to_float(x[i]) - mean[c]) * rstd[c];
+      g -= (sums[c].x + xhat * sums[c].y) * inv_m;
+    }
+    gx[i] = from_float<T>(g * scale);
+  }
+}
+
+Layout layout_of(const Tensor& x) {
+  SKA_CHECK(x.dim() >= 2, ShapeError, "batch_norm: x must be [N, C, ...], got ",
+            shape_str(x.shape()));
+  Layout lay{x.shape()[0], x.shape()[1], 1};
+  for (int64_t d = 2; d < x.dim(); ++d) lay.s *= x.shape()[d];
+  return lay;
+}
+
+// Splits per channel: enough blocks to fill the GPU, each with at least kMinPerSplit elements.
+int splits_for(const Layout& lay, int device) {
+  const int64_t want = (4 * static_cast<int64_t>(sm_count(device)) + lay.c - 1) / lay.c;
+  const int64_t most = (lay.per_channel() + kMinPerSplit - 1) / kMinPerSplit;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, most, kMaxSplits})));
+}
+
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <typename T>
+T* mutable_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+void check_channel_tensor(const Tensor& t, int64_t c, DType dtype, const char* what) {
+  if (!t.defined()) return;
+  SKA_CHECK(t.dtype() == dtype, DTypeError, "batch_norm: ", what, " must be ", dtype, ", got ",
+            t.dtype());
+  SKA_CHECK(t.numel() == c && t.is_contiguous(), ShapeError, "batch_norm: ", what,
+            " must be contiguous with ", c, " elements");
+}
+
+unsigned int channel_grid(int64_t channels) {
+  SKA_CHECK(channels <= INT_MAX, ShapeError, "batch_norm: too many channels (", channels, ")");
+  return static_cast<unsigned int>(channels);
+}
+
+template <typename T>
+void launch_train_stats(const Tensor& x, const Layout& lay, const Tensor& running_mean,
+                        const Tensor& running_var, double momentum, double eps,
+                        const Tensor& save_mean, const Tensor& save_rstd, int device,
+                        cudaStream_t s) {
+  const int splits = splits_for(lay, device);
+  const Tensor ws = workspace(device, lay.c * splits * sizeof(Welford));
+  Welford* part = static_cast<Welford*>(ws.data_ptr());
+  bn_stats_partials<T><<<dim3(channel_grid(lay.c), splits), kThreads, 0, s>>>(
+      static_cast<const T*>(x.data_ptr()), lay, part);
+  SKA_CUDA_CHECK_LAUNCH();
+  bn_stats_final<<<grid_for(lay.c), 256, 0, s>>>(
+      part, lay.c, splits, static_cast<float>(eps), static_cast<float>(momentum),
+      static_cast<float*>(save_mean.data_ptr()), static_cast<float*>(save_rstd.data_ptr()),
+      mutable_or_null<float>(running_mean), mutable_or_null<float>(running_var));
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& running_mean, const Tensor& running_var, bool training,
+                        double momentum, double eps, const Tensor& y, const Tensor& save_mean,
+                        const Tensor& save_rstd) {
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const Layout lay = layout_of(x);
+  SKA_CHECK(x.is_contiguous() && y.is_contiguous(), ValueError,
+            "batch_norm_forward: x and y must be contiguous");
+  check_channel_tensor(weight, lay.c, x.dtype(), "weight");
+  check_channel_tensor(bias, lay.c, x.dtype(), "bias");
+  check_channel_tensor(running_mean, lay.c, DType::kF32, "running_mean");
+  check_channel_tensor(running_var, lay.c, DType::kF32, "running_var");
+  check_channel_tensor(save_mean, lay.c, DType::kF32, "save_mean");
+  check_channel_tensor(save_rstd, lay.c, DType::kF32, "save_rstd");
+  SKA_CHECK(training || (running_mean.defined() && running_var.defined()), ValueError,
+            "batch_norm_forward: eval mode needs running_mean and running_var");
+  if (lay.c == 0) return;
+  dispatch_floating(x.dtype(), "batch_norm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const cudaStream_t s = current_stream(device);
+    if (training) {
+      SKA_CHECK(lay.per_channel() > 0, ValueError, "batch_norm_forward: empty batch in training");
+      launch_train_stats<T>(x, lay, running_mean, running_var, momentum, eps, save_mean, save_rstd,
+                            device, s);
+    } else {
+      bn_eval_stats<<<grid_for(lay.c), 256, 0, s>>>(
+          static_cast<const float*>(running_mean.data_ptr()),
+          static_cast<const float*>(running_var.data_ptr()), lay.c, static_cast<float>(eps),
+          static_cast<float*>(save_mean.data_ptr()), static_cast<float*>(save_rstd.data_ptr()));
+      SKA_CUDA_CHECK_LAUNCH();
+    }
+    if (x.numel() == 0) return;
+    bn_apply<T><<<grid_for(x.numel()), 256, 0, s>>>(
+        static_cast<const T*>(x.data_ptr()), data_or_null<T>(weight), data_or_null<T>(bias),
+        static_cast<const float*>(save_mean.data_ptr()),
+        static_cast<const float*>(save_rstd.data_ptr()), lay, static_cast<T*>(y.data_ptr()));
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                         const Tensor& save_mean, const Tensor& save_rstd, bool training,
+                         const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const Layout lay = layout_of(x);
+  SKA_CHECK(x.is_contiguous() && grad_y.is_contiguous(), ValueError,
+            "batch_norm_backward: x and grad_y must be contiguous");
+  check_channel_tensor(weight, lay.c, x.dtype(), "weight");
+  check_channel_tensor(grad_weight, lay.c, x.dtype(), "grad_weight");
+  check_channel_tensor(grad_bias, lay.c, x.dtype(), "grad_bias");
+  check_channel_tensor(save_mean, lay.c, DType::kF32, "save_mean");
+  check_channel_tensor(save_rstd, lay.c, DType::kF32, "save_rstd");
+  if (lay.c == 0) return;
+  const bool param_grads = grad_weight.defined() || grad_bias.defined();
+  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const cudaStream_t s = current_stream(device);
+    const float* mean = static_cast<const float*>(save_mean.data_ptr());
+    const float* rstd = static_cast<const float*>(save_rstd.data_ptr());
+    // The per-channel sums feed grad_weight / grad_bias and, in training, grad_x.
+    Tensor sums_ws;
+    float2* sums = nullptr;
+    if (param_grads || training) {
+      const int splits = splits_for(lay, device);
+      sums_ws = workspace(device, lay.c * (splits + 1) * sizeof(float2));
+      sums = static_cast<float2*>(sums_ws.data_ptr());
+      float2* part = sums + lay.c;
+      bn_grad_partials<T><<<dim3(channel_grid(lay.c), splits), kThreads, 0, s>>>(
+          static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()), mean, rstd,
+          lay, part);
+      SKA_CUDA_CHECK_LAUNCH();
+      bn_grad_final<T><<<grid_for(lay.c), 256, 0, s>>>(part, lay.c, splits, sums,
+                                                       mutable_or_null<T>(grad_weight),
+                                                       mutable_or_null<T>(grad_bias));
+      SKA_CUDA_CHECK_LAUNCH();
+    }
+    if (!grad_x.defined() || x.numel() == 0) return;
+    SKA_CHECK(grad_x.is_contiguous(), ValueError, "batch_norm_backward: grad_x not contiguous");
+    bn_grad_x<T><<<grid_for(x.numel()), 256, 0, s>>>(
+        static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+        data_or_null<T>(weight), mean, rstd, training ? sums : nullptr, lay,
+        static_cast<T*>(grad_x.data_ptr()));
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace ska::cuda

@@ -1,1 +1,340 @@
-// kernels/conv2d.cpp: implementation pending (see src/backend/kernels.inc).
+// 2-D convolution (NCHW) on CUDA through cuDNN's legacy convolution API: RAII descriptors per
+// call, and each direction's algorithm chosen once per (shapes, params, dtype) and cached.
+#include <array>
+#include <climits>
+#include <map>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/runtime.h"
+
+namespace ska::cuda {
+namespace {
+
+// Heuristic candidates needing more scratch than this are passed over when a leaner one exists.
+constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
+constexpr int kMaxAlgos = 16;
+
+enum class ConvDir : int64_t { kForward, kBackwardData, kBackwardFilter };
+
+cudnnDataType_t cudnn_dtype(DType dt, const char* kernel) {
+  switch (dt) {
+    case DType::kF32:
+      return CUDNN_DATA_FLOAT;
+    case DType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::kF16:
+      return CUDNN_DATA_HALF;
+    default:
+      SKA_FAIL(DTypeError, "cuda kernel '", kernel, "' supports f32, bf16 and f16, got ",
+               dtype_name(dt));
+  }
+}
+
+// common.cuh's device_index is CUDA-only; this file is host C++.
+int device_of(const Tensor& t) {
+  SKA_CHECK(t.device().is_cuda(), DeviceError, "cuda conv2d called with a tensor on ", t.device());
+  return t.device().index;
+}
+
+int to_int(int64_t v, const char* what) {
+  SKA_CHECK(v >= 0 && v <= INT_MAX, ShapeError, "conv2d: ", what, " ", v, " exceeds cuDNN's int");
+  return static_cast<int>(v);
+}
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(const Shape& s, cudnnDataType_t dt) {
+    SKA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    SKA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, dt, to_int(s[0], "dim"),
+                                               to_int(s[1], "dim"), to_int(s[2], "dim"),
+                                               to_int(s[3], "dim")));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(const Shape& s, cudnnDataType_t dt) {
+    SKA_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
+    SKA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, dt, CUDNN_TENSOR_NCHW, to_int(s[0], "dim"),
+                                               to_int(s[1], "dim"), to_int(s[2], "dim"),
+                                               to_int(s[3], "dim")));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+// Cross-correlation (PyTorch's convolution) with f32 accumulation for every data type; tensor
+// cores allowed (TF32 for f32 data, as PyTorch's default for convolutions).
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  explicit ConvDesc(const Conv2dParams& p) {
+    SKA_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    SKA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d, to_int(p.pad_h, "padding"), to_int(p.pad_w, "padding"), to_int(p.stride_h, "stride"),
+        to_int(p.stride_w, "stride"), to_int(p.dilation_h, "dilation"),
+        to_int(p.dilation_w, "dilation"), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    SKA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, to_int(p.groups, "groups")));
+    SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(d, CUDNN_TENSOR_OP_MATH));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// Everything one convolution call needs; shapes are checked against each other first.
+struct Conv {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  Conv(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType dt,
+       const char* kernel)
+      : x(xs, cudnn_dtype(dt, kernel)),
+        y(ys, cudnn_dtype(dt, kernel)),
+        w(ws, cudnn_dtype(dt, kernel)),
+        conv(p) {}
+};
+
+int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+}
+
+void check_shapes(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p,
+                  const char* kernel) {
+  SKA_CHECK(xs.size() == 4 && ws.size() == 4 && ys.size() == 4, ShapeError, kernel,
+            ": x, w and y must be 4-D, got ", shape_str(xs), ", ", shape_str(ws), ", ",
+            shape_str(ys));
+  SKA_CHECK(p.groups >= 1 && p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 &&
+                p.dilation_w >= 1 && p.pad_h >= 0 && p.pad_w >= 0,
+            ValueError, kernel, ": invalid convolution parameters");
+  const bool ok = xs[0] == ys[0] && ws[0] == ys[1] && xs[1] == ws[1] * p.groups &&
+                  ws[0] % p.groups == 0 &&
+                  ys[2] == out_size(xs[2], ws[2], p.stride_h, p.pad_h, p.dilation_h) &&
+                  ys[3] == out_size(xs[3], ws[3], p.stride_w, p.pad_w, p.dilation_w);
+  SKA_CHECK(ok, ShapeError, kernel, ": inconsistent shapes x ", shape_str(xs), ", w ",
+            shape_str(ws), ", y ", shape_str(ys), " for groups ", p.groups);
+  for (const Shape* s : {&xs, &ws, &ys}) {
+    SKA_CHECK(shape_numel(*s) <= INT_MAX, ShapeError, kernel, ": tensor ", shape_str(*s),
+              " has more elements than cuDNN's legacy API supports");
+  }
+}
+
+struct AlgoChoice {
+  int algo;
+  cudnnMathType_t math;
+  size_t workspace;
+};
+
+using AlgoKey = std::array<int64_t, 18>;
+
+AlgoKey algo_key(ConvDir dir, int device, DType dt, const Shape& xs, const Shape& ws,
+                 const Conv2dParams& p) {
+  return {static_cast<int64_t>(dir),
+          device,
+          static_cast<int64_t>(dt),
+          xs[0],
+          xs[1],
+          xs[2],
+          xs[3],
+          ws[0],
+          ws[1],
+          ws[2],
+          ws[3],
+          p.stride_h,
+          p.stride_w,
+          p.pad_h,
+          p.pad_w,
+          p.dilation_h,
+          p.dilation_w,
+          p.groups};
+}
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<AlgoKey, AlgoChoice>& algo_cache() {
+  static std::map<AlgoKey, AlgoChoice> cache;
+  return cache;
+}
+
+// The first algorithm cuDNN's heuristics rank as usable, preferring one within the workspace cap.
+template <typename Perf>
+AlgoChoice pick_algo(const Perf* perf, int count, const char* kernel) {
+  const Perf* fallback = nullptr;
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (perf[i].memory <= kMaxWorkspaceBytes) {
+      return {static_cast<int>(perf[i].algo), perf[i].mathType, 0};
+    }
+    if (!fallback) fallback = &perf[i];
+  }
+  SKA_CHECK(fallback != nullptr, CudaError, kernel,
+            ": cuDNN has no algorithm for this convolution");
+  return {static_cast<int>(fallback->algo), fallback->mathType, 0};
+}
+
+// Queries the heuristics and the workspace size of the chosen algorithm (math type applied).
+AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, const char* kernel) {
+  AlgoChoice a{};
+  int n = 0;
+  if (dir == ConvDir::kForward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+    SKA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, c.x.d, c.w.d, c.conv.d, c.y.d,
+                                                           kMaxAlgos, &n, perf));
+    a = pick_algo(perf, n, kernel);
+    SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
+    SKA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+        h, c.x.d, c.w.d, c.conv.d, c.y.d, static_cast<cudnnConvolutionFwdAlgo_t>(a.algo),
+        &a.workspace));
+  } else if (dir == ConvDir::kBackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
+    SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w.d, c.y.d, c.conv.d, c.x.d,
+                                                                kMaxAlgos, &n, perf));
+    a = pick_algo(perf, n, kernel);
+    SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
+    SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, c.w.d, c.y.d, c.conv.d, c.x.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
+        &a.workspace));
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
+    SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x.d, c.y.d, c.conv.d, c.w.d,
+                                                                  kMaxAlgos, &n, perf));
+    a = pick_algo(perf, n, kernel);
+    SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
+    SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, c.x.d, c.y.d, c.conv.d, c.w.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+        &a.workspace));
+  }
+  return a;
+}
+
+// The cached choice for this key, or a fresh query; the conv descriptor gets its math type.
+AlgoChoice choose_algo(ConvDir dir, int device, DType dt, const Shape& xs, const Shape& ws,
+                       const Conv2dParams& p, cudnnHandle_t h, const Conv& c, const char* kernel) {
+  const AlgoKey key = algo_key(dir, device, dt, xs, ws, p);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = algo_cache().find(key);
+    if (it != algo_cache().end()) {
+      SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, it->second.math));
+      return it->second;
+    }
+  }
+  const AlgoChoice a = query_algo(dir, h, c, kernel);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  algo_cache().emplace(key, a);
+  return a;
+}
+
+// Scratch for the algorithm; the returned tensor keeps it alive (stream-ordered reuse after).
+Tensor scratch(int device, size_t bytes, void** ptr) {
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return Tensor();
+  }
+  Tensor t = workspace(device, bytes);
+  *ptr = t.data_ptr();
+  return t;
+}
+
+void check_operands(std::initializer_list<const Tensor*> ts, DType dt, const char* kernel) {
+  for (const Tensor* t : ts) {
+    SKA_CHECK(t->dtype() == dt, DTypeError, kernel, ": mixed dtypes (", t->dtype(), " and ", dt,
+              ")");
+    SKA_CHECK(t->is_contiguous(), ValueError, kernel, ": operands must be contiguous");
+  }
+}
+
+// y += bias broadcast over [N, C_out, H, W], through the contract's elementwise add (in place is
+// safe: each element is read and written by the same thread).
+void add_bias(const Tensor& bias, const Tensor& y) {
+  const Shape& ys = y.shape();
+  SKA_CHECK(bias.numel() == ys[1] && bias.is_contiguous() && bias.dtype() == y.dtype(), ShapeError,
+            "conv2d_forward: bias must be contiguous [", ys[1], "] of y's dtype");
+  const Tensor b =
+      Tensor::make_view(bias.storage(), ys, Shape{0, 1, 0, 0}, bias.offset(), bias.dtype());
+  binary(BinaryOp::kAdd, y, b, y);
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                    const Tensor& y) {
+  constexpr const char* kKernel = "conv2d_forward";
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  check_shapes(x.shape(), w.shape(), y.shape(), p, kKernel);
+  check_operands({&x, &w, &y}, x.dtype(), kKernel);
+  if (y.numel() == 0) return;
+  const Conv c(x.shape(), w.shape(), y.shape(), p, x.dtype(), kKernel);
+  const cudnnHandle_t h = cudnn_handle(device);
+  const AlgoChoice a =
+      choose_algo(ConvDir::kForward, device, x.dtype(), x.shape(), w.shape(), p, h, c, kKernel);
+  void* ws = nullptr;
+  const Tensor ws_hold = scratch(device, a.workspace, &ws);
+  const float one = 1.0f, zero = 0.0f;  // f32 scaling factors for f32/bf16/f16 data
+  SKA_CUDNN_CHECK(cudnnConvolutionForward(h, &one, c.x.d, x.data_ptr(), c.w.d, w.data_ptr(),
+                                          c.conv.d, static_cast<cudnnConvolutionFwdAlgo_t>(a.algo),
+                                          ws, a.workspace, &zero, c.y.d, y.data_ptr()));
+  if (bias.defined()) add_bias(bias, y);
+}
+
+void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
+                           const Tensor& grad_x) {
+  constexpr const char* kKernel = "conv2d_backward_input";
+  const int device = device_of(grad_y);
+  DeviceGuard guard(device);
+  check_shapes(grad_x.shape(), w.shape(), grad_y.shape(), p, kKernel);
+  check_operands({&grad_y, &w, &grad_x}, grad_y.dtype(), kKernel);
+  if (grad_x.numel() == 0) return;
+  const cudnnHandle_t h = cudnn_handle(device);
+  if (grad_y.numel() == 0 || w.numel() == 0) {  // nothing flows back
+    SKA_CUDA_CHECK(cudaMemsetAsync(grad_x.data_ptr(), 0, grad_x.numel() * grad_x.element_size(),
+                                   current_stream(device)));
+    return;
+  }
+  const Conv c(grad_x.shape(), w.shape(), grad_y.shape(), p, grad_y.dtype(), kKernel);
+  const AlgoChoice a = choose_algo(ConvDir::kBackwardData, device, grad_y.dtype(), grad_x.shape(),
+                                   w.shape(), p, h, c, kKernel);
+  void* ws = nullptr;
+  const Tensor ws_hold = scratch(device, a.workspace, &ws);
+  const float one = 1.0f, zero = 0.0f;
+  SKA_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, c.w.d, w.data_ptr(), c.y.d,
+                                               grad_y.data_ptr(), c.conv.d,
+                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
+                                               ws, a.workspace, &zero, c.x.d, grad_x.data_ptr()));
+}
+
+void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dParams& p,
+                            const Tensor& grad_w) {
+  constexpr const char* kKernel = "conv2d_backward_weight";
+  const int device = device_of(grad_y);
+  DeviceGuard guard(device);
+  check_shapes(x.shape(), grad_w.shape(), grad_y.shape(), p, kKernel);
+  check_operands({&grad_y, &x, &grad_w}, grad_y.dtype(), kKernel);
+  if (grad_w.numel() == 0) return;
+  const cudnnHandle_t h = cudnn_handle(device);
+  if (grad_y.numel() == 0 || x.numel() == 0) {  // empty batch: zero gradient
+    SKA_CUDA_CHECK(cudaMemsetAsync(grad_w.data_ptr(), 0, grad_w.numel() * grad_w.element_size(),
+                                   current_stream(device)));
+    return;
+  }
+  const Conv c(x.shape(), grad_w.shape(), grad_y.shape(), p, grad_y.dtype(), kKernel);
+  const AlgoChoice a = choose_algo(ConvDir::kBackwardFilter, device, grad_y.dtype(), x.shape(),
+                                   grad_w.shape(), p, h, c, kKernel);
+  void* ws = nullptr;
+  const Tensor ws_hold = scratch(device, a.workspace, &ws);
+  const float one = 1.0f, zero = 0.0f;
+  SKA_CUDNN_CHECK(
+      cudnnConvolutionBackwardFilter(h, &one, c.x.d, x.data_ptr(), c.y.d, grad_y.data_ptr(),
+                                     c.conv.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+                                     ws, a.workspace, &zero, c.w.d, grad_w.data_ptr()));
+}
+
+}  // namespace ska::cuda

@@ -1,1 +1,251 @@
-// kernels/gemm.cpp: implementation pending (see src/backend/kernels.inc).
+// CUDA kernel: batched GEMM through cuBLASLt, c[b] = alpha * a[b] @ b[b] + beta * c[b] (+ bias).
+// cuBLASLt is column-major; a row-major C [M, N] is the column-major C^T [N, M], so we compute
+// C^T = B^T A^T: b goes in cuBLASLt's A slot and a in its B slot, each transposed or not by its
+// own layout. Descriptors and the heuristic's algorithm are cached per shape/layout key.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/runtime.h"
+
+namespace ska::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// A [R, C] matrix (a view's last two dims) as a cuBLASLt operand whose op() is its transpose.
+struct Operand {
+  cublasOperation_t op;
+  uint64_t rows, cols;  // of the column-major layout before op()
+  int64_t ld;
+  int64_t batch_stride;  // 0: broadcast over the batch
+};
+
+Operand transposed_operand(const Tensor& x, const char* name) {
+  SKA_CHECK(x.dim() == 2 || x.dim() == 3, ShapeError, "cuda gemm: ", name,
+            " must be [B, R, C] or [R, C], got ", x.str());
+  const int64_t r = x.size(-2), c = x.size(-1), sr = x.stride(-2), sc = x.stride(-1);
+  const int64_t batch_stride = x.dim() == 3 && x.size(0) > 1 ? x.stride(0) : 0;
+  // Row-major: memory read column-major is x^T [C, R] with leading dimension sr.
+  if ((c == 1 || sc == 1) && (r <= 1 || sr >= c)) {
+    return {CUBLAS_OP_N, static_cast<uint64_t>(c), static_cast<uint64_t>(r),
+            r <= 1 ? std::max<int64_t>(c, 1) : sr, batch_stride};
+  }
+  // Column-major: memory read column-major is x [R, C] with leading dimension sc.
+  if ((r == 1 || sr == 1) && (c <= 1 || sc >= r)) {
+    return {CUBLAS_OP_T, static_cast<uint64_t>(r), static_cast<uint64_t>(c),
+            c <= 1 ? std::max<int64_t>(r, 1) : sc, batch_stride};
+  }
+  SKA_FAIL(ValueError, "cuda gemm: ", name, " ", x.str(), " with strides ",
+           shape_str(x.strides()), " is neither row- nor column-major in its last two dims");
+}
+
+cudaDataType_t cuda_data_type(DType dt) {
+  switch (dt) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default:
+      SKA_FAIL(DTypeError, "cuda kernel 'gemm' supports f32, bf16 and f16, got ", dtype_name(dt));
+  }
+}
+
+// Largest power of two (up to 256) dividing the address: the heuristic must know it.
+uint32_t alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align >>= 1;
+  return align;
+}
+
+// Descriptors and algorithm of one problem shape; `mu` guards the bias pointer attribute.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  std::mutex mu;
+};
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
+                                   int32_t batch, int64_t batch_stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  SKA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+  if (batch > 1) {
+    SKA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                      &batch, sizeof(batch)));
+    SKA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride, sizeof(batch_stride)));
+  }
+  return layout;
+}
+
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* value,
+              size_t size) {
+  SKA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, value, size));
+}
+
+struct Problem {
+  int device;
+  DType dtype;
+  Operand a_slot, b_slot;  // b and a (see the file comment)
+  uint64_t m, n, k;        // of the column-major problem: m = N, n = M
+  int32_t batch;
+  bool bias;
+  std::array<uint32_t, 4> align;  // A slot, B slot, C, D
+
+  std::vector<int64_t> key() const {
+    return {device, static_cast<int64_t>(dtype), a_slot.op, static_cast<int64_t>(a_slot.rows),
+            static_cast<int64_t>(a_slot.cols), a_slot.ld, a_slot.batch_stride, b_slot.op,
+            static_cast<int64_t>(b_slot.rows), static_cast<int64_t>(b_slot.cols), b_slot.ld,
+            b_slot.batch_stride, static_cast<int64_t>(m), static_cast<int64_t>(n),
+            static_cast<int64_t>(k), batch, bias, align[0], align[1], align[2], align[3]};
+  }
+};
+
+std::unique_ptr<Plan> make_plan(const Problem& pr) {
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t type = cuda_data_type(pr.dtype);
+  const cublasComputeType_t compute =
+      pr.dtype == DType::kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  SKA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+  const int32_t ta = pr.a_slot.op, tb = pr.b_slot.op;
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (pr.bias) {
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bias_type = type;
+    const int64_t bias_batch_stride = 0;  // one bias for every batch
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bias_batch_stride,
+             sizeof(bias_batch_stride));
+  }
+  plan->a = make_layout(type, pr.a_slot.rows, pr.a_slot.cols, pr.a_slot.ld, pr.batch,
+                        pr.a_slot.batch_stride);
+  plan->b = make_layout(type, pr.b_slot.rows, pr.b_slot.cols, pr.b_slot.ld, pr.batch,
+                        pr.b_slot.batch_stride);
+  plan->c = make_layout(type, pr.m, pr.n, static_cast<int64_t>(pr.m), pr.batch,
+                        static_cast<int64_t>(pr.m * pr.n));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  SKA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t max_ws = kWorkspaceBytes;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws));
+  const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i) {
+    st = cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &pr.align[static_cast<size_t>(i)],
+                                              sizeof(uint32_t));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(pr.device), plan->desc, plan->a, plan->b,
+                                        plan->c, plan->c, pref, 1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  SKA_CUBLAS_CHECK(st);
+  SKA_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, CudaError, "cuda gemm: cuBLASLt found no algorithm for ",
+            dtype_name(pr.dtype), " m=", pr.m, " n=", pr.n, " k=", pr.k, " batch=", pr.batch,
+            " (column-major problem)");
+  plan->algo = result.algo;
+  return plan;
+}
+
+// Never destroyed: plans may be used until exit.
+Plan& plan_for(const Problem& pr) {
+  static std::mutex mu;
+  static auto* plans = new std::map<std::vector<int64_t>, std::unique_ptr<Plan>>();
+  const std::vector<int64_t> key = pr.key();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans->find(key);
+  if (it == plans->end()) it = plans->emplace(key, make_plan(pr)).first;
+  return *it->second;
+}
+
+int64_t batch_of(const Tensor& t) { return t.dim() == 3 ? t.size(0) : 1; }
+
+// K == 0: c = beta * c (+ bias), which cuBLASLt does not cover.
+void gemm_empty_k(const GemmArgs& args) {
+  const Tensor& c = args.c;
+  if (args.beta == 0.0f) {
+    fill(c, 0.0);
+  } else if (args.beta != 1.0f) {
+    unary(UnaryOp::kAffine, c, c, args.beta, 0.0);
+  }
+  if (args.bias.defined()) {
+    Shape strides(static_cast<size_t>(c.dim()), 0);
+    strides.back() = args.bias.stride(0);
+    const Tensor bias = Tensor::make_view(args.bias.storage(), c.shape(), strides,
+                                          args.bias.offset(), args.bias.dtype());
+    binary(BinaryOp::kAdd, c, bias, c);
+  }
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& args) {
+  const Tensor &a = args.a, &b = args.b, &c = args.c;
+  SKA_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), DTypeError,
+            "cuda gemm: dtypes differ: a ", dtype_name(a.dtype()), ", b ", dtype_name(b.dtype()),
+            ", c ", dtype_name(c.dtype()));
+  SKA_CHECK(c.is_contiguous() && (c.dim() == 2 || c.dim() == 3), ShapeError,
+            "cuda gemm: c must be a contiguous [B, M, N] or [M, N], got ", c.str());
+  const int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1), batch = batch_of(c);
+  SKA_CHECK(a.size(-2) == m && b.size(-2) == k && b.size(-1) == n &&
+                (batch_of(a) == batch || batch_of(a) == 1) &&
+                (batch_of(b) == batch || batch_of(b) == 1),
+            ShapeError, "cuda gemm: incompatible shapes a ", shape_str(a.shape()), ", b ",
+            shape_str(b.shape()), ", c ", shape_str(c.shape()));
+  SKA_CHECK(batch <= INT32_MAX, ShapeError, "cuda gemm: batch ", batch, " too large");
+  if (args.bias.defined()) {
+    SKA_CHECK(args.bias.dtype() == c.dtype() && args.bias.numel() == n &&
+                  args.bias.is_contiguous(),
+              ShapeError, "cuda gemm: bias must be a contiguous [", n, "] of c's dtype, got ",
+              args.bias.str());
+  }
+  cuda_data_type(c.dtype());  // throws DTypeError for unsupported dtypes
+  if (m == 0 || n == 0 || batch == 0) return;
+  const int device = c.device().index;
+  DeviceGuard guard(device);
+  if (k == 0) {
+    gemm_empty_k(args);
+    return;
+  }
+
+  Problem pr{};
+  pr.device = device;
+  pr.dtype = c.dtype();
+  pr.a_slot = transposed_operand(b, "b");
+  pr.b_slot = transposed_operand(a, "a");
+  pr.m = static_cast<uint64_t>(n);
+  pr.n = static_cast<uint64_t>(m);
+  pr.k = static_cast<uint64_t>(k);
+  pr.batch = static_cast<int32_t>(batch);
+  pr.bias = args.bias.defined();
+  pr.align = {alignment_of(b.data_ptr()), alignment_of(a.data_ptr()), alignment_of(c.data_ptr()),
+              alignment_of(c.data_ptr())};
+  Plan& plan = plan_for(pr);
+
+  const Tensor ws = workspace(device, kWorkspaceBytes);
+  const cudaStream_t stream = current_stream(device);
+  std::lock_guard<std::mutex> lock(plan.mu);
+  if (pr.bias) {
+    const void* bias_ptr = args.bias.data_ptr();
+    set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr));
+  }
+  SKA_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device), plan.desc, &args.alpha, b.data_ptr(),
+                                  plan.a, a.data_ptr(), plan.b, &args.beta, c.data_ptr(), plan.c,
+                                  c.data_ptr(), plan.c, &plan.algo, ws.data_ptr(), kWorkspaceBytes,
+                                  stream));
+}
+
+}  // namespace ska::cuda

@@ -1,1 +1,205 @@
-// kernels/index.cu: implementation pending (see src/backend/kernels.inc).
+// Indexing along one dim on CUDA: index_select, gather (copies, any dtype) and index_add,
+// scatter_add (atomicAdd, f32/bf16/f16). Indices are i64; out-of-range ones are skipped.
+//
+// No host-side range check (it would need a device sync): an index outside [0, size(dim)) never
+// touches memory; index_select / gather write 0 for it and index_add / scatter_add drop it.
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ska::cuda {
+namespace {
+
+// One thread per element of an iteration shape (`sizes`). Each element pairs an offset into the
+// iterated tensor (`it_strides`) with one into the indexed tensor (`ix_strides`), whose
+// coordinate along `dim` comes from the index instead.
+struct IndexGeometry {
+  int ndim;
+  int dim;
+  int64_t dim_size;  // size of the indexed tensor along dim
+  int64_t numel;
+  int64_t sizes[kMaxDims];
+  int64_t it_strides[kMaxDims];
+  int64_t ix_strides[kMaxDims];
+  bool per_element;  // gather / scatter: index has the iteration shape; else 1-D along dim
+};
+
+// Offsets of element `linear`; false when its index is out of range.
+__device__ __forceinline__ bool index_offsets(const IndexGeometry& g, const int64_t* index,
+                                              int64_t linear, int64_t* it_off, int64_t* ix_off) {
+  int64_t it = 0, ix = 0, rest = linear, k = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    const int64_t i = rest % g.sizes[d];
+    rest /= g.sizes[d];
+    it += i * g.it_strides[d];
+    if (d == g.dim) {
+      k = g.per_element ? index[linear] : index[i];
+    } else {
+      ix += i * g.ix_strides[d];
+    }
+  }
+  *it_off = it;
+  if (k < 0 || k >= g.dim_size) return false;
+  *ix_off = ix + k * g.ix_strides[g.dim];
+  return true;
+}
+
+// out[it] = x[ix] (index_select, gather); E is a same-sized stand-in for the element type.
+template <typename E>
+__global__ void index_copy_kernel(const E* x, const int64_t* index, IndexGeometry g, E* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.numel;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t it, ix;
+    const bool ok = index_offsets(g, index, i, &it, &ix);
+    out[it] = ok ? x[ix] : E{};
+  }
+}
+
+// out[ix] += src[it] (index_add, scatter_add).
+template <typename T>
+__global__ void index_add_kernel(const T* src, const int64_t* index, IndexGeometry g, T* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < g.numel;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t it, ix;
+    if (index_offsets(g, index, i, &it, &ix)) atomicAdd(out + ix, src[it]);
+  }
+}
+
+// Geometry over `iter` (the iteration shape with the iterated tensor's strides) against the
+// indexed tensor `indexed` along `dim`.
+IndexGeometry geometry(const Shape& sizes, const Shape& it_strides, const Tensor& indexed,
+                       int64_t dim, bool per_element, const char* kernel) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  SKA_CHECK(nd <= kMaxDims, ShapeError, kernel, ": at most ", kMaxDims, " dims, got ", nd);
+  SKA_CHECK(indexed.dim() == nd, ShapeError, kernel, ": rank mismatch (", shape_str(sizes), " vs ",
+            shape_str(indexed.shape()), ")");
+  SKA_CHECK(dim >= 0 && dim < nd, ShapeError, kernel, ": dim ", dim, " out of range");
+  IndexGeometry g{};
+  g.ndim = static_cast<int>(nd);
+  g.dim = static_cast<int>(dim);
+  g.dim_size = indexed.shape()[dim];
+  g.numel = shape_numel(sizes);
+  g.per_element = per_element;
+  for (int64_t d = 0; d < nd; ++d) {
+    g.sizes[d] = sizes[d];
+    g.it_strides[d] = it_strides[d];
+    g.ix_strides[d] = indexed.strides()[d];
+  }
+  return g;
+}
+
+// Along every dim but `dim`, `inner` must fit in `outer` (equal when `exact`).
+void check_other_dims(const Shape& inner, const Shape& outer, int64_t dim, bool exact,
+                      const char* kernel) {
+  SKA_CHECK(inner.size() == outer.size() && dim >= 0 && dim < static_cast<int64_t>(inner.size()),
+            ShapeError, kernel, ": shapes ", shape_str(inner), " and ", shape_str(outer),
+            " do not match along dim ", dim);
+  for (size_t d = 0; d < inner.size(); ++d) {
+    if (static_cast<int64_t>(d) == dim) continue;
+    SKA_CHECK(exact ? inner[d] == outer[d] : inner[d] <= outer[d], ShapeError, kernel, ": shapes ",
+              shape_str(inner), " and ", shape_str(outer), " do not match at dim ", d);
+  }
+}
+
+void check_index(const Tensor& index, const char* kernel) {
+  SKA_CHECK(index.dtype() == DType::kI64, DTypeError, kernel, ": index must be i64, got ",
+            index.dtype());
+  SKA_CHECK(index.is_contiguous(), ValueError, kernel, ": index must be contiguous");
+}
+
+// Launches the copy kernel with an element type of the tensor's element size.
+void launch_copy(const Tensor& x, const Tensor& index, const IndexGeometry& g, const Tensor& out,
+                 const char* kernel) {
+  SKA_CHECK(x.dtype() == out.dtype(), DTypeError, kernel, ": x is ", x.dtype(), ", out is ",
+            out.dtype());
+  if (g.numel == 0) return;
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const cudaStream_t s = current_stream(device);
+  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+  auto run = [&](auto tag) {
+    using E = decltype(tag);
+    index_copy_kernel<E><<<grid_for(g.numel), 256, 0, s>>>(static_cast<const E*>(x.data_ptr()), idx,
+                                                           g, static_cast<E*>(out.data_ptr()));
+  };
+  switch (x.element_size()) {
+    case 1:
+      run(uint8_t{});
+      break;
+    case 2:
+      run(uint16_t{});
+      break;
+    case 4:
+      run(uint32_t{});
+      break;
+    case 8:
+      run(uint64_t{});
+      break;
+    default:
+      SKA_FAIL(DTypeError, kernel, ": unsupported element size ", x.element_size());
+  }
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_add(const Tensor& src, const Tensor& index, const IndexGeometry& g, const Tensor& out,
+                const char* kernel) {
+  SKA_CHECK(src.dtype() == out.dtype(), DTypeError, kernel, ": src is ", src.dtype(), ", out is ",
+            out.dtype());
+  const int device = device_index(out);
+  DeviceGuard guard(device);
+  dispatch_floating(out.dtype(), kernel, [&](auto tag) {
+    using T = decltype(tag);
+    if (g.numel == 0) return;
+    index_add_kernel<T><<<grid_for(g.numel), 256, 0, current_stream(device)>>>(
+        static_cast<const T*>(src.data_ptr()), static_cast<const int64_t*>(index.data_ptr()), g,
+        static_cast<T*>(out.data_ptr()));
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  check_index(index, "index_select");
+  SKA_CHECK(out.is_contiguous(), ValueError, "index_select: out must be contiguous");
+  check_other_dims(out.shape(), x.shape(), dim, true, "index_select");
+  SKA_CHECK(out.shape()[dim] == index.numel(), ShapeError, "index_select: out ",
+            shape_str(out.shape()), " does not hold ", index.numel(), " indices along dim ", dim);
+  launch_copy(x, index, geometry(out.shape(), out.strides(), x, dim, false, "index_select"), out,
+              "index_select");
+}
+
+void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  check_index(index, "gather");
+  SKA_CHECK(out.is_contiguous() && out.shape() == index.shape(), ShapeError,
+            "gather: out must be contiguous with index's shape ", shape_str(index.shape()));
+  check_other_dims(index.shape(), x.shape(), dim, false, "gather");
+  launch_copy(x, index, geometry(out.shape(), out.strides(), x, dim, true, "gather"), out,
+              "gather");
+}
+
+void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& out) {
+  check_index(index, "index_add");
+  check_other_dims(src.shape(), out.shape(), dim, true, "index_add");
+  SKA_CHECK(src.shape()[dim] == index.numel(), ShapeError, "index_add: src ",
+            shape_str(src.shape()), " does not hold ", index.numel(), " indices along dim ", dim);
+  launch_add(src, index, geometry(src.shape(), src.strides(), out, dim, false, "index_add"), out,
+             "index_add");
+}
+
+void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& out) {
+  check_index(index, "scatter_add");
+  check_other_dims(index.shape(), out.shape(), dim, false, "scatter_add");
+  SKA_CHECK(src.dim() == index.dim(), ShapeError, "scatter_add: src ", shape_str(src.shape()),
+            " and index ", shape_str(index.shape()), " differ in rank");
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    SKA_CHECK(index.shape()[d] <= src.shape()[d], ShapeError, "scatter_add: index ",
+              shape_str(index.shape()), " larger than src ", shape_str(src.shape()));
+  }
+  // Iterate over index's shape; src is read at the same coordinates through its own strides.
+  launch_add(src, index, geometry(index.shape(), src.strides(), out, dim, true, "scatter_add"), out,
+             "scatter_add");
+}
+
+}  // namespace ska::cuda

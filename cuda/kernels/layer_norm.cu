@@ -1,1 +1,240 @@
-// kernels/layer_norm.cu: implementation pending (see src/backend/kernels.inc).
+// Layer norm over the last dim on CUDA: one warp per row for the statistics, y and grad_x (f32
+// two-pass mean/variance); grad_weight/grad_bias by a deterministic two-stage column reduction.
+#include <algorithm>
+#include <climits>
+
+#include "backend/backend.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ska::cuda {
+namespace {
+
+constexpr int kRowWarps = 8;      // rows per block in the warp-per-row kernels (256 threads)
+constexpr int kColTile = 32;      // parameter-gradient partials: columns per block (threadIdx.x)
+constexpr int kRowLanes = 8;      // ... and rows walked in parallel (threadIdx.y)
+constexpr int kChunkRows = 64;    // rows per partial-sum chunk
+constexpr int kMaxChunks = 1024;  // gridDim.y bound for the partial sums
+
+template <typename T>
+__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
+                                          float* rstd, int64_t rows, int64_t cols, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  if (row >= rows) return;  // warp-uniform
+  const int lane = threadIdx.x & 31;
+  const T* xr = x + row * cols;
+  float s = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) s += to_float(xr[c]);
+  const float mu = warp_sum(s) / static_cast<float>(cols);
+  // Second pass around the mean: no cancellation, unlike E[x^2] - E[x]^2.
+  float v = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float d = to_float(xr[c]) - mu;
+    v += d * d;
+  }
+  const float rs = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(cols) + eps);
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+  T* yr = y + row * cols;
+  for (int64_t c = lane; c < cols; c += 32) {
+    float out = (to_float(xr[c]) - mu) * rs;
+    if (w) out *= to_float(w[c]);
+    if (b) out += to_float(b[c]);
+    yr[c] = from_float<T>(out);
+  }
+}
+
+// grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with gw = grad_y * weight.
+template <typename T>
+__global__ void layer_norm_grad_x_kernel(const T* gy, const T* x, const T* w, const float* mean,
+                                         const float* rstd, T* gx, int64_t rows, int64_t cols) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t base = row * cols;
+  const float mu = mean[row], rs = rstd[row];
+  float sum_gw = 0.0f, sum_gwx = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float gw = to_float(gy[base + c]) * (w ? to_float(w[c]) : 1.0f);
+    sum_gw += gw;
+    sum_gwx += gw * (to_float(x[base + c]) - mu) * rs;
+  }
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  const float mean_gw = warp_sum(sum_gw) * inv_cols, mean_gwx = warp_sum(sum_gwx) * inv_cols;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float gw = to_float(gy[base + c]) * (w ? to_float(w[c]) : 1.0f);
+    const float xhat = (to_float(x[base + c]) - mu) * rs;
+    gx[base + c] = from_float<T>(rs * (gw - mean_gw - xhat * mean_gwx));
+  }
+}
+
+// Stage 1: block (column tile, row chunk) sums grad_y * xhat and grad_y over its chunk's rows,
+// then writes one partial per column: part_w / part_b [chunks, cols]. Fixed order everywhere,
+// so the result is bitwise reproducible (no atomics).
+template <typename T>
+__global__ void layer_norm_param_partials(const T* gy, const T* x, const float* mean,
+                                          const float* rstd, int64_t rows, int64_t cols,
+                                          int64_t chunk_rows, float* part_w, float* part_b) {
+  __shared__ float sw[kRowLanes][kColTile + 1];
+  __shared__ float sb[kRowLanes][kColTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+  float aw = 0.0f, ab = 0.0f;
+  if (c < cols) {
+    for (int64_t r = r0 + ty; r < r1; r += kRowLanes) {
+      const float g = to_float(gy[r * cols + c]);
+      aw += g * (to_float(x[r * cols + c]) - mean[r]) * rstd[r];
+      ab += g;
+    }
+  }
+  sw[ty][tx] = aw;
+  sb[ty][tx] = ab;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    for (int i = 1; i < kRowLanes; ++i) {
+      aw += sw[i][tx];
+      ab += sb[i][tx];
+    }
+    const int64_t out = static_cast<int64_t>(blockIdx.y) * cols + c;
+    if (part_w) part_w[out] = aw;
+    if (part_b) part_b[out] = ab;
+  }
+}
+
+// Stage 2: sums the chunk partials of each column in chunk order.
+template <typename T>
+__global__ void layer_norm_param_final(const float* part_w, const float* part_b, int64_t chunks,
+                                       int64_t cols, T* gw, T* gb) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float aw = 0.0f, ab = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) {
+      if (gw) aw += part_w[k * cols + c];
+      if (gb) ab += part_b[k * cols + c];
+    }
+    if (gw) gw[c] = from_float<T>(aw);
+    if (gb) gb[c] = from_float<T>(ab);
+  }
+}
+
+unsigned int row_warp_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kRowWarps - 1) / kRowWarps;
+  SKA_CHECK(blocks <= INT_MAX, ShapeError, "layer_norm: too many rows (", rows, ")");
+  return static_cast<unsigned int>(blocks);
+}
+
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <typename T>
+T* mutable_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+void check_param(const Tensor& p, const Tensor& x, int64_t cols, const char* what) {
+  if (!p.defined()) return;
+  SKA_CHECK(p.dtype() == x.dtype(), DTypeError, "layer_norm: ", what, " dtype ", p.dtype(),
+            " differs from x's ", x.dtype());
+  SKA_CHECK(p.numel() == cols && p.is_contiguous(), ShapeError, "layer_norm: ", what,
+            " must be contiguous with ", cols, " elements");
+}
+
+void check_stats(const Tensor& mean, const Tensor& rstd, int64_t rows) {
+  SKA_CHECK(mean.dtype() == DType::kF32 && rstd.dtype() == DType::kF32, DTypeError,
+            "layer_norm: mean and rstd must be f32");
+  SKA_CHECK(mean.numel() == rows && rstd.numel() == rows, ShapeError,
+            "layer_norm: mean and rstd need ", rows, " elements");
+}
+
+// grad_weight / grad_bias through the two-stage reduction, scratch from the workspace.
+template <typename T>
+void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& grad_weight, const Tensor& grad_bias,
+                        int64_t rows, int64_t cols, int device, cudaStream_t s) {
+  const int64_t chunks = std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  const Tensor ws = workspace(device, 2 * chunks * cols * sizeof(float));
+  float* part_w = static_cast<float*>(ws.data_ptr());
+  float* part_b = part_w + chunks * cols;
+  const int64_t col_tiles = (cols + kColTile - 1) / kColTile;
+  SKA_CHECK(col_tiles <= INT_MAX, ShapeError, "layer_norm: too many columns (", cols, ")");
+  const dim3 grid(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
+  layer_norm_param_partials<T><<<grid, dim3(kColTile, kRowLanes), 0, s>>>(
+      static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+      static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()), rows,
+      cols, chunk_rows, grad_weight.defined() ? part_w : nullptr,
+      grad_bias.defined() ? part_b : nullptr);
+  SKA_CUDA_CHECK_LAUNCH();
+  layer_norm_param_final<T><<<grid_for(cols), 256, 0, s>>>(
+      part_w, part_b, chunks, cols, mutable_or_null<T>(grad_weight), mutable_or_null<T>(grad_bias));
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  if (rows == 0) return;
+  SKA_CHECK(x.is_contiguous() && y.is_contiguous(), ValueError,
+            "layer_norm_forward: x and y must be contiguous");
+  check_param(weight, x, cols, "weight");
+  check_param(bias, x, cols, "bias");
+  check_stats(mean, rstd, rows);
+  dispatch_floating(x.dtype(), "layer_norm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_forward_kernel<T>
+        <<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(
+            static_cast<const T*>(x.data_ptr()), data_or_null<T>(weight), data_or_null<T>(bias),
+            static_cast<T*>(y.data_ptr()), static_cast<float*>(mean.data_ptr()),
+            static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  SKA_CHECK(x.is_contiguous() && grad_y.is_contiguous(), ValueError,
+            "layer_norm_backward: x and grad_y must be contiguous");
+  check_param(weight, x, cols, "weight");
+  check_param(grad_weight, x, cols, "grad_weight");
+  check_param(grad_bias, x, cols, "grad_bias");
+  check_stats(mean, rstd, rows);
+  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const cudaStream_t s = current_stream(device);
+    if (rows == 0) {  // empty batch: the parameter gradients are zero
+      if (grad_weight.defined())
+        SKA_CUDA_CHECK(cudaMemsetAsync(grad_weight.data_ptr(), 0, cols * sizeof(T), s));
+      if (grad_bias.defined())
+        SKA_CUDA_CHECK(cudaMemsetAsync(grad_bias.data_ptr(), 0, cols * sizeof(T), s));
+      return;
+    }
+    if (grad_x.defined()) {
+      SKA_CHECK(grad_x.is_contiguous(), ValueError, "layer_norm_backward: grad_x not contiguous");
+      layer_norm_grad_x_kernel<T><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
+          static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+          data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
+          static_cast<const float*>(rstd.data_ptr()), static_cast<T*>(grad_x.data_ptr()), rows,
+          cols);
+      SKA_CUDA_CHECK_LAUNCH();
+    }
+    if (grad_weight.defined() || grad_bias.defined()) {
+      launch_param_grads<T>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols, device, s);
+    }
+  });
+}
+
+}  // namespace ska::cuda

@@ -1,1 +1,308 @@
-// kernels/reduce.cu: implementation pending (see src/backend/kernels.inc).
+// CUDA kernels: sum / mean / max / min over chosen dims, argmax along a dim, top-k along the last
+// dim. Twins of backend/cpu/reduce.cpp and topk.cpp; values are accumulated in f32.
+#include <algorithm>
+
+#include "backend/backend.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ska::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;     // warp-per-row kernels: blockDim (32, 8)
+constexpr int kRowThreads = 512;      // block-per-row kernels
+constexpr int64_t kWarpRowMax = 1024;  // rows up to this length go one warp each
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <ReduceOp OP>
+__device__ __forceinline__ float identity() {
+  if constexpr (OP == ReduceOp::kMax) return -INFINITY;
+  if constexpr (OP == ReduceOp::kMin) return INFINITY;
+  return 0.0f;
+}
+
+// NaN propagates through max / min, as in the CPU twin.
+template <ReduceOp OP>
+__device__ __forceinline__ float combine(float a, float b) {
+  if constexpr (OP == ReduceOp::kMax || OP == ReduceOp::kMin) {
+    if (a != a) return a;
+    if (b != b) return b;
+    if constexpr (OP == ReduceOp::kMax) return a > b ? a : b;
+    return a < b ? a : b;
+  }
+  return a + b;
+}
+
+template <ReduceOp OP>
+__device__ __forceinline__ float warp_reduce(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = combine<OP>(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// The value written for a reduced row: the mean divides by the number of reduced elements.
+template <ReduceOp OP, typename Out>
+__device__ __forceinline__ Out finish(float acc, bool final_pass, float count) {
+  if (final_pass && OP == ReduceOp::kMean) acc /= count;
+  return from_float<Out>(acc);
+}
+
+// One warp per row of `len` contiguous elements.
+template <ReduceOp OP, typename In, typename Out>
+__global__ void reduce_rows_warp(const In* __restrict__ x, Out* __restrict__ out, int64_t rows,
+                                 int64_t len, bool final_pass, float count) {
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    const In* p = x + row * len;
+    float acc = identity<OP>();
+    for (int64_t j = threadIdx.x; j < len; j += 32) acc = combine<OP>(acc, to_float(p[j]));
+    acc = warp_reduce<OP>(acc);
+    if (threadIdx.x == 0) out[row] = finish<OP, Out>(acc, final_pass, count);
+  }
+}
+
+// One block per (row, chunk): rows of `len` contiguous elements split into `chunks` pieces, each
+// reduced into out[row * chunks + chunk] (unfinished partials when chunks > 1).
+template <ReduceOp OP, typename In, typename Out>
+__global__ void reduce_rows_block(const In* __restrict__ x, Out* __restrict__ out, int64_t rows,
+                                  int64_t len, int64_t chunks, bool final_pass, float count) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t chunk_len = (len + chunks - 1) / chunks;
+  for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+    const int64_t row = b / chunks, chunk = b % chunks;
+    const In* p = x + row * len;
+    const int64_t end = std::min(len, (chunk + 1) * chunk_len);
+    float acc = identity<OP>();
+    for (int64_t j = chunk * chunk_len + threadIdx.x; j < end; j += blockDim.x) {
+      acc = combine<OP>(acc, to_float(p[j]));
+    }
+    acc = warp_reduce<OP>(acc);
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+      float v = lane < warps ? partial[lane] : identity<OP>();
+      v = warp_reduce<OP>(v);
+      if (lane == 0) out[b] = finish<OP, Out>(v, final_pass, count);
+    }
+    __syncthreads();  // partial[] is reused by the next row
+  }
+}
+
+// Reduces `rows` contiguous rows of `len` elements of x into out (contiguous, `rows` elements).
+template <ReduceOp OP, typename T>
+void reduce_rows(const T* x, T* out, int64_t rows, int64_t len, const Tensor& like,
+                 cudaStream_t stream) {
+  const float count = static_cast<float>(len);
+  const int dev = device_index(like);
+  const int64_t sms = sm_count(dev);
+  const dim3 warp_block(32, kWarpsPerBlock);
+  const auto warp_grid = [](int64_t r) {
+    return static_cast<unsigned>(std::min<int64_t>((r + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20));
+  };
+  if (len <= kWarpRowMax) {
+    reduce_rows_warp<OP, T, T><<<warp_grid(rows), warp_block, 0, stream>>>(x, out, rows, len, true,
+                                                                            count);
+    SKA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Few long rows: split each row over several blocks, then reduce the partials.
+  const int64_t chunks =
+      rows < 2 * sms && len >= 16 * kRowThreads
+          ? std::max<int64_t>(1, std::min<int64_t>(len / (8 * kRowThreads), 4 * sms / rows))
+          : 1;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows * chunks, 1 << 20));
+  if (chunks == 1) {
+    reduce_rows_block<OP, T, T><<<grid, kRowThreads, 0, stream>>>(x, out, rows, len, 1, true,
+                                                                  count);
+    SKA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  Tensor partials = Tensor::empty({rows * chunks}, DType::kF32, like.device());
+  float* pp = partials.data<float>();
+  reduce_rows_block<OP, T, float><<<grid, kRowThreads, 0, stream>>>(x, pp, rows, len, chunks,
+                                                                    false, count);
+  SKA_CUDA_CHECK_LAUNCH();
+  reduce_rows_warp<OP, float, T><<<warp_grid(rows), warp_block, 0, stream>>>(pp, out, rows, chunks,
+                                                                             true, count);
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+// x viewed with the reduced dims moved last, packed contiguous: [kept..., reduced...].
+Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
+  std::vector<char> is_reduced(static_cast<size_t>(x.dim()), 0);
+  for (int64_t d : dims) is_reduced[static_cast<size_t>(d)] = 1;
+  Shape shape, strides;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      if (is_reduced[static_cast<size_t>(d)] == pass) {
+        shape.push_back(x.shape()[static_cast<size_t>(d)]);
+        strides.push_back(x.strides()[static_cast<size_t>(d)]);
+      }
+    }
+  }
+  Tensor view = Tensor::make_view(x.storage(), shape, strides, x.offset(), x.dtype());
+  if (view.is_contiguous()) return view;
+  Tensor packed = Tensor::empty(shape, x.dtype(), x.device());
+  copy(view, packed);
+  return packed;
+}
+
+// Better candidate for "first maximum": larger value, or equal value at a lower index.
+// Index -1 marks "no candidate".
+__device__ __forceinline__ bool better(float v, int64_t i, float best_v, int64_t best_i) {
+  return i >= 0 && (best_i < 0 || v > best_v || (v == best_v && i < best_i));
+}
+
+__device__ __forceinline__ void warp_best(float& v, int64_t& i) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, v, o);
+    const int64_t oi = __shfl_xor_sync(kFullMask, i, o);
+    if (better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+// One warp per output element. The CPU twin scans with `>`, so NaNs are never chosen, except that
+// a NaN first element wins (nothing compares greater than it): reproduced here.
+template <typename T>
+__global__ void argmax_kernel(const T* __restrict__ x, StridedIndexer base, int64_t outs,
+                              int64_t len, int64_t step, int64_t* __restrict__ out) {
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y; o < outs;
+       o += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    const T* p = x + base.offset(o);
+    float best = 0.0f;
+    int64_t best_i = -1;
+    for (int64_t k = threadIdx.x; k < len; k += 32) {
+      const float v = to_float(p[k * step]);
+      if (v == v && (best_i < 0 || v > best)) {
+        best = v;
+        best_i = k;
+      }
+    }
+    warp_best(best, best_i);
+    if (threadIdx.x == 0) {
+      const bool first_nan = len > 0 && !(to_float(p[0]) == to_float(p[0]));
+      out[o] = (first_nan || best_i < 0) ? 0 : best_i;
+    }
+  }
+}
+
+// One block per row; k rounds, each picking the best element after the previous pick in the order
+// (value descending, index ascending). O(k * len) per row: meant for small k.
+template <typename T>
+__global__ void topk_kernel(const T* __restrict__ x, int64_t rows, int64_t len, int64_t k,
+                            T* __restrict__ values, int64_t* __restrict__ indices) {
+  __shared__ float part_v[32];
+  __shared__ int64_t part_i[32];
+  __shared__ float pick_v;
+  __shared__ int64_t pick_i;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = x + r * len;
+    float prev_v = 0.0f;
+    int64_t prev_i = -1;  // -1: nothing picked yet
+    for (int64_t j = 0; j < k; ++j) {
+      float best = 0.0f;
+      int64_t best_i = -1;
+      for (int64_t e = threadIdx.x; e < len; e += blockDim.x) {
+        const float v = to_float(row[e]);
+        const bool after_prev = prev_i < 0 || v < prev_v || (v == prev_v && e > prev_i);
+        if (after_prev && better(v, e, best, best_i)) {
+          best = v;
+          best_i = e;
+        }
+      }
+      warp_best(best, best_i);
+      if (lane == 0) {
+        part_v[warp] = best;
+        part_i[warp] = best_i;
+      }
+      __syncthreads();
+      if (warp == 0) {
+        float v = lane < warps ? part_v[lane] : 0.0f;
+        int64_t i = lane < warps ? part_i[lane] : -1;
+        warp_best(v, i);
+        if (lane == 0) {
+          pick_v = v;
+          pick_i = i;
+          values[r * k + j] = i >= 0 ? row[i] : from_float<T>(NAN);  // -1 only with NaN inputs
+          indices[r * k + j] = i >= 0 ? i : 0;
+        }
+      }
+      __syncthreads();
+      prev_v = pick_v;
+      prev_i = pick_i;
+      if (prev_i < 0) prev_i = len;  // nothing left to pick
+      __syncthreads();  // pick_* is rewritten in the next round
+    }
+  }
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
+  SKA_CHECK(out.dtype() == x.dtype() && out.is_contiguous(), ValueError,
+            "cuda reduce: output must be contiguous with the input's dtype, got ", out.str());
+  const int64_t rows = out.numel();
+  if (rows == 0) return;
+  const int64_t len = x.numel() / rows;
+  dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    const Tensor packed = reduced_dims_last(x, dims);
+    DeviceGuard guard(device_index(out));
+    const cudaStream_t stream = current_stream(device_index(out));
+    const T* xp = static_cast<const T*>(packed.data_ptr());
+    T* yp = static_cast<T*>(out.data_ptr());
+    switch (op) {
+      case ReduceOp::kSum: reduce_rows<ReduceOp::kSum>(xp, yp, rows, len, out, stream); break;
+      case ReduceOp::kMean: reduce_rows<ReduceOp::kMean>(xp, yp, rows, len, out, stream); break;
+      case ReduceOp::kMax: reduce_rows<ReduceOp::kMax>(xp, yp, rows, len, out, stream); break;
+      case ReduceOp::kMin: reduce_rows<ReduceOp::kMin>(xp, yp, rows, len, out, stream); break;
+    }
+  });
+}
+
+void argmax(const Tensor& x, int64_t dim, const Tensor& out) {
+  SKA_CHECK(out.dtype() == DType::kI64 && out.is_contiguous(), ValueError,
+            "cuda argmax: output must be contiguous i64, got ", out.str());
+  const int64_t outs = out.numel();
+  if (outs == 0) return;
+  const int64_t len = x.shape()[static_cast<size_t>(dim)];
+  const int64_t step = x.strides()[static_cast<size_t>(dim)];
+  // Output element o -> offset of its first element in x: out's shape with x's strides.
+  Tensor base_view = Tensor::make_view(x.storage(), out.shape(), x.strides(), x.offset(), x.dtype());
+  const StridedIndexer base = make_indexer(base_view);
+  dispatch_floating(x.dtype(), "argmax", [&](auto tag) {
+    using T = decltype(tag);
+    DeviceGuard guard(device_index(out));
+    const unsigned grid = static_cast<unsigned>(
+        std::min<int64_t>((outs + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20));
+    argmax_kernel<T><<<grid, dim3(32, kWarpsPerBlock), 0, current_stream(device_index(out))>>>(
+        static_cast<const T*>(x.data_ptr()), base, outs, len, step, out.data<int64_t>());
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void topk(const Tensor& x, int64_t k, const Tensor& values, const Tensor& indices) {
+  SKA_CHECK(x.is_contiguous(), ValueError, "cuda topk: input must be contiguous, got ", x.str());
+  SKA_CHECK(indices.dtype() == DType::kI64 && values.dtype() == x.dtype(), DTypeError,
+            "cuda topk: values must have the input's dtype and indices must be i64");
+  const int64_t len = x.shape().empty() ? 1 : x.shape().back();
+  const int64_t rows = len == 0 ? 0 : x.numel() / len;
+  SKA_CHECK(k >= 0 && k <= len, ValueError, "cuda topk: k = ", k, " for rows of ", len);
+  if (rows == 0 || k == 0) return;
+  dispatch_floating(x.dtype(), "topk", [&](auto tag) {
+    using T = decltype(tag);
+    DeviceGuard guard(device_index(x));
+    const int threads = len >= 256 ? 256 : 32 * static_cast<int>((len + 31) / 32);
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
+    topk_kernel<T><<<grid, threads, 0, current_stream(device_index(x))>>>(
+        static_cast<const T*>(x.data_ptr()), rows, len, k, static_cast<T*>(values.data_ptr()),
+        indices.data<int64_t>());
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace ska::cuda

@@ -1,1 +1,255 @@
-// runtime/caching_allocator.cpp: implementation pending (see src/backend/kernels.inc).
+// The CUDA caching allocators: device memory (one per device) and pinned host memory. Freed blocks
+// are cached and reused, so the steady state makes no cudaMalloc/cudaFree (or cudaHostAlloc) calls.
+//
+// Device blocks belong to the stream that was current when they were allocated: a freed block is
+// only handed out again for an allocation on the same stream, so stream order guarantees that the
+// kernels still using it have finished first. A tensor used on another stream must be synchronised
+// with its allocation stream before it is freed. Pinned blocks record an event for every
+// asynchronous copy that uses them (record_pinned_use) and wait for those events when freed.
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "cuda/runtime/caching_allocator.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/runtime.h"
+
+namespace ska {
+
+namespace cuda {
+namespace {
+
+constexpr size_t kSmallLimit = size_t{1} << 20;       // requests up to 1 MiB are "small"
+constexpr size_t kSmallRound = 512;                    // small sizes round to 512 B
+constexpr size_t kLargeRound = size_t{2} << 20;        // large sizes round to 2 MiB
+constexpr size_t kMaxRequest = size_t{1} << 60;        // beyond this, rounding could overflow
+
+size_t round_size(size_t nbytes) {
+  const size_t unit = nbytes <= kSmallLimit ? kSmallRound : kLargeRound;
+  return (nbytes + unit - 1) / unit * unit;
+}
+
+std::string format_bytes(int64_t bytes) {
+  return std::to_string(bytes) + " bytes (" +
+         std::to_string(static_cast<double>(bytes) / static_cast<double>(1 << 20)) + " MiB)";
+}
+
+// The size-keyed cache with statistics; subclasses provide the system calls.
+class CachingAllocator : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.num_allocs;
+      return nullptr;
+    }
+    if (nbytes > kMaxRequest) throw_oom(nbytes, "request too large");
+    const size_t size = round_size(nbytes);
+    const cudaStream_t stream = allocation_stream();
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t block_size = size;
+    void* ptr = take_cached(stream, &block_size);
+    if (!ptr) {
+      cudaError_t err = system_alloc(&ptr, size);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        release_cached_locked();  // give the cache back to the system and retry once
+        err = system_alloc(&ptr, size);
+        if (err != cudaSuccess) {
+          (void)cudaGetLastError();
+          throw_oom(nbytes, cudaGetErrorString(err));
+        }
+      }
+      stats_.reserved += static_cast<int64_t>(size);
+      ++stats_.num_system_allocs;
+    }
+    active_[ptr] = Block{block_size, stream, {}};
+    stats_.allocated += static_cast<int64_t>(block_size);
+    stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+    ++stats_.num_allocs;
+    return ptr;
+  }
+
+  void deallocate(void* ptr) override {
+    if (!ptr) return;
+    Block block;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = active_.find(ptr);
+      if (it == active_.end()) return;  // not ours; called from destructors, so never throw
+      block = std::move(it->second);
+      active_.erase(it);
+      stats_.allocated -= static_cast<int64_t>(block.size);
+    }
+    for (cudaEvent_t ev : block.events) {  // pinned blocks: wait for copies still reading them
+      (void)cudaEventSynchronize(ev);
+      (void)cudaEventDestroy(ev);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    cached_.emplace(stream_key(block.stream), block.size, ptr);
+  }
+
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_allocated = stats_.allocated;
+  }
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_cached_locked();
+  }
+
+  // Pinned only: an asynchronous copy on `stream` uses the block at `base`.
+  void record_use(const void* base, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = active_.find(const_cast<void*>(base));
+    if (it == active_.end()) return;
+    std::vector<cudaEvent_t>& events = it->second.events;
+    // Drop events that have completed, so a buffer reused for many copies keeps few.
+    events.erase(std::remove_if(events.begin(), events.end(),
+                                [](cudaEvent_t ev) {
+                                  if (cudaEventQuery(ev) != cudaSuccess) return false;
+                                  (void)cudaEventDestroy(ev);
+                                  return true;
+                                }),
+                 events.end());
+    (void)cudaGetLastError();  // cudaEventQuery's cudaErrorNotReady is not an error
+    cudaEvent_t ev = nullptr;
+    SKA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    SKA_CUDA_CHECK(cudaEventRecord(ev, stream));
+    events.push_back(ev);
+  }
+
+ protected:
+  struct Block {
+    size_t size = 0;
+    cudaStream_t stream = nullptr;
+    std::vector<cudaEvent_t> events;
+  };
+
+  virtual cudaError_t system_alloc(void** ptr, size_t size) = 0;
+  virtual void system_free(void* ptr) = 0;
+  virtual void synchronize_before_release() {}
+  virtual cudaStream_t allocation_stream() = 0;
+  virtual std::string name() const = 0;
+
+ private:
+  static uintptr_t stream_key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
+
+  // The smallest cached block of `stream` that fits *size without wasting more than a quarter of
+  // it; *size becomes the block's size. nullptr when none.
+  void* take_cached(cudaStream_t stream, size_t* size_io) {
+    const size_t size = *size_io;
+    auto it = cached_.lower_bound(std::make_tuple(stream_key(stream), size, nullptr));
+    if (it == cached_.end() || std::get<0>(*it) != stream_key(stream)) return nullptr;
+    if (std::get<1>(*it) > size + size / 4) return nullptr;
+    void* ptr = std::get<2>(*it);
+    *size_io = std::get<1>(*it);
+    cached_.erase(it);
+    return ptr;
+  }
+
+  void release_cached_locked() {
+    if (cached_.empty()) return;
+    synchronize_before_release();
+    for (const auto& entry : cached_) {
+      system_free(std::get<2>(entry));
+      stats_.reserved -= static_cast<int64_t>(std::get<1>(entry));
+    }
+    cached_.clear();
+  }
+
+  [[noreturn]] void throw_oom(size_t nbytes, const char* reason) {
+    SKA_FAIL(OutOfMemoryError, name(), " out of memory: tried to allocate ",
+             format_bytes(static_cast<int64_t>(nbytes)), "; ", format_bytes(stats_.allocated),
+             " allocated, ", format_bytes(stats_.reserved), " reserved (", reason, ")");
+  }
+
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+  std::unordered_map<void*, Block> active_;
+  std::set<std::tuple<uintptr_t, size_t, void*>> cached_;  // (stream, size, ptr)
+};
+
+class DeviceCachingAllocator final : public CachingAllocator {
+ public:
+  explicit DeviceCachingAllocator(int device) : device_(device) {}
+
+ protected:
+  cudaError_t system_alloc(void** ptr, size_t size) override {
+    DeviceGuard guard(device_);
+    return cudaMalloc(ptr, size);
+  }
+  void system_free(void* ptr) override {
+    DeviceGuard guard(device_);
+    (void)cudaFree(ptr);
+  }
+  // Cached blocks may still be read by queued kernels of their stream.
+  void synchronize_before_release() override {
+    DeviceGuard guard(device_);
+    (void)cudaDeviceSynchronize();
+  }
+  cudaStream_t allocation_stream() override { return current_stream(device_); }
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+
+ private:
+  int device_;
+};
+
+class PinnedCachingAllocator final : public CachingAllocator {
+ protected:
+  // Portable: usable for copies with every device.
+  cudaError_t system_alloc(void** ptr, size_t size) override {
+    return cudaHostAlloc(ptr, size, cudaHostAllocPortable);
+  }
+  void system_free(void* ptr) override { (void)cudaFreeHost(ptr); }
+  cudaStream_t allocation_stream() override { return nullptr; }  // one pool for every stream
+  std::string name() const override { return "pinned host memory"; }
+};
+
+PinnedCachingAllocator& pinned_allocator() {
+  static PinnedCachingAllocator* a = new PinnedCachingAllocator();  // never destroyed
+  return *a;
+}
+
+}  // namespace
+
+void record_pinned_use(const void* base, cudaStream_t stream) {
+  if (cuda_is_available()) pinned_allocator().record_use(base, stream);
+}
+
+}  // namespace cuda
+
+Allocator& allocator_for(Device device) {
+  if (device.is_cpu()) return host_allocator();
+  SKA_CHECK(device.index >= 0 && device.index < cuda_device_count(), DeviceError, "device ",
+            device, " requested, but ", cuda_device_count(), " CUDA device(s) are visible");
+  static std::vector<std::unique_ptr<cuda::DeviceCachingAllocator>>* allocators = [] {
+    auto* v = new std::vector<std::unique_ptr<cuda::DeviceCachingAllocator>>();
+    for (int d = 0; d < cuda_device_count(); ++d) {
+      v->push_back(std::make_unique<cuda::DeviceCachingAllocator>(d));
+    }
+    return v;
+  }();  // never destroyed: tensors may outlive statics
+  return *(*allocators)[static_cast<size_t>(device.index)];
+}
+
+// Without a usable device, page-locking is impossible; plain host memory serves instead.
+Allocator& pinned_host_allocator() {
+  if (!cuda_is_available()) return host_allocator();
+  return cuda::pinned_allocator();
+}
+
+}  // namespace ska

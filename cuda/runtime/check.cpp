@@ -1,1 +1,32 @@
-// runtime/check.cpp: implementation pending (see src/backend/kernels.inc).
+// Status checks for CUDA, cuBLAS(Lt) and cuDNN: a failed call throws CudaError naming the call,
+// the library's error name and message, and the file:line of the check.
+#include "cuda/runtime/check.h"
+
+#include "core/error.h"
+
+namespace ska::cuda {
+
+void check_cuda(cudaError_t status, const char* expr, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  // Clear the (non-sticky) error so that a later SKA_CUDA_CHECK_LAUNCH does not report it again.
+  (void)cudaGetLastError();
+  SKA_FAIL(CudaError, "CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status),
+           ") from ", expr, " at ", file, ":", line);
+}
+
+void check_cublas(cublasStatus_t status, const char* expr, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  SKA_FAIL(CudaError, "cuBLAS error ", cublasGetStatusName(status), " (",
+           cublasGetStatusString(status), ") from ", expr, " at ", file, ":", line);
+}
+
+void check_cudnn(cudnnStatus_t status, const char* expr, const char* file, int line) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  char detail[512] = {0};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  SKA_FAIL(CudaError, "cuDNN error ", cudnnGetErrorString(status),
+           detail[0] ? std::string(" (") + detail + ")" : std::string(), " from ", expr, " at ",
+           file, ":", line);
+}
+
+}  // namespace ska::cuda

@@ -252,7 +252,10 @@ TEST_CASE("cuda cross entropy and index kernels: out-of-range indices", "[cuda]"
   const Tensor loss = Tensor::empty({2}, DType::kF32, kGpu);
   const Tensor lse = Tensor::empty({2}, DType::kF32, kGpu);
   const Tensor bad = Tensor::from_vector(std::vector<int64_t>{3, -100}, {2}).to(kGpu);
-  CHECK_THROWS_AS(cuda::cross_entropy_forward(logits, bad, 0.1, loss, lse), ValueError);
+  cuda::cross_entropy_forward(logits, bad, 0.1, loss, lse);  // no host sync: row 1 becomes NaN
+  const std::vector<float> bad_loss = loss.to_vector<float>();
+  CHECK(std::isfinite(bad_loss[0]));
+  CHECK(std::isnan(bad_loss[1]));
   const Tensor target = Tensor::from_vector(std::vector<int64_t>{3, 4}, {2}).to(kGpu);
   cuda::cross_entropy_forward(logits, target, 0.1, loss, lse);
   const Tensor gl = Tensor::ones({2}, DType::kF32, kGpu);

@@ -1,0 +1,278 @@
+// CUDA runtime and first-half kernel tests: caching allocator, OOM errors, transfers, pinned
+// memory, streams, Philox parity with the CPU, GEMM against a host reference, reductions.
+#include <catch2/catch.hpp>
+
+#include "support/test_util.h"
+
+#ifdef SKA_WITH_CUDA
+
+#include <cstring>
+#include <thread>
+
+#include "backend/backend.h"
+#include "backend/device_runtime.h"
+#include "cuda/runtime/runtime.h"
+
+using namespace ska;
+
+namespace {
+
+constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16,
+                                DType::kI32, DType::kI64, DType::kU8};
+
+// Small integers: exact in every dtype, u8 included.
+std::vector<double> small_ints(int64_t n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>((i * 37) % 101);
+  return v;
+}
+
+// Multiples of 1/8 in [-1, 1]: exact in bf16, f16 and TF32, so GEMM sums are exact in f32.
+std::vector<double> eighths(int64_t n, uint64_t seed) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t h = philox4x32_10(seed, static_cast<uint64_t>(i)).w[0];
+    v[static_cast<size_t>(i)] = static_cast<double>(static_cast<int>(h % 17) - 8) / 8.0;
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA caching allocator reuses blocks and tracks statistics", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  Allocator& alloc = allocator_for(Device::cuda(0));
+  const MemoryStats s0 = alloc.stats();
+  void* p = alloc.allocate(1000000);
+  const MemoryStats s1 = alloc.stats();
+  CHECK(s1.allocated - s0.allocated >= 1000000);
+  CHECK(s1.num_allocs == s0.num_allocs + 1);
+  alloc.deallocate(p);
+  CHECK(alloc.stats().allocated == s0.allocated);
+  void* q = alloc.allocate(1000000);
+  const MemoryStats s2 = alloc.stats();
+  CHECK(q == p);
+  CHECK(s2.num_system_allocs == s1.num_system_allocs);  // served from the cache
+  CHECK(s2.num_allocs == s1.num_allocs + 1);
+  alloc.deallocate(q);
+
+  alloc.reset_peak();
+  const int64_t base = alloc.stats().allocated;
+  CHECK(alloc.stats().peak_allocated == base);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(alloc.allocate(size_t{4} << 20));
+  for (void* b : blocks) alloc.deallocate(b);
+  const MemoryStats s3 = alloc.stats();
+  CHECK(s3.allocated == base);
+  CHECK(s3.peak_allocated >= base + (int64_t{12} << 20));
+  CHECK(s3.reserved >= s3.peak_allocated);
+  alloc.empty_cache();
+  CHECK(alloc.stats().reserved == alloc.stats().allocated);
+}
+
+TEST_CASE("CUDA out-of-memory errors say how much was asked and held", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  Allocator& alloc = allocator_for(Device::cuda(0));
+  const size_t absurd = size_t{1} << 50;
+  REQUIRE_THROWS_AS(alloc.allocate(absurd), OutOfMemoryError);
+  try {
+    alloc.allocate(absurd);
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("1125899906842624"));
+    CHECK_THAT(msg, Catch::Contains("cuda:0"));
+    CHECK_THAT(msg, Catch::Contains("allocated"));
+    CHECK_THAT(msg, Catch::Contains("reserved"));
+  }
+  // The allocator still works afterwards.
+  Tensor t = Tensor::full({16}, 3.0, DType::kF32, Device::cuda(0));
+  CHECK(t.to_vector<float>()[15] == 3.0f);
+}
+
+TEST_CASE("CUDA host<->device round trips of every dtype, strided views included", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Shape shape{3, 4, 5};
+  for (DType dt : kAllDTypes) {
+    INFO("dtype " << dtype_name(dt));
+    const Tensor host = Tensor::from_vector(small_ints(60), shape, dt);
+    const Tensor dev = host.to(Device::cuda(0));
+    CHECK(dev.device() == Device::cuda(0));
+    CHECK(dev.to(Device::cpu()).to_vector<double>() == host.to_vector<double>());
+    // Strided on the device (cuda::copy) and strided on the host (packed before the transfer).
+    const Tensor dev_t = dev.permute({2, 0, 1}).contiguous();
+    CHECK(dev_t.to_vector<double>() == host.permute({2, 0, 1}).contiguous().to_vector<double>());
+    CHECK(host.slice(2, 1, 5, 2).to(Device::cuda(0)).to_vector<double>() ==
+          host.slice(2, 1, 5, 2).contiguous().to_vector<double>());
+    // Writing into a strided device view.
+    Tensor target = Tensor::zeros({5, 3, 4}, dt, Device::cuda(0));
+    target.permute({1, 2, 0}).copy_(host);
+    CHECK(target.to_vector<double>() == host.permute({2, 0, 1}).contiguous().to_vector<double>());
+    // Conversions on the device equal those on the host.
+    for (DType to : kAllDTypes) {
+      INFO("to " << dtype_name(to));
+      CHECK(dev.to(to).to_vector<double>() == host.to(to).to_vector<double>());
+    }
+  }
+}
+
+TEST_CASE("CUDA pinned memory round trip", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  Tensor pinned = Tensor::empty_pinned({1000}, DType::kF32);
+  CHECK(pinned.storage()->pinned());
+  for (int i = 0; i < 1000; ++i) pinned.data<float>()[i] = static_cast<float>(i) * 0.5f;
+  Tensor dev = Tensor::empty({1000}, DType::kF32, Device::cuda(0));
+  dev.copy_(pinned);  // asynchronous
+  Tensor back = Tensor::empty_pinned({1000}, DType::kF32);
+  back.copy_(dev);  // synchronises
+  CHECK(std::memcmp(back.data<float>(), pinned.data<float>(), 1000 * sizeof(float)) == 0);
+  const MemoryStats before = pinned_host_allocator().stats();
+  { Tensor again = Tensor::empty_pinned({1000}, DType::kF32); }
+  { Tensor again = Tensor::empty_pinned({1000}, DType::kF32); }
+  CHECK(pinned_host_allocator().stats().num_system_allocs <= before.num_system_allocs + 1);
+}
+
+TEST_CASE("CUDA StreamGuard selects the current stream of this thread", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const cudaStream_t compute = cuda::current_stream(0);
+  CHECK(compute == cuda::current_stream(0));
+  const cudaStream_t side = cuda::create_stream(0);
+  REQUIRE(side != compute);
+  {
+    cuda::StreamGuard guard(0, side);
+    CHECK(cuda::current_stream(0) == side);
+    cudaStream_t seen_by_other = nullptr;
+    std::thread([&] { seen_by_other = cuda::current_stream(0); }).join();
+    CHECK(seen_by_other == compute);
+    Tensor t = Tensor::full({100}, 2.0, DType::kF32, Device::cuda(0));  // runs on `side`
+    CHECK(t.to_vector<float>()[99] == 2.0f);
+  }
+  CHECK(cuda::current_stream(0) == compute);
+  CHECK(cuda::compute_capability(0) >= 50);
+  CHECK(cuda::sm_count(0) > 0);
+  CHECK(cuda::cudnn_handle(0) != nullptr);
+  CHECK(cuda::cublaslt_handle(0) != nullptr);
+}
+
+TEST_CASE("CUDA Philox draws equal the CPU's bit for bit", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (int64_t n : {1, 7, 1001, 65537}) {
+    INFO("n = " << n);
+    const uint64_t seed = 0x1234567890abcdefull, offset = 17;
+    Tensor c = Tensor::empty({n}, DType::kF32);
+    Tensor g = Tensor::empty({n}, DType::kF32, Device::cuda(0));
+    cpu::random_uniform(c, seed, offset, -2.0, 3.0);
+    cuda::random_uniform(g, seed, offset, -2.0, 3.0);
+    const std::vector<float> gu = g.to_vector<float>();
+    CHECK(std::memcmp(gu.data(), c.data<float>(), static_cast<size_t>(n) * 4) == 0);
+    cpu::random_bernoulli(c, seed, offset, 0.3, 1.0 / 0.3);
+    cuda::random_bernoulli(g, seed, offset, 0.3, 1.0 / 0.3);
+    const std::vector<float> gb = g.to_vector<float>();
+    CHECK(std::memcmp(gb.data(), c.data<float>(), static_cast<size_t>(n) * 4) == 0);
+    // Normal draws use logf/cosf/sinf, which may differ by an ulp between CUDA and glibc.
+    cpu::random_normal(c, seed, offset, 0.5, 2.0);
+    cuda::random_normal(g, seed, offset, 0.5, 2.0);
+    ska::test::require_close(g, c, {1e-5, 1e-5}, "normal draws");
+  }
+}
+
+TEST_CASE("CUDA gemm matches a host reference", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const int64_t B = 3, M = 33, N = 47, K = 65;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int variant = 0; variant < 16; ++variant) {
+      const bool a_col = variant & 1, b_col = variant & 2, a_bcast = variant & 4,
+                 bias_on = variant & 8;
+      INFO(dtype_name(dt) << " a_col " << a_col << " b_col " << b_col << " a_broadcast "
+                          << a_bcast << " bias " << bias_on);
+      const int64_t a_batches = a_bcast ? 1 : B;
+      const std::vector<double> av = eighths(a_batches * M * K, 1), bv = eighths(B * K * N, 2),
+                                cv = eighths(B * M * N, 3), biasv = eighths(N, 4);
+      const float alpha = 0.5f, beta = bias_on ? 0.25f : 0.0f;
+      // Device operands with the requested layouts; logical shapes [*, M, K] and [B, K, N].
+      auto upload = [&](const std::vector<double>& v, int64_t batches, int64_t r, int64_t c,
+                        bool col_major) {
+        // Logical row-major values; a column-major layout is made on the device (cuda::copy).
+        Tensor t = Tensor::from_vector(v, {batches, r, c}, dt, Device::cuda(0));
+        return col_major ? t.transpose(1, 2).contiguous().transpose(1, 2) : t;
+      };
+      GemmArgs args;
+      args.a = upload(av, a_batches, M, K, a_col);
+      if (a_bcast) args.a = args.a.expand({B, M, K});
+      args.b = upload(bv, B, K, N, b_col);
+      args.c = Tensor::from_vector(cv, {B, M, N}, dt, Device::cuda(0));
+      if (bias_on) args.bias = Tensor::from_vector(biasv, {N}, dt, Device::cuda(0));
+      args.alpha = alpha;
+      args.beta = beta;
+      REQUIRE(args.a.stride(a_col ? 1 : 2) == 1);
+      cuda::gemm(args);
+
+      std::vector<double> ref(static_cast<size_t>(B * M * N));
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; ++k) {
+              acc += av[static_cast<size_t>(((a_bcast ? 0 : b) * M + m) * K + k)] *
+                     bv[static_cast<size_t>((b * K + k) * N + n)];
+            }
+            const size_t o = static_cast<size_t>((b * M + m) * N + n);
+            ref[o] = alpha * acc + beta * cv[o] + (bias_on ? biasv[static_cast<size_t>(n)] : 0.0);
+          }
+        }
+      }
+      ska::test::require_close(args.c, Tensor::from_vector(ref, {B, M, N}),
+                               ska::test::tolerance_for(dt), "cuda gemm vs host reference");
+    }
+  }
+}
+
+TEST_CASE("CUDA reduce, argmax and topk kernels match the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Tensor x = ska::test::uniform({5, 7, 300}, 11, -3.0, 3.0, DType::kF32);
+  const Tensor xg = x.to(Device::cuda(0));
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+    for (const std::vector<int64_t>& dims :
+         std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {0, 2}, {0, 1, 2}}) {
+      Shape out_shape = x.shape();
+      for (int64_t d : dims) out_shape[static_cast<size_t>(d)] = 1;
+      Tensor c = Tensor::empty(out_shape, DType::kF32);
+      Tensor g = Tensor::empty(out_shape, DType::kF32, Device::cuda(0));
+      cpu::reduce(op, x, dims, c);
+      cuda::reduce(op, xg, dims, g);
+      ska::test::require_close(g, c, ska::test::tolerance_for(DType::kF32),
+                               std::string("reduce ") + reduce_op_name(op));
+    }
+  }
+  // One long row: split over blocks.
+  const Tensor big = ska::test::uniform({1, 1 << 20}, 12, 0.0, 1.0, DType::kF32);
+  Tensor c = Tensor::empty({1, 1}, DType::kF32), g = Tensor::empty({1, 1}, DType::kF32, Device::cuda(0));
+  cpu::reduce(ReduceOp::kSum, big, {1}, c);
+  cuda::reduce(ReduceOp::kSum, big.to(Device::cuda(0)), {1}, g);
+  ska::test::require_close(g, c, {1e-2, 1e-5}, "long sum");
+
+  // Ties: the first maximum wins; top-k orders ties by index.
+  const Tensor t = ska::test::values({1, 5, 5, 2, 5, 0, 3, 3, 1, 3, 2, 0}, {2, 6}, DType::kF32);
+  const Tensor tg = t.to(Device::cuda(0));
+  for (int64_t dim : {0, 1}) {
+    Shape s = t.shape();
+    s[static_cast<size_t>(dim)] = 1;
+    Tensor ci = Tensor::empty(s, DType::kI64), gi = Tensor::empty(s, DType::kI64, Device::cuda(0));
+    cpu::argmax(t, dim, ci);
+    cuda::argmax(tg, dim, gi);
+    CHECK(gi.to_vector<int64_t>() == ci.to_vector<int64_t>());
+  }
+  Tensor cv = Tensor::empty({2, 4}, DType::kF32), gv = Tensor::empty({2, 4}, DType::kF32, Device::cuda(0));
+  Tensor ci = Tensor::empty({2, 4}, DType::kI64), gi = Tensor::empty({2, 4}, DType::kI64, Device::cuda(0));
+  cpu::topk(t, 4, cv, ci);
+  cuda::topk(tg, 4, gv, gi);
+  CHECK(gv.to_vector<float>() == cv.to_vector<float>());
+  CHECK(gi.to_vector<int64_t>() == ci.to_vector<int64_t>());
+}
+
+#else
+
+TEST_CASE("CUDA runtime tests need a CUDA build", "[cuda]") {
+  ska::test::cuda_available_or_skip();
+}
+
+#endif
