@@ -205,8 +205,10 @@ void print_result(const BenchCase& c, Device device, DType dtype, const Timing& 
 // A case the build cannot run (e.g. a dtype a kernel lacks) is reported and skipped.
 void print_failure(const std::string& name, Device device, const std::exception& e, bool json) {
   if (json) {
-    std::printf("{\"case\": \"%s\", \"device\": \"%s\", \"error\": \"see stderr\"}\n", name.c_str(),
-                device.str().c_str());
+    std::printf(
+        "{\"case\": \"%s\", \"device\": \"%s\", \"error\": \"see stderr\", "
+        "\"threads\": %d}\n",
+        name.c_str(), device.str().c_str(), omp_get_max_threads());
   }
   std::fprintf(stderr, "%s on %s failed: %s\n", name.c_str(), device.str().c_str(), e.what());
 }

@@ -9,6 +9,7 @@ Keep CASES, the batch sizes and the timing constants in step with apps/benchmark
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -143,16 +144,21 @@ def run_device(device, dtype_name, as_json):
             print(f"case failed on {device}: {e}", file=sys.stderr)
 
 
+def default_threads():
+    """OpenMP's default in apps/benchmark_ops: OMP_NUM_THREADS, else the CPUs this process may use."""
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
+    return int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="intra-op CPU threads (default: keep torch's setting)")
+    parser.add_argument("--threads", type=int, default=default_threads(),
+                        help="intra-op CPU threads (default: as OpenMP in benchmark_ops chooses)")
     args = parser.parse_args()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("benchmark_ops.py: --device cuda, but torch sees no CUDA device")
     devices = [] if args.device == "cuda" else [torch.device("cpu")]

@@ -19,7 +19,9 @@ trap 'rm -rf "$tmp"' EXIT
 threads=$(/usr/bin/python3 -c 'import json,sys
 rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(next((r["threads"] for r in rows if "threads" in r), 0))' "$tmp/ours.jsonl")
-/usr/bin/python3 scripts/benchmark_ops.py --json --threads "$threads" "$@" >"$tmp/torch.jsonl"
+threads_arg=()
+[ "$threads" -gt 0 ] && threads_arg=(--threads "$threads")
+/usr/bin/python3 scripts/benchmark_ops.py --json "${threads_arg[@]}" "$@" >"$tmp/torch.jsonl"
 
 /usr/bin/python3 - "$tmp/ours.jsonl" "$tmp/torch.jsonl" "$threads" <<'EOF'
 import json, sys
