@@ -23,24 +23,30 @@ int64_t row_offset(int64_t row, const Shape& shape, const Shape& strides) {
 }
 
 // One row of z = scale * x + mask, then y = softmax(z) or log_softmax(z). The max is subtracted
-// first for stability. A row whose every z is -inf has no finite maximum: it gives NaN, as in
+// first for stability; exp runs once per element in T's precision (expf for f32) and the sum
+// accumulates in double. A row whose every z is -inf has no finite maximum: it gives NaN, as in
 // PyTorch (a fully masked attention row has no meaningful distribution).
 template <typename T>
 void softmax_row(const T* x, const T* mask, int64_t mask_stride, int64_t len, double scale,
                  bool log, T* y) {
-  auto z = [&](int64_t j) {
-    const double v = scale * static_cast<double>(x[j]);
-    return mask ? v + static_cast<double>(mask[j * mask_stride]) : v;
-  };
-  double max_z = -std::numeric_limits<double>::infinity();
+  const T s = static_cast<T>(scale);
+  auto z = [&](int64_t j) -> T { return mask ? s * x[j] + mask[j * mask_stride] : s * x[j]; };
+  T max_z = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < len; ++j) max_z = std::fmax(max_z, z(j));
   double total = 0.0;  // a NaN anywhere in the row makes it NaN, and so the whole row
-  for (int64_t j = 0; j < len; ++j) total += std::exp(z(j) - max_z);
-  const double log_total = std::log(total);
-  for (int64_t j = 0; j < len; ++j) {
-    const double shifted = z(j) - max_z;
-    y[j] = static_cast<T>(log ? shifted - log_total : std::exp(shifted) / total);
+  if (log) {
+    for (int64_t j = 0; j < len; ++j) total += std::exp(z(j) - max_z);
+    const T log_total = static_cast<T>(std::log(total));
+    for (int64_t j = 0; j < len; ++j) y[j] = z(j) - max_z - log_total;
+    return;
   }
+  for (int64_t j = 0; j < len; ++j) {
+    const T e = std::exp(z(j) - max_z);
+    y[j] = e;
+    total += e;
+  }
+  const T inv_total = static_cast<T>(1.0 / total);
+  for (int64_t j = 0; j < len; ++j) y[j] *= inv_total;
 }
 
 }  // namespace
