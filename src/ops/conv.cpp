@@ -2,6 +2,8 @@
 // the weight and the bias.
 #include "ops/conv.h"
 
+#include "ops/mac_counter.h"
+
 #include "autograd/node.h"
 #include "backend/backend.h"
 #include "ops/detail.h"
@@ -64,6 +66,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   SKA_KERNEL(x.device(), conv2d_forward)(xc, wc, bc, p, y);
+  MacCounter::add(y.numel() * weight.size(1) * weight.size(2) * weight.size(3));
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   // Saves the contiguous raw copies only where a gradient needs them.

@@ -2,6 +2,7 @@
 // layer (weight read transposed in place, bias fused into the GEMM).
 #include "ops/linear.h"
 
+#include "ops/mac_counter.h"
 #include <algorithm>
 
 #include "autograd/node.h"
@@ -103,6 +104,7 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b) {
   args.c = Tensor::make_view(out.storage(), {shape_numel(batch), m, n},
                              contiguous_strides({shape_numel(batch), m, n}), 0, out.dtype());
   SKA_KERNEL(a.device(), gemm)(args);
+  MacCounter::add(shape_numel(batch) * m * n * a.size(-1));
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   autograd::record_op("matmul", {a, b}, {out}, [=](const TensorList& g) {
     return TensorList{
@@ -164,6 +166,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                              {rows * out_features, out_features, 1}, 0, y.dtype());
   if (bias.defined()) args.bias = bias.detach().contiguous();
   SKA_KERNEL(x.device(), gemm)(args);
+  MacCounter::add(rows * out_features * in);
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   autograd::record_op("linear", {x, weight, bias}, {y}, [=](const TensorList& g) {

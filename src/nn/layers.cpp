@@ -1,0 +1,123 @@
+// Basic layers.
+#include "nn/layers.h"
+
+#include <algorithm>
+
+#include "ops/ops.h"
+
+namespace ska::nn {
+
+namespace {
+
+Tensor init_weight(const Shape& shape, int64_t fan_in, Init init) {
+  return init == Init::kTruncNormal ? init_trunc_normal(shape, 0.02)
+                                    : init_torch_default(shape, fan_in);
+}
+Tensor init_bias(int64_t n, int64_t fan_in, Init init) {
+  return init == Init::kTruncNormal ? Tensor::zeros({n}) : init_torch_default({n}, fan_in);
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias, Init init) {
+  SKA_CHECK(in > 0 && out > 0, ValueError, "Linear(", in, ", ", out, "): sizes must be positive");
+  weight = register_parameter("weight", init_weight({out, in}, in, init));
+  if (with_bias) bias = register_parameter("bias", init_bias(out, in, init));
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions opt) : options(opt) {
+  SKA_CHECK(in > 0 && out > 0 && kernel > 0 && opt.groups > 0 && in % opt.groups == 0 &&
+                out % opt.groups == 0,
+            ValueError, "Conv2d(", in, ", ", out, ", k=", kernel, ", groups=", opt.groups,
+            "): channels must be positive multiples of groups");
+  const int64_t fan_in = in / opt.groups * kernel * kernel;
+  weight = register_parameter("weight", init_weight({out, in / opt.groups, kernel, kernel}, fan_in,
+                                                    opt.init));
+  if (opt.bias) bias = register_parameter("bias", init_bias(out, fan_in, opt.init));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+LayerNorm::LayerNorm(int64_t dim, double eps, bool with_bias, bool channels_first)
+    : eps(eps), channels_first(channels_first) {
+  weight = register_parameter("weight", Tensor::ones({dim}));
+  if (with_bias) bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return channels_first ? layer_norm_channels_first(x, weight, bias, eps)
+                        : layer_norm(x, weight, bias, eps);
+}
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
+    : eps(eps), momentum(momentum) {
+  weight = register_parameter("weight", Tensor::ones({channels}));
+  bias = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var = register_buffer("running_var", Tensor::ones({channels}));
+  num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::kI64));
+}
+
+// num_batches_tracked is kept for state-dict compatibility with PyTorch; like PyTorch with a set
+// momentum, nothing reads it, so it is not updated (that would be a device op per step).
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+}
+
+Tensor Dropout::forward(const Tensor& x) { return ska::dropout(x, p, is_training()); }
+
+Tensor DropPath::forward(const Tensor& x) { return drop_path(x, p, is_training()); }
+
+const std::vector<std::string>& Activation::names() {
+  static const std::vector<std::string> kNames = {"identity",   "relu",         "gelu",
+                                                  "gelu_tanh",  "quick_gelu",   "squared_relu",
+                                                  "silu",       "sigmoid",      "starrelu"};
+  return kNames;
+}
+
+Activation::Activation(const std::string& name, double starrelu_scale, double starrelu_bias)
+    : kind_(name) {
+  const auto& known = names();
+  SKA_CHECK(std::find(known.begin(), known.end(), name) != known.end(), ValueError,
+            "unknown activation '", name, "'");
+  if (name == "starrelu") {
+    scale = register_parameter("scale", Tensor::full({1}, starrelu_scale));
+    bias = register_parameter("bias", Tensor::full({1}, starrelu_bias));
+  }
+}
+
+Tensor Activation::forward(const Tensor& x) {
+  if (kind_ == "identity") return x;
+  if (kind_ == "relu") return relu(x);
+  if (kind_ == "gelu") return gelu(x);
+  if (kind_ == "gelu_tanh") return gelu(x, true);
+  if (kind_ == "quick_gelu") return quick_gelu(x);
+  if (kind_ == "squared_relu") return squared_relu(x);
+  if (kind_ == "silu") return silu(x);
+  if (kind_ == "sigmoid") return sigmoid(x);
+  return star_relu(x, scale, bias);
+}
+
+Scale::Scale(int64_t dim, double init_value) {
+  scale = register_parameter("scale", Tensor::full({dim}, init_value));
+}
+
+Tensor Scale::forward(const Tensor& x) { return mul(x, scale); }
+
+Mlp::Mlp(int64_t dim, const MlpOptions& o) {
+  const int64_t out = o.out > 0 ? o.out : dim;
+  fc1_ = register_module("fc1", std::make_shared<Linear>(dim, o.hidden, o.bias, o.init));
+  act_ = register_module("act", std::make_shared<Activation>(o.activation));
+  drop_ = std::make_shared<Dropout>(o.drop);
+  fc2_ = register_module("fc2", std::make_shared<Linear>(o.hidden, out, o.bias, o.init));
+}
+
+Tensor Mlp::forward(const Tensor& x) {
+  return (*drop_)((*fc2_)((*drop_)((*act_)((*fc1_)(x)))));
+}
+
+}  // namespace ska::nn

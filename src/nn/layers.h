@@ -1,0 +1,121 @@
+// The basic layers every model is built from: Linear, Conv2d, LayerNorm, BatchNorm2d, Dropout,
+// DropPath, activations (StarReLU with learnable scale/bias), per-channel Scale, and Mlp.
+// Parameter names follow PyTorch's (weight, bias, running_mean, ...) so state dicts map 1:1.
+#pragma once
+
+#include <string>
+
+#include "nn/init.h"
+#include "nn/module.h"
+
+namespace ska::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true,
+         Init init = Init::kTorchDefault);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Linear"; }
+  Tensor weight, bias;  // [out, in], [out] or undefined
+};
+
+struct Conv2dOptions {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+  Init init = Init::kTorchDefault;
+};
+
+// x [N, C, H, W].
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, Conv2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  Tensor weight, bias;  // [out, in / groups, k, k], [out] or undefined
+  Conv2dOptions options;
+};
+
+// Over the last dim ([..., C]); with channels_first, over dim 1 of [N, C, ...].
+class LayerNorm : public Module {
+ public:
+  LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, bool channels_first = false);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayerNorm"; }
+  Tensor weight, bias;  // bias undefined when bias = false
+  double eps;
+  bool channels_first;
+};
+
+// x [N, C, ...]; running statistics in buffers (running_mean, running_var, num_batches_tracked).
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  double eps, momentum;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p) : p(p) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Dropout"; }
+  double p;
+};
+
+// Stochastic depth: drops the whole residual branch per sample in training.
+class DropPath : public Module {
+ public:
+  explicit DropPath(double p) : p(p) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "DropPath"; }
+  double p;
+};
+
+// A pointwise activation by name: identity, relu, gelu, gelu_tanh, quick_gelu, squared_relu,
+// silu, sigmoid, starrelu (learnable scalar scale, init 1, and bias, init 0).
+class Activation : public Module {
+ public:
+  explicit Activation(const std::string& name, double starrelu_scale = 1.0,
+                      double starrelu_bias = 0.0);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return kind_ == "starrelu" ? "StarReLU" : "Activation"; }
+  static const std::vector<std::string>& names();
+  Tensor scale, bias;  // starrelu only, shape [1]
+
+ private:
+  std::string kind_;
+};
+
+// x * scale with a learnable per-channel scale over the last dim (LayerScale, res-scale).
+class Scale : public Module {
+ public:
+  Scale(int64_t dim, double init_value);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Scale"; }
+  Tensor scale;  // [dim]
+};
+
+// fc1 -> act -> drop -> fc2 -> drop over the last dim.
+struct MlpOptions {
+  int64_t hidden = 0;
+  int64_t out = 0;  // 0: same as in
+  std::string activation = "gelu";
+  bool bias = true;
+  double drop = 0.0;
+  Init init = Init::kTorchDefault;
+};
+class Mlp : public Module {
+ public:
+  Mlp(int64_t dim, const MlpOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Mlp"; }
+
+ private:
+  std::shared_ptr<Linear> fc1_, fc2_;
+  std::shared_ptr<Activation> act_;
+  std::shared_ptr<Dropout> drop_;
+};
+
+}  // namespace ska::nn

@@ -1,0 +1,103 @@
+// Module: the base of every layer and model. Owns named parameters, buffers and child modules
+// (dotted hierarchical names as in PyTorch's state_dict), train/eval mode and device moves.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ska::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The computation. Token mixers and blocks take and return [B, N, C]; see each module's doc.
+  virtual Tensor forward(const Tensor& x) = 0;
+  // A short type name for summaries ("Linear", "CSKA", ...).
+  virtual std::string type_name() const = 0;
+  // Runs forward; when a SummaryRecorder is active, records this call (see nn/summary.h).
+  Tensor operator()(const Tensor& x);
+
+  // --- Registration (in the constructor) ---
+  // Trainable parameters require grad; non-trainable ones (e.g. Swin's stored masks in the
+  // authors' code) count in "all parameters" only.
+  Tensor register_parameter(const std::string& name, Tensor value, bool trainable = true);
+  // Persistent state that is not a parameter (batch-norm running statistics).
+  Tensor register_buffer(const std::string& name, Tensor value);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // --- Traversal ---
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool trainable_only = false) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children() const { return children_; }
+  TensorList parameters(bool trainable_only = true) const;
+  int64_t num_parameters(bool trainable_only = true) const;
+
+  // Parameters and buffers by dotted name (what safetensors checkpoints hold).
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies values into this module's tensors (converting dtype and device). Reports every
+  // missing, unexpected and mis-shaped name in one ShapeError / ValueError; with strict = false
+  // missing and unexpected names are allowed (mis-shaped ones never are).
+  void load_state_dict(const std::map<std::string, Tensor>& values, bool strict = true);
+
+  // --- Mode and placement ---
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves every parameter and buffer in place (the Tensor handles stay valid).
+  void to(Device device);
+  void to(DType dtype);  // floating parameters and buffers only
+
+ protected:
+  // Called by train(); modules with per-mode state may override (call the base).
+  virtual void on_train_mode(bool on) {}
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void collect(const std::string& prefix, bool params, bool trainable_only,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+// Applies children in order.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  void append(const std::string& name, ModulePtr module) {
+    layers_.push_back(register_module(name, std::move(module)));
+  }
+  size_t size() const { return layers_.size(); }
+  Module& at(size_t i) const { return *layers_.at(i); }
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sequential"; }
+
+ private:
+  std::vector<ModulePtr> layers_;
+};
+
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string type_name() const override { return "Identity"; }
+};
+
+}  // namespace ska::nn

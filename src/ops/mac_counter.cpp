@@ -1,0 +1,17 @@
+// MacCounter: a thread-local chain of nested counters.
+#include "ops/mac_counter.h"
+
+namespace ska {
+
+namespace {
+thread_local MacCounter* innermost = nullptr;
+}  // namespace
+
+MacCounter::MacCounter() : outer_(innermost) { innermost = this; }
+MacCounter::~MacCounter() { innermost = outer_; }
+
+void MacCounter::add(int64_t macs) {
+  for (MacCounter* c = innermost; c != nullptr; c = c->outer_) c->total_ += macs;
+}
+
+}  // namespace ska
