@@ -1,0 +1,8 @@
+// cait: registration placeholder; the implementation is in progress.
+#include "models/model.h"
+
+namespace ska::models {
+
+void register_cait_family(Registry<FamilyBuilder>& r) {}
+
+}  // namespace ska::models

@@ -1,0 +1,8 @@
+// aft: registration placeholder; the implementation is in progress.
+#include "models/model.h"
+
+namespace ska::models {
+
+void register_aft_mixers(Registry<MixerBuilder>& r) {}
+
+}  // namespace ska::models

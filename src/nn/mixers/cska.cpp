@@ -1,0 +1,8 @@
+// cska: registration placeholder; the implementation is in progress.
+#include "models/model.h"
+
+namespace ska::models {
+
+void register_cska_mixer(Registry<MixerBuilder>& r) {}
+
+}  // namespace ska::models

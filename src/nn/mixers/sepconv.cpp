@@ -1,0 +1,8 @@
+// sepconv: registration placeholder; the implementation is in progress.
+#include "models/model.h"
+
+namespace ska::models {
+
+void register_sepconv_mixer(Registry<MixerBuilder>& r) {}
+
+}  // namespace ska::models
