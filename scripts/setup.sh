@@ -8,6 +8,7 @@ packages=(
   catch2                                    # tests
   libopenblas-dev                           # CPU GEMM
   nlohmann-json3-dev                        # safetensors headers
+  libyaml-cpp-dev                           # YAML configs
 )
 
 missing=()

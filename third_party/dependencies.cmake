@@ -34,6 +34,10 @@ find_package(Threads REQUIRED)
 find_package(nlohmann_json 3 QUIET)
 ska_require(nlohmann_json_FOUND "nlohmann-json 3" "nlohmann-json3-dev")
 
+# YAML configs (src/config; private to ska): yaml-cpp, whose Debian package exports `yaml-cpp`.
+find_package(yaml-cpp QUIET)
+ska_require(yaml-cpp_FOUND "yaml-cpp" "libyaml-cpp-dev")
+
 if(SKA_BUILD_TESTS)
   find_package(Catch2 2 QUIET)
   ska_require(Catch2_FOUND "Catch2 v2" "catch2")
