@@ -1,12 +1,15 @@
 // CPU kernel: layer norm over the last dim (forward and backward), weight and bias optional.
-// Statistics are computed in double (two passes) and saved in x's dtype (f32 or f64) per row.
+// Statistics are computed in two passes and saved in x's dtype (f32 or f64) per row: in double
+// for f64, in 16 float lanes for f32 (vectorised; the lanes keep rounding error at ~1e-7 per row).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/vec_math.h"
 
 namespace ska::cpu {
 
@@ -58,6 +61,32 @@ void layer_norm_param_grads(const T* g, const T* x, const T* mean, const T* rstd
   }
 }
 
+// Forward of rows [r0, r1) in f32: mean, then the centred variance, then y, each a vector loop.
+SKA_CPU_SIMD_CLONES
+void layer_norm_rows_f32(const float* x, const float* w, const float* b, float eps, int64_t cols,
+                         int64_t r0, int64_t r1, float* y, float* mean, float* rstd) {
+  const float inv_n = 1.0f / static_cast<float>(cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    const float m = vm::lane_sum(cols, [&](int64_t c) { return xr[c]; }) * inv_n;
+    const float var = vm::lane_sum(cols, [&](int64_t c) { return (xr[c] - m) * (xr[c] - m); }) * inv_n;
+    const float s = 1.0f / std::sqrt(var + eps);
+    if (w && b) {
+      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * s * w[c] + b[c];
+    } else {
+      for (int64_t c = 0; c < cols; ++c) {
+        float v = (xr[c] - m) * s;
+        if (w) v *= w[c];
+        if (b) v += b[c];
+        yr[c] = v;
+      }
+    }
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
@@ -71,6 +100,16 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     T* yp = y.data<T>();
     T* mp = mean.data<T>();
     T* sp = rstd.data<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr int64_t kRowBlock = 16;  // rows per call: amortises the multiversion dispatch
+      const int64_t blocks = (shape.rows + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static) if (shape.rows * shape.cols > 32768)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        layer_norm_rows_f32(xp, w, b, static_cast<float>(eps), shape.cols, blk * kRowBlock,
+                            std::min(shape.rows, (blk + 1) * kRowBlock), yp, mp, sp);
+      }
+      return;
+    }
     parallel_for(shape.rows, [&](int64_t r) {
       const T* xr = xp + r * shape.cols;
       double m = 0.0;

@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/pointwise_f32.h"
 #include "backend/pointwise_math.h"
 
 namespace ska::cpu {
@@ -45,6 +46,10 @@ void fill(const Tensor& dst, double value) {
 }
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out, double a, double b) {
+  if (x.dtype() == DType::kF32 && x.is_contiguous() && has_unary_f32_fast_path(op)) {
+    unary_forward_f32(op, x.data<float>(), out.data<float>(), x.numel());
+    return;
+  }
   dispatch_floating(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
     pm::visit_unary_op(op, [&](auto op_c) {
@@ -68,6 +73,11 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, double a, double b) {
 
 void unary_backward(UnaryOp op, const Tensor& grad_out, const Tensor& x, const Tensor& grad_x,
                     double a, double b) {
+  if (x.dtype() == DType::kF32 && has_unary_f32_fast_path(op)) {
+    unary_backward_f32(op, grad_out.data<float>(), x.data<float>(), grad_x.data<float>(),
+                       x.numel());
+    return;
+  }
   dispatch_floating(x.dtype(), "unary_backward", [&](auto tag) {
     using T = decltype(tag);
     pm::visit_unary_op(op, [&](auto op_c) {
