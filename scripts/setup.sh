@@ -9,6 +9,8 @@ packages=(
   libopenblas-dev                           # CPU GEMM
   nlohmann-json3-dev                        # safetensors headers
   libyaml-cpp-dev                           # YAML configs
+  libopencv-dev                             # image decoding (inference, data)
+  zlib1g-dev                                # gzip/zlib in the dataset readers
 )
 
 missing=()

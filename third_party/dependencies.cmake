@@ -38,6 +38,15 @@ ska_require(nlohmann_json_FOUND "nlohmann-json 3" "nlohmann-json3-dev")
 find_package(yaml-cpp QUIET)
 ska_require(yaml-cpp_FOUND "yaml-cpp" "libyaml-cpp-dev")
 
+# Image decoding and resizing for `inference` and the data pipeline (src/data; private to ska).
+find_package(OpenCV QUIET COMPONENTS core imgproc imgcodecs)
+ska_require(OpenCV_FOUND "OpenCV (core, imgproc, imgcodecs)" "libopencv-dev")
+
+# zlib: gzip'd IDX files and compressed MAT elements in the dataset readers (private to ska).
+find_package(ZLIB QUIET)
+ska_require(ZLIB_FOUND "zlib" "zlib1g-dev")
+
+
 if(SKA_BUILD_TESTS)
   find_package(Catch2 2 QUIET)
   ska_require(Catch2_FOUND "Catch2 v2" "catch2")

@@ -1,0 +1,91 @@
+// Gradient zeroing, clipping and the non-finite flag, written with the library's ops under
+// NoGradGuard, so that they run on the grads' device without host round trips.
+#include "optim/grad_utils.h"
+
+#include "autograd/grad_mode.h"
+#include "ops/ops.h"
+
+namespace ska::optim {
+
+namespace {
+
+TensorList defined_grads(const TensorList& params) {
+  TensorList grads;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    SKA_CHECK(grads.empty() || g.device() == grads.front().device(), DeviceError,
+              "gradient utilities need every grad on one device; got ", grads.front().device(),
+              " and ", g.device());
+    grads.push_back(g);
+  }
+  return grads;
+}
+
+DType accumulation_dtype(const Tensor& g) {
+  return g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+}
+
+}  // namespace
+
+void zero_grad(const TensorList& params, bool set_to_none) {
+  for (const Tensor& p : params) {
+    if (set_to_none) {
+      p.zero_grad();
+    } else if (p.grad().defined()) {
+      p.grad().fill_(0.0);
+    }
+  }
+}
+
+Tensor grad_norm(const TensorList& params) {
+  NoGradGuard no_grad;
+  const TensorList grads = defined_grads(params);
+  if (grads.empty()) return Tensor::zeros({}, DType::kF32);
+  const DType acc = accumulation_dtype(grads.front());
+  Tensor total;
+  for (const Tensor& g : grads) {
+    const Tensor x = g.to(acc);
+    const Tensor squares = sum(mul(x, x));
+    total = total.defined() ? add(total, squares) : squares;
+  }
+  return sqrt(total);
+}
+
+Tensor clip_grad_norm(const TensorList& params, double max_norm) {
+  SKA_CHECK(max_norm > 0, ValueError, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  NoGradGuard no_grad;
+  const Tensor norm = grad_norm(params);
+  // min(max_norm / (norm + 1e-6), 1), on the device.
+  const Tensor one = Tensor::ones({}, norm.dtype(), norm.device());
+  const Tensor coef = minimum(mul(reciprocal(add(norm, 1e-6)), max_norm), one);
+  for (Tensor g : defined_grads(params)) g.copy_(mul(g, coef.to(g.dtype())));
+  return norm;
+}
+
+void clip_grad_value(const TensorList& params, double clip_value) {
+  SKA_CHECK(clip_value > 0, ValueError, "clip_grad_value: clip_value must be > 0, got ",
+            clip_value);
+  NoGradGuard no_grad;
+  for (Tensor g : defined_grads(params)) {
+    const Tensor hi = Tensor::full({}, clip_value, g.dtype(), g.device());
+    const Tensor lo = Tensor::full({}, -clip_value, g.dtype(), g.device());
+    g.copy_(minimum(maximum(g, lo), hi));
+  }
+}
+
+Tensor grads_nonfinite(const TensorList& params) {
+  NoGradGuard no_grad;
+  const TensorList grads = defined_grads(params);
+  if (grads.empty()) return Tensor::zeros({}, DType::kU8);
+  // 0 * x is NaN exactly for inf and NaN, so the sum of the zeros is NaN iff one was non-finite.
+  const DType acc = accumulation_dtype(grads.front());
+  Tensor total;
+  for (const Tensor& g : grads) {
+    const Tensor zeros = sum(mul(g.to(acc), 0.0));
+    total = total.defined() ? add(total, zeros) : zeros;
+  }
+  return ne(total, total);
+}
+
+}  // namespace ska::optim

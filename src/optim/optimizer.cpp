@@ -1,0 +1,292 @@
+// The optimizers: parameter grouping, the step loop with per-parameter state, the fused update
+// kernels of SGD / Adam / AdamW, LAMB's device-side global clip and trust ratio.
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "backend/backend.h"
+#include "ops/ops.h"
+#include "optim/grad_utils.h"
+
+namespace ska::optim {
+
+// --- Grouping ---
+
+bool name_matches(const std::string& name, const std::string& pattern) {
+  // Iterative wildcard match with backtracking to the last '*'.
+  size_t n = 0, p = 0, star = std::string::npos, resume = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++n, ++p;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++, resume = n;
+    } else if (star != std::string::npos) {
+      p = star + 1, n = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::vector<ParamGroup> param_groups_weight_decay(const NamedTensors& named_params, double lr,
+                                                  double weight_decay,
+                                                  const std::vector<std::string>& no_weight_decay) {
+  ParamGroup no_decay{{}, lr, 0.0}, decay{{}, lr, weight_decay};
+  for (const auto& [name, param] : named_params) {
+    if (!param.requires_grad()) continue;
+    bool excluded = weight_decay == 0.0 || param.dim() <= 1 ||
+                    (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
+    for (const std::string& pattern : no_weight_decay) excluded |= name_matches(name, pattern);
+    (excluded ? no_decay : decay).params.emplace_back(name, param);
+  }
+  std::vector<ParamGroup> groups;
+  if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+  if (!decay.params.empty()) groups.push_back(std::move(decay));
+  return groups;
+}
+
+// --- Optimizer ---
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  std::map<std::string, bool> seen;
+  for (const ParamGroup& group : groups_) {
+    SKA_CHECK(group.lr >= 0 && group.weight_decay >= 0, ValueError,
+              "optimizer group needs lr >= 0 and weight_decay >= 0, got lr ", group.lr,
+              ", weight_decay ", group.weight_decay);
+    for (const auto& [name, param] : group.params) {
+      SKA_CHECK(!seen[name], ValueError, "parameter '", name, "' appears twice in the optimizer");
+      seen[name] = true;
+      SKA_CHECK(param.is_floating() && param.is_contiguous(), ValueError, "parameter '", name,
+                "' must be a contiguous floating tensor, got ", param.str());
+    }
+  }
+}
+
+void Optimizer::set_lr(double lr) {
+  for (ParamGroup& group : groups_) group.lr = lr;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  TensorList params;
+  for (const ParamGroup& group : groups_) {
+    for (const auto& entry : group.params) params.push_back(entry.second);
+  }
+  optim::zero_grad(params, set_to_none);
+}
+
+Optimizer::ParamState& Optimizer::state_for(const std::string& name, const Tensor& param) {
+  ParamState& state = state_[name];
+  if (state.slots.empty()) {
+    for (const std::string& slot : slot_names()) {
+      state.slots[slot] = Tensor::zeros(param.shape(), param.dtype(), param.device());
+    }
+  }
+  return state;
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  begin_step();
+  for (const ParamGroup& group : groups_) {
+    for (const auto& [name, param] : group.params) {
+      const Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      SKA_CHECK(grad.shape() == param.shape() && grad.dtype() == param.dtype() &&
+                    grad.device() == param.device(),
+                ValueError, "grad of parameter '", name, "' is ", grad.str(),
+                " but the parameter is ", param.str());
+      ParamState& state = state_for(name, param);
+      ++state.step;
+      update(group, param, grad.contiguous(), state);
+    }
+  }
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, state] : state_) {
+    out[name + ".step"] = Tensor::scalar(static_cast<double>(state.step), DType::kI64);
+    for (const auto& [slot, value] : state.slots) out[name + "." + slot] = value;
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  std::map<std::string, Tensor> params;
+  for (const ParamGroup& group : groups_) {
+    for (const auto& entry : group.params) params.insert(entry);
+  }
+  std::vector<std::string> slots = slot_names();
+  slots.push_back("step");
+  // Validate everything before changing anything.
+  std::map<std::string, std::map<std::string, Tensor>> by_param;
+  for (const auto& [key, value] : state) {
+    const size_t dot = key.rfind('.');
+    const std::string param = dot == std::string::npos ? key : key.substr(0, dot);
+    const std::string slot = dot == std::string::npos ? "" : key.substr(dot + 1);
+    SKA_CHECK(params.count(param) != 0, ValueError, name(), " state '", key,
+              "': no parameter named '", param, "' in this optimizer");
+    SKA_CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end(), ValueError, name(),
+              " state '", key, "': unknown slot '", slot, "'");
+    const Shape expected = slot == "step" ? Shape{} : params.at(param).shape();
+    SKA_CHECK(value.shape() == expected, ShapeError, name(), " state '", key, "' has shape ",
+              shape_str(value.shape()), ", expected ", shape_str(expected));
+    by_param[param][slot] = value;
+  }
+  for (const auto& [param, values] : by_param) {
+    for (const std::string& slot : slots) {
+      SKA_CHECK(values.count(slot) != 0, ValueError, name(), " state of parameter '", param,
+                "' lacks '", param, ".", slot, "'");
+    }
+  }
+  state_.clear();
+  for (const auto& [param_name, values] : by_param) {
+    const Tensor& param = params.at(param_name);
+    ParamState& st = state_[param_name];
+    st.step = static_cast<int64_t>(values.at("step").item());
+    for (const auto& [slot, value] : values) {
+      if (slot == "step") continue;
+      st.slots[slot] = Tensor::empty(param.shape(), param.dtype(), param.device());
+      st.slots[slot].copy_(value);
+    }
+  }
+}
+
+// --- SGD ---
+
+Sgd::Sgd(std::vector<ParamGroup> groups, double momentum, bool nesterov)
+    : Optimizer(std::move(groups)), momentum_(momentum), nesterov_(nesterov) {
+  SKA_CHECK(momentum >= 0 && momentum < 1, ValueError, "sgd: momentum must be in [0, 1), got ",
+            momentum);
+  SKA_CHECK(!nesterov || momentum > 0, ValueError, "sgd: nesterov needs momentum > 0");
+}
+
+std::vector<std::string> Sgd::slot_names() const {
+  if (momentum_ == 0.0) return {};
+  return {"momentum_buffer"};
+}
+
+void Sgd::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                 ParamState& state) {
+  const Tensor buf = momentum_ == 0.0 ? Tensor() : state.slots.at("momentum_buffer");
+  SKA_KERNEL(param.device(), sgd_step)
+  (param, grad, buf, group.lr, momentum_, group.weight_decay, nesterov_);
+}
+
+// --- Adam / AdamW ---
+
+namespace {
+
+void check_betas(const char* who, double beta1, double beta2, double eps) {
+  SKA_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ValueError, who,
+            ": betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
+  SKA_CHECK(eps > 0, ValueError, who, ": eps must be > 0, got ", eps);
+}
+
+double bias_correction(double beta, int64_t step) {
+  return 1.0 - std::pow(beta, static_cast<double>(step));
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<ParamGroup> groups, double beta1, double beta2, double eps,
+           bool decoupled_decay)
+    : Optimizer(std::move(groups)),
+      beta1_(beta1),
+      beta2_(beta2),
+      eps_(eps),
+      decoupled_(decoupled_decay) {
+  check_betas(name().c_str(), beta1, beta2, eps);
+}
+
+std::vector<std::string> Adam::slot_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                  ParamState& state) {
+  const double l2 = decoupled_ ? 0.0 : group.weight_decay;
+  const double decoupled = decoupled_ ? group.weight_decay : 0.0;
+  SKA_KERNEL(param.device(), adam_step)
+  (param, grad, Tensor(), state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), Tensor(),
+   group.lr, beta1_, beta2_, eps_, bias_correction(beta1_, state.step),
+   bias_correction(beta2_, state.step), l2, decoupled);
+}
+
+// --- LAMB ---
+
+Lamb::Lamb(std::vector<ParamGroup> groups, const Options& options)
+    : Optimizer(std::move(groups)), options_(options) {
+  check_betas("lamb", options.beta1, options.beta2, options.eps);
+}
+
+std::vector<std::string> Lamb::slot_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+void Lamb::begin_step() {
+  clip_divisor_ = Tensor();
+  if (options_.max_grad_norm <= 0) return;
+  TensorList params;
+  for (const ParamGroup& group : groups()) {
+    for (const auto& entry : group.params) params.push_back(entry.second);
+  }
+  const Tensor norm = grad_norm(params).to(DType::kF32);
+  // max(norm / max_grad_norm, 1): stays on the device, read by the update kernel.
+  clip_divisor_ =
+      maximum(div(norm, options_.max_grad_norm), Tensor::ones({}, DType::kF32, norm.device()));
+}
+
+void Lamb::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                  ParamState& state) {
+  const Tensor update = Tensor::empty(param.shape(), param.dtype(), param.device());
+  const Tensor divisor = clip_divisor_.defined() ? clip_divisor_.to(param.device()) : Tensor();
+  SKA_KERNEL(param.device(), adam_step)
+  (param, grad, divisor, state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), update, 0.0,
+   options_.beta1, options_.beta2, options_.eps, bias_correction(options_.beta1, state.step),
+   bias_correction(options_.beta2, state.step), 0.0, group.weight_decay);
+  Tensor scaled = update;
+  if (group.weight_decay != 0.0 || options_.always_adapt) {
+    const Tensor w_norm = sqrt(sum(mul(param, param)));
+    const Tensor u_norm = sqrt(sum(mul(update, update)));
+    const Tensor zero = Tensor::zeros({}, param.dtype(), param.device());
+    const Tensor one = Tensor::ones({}, param.dtype(), param.device());
+    Tensor trust = where(gt(w_norm, zero), where(gt(u_norm, zero), div(w_norm, u_norm), one), one);
+    if (options_.trust_clip) trust = minimum(trust, one);
+    scaled = mul(update, trust);
+  }
+  Tensor(param).copy_(sub(param, mul(scaled, group.lr)));
+}
+
+// --- Factory ---
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options,
+                                          std::vector<ParamGroup> groups) {
+  if (options.name == "sgd") {
+    return std::make_unique<Sgd>(std::move(groups), options.momentum, options.nesterov);
+  }
+  if (options.name == "adam" || options.name == "adamw") {
+    return std::make_unique<Adam>(std::move(groups), options.beta1, options.beta2, options.eps,
+                                  options.name == "adamw");
+  }
+  if (options.name == "lamb") {
+    Lamb::Options lamb;
+    lamb.beta1 = options.beta1;
+    lamb.beta2 = options.beta2;
+    lamb.eps = options.eps;
+    lamb.max_grad_norm = options.max_grad_norm;
+    lamb.always_adapt = options.always_adapt;
+    lamb.trust_clip = options.trust_clip;
+    return std::make_unique<Lamb>(std::move(groups), lamb);
+  }
+  SKA_FAIL(ValueError, "unknown optimizer '", options.name, "'; known: adam, adamw, lamb, sgd");
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options,
+                                          const NamedTensors& named_params) {
+  return make_optimizer(options,
+                        param_groups_weight_decay(named_params, options.lr, options.weight_decay,
+                                                  options.no_weight_decay));
+}
+
+}  // namespace ska::optim

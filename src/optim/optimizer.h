@@ -1,0 +1,174 @@
+// Optimizers over parameter groups (SGD, Adam, AdamW, LAMB): fused in-place updates on the
+// parameters' device, per-parameter state saved and restored as named tensors, config parsing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ska {
+class ConfigNode;
+}
+
+namespace ska::optim {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Parameters that share a learning rate and weight decay. Names key the optimizer state.
+struct ParamGroup {
+  NamedTensors params;
+  double lr = 0.0;
+  double weight_decay = 0.0;
+};
+
+// timm's param_groups_weight_decay: trainable parameters split into a no-decay group (1-D
+// tensors: norm weights, biases, scales; names ending in ".bias"; names matching a pattern of
+// `no_weight_decay`, where '*' and '?' are wildcards) and a decay group, in that order; empty
+// groups are left out, and weight_decay == 0 gives one group. Both groups get `lr`.
+std::vector<ParamGroup> param_groups_weight_decay(const NamedTensors& named_params, double lr,
+                                                  double weight_decay,
+                                                  const std::vector<std::string>& no_weight_decay);
+// fnmatch-style match of `name` against `pattern` ('*' any run, '?' one character).
+bool name_matches(const std::string& name, const std::string& pattern);
+
+// What configures an optimizer (the `optim:` section of a config).
+struct OptimizerOptions {
+  std::string name = "adamw";  // sgd | adam | adamw | lamb
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;           // lamb: 1e-6 unless set (timm's default)
+  double momentum = 0.9;       // sgd
+  bool nesterov = false;       // sgd
+  double max_grad_norm = 1.0;  // lamb: global gradient norm clip inside the step; 0 = off
+  bool always_adapt = false;   // lamb: trust ratio also for groups without weight decay
+  bool trust_clip = false;     // lamb: trust ratio clipped at 1 (LAMBC)
+  std::vector<std::string> no_weight_decay;  // name patterns kept out of weight decay
+
+  // Reads and range-checks `node` (the optim map); ConfigError names the key at fault.
+  static OptimizerOptions from_config(const ConfigNode& node);
+};
+
+// Base class: groups, learning rate, zeroing, the step loop and the state bookkeeping.
+// Parameters must be contiguous floating tensors; grads must match their shape, dtype and device.
+// A parameter without a grad is skipped (its step count does not advance), as in PyTorch.
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual std::string name() const = 0;
+  // One update of every parameter that has a grad, in place, on its device (no host sync).
+  void step();
+  // Drops every grad (set_to_none, PyTorch's default) or fills it with zeros.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& groups() { return groups_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  // Sets the lr of every group (what a schedule does each step / epoch).
+  void set_lr(double lr);
+
+  // State for checkpoints: "<param>.step" (i64 scalar, CPU) and "<param>.<slot>" per parameter
+  // that has been stepped. The tensors are the live state: clone them for a snapshot.
+  std::map<std::string, Tensor> state_dict() const;
+  // Restores state saved by state_dict (values converted to each parameter's device and dtype).
+  // ValueError / ShapeError naming the key for unknown parameters or slots, missing slots and
+  // mis-shaped tensors; parameters absent from `state` start fresh.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ protected:
+  struct ParamState {
+    int64_t step = 0;
+    std::map<std::string, Tensor> slots;  // moments / momentum buffer, like the parameter
+  };
+  // The state tensors this optimizer keeps per parameter ("exp_avg", ...).
+  virtual std::vector<std::string> slot_names() const = 0;
+  // Called once per step() before the updates (LAMB computes its global grad clip here).
+  virtual void begin_step() {}
+  // Updates one parameter; state.step has already been advanced.
+  virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                      ParamState& state) = 0;
+
+ private:
+  ParamState& state_for(const std::string& name, const Tensor& param);
+
+  std::vector<ParamGroup> groups_;
+  std::map<std::string, ParamState> state_;
+};
+
+// torch.optim.SGD with dampening 0: momentum, Nesterov, coupled (L2) weight decay.
+class Sgd : public Optimizer {
+ public:
+  Sgd(std::vector<ParamGroup> groups, double momentum, bool nesterov);
+  std::string name() const override { return "sgd"; }
+
+ protected:
+  std::vector<std::string> slot_names() const override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+              ParamState& state) override;
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+// torch.optim.Adam (L2 weight decay added to the gradient) or, with decoupled_decay,
+// torch.optim.AdamW (param *= 1 - lr * weight_decay). amsgrad is not supported.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<ParamGroup> groups, double beta1, double beta2, double eps,
+       bool decoupled_decay);
+  std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
+
+ protected:
+  std::vector<std::string> slot_names() const override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+              ParamState& state) override;
+
+ private:
+  double beta1_, beta2_, eps_;
+  bool decoupled_;
+};
+
+// timm's Lamb (defaults: bias correction, grad averaging, decoupled_decay off): gradients divided
+// by max(global_norm / max_grad_norm, 1) (timm divides p.grad in place; here the grads are left
+// as they are), Adam direction plus weight_decay * param, scaled by the trust ratio
+// ||param|| / ||update|| (1 when either norm is 0; min(., 1) with trust_clip) for groups with
+// weight decay or when always_adapt; param -= lr * update. Norms stay on the device.
+class Lamb : public Optimizer {
+ public:
+  struct Options {
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-6;
+    double max_grad_norm = 1.0;  // <= 0: no global clipping
+    bool always_adapt = false;
+    bool trust_clip = false;
+  };
+  Lamb(std::vector<ParamGroup> groups, const Options& options);
+  std::string name() const override { return "lamb"; }
+
+ protected:
+  std::vector<std::string> slot_names() const override;
+  void begin_step() override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+              ParamState& state) override;
+
+ private:
+  Options options_;
+  Tensor clip_divisor_;  // this step's max(global_norm / max_grad_norm, 1), f32 on the device
+};
+
+// The optimizer named by options.name over `groups` (group lr / weight_decay are kept as given).
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options,
+                                          std::vector<ParamGroup> groups);
+// Groups from param_groups_weight_decay(named_params, options...) and make_optimizer.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options,
+                                          const NamedTensors& named_params);
+
+}  // namespace ska::optim

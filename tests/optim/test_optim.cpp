@@ -1,0 +1,268 @@
+// Optimizer tests: SGD / Adam / AdamW against torch.optim goldens, LAMB against our reference of
+// timm's Lamb (tests/fixtures/optim, written by scripts/make_optim_fixtures.py), state_dict round
+// trips, parameter grouping, and CPU-vs-CUDA parity of the fused update kernels.
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "io/safetensors.h"
+#include "optim/optimizer.h"
+#include "support/test_util.h"
+
+using namespace ska;
+using namespace ska::optim;
+using ska::test::require_close;
+using ska::test::tolerance_for;
+
+namespace {
+
+const char* const kParamNames[] = {"w", "b"};
+
+struct Golden {
+  TensorMap tensors;
+  StringMap meta;
+  int64_t steps = 0;
+
+  explicit Golden(const std::string& name) {
+    SafetensorsContents c =
+        read_safetensors(std::string(SKA_TEST_FIXTURES) + "/optim/" + name + ".safetensors");
+    tensors = std::move(c.tensors);
+    meta = std::move(c.metadata);
+    steps = std::stoll(meta.at("steps"));
+  }
+  double number(const std::string& key, double fallback) const {
+    const auto it = meta.find(key);
+    return it == meta.end() ? fallback : std::stod(it->second);
+  }
+  const Tensor& at(const std::string& key) const { return tensors.at(key); }
+
+  OptimizerOptions options() const {
+    OptimizerOptions o;
+    o.name = meta.at("optimizer");
+    o.lr = number("lr", 0);
+    o.weight_decay = number("weight_decay", 0);
+    o.momentum = number("momentum", 0);
+    o.nesterov = number("nesterov", 0) != 0;
+    if (meta.count("betas")) {
+      std::istringstream betas(meta.at("betas"));
+      char comma = 0;
+      betas >> o.beta1 >> comma >> o.beta2;
+    }
+    o.eps = number("eps", o.eps);
+    o.max_grad_norm = number("max_grad_norm", 0);
+    o.always_adapt = number("always_adapt", 0) != 0;
+    o.trust_clip = number("trust_clip", 0) != 0;
+    return o;
+  }
+};
+
+// The fixture's two groups: "w" with the weight decay, "b" without.
+struct Setup {
+  NamedTensors params;
+  std::unique_ptr<Optimizer> opt;
+};
+
+Setup make_setup(const Golden& g, const std::map<std::string, Tensor>& values, DType dtype,
+                 Device device) {
+  Setup s;
+  for (const char* name : kParamNames) {
+    Tensor p = values.at(name).detach().to(device, dtype).clone();
+    p.set_requires_grad(true);
+    s.params.emplace_back(name, p);
+  }
+  const OptimizerOptions o = g.options();
+  std::vector<ParamGroup> groups{{{s.params[0]}, o.lr, o.weight_decay}, {{s.params[1]}, o.lr, 0.0}};
+  s.opt = make_optimizer(o, std::move(groups));
+  return s;
+}
+
+std::map<std::string, Tensor> initial_values(const Golden& g) {
+  return {{"w", g.at("init.w")}, {"b", g.at("init.b")}};
+}
+
+// Runs steps [first, last) and compares the parameters with the golden after each.
+void run_steps(const Golden& g, Setup& s, int64_t first, int64_t last, DType dtype) {
+  for (int64_t k = first; k < last; ++k) {
+    for (auto& [name, p] : s.params) {
+      p.set_grad(g.at("grad." + std::to_string(k) + "." + name).to(p.device(), dtype));
+    }
+    s.opt->step();
+    for (auto& [name, p] : s.params) {
+      require_close(p, g.at("step." + std::to_string(k) + "." + name), tolerance_for(dtype),
+                    g.meta.at("optimizer") + " step " + std::to_string(k) + " " + name);
+    }
+  }
+}
+
+void check_golden(const std::string& fixture, DType dtype, Device device) {
+  INFO("fixture " << fixture << ", " << dtype_name(dtype) << " on " << device);
+  const Golden g(fixture);
+  Setup s = make_setup(g, initial_values(g), dtype, device);
+  run_steps(g, s, 0, g.steps, dtype);
+}
+
+const std::vector<std::string> kFixtures = {"sgd",   "sgd_nesterov", "sgd_plain",     "adam",
+                                            "adamw", "lamb",         "lamb_adapt_all"};
+
+}  // namespace
+
+TEST_CASE("optim: optimizers match the PyTorch / timm goldens in f64 and f32", "[cpu][optim]") {
+  for (const std::string& fixture : kFixtures) {
+    check_golden(fixture, DType::kF64, Device::cpu());
+    check_golden(fixture, DType::kF32, Device::cpu());
+  }
+}
+
+TEST_CASE("optim: optimizer state_dict round trip continues identically", "[cpu][optim]") {
+  for (const std::string& fixture : kFixtures) {
+    INFO("fixture " << fixture);
+    const Golden g(fixture);
+    Setup first = make_setup(g, initial_values(g), DType::kF64, Device::cpu());
+    run_steps(g, first, 0, 2, DType::kF64);
+    std::map<std::string, Tensor> saved;
+    for (const auto& [key, value] : first.opt->state_dict()) saved[key] = value.clone();
+    const bool has_momentum = g.options().name != "sgd" || g.options().momentum > 0;
+    CHECK(saved.count("w.step") == 1);
+    CHECK(saved.at("w.step").item() == 2);
+    CHECK(saved.size() == (has_momentum ? (g.options().name == "sgd" ? 4u : 6u) : 2u));
+
+    // A fresh optimizer over the parameters as they are after step 2, with the saved state.
+    Setup second = make_setup(g, {{"w", first.params[0].second}, {"b", first.params[1].second}},
+                              DType::kF64, Device::cpu());
+    second.opt->load_state_dict(saved);
+    run_steps(g, second, 2, g.steps, DType::kF64);
+  }
+}
+
+TEST_CASE("optim: optimizer load_state_dict names the key at fault", "[cpu][optim]") {
+  const Golden g("adam");
+  Setup s = make_setup(g, initial_values(g), DType::kF64, Device::cpu());
+  run_steps(g, s, 0, 1, DType::kF64);
+  const std::map<std::string, Tensor> good = s.opt->state_dict();
+
+  auto with = [&](const std::string& key, const Tensor& value) {
+    std::map<std::string, Tensor> m = good;
+    m[key] = value;
+    return m;
+  };
+  REQUIRE_THROWS_WITH(s.opt->load_state_dict(with("v.exp_avg", Tensor::zeros({4}))),
+                      Catch::Contains("'v.exp_avg'") && Catch::Contains("no parameter named 'v'"));
+  REQUIRE_THROWS_WITH(s.opt->load_state_dict(with("w.momentum", Tensor::zeros({3, 4}))),
+                      Catch::Contains("unknown slot 'momentum'"));
+  REQUIRE_THROWS_WITH(s.opt->load_state_dict(with("w.exp_avg", Tensor::zeros({4, 3}))),
+                      Catch::Contains("'w.exp_avg' has shape [4, 3]"));
+  std::map<std::string, Tensor> missing = good;
+  missing.erase("b.exp_avg_sq");
+  REQUIRE_THROWS_WITH(s.opt->load_state_dict(missing), Catch::Contains("lacks 'b.exp_avg_sq'"));
+}
+
+TEST_CASE("optim: a parameter without a grad is skipped and keeps no state", "[cpu][optim]") {
+  Tensor a = Tensor::ones({2}).set_requires_grad(true);
+  Tensor b = Tensor::ones({2}).set_requires_grad(true);
+  OptimizerOptions o;
+  o.name = "adam";
+  o.lr = 0.1;
+  auto opt = make_optimizer(o, {ParamGroup{{{"a", a}, {"b", b}}, 0.1, 0.0}});
+  a.set_grad(Tensor::full({2}, 0.5));
+  opt->step();
+  CHECK(b.to_vector<float>() == std::vector<float>{1, 1});
+  CHECK(a.to_vector<float>()[0] == Approx(0.9).epsilon(1e-6));  // Adam's first step: lr * sign
+  CHECK(opt->state_dict().count("b.step") == 0);
+  opt->zero_grad();
+  CHECK_FALSE(a.grad().defined());
+  a.set_grad(Tensor::full({3}, 0.5));
+  REQUIRE_THROWS_WITH(opt->step(), Catch::Contains("grad of parameter 'a'"));
+}
+
+TEST_CASE("optim: param_groups_weight_decay splits like timm", "[cpu][optim]") {
+  auto param = [](const Shape& s, bool trainable = true) {
+    return Tensor::zeros(s).set_requires_grad(trainable);
+  };
+  const NamedTensors named = {{"patch_embed.proj.weight", param({8, 3, 2, 2})},
+                              {"patch_embed.proj.bias", param({8})},
+                              {"cls_token", param({1, 1, 8})},
+                              {"pos_embed", param({1, 5, 8})},
+                              {"blocks.0.norm1.weight", param({8})},
+                              {"blocks.0.gamma", param({8})},
+                              {"blocks.0.fc.weight", param({8, 8})},
+                              {"blocks.0.mask", param({4, 4}, false)},
+                              {"head.bias2d.bias", param({2, 2})}};
+  const auto groups = param_groups_weight_decay(named, 0.1, 0.05, {"cls_token", "pos_*"});
+  REQUIRE(groups.size() == 2);
+  std::vector<std::string> no_decay, decay;
+  for (const auto& e : groups[0].params) no_decay.push_back(e.first);
+  for (const auto& e : groups[1].params) decay.push_back(e.first);
+  CHECK(groups[0].weight_decay == 0.0);
+  CHECK(groups[1].weight_decay == 0.05);
+  CHECK(groups[0].lr == 0.1);
+  CHECK(no_decay == std::vector<std::string>{"patch_embed.proj.bias", "cls_token", "pos_embed",
+                                             "blocks.0.norm1.weight", "blocks.0.gamma",
+                                             "head.bias2d.bias"});
+  CHECK(decay == std::vector<std::string>{"patch_embed.proj.weight", "blocks.0.fc.weight"});
+
+  const auto single = param_groups_weight_decay(named, 0.1, 0.0, {});
+  REQUIRE(single.size() == 1);
+  CHECK(single[0].params.size() == 8);
+
+  CHECK(name_matches("blocks.3.attn.static_keys", "*.static_keys"));
+  CHECK(name_matches("pos_embed", "pos_?mbed"));
+  CHECK_FALSE(name_matches("pos_embed.x", "pos_embed"));
+  CHECK_FALSE(name_matches("cls", "cls_token"));
+}
+
+TEST_CASE("optim: optimizers reject bad hyperparameters and duplicate parameters", "[cpu][optim]") {
+  const Tensor p = Tensor::zeros({2}).set_requires_grad(true);
+  REQUIRE_THROWS_WITH(Sgd({ParamGroup{{{"p", p}}, 0.1, 0}}, 0.0, true),
+                      Catch::Contains("nesterov needs momentum > 0"));
+  REQUIRE_THROWS_WITH(Adam({ParamGroup{{{"p", p}}, 0.1, 0}}, 1.0, 0.999, 1e-8, false),
+                      Catch::Contains("betas must be in [0, 1)"));
+  REQUIRE_THROWS_WITH(Adam({ParamGroup{{{"p", p}}, 0.1, 0}, ParamGroup{{{"p", p}}, 0.1, 0}}, 0.9,
+                           0.999, 1e-8, false),
+                      Catch::Contains("'p' appears twice"));
+  OptimizerOptions o;
+  o.name = "rmsprop";
+  REQUIRE_THROWS_WITH(make_optimizer(o, NamedTensors{{"p", p}}),
+                      Catch::Contains("unknown optimizer 'rmsprop'"));
+}
+
+TEST_CASE("optim: optimizers match the goldens on CUDA", "[cuda][optim]") {
+  if (!test::cuda_available_or_skip()) return;
+  for (const std::string& fixture : kFixtures) check_golden(fixture, DType::kF32, Device::cuda(0));
+}
+
+TEST_CASE("optim: fused optimizer kernels: CUDA matches the CPU twin", "[cuda][optim]") {
+  if (!test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  const Shape shape{37, 129};  // not a multiple of the block size
+  auto f32 = [&](uint64_t seed, double lo, double hi) {
+    return test::uniform(shape, seed, lo, hi).to(DType::kF32);
+  };
+  const test::Tolerance tol = tolerance_for(DType::kF32);
+  for (bool lamb_mode : {false, true}) {
+    INFO("adam_step, update output " << lamb_mode);
+    const Tensor p = f32(1, -1, 1), g = f32(2, -3, 3), m = f32(3, -0.1, 0.1), v = f32(4, 0, 0.01);
+    const Tensor divisor = lamb_mode ? Tensor::full({}, 2.5) : Tensor();
+    const Tensor u = lamb_mode ? Tensor::empty(shape) : Tensor();
+    std::vector<Tensor> dev;
+    for (const Tensor& t : {p, g, m, v, u}) dev.push_back(t.defined() ? t.to(gpu) : Tensor());
+    const Tensor dev_divisor = divisor.defined() ? divisor.to(gpu) : Tensor();
+    const double l2 = lamb_mode ? 0.0 : 0.01, decoupled = lamb_mode ? 0.05 : 0.02;
+    cpu::adam_step(p, g, divisor, m, v, u, 0.01, 0.9, 0.999, 1e-8, 0.271, 0.00399, l2, decoupled);
+    SKA_KERNEL(gpu, adam_step)
+    (dev[0], dev[1], dev_divisor, dev[2], dev[3], dev[4], 0.01, 0.9, 0.999, 1e-8, 0.271, 0.00399,
+     l2, decoupled);
+    require_close(dev[0], p, tol, "param");
+    require_close(dev[2], m, tol, "exp_avg");
+    require_close(dev[3], v, tol, "exp_avg_sq");
+    if (lamb_mode) require_close(dev[4], u, tol, "update");
+  }
+  for (bool nesterov : {false, true}) {
+    INFO("sgd_step, nesterov " << nesterov);
+    const Tensor p = f32(5, -1, 1), g = f32(6, -1, 1), buf = f32(7, -0.5, 0.5);
+    const Tensor dp = p.to(gpu), dg = g.to(gpu), dbuf = buf.to(gpu);
+    cpu::sgd_step(p, g, buf, 0.1, 0.9, 0.05, nesterov);
+    SKA_KERNEL(gpu, sgd_step)(dp, dg, dbuf, 0.1, 0.9, 0.05, nesterov);
+    require_close(dp, p, tol, "param");
+    require_close(dbuf, buf, tol, "momentum buffer");
+  }
+}
