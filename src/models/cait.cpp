@@ -1,8 +1,323 @@
-// cait: registration placeholder; the implementation is in progress.
-#include "models/model.h"
+// CaiT family (`family: cait`): talking-heads attention with MHSA / SKA / CSKA logits, LayerScale
+// blocks, layer dropout, class attention, and the YAML builder. Reference: lucidrains' cait.py.
+#include "models/cait.h"
+
+#include <cmath>
+
+#include "core/random.h"
+#include "ops/ops.h"
 
 namespace ska::models {
 
-void register_cait_family(Registry<FamilyBuilder>& r) {}
+namespace {
+
+const char* logits_name(CaitLogits logits) {
+  switch (logits) {
+    case CaitLogits::kStaticKey:
+      return "ska";
+    case CaitLogits::kConvKey:
+      return "cska";
+    default:
+      return "mhsa";
+  }
+}
+
+// [B, N, h*d] -> [B, h, N, d].
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  const int64_t b = x.size(0), n = x.size(1);
+  return x.reshape({b, n, heads, x.size(2) / heads}).permute({0, 2, 1, 3});
+}
+
+// [B, h, N, d] -> [B, N, h*d].
+Tensor merge_heads(const Tensor& x) {
+  const int64_t b = x.size(0), h = x.size(1), n = x.size(2), d = x.size(3);
+  return x.permute({0, 2, 1, 3}).reshape({b, n, h * d});
+}
+
+}  // namespace
+
+// --- attention ----------------------------------------------------------------------------------
+
+CaitAttention::CaitAttention(const CaitAttentionOptions& o) : options_(o) {
+  const int64_t inner = o.heads * o.head_dim;
+  const int64_t context = o.grid.height * o.grid.width;
+  SKA_CHECK(o.heads > 0 && o.head_dim > 0, ValueError,
+            "CaitAttention: heads and head_dim must be positive, got ", o.heads, " and ",
+            o.head_dim);
+  SKA_CHECK(o.logits == CaitLogits::kMhsa || (!o.class_query && context > 0), ValueError,
+            "CaitAttention: ", logits_name(o.logits),
+            " logits need the patch grid and patch queries (class attention uses mhsa)");
+  to_q_ = register_module("to_q", std::make_shared<nn::Linear>(o.dim, inner, false));
+  if (o.logits == CaitLogits::kMhsa) {
+    to_kv_ = register_module("to_kv", std::make_shared<nn::Linear>(o.dim, 2 * inner, false));
+  } else if (o.logits == CaitLogits::kConvKey) {
+    nn::Conv2dOptions conv;
+    conv.padding = 1;
+    conv.groups = o.heads;
+    to_k_ =
+        register_module("to_k", std::make_shared<nn::Conv2d>(inner, o.heads * context, 3, conv));
+  } else {
+    SKA_CHECK(o.key_grid_factor > 0, ValueError, "CaitAttention: key_grid_factor must be positive");
+    fine_factor_ = o.key_grid_factor;
+    const int64_t keys = context * fine_factor_ * fine_factor_;
+    static_key_ =
+        register_parameter("static_key", nn::init_normal({o.heads, keys, o.head_dim}, 0, 1));
+  }
+  if (o.logits != CaitLogits::kMhsa) {
+    to_v_ = register_module("to_v", std::make_shared<nn::Linear>(o.dim, inner, false));
+  }
+  if (o.talking_heads) {
+    mix_pre_ = register_parameter("mix_heads_pre_attn", nn::init_normal({o.heads, o.heads}, 0, 1));
+    mix_post_ =
+        register_parameter("mix_heads_post_attn", nn::init_normal({o.heads, o.heads}, 0, 1));
+  }
+  to_out_ = register_module("to_out", std::make_shared<nn::Linear>(inner, o.dim));
+  drop_ =
+      register_module("drop", std::make_shared<nn::Dropout>(o.dropout));  // so eval() reaches it
+}
+
+std::string CaitAttention::type_name() const {
+  const std::string kind = options_.class_query ? "ClassAttention" : "TalkingHeadsAttention";
+  return kind + "(" + logits_name(options_.logits) + ")";
+}
+
+Tensor CaitAttention::forward(const Tensor& x) {
+  SKA_CHECK(x.dim() == 3 && x.size(2) == options_.dim, ShapeError, type_name(),
+            ": expected [B, N, ", options_.dim, "], got ", shape_str(x.shape()));
+  const Tensor queries = options_.class_query ? x.narrow(1, 0, 1) : x;
+  const Tensor q_tokens = (*to_q_)(queries);
+  Tensor v;
+  Tensor scores = logits_and_values(q_tokens, x, v);
+  if (options_.talking_heads) scores = mix_heads(scores, mix_pre_);
+  Tensor attn = pool_fine_keys(normalise(scores));
+  if (options_.talking_heads) attn = mix_heads(attn, mix_post_);
+  const Tensor out = merge_heads(matmul(attn, v));
+  return (*drop_)((*to_out_)(out));
+}
+
+// Logits [B, h, Nq, K] and the values [B, h, N, d] of the context x.
+Tensor CaitAttention::logits_and_values(const Tensor& q_tokens, const Tensor& x, Tensor& v) {
+  const CaitAttentionOptions& o = options_;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(o.head_dim));
+  const Tensor q = split_heads(q_tokens, o.heads);
+  if (o.logits == CaitLogits::kMhsa) {
+    const TensorList kv = chunk((*to_kv_)(x), 2, -1);
+    v = split_heads(kv[1], o.heads);
+    return mul(matmul(q, split_heads(kv[0], o.heads).transpose(2, 3)), scale);
+  }
+  SKA_CHECK(x.size(1) == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", x.size(1),
+            " tokens for a ", o.grid.height, "x", o.grid.width, " patch grid");
+  v = split_heads((*to_v_)(x), o.heads);
+  const Tensor logits = o.logits == CaitLogits::kConvKey ? conv_key_logits(q_tokens)
+                                                         : matmul(q, static_key_.transpose(1, 2));
+  return o.scaled ? mul(logits, scale) : logits;
+}
+
+// The query grid [B, h*d, H, W] (channels grouped by head) -> grouped conv -> [B, h, N, K]:
+// at each position, head k's K output channels are that query's logits over the K keys.
+Tensor CaitAttention::conv_key_logits(const Tensor& q_tokens) const {
+  const int64_t b = q_tokens.size(0), n = q_tokens.size(1), h = options_.heads;
+  const Tensor grid = q_tokens.transpose(1, 2).reshape(
+      {b, q_tokens.size(2), options_.grid.height, options_.grid.width});
+  const Tensor k = (*to_k_)(grid);  // [B, h*K, H, W]
+  return k.reshape({b, h, k.size(1) / h, n}).transpose(2, 3);
+}
+
+Tensor CaitAttention::normalise(const Tensor& logits) const {
+  if (options_.activation == "gelu") return gelu(logits);
+  if (options_.activation == "relu") return relu(logits);
+  return softmax(logits);
+}
+
+// Static keys on a grid f times finer than the tokens: the weights of the f x f keys inside a
+// token's patch are summed onto that token's value (f = 1: unchanged).
+Tensor CaitAttention::pool_fine_keys(const Tensor& attn) const {
+  if (fine_factor_ == 1) return attn;
+  const int64_t f = fine_factor_, gh = options_.grid.height, gw = options_.grid.width;
+  const int64_t b = attn.size(0), h = attn.size(1), n = attn.size(2);
+  const Tensor fine = attn.contiguous().reshape({b, h, n, gh, f, gw, f});
+  return sum(fine, {4, 6}).reshape({b, h, n, gh * gw});
+}
+
+// out[b, g, i, j] = sum_h scores[b, h, i, j] * mix[h, g] (talking heads).
+Tensor CaitAttention::mix_heads(const Tensor& scores, const Tensor& mix) const {
+  const int64_t b = scores.size(0), h = scores.size(1), i = scores.size(2), j = scores.size(3);
+  const Tensor mixed = matmul(mix.transpose(0, 1), scores.reshape({b, h, i * j}));
+  return mixed.reshape({b, h, i, j});
+}
+
+// --- blocks -------------------------------------------------------------------------------------
+
+CaitBlock::CaitBlock(const CaitBlockOptions& o) : class_block_(o.attention.class_query) {
+  const int64_t dim = o.attention.dim;
+  norm1_ = register_module("norm1", std::make_shared<nn::LayerNorm>(dim));
+  attn_ = register_module("attn", std::make_shared<CaitAttention>(o.attention));
+  ls1_ = register_module("ls1", std::make_shared<nn::Scale>(dim, o.layer_scale_init));
+  norm2_ = register_module("norm2", std::make_shared<nn::LayerNorm>(dim));
+  nn::MlpOptions mlp;
+  mlp.hidden = o.mlp_dim;
+  mlp.activation = "gelu";
+  mlp.drop = o.dropout;
+  mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(dim, mlp));
+  ls2_ = register_module("ls2", std::make_shared<nn::Scale>(dim, o.layer_scale_init));
+}
+
+Tensor CaitBlock::residual_mlp(const Tensor& x) { return add(x, (*ls2_)((*mlp_)((*norm2_)(x)))); }
+
+Tensor CaitBlock::forward(const Tensor& x) {
+  if (!class_block_) return residual_mlp(add(x, (*ls1_)((*attn_)((*norm1_)(x)))));
+  const Tensor cls = x.narrow(1, 0, 1);
+  const Tensor patches = x.narrow(1, 1, x.size(1) - 1);
+  const Tensor context = cat({(*norm1_)(cls), patches}, 1);
+  const Tensor updated = residual_mlp(add(cls, (*ls1_)((*attn_)(context))));
+  return cat({updated, patches}, 1);
+}
+
+void CaitLayerStack::append(std::shared_ptr<CaitBlock> block) {
+  blocks_.push_back(register_module(std::to_string(blocks_.size()), std::move(block)));
+}
+
+std::vector<bool> CaitLayerStack::draw_kept_layers() const {
+  const int64_t n = static_cast<int64_t>(blocks_.size());
+  std::vector<bool> kept(n, true);
+  if (!is_training() || layer_dropout_ <= 0.0 || n == 0) return kept;
+  const std::vector<double> u = rand({n + 1}, DType::kF64).to_vector<double>();
+  bool any = false;
+  for (int64_t i = 0; i < n; ++i) any |= (kept[i] = u[i] >= layer_dropout_);
+  // All dropped: keep one at random so the stack never becomes the identity.
+  if (!any) kept[std::min<int64_t>(n - 1, static_cast<int64_t>(u[n] * n))] = true;
+  return kept;
+}
+
+Tensor CaitLayerStack::forward(const Tensor& x) {
+  const std::vector<bool> kept = draw_kept_layers();
+  Tensor y = x;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (kept[i]) y = (*blocks_[i])(y);
+  }
+  return y;
+}
+
+// --- model --------------------------------------------------------------------------------------
+
+Cait::Cait(const CaitOptions& o) : options_(o) {
+  const int64_t grid = o.input.image_size / o.patch_size;
+  SKA_CHECK(grid * o.patch_size == o.input.image_size, ValueError, "CaiT: image_size ",
+            o.input.image_size, " is not a multiple of patch_size ", o.patch_size);
+  const int64_t patch_dim = o.input.in_channels * o.patch_size * o.patch_size;
+  patch_embed_ = register_module("patch_embed", std::make_shared<nn::Linear>(patch_dim, o.dim));
+  pos_embed_ = register_parameter("pos_embed", nn::init_normal({1, grid * grid, o.dim}, 0, 1));
+  cls_token_ = register_parameter("cls_token", nn::init_normal({1, 1, o.dim}, 0, 1));
+  emb_drop_ = register_module("emb_drop", std::make_shared<nn::Dropout>(o.emb_dropout));
+
+  CaitBlockOptions block;
+  block.mlp_dim = o.mlp_dim;
+  block.dropout = o.dropout;
+  block.layer_scale_init = o.layer_scale_init;
+  block.attention = o.patch_attention;
+  block.attention.dim = o.dim;
+  block.attention.dropout = o.dropout;
+  block.attention.grid = TokenGrid{grid, grid, false};
+  block.attention.class_query = false;
+  patch_layers_ =
+      register_module("patch_layers", std::make_shared<CaitLayerStack>(o.layer_dropout));
+  for (int64_t i = 0; i < o.depth; ++i) patch_layers_->append(std::make_shared<CaitBlock>(block));
+
+  // Class attention keeps plain q k^T logits in every variant (as the authors' SKA/CSKA CaiT).
+  block.attention.logits = CaitLogits::kMhsa;
+  block.attention.scaled = true;
+  block.attention.activation = "softmax";
+  block.attention.key_grid_factor = 1;
+  block.attention.class_query = true;
+  block.attention.grid = TokenGrid{grid, grid, true};
+  class_layers_ =
+      register_module("class_layers", std::make_shared<CaitLayerStack>(o.layer_dropout));
+  for (int64_t i = 0; i < o.cls_depth; ++i)
+    class_layers_->append(std::make_shared<CaitBlock>(block));
+
+  head_norm_ = register_module("head_norm", std::make_shared<nn::LayerNorm>(o.dim));
+  head_ = register_module("head", std::make_shared<nn::Linear>(o.dim, o.input.num_classes));
+}
+
+// [B, C, H, W] -> [B, (H/p)(W/p), p*p*C] with features in (p1 p2 c) order (lucidrains).
+Tensor Cait::patchify(const Tensor& images) const {
+  const int64_t p = options_.patch_size, b = images.size(0), c = images.size(1);
+  const int64_t gh = images.size(2) / p, gw = images.size(3) / p;
+  return images.reshape({b, c, gh, p, gw, p})
+      .permute({0, 2, 4, 3, 5, 1})
+      .reshape({b, gh * gw, p * p * c});
+}
+
+Tensor Cait::forward(const Tensor& images) {
+  const ModelInput& in = options_.input;
+  SKA_CHECK(images.dim() == 4 && images.size(1) == in.in_channels &&
+                images.size(2) == in.image_size && images.size(3) == in.image_size,
+            ShapeError, "CaiT: expected images [B, ", in.in_channels, ", ", in.image_size, ", ",
+            in.image_size, "], got ", shape_str(images.shape()));
+  Tensor x = add((*patch_embed_)(patchify(images)), pos_embed_);
+  x = (*patch_layers_)((*emb_drop_)(x));
+  const Tensor cls = cls_token_.expand({x.size(0), 1, options_.dim});
+  x = (*class_layers_)(cat({cls, x}, 1));
+  return (*head_)((*head_norm_)(x.select(1, 0)));
+}
+
+// --- config -------------------------------------------------------------------------------------
+
+namespace {
+
+// `mixer: ska` or `mixer: {type: ska, scale: true, activation: softmax, key_grid_factor: 2}`.
+void read_patch_mixer(const ConfigNode& cfg, CaitAttentionOptions& a) {
+  const std::vector<std::string> types = {"mhsa", "ska", "cska"};
+  ConfigNode options;  // null for the string form: every option takes its default
+  std::string type = "mhsa";
+  if (cfg.has("mixer") && cfg["mixer"].is_map()) {
+    options = cfg["mixer"];
+    type = options.get_choice("type", "mhsa", types);
+  } else {
+    type = cfg.get_choice("mixer", "mhsa", types);
+  }
+  a.logits = type == "ska"    ? CaitLogits::kStaticKey
+             : type == "cska" ? CaitLogits::kConvKey
+                              : CaitLogits::kMhsa;
+  if (a.logits == CaitLogits::kMhsa) return;
+  // CSKA's conv logits are unscaled in the authors' CaiT; SKA's static-key logits are scaled.
+  a.scaled = options.get<bool>("scale", a.logits == CaitLogits::kStaticKey);
+  a.activation = options.get_choice("activation", "softmax", {"softmax", "gelu", "relu"});
+  if (a.logits == CaitLogits::kStaticKey) {
+    a.key_grid_factor = options.get_int_in("key_grid_factor", 1, 1, 64);
+  }
+}
+
+}  // namespace
+
+CaitOptions read_cait_options(const ConfigNode& cfg, const ModelInput& input) {
+  CaitOptions o;
+  o.input = input;
+  o.patch_size = cfg.get_int_in("patch_size", o.patch_size, 1, input.image_size);
+  if (input.image_size % o.patch_size != 0) {
+    cfg.fail("patch_size", "image_size " + std::to_string(input.image_size) +
+                               " is not a multiple of patch_size " + std::to_string(o.patch_size));
+  }
+  o.dim = cfg.get_int_in("dim", o.dim, 1, 1 << 16);
+  o.depth = cfg.get_int_in("depth", o.depth, 0, 1024);
+  o.cls_depth = cfg.get_int_in("cls_depth", o.cls_depth, 0, 1024);
+  o.mlp_dim = cfg.get_int_in("mlp_dim", o.mlp_dim, 1, 1 << 18);
+  o.dropout = cfg.get_double_in("dropout", o.dropout, 0.0, 0.99);
+  o.emb_dropout = cfg.get_double_in("emb_dropout", o.emb_dropout, 0.0, 0.99);
+  o.layer_dropout = cfg.get_double_in("layer_dropout", o.layer_dropout, 0.0, 0.99);
+  o.layer_scale_init = cfg.get_double_in("layer_scale_init", o.layer_scale_init, 0.0, 10.0);
+  CaitAttentionOptions& a = o.patch_attention;
+  a.heads = cfg.get_int_in("heads", a.heads, 1, 1024);
+  a.head_dim = cfg.get_int_in("head_dim", a.head_dim, 1, 4096);
+  a.talking_heads = cfg.get<bool>("talking_heads", true);
+  read_patch_mixer(cfg, a);
+  return o;
+}
+
+void register_cait_family(Registry<FamilyBuilder>& r) {
+  r.add("cait", [](const ConfigNode& cfg, const ModelInput& input) -> nn::ModulePtr {
+    return std::make_shared<Cait>(read_cait_options(cfg, input));
+  });
+}
 
 }  // namespace ska::models

@@ -1,8 +1,316 @@
-// cvt: registration placeholder; the implementation is in progress.
-#include "models/model.h"
+// The `cvt` family: per-stage conv token embedding + LayerNorm, pre-norm blocks of conv-projection
+// attention (mhsa / ska / cska) and a QuickGELU MLP, cls token in the last stage only, cls head.
+#include "models/cvt.h"
+
+#include <cmath>
+#include <vector>
+
+#include "models/stage_mixers.h"
+#include "ops/ops.h"
 
 namespace ska::models {
+namespace {
 
-void register_cvt_family(Registry<FamilyBuilder>& r) {}
+int64_t conv_out(int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
+  return (size + 2 * padding - kernel) / stride + 1;
+}
+
+// `dw_bn`: depthwise 3x3 conv (no bias) + BatchNorm on a grid [B, C, H, W] -> tokens [B, T, C].
+class DwBnProjection : public nn::Module {
+ public:
+  DwBnProjection(int64_t dim, int64_t stride) {
+    nn::Conv2dOptions o;
+    o.stride = stride;
+    o.padding = 1;
+    o.groups = dim;
+    o.bias = false;
+    conv_ = register_module("conv", std::make_shared<nn::Conv2d>(dim, dim, 3, o));
+    bn_ = register_module("bn", std::make_shared<nn::BatchNorm2d>(dim));
+  }
+  Tensor forward(const Tensor& grid) override {
+    return (*bn_)((*conv_)(grid)).flatten(2).transpose(1, 2);
+  }
+  std::string type_name() const override { return "DwBnProjection"; }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv_;
+  std::shared_ptr<nn::BatchNorm2d> bn_;
+};
+
+std::shared_ptr<nn::Linear> trunc_normal_linear(int64_t in, int64_t out) {
+  return std::make_shared<nn::Linear>(in, out, true, nn::Init::kTruncNormal);
+}
+
+}  // namespace
+
+ConvAttention::ConvAttention(const ConvAttentionOptions& options) : o_(options) {
+  SKA_CHECK(o_.dim % o_.heads == 0, ValueError, "ConvAttention: width ", o_.dim,
+            " is not divisible by ", o_.heads, " heads");
+  const int64_t d = o_.dim / o_.heads;
+  kv_h_ = conv_out(o_.grid_h, 3, o_.kv_stride, 1);
+  kv_w_ = conv_out(o_.grid_w, 3, o_.kv_stride, 1);
+  const bool projected_keys = o_.kind == "mhsa";
+  conv_proj_q_ = register_module("conv_proj_q", std::make_shared<DwBnProjection>(o_.dim, 1));
+  if (projected_keys)
+    conv_proj_k_ =
+        register_module("conv_proj_k", std::make_shared<DwBnProjection>(o_.dim, o_.kv_stride));
+  conv_proj_v_ =
+      register_module("conv_proj_v", std::make_shared<DwBnProjection>(o_.dim, o_.kv_stride));
+  proj_q_ = register_module("proj_q", trunc_normal_linear(o_.dim, o_.dim));
+  if (projected_keys) proj_k_ = register_module("proj_k", trunc_normal_linear(o_.dim, o_.dim));
+  proj_v_ = register_module("proj_v", trunc_normal_linear(o_.dim, o_.dim));
+  const int64_t cls = o_.cls_token ? 1 : 0;
+  if (o_.kind == "ska")
+    keys_ = register_parameter("keys", nn::init_normal({o_.heads, grid_keys() + cls, d}, 0, 1));
+  if (o_.kind == "cska") {
+    nn::Conv2dOptions conv;
+    conv.padding = 1;
+    conv.groups = o_.heads;
+    to_logits_ = register_module(
+        "to_logits", std::make_shared<nn::Conv2d>(o_.dim, o_.heads * grid_keys(), 3, conv));
+    if (o_.cls_token) {
+      cls_query_keys_ =
+          register_parameter("cls_query_keys", nn::init_normal({o_.heads, grid_keys(), d}, 0, 1));
+      if (o_.cls_key == "static")
+        cls_key_ = register_parameter("cls_key", nn::init_normal({o_.heads, 1, d}, 0, 1));
+    }
+  }
+  proj_ = register_module("proj", trunc_normal_linear(o_.dim, o_.dim));
+}
+
+std::string ConvAttention::type_name() const {
+  return o_.kind == "mhsa"  ? "ConvAttention"
+         : o_.kind == "ska" ? "SKA-ConvAttention"
+                            : "CSKA-ConvAttention";
+}
+
+Tensor ConvAttention::split_heads(const Tensor& t) const {
+  return t.reshape({t.size(0), t.size(1), o_.heads, o_.dim / o_.heads}).transpose(1, 2);
+}
+
+Tensor ConvAttention::with_cls(const Tensor& cls, const Tensor& tokens) const {
+  return o_.cls_token ? cat({cls, tokens}, 1) : tokens;
+}
+
+Tensor ConvAttention::conv_logits(const Tensor& q) {
+  const int64_t b = q.size(0), spatial = o_.grid_h * o_.grid_w;
+  Tensor patch_q = o_.cls_token ? q.narrow(2, 1, spatial) : q;
+  // Queries as an image with channels (head, d): the conv's groups are the heads.
+  Tensor image = patch_q.transpose(-1, -2).reshape({b, o_.dim, o_.grid_h, o_.grid_w});
+  Tensor grid_logits =
+      (*to_logits_)(image).reshape({b, o_.heads, grid_keys(), spatial}).transpose(-1, -2);
+  if (!o_.cls_token) return grid_logits;
+  // Keys are [cls, grid]: rows [cls query, patch queries], one logit per key.
+  Tensor cls_q = q.narrow(2, 0, 1);
+  Tensor cls_key = cls_key_.defined() ? cls_key_ : cls_q;
+  Tensor cls_column = matmul(q, cls_key.transpose(-1, -2));
+  Tensor cls_row = matmul(cls_q, cls_query_keys_.transpose(-1, -2));
+  return cat({cls_column, cat({cls_row, grid_logits}, 2)}, 3);
+}
+
+Tensor ConvAttention::forward(const Tensor& x) {
+  const int64_t b = x.size(0), n = x.size(1), spatial = o_.grid_h * o_.grid_w;
+  const int64_t cls = o_.cls_token ? 1 : 0;
+  SKA_CHECK(x.dim() == 3 && n == spatial + cls && x.size(2) == o_.dim, ShapeError,
+            "ConvAttention expects [B, ", spatial + cls, ", ", o_.dim, "], got ", x.str());
+  Tensor cls_tok = cls ? x.narrow(1, 0, 1) : Tensor();
+  Tensor grid =
+      x.narrow(1, cls, spatial).transpose(1, 2).reshape({b, o_.dim, o_.grid_h, o_.grid_w});
+  Tensor q = split_heads((*proj_q_)(with_cls(cls_tok, (*conv_proj_q_)(grid))));
+  Tensor v = split_heads((*proj_v_)(with_cls(cls_tok, (*conv_proj_v_)(grid))));
+  Tensor logits;
+  if (o_.kind == "mhsa") {
+    Tensor k = split_heads((*proj_k_)(with_cls(cls_tok, (*conv_proj_k_)(grid))));
+    logits = matmul(q, k.transpose(-1, -2));
+  } else if (o_.kind == "ska") {
+    logits = matmul(q, keys_.transpose(-1, -2));
+  } else {
+    logits = conv_logits(q);
+  }
+  const double scale = o_.scale ? 1.0 / std::sqrt(static_cast<double>(o_.dim)) : 1.0;
+  Tensor out = matmul(softmax(logits, scale), v).transpose(1, 2).reshape({b, n, o_.dim});
+  return (*proj_)(out);
+}
+
+namespace {
+
+class CvtBlock : public nn::Module {
+ public:
+  CvtBlock(const ConvAttentionOptions& attn, int64_t mlp_hidden, double drop_path) {
+    norm1_ = register_module("norm1", std::make_shared<nn::LayerNorm>(attn.dim, 1e-5));
+    attn_ = register_module("attn", std::make_shared<ConvAttention>(attn));
+    drop_path_ = register_module("drop_path", std::make_shared<nn::DropPath>(drop_path));
+    norm2_ = register_module("norm2", std::make_shared<nn::LayerNorm>(attn.dim, 1e-5));
+    nn::MlpOptions mlp;
+    mlp.hidden = mlp_hidden;
+    mlp.activation = "quick_gelu";
+    mlp.init = nn::Init::kTruncNormal;
+    mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(attn.dim, mlp));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = x + (*drop_path_)((*attn_)((*norm1_)(x)));
+    return y + (*drop_path_)((*mlp_)((*norm2_)(y)));
+  }
+  std::string type_name() const override { return "CvtBlock"; }
+
+ private:
+  std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
+  std::shared_ptr<ConvAttention> attn_;
+  std::shared_ptr<nn::DropPath> drop_path_;
+  std::shared_ptr<nn::Mlp> mlp_;
+};
+
+// Conv2d(k, s, p, bias) then LayerNorm over the tokens: image [B, C_in, H, W] -> [B, HW, C].
+class ConvEmbed : public nn::Module {
+ public:
+  ConvEmbed(int64_t in, int64_t dim, int64_t kernel, int64_t stride, int64_t padding) {
+    nn::Conv2dOptions o;
+    o.stride = stride;
+    o.padding = padding;
+    proj_ = register_module("proj", std::make_shared<nn::Conv2d>(in, dim, kernel, o));
+    norm_ = register_module("norm", std::make_shared<nn::LayerNorm>(dim, 1e-5));
+  }
+  Tensor forward(const Tensor& image) override {
+    return (*norm_)((*proj_)(image).flatten(2).transpose(1, 2));
+  }
+  std::string type_name() const override { return "ConvEmbed"; }
+
+ private:
+  std::shared_ptr<nn::Conv2d> proj_;
+  std::shared_ptr<nn::LayerNorm> norm_;
+};
+
+struct CvtStageOptions {
+  int64_t in_dim = 0, kernel = 3, stride = 2, padding = 1, depth = 1, mlp_ratio = 4;
+  double drop_path = 0.0;  // the rate of the stage's last block (linear ramp from 0)
+  ConvAttentionOptions attn;
+};
+
+// image [B, C_in, H, W] -> tokens [B, N, C] (cls first in a cls stage).
+class CvtStage : public nn::Module {
+ public:
+  explicit CvtStage(const CvtStageOptions& o) : o_(o) {
+    const int64_t dim = o.attn.dim;
+    embed_ = register_module(
+        "embed", std::make_shared<ConvEmbed>(o.in_dim, dim, o.kernel, o.stride, o.padding));
+    if (o.attn.cls_token)
+      cls_token_ = register_parameter("cls_token", nn::init_trunc_normal({1, 1, dim}, 0.02));
+    blocks_ = register_module("blocks", std::make_shared<nn::Sequential>());
+    for (int64_t i = 0; i < o.depth; ++i) {
+      const double rate = o.depth > 1 ? o.drop_path * i / (o.depth - 1) : 0.0;
+      blocks_->append(std::to_string(i),
+                      std::make_shared<CvtBlock>(o.attn, o.mlp_ratio * dim, rate));
+    }
+  }
+  Tensor forward(const Tensor& image) override {
+    Tensor x = (*embed_)(image);
+    if (cls_token_.defined()) x = cat({cls_token_.expand({x.size(0), 1, o_.attn.dim}), x}, 1);
+    return (*blocks_)(x);
+  }
+  // The spatial tokens of this stage's output as an image [B, C, H, W].
+  Tensor to_image(const Tensor& tokens) const {
+    const int64_t cls = cls_token_.defined() ? 1 : 0;
+    return tokens.narrow(1, cls, o_.attn.grid_h * o_.attn.grid_w)
+        .transpose(1, 2)
+        .reshape({tokens.size(0), o_.attn.dim, o_.attn.grid_h, o_.attn.grid_w});
+  }
+  std::string type_name() const override { return "CvtStage"; }
+
+ private:
+  CvtStageOptions o_;
+  std::shared_ptr<ConvEmbed> embed_;
+  std::shared_ptr<nn::Sequential> blocks_;
+  Tensor cls_token_;
+};
+
+class CvtModel : public nn::Module {
+ public:
+  CvtModel(const std::vector<CvtStageOptions>& stages, int64_t image_size, int64_t num_classes)
+      : image_size_(image_size) {
+    auto list = register_module("stages", std::make_shared<nn::Sequential>());
+    for (size_t i = 0; i < stages.size(); ++i) {
+      stages_.push_back(std::make_shared<CvtStage>(stages[i]));
+      list->append(std::to_string(i), stages_.back());
+    }
+    const int64_t width = stages.back().attn.dim;
+    norm_ = register_module("norm", std::make_shared<nn::LayerNorm>(width, 1e-5));
+    head_ = register_module("head", std::make_shared<nn::Linear>(width, num_classes));
+    head_->weight.copy_(nn::init_trunc_normal(head_->weight.shape(), 0.02));  // as CvT's head
+  }
+  Tensor forward(const Tensor& image) override {  // [B, C, H, W] -> [B, classes]
+    SKA_CHECK(image.dim() == 4 && image.size(2) == image_size_ && image.size(3) == image_size_,
+              ShapeError, "CvT expects [B, C, ", image_size_, ", ", image_size_, "], got ",
+              image.str());
+    Tensor x = image, tokens;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      tokens = (*stages_[i])(x);
+      if (i + 1 < stages_.size()) x = stages_[i]->to_image(tokens);
+    }
+    return (*head_)((*norm_)(tokens.select(1, 0)));  // the cls token
+  }
+  std::string type_name() const override { return "CvT"; }
+
+ private:
+  int64_t image_size_;
+  std::vector<std::shared_ptr<CvtStage>> stages_;
+  std::shared_ptr<nn::LayerNorm> norm_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+template <typename T>
+std::vector<T> read_per_stage(const ConfigNode& cfg, const std::string& key,
+                              std::vector<T> fallback, size_t stages, T lo, T hi) {
+  std::vector<T> v = cfg.get<std::vector<T>>(key, fallback);
+  if (stages && v.size() != stages)
+    cfg.fail(key, "expected " + std::to_string(stages) + " values, one per stage");
+  for (T x : v)
+    if (x < lo || x > hi)
+      cfg.fail(key, "value " + std::to_string(x) + " is out of range; expected " +
+                        std::to_string(lo) + ".." + std::to_string(hi));
+  return v;
+}
+
+}  // namespace
+
+nn::ModulePtr build_cvt(const ConfigNode& cfg, const ModelInput& input) {
+  const auto dims = read_per_stage<int64_t>(cfg, "dims", {64, 192, 384}, 0, 1, 1 << 16);
+  const size_t n = dims.size();
+  const auto heads = read_per_stage<int64_t>(cfg, "heads", {1, 3, 6}, n, 1, 1024);
+  const auto depths = read_per_stage<int64_t>(cfg, "depths", {1, 2, 10}, n, 1, 1024);
+  const auto kernels = read_per_stage<int64_t>(cfg, "kernels", {7, 3, 3}, n, 1, 31);
+  const auto strides = read_per_stage<int64_t>(cfg, "strides", {4, 2, 2}, n, 1, 16);
+  const auto paddings = read_per_stage<int64_t>(cfg, "paddings", {2, 1, 1}, n, 0, 15);
+  const auto drop_path =
+      read_per_stage<double>(cfg, "drop_path_rates", std::vector<double>(n, 0.0), n, 0.0, 1.0);
+  const int64_t mlp_ratio = cfg.get_int_in("mlp_ratio", 4, 1, 64);
+  const int64_t kv_stride = cfg.get_int_in("kv_stride", 2, 1, 16);
+  const std::vector<StageMixer> mixers = read_stage_mixers(cfg, n, {"mhsa", "ska", "cska"}, "mhsa");
+
+  std::vector<CvtStageOptions> stages(n);
+  int64_t grid = input.image_size, in_dim = input.in_channels;
+  for (size_t i = 0; i < n; ++i) {
+    grid = conv_out(grid, kernels[i], strides[i], paddings[i]);
+    if (grid < 1) cfg.fail("kernels", "stage " + std::to_string(i) + " leaves no tokens");
+    if (dims[i] % heads[i] != 0)
+      cfg.fail("heads", "stage " + std::to_string(i) + ": width " + std::to_string(dims[i]) +
+                            " is not divisible by " + std::to_string(heads[i]) + " heads");
+    CvtStageOptions& s = stages[i];
+    s.in_dim = in_dim;
+    s.kernel = kernels[i], s.stride = strides[i], s.padding = paddings[i];
+    s.depth = depths[i], s.mlp_ratio = mlp_ratio, s.drop_path = drop_path[i];
+    ConvAttentionOptions& a = s.attn;
+    a.kind = mixers[i].type;
+    a.dim = dims[i], a.heads = heads[i], a.grid_h = a.grid_w = grid;
+    a.cls_token = i + 1 == n;  // CvT-13: class token in the last stage only
+    a.kv_stride = kv_stride;
+    a.scale = mixers[i].options.get<bool>("scale", true);
+    if (a.kind == "cska" && a.cls_token)
+      a.cls_key = mixers[i].options.get_choice("cls_key", "query", {"query", "static"});
+    in_dim = dims[i];
+  }
+  return std::make_shared<CvtModel>(stages, input.image_size, input.num_classes);
+}
+
+void register_cvt_family(Registry<FamilyBuilder>& r) { r.add("cvt", build_cvt); }
 
 }  // namespace ska::models

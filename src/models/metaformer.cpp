@@ -1,8 +1,239 @@
-// metaformer: registration placeholder; the implementation is in progress.
-#include "models/model.h"
+// The `metaformer` family: config parsing, stem/downsampling, MetaFormer block, MLP head, the
+// model; every Linear and Conv2d starts trunc_normal(.02) with zero biases, as in the reference.
+#include "models/metaformer.h"
+
+#include <algorithm>
+
+#include "autograd/grad_mode.h"
+#include "nn/mixers/attention.h"
+#include "nn/mixers/sepconv.h"
+#include "ops/ops.h"
 
 namespace ska::models {
 
-void register_metaformer_family(Registry<FamilyBuilder>& r) {}
+namespace {
+
+constexpr int64_t kStemKernel = 7, kStemStride = 4, kStemPadding = 2;
+constexpr int64_t kDownKernel = 3, kDownStride = 2, kDownPadding = 1;
+
+int64_t conv_output_size(int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
+  return (size + 2 * padding - kernel) / stride + 1;
+}
+
+// The per-stage mixer nodes: a list with one entry per stage, or one entry for every stage.
+std::vector<ConfigNode> read_stage_mixers(const ConfigNode& cfg, size_t stages) {
+  const ConfigNode node = cfg["mixers"];
+  if (node.is_null()) cfg.fail("mixers", "required key missing (one token mixer per stage)");
+  if (!node.is_list()) return std::vector<ConfigNode>(stages, node);
+  if (node.size() != stages) {
+    cfg.fail("mixers", "has " + std::to_string(node.size()) + " entries for " +
+                           std::to_string(stages) + " stages");
+  }
+  std::vector<ConfigNode> mixers;
+  for (size_t i = 0; i < stages; ++i) mixers.push_back(node.at(i));
+  return mixers;
+}
+
+void check_positive(const ConfigNode& cfg, const std::string& key,
+                    const std::vector<int64_t>& values) {
+  for (int64_t v : values) {
+    if (v <= 0) cfg.fail(key, "every entry must be positive, got " + std::to_string(v));
+  }
+}
+
+// The MetaFormer reference re-initialises every Linear and Conv2d, mixers included, with
+// trunc_normal(.02) and zero biases. Our own layers are built that way; a mixer from the registry
+// may follow another family's default, so its Linear and Conv2d layers are reset here (mhsa and
+// sepconv already draw trunc_normal for this family: redrawing ~7M weights per S18 is skipped).
+// Other parameters (norms, scales, StarReLU, static keys) keep their own initialisation.
+void init_mixer_weights(nn::Module& mixer) {
+  if (dynamic_cast<nn::Attention*>(&mixer) || dynamic_cast<nn::SepConv*>(&mixer)) return;
+  NoGradGuard no_grad;
+  auto reset = [](Tensor weight, Tensor bias) {
+    weight.copy_(nn::init_trunc_normal(weight.shape(), 0.02));
+    if (bias.defined()) bias.fill_(0.0);
+  };
+  for (const auto& [name, module] : mixer.named_modules()) {
+    if (auto* linear = dynamic_cast<nn::Linear*>(module)) reset(linear->weight, linear->bias);
+    if (auto* conv = dynamic_cast<nn::Conv2d*>(module)) reset(conv->weight, conv->bias);
+  }
+}
+
+// A learnable per-channel scale of the residual (init 1.0), registered under `name`.
+nn::ModulePtr make_res_scale(nn::Module& block, const std::string& name, int64_t dim) {
+  return block.register_module(name, std::make_shared<nn::Scale>(dim, 1.0));
+}
+
+}  // namespace
+
+MetaFormerConfig MetaFormerConfig::from_config(const ConfigNode& cfg) {
+  MetaFormerConfig c;
+  c.depths = cfg.get<std::vector<int64_t>>("depths", c.depths);
+  c.dims = cfg.get<std::vector<int64_t>>("dims", c.dims);
+  check_positive(cfg, "depths", c.depths);
+  check_positive(cfg, "dims", c.dims);
+  if (c.depths.empty() || c.depths.size() != c.dims.size()) {
+    cfg.fail("dims", "needs one width per stage (" + std::to_string(c.depths.size()) + " depths, " +
+                         std::to_string(c.dims.size()) + " dims)");
+  }
+  c.mixers = read_stage_mixers(cfg, c.depths.size());
+  c.mlp_ratio = cfg.get_double_in("mlp_ratio", c.mlp_ratio, 0.01, 64.0);
+  c.mlp_activation = cfg.get_choice("mlp_activation", c.mlp_activation, nn::Activation::names());
+  c.drop_path_rate = cfg.get_double_in("drop_path_rate", c.drop_path_rate, 0.0, 1.0);
+  c.res_scale_stages = cfg.get<std::vector<int64_t>>("res_scale_stages", c.res_scale_stages);
+  for (int64_t s : c.res_scale_stages) {
+    if (s < 0 || s >= static_cast<int64_t>(c.depths.size())) {
+      cfg.fail("res_scale_stages", "stage " + std::to_string(s) + " does not exist (0.." +
+                                       std::to_string(c.depths.size() - 1) + ")");
+    }
+  }
+  c.norm_eps = cfg.get_double_in("norm_eps", c.norm_eps, 0.0, 1.0);
+  c.head_mlp_ratio = cfg.get_double_in("head_mlp_ratio", c.head_mlp_ratio, 0.01, 64.0);
+  c.head_activation = cfg.get_choice("head_activation", c.head_activation, nn::Activation::names());
+  c.head_norm_eps = cfg.get_double_in("head_norm_eps", c.head_norm_eps, 0.0, 1.0);
+  c.head_dropout = cfg.get_double_in("head_dropout", c.head_dropout, 0.0, 1.0);
+  return c;
+}
+
+nn::ModulePtr build_mixer_from_node(const ConfigNode& node, const MixerArgs& args) {
+  register_builtin_models();
+  if (node.is_map()) return mixer_registry().get(node, "type")(node, args);
+  SKA_CHECK(node.is_scalar(), ConfigError, node.path(),
+            ": expected a token mixer name or a map with `type:`");
+  const std::string name = node.as<std::string>();
+  if (!mixer_registry().contains(name)) {
+    std::string known;
+    for (const std::string& n : mixer_registry().names()) known += (known.empty() ? "" : ", ") + n;
+    const std::string hint = closest_match(name, mixer_registry().names());
+    SKA_FAIL(ConfigError, node.path(), ": unknown token mixer '", name, "'",
+             hint.empty() ? "" : "; did you mean '" + hint + "'?", " (known: ", known, ")");
+  }
+  // A bare name is the mixer with its defaults: build it from a one-key map of its own.
+  Config spec;
+  spec.set("type=" + name);
+  return mixer_registry().get(spec.root(), "type")(spec.root(), args);
+}
+
+Downsampling::Downsampling(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                           bool is_stem, double norm_eps)
+    : is_stem_(is_stem) {
+  if (!is_stem)
+    pre_norm_ = register_module("pre_norm", std::make_shared<nn::LayerNorm>(in, norm_eps, false));
+  nn::Conv2dOptions options;
+  options.stride = stride;
+  options.padding = padding;
+  options.init = nn::Init::kTruncNormal;
+  conv_ = register_module("conv", std::make_shared<nn::Conv2d>(in, out, kernel, options));
+  if (is_stem)
+    post_norm_ =
+        register_module("post_norm", std::make_shared<nn::LayerNorm>(out, norm_eps, false));
+}
+
+Tensor Downsampling::forward(const Tensor& x) {
+  if (is_stem_) return (*post_norm_)((*conv_)(x).permute({0, 2, 3, 1}));
+  const Tensor image = (*pre_norm_)(x).permute({0, 3, 1, 2});
+  return (*conv_)(image).permute({0, 2, 3, 1}).contiguous();
+}
+
+MetaFormerBlock::MetaFormerBlock(const MixerArgs& args, nn::ModulePtr token_mixer,
+                                 const MetaFormerConfig& c, double drop_path, bool res_scale)
+    : grid_(args.grid) {
+  const int64_t dim = args.dim;
+  const nn::ModulePtr identity = std::make_shared<nn::Identity>();
+  norm1_ = register_module("norm1", std::make_shared<nn::LayerNorm>(dim, c.norm_eps, false));
+  token_mixer_ = register_module("token_mixer", std::move(token_mixer));
+  init_mixer_weights(*token_mixer_);
+  drop_path1_ = register_module("drop_path1", std::make_shared<nn::DropPath>(drop_path));
+  res_scale1_ = res_scale ? make_res_scale(*this, "res_scale1", dim) : identity;
+  norm2_ = register_module("norm2", std::make_shared<nn::LayerNorm>(dim, c.norm_eps, false));
+  nn::MlpOptions mlp;
+  mlp.hidden = static_cast<int64_t>(c.mlp_ratio * dim);
+  mlp.activation = c.mlp_activation;
+  mlp.bias = false;
+  mlp.init = nn::Init::kTruncNormal;
+  mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(dim, mlp));
+  drop_path2_ = register_module("drop_path2", std::make_shared<nn::DropPath>(drop_path));
+  res_scale2_ = res_scale ? make_res_scale(*this, "res_scale2", dim) : identity;
+}
+
+Tensor MetaFormerBlock::forward(const Tensor& x) {
+  SKA_CHECK(x.dim() == 4 && x.size(1) == grid_.height && x.size(2) == grid_.width, ShapeError,
+            "MetaFormerBlock: expected [B, ", grid_.height, ", ", grid_.width, ", C], got ",
+            x.str());
+  const Tensor tokens = x.reshape({x.size(0), grid_.tokens(), x.size(3)});  // a view
+  Tensor y = (*res_scale1_)(tokens) + (*drop_path1_)((*token_mixer_)((*norm1_)(tokens)));
+  y = (*res_scale2_)(y) + (*drop_path2_)((*mlp_)((*norm2_)(y)));
+  return y.view(x.shape());
+}
+
+MlpHead::MlpHead(int64_t dim, int64_t num_classes, const MetaFormerConfig& c) {
+  const int64_t hidden = static_cast<int64_t>(c.head_mlp_ratio * dim);
+  fc1_ = register_module("fc1",
+                         std::make_shared<nn::Linear>(dim, hidden, true, nn::Init::kTruncNormal));
+  act_ = register_module("act", std::make_shared<nn::Activation>(c.head_activation));
+  norm_ = register_module("norm", std::make_shared<nn::LayerNorm>(hidden, c.head_norm_eps, true));
+  head_dropout_ = register_module("head_dropout", std::make_shared<nn::Dropout>(c.head_dropout));
+  fc2_ = register_module(
+      "fc2", std::make_shared<nn::Linear>(hidden, num_classes, true, nn::Init::kTruncNormal));
+}
+
+Tensor MlpHead::forward(const Tensor& x) {
+  return (*fc2_)((*head_dropout_)((*norm_)((*act_)((*fc1_)(x)))));
+}
+
+MetaFormer::MetaFormer(const MetaFormerConfig& c, const ModelInput& input) : input_(input) {
+  downsample_layers_ = register_module("downsample_layers", std::make_shared<nn::Sequential>());
+  stages_ = register_module("stages", std::make_shared<nn::Sequential>());
+  int64_t total_blocks = 0;
+  for (int64_t d : c.depths) total_blocks += d;
+  int64_t side = input.image_size, in = input.in_channels, block_index = 0;
+  for (size_t s = 0; s < c.depths.size(); ++s) {
+    const bool stem = s == 0;
+    const int64_t kernel = stem ? kStemKernel : kDownKernel,
+                  stride = stem ? kStemStride : kDownStride,
+                  padding = stem ? kStemPadding : kDownPadding;
+    side = conv_output_size(side, kernel, stride, padding);
+    SKA_CHECK(side >= 1, ValueError, "metaformer: image_size ", input.image_size,
+              " is too small for ", c.depths.size(), " stages (stage ", s, " has no tokens)");
+    downsample_layers_->append(
+        std::to_string(s),
+        std::make_shared<Downsampling>(in, c.dims[s], kernel, stride, padding, stem, c.norm_eps));
+    MixerArgs args{c.dims[s], TokenGrid{side, side, false}, "metaformer"};
+    const bool res_scale = std::find(c.res_scale_stages.begin(), c.res_scale_stages.end(),
+                                     static_cast<int64_t>(s)) != c.res_scale_stages.end();
+    auto stage = std::make_shared<nn::Sequential>();
+    for (int64_t j = 0; j < c.depths[s]; ++j, ++block_index) {
+      // Stochastic depth grows linearly from 0 at the first block to drop_path_rate at the last.
+      const double drop_path =
+          total_blocks > 1 ? c.drop_path_rate * block_index / (total_blocks - 1) : 0.0;
+      stage->append(std::to_string(j),
+                    std::make_shared<MetaFormerBlock>(
+                        args, build_mixer_from_node(c.mixers[s], args), c, drop_path, res_scale));
+    }
+    stages_->append(std::to_string(s), stage);
+    in = c.dims[s];
+  }
+  norm_ = register_module("norm", std::make_shared<nn::LayerNorm>(in, 1e-6, true));
+  head_ = register_module("head", std::make_shared<MlpHead>(in, input.num_classes, c));
+}
+
+Tensor MetaFormer::forward(const Tensor& x) {
+  SKA_CHECK(x.dim() == 4 && x.size(1) == input_.in_channels && x.size(2) == input_.image_size &&
+                x.size(3) == input_.image_size,
+            ShapeError, "MetaFormer: expected images [B, ", input_.in_channels, ", ",
+            input_.image_size, ", ", input_.image_size, "], got ", x.str());
+  Tensor h = x;
+  for (size_t s = 0; s < stages_->size(); ++s) {
+    h = downsample_layers_->at(s)(h);
+    h = stages_->at(s)(h);
+  }
+  return (*head_)((*norm_)(mean(h, {1, 2})));
+}
+
+void register_metaformer_family(Registry<FamilyBuilder>& r) {
+  r.add("metaformer", [](const ConfigNode& cfg, const ModelInput& input) -> nn::ModulePtr {
+    return std::make_shared<MetaFormer>(MetaFormerConfig::from_config(cfg), input);
+  });
+}
 
 }  // namespace ska::models

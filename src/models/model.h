@@ -28,6 +28,11 @@ struct MixerArgs {
   int64_t dim = 0;   // C, the width of the tokens
   TokenGrid grid;
   std::string family;  // "metaformer", "vit", "cait", "swin", "cvt": family-specific defaults
+  // Hints from the family's own keys (ViT's heads/head_dim/dropout); 0 means "the mixer's own
+  // default". Options in the mixer's YAML map override them.
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  double proj_drop = 0.0;
 };
 
 // Builds a mixer from its config map (which holds `type:` and the mixer's options).

@@ -112,7 +112,7 @@ Mlp::Mlp(int64_t dim, const MlpOptions& o) {
   const int64_t out = o.out > 0 ? o.out : dim;
   fc1_ = register_module("fc1", std::make_shared<Linear>(dim, o.hidden, o.bias, o.init));
   act_ = register_module("act", std::make_shared<Activation>(o.activation));
-  drop_ = std::make_shared<Dropout>(o.drop);
+  drop_ = register_module("drop", std::make_shared<Dropout>(o.drop));  // so eval() reaches it
   fc2_ = register_module("fc2", std::make_shared<Linear>(o.hidden, out, o.bias, o.init));
 }
 

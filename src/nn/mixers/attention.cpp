@@ -1,8 +1,67 @@
-// attention: registration placeholder; the implementation is in progress.
+// The `mhsa` token mixer: multi-head self-attention over all tokens, and its registration.
+#include "nn/mixers/attention.h"
+
+#include <cmath>
+
 #include "models/model.h"
+#include "nn/mixers/mixer_init.h"
+#include "ops/ops.h"
+
+namespace ska::nn {
+
+AttentionOptions AttentionOptions::from_config(const ConfigNode& cfg,
+                                               const AttentionOptions& defaults) {
+  AttentionOptions o = defaults;
+  o.head_dim = cfg.get_int_in("head_dim", o.head_dim, 1, 4096);
+  o.heads = cfg.get_int_in("heads", o.heads, 0, 4096);
+  o.qkv_bias = cfg.get<bool>("qkv_bias", o.qkv_bias);
+  o.proj_bias = cfg.get<bool>("proj_bias", o.proj_bias);
+  o.attn_drop = cfg.get_double_in("attn_drop", o.attn_drop, 0.0, 1.0);
+  o.proj_drop = cfg.get_double_in("proj_drop", o.proj_drop, 0.0, 1.0);
+  return o;
+}
+
+Attention::Attention(int64_t dim, const AttentionOptions& o) : head_dim_(o.head_dim) {
+  // As in the MetaFormer reference: heads default to dim / head_dim, and a narrow stage still
+  // gets one head of the full head width (the attention width may then exceed dim).
+  heads_ = o.heads > 0 ? o.heads : std::max<int64_t>(1, dim / o.head_dim);
+  const int64_t attention_dim = heads_ * head_dim_;
+  qkv_ =
+      register_module("qkv", std::make_shared<Linear>(dim, 3 * attention_dim, o.qkv_bias, o.init));
+  attn_drop_ = register_module("attn_drop", std::make_shared<Dropout>(o.attn_drop));
+  proj_ =
+      register_module("proj", std::make_shared<Linear>(attention_dim, dim, o.proj_bias, o.init));
+  proj_drop_ = register_module("proj_drop", std::make_shared<Dropout>(o.proj_drop));
+}
+
+Tensor Attention::forward(const Tensor& x) {
+  SKA_CHECK(x.dim() == 3, ShapeError, "Attention: expected [B, N, C] tokens, got ", x.str());
+  const int64_t batch = x.size(0), tokens = x.size(1);
+  const Tensor qkv = (*qkv_)(x)
+                         .view({batch, tokens, 3, heads_, head_dim_})
+                         .permute({2, 0, 3, 1, 4});  // [3, B, heads, N, head_dim]
+  const Tensor q = qkv.select(0, 0), k = qkv.select(0, 1), v = qkv.select(0, 2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  const Tensor attn = (*attn_drop_)(softmax(matmul(q, k.transpose(-2, -1)), scale));
+  const Tensor mixed = matmul(attn, v).transpose(1, 2).reshape({batch, tokens, heads_ * head_dim_});
+  return (*proj_drop_)((*proj_)(mixed));
+}
+
+}  // namespace ska::nn
 
 namespace ska::models {
 
-void register_attention_mixers(Registry<MixerBuilder>& r) {}
+void register_attention_mixers(Registry<MixerBuilder>& r) {
+  r.add("mhsa", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
+    // The family's hints (MixerArgs heads / head_dim / proj_drop) replace the mixer's defaults.
+    nn::AttentionOptions defaults;
+    if (args.heads > 0) defaults.heads = args.heads;
+    if (args.head_dim > 0) defaults.head_dim = args.head_dim;
+    defaults.proj_drop = args.proj_drop;
+    nn::AttentionOptions options = nn::AttentionOptions::from_config(cfg, defaults);
+    options.init = nn::mixer_init_for(args.family);
+    return std::make_shared<nn::Attention>(args.dim, options);
+  });
+}
 
 }  // namespace ska::models

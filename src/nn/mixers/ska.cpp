@@ -1,8 +1,82 @@
-// ska: registration placeholder; the implementation is in progress.
-#include "models/model.h"
+// ska: static-key attention (STU in the authors' code).
+#include "nn/mixers/ska.h"
+
+#include "nn/init.h"
+#include "nn/mixers/mixer_init.h"
+#include "ops/ops.h"
+
+namespace ska::nn {
+
+Ska::Ska(int64_t dim, int64_t num_keys, const SkaOptions& options)
+    : options_(options), num_keys_(num_keys) {
+  const int64_t width = options.layout.width();
+  SKA_CHECK(options.query == "linear" || width == dim, ValueError,
+            "ska with query: identity needs heads * head_dim (", width, ") == the width ", dim);
+  if (options.query == "linear") {
+    qv_ = register_module("qv",
+                          std::make_shared<Linear>(dim, 2 * width, options.qkv_bias, options.init));
+  } else {
+    v_ = register_module("v", std::make_shared<Linear>(dim, width, options.qkv_bias, options.init));
+  }
+  k = register_parameter(
+      "k", init_normal({options.layout.heads, num_keys, options.layout.head_dim}, 0.0, 1.0));
+  scale_ = std::make_unique<LogitScale>(options.scale, options.layout.head_dim, *this);
+  attend_ = register_module("attend", std::make_shared<AttentionWeights>(options.activation));
+  proj_ = register_module("proj",
+                          std::make_shared<Linear>(width, dim, options.proj_bias, options.init));
+  // Registered so that eval() reaches it.
+  proj_drop_ = register_module("proj_drop", std::make_shared<Dropout>(options.proj_drop));
+}
+
+Tensor Ska::forward(const Tensor& x) {
+  SKA_CHECK(x.dim() == 3 && x.size(1) == num_keys_, ShapeError, "ska: expected [B, ", num_keys_,
+            ", C] tokens (one per static key), got ", shape_str(x.shape()));
+  const int64_t heads = options_.layout.heads;
+  Tensor q, v;
+  if (qv_) {
+    const TensorList qv = chunk((*qv_)(x), 2, -1);
+    q = split_heads(qv[0], heads);
+    v = split_heads(qv[1], heads);
+  } else {
+    q = split_heads(x, heads);
+    v = split_heads((*v_)(x), heads);
+  }
+  const Tensor logits = scale_->apply(matmul(q, k.transpose(-2, -1)));  // [B, h, N, N_keys]
+  const Tensor mask = options_.diagonal_mask
+                          ? diagonal_mask(logits.size(-2), logits.size(-1), x.device())
+                          : Tensor();
+  const Tensor out = merge_heads(matmul(attend_->weights(logits, mask), v));
+  return (*proj_drop_)((*proj_)(out));
+}
+
+SkaOptions read_ska_options(const ConfigNode& cfg, const models::MixerArgs& args) {
+  const bool vit = read_vit_flavour(cfg, args);
+  SkaOptions o;
+  o.layout = vit ? read_head_layout(cfg, args, 10, 64) : read_head_layout(cfg, args, 0, 32);
+  o.query = cfg.get_choice("query", vit ? "linear" : "identity", {"linear", "identity"});
+  o.qkv_bias = cfg.get<bool>("qkv_bias", false);
+  o.proj_bias = cfg.get<bool>("proj_bias", vit);
+  o.proj_drop = cfg.get_double_in("proj_drop", args.proj_drop, 0.0, 1.0);
+  o.init = mixer_init_for(args.family);
+  o.scale = read_logit_scale(cfg, "scale", true, vit ? "learnable" : "fixed");
+  o.diagonal_mask = cfg.get<bool>("diagonal_mask", vit);
+  o.activation = cfg.get_choice("activation", "softmax", AttentionWeights::names());
+  if (o.query == "identity" && o.layout.width() != args.dim) {
+    cfg.fail("query", "identity queries need heads * head_dim (" +
+                          std::to_string(o.layout.width()) + ") == the width " +
+                          std::to_string(args.dim));
+  }
+  return o;
+}
+
+}  // namespace ska::nn
 
 namespace ska::models {
 
-void register_ska_mixer(Registry<MixerBuilder>& r) {}
+void register_ska_mixer(Registry<MixerBuilder>& r) {
+  r.add("ska", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
+    return std::make_shared<nn::Ska>(args.dim, args.grid.tokens(), nn::read_ska_options(cfg, args));
+  });
+}
 
 }  // namespace ska::models

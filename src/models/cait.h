@@ -1,0 +1,136 @@
+// CaiT (lucidrains' CIFAR variant): patch-attention layers with talking heads, then class-attention
+// layers in which the class token attends to [class, patches]; SKA / CSKA logits in patch layers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "nn/layers.h"
+
+namespace ska::models {
+
+// How an attention layer forms its logits. kMhsa: q k^T from to_q / to_kv. kStaticKey (ska): a
+// learnt key tensor [h, K, d]. kConvKey (cska): a grouped 3x3 conv over the query grid outputs
+// each query's logits over the context tokens directly (no q k^T).
+enum class CaitLogits { kMhsa, kStaticKey, kConvKey };
+
+struct CaitAttentionOptions {
+  int64_t dim = 512;
+  int64_t heads = 8;
+  int64_t head_dim = 64;
+  CaitLogits logits = CaitLogits::kMhsa;
+  bool scaled = true;                  // multiply logits by head_dim^-0.5 (always for kMhsa)
+  std::string activation = "softmax";  // softmax | gelu | relu (ablations: no normalisation)
+  // kStaticKey: the static keys lie on a grid f times finer than the token grid (f^2 keys per
+  // token, their weights pooled onto the token's value); f = 1: one key per token.
+  int64_t key_grid_factor = 1;
+  bool talking_heads = true;  // learnt h x h head mixes before and after the normalisation
+  bool class_query = false;   // only token 0 queries (class attention); all tokens are context
+  double dropout = 0.0;       // after the output projection
+  TokenGrid grid;             // the spatial context tokens (kConvKey, kStaticKey)
+};
+
+// Multi-head attention of CaiT. x [B, N, C] -> [B, N, C] ([B, 1, C] with class_query).
+class CaitAttention : public nn::Module {
+ public:
+  explicit CaitAttention(const CaitAttentionOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override;
+
+  const CaitAttentionOptions& options() const { return options_; }
+
+ private:
+  Tensor logits_and_values(const Tensor& q, const Tensor& x, Tensor& v);
+  Tensor conv_key_logits(const Tensor& q_tokens) const;
+  Tensor normalise(const Tensor& logits) const;
+  Tensor pool_fine_keys(const Tensor& attn) const;
+  Tensor mix_heads(const Tensor& scores, const Tensor& mix) const;
+
+  CaitAttentionOptions options_;
+  std::shared_ptr<nn::Linear> to_q_, to_kv_, to_v_, to_out_;
+  std::shared_ptr<nn::Conv2d> to_k_;
+  std::shared_ptr<nn::Dropout> drop_;
+  Tensor static_key_, mix_pre_, mix_post_;
+  int64_t fine_factor_ = 1;  // kStaticKey: keys per token along each grid axis
+};
+
+struct CaitBlockOptions {
+  CaitAttentionOptions attention;
+  int64_t mlp_dim = 512;
+  double dropout = 0.0;           // in the feed-forward
+  double layer_scale_init = 0.1;  // LayerScale of both sublayers
+};
+
+// x + LayerScale(PreNorm(attn)), then x + LayerScale(PreNorm(mlp)). A class block takes
+// [B, 1 + N, C] (class token first) and updates only the class token; as in lucidrains' CaiT
+// the keys and values come from [norm(class), patches] (the patches are not normalised).
+class CaitBlock : public nn::Module {
+ public:
+  explicit CaitBlock(const CaitBlockOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "CaitBlock"; }
+
+ private:
+  Tensor residual_mlp(const Tensor& x);
+
+  bool class_block_;
+  std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
+  std::shared_ptr<CaitAttention> attn_;
+  std::shared_ptr<nn::Scale> ls1_, ls2_;
+  std::shared_ptr<nn::Mlp> mlp_;
+};
+
+// Blocks applied in order; in training each block is skipped with probability layer_dropout
+// (the same draw for the whole batch), keeping at least one. Eval runs every block.
+class CaitLayerStack : public nn::Module {
+ public:
+  explicit CaitLayerStack(double layer_dropout) : layer_dropout_(layer_dropout) {}
+  void append(std::shared_ptr<CaitBlock> block);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "CaitLayerStack"; }
+
+ private:
+  std::vector<bool> draw_kept_layers() const;
+
+  double layer_dropout_;
+  std::vector<std::shared_ptr<CaitBlock>> blocks_;
+};
+
+struct CaitOptions {
+  ModelInput input{32, 3, 10};
+  int64_t patch_size = 4;
+  int64_t dim = 512;
+  int64_t depth = 6;      // patch-attention layers
+  int64_t cls_depth = 2;  // class-attention layers
+  int64_t mlp_dim = 512;
+  double dropout = 0.1;
+  double emb_dropout = 0.1;
+  double layer_dropout = 0.05;
+  double layer_scale_init = 0.1;
+  CaitAttentionOptions patch_attention;  // heads, head width, logits of the patch layers
+};
+
+// images [B, in_channels, S, S] -> logits [B, num_classes].
+class Cait : public nn::Module {
+ public:
+  explicit Cait(const CaitOptions& options);
+  Tensor forward(const Tensor& images) override;
+  std::string type_name() const override { return "CaiT"; }
+
+ private:
+  Tensor patchify(const Tensor& images) const;
+
+  CaitOptions options_;
+  std::shared_ptr<nn::Linear> patch_embed_, head_;
+  std::shared_ptr<nn::Dropout> emb_drop_;
+  std::shared_ptr<CaitLayerStack> patch_layers_, class_layers_;
+  std::shared_ptr<nn::LayerNorm> head_norm_;
+  Tensor pos_embed_, cls_token_;
+};
+
+// Reads a model map with `family: cait` (keys and defaults in configs/models/cait_s.yaml).
+CaitOptions read_cait_options(const ConfigNode& cfg, const ModelInput& input);
+
+}  // namespace ska::models

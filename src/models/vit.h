@@ -1,0 +1,78 @@
+// The `vit` family: lucidrains' "ViT for small datasets" (Shifted Patch Tokenization, pre-norm
+// blocks of a configurable token mixer, class-token head) as used for the paper's CIFAR ViT-S.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "models/model.h"
+#include "nn/layers.h"
+
+namespace ska::models {
+
+// Shifted Patch Tokenization: the image and its four 1-pixel shifts (right, left,
+// down, up; zero fill) are stacked to 5C channels, cut into p x p patches flattened in
+// (p1 p2 c) order, then LayerNorm and Linear. [B, C, H, W] -> [B, (H/p)(W/p), dim].
+class ShiftedPatchEmbedding : public nn::Module {
+ public:
+  ShiftedPatchEmbedding(int64_t in_channels, int64_t patch_size, int64_t dim);
+  Tensor forward(const Tensor& images) override;
+  std::string type_name() const override { return "ShiftedPatchEmbedding"; }
+
+ private:
+  int64_t patch_size_;
+  std::shared_ptr<nn::LayerNorm> norm_;
+  std::shared_ptr<nn::Linear> proj_;
+};
+
+// x + mixer(norm1(x)), then x + mlp(norm2(x)); the MLP is Linear -> GELU -> dropout -> Linear ->
+// dropout. [B, N, C] -> [B, N, C].
+class VitBlock : public nn::Module {
+ public:
+  VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dropout);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "VitBlock"; }
+
+ private:
+  std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
+  nn::ModulePtr mixer_;
+  std::shared_ptr<nn::Mlp> mlp_;
+};
+
+struct VitOptions {
+  int64_t patch_size = 4;
+  int64_t dim = 512;
+  int64_t depth = 6;
+  int64_t mlp_dim = 512;
+  double dropout = 0.1;      // attention output and MLP
+  double emb_dropout = 0.1;  // after adding the position embedding
+};
+
+// [B, C, H, W] -> [B, num_classes]. Parameters: patch_embed.{norm,proj}, cls_token [1, 1, dim],
+// pos_embed [1, N + 1, dim] (both randn), blocks.<i>.{norm1,mixer,norm2,mlp}, norm, head.
+class Vit : public nn::Module {
+ public:
+  // make_mixer(i, args) builds block i's token mixer.
+  Vit(const ModelInput& input, const VitOptions& options,
+      const std::function<nn::ModulePtr(int64_t, const MixerArgs&)>& make_mixer,
+      const MixerArgs& mixer_args);
+  Tensor forward(const Tensor& images) override;
+  std::string type_name() const override { return "ViT"; }
+  Tensor cls_token, pos_embed;
+
+ private:
+  std::shared_ptr<ShiftedPatchEmbedding> patch_embed_;
+  std::shared_ptr<nn::Dropout> emb_drop_;
+  std::shared_ptr<nn::Sequential> blocks_;
+  std::shared_ptr<nn::LayerNorm> norm_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+// Builds a token mixer from `parent[key]`, which is either a type name (`mixer: cska`) or a map
+// with `type:` and the mixer's options (`mixer: {type: cska, activation: gelu}`); when the key is
+// absent, `default_type` with its defaults (or the "required key missing" error if it is empty).
+nn::ModulePtr build_mixer(const ConfigNode& parent, const std::string& key, const MixerArgs& args,
+                          const std::string& default_type = "");
+
+}  // namespace ska::models

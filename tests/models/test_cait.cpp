@@ -1,0 +1,166 @@
+// CaiT family tests: SPEC's parameter counts of configs/models/*cait_s.yaml, golden logits and
+// gradients against scripts/golden_models/cait.py, gradient checks, layer dropout, CUDA parity.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/random.h"
+#include "models/cait.h"
+#include "models/model_golden.h"
+#include "support/test_util.h"
+
+using namespace ska;
+using ska::models::CaitAttention;
+using ska::models::CaitAttentionOptions;
+using ska::models::CaitLogits;
+
+namespace {
+
+std::string model_config_path(const std::string& name) {
+  return std::string(SKA_SOURCE_DIR) + "/configs/models/" + name + ".yaml";
+}
+
+// Trainable parameters of a config file after `overrides`; every key must have been read.
+int64_t config_parameters(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  Config cfg = Config::load(model_config_path(name));
+  for (const std::string& o : overrides) cfg.set(o);
+  const nn::ModulePtr model = models::build_model(cfg.root());
+  cfg.check_unused();
+  return model->num_parameters(true);
+}
+
+nn::ModulePtr build_from_text(const std::string& yaml) {
+  Config cfg = Config::parse(yaml);
+  nn::ModulePtr model = models::build_model(cfg.root());
+  cfg.check_unused();
+  return model;
+}
+
+CaitAttentionOptions tiny_attention(CaitLogits logits) {
+  CaitAttentionOptions o;
+  o.dim = 4;
+  o.heads = 2;
+  o.head_dim = 3;
+  o.logits = logits;
+  o.grid = models::TokenGrid{2, 2, false};
+  return o;
+}
+
+// Gradients of the attention's output w.r.t. its input and every parameter (f64 differences).
+void check_attention_gradients(const CaitAttentionOptions& options) {
+  manual_seed(7);
+  CaitAttention attn(options);
+  attn.to(DType::kF64);
+  const int64_t tokens = options.grid.height * options.grid.width + (options.class_query ? 1 : 0);
+  Tensor x = test::uniform({2, tokens, options.dim}, 11);
+  x.set_requires_grad(true);
+  TensorList inputs = {x};
+  for (const auto& [name, p] : attn.named_parameters()) inputs.push_back(p);
+  test::check_gradients([&](const TensorList& in) { return attn(in[0]); }, inputs);
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, int64_t>> kSpecCounts = {
+    {"cait_s", 12685322}, {"ska_cait_s", 13503050}, {"cska_cait_s", 12885002}};
+
+TEST_CASE("cait configs reproduce SPEC's parameter counts", "[cpu][models][cait]") {
+  for (const auto& [name, count] : kSpecCounts) {
+    INFO(name);
+    CHECK(config_parameters(name) == count);
+  }
+}
+
+// Each build initialises ~13M parameters (about 0.4 s), hence [slow].
+TEST_CASE("cait configs follow num_classes and in_channels overrides",
+          "[cpu][models][cait][slow]") {
+  // 10 classes -> 100: +90 rows of the head (512 weights + 1 bias); 1 input channel: the patch
+  // embedding loses 2 * 16 * 512 weights.
+  for (const auto& [name, count] : kSpecCounts) {
+    INFO(name);
+    CHECK(config_parameters(name, {"num_classes=100"}) == count + 90 * 513);
+    CHECK(config_parameters(name, {"in_channels=1"}) == count - 2 * 16 * 512);
+  }
+}
+
+TEST_CASE("cait matches the PyTorch reference (logits and gradients)",
+          "[cpu][models][cait][golden]") {
+  SECTION("mhsa") { test::check_model_golden("cait_mhsa"); }
+  SECTION("cska") { test::check_model_golden("cait_cska"); }
+  SECTION("ska, key grid 2x finer") { test::check_model_golden("cait_ska"); }
+}
+
+TEST_CASE("cait talking-heads attention gradients", "[cpu][models][cait]") {
+  SECTION("mhsa") { check_attention_gradients(tiny_attention(CaitLogits::kMhsa)); }
+  SECTION("cska, unscaled") {
+    CaitAttentionOptions o = tiny_attention(CaitLogits::kConvKey);
+    o.scaled = false;
+    check_attention_gradients(o);
+  }
+  SECTION("ska with a 2x finer key grid") {
+    CaitAttentionOptions o = tiny_attention(CaitLogits::kStaticKey);
+    o.key_grid_factor = 2;
+    check_attention_gradients(o);
+  }
+  SECTION("class attention") {
+    CaitAttentionOptions o = tiny_attention(CaitLogits::kMhsa);
+    o.class_query = true;
+    check_attention_gradients(o);
+  }
+}
+
+TEST_CASE("cait layer dropout acts in training only and keeps a layer", "[cpu][models][cait]") {
+  manual_seed(3);
+  models::CaitBlockOptions block;
+  block.attention = tiny_attention(CaitLogits::kMhsa);
+  block.mlp_dim = 5;
+  auto stack = std::make_shared<models::CaitLayerStack>(0.999);
+  std::vector<std::shared_ptr<models::CaitBlock>> blocks;
+  for (int i = 0; i < 3; ++i) {
+    blocks.push_back(std::make_shared<models::CaitBlock>(block));
+    stack->append(blocks.back());
+  }
+  const Tensor x = test::uniform({1, 4, 4}, 5, -1.0, 1.0, DType::kF32);
+  stack->eval();
+  for (auto& b : blocks) b->eval();
+  const Tensor all = (*blocks[2])((*blocks[1])((*blocks[0])(x)));
+  test::require_close((*stack)(x), all, test::tolerance_for(DType::kF32), "eval runs every layer");
+  // Training with p = 0.999: almost always every layer is drawn for dropping; exactly one survives.
+  // (Blocks have no dropout here, so a kept block computes the same in both modes.)
+  stack->train();
+  for (int trial = 0; trial < 5; ++trial) {
+    const Tensor y = (*stack)(x);
+    int matches = 0;
+    for (auto& b : blocks) matches += test::nmse(y, (*b)(x)) < 1e-12 ? 1 : 0;
+    CHECK(matches == 1);
+  }
+}
+
+TEST_CASE("cait config errors name the key", "[cpu][models][cait]") {
+  const std::string base =
+      "family: cait\nimage_size: 16\nnum_classes: 3\ndim: 8\ndepth: 1\ncls_depth: 1\n"
+      "heads: 2\nhead_dim: 4\nmlp_dim: 8\n";
+  REQUIRE_THROWS_WITH(build_from_text(base + "mixer: skaa\n"),
+                      Catch::Contains("mixer") && Catch::Contains("ska"));
+  REQUIRE_THROWS_WITH(build_from_text(base + "patch_size: 3\n"), Catch::Contains("patch_size"));
+  REQUIRE_THROWS_WITH(build_from_text(base + "mixer: {type: cska, activaton: gelu}\n"),
+                      Catch::Contains("activaton"));
+  // Options: string and map forms, non-softmax activations, no talking heads.
+  CHECK(build_from_text(base + "mixer: cska\n")->num_parameters() > 0);
+  CHECK(build_from_text(base + "talking_heads: false\nmixer: {type: ska, activation: relu}\n")
+            ->num_parameters() > 0);
+}
+
+TEST_CASE("cait CUDA matches the CPU", "[cuda][models][cait]") {
+  if (!test::cuda_available_or_skip()) return;
+  for (const std::string mixer : {"mhsa", "cska", "{type: ska, key_grid_factor: 2}"}) {
+    INFO(mixer);
+    const std::string yaml =
+        "family: cait\nimage_size: 16\nnum_classes: 5\ndim: 16\ndepth: 2\ncls_depth: 1\n"
+        "heads: 2\nhead_dim: 8\nmlp_dim: 24\nmixer: " +
+        mixer + "\n";
+    test::check_module_cuda_parity([&] { return build_from_text(yaml); },
+                                   test::uniform({2, 3, 16, 16}, 4, -1.0, 1.0, DType::kF32));
+  }
+}
