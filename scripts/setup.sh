@@ -11,6 +11,7 @@ packages=(
   libyaml-cpp-dev                           # YAML configs
   libopencv-dev                             # image decoding (inference, data)
   zlib1g-dev                                # gzip/zlib in the dataset readers
+  libcli11-dev                              # command-line parsing (apps)
 )
 
 missing=()

@@ -46,6 +46,9 @@ ska_require(OpenCV_FOUND "OpenCV (core, imgproc, imgcodecs)" "libopencv-dev")
 find_package(ZLIB QUIET)
 ska_require(ZLIB_FOUND "zlib" "zlib1g-dev")
 
+# Command-line parsing of the apps (header-only).
+find_package(CLI11 QUIET)
+ska_require(CLI11_FOUND "CLI11" "libcli11-dev")
 
 if(SKA_BUILD_TESTS)
   find_package(Catch2 2 QUIET)

@@ -1,0 +1,151 @@
+// The shared parts of the commands: config lookup and loading, the model/data sections, and the
+// main() wrapper that maps errors to exit codes.
+#include "app_common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+namespace ska::apps {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The keys of `data:` that the evaluation transform reads (src/data/eval_transform.h).
+const std::vector<std::string> kEvalDataKeys = {"mean", "std", "crop_pct", "interpolation"};
+
+// Visits every key and element under `node`, so check_unused() counts them as read.
+void mark_read(const ConfigNode& node) {
+  if (node.is_map()) {
+    for (const std::string& key : node.keys()) mark_read(node[key]);
+  } else if (node.is_list()) {
+    for (size_t i = 0; i < node.size(); ++i) mark_read(node.at(i));
+  }
+}
+
+bool is_experiment(const ConfigNode& root) { return root.is_map() && root.has("model"); }
+
+// The repository's configs/ folder above the running executable (build-x/apps/summary -> repo).
+std::string configs_above_executable() {
+  std::error_code error;
+  fs::path dir = fs::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  for (dir = dir.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+    if (fs::is_directory(dir / "configs" / "models")) return (dir / "configs").string();
+  }
+  return "";
+}
+
+}  // namespace
+
+void add_config_options(CLI::App& app, ConfigOptions& options) {
+  app.add_option("--config", options.config,
+                 "model or experiment YAML: a path, or a name looked up as configs/<name>.yaml "
+                 "then configs/models/<name>.yaml")
+      ->required();
+  app.add_option("--set", options.sets,
+                 "override one config value, key.path=value (repeatable; applied in order)")
+      ->take_all()
+      ->allow_extra_args(false);
+  app.add_flag("--print-config", options.print_config,
+               "print the resolved config (includes and overrides applied) and continue");
+}
+
+std::vector<std::string> config_search_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("SKA_CONFIG_DIR"); env && *env) dirs.push_back(env);
+  dirs.push_back((fs::current_path() / "configs").string());
+  if (std::string above = configs_above_executable(); !above.empty()) dirs.push_back(above);
+#ifdef SKA_SOURCE_DIR
+  dirs.push_back(std::string(SKA_SOURCE_DIR) + "/configs");
+#endif
+  std::vector<std::string> unique;  // the same folder reached twice is tried once
+  for (const std::string& dir : dirs) {
+    std::error_code error;
+    const fs::path canonical = fs::weakly_canonical(dir, error);
+    const std::string key = error ? dir : canonical.string();
+    if (std::find(unique.begin(), unique.end(), key) == unique.end()) unique.push_back(key);
+  }
+  return unique;
+}
+
+std::string resolve_config_path(const std::string& name_or_path) {
+  if (fs::is_regular_file(name_or_path)) return name_or_path;
+  const bool has_suffix = fs::path(name_or_path).extension() == ".yaml" ||
+                          fs::path(name_or_path).extension() == ".yml";
+  const std::string file = has_suffix ? name_or_path : name_or_path + ".yaml";
+  std::string tried = name_or_path;
+  for (const std::string& dir : config_search_dirs()) {
+    for (const fs::path& candidate : {fs::path(dir) / file, fs::path(dir) / "models" / file}) {
+      if (fs::is_regular_file(candidate)) return candidate.lexically_normal().string();
+      tried += ", " + candidate.string();
+    }
+  }
+  SKA_FAIL(ConfigError, "config '", name_or_path, "' not found (tried: ", tried,
+           "; set SKA_CONFIG_DIR to the configs folder to look elsewhere)");
+}
+
+Config load_config(const ConfigOptions& options) {
+  Config config = Config::load(resolve_config_path(options.config));
+  for (const std::string& assignment : options.sets) config.set(assignment);
+  if (options.print_config) {
+    (options.print_config_to_stderr ? std::cerr : std::cout) << config.dump() << std::flush;
+  }
+  return config;
+}
+
+ConfigNode model_section(const Config& config) {
+  const ConfigNode root = config.root();
+  if (!is_experiment(root)) return root;
+  for (const std::string& key : root.keys()) {
+    if (key != "model" && key != "data") mark_read(root[key]);
+  }
+  return root["model"];
+}
+
+ConfigNode data_section(const Config& config) {
+  const ConfigNode root = config.root();
+  if (!is_experiment(root)) return root["data"];
+  const ConfigNode data = root["data"];
+  if (data.is_map()) {
+    for (const std::string& key : data.keys()) {
+      const bool ours = std::find(kEvalDataKeys.begin(), kEvalDataKeys.end(), key) !=
+                        kEvalDataKeys.end();
+      if (!ours) mark_read(data[key]);  // the trainer's keys (dataset, augmentation ...)
+    }
+  }
+  return data;
+}
+
+models::ModelInput model_input(const ConfigNode& model) {
+  models::ModelInput input;
+  input.image_size = model.get<int64_t>("image_size", input.image_size);
+  input.in_channels = model.get<int64_t>("in_channels", input.in_channels);
+  input.num_classes = model.get<int64_t>("num_classes", input.num_classes);
+  return input;
+}
+
+int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help, or the usage error and a hint
+    return code == 0 ? 0 : kExitUsage;
+  }
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    for (size_t pos = message.find('\n'); pos != std::string::npos;
+         pos = message.find('\n', pos + 1)) {
+      message.insert(pos + 1, "  ");  // keep multi-line reports readable under the first line
+    }
+    std::cerr << app.get_name() << ": error: " << message << std::endl;
+    return kExitError;
+  }
+}
+
+}  // namespace ska::apps

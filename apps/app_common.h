@@ -1,0 +1,59 @@
+// What every command shares: finding and loading the config (`--config`, `--set`,
+// `--print-config`), the model section of a config, strict validation, and the main() wrapper
+// that turns library errors into a one-line message and exit code 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "models/model.h"
+
+namespace ska::apps {
+
+// Exit codes: 0 success, 1 command-line usage error (CLI11), 2 a library error (bad config,
+// unreadable file, shape mismatch ...).
+constexpr int kExitUsage = 1;
+constexpr int kExitError = 2;
+
+struct ConfigOptions {
+  std::string config;                // a path, or a bare name looked up in the config folders
+  std::vector<std::string> sets;     // "key.path=value" overrides, in order
+  bool print_config = false;
+  bool print_config_to_stderr = false;  // keeps stdout clean for machine-read output (--json)
+};
+
+// Adds --config (required), --set (repeatable) and --print-config to `app`.
+void add_config_options(CLI::App& app, ConfigOptions& options);
+
+// The folders a bare config name is looked up in, in order: $SKA_CONFIG_DIR, <cwd>/configs, the
+// configs/ folder of the repository holding this executable (found by walking up from it), and
+// the source tree it was built from.
+std::vector<std::string> config_search_dirs();
+
+// `name_or_path` itself when it is an existing file; otherwise <dir>/<name>.yaml, then
+// <dir>/models/<name>.yaml for each search dir (".yaml" is added when missing). ConfigError
+// listing the places tried when none exists.
+std::string resolve_config_path(const std::string& name_or_path);
+
+// Loads the config named by the options and applies the overrides in order.
+Config load_config(const ConfigOptions& options);
+
+// The model map of a config: its `model:` section for an experiment config, else the root (a
+// configs/models/*.yaml file). Sections other than model and data belong to other commands
+// (train, validate): they are marked read so check_unused() judges only what this command uses.
+ConfigNode model_section(const Config& config);
+// The `data:` map (of the experiment, or inside a model file); null when absent.
+ConfigNode data_section(const Config& config);
+
+// The model's input facts as build_model reads them (image_size, in_channels, num_classes).
+models::ModelInput model_input(const ConfigNode& model);
+
+// Parses the command line into `app`, then runs `body`. CLI11 parse errors print usage and exit
+// as CLI11 does (--help: exit code 0, bad usage: 1); ska::Error (and any std::exception) becomes one line
+// "<app name>: error: <message>" on stderr (multi-line reports indented below it) and exit code 2.
+int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+}  // namespace ska::apps

@@ -1,0 +1,245 @@
+// Tests of the commands: config lookup and sections (app_common), the summary report on a model
+// whose MACs are known by hand, and the built `summary` / `inference` executables end to end.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "app_common.h"
+#include "data/eval_transform.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
+#include "io/weight_map.h"
+#include "model_summary.h"
+#include "nn/layers.h"
+#include "support/test_util.h"
+
+namespace {
+
+using namespace ska;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+const std::string kSourceDir = SKA_SOURCE_DIR;
+const std::string kTinyVit = std::string(SKA_TEST_FIXTURES) + "/models/tiny_vit.yaml";
+
+// conv 3->4 (k2, s2) on 8x8 -> mean over H, W -> linear 4->classes. MACs by hand: conv
+// 4*3*2*2 * 4*4 = 768, linear 4*classes.
+class HandCountedNet : public nn::Module {
+ public:
+  HandCountedNet(int64_t channels, int64_t classes) {
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(channels, 4, 2,
+                                                                nn::Conv2dOptions{2, 0, 1, 1}));
+    head = register_module("head", std::make_shared<nn::Linear>(4, classes));
+  }
+  Tensor forward(const Tensor& x) override { return (*head)(mean((*conv)(x), {2, 3})); }
+  std::string type_name() const override { return "HandCountedNet"; }
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::Linear> head;
+};
+
+std::string scratch_dir() {
+  const fs::path dir = fs::temp_directory_path() / ("ska_test_apps_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct RunResult {
+  int exit_code;
+  std::string out, err;
+};
+
+// Runs a built command with `args`, capturing stdout and stderr.
+RunResult run_command(const std::string& exe, const std::string& args) {
+  const std::string dir = scratch_dir();
+  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
+  const int status = std::system((exe + " " + args + " >" + out + " 2>" + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
+}
+
+nn::ModulePtr build_from_file(const std::string& path) {
+  Config config = Config::load(path);
+  return models::build_model(config.root());
+}
+
+}  // namespace
+
+TEST_CASE("apps: bare config names are looked up in the configs folders", "[cpu][apps]") {
+  const std::string vit = apps::resolve_config_path("vit_s");
+  REQUIRE(fs::equivalent(vit, kSourceDir + "/configs/models/vit_s.yaml"));
+  REQUIRE(apps::resolve_config_path(kTinyVit) == kTinyVit);
+  REQUIRE_THROWS_WITH(apps::resolve_config_path("no_such_model"),
+                      Contains("config 'no_such_model' not found") &&
+                          Contains("configs/models/no_such_model.yaml"));
+
+  const std::string dir = scratch_dir() + "/configs";
+  fs::create_directories(dir + "/models");
+  std::ofstream(dir + "/models/elsewhere.yaml") << "family: vit\n";
+  setenv("SKA_CONFIG_DIR", dir.c_str(), 1);
+  REQUIRE(apps::resolve_config_path("elsewhere") == dir + "/models/elsewhere.yaml");
+  unsetenv("SKA_CONFIG_DIR");
+  fs::remove_all(scratch_dir());
+}
+
+TEST_CASE("apps: an experiment config is validated strictly on its model section", "[cpu][apps]") {
+  const std::string experiment = R"(
+model: {family: vit, image_size: 8, in_channels: 3, num_classes: 5, patch_size: 4, dim: 8,
+        depth: 1, mlp_dim: 8, mixer: {type: lsa, heads: 2, head_dim: 4}}
+data: {dataset: cifar10, root: /data, mean: [0.5], crop_pct: 1.0}
+train: {epochs: 3, optimizer: {name: adam, lr: 0.001}}
+)";
+  SECTION("other commands' sections are not judged") {
+    Config config = Config::parse(experiment);
+    const ConfigNode model = apps::model_section(config);
+    REQUIRE(model.path() == "model");
+    REQUIRE(apps::model_input(model).num_classes == 5);
+    models::build_model(model);
+    const ConfigNode data = apps::data_section(config);
+    const data::EvalTransform t = data::read_eval_transform(data, 8, 3);
+    REQUIRE(t.mean == std::vector<double>{0.5, 0.5, 0.5});
+    REQUIRE_NOTHROW(config.check_unused());
+  }
+  SECTION("a typo in the model section is reported") {
+    Config config = Config::parse(experiment);
+    config.set("model.mlp_dimm=4");
+    models::build_model(apps::model_section(config));
+    apps::data_section(config);
+    REQUIRE_THROWS_WITH(config.check_unused(), Contains("model.mlp_dimm"));
+  }
+  SECTION("a model file is its own model section") {
+    Config config = Config::load(kTinyVit);
+    REQUIRE(apps::model_section(config).path().empty());
+    REQUIRE(apps::data_section(config).path() == "data");
+  }
+}
+
+TEST_CASE("summary report: parameters and MACs of a hand-counted model", "[cpu][apps]") {
+  HandCountedNet net(3, 10);
+  const apps::ModelSummary s = apps::summarize_model(net, {2, 3, 8, 8}, Device::cpu());
+  REQUIRE(s.trainable_params == (4 * 3 * 4 + 4) + (4 * 10 + 10));
+  REQUIRE(s.total_params == s.trainable_params);
+  REQUIRE(s.macs_per_image == 768 + 40);  // per image although the batch is 2
+  REQUIRE(s.gflops() == Approx(2 * 808e-9));
+  REQUIRE(s.layers.size() == 3);
+  REQUIRE(s.layers[1].name == "conv");
+  REQUIRE(s.layers[1].output == Shape{2, 4, 4, 4});
+  REQUIRE(s.layers[1].macs == 768);
+  REQUIRE(s.layers[2].depth == 1);
+  REQUIRE_FALSE(net.is_training());
+
+  const std::string table = apps::format_summary_table(s);
+  REQUIRE_THAT(table, Contains("  conv   Conv2d          [2, 4, 4, 4]") && Contains("Trainable params:   102"));
+  REQUIRE_THAT(table, Contains("MACs per image:     0.0000 G (808;"));
+  REQUIRE_THAT(apps::format_summary_table(s, 0), !Contains("conv"));
+  const std::string json = apps::format_summary_json(s, -1, {{"config", "x.yaml"}});
+  REQUIRE_THAT(json, Contains("\"config\": \"x.yaml\"") && Contains("\"trainable_params\": 102") &&
+                         Contains("\"macs\": 808") && Contains("\"name\": \"head\""));
+  REQUIRE(apps::with_thousands(26341656) == "26,341,656");
+  REQUIRE(apps::with_thousands(999) == "999");
+}
+
+TEST_CASE("summary command: table, JSON, overrides and errors", "[cpu][apps]") {
+  RunResult r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --depth 1");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Contains("(model)") && Contains("Trainable params:") &&
+                          Contains("FLOPs per image:"));
+  const int64_t params = build_from_file(kTinyVit)->num_parameters(true);
+  REQUIRE_THAT(r.out, Contains("Trainable params:   " + apps::with_thousands(params)));
+
+  r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --json --set num_classes=7");
+  REQUIRE(r.exit_code == 0);
+  Config seven = Config::load(kTinyVit);
+  seven.set("num_classes=7");
+  const int64_t params7 = models::build_model(seven.root())->num_parameters(true);
+  REQUIRE_THAT(r.out, Contains("\"family\": \"vit\"") && Contains("\"gmacs\"") &&
+                          Contains("\"trainable_params\": " + std::to_string(params7)));
+
+  r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --set depht=2");
+  REQUIRE(r.exit_code == 2);
+  REQUIRE_THAT(r.err, Contains("summary: error:") && Contains("depht") &&
+                          Contains("did you mean 'depth'"));
+  r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --print-config --depth 0");
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Contains("family: vit"));
+  REQUIRE(run_command(SKA_SUMMARY_EXE, "--bogus").exit_code == 1);  // usage error
+}
+
+TEST_CASE("inference command: npy and images in, logits out, with and without a weight map",
+          "[cpu][apps]") {
+  const std::string dir = scratch_dir();
+  manual_seed(3);
+  nn::ModulePtr model = build_from_file(kTinyVit);
+  // Non-trivial weights, saved as our checkpoint and under "model." names for the weight map.
+  for (auto& [name, p] : model->named_parameters()) p.copy_(test::uniform(p.shape(), 11, -0.5, 0.5));
+  save_safetensors(dir + "/ours.safetensors", model->state_dict());
+  const WeightMap map = load_weight_map(std::string(SKA_TEST_FIXTURES) + "/models/tiny_prefix_map.yaml");
+  save_safetensors(dir + "/theirs.safetensors", export_weights(map, model->state_dict()));
+
+  const Tensor x = test::uniform({3, 3, 8, 8}, 5, -1, 1, DType::kF32);
+  write_npy(dir + "/x.npy", x);
+  model->eval();
+  Tensor expected;
+  {
+    NoGradGuard no_grad;
+    expected = (*model)(x);
+  }
+  const std::string common = "--config " + kTinyVit + " --output " + dir + "/logits.npy ";
+
+  RunResult r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir +
+                                                   "/ours.safetensors --input " + dir +
+                                                   "/x.npy --batch 2");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Contains("x.npy[2]: class") && Contains("wrote logits [3, 5]"));
+  test::require_close(read_npy(dir + "/logits.npy"), expected, test::tolerance_for(DType::kF32));
+
+  r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/theirs.safetensors " +
+                                         "--weight-map " + SKA_TEST_FIXTURES +
+                                         "/models/tiny_prefix_map.yaml --input " + dir + "/x.npy");
+  REQUIRE(r.exit_code == 0);
+  test::require_close(read_npy(dir + "/logits.npy"), expected, test::tolerance_for(DType::kF32));
+
+  SECTION("images") {
+    // A 12x8 PPM: resized to 8 on the shorter side is itself; the centre crop takes rows 2..9.
+    std::string pixels;
+    for (int i = 0; i < 12 * 8 * 3; ++i) pixels.push_back(static_cast<char>((i * 37) % 256));
+    std::ofstream(dir + "/a.ppm", std::ios::binary) << "P6\n8 12\n255\n" << pixels;
+    r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --image " +
+                                           dir + "/a.ppm --image " + dir + "/a.ppm");
+    REQUIRE(r.exit_code == 0);
+    Config config = Config::load(kTinyVit);
+    const auto t = data::read_eval_transform(config.root()["data"], 8, 3);
+    const Tensor image = data::preprocess_pixels(reinterpret_cast<const uint8_t*>(pixels.data()),
+                                                 12, 8, 3, t);
+    NoGradGuard no_grad;
+    const Tensor one = (*model)(image.unsqueeze(0));
+    const Tensor logits = read_npy(dir + "/logits.npy");
+    REQUIRE(logits.shape() == Shape{2, 5});
+    test::require_close(logits.narrow(0, 1, 1), one, test::tolerance_for(DType::kF32));
+  }
+  SECTION("errors name the file and what was expected") {
+    write_npy(dir + "/bad.npy", Tensor::zeros({2, 3, 9, 8}));
+    r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --input " +
+                                           dir + "/bad.npy");
+    REQUIRE(r.exit_code == 2);
+    REQUIRE_THAT(r.err, Contains("bad.npy: input of shape [2, 3, 9, 8]") &&
+                            Contains("expected [N, 3, 8, 8]"));
+    r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/theirs.safetensors --input " +
+                                           dir + "/x.npy");
+    REQUIRE(r.exit_code == 2);
+    REQUIRE_THAT(r.err, Contains("theirs.safetensors: the weights do not fit the model"));
+    r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors");
+    REQUIRE(r.exit_code == 2);
+    REQUIRE_THAT(r.err, Contains("--input x.npy or --image"));
+  }
+  fs::remove_all(dir);
+}
