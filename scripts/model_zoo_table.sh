@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the model-zoo table in Markdown: every configs/models/**/*.yaml with its trainable
-# parameters (beside SPEC's count where SPEC lists one), GMACs per image at its own resolution,
+# parameters (beside the reference count where there is one), GMACs per image at its own resolution,
 # and the config path. Runs `summary --json` on each, so build it first.
 # Usage: scripts/model_zoo_table.sh [build-dir]        (default: build)
 set -euo pipefail
@@ -13,7 +13,7 @@ if [ ! -x "$summary" ]; then
   exit 1
 fi
 
-# SPEC section 3: trainable parameters of the authors' models (10 classes at 3x32x32 for the
+# Reference counts: trainable parameters of the authors' models (10 classes at 3x32x32 for the
 # CIFAR families, 1000 classes at 3x224x224 for the MetaFormers).
 declare -A spec=(
   [vit_s]=9622512 [ska_vit_s]=9478896 [cska_vit_s]=10049568
@@ -27,7 +27,7 @@ declare -A spec=(
 # "26341656" -> "26,341,656"
 thousands() { printf "%s" "$1" | rev | sed -E 's/([0-9]{3})/\1,/g; s/,$//' | rev; }
 
-echo "| model | trainable params | SPEC params | GMACs | input | config |"
+echo "| model | trainable params | reference params | GMACs | input | config |"
 echo "|---|---:|---:|---:|---|---|"
 while IFS= read -r config; do
   relative=${config#"$root"/}

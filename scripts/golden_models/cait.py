@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Our PyTorch reference of the CaiT family (talking-heads attention with mhsa / ska / cska logits,
-# class attention), written from SPEC section 2; writes the fixtures of tests/models/test_cait.cpp.
+# class attention), written from the paper and our model notes; writes the fixtures of tests/models/test_cait.cpp.
 """CaiT golden fixtures and parameter counts.
 
 Run with Debian's interpreter, which has torch:  /usr/bin/python3 scripts/golden_models/cait.py

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Our PyTorch reference of the CvT family (CIFAR CvT-13 with mhsa / ska / cska conv attention),
-# written from SPEC section 2; writes the golden fixtures of tests/models/test_cvt.cpp.
+# written from the paper and our model notes; writes the golden fixtures of tests/models/test_cvt.cpp.
 """CvT golden fixtures and parameter counts.
 
 Run with Debian's interpreter, which has torch:  /usr/bin/python3 scripts/golden_models/cvt.py

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Our PyTorch reference of the MetaFormer family (ConvFormer / CAFormer layouts with sepconv, mhsa,
-# pooling, identity), written from SPEC section 2; writes the fixtures of tests/models/test_metaformer.cpp.
+# pooling, identity), written from the paper and our model notes; writes the fixtures of tests/models/test_metaformer.cpp.
 """MetaFormer golden fixtures and parameter counts.
 
 Run with Debian's interpreter, which has torch:  /usr/bin/python3 scripts/golden_models/metaformer.py

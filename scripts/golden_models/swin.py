@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Our PyTorch reference of the Swin family (CIFAR Swin-T with mhsa / ska / cska window attention),
-# written from SPEC section 2; writes the golden fixtures of tests/models/test_swin.cpp.
+# written from the paper and our model notes; writes the golden fixtures of tests/models/test_swin.cpp.
 """Swin golden fixtures and parameter counts.
 
 Run with Debian's interpreter, which has torch:  /usr/bin/python3 scripts/golden_models/swin.py

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Golden fixtures of the `vit` family and the lsa / ska / cska mixers: our own float64 PyTorch
-# reference written from SPEC.md, on reduced sizes, with the weights under our state_dict names.
+# reference written from the paper and our model notes, on reduced sizes, with the weights under our state_dict names.
 """Writes tests/fixtures/models/<case>.safetensors and <case>.yaml for tests/models/test_vit.cpp.
 
 Run with Debian's interpreter, which has torch:  /usr/bin/python3 scripts/golden_models/vit.py
@@ -30,7 +30,7 @@ golden.MAX_FIXTURE_BYTES = 100 * 1024
 LN_EPS = 1e-5
 
 
-# --- reference mixers (SPEC section 1 and 2) ----------------------------------------------------
+# --- reference mixers  ----------------------------------------------------
 
 def split_heads(t, heads):
     b, n, a = t.shape
@@ -108,7 +108,7 @@ def cska(x, p, pre, m):
 MIXERS = {"lsa": lsa, "ska": ska, "cska": cska}
 
 
-# --- reference ViT for small datasets (SPEC section 2, ViT-S) -----------------------------------
+# --- reference ViT for small datasets  -----------------------------------
 
 def shifted_patches(images, patch):
     """The image and its four 1-pixel shifts (F.pad with a negative side crops), as patches."""

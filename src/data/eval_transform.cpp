@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kSmallImageMax = 64;
 const std::vector<double> kImageNetMean = {0.485, 0.456, 0.406};
 const std::vector<double> kImageNetStd = {0.229, 0.224, 0.225};
-const std::vector<double> kCifarMean = {0.4914, 0.4822, 0.4465};  // SPEC 5, the authors' recipe
+const std::vector<double> kCifarMean = {0.4914, 0.4822, 0.4465};  // the authors' CIFAR recipe
 const std::vector<double> kCifarStd = {0.2023, 0.1994, 0.2010};
 
 // `key` as `channels` values: the list given (1 value is broadcast) or the default.

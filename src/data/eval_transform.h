@@ -23,7 +23,7 @@ struct EvalTransform {
 
 // Reads the optional keys of a config's `data:` map (a null node gives every default):
 //   mean, std:      lists of 1 or `channels` values; default ImageNet's for images > 64 pixels,
-//                   the CIFAR recipe's (SPEC 5) otherwise; 1-channel models get their average.
+//                   the paper's CIFAR recipe's otherwise; 1-channel models get their average.
 //   crop_pct:       (0, 1]; default 0.875 for images > 64 pixels, 1.0 otherwise.
 //   interpolation:  bicubic | bilinear; default bicubic.
 // Only 1- and 3-channel models can take images (ConfigError otherwise).

@@ -1,5 +1,5 @@
 // The `swin` family: patch merging by unfold + Linear, pre-norm blocks alternating regular and
-// shifted window attention (mhsa / ska / cska keys), mean-pool head. SPEC section 2, Swin-T.
+// shifted window attention (mhsa / ska / cska keys), mean-pool head. Swin-T for CIFAR as the paper's authors ran it.
 #include "models/swin.h"
 
 #include <cmath>

@@ -354,7 +354,7 @@ TEST_CASE("fashion_mnist IDX fixtures, gzip and plain: every label and pixel", "
   }
 }
 
-TEST_CASE("pad_and_replicate makes the SPEC 5 32x32x3 layout", "[cpu][data]") {
+TEST_CASE("pad_and_replicate makes the paper's 32x32x3 layout", "[cpu][data]") {
   const InMemoryDataset d = read_fashion_mnist(fixture("fashion_mnist"), Split::kTest);
   const Tensor padded = pad_and_replicate(d.images(), 32, 3);
   REQUIRE(padded.shape() == Shape{2, 32, 32, 3});

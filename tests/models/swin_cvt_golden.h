@@ -27,7 +27,7 @@ inline nn::ModulePtr build_model_file(const std::string& path,
   return model;
 }
 
-// configs/models/<name>.yaml has `expected` trainable parameters (SPEC table, 10 classes, RGB)
+// configs/models/<name>.yaml has `expected` trainable parameters (the reference table, 10 classes, RGB)
 // and `expected_100_grey` with num_classes=100 and in_channels=1.
 inline void require_param_count(const std::string& name, int64_t expected,
                                 int64_t expected_100_grey) {

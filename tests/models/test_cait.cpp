@@ -1,4 +1,4 @@
-// CaiT family tests: SPEC's parameter counts of configs/models/*cait_s.yaml, golden logits and
+// CaiT family tests: the reference parameter counts of configs/models/*cait_s.yaml, golden logits and
 // gradients against scripts/golden_models/cait.py, gradient checks, layer dropout, CUDA parity.
 #include <catch2/catch.hpp>
 #include <string>
@@ -65,7 +65,7 @@ void check_attention_gradients(const CaitAttentionOptions& options) {
 const std::vector<std::pair<std::string, int64_t>> kSpecCounts = {
     {"cait_s", 12685322}, {"ska_cait_s", 13503050}, {"cska_cait_s", 12885002}};
 
-TEST_CASE("cait configs reproduce SPEC's parameter counts", "[cpu][models][cait]") {
+TEST_CASE("cait configs reproduce the reference parameter counts", "[cpu][models][cait]") {
   for (const auto& [name, count] : kSpecCounts) {
     INFO(name);
     CHECK(config_parameters(name) == count);

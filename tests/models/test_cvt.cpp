@@ -1,4 +1,4 @@
-// Tests of the `cvt` family: parameter counts of the CIFAR configs (SPEC table), golden logits and
+// Tests of the `cvt` family: parameter counts of the CIFAR configs (reference table), golden logits and
 // gradients against scripts/golden_models/cvt.py, conv-attention gradient checks, CUDA parity.
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 using namespace ska;
 using namespace ska::test;
 
-TEST_CASE("cvt configs reproduce the SPEC parameter counts", "[cpu][slow][models][cvt]") {
+TEST_CASE("cvt configs reproduce the reference parameter counts", "[cpu][slow][models][cvt]") {
   // 100 classes: + 90 * (width + 1); one input channel: - 2 * 7 * 7 * 64 in the first embedding.
   require_param_count("cvt_13", 19616330, 19616330 + 90 * 385 - 6272);
   require_param_count("ska_cvt_13", 19694000, 19694000 + 90 * 403 - 6272);

@@ -1,4 +1,4 @@
-// MetaFormer family: parameter counts of every config against SPEC, config validation, golden
+// MetaFormer family: reference parameter counts of every config, config validation, golden
 // logits/gradients against scripts/golden_models/metaformer.py, CUDA parity, a full-size step.
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -42,7 +42,7 @@ bool mixers_available(const std::vector<std::string>& names) {
 
 struct CountCase {
   std::string config;
-  int64_t params;  // trainable, 1000 classes, 3x224x224 (SPEC section 3); 0: no reference count
+  int64_t params;  // trainable, 1000 classes, 3x224x224 (reference count); 0: no reference count
   int64_t last_dim;
   int64_t stem_dim;
   std::vector<std::string> mixers;
@@ -76,14 +76,14 @@ void check_counts(const CountCase& c, bool variants) {
 
 // Each full-size build draws its ~26M initial weights (about a second on one core), so the
 // fast suite builds each S18 config once and checks the class/channel overrides on CAFormer only.
-TEST_CASE("metaformer S18 configs reproduce SPEC's parameter counts", "[cpu][models]") {
+TEST_CASE("metaformer S18 configs reproduce the reference parameter counts", "[cpu][models]") {
   check_counts({"caformer_s18", 26341656, 512, 64, {}}, true);
   check_counts({"convformer_s18", 26774448, 512, 64, {}}, false);
   check_counts({"cskaformer_s18", 28983186, 512, 64, {"cska"}}, false);
   check_counts({"skaformer_s18", 23565336, 512, 64, {"ska"}}, false);
 }
 
-TEST_CASE("metaformer B36 configs reproduce SPEC's parameter counts", "[cpu][models][slow]") {
+TEST_CASE("metaformer B36 configs reproduce the reference parameter counts", "[cpu][models][slow]") {
   const std::vector<CountCase> cases = {
       {"caformer_b36", 98753614, 768, 128, {}},
       {"cskaformer_b36", 119492662, 768, 128, {"cska"}},

@@ -1,4 +1,4 @@
-// Tests of the `swin` family: parameter counts of the CIFAR configs (SPEC table), golden logits and
+// Tests of the `swin` family: parameter counts of the CIFAR configs (reference table), golden logits and
 // gradients against scripts/golden_models/swin.py, window-attention gradient checks, CUDA parity.
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 using namespace ska;
 using namespace ska::test;
 
-TEST_CASE("swin configs reproduce the SPEC parameter counts", "[cpu][slow][models][swin]") {
+TEST_CASE("swin configs reproduce the reference parameter counts", "[cpu][slow][models][swin]") {
   // 100 classes: + 90 * (768 + 1); one input channel: - 2 * 2 * 2 * 96 in the first merge.
   require_param_count("swin_t", 26598646, 26598646 + 69210 - 768);
   require_param_count("ska_swin_t", 24577270, 24577270 + 69210 - 768);

@@ -1,5 +1,5 @@
 // The split names, the in-memory dataset's validation and access, and the grey-to-RGB padding
-// of the SPEC 5 recipe (see dataset.h).
+// of the paper's recipe (see dataset.h).
 #include "data/datasets/dataset.h"
 
 #include <cstring>

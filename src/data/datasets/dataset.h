@@ -56,7 +56,7 @@ class InMemoryDataset : public Dataset {
   int64_t num_classes_;
 };
 
-// The SPEC 5 layout for grey datasets (Fashion-MNIST): images [N, H, W, C] zero-padded equally on
+// The paper's layout for grey datasets (Fashion-MNIST): images [N, H, W, C] zero-padded equally on
 // every side to [N, size, size, channels], a single channel replicated. torchvision's Pad(2) for
 // 28 -> 32. ValueError when the images are larger than `size` or the padding is not even.
 Tensor pad_and_replicate(const Tensor& images, int64_t size, int64_t channels);

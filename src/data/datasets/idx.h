@@ -19,7 +19,7 @@ InMemoryDataset read_idx_dataset(const std::string& images_path, const std::stri
                                  const std::string& name, int64_t num_classes);
 
 // `root` holds {train,t10k}-{images-idx3,labels-idx1}-ubyte, each plain or with .gz ("" means
-// kFashionMnistDebianDir). Images stay 28x28x1 as stored; pad_and_replicate makes the SPEC 5
+// kFashionMnistDebianDir). Images stay 28x28x1 as stored; pad_and_replicate makes the paper's
 // 32x32x3 layout.
 InMemoryDataset read_fashion_mnist(const std::string& root, Split split);
 

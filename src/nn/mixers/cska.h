@@ -22,7 +22,7 @@ struct CskaOptions {
   bool diagonal_mask = false;
   std::string activation = "softmax";
   // The authors' CSKA-ViT stacks the logit rows as [patches..., cls] against values ordered
-  // [cls, patches...] (SPEC section 4, defect 1). Off by default.
+  // [cls, patches...] (a defect of the authors' code). Off by default.
   bool authors_row_order = false;
 };
 
