@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <regex>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -242,4 +243,26 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
     REQUIRE_THAT(r.err, Contains("--input x.npy or --image"));
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[cpu][apps]") {
+  for (const char* mode : {"train", "infer"}) {
+    INFO(mode);
+    const RunResult r = run_command(
+        SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --mode " + mode +
+                               " --batch 4 --warmup 1 --iters 2 --json");
+    REQUIRE(r.exit_code == 0);
+    const std::smatch m = [&] {
+      std::smatch match;
+      std::regex_search(r.out, match, std::regex("\"images_per_s\":([0-9.e+-]+)"));
+      return match;
+    }();
+    REQUIRE(m.size() == 2);
+    CHECK(std::stod(m[1].str()) > 0.0);
+    CHECK_THAT(r.out, Catch::Contains("\"mode\":\"" + std::string(mode) + "\""));
+    CHECK_THAT(r.out, Catch::Contains("\"peak_bytes\":"));
+  }
+  const RunResult bad = run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --dtype bf16");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("needs --device cuda"));
 }

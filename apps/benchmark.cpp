@@ -1,0 +1,142 @@
+// benchmark: images/s and peak memory of a model from its config, in training (forward, loss,
+// backward, AdamW step) or inference (no-grad forward), on the CPU or a GPU, after warm-up.
+// Usage: benchmark --config cska_vit_s [--mode train|infer] [--batch 128] [--device cuda]
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app_common.h"
+#include "autograd/grad_mode.h"
+#include "backend/device_runtime.h"
+#include "data/eval_transform.h"
+#include "optim/optimizer.h"
+#include "ops/ops.h"
+
+namespace {
+
+struct BenchmarkOptions {
+  ska::apps::ConfigOptions config;
+  std::string mode = "train";
+  int64_t batch = 64;
+  std::string device = "cpu";
+  std::string dtype = "f32";
+  int warmup = 3;
+  int iters = 10;
+  bool json = false;
+};
+
+struct Measurement {
+  double median_ms = 0.0;
+  double images_per_s = 0.0;
+  int64_t peak_bytes = 0;
+};
+
+// Times `iters` calls of `step` after `warmup` untimed ones; the device is synchronised around
+// each timed call so the time covers the queued GPU work.
+template <typename Step>
+Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step) {
+  for (int i = 0; i < o.warmup; ++i) step();
+  ska::synchronize(device);
+  ska::Allocator& allocator = ska::allocator_for(device);
+  allocator.reset_peak();
+  std::vector<double> ms;
+  for (int i = 0; i < o.iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    ska::synchronize(device);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  Measurement m;
+  m.median_ms = ms[ms.size() / 2];
+  m.images_per_s = static_cast<double>(o.batch) * 1000.0 / m.median_ms;
+  m.peak_bytes = allocator.stats().peak_allocated;
+  return m;
+}
+
+int run_benchmark(BenchmarkOptions o) {
+  using namespace ska;
+  o.config.print_config_to_stderr = o.json;
+  const Config config = apps::load_config(o.config);
+  const ConfigNode model_cfg = apps::model_section(config);
+  const models::ModelInput input = apps::model_input(model_cfg);
+  nn::ModulePtr model = models::build_model(model_cfg);
+  const ConfigNode data = apps::data_section(config);  // validated like the other commands
+  if (!data.is_null()) data::read_eval_transform(data, input.image_size, input.in_channels);
+  config.check_unused();
+  SKA_CHECK(o.mode == "train" || o.mode == "infer", ValueError, "--mode must be train or infer, got '",
+            o.mode, "'");
+  const Device device = Device::parse(o.device);
+  const DType dtype = dtype_from_name(o.dtype);
+  SKA_CHECK(dtype == DType::kF32 || device.is_cuda(), ValueError, "--dtype ", o.dtype,
+            " needs --device cuda (the CPU computes in f32)");
+  model->to(device);
+  if (dtype != DType::kF32) model->to(dtype);
+
+  manual_seed(0);
+  const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
+                              DType::kF32, Device::cpu())
+                            .to(device, dtype);
+  std::vector<int64_t> label_values(static_cast<size_t>(o.batch));
+  for (int64_t i = 0; i < o.batch; ++i) label_values[static_cast<size_t>(i)] = i % input.num_classes;
+  const Tensor labels = Tensor::from_vector(label_values, {o.batch}).to(device);
+
+  Measurement m;
+  if (o.mode == "infer") {
+    model->eval();
+    NoGradGuard no_grad;
+    m = time_steps(o, device, [&] { (*model)(images); });
+  } else {
+    model->train();
+    auto optimizer = optim::make_optimizer(optim::OptimizerOptions{}, model->named_parameters(true));
+    m = time_steps(o, device, [&] {
+      const Tensor loss = cross_entropy((*model)(images), labels);
+      loss.backward();
+      optimizer->step();
+      optimizer->zero_grad();
+    });
+  }
+
+  const std::string name = apps::resolve_config_path(o.config.config);
+  if (o.json) {
+    nlohmann::json j = {{"config", name},       {"mode", o.mode},
+                        {"device", device.str()}, {"dtype", o.dtype},
+                        {"batch", o.batch},       {"images_per_s", m.images_per_s},
+                        {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
+                        {"trainable_params", model->num_parameters(true)}};
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::ostringstream line;
+    line.setf(std::ios::fixed);
+    line.precision(1);
+    line << name << "  " << o.mode << "  " << device.str() << "  " << o.dtype << "  batch "
+         << o.batch << ":  " << m.images_per_s << " images/s  (" << m.median_ms
+         << " ms/step, median of " << o.iters << "), peak memory "
+         << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
+    std::cout << line.str() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Measures training or inference images/s and peak memory of a model", "benchmark"};
+  BenchmarkOptions o;
+  ska::apps::add_config_options(app, o.config);
+  app.add_option("--mode", o.mode, "train (forward, loss, backward, AdamW step) or infer")
+      ->check(CLI::IsMember({"train", "infer"}));
+  app.add_option("--batch", o.batch, "images per step")->check(CLI::PositiveNumber);
+  app.add_option("--device", o.device, "cpu, cuda or cuda:N");
+  app.add_option("--dtype", o.dtype, "f32, or bf16 / f16 on CUDA (weights and activations)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--iters", o.iters, "timed steps (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", o.json, "print one JSON object");
+  return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
+}
