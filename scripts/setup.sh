@@ -12,6 +12,8 @@ packages=(
   libopencv-dev                             # image decoding (inference, data)
   zlib1g-dev                                # gzip/zlib in the dataset readers
   libcli11-dev                              # command-line parsing (apps)
+  dataset-fashion-mnist                     # quick start and the end-to-end training test
+  libspdlog-dev                             # console and log files (train, validate)
 )
 
 missing=()

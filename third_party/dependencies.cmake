@@ -50,6 +50,10 @@ ska_require(ZLIB_FOUND "zlib" "zlib1g-dev")
 find_package(CLI11 QUIET)
 ska_require(CLI11_FOUND "CLI11" "libcli11-dev")
 
+# Console and log-file output of the apps (train, validate).
+find_package(spdlog QUIET)
+ska_require(spdlog_FOUND "spdlog" "libspdlog-dev")
+
 if(SKA_BUILD_TESTS)
   find_package(Catch2 2 QUIET)
   ska_require(Catch2_FOUND "Catch2 v2" "catch2")

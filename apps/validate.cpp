@@ -1,0 +1,76 @@
+// validate: evaluates a checkpoint (or its EMA weights) on the config's test split and prints
+// top-1, top-5 and the loss.
+// Usage: validate --config quickstart --checkpoint runs/X [--ema] [--device cpu] [--set k=v]
+#include <filesystem>
+#include <iostream>
+
+#include "app_common.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ValidateCommand {
+  ska::apps::ConfigOptions config;
+  std::string checkpoint;
+  bool ema = false;
+  std::string device = "cpu";
+};
+
+int run_validate(const ValidateCommand& cmd) {
+  using namespace ska;
+  const ska::Config config = apps::load_config(cmd.config);
+  const ConfigNode model_cfg = apps::model_section(config);
+  const models::ModelInput input = apps::model_input(model_cfg);
+  nn::ModulePtr model = models::build_model(model_cfg);
+  const train::DataOptions data =
+      train::DataOptions::from_config(config.root()["data"], input.image_size, input.in_channels,
+                                      input.num_classes);
+  config.check_unused();
+
+  std::string weights = cmd.checkpoint;
+  if (fs::is_directory(weights)) {
+    const std::string dir = train::resolve_checkpoint(weights);
+    weights = (fs::path(dir) / (cmd.ema ? "ema.safetensors" : "model.safetensors")).string();
+    SKA_CHECK(fs::exists(weights), IOError, "checkpoint '", dir, "' has no ",
+              fs::path(weights).filename().string(), (cmd.ema ? " (trained without EMA)" : ""));
+  } else {
+    SKA_CHECK(!cmd.ema, ValueError, "--ema needs a checkpoint folder, not a weights file");
+  }
+  model->load_state_dict(load_safetensors(weights));
+  const Device device = Device::parse(cmd.device);
+  model->to(device);
+
+  const auto eval_set = train::load_training_dataset(data, "test", input.image_size,
+                                                     input.in_channels, data.eval_subset);
+  train::LoaderOptions lo;
+  lo.batch_size = data.eval_batch_size;
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.workers = data.workers;
+  lo.mean = data.mean;
+  lo.std = data.std;
+  train::DataLoader loader(*eval_set, lo);
+  const train::EvalResult r = train::evaluate(*model, loader, device);
+  std::printf("validate: %s on %s test (%lld images): top-1 %.2f%% top-5 %.2f%% loss %.4f\n",
+              weights.c_str(), data.dataset.c_str(), static_cast<long long>(r.count), r.top1,
+              r.top5, r.loss);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Evaluates a checkpoint on the config's test split", "validate"};
+  ValidateCommand cmd;
+  ska::apps::add_config_options(app, cmd.config);
+  app.add_option("--checkpoint", cmd.checkpoint,
+                 "a checkpoint folder, a run folder (its last checkpoint) or a .safetensors file")
+      ->required();
+  app.add_flag("--ema", cmd.ema, "evaluate the checkpoint's EMA weights");
+  app.add_option("--device", cmd.device, "cpu, cuda or cuda:N");
+  return ska::apps::run_main(app, argc, argv, [&] { return run_validate(cmd); });
+}

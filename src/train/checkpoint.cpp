@@ -1,0 +1,328 @@
+// Checkpoint files: the training-state container, atomic writes, checkpoint folders and pruning.
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ska::train {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+namespace {
+
+uint64_t fnv1a(const char* data, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<uint8_t>(data[i]);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Bounds-checked reading of the state file; every failure names the file and what was expected.
+class Reader {
+ public:
+  Reader(const std::string& bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+  template <typename T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T value;
+    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return value;
+  }
+  std::string get_bytes(uint64_t n, const char* what) {
+    need(n, what);
+    std::string s = bytes_.substr(pos_, static_cast<size_t>(n));
+    pos_ += static_cast<size_t>(n);
+    return s;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  void need(uint64_t n, const char* what) {
+    SKA_CHECK(n <= bytes_.size() - pos_, IOError, "training state '", path_, "' is truncated: ",
+              what, " needs ", n, " bytes at offset ", pos_, ", the file has ", bytes_.size());
+  }
+  const std::string& bytes_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SKA_CHECK(in.good(), IOError, "cannot open '", path, "' for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string step_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string read_pointer(const std::string& path) {
+  std::ifstream in(path);
+  std::string name;
+  if (!(in >> name)) return "";
+  return name;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  std::string temp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(temp.data());
+  SKA_CHECK(fd >= 0, IOError, "cannot create a temporary file beside '", path, "': ",
+            std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(temp.c_str());
+      SKA_CHECK(false, IOError, "writing '", temp, "' failed: ", std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  if (!synced || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    SKA_CHECK(false, IOError, "cannot sync or rename '", temp, "' to '", path,
+              "': ", std::strerror(err));
+  }
+  const std::string dir = fs::path(path).parent_path().empty()
+                              ? std::string(".")
+                              : fs::path(path).parent_path().string();
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+}
+
+void write_train_state(const std::string& path, const TrainState& s) {
+  Json header;
+  header["epoch"] = s.epoch;
+  header["batch"] = s.batch;
+  header["step"] = s.step;
+  header["steps_per_epoch"] = s.steps_per_epoch;
+  header["nonfinite_total"] = s.nonfinite_total;
+  header["lr"] = s.lr;
+  header["best_top1"] = s.best_top1;
+  header["best_epoch"] = s.best_epoch;
+  header["loss_scale"] = s.loss_scale;
+  header["info"] = s.info;
+  Json rngs = Json::object();
+  for (const auto& [name, r] : s.rngs) rngs[name] = {{"seed", r.seed}, {"offset", r.offset}};
+  header["rngs"] = rngs;
+  const std::string text = header.dump();
+
+  std::string out(kTrainStateMagic, 8);
+  put<uint32_t>(out, kTrainStateVersion);
+  put<uint32_t>(out, 0);  // flags, reserved
+  put<uint64_t>(out, text.size());
+  out += text;
+  put<uint64_t>(out, s.optimizer.size());
+  for (const auto& [name, tensor] : s.optimizer) {
+    const Tensor host = tensor.to(Device::cpu()).contiguous();
+    const std::string dtype = safetensors_dtype_name(host.dtype());
+    put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+    out += name;
+    put<uint32_t>(out, static_cast<uint32_t>(dtype.size()));
+    out += dtype;
+    put<uint32_t>(out, static_cast<uint32_t>(host.dim()));
+    for (int64_t d = 0; d < host.dim(); ++d) put<int64_t>(out, host.size(d));
+    const uint64_t nbytes = static_cast<uint64_t>(host.numel()) * host.element_size();
+    put<uint64_t>(out, nbytes);
+    out.append(static_cast<const char*>(host.data_ptr()), static_cast<size_t>(nbytes));
+  }
+  put<uint64_t>(out, fnv1a(out.data(), out.size()));
+  write_file_atomic(path, out);
+}
+
+TrainState read_train_state(const std::string& path) {
+  const std::string bytes = read_whole_file(path);
+  SKA_CHECK(bytes.size() >= 8 && std::memcmp(bytes.data(), kTrainStateMagic, 8) == 0, IOError,
+            "'", path, "' is not a training-state file (bad magic number; expected \"",
+            kTrainStateMagic, "\")");
+  SKA_CHECK(bytes.size() >= 16, IOError, "training state '", path, "' is truncated (",
+            bytes.size(), " bytes)");
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
+  Reader r(bytes, path);
+  r.get_bytes(8, "magic");
+  const uint32_t version = r.get<uint32_t>("version");
+  SKA_CHECK(version == kTrainStateVersion, IOError, "training state '", path, "' has version ",
+            version, "; this build reads version ", kTrainStateVersion);
+  SKA_CHECK(bytes.size() >= 24 && stored == fnv1a(bytes.data(), bytes.size() - 8), IOError,
+            "training state '", path, "' is corrupt or truncated (checksum mismatch, ",
+            bytes.size(), " bytes)");
+  r.get<uint32_t>("flags");
+  const uint64_t header_len = r.get<uint64_t>("header length");
+  TrainState s;
+  try {
+    const Json h = Json::parse(r.get_bytes(header_len, "header"));
+    s.epoch = h.at("epoch").get<int64_t>();
+    s.batch = h.at("batch").get<int64_t>();
+    s.step = h.at("step").get<int64_t>();
+    s.steps_per_epoch = h.at("steps_per_epoch").get<int64_t>();
+    s.nonfinite_total = h.at("nonfinite_total").get<int64_t>();
+    s.lr = h.at("lr").get<double>();
+    s.best_top1 = h.at("best_top1").get<double>();
+    s.best_epoch = h.at("best_epoch").get<int64_t>();
+    s.loss_scale = h.at("loss_scale").get<double>();
+    s.info = h.at("info").get<std::map<std::string, std::string>>();
+    for (const auto& [name, v] : h.at("rngs").items()) {
+      s.rngs[name] = RngState{v.at("seed").get<uint64_t>(), v.at("offset").get<uint64_t>()};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    SKA_CHECK(false, IOError, "training state '", path, "': malformed header: ", e.what());
+  }
+  const uint64_t count = r.get<uint64_t>("tensor count");
+  for (uint64_t i = 0; i < count; ++i) {
+    const std::string name = r.get_bytes(r.get<uint32_t>("name length"), "tensor name");
+    const std::string dtype_text = r.get_bytes(r.get<uint32_t>("dtype length"), "dtype");
+    const DType dtype = safetensors_dtype_from_name(dtype_text);
+    const uint32_t ndim = r.get<uint32_t>("rank");
+    SKA_CHECK(ndim <= 8, IOError, "training state '", path, "': tensor '", name, "' has rank ",
+              ndim);
+    Shape shape;
+    for (uint32_t d = 0; d < ndim; ++d) shape.push_back(r.get<int64_t>("dimension"));
+    const uint64_t nbytes = r.get<uint64_t>("tensor size");
+    Tensor t = Tensor::empty(shape, dtype);
+    SKA_CHECK(nbytes == static_cast<uint64_t>(t.numel()) * t.element_size(), IOError,
+              "training state '", path, "': tensor '", name, "' has ", nbytes,
+              " bytes for shape ", shape_str(shape));
+    const std::string data = r.get_bytes(nbytes, "tensor data");
+    std::memcpy(t.data_ptr(), data.data(), data.size());
+    s.optimizer.emplace(name, t);
+  }
+  SKA_CHECK(r.pos() + 8 == bytes.size(), IOError, "training state '", path, "' has ",
+            bytes.size() - 8 - r.pos(), " unexpected bytes before its checksum");
+  return s;
+}
+
+void save_checkpoint(const std::string& dir, const TensorMap& model, const TensorMap& ema,
+                     const TrainState& state) {
+  fs::create_directories(dir);
+  fs::remove(fs::path(dir) / "checkpoint.json");  // rewriting: incomplete until the end
+  save_safetensors((fs::path(dir) / "model.safetensors").string(), model);
+  if (!ema.empty()) save_safetensors((fs::path(dir) / "ema.safetensors").string(), ema);
+  write_train_state((fs::path(dir) / "train_state.bin").string(), state);
+  Json marker = {{"format", "ska-checkpoint"},
+                 {"version", kTrainStateVersion},
+                 {"step", state.step},
+                 {"epoch", state.epoch},
+                 {"batch", state.batch},
+                 {"ema", !ema.empty()}};
+  write_file_atomic((fs::path(dir) / "checkpoint.json").string(), marker.dump(2) + "\n");
+}
+
+bool is_complete_checkpoint(const std::string& dir) {
+  return fs::is_regular_file(fs::path(dir) / "checkpoint.json");
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  SKA_CHECK(is_complete_checkpoint(dir), IOError, "'", dir,
+            "' is not a complete checkpoint (no checkpoint.json marker)");
+  Checkpoint c;
+  c.dir = dir;
+  c.model = load_safetensors((fs::path(dir) / "model.safetensors").string());
+  const fs::path ema = fs::path(dir) / "ema.safetensors";
+  if (fs::exists(ema)) c.ema = load_safetensors(ema.string());
+  c.state = read_train_state((fs::path(dir) / "train_state.bin").string());
+  return c;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  if (is_complete_checkpoint(path)) return path;
+  const fs::path root = fs::is_directory(fs::path(path) / "checkpoints")
+                            ? fs::path(path) / "checkpoints"
+                            : fs::path(path);
+  SKA_CHECK(fs::is_directory(root), IOError, "no checkpoint at '", path, "' (not a folder)");
+  const std::string last = read_pointer((root / "last").string());
+  if (!last.empty() && is_complete_checkpoint((root / last).string())) return (root / last).string();
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.is_directory() && is_complete_checkpoint(e.path().string())) found.push_back(e.path().string());
+  }
+  SKA_CHECK(!found.empty(), IOError, "no complete checkpoint in '", root.string(), "'");
+  std::sort(found.begin(), found.end());
+  return found.back();
+}
+
+CheckpointManager::CheckpointManager(std::string run_dir, int keep)
+    : root_((fs::path(run_dir) / "checkpoints").string()), keep_(std::max(keep, 1)) {
+  fs::create_directories(root_);
+}
+
+std::vector<std::string> CheckpointManager::list() const {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(root_)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step-", 0) == 0 && is_complete_checkpoint(e.path().string())) {
+      out.push_back(e.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string CheckpointManager::save(const TensorMap& model, const TensorMap& ema,
+                                    const TrainState& state, bool is_best) {
+  const std::string name = step_dir_name(state.step);
+  const std::string dir = (fs::path(root_) / name).string();
+  save_checkpoint(dir, model, ema, state);
+  write_file_atomic((fs::path(root_) / "last").string(), name + "\n");
+  if (is_best) write_file_atomic((fs::path(root_) / "best").string(), name + "\n");
+  prune();
+  return dir;
+}
+
+void CheckpointManager::prune() {
+  const std::vector<std::string> all = list();
+  const std::string best = read_pointer((fs::path(root_) / "best").string());
+  const std::string last = read_pointer((fs::path(root_) / "last").string());
+  const size_t n = all.size();
+  for (size_t i = 0; i + static_cast<size_t>(keep_) < n; ++i) {
+    const std::string name = fs::path(all[i]).filename().string();
+    if (name == best || name == last) continue;
+    // Drop the marker first: a half-removed folder is never taken for a checkpoint.
+    fs::remove(fs::path(all[i]) / "checkpoint.json");
+    fs::remove_all(all[i]);
+  }
+  // Leftovers of interrupted writes (folders without a marker) older than the newest one.
+  for (const auto& e : fs::directory_iterator(root_)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && !is_complete_checkpoint(e.path().string()) && !all.empty() &&
+        name < fs::path(all.back()).filename().string()) {
+      fs::remove_all(e.path());
+    }
+  }
+}
+
+}  // namespace ska::train

@@ -1,0 +1,90 @@
+// Checkpoints that resume exactly: model (and EMA) weights as safetensors, a training-state file
+// (magic + version + checksum: optimizer state, counters, RNG states, schedule inputs) and a
+// `checkpoint.json` marker written last. Every file goes to a temporary name, is fsync'd and
+// renamed, so a kill at any moment leaves the last complete checkpoint intact.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+
+namespace ska::train {
+
+constexpr char kTrainStateMagic[9] = "SKATRAIN";
+constexpr uint32_t kTrainStateVersion = 1;
+
+// A (seed, offset) Philox generator state.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// Everything besides the weights that a resumed run needs to continue bit for bit.
+struct TrainState {
+  int64_t epoch = 0;             // the epoch in progress
+  int64_t batch = 0;             // batches of `epoch` already consumed (0: epoch not started)
+  int64_t step = 0;              // optimizer updates so far
+  int64_t steps_per_epoch = 0;   // schedule input: optimizer updates per epoch
+  int64_t nonfinite_total = 0;   // skipped steps so far
+  double lr = 0.0;               // the last lr set (informational; recomputed from the schedule)
+  double best_top1 = -1.0;       // best evaluation top-1 so far (-1: none yet)
+  int64_t best_epoch = -1;
+  double loss_scale = 1.0;       // placeholder for mixed precision (always 1 for now)
+  std::map<std::string, RngState> rngs;           // "host", "cuda:0", "trainer"
+  std::map<std::string, Tensor> optimizer;        // Optimizer::state_dict()
+  std::map<std::string, std::string> info;        // free-form (config name, optimizer name)
+};
+
+// Writes / reads the training-state file. IOError naming the file for unreadable, truncated,
+// corrupt (checksum) or foreign files and unsupported versions.
+void write_train_state(const std::string& path, const TrainState& state);
+TrainState read_train_state(const std::string& path);
+
+// Writes `bytes` to `path` atomically (temporary file in the same folder, fsync, rename, fsync of
+// the folder).
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+// The files of one checkpoint folder.
+struct Checkpoint {
+  std::string dir;
+  TensorMap model;
+  TensorMap ema;  // empty when the run has no EMA
+  TrainState state;
+};
+
+// Writes model.safetensors, ema.safetensors (when `ema` is not empty), train_state.bin, then the
+// checkpoint.json marker, into `dir` (created).
+void save_checkpoint(const std::string& dir, const TensorMap& model, const TensorMap& ema,
+                     const TrainState& state);
+// Reads a checkpoint folder; IOError when the marker is missing (an incomplete checkpoint) or a
+// file is unreadable or corrupt, naming the file.
+Checkpoint load_checkpoint(const std::string& dir);
+bool is_complete_checkpoint(const std::string& dir);
+
+// A checkpoint folder from `path`: a checkpoint folder itself, or a run folder (its `last`
+// checkpoint, or failing that its newest complete one). IOError when none is found.
+std::string resolve_checkpoint(const std::string& path);
+
+// The checkpoints of one run: <run>/checkpoints/step-NNNNNNNN, with `last` and `best` pointer
+// files; keeps the `keep` newest plus the best.
+class CheckpointManager {
+ public:
+  CheckpointManager(std::string run_dir, int keep);
+  // Saves the checkpoint of `state.step`; updates `last` (and `best` when is_best); prunes.
+  std::string save(const TensorMap& model, const TensorMap& ema, const TrainState& state,
+                   bool is_best);
+  std::string root() const { return root_; }
+  // Complete checkpoint folders, oldest first.
+  std::vector<std::string> list() const;
+
+ private:
+  void prune();
+  std::string root_;
+  int keep_;
+};
+
+}  // namespace ska::train

@@ -1,0 +1,166 @@
+// The in-memory data loader: permutation, sharding, per-sample transforms and the worker queue.
+#include "train/loader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/random.h"
+
+namespace ska::train {
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  const uint64_t key = seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(epoch + 1));
+  for (int64_t i = n - 1; i > 0; --i) {
+    // 64 random bits per swap; the modulo bias is below 2^-40 for any realistic n.
+    const PhiloxOut r = philox4x32_10(key, static_cast<uint64_t>(i));
+    const uint64_t bits = (static_cast<uint64_t>(r.w[0]) << 32) | r.w[1];
+    const int64_t j = static_cast<int64_t>(bits % static_cast<uint64_t>(i + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+std::vector<int64_t> shard_indices(const std::vector<int64_t>& order, int rank, int world_size,
+                                   bool drop_last) {
+  SKA_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, ValueError,
+            "shard_indices: rank ", rank, " is outside [0, ", world_size, ")");
+  const size_t n = order.size(), world = static_cast<size_t>(world_size);
+  const size_t per_rank = drop_last ? n / world : (n + world - 1) / world;
+  std::vector<int64_t> out;
+  out.reserve(per_rank);
+  for (size_t i = 0; i < per_rank; ++i) {
+    const size_t pos = i * world + static_cast<size_t>(rank);
+    out.push_back(order[n == 0 ? 0 : pos % n]);
+  }
+  return out;
+}
+
+DataLoader::DataLoader(const data::InMemoryDataset& dataset, LoaderOptions options)
+    : dataset_(dataset), options_(std::move(options)) {
+  SKA_CHECK(options_.batch_size > 0, ValueError, "DataLoader: batch_size must be positive, got ",
+            options_.batch_size);
+  SKA_CHECK(options_.workers >= 0 && options_.prefetch >= 1, ValueError,
+            "DataLoader: workers must be >= 0 and prefetch >= 1");
+  const int64_t channels = dataset_.images().size(3);
+  SKA_CHECK(static_cast<int64_t>(options_.mean.size()) == channels &&
+                static_cast<int64_t>(options_.std.size()) == channels,
+            ValueError, "DataLoader: mean/std need ", channels, " values (the dataset's channels)");
+  const std::vector<int64_t> dummy(static_cast<size_t>(dataset_.size()));
+  shard_size_ = shard_indices(dummy, options_.rank, options_.world_size, options_.drop_last).size();
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+int64_t DataLoader::batches_per_epoch() const {
+  const int64_t n = static_cast<int64_t>(shard_size_), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void DataLoader::start_epoch(int64_t epoch, int64_t start_batch) {
+  stop_workers();
+  SKA_CHECK(start_batch >= 0 && start_batch <= batches_per_epoch(), ValueError,
+            "DataLoader: start batch ", start_batch, " is outside [0, ", batches_per_epoch(), "]");
+  epoch_ = epoch;
+  std::vector<int64_t> order;
+  if (options_.shuffle) {
+    order = epoch_permutation(dataset_.size(), options_.seed, epoch);
+  } else {
+    order.resize(static_cast<size_t>(dataset_.size()));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  }
+  indices_ = shard_indices(order, options_.rank, options_.world_size, options_.drop_last);
+  next_to_make_ = next_to_return_ = start_batch;
+  end_batch_ = batches_per_epoch();
+  ready_.clear();
+  error_ = nullptr;
+  stopping_ = false;
+  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  consumed_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+void DataLoader::worker_loop() {
+  for (;;) {
+    int64_t b = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      consumed_.wait(lock, [&] {
+        return stopping_ || next_to_make_ >= end_batch_ ||
+               next_to_make_ < next_to_return_ + options_.prefetch;
+      });
+      if (stopping_ || next_to_make_ >= end_batch_) return;
+      b = next_to_make_++;
+    }
+    try {
+      Batch batch = make_batch(b);
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.emplace(b, std::move(batch));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    produced_.notify_all();
+  }
+}
+
+bool DataLoader::next(Batch& out) {
+  if (next_to_return_ >= end_batch_) return false;
+  if (threads_.empty()) {
+    out = make_batch(next_to_return_++);
+    return true;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  produced_.wait(lock, [&] { return error_ || ready_.count(next_to_return_) > 0; });
+  if (error_) std::rethrow_exception(error_);
+  auto it = ready_.find(next_to_return_);
+  out = std::move(it->second);
+  ready_.erase(it);
+  ++next_to_return_;
+  lock.unlock();
+  consumed_.notify_all();
+  return true;
+}
+
+Batch DataLoader::make_batch(int64_t b) const {
+  const Tensor& all = dataset_.images();
+  const int64_t h = all.size(1), w = all.size(2), c = all.size(3);
+  const int64_t first = b * options_.batch_size;
+  const int64_t count =
+      std::min<int64_t>(options_.batch_size, static_cast<int64_t>(indices_.size()) - first);
+  const uint8_t* src = all.data<uint8_t>();
+  const int64_t* labels = dataset_.labels().data<int64_t>();
+
+  Batch batch;
+  batch.index = b;
+  batch.labels = Tensor::empty({count}, DType::kI64);
+  std::vector<data::Image> images(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t index = indices_[static_cast<size_t>(first + i)];
+    data::Image& image = images[static_cast<size_t>(i)];
+    image.height = static_cast<int>(h);
+    image.width = static_cast<int>(w);
+    image.channels = static_cast<int>(c);
+    image.pixels.assign(src + index * h * w * c, src + (index + 1) * h * w * c);
+    if (options_.transform) {
+      data::SampleRng rng(options_.seed, data::SampleRng::stream_of(static_cast<uint64_t>(epoch_),
+                                                                    static_cast<uint64_t>(index)));
+      options_.transform->apply(image, rng);
+    }
+    batch.labels.data<int64_t>()[i] = labels[index];
+  }
+  batch.images = data::to_normalized_batch(images, options_.mean, options_.std);
+  return batch;
+}
+
+}  // namespace ska::train

@@ -1,0 +1,73 @@
+// Helpers shared by the trainer tests: scratch folders, tiny experiment configs on the real
+// Fashion-MNIST files, and bitwise comparison of state dicts.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "config/config.h"
+#include "core/tensor.h"
+
+namespace ska::test {
+
+// A fresh, empty folder under the system temp dir, unique per call.
+inline std::string train_scratch_dir(const std::string& tag) {
+  static int counter = 0;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ska_train_" + tag + "_" + std::to_string(::getpid()) + "_" +
+                    std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+inline bool fashion_mnist_available() {
+  return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+}
+
+// A small CSKA-ViT experiment on a Fashion-MNIST subset (28x28 grey, 7x7 patches -> 4x4 tokens).
+inline std::string tiny_experiment_yaml(int64_t train_subset, int64_t eval_subset,
+                                        int64_t batch_size, int64_t epochs, double dropout) {
+  return "model:\n"
+         "  family: vit\n  image_size: 28\n  in_channels: 1\n  num_classes: 10\n"
+         "  patch_size: 7\n  dim: 32\n  depth: 1\n  heads: 2\n  head_dim: 16\n  mlp_dim: 64\n"
+         "  dropout: " + std::to_string(dropout) + "\n  emb_dropout: " + std::to_string(dropout) +
+         "\n  mixer: {type: cska}\n"
+         "data:\n  dataset: fashion_mnist\n  batch_size: " + std::to_string(batch_size) +
+         "\n  eval_batch_size: 100\n  workers: 2\n  augment: {crop_padding: 2, hflip: 0.5}\n"
+         "  train_subset: " + std::to_string(train_subset) +
+         "\n  eval_subset: " + std::to_string(eval_subset) + "\n"
+         "optim: {name: adamw, lr: 3.0e-3, weight_decay: 0.01}\n"
+         "sched: {name: cosine, per_step: true}\n"
+         "train: {epochs: " + std::to_string(epochs) + ", seed: 7, clip_grad: 1.0, log_every: 5}\n"
+         "checkpoint: {keep: 2}\n";
+}
+
+// True when both maps have the same names, shapes, dtypes and bytes.
+inline bool bitwise_equal(const std::map<std::string, Tensor>& a,
+                          const std::map<std::string, Tensor>& b, std::string* first_diff) {
+  if (a.size() != b.size()) {
+    *first_diff = "different key counts";
+    return false;
+  }
+  for (const auto& [name, t] : a) {
+    auto it = b.find(name);
+    if (it == b.end()) {
+      *first_diff = name + " missing";
+      return false;
+    }
+    const Tensor x = t.to(Device::cpu()).contiguous(), y = it->second.to(Device::cpu()).contiguous();
+    if (x.shape() != y.shape() || x.dtype() != y.dtype() ||
+        std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) != 0) {
+      *first_diff = name;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace ska::test
