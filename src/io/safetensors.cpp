@@ -2,6 +2,8 @@
 // name the file and the tensor, direct reads into tensor storage, and atomic writes.
 #include "io/safetensors.h"
 
+#include "io/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -258,62 +260,6 @@ TensorMap load_safetensors(const std::string& path) { return read_safetensors(pa
 namespace {
 
 // A temporary file beside the destination that is removed unless committed.
-class AtomicFile {
- public:
-  explicit AtomicFile(const std::string& path) : path_(path), temp_(path + ".tmp.XXXXXX") {
-    fd_ = mkstemp(temp_.data());
-    SKA_CHECK(fd_ >= 0, IOError, "safetensors: cannot create a temporary file beside '", path,
-              "': ", std::strerror(errno));
-    fchmod(fd_, 0644);
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-  ~AtomicFile() {
-    if (fd_ >= 0) close(fd_);
-    if (!committed_) unlink(temp_.c_str());
-  }
-
-  void write(const void* data, uint64_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t n = ::write(fd_, p, std::min<uint64_t>(bytes, 1ull << 30));
-      if (n < 0 && errno == EINTR) continue;
-      SKA_CHECK(n > 0, IOError, "safetensors: writing '", temp_, "' (for '", path_,
-                "') failed: ", std::strerror(errno));
-      p += n;
-      bytes -= static_cast<uint64_t>(n);
-    }
-  }
-
-  // fsync, close, rename over the destination, then sync the directory entry.
-  void commit() {
-    SKA_CHECK(fsync(fd_) == 0, IOError, "safetensors: fsync of '", temp_,
-              "' failed: ", std::strerror(errno));
-    const int rc = close(fd_);
-    fd_ = -1;
-    SKA_CHECK(rc == 0, IOError, "safetensors: closing '", temp_,
-              "' failed: ", std::strerror(errno));
-    SKA_CHECK(std::rename(temp_.c_str(), path_.c_str()) == 0, IOError, "safetensors: renaming '",
-              temp_, "' to '", path_, "' failed: ", std::strerror(errno));
-    committed_ = true;
-    sync_directory();
-  }
-
- private:
-  void sync_directory() const {
-    const size_t slash = path_.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
-    const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (dir_fd < 0) return;  // best effort: the data itself is already synced
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-
-  std::string path_;
-  std::string temp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 // Contiguous host copies of the tensors (no copy for tensors that already are).
 TensorMap host_contiguous(const TensorMap& tensors, const std::string& path) {
@@ -355,7 +301,7 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
 
-  AtomicFile file(path);
+  io::AtomicFile file(path);
   file.write(length, 8);
   file.write(header.data(), header.size());
   for (const auto& item : host) {

@@ -1,6 +1,8 @@
 // Checkpoint files: the training-state container, atomic writes, checkpoint folders and pruning.
 #include "train/checkpoint.h"
 
+#include "io/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,41 +91,6 @@ std::string read_pointer(const std::string& path) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::string temp = path + ".tmp.XXXXXX";
-  const int fd = mkstemp(temp.data());
-  SKA_CHECK(fd >= 0, IOError, "cannot create a temporary file beside '", path, "': ",
-            std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      SKA_CHECK(false, IOError, "writing '", temp, "' failed: ", std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::fchmod(fd, 0644);
-  ::close(fd);
-  if (!synced || std::rename(temp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    SKA_CHECK(false, IOError, "cannot sync or rename '", temp, "' to '", path,
-              "': ", std::strerror(err));
-  }
-  const std::string dir = fs::path(path).parent_path().empty()
-                              ? std::string(".")
-                              : fs::path(path).parent_path().string();
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-}
-
 void write_train_state(const std::string& path, const TrainState& s) {
   Json header;
   header["epoch"] = s.epoch;
@@ -161,7 +128,7 @@ void write_train_state(const std::string& path, const TrainState& s) {
     out.append(static_cast<const char*>(host.data_ptr()), static_cast<size_t>(nbytes));
   }
   put<uint64_t>(out, fnv1a(out.data(), out.size()));
-  write_file_atomic(path, out);
+  io::write_file_atomic(path, out);
 }
 
 TrainState read_train_state(const std::string& path) {
@@ -239,7 +206,7 @@ void save_checkpoint(const std::string& dir, const TensorMap& model, const Tenso
                  {"epoch", state.epoch},
                  {"batch", state.batch},
                  {"ema", !ema.empty()}};
-  write_file_atomic((fs::path(dir) / "checkpoint.json").string(), marker.dump(2) + "\n");
+  io::write_file_atomic((fs::path(dir) / "checkpoint.json").string(), marker.dump(2) + "\n");
 }
 
 bool is_complete_checkpoint(const std::string& dir) {
@@ -297,8 +264,8 @@ std::string CheckpointManager::save(const TensorMap& model, const TensorMap& ema
   const std::string name = step_dir_name(state.step);
   const std::string dir = (fs::path(root_) / name).string();
   save_checkpoint(dir, model, ema, state);
-  write_file_atomic((fs::path(root_) / "last").string(), name + "\n");
-  if (is_best) write_file_atomic((fs::path(root_) / "best").string(), name + "\n");
+  io::write_file_atomic((fs::path(root_) / "last").string(), name + "\n");
+  if (is_best) io::write_file_atomic((fs::path(root_) / "best").string(), name + "\n");
   prune();
   return dir;
 }

@@ -44,9 +44,6 @@ struct TrainState {
 void write_train_state(const std::string& path, const TrainState& state);
 TrainState read_train_state(const std::string& path);
 
-// Writes `bytes` to `path` atomically (temporary file in the same folder, fsync, rename, fsync of
-// the folder).
-void write_file_atomic(const std::string& path, const std::string& bytes);
 
 // The files of one checkpoint folder.
 struct Checkpoint {
