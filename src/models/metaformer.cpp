@@ -101,17 +101,11 @@ nn::ModulePtr build_mixer_from_node(const ConfigNode& node, const MixerArgs& arg
   SKA_CHECK(node.is_scalar(), ConfigError, node.path(),
             ": expected a token mixer name or a map with `type:`");
   const std::string name = node.as<std::string>();
-  if (!mixer_registry().contains(name)) {
-    std::string known;
-    for (const std::string& n : mixer_registry().names()) known += (known.empty() ? "" : ", ") + n;
-    const std::string hint = closest_match(name, mixer_registry().names());
-    SKA_FAIL(ConfigError, node.path(), ": unknown token mixer '", name, "'",
-             hint.empty() ? "" : "; did you mean '" + hint + "'?", " (known: ", known, ")");
-  }
+  const MixerBuilder& build = mixer_registry().get(name, node.path());
   // A bare name is the mixer with its defaults: build it from a one-key map of its own.
   Config spec;
   spec.set("type=" + name);
-  return mixer_registry().get(spec.root(), "type")(spec.root(), args);
+  return build(spec.root(), args);
 }
 
 Downsampling::Downsampling(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,

@@ -28,15 +28,17 @@ class Registry {
   // The builder named by `node[key]`; an unknown name fails at that config path with the
   // closest known name and the full list.
   const Builder& get(const ConfigNode& node, const std::string& key) const {
-    const std::string name = node.get<std::string>(key);
+    return get(node.get<std::string>(key), node.path().empty() ? key : node.path() + "." + key);
+  }
+  // The builder called `name`; an unknown name is a ConfigError naming `path`.
+  const Builder& get(const std::string& name, const std::string& path) const {
     auto it = builders_.find(name);
     if (it != builders_.end()) return it->second;
     std::string known;
     for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
     const std::string hint = closest_match(name, names());
-    node.fail(key, "unknown " + what_ + " '" + name + "'" +
-                       (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " +
-                       known + ")");
+    SKA_FAIL(ConfigError, path, ": unknown ", what_, " '", name, "'",
+             hint.empty() ? "" : "; did you mean '" + hint + "'?", " (known: ", known, ")");
   }
 
  private:
