@@ -2,6 +2,7 @@
 // main() wrapper that maps errors to exit codes.
 #include "app_common.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <algorithm>

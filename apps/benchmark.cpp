@@ -3,6 +3,7 @@
 // Usage: benchmark --config cska_vit_s [--mode train|infer] [--batch 128] [--device cuda]
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <iostream>
 #include <sstream>
 

@@ -6,6 +6,7 @@
 // (kTargetSeconds / time, clamped to [kMinReps, kMaxReps]); every repetition is one call between
 // two device synchronisations, and the median is reported. The PyTorch script does exactly the
 // same.
+#include <cstdint>
 #include <omp.h>
 
 #include <algorithm>

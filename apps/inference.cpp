@@ -1,6 +1,7 @@
 // inference: runs a model with trained weights on a .npy batch or on image files and writes the
 // logits as a float32 .npy [N, num_classes]; prints each input's top-1 class.
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 
 #include "app_common.h"

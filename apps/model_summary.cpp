@@ -2,6 +2,7 @@
 #include "model_summary.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>

@@ -2,6 +2,7 @@
 // per-layer rows and totals (parameters, MACs, FLOPs), rendered as an aligned table or JSON.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

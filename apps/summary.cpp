@@ -1,5 +1,6 @@
 // summary: builds a model from its config and prints its layers, parameter counts and MACs.
 // Usage: summary --config caformer_s18 [--json] [--depth N] [--batch 1] [--device cpu] [--set k=v]
+#include <cstdint>
 #include <iostream>
 
 #include "app_common.h"

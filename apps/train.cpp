@@ -2,6 +2,7 @@
 // summary.csv, metrics.jsonl, train.log and checkpoints; --resume continues a run exactly.
 // Usage: train --config quickstart [--set k=v ...] [--resume DIR|auto] [--device cpu|cuda]
 //              [--output DIR] [--runs DIR]
+#include <cstdint>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

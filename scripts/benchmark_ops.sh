@@ -12,18 +12,27 @@ if [ ! -x "$bench" ]; then
   exit 1
 fi
 
+# The Python that has PyTorch: $PYTHON, else Debian's, else the first python3 on the PATH.
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  for candidate in /usr/bin/python3 python3; do
+    if "$candidate" -c "import torch" 2>/dev/null; then py=$candidate; break; fi
+  done
+fi
+[ -n "$py" ] || { echo "benchmark_ops.sh: no python3 with PyTorch found (set PYTHON)" >&2; exit 1; }
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 "$bench" --json "$@" >"$tmp/ours.jsonl"
-threads=$(/usr/bin/python3 -c 'import json,sys
+threads=$("$py" -c 'import json,sys
 rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(next((r["threads"] for r in rows if "threads" in r), 0))' "$tmp/ours.jsonl")
 threads_arg=()
 [ "$threads" -gt 0 ] && threads_arg=(--threads "$threads")
-/usr/bin/python3 scripts/benchmark_ops.py --json "${threads_arg[@]}" "$@" >"$tmp/torch.jsonl"
+"$py" scripts/benchmark_ops.py --json "${threads_arg[@]}" "$@" >"$tmp/torch.jsonl"
 
-/usr/bin/python3 - "$tmp/ours.jsonl" "$tmp/torch.jsonl" "$threads" <<'EOF'
+"$py" - "$tmp/ours.jsonl" "$tmp/torch.jsonl" "$threads" <<'EOF'
 import json, sys
 
 def load(path):

@@ -39,8 +39,13 @@ find_package(yaml-cpp QUIET)
 ska_require(yaml-cpp_FOUND "yaml-cpp" "libyaml-cpp-dev")
 
 # Image decoding and resizing for `inference` and the data pipeline (src/data; private to ska).
-find_package(OpenCV QUIET COMPONENTS core imgproc imgcodecs)
-ska_require(OpenCV_FOUND "OpenCV (core, imgproc, imgcodecs)" "libopencv-dev")
+# SKA_OPENCV=OFF builds without it (a GPU machine with no package registry, say): image files
+# (ImageNet folders, `inference --image`) then fail with a message; binary datasets still work.
+option(SKA_OPENCV "Decode and resize image files with OpenCV" ON)
+if(SKA_OPENCV)
+  find_package(OpenCV QUIET COMPONENTS core imgproc imgcodecs)
+  ska_require(OpenCV_FOUND "OpenCV (core, imgproc, imgcodecs)" "libopencv-dev")
+endif()
 
 # zlib: gzip'd IDX files and compressed MAT elements in the dataset readers (private to ska).
 find_package(ZLIB QUIET)

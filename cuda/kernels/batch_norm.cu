@@ -2,6 +2,7 @@
 // two deterministic stages (blocks -> per-(channel, split) partials -> one thread per channel).
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"

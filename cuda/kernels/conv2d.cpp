@@ -2,6 +2,7 @@
 // call, and each direction's algorithm chosen once per (shapes, params, dtype) and cached.
 #include <array>
 #include <climits>
+#include <cstdint>
 #include <map>
 #include <mutex>
 

@@ -1,6 +1,7 @@
 // Cross-entropy of logits [N, C] on CUDA, one block per row: log-sum-exp (max pass, then exp-sum
 // pass) and the label-smoothed loss, class-index or soft targets; f32 math throughout.
 #include <climits>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"

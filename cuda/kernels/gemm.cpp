@@ -4,6 +4,7 @@
 // own layout. Descriptors and the heuristic's algorithm are cached per shape/layout key.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>

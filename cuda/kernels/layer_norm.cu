@@ -2,6 +2,7 @@
 // two-pass mean/variance); grad_weight/grad_bias by a deterministic two-stage column reduction.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"

@@ -1,5 +1,7 @@
 // CUDA kernels: fused in-place optimizer updates (Adam family, SGD), one grid-stride pass over a
 // parameter. Twins of backend/cpu/optim.cpp; f32 math for f32, bf16 and f16 tensors.
+#include <cstdint>
+
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"
 

@@ -1,5 +1,6 @@
 // CUDA kernels: copy, fill, unary (+ backward), binary, where. Twins of backend/cpu/pointwise.cpp;
 // the scalar math is pointwise_math.h evaluated in f32 for f32, bf16 and f16.
+#include <cstdint>
 #include <type_traits>
 
 #include "backend/backend.h"

@@ -3,6 +3,8 @@
 // formulas, evaluated with explicitly rounded operations (no FMA contraction), so uniform and
 // Bernoulli draws are bit-identical to the CPU's; normal draws go through logf/cosf/sinf, whose
 // CUDA and glibc implementations may differ in the last bit.
+#include <cstdint>
+
 #include "backend/backend.h"
 #include "core/random.h"
 #include "cuda/kernels/common.cuh"

@@ -1,6 +1,7 @@
 // CUDA kernels: sum / mean / max / min over chosen dims, argmax along a dim, top-k along the last
 // dim. Twins of backend/cpu/reduce.cpp and topk.cpp; values are accumulated in f32.
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"

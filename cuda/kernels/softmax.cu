@@ -1,6 +1,7 @@
 // Softmax and log-softmax over the last dim on CUDA: one warp per row (values in registers) up to
 // 1024 columns, one block per row beyond (row cached in shared memory when it fits). f32 math.
 #include <climits>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"

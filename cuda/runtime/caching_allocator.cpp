@@ -7,6 +7,7 @@
 // with its allocation stream before it is freed. Pinned blocks record an event for every
 // asynchronous copy that uses them (record_pinned_use) and wait for those events when freed.
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <set>

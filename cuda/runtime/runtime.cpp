@@ -8,6 +8,7 @@
 // is safely shared by threads); cuDNN handles carry a stream, so each thread gets its own per
 // device, taken from a per-device pool and returned to it when the thread exits.
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>

@@ -1,6 +1,7 @@
 // The backward pass: dependency counting over the recorded graph, then nodes run in reverse
 // creation order as soon as all gradients for them have arrived.
 #include <atomic>
+#include <cstdint>
 #include <queue>
 #include <unordered_map>
 

@@ -1,6 +1,7 @@
 // Where a tensor lives: the host ("cpu") or one CUDA device ("cuda:N").
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -1,4 +1,6 @@
 // DType names and sizes, and the f16 bit conversions.
+#include <cstdint>
+
 #include "core/dtype.h"
 
 #include "core/error.h"

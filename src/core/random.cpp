@@ -1,6 +1,7 @@
 // Default generators, one per device.
 #include "core/random.h"
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 

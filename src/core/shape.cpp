@@ -2,6 +2,7 @@
 #include "core/shape.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 

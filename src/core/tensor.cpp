@@ -1,6 +1,7 @@
 // Tensor factories, metadata, host read-back and in-place fill/copy.
 #include "core/tensor.h"
 
+#include <cstdint>
 #include <sstream>
 
 #include "autograd/node.h"

@@ -2,6 +2,7 @@
 // autograd metadata of the value. Copying a Tensor copies a handle; use clone() for data.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <numeric>
+#ifdef SKA_WITH_OPENCV
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#endif
 
 namespace ska::data {
 namespace {
@@ -38,6 +41,7 @@ std::vector<double> read_per_channel(const ConfigNode& data, const std::string& 
   return values;
 }
 
+#ifdef SKA_WITH_OPENCV
 cv::Mat to_model_channels(const cv::Mat& image, int64_t channels) {
   if (image.channels() == channels) return image;
   cv::Mat converted;
@@ -88,6 +92,12 @@ Tensor normalise_to_chw(const cv::Mat& image, const EvalTransform& t) {
   }
   return out;
 }
+#else
+[[noreturn]] void fail_without_opencv(const std::string& what) {
+  SKA_FAIL(IOError, what, ": this build has no image decoding; reconfigure with -DSKA_OPENCV=ON ",
+           "(Debian/Ubuntu: apt-get install libopencv-dev)");
+}
+#endif
 
 }  // namespace
 
@@ -111,6 +121,7 @@ int64_t eval_resize_size(const EvalTransform& t) {
   return static_cast<int64_t>(std::floor(static_cast<double>(t.image_size) / t.crop_pct));
 }
 
+#ifdef SKA_WITH_OPENCV
 Tensor preprocess_pixels(const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
                          const EvalTransform& t) {
   SKA_CHECK(height > 0 && width > 0, ValueError, "eval transform: empty image ", height, "x", width);
@@ -141,5 +152,13 @@ Tensor load_eval_image(const std::string& path, const EvalTransform& t) {
   if (!image.isContinuous()) image = image.clone();
   return preprocess_pixels(image.data, image.rows, image.cols, image.channels(), t);
 }
+
+#else
+Tensor preprocess_pixels(const uint8_t*, int64_t, int64_t, int64_t, const EvalTransform&) {
+  fail_without_opencv("eval transform");
+}
+
+Tensor load_eval_image(const std::string& path, const EvalTransform&) { fail_without_opencv(path); }
+#endif
 
 }  // namespace ska::data

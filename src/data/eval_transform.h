@@ -2,6 +2,7 @@
 // to image_size / crop_pct, centre-crop image_size, scale to [0, 1], normalise, CHW float32.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // AtomicFile: temporary file, fsync, rename, directory sync.
 #include "io/atomic_file.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

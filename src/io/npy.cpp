@@ -3,6 +3,7 @@
 #include "io/npy.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>

@@ -4,6 +4,7 @@
 
 #include "io/atomic_file.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -3,6 +3,7 @@
 #include "io/weight_map.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <regex>
 #include <set>

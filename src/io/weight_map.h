@@ -20,6 +20,7 @@
 // unsqueeze: dim. For each of our names the first rule whose `ours` pattern matches is used.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>

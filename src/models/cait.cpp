@@ -3,6 +3,7 @@
 #include "models/cait.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/random.h"
 #include "ops/ops.h"

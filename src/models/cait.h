@@ -2,6 +2,7 @@
 // layers in which the class token attends to [class, patches]; SKA / CSKA logits in patch layers.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

@@ -3,6 +3,7 @@
 #include "models/cvt.h"
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "models/stage_mixers.h"

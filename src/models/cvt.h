@@ -3,6 +3,7 @@
 // or replaced by conv logits (cska).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -3,6 +3,7 @@
 #include "models/metaformer.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "autograd/grad_mode.h"
 #include "nn/mixers/attention.h"

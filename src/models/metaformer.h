@@ -2,6 +2,7 @@
 // 4 stages of conv downsampling + MetaFormer blocks with a per-stage token mixer, then an MLP head.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

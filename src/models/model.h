@@ -5,6 +5,7 @@
 // mixer_registry() with the mixer's config map and what the family knows about the input.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

@@ -3,6 +3,7 @@
 #include "models/swin.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // window attention whose keys come from a projection (mhsa), static keys (ska) or a conv (cska).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -1,4 +1,6 @@
 // The `vit` family: ViT for small datasets (SPT embedding, pre-norm blocks, class-token head).
+#include <cstdint>
+
 #include "models/vit.h"
 
 #include "nn/init.h"

@@ -2,6 +2,7 @@
 // blocks of a configurable token mixer, class-token head) as used for the paper's CIFAR ViT-S.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

@@ -2,6 +2,7 @@
 #include "nn/init.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "ops/ops.h"
 

@@ -2,6 +2,8 @@
 // the host, so a seed reproduces a model exactly on any device).
 #pragma once
 
+#include <cstdint>
+
 #include "core/random.h"
 #include "core/tensor.h"
 

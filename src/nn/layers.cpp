@@ -2,6 +2,7 @@
 #include "nn/layers.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "ops/ops.h"
 

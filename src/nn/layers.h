@@ -3,6 +3,7 @@
 // Parameter names follow PyTorch's (weight, bias, running_mean, ...) so state dicts map 1:1.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "nn/init.h"

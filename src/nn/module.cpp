@@ -1,6 +1,7 @@
 // Module bookkeeping: registration, traversal, state dicts, modes and device moves.
 #include "nn/module.h"
 
+#include <cstdint>
 #include <set>
 #include <sstream>
 

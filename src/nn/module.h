@@ -2,6 +2,7 @@
 // (dotted hierarchical names as in PyTorch's state_dict), train/eval mode and device moves.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>

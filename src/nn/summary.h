@@ -2,6 +2,7 @@
 // shape, parameters, MACs). Active while it lives; Module::operator() reports to it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>

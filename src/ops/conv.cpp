@@ -1,5 +1,7 @@
 // 2-D convolution op: argument and shape checks, the kernel call, and the gradients of the input,
 // the weight and the bias.
+#include <cstdint>
+
 #include "ops/conv.h"
 
 #include "ops/mac_counter.h"

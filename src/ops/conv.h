@@ -1,6 +1,8 @@
 // 2-D convolution (NCHW), from dense to depthwise.
 #pragma once
 
+#include <cstdint>
+
 #include "backend/kernel_types.h"
 #include "core/tensor.h"
 

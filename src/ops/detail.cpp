@@ -2,6 +2,7 @@
 #include "ops/detail.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace ska::detail {
 

@@ -1,6 +1,7 @@
 // Helpers shared by the op implementations: argument checks and raw (history-free) views.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

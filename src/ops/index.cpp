@@ -1,5 +1,7 @@
 // Differentiable index_select and gather; their gradients scatter back with index_add and
 // scatter_add into zeros (repeated indices accumulate).
+#include <cstdint>
+
 #include "ops/index.h"
 
 #include "autograd/node.h"

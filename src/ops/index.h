@@ -1,6 +1,8 @@
 // Differentiable indexing along a dim: index_select and gather (relative position bias tables).
 #pragma once
 
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace ska {

@@ -4,6 +4,7 @@
 
 #include "ops/mac_counter.h"
 #include <algorithm>
+#include <cstdint>
 
 #include "autograd/node.h"
 #include "backend/backend.h"

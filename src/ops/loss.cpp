@@ -1,5 +1,7 @@
 // Cross-entropy with label smoothing and class-index or soft targets, and its gradients.
 // The fused kernel gives one loss per row; the batch mean is an ordinary (differentiable) mean.
+#include <cstdint>
+
 #include "ops/loss.h"
 
 #include "autograd/node.h"

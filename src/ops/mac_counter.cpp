@@ -1,4 +1,6 @@
 // MacCounter: a thread-local chain of nested counters.
+#include <cstdint>
+
 #include "ops/mac_counter.h"
 
 namespace ska {

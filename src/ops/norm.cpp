@@ -2,6 +2,7 @@
 // Saved statistics are f32, or f64 for f64 inputs so that gradient checks stay exact.
 #include "ops/norm.h"
 
+#include <cstdint>
 #include <numeric>
 
 #include "autograd/node.h"

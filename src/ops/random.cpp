@@ -1,4 +1,6 @@
 // Random tensors, dropout and drop-path.
+#include <cstdint>
+
 #include "ops/random.h"
 
 #include "backend/backend.h"

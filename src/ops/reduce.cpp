@@ -1,4 +1,6 @@
 // Reductions and their gradients.
+#include <cstdint>
+
 #include "ops/reduce.h"
 
 #include "autograd/node.h"

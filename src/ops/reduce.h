@@ -1,6 +1,7 @@
 // Differentiable reductions (sum, mean, max, min over chosen dims) and argmax / top-k (no grad).
 #pragma once
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 

@@ -1,4 +1,6 @@
 // Shape ops that assemble or cut tensors: cat, stack, split/chunk, constant pad, roll.
+#include <cstdint>
+
 #include "ops/shape_ops.h"
 
 #include "autograd/node.h"

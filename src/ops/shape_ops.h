@@ -2,6 +2,7 @@
 // Pure views (reshape, permute, narrow, expand, ...) are Tensor methods.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

@@ -1,5 +1,6 @@
 // Tensor view methods (no data copied) and copies/conversions, with their backward passes.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "autograd/node.h"

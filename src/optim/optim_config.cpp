@@ -1,5 +1,6 @@
 // Config parsing of the `optim:` and `sched:` sections, with range checks whose errors name the
 // key (ConfigNode::fail). Keys that the chosen optimizer or schedule ignores are rejected.
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>

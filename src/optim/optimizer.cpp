@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "autograd/grad_mode.h"
 #include "backend/backend.h"

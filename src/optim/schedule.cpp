@@ -2,6 +2,7 @@
 #include "optim/schedule.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 

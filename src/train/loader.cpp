@@ -2,6 +2,7 @@
 #include "train/loader.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"

@@ -1,5 +1,6 @@
 // Tests of the commands: config lookup and sections (app_common), the summary report on a model
 // whose MACs are known by hand, and the built `summary` / `inference` executables end to end.
+#include <cstdint>
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
@@ -209,6 +210,7 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
   REQUIRE(r.exit_code == 0);
   test::require_close(read_npy(dir + "/logits.npy"), expected, test::tolerance_for(DType::kF32));
 
+#ifdef SKA_WITH_OPENCV
   SECTION("images") {
     // A 12x8 PPM: resized to 8 on the shorter side is itself; the centre crop takes rows 2..9.
     std::string pixels;
@@ -227,6 +229,7 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
     REQUIRE(logits.shape() == Shape{2, 5});
     test::require_close(logits.narrow(0, 1, 1), one, test::tolerance_for(DType::kF32));
   }
+#endif
   SECTION("errors name the file and what was expected") {
     write_npy(dir + "/bad.npy", Tensor::zeros({2, 3, 9, 8}));
     r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --input " +

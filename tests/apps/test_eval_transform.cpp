@@ -1,6 +1,7 @@
 // Tests of the evaluation image transform: config defaults and errors, exact values without a
 // resize, shorter-side resize and centre crop, grey/colour conversion, and decoding files.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,7 @@ TEST_CASE("eval transform: defaults by resolution, and config errors", "[cpu][da
   REQUIRE_THROWS_WITH(transform_from("{}", 32, 4), Contains("1- or 3-channel"));
 }
 
+#ifdef SKA_WITH_OPENCV  // resizing and decoding are OpenCV's
 TEST_CASE("eval transform: exact values when no resize is needed", "[cpu][data]") {
   const auto t = transform_from("data: {mean: [0.5, 0.25, 0], std: [0.5, 0.25, 1]}", 4, 3);
   const std::vector<uint8_t> pixels = gradient_pixels(4, 4, 3);
@@ -117,3 +119,4 @@ TEST_CASE("eval transform: decoding files", "[cpu][data]") {
   REQUIRE_THROWS_WITH(data::load_eval_image(path, t),
                       Contains(path) && Contains("cannot read or decode"));
 }
+#endif  // SKA_WITH_OPENCV

@@ -1,6 +1,7 @@
 // DType names and the bf16 / f16 conversions against known bit patterns.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "core/dtype.h"

@@ -1,6 +1,7 @@
 // Philox4x32-10 against its published known-answer vectors, generator state, and distributions.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 
 #include "support/test_util.h"
 

@@ -1,5 +1,6 @@
 // Tensor factories, views without copies, contiguous(), conversions and error messages.
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "support/test_util.h"
 

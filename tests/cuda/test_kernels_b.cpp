@@ -2,6 +2,7 @@
 // warp and shared-memory limits, ViT-sized layer norm, conv algorithm-cache reuse, edge indices.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "support/test_util.h"

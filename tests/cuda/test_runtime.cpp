@@ -1,6 +1,7 @@
 // CUDA runtime and first-half kernel tests: caching allocator, OOM errors, transfers, pinned
 // memory, streams, Philox parity with the CPU, GEMM against a host reference, reductions.
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "support/test_util.h"
 

@@ -9,8 +9,10 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#ifdef SKA_WITH_OPENCV
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
+#endif
 #include <string>
 #include <vector>
 
@@ -456,6 +458,7 @@ TEST_CASE("the real Fashion-MNIST files of dataset-fashion-mnist", "[cpu][data]"
   CHECK(test.label(2) == 1);
 }
 
+#ifdef SKA_WITH_OPENCV  // the fixtures are written by OpenCV
 // --- ImageNet-style folders ---
 
 // A solid-colour 8-bit image, RGB (OpenCV writes BGR).
@@ -534,6 +537,8 @@ TEST_CASE("imagenet folders: class mismatch, undecodable files, missing root", "
   REQUIRE_THROWS_WITH(read_imagenet(dir.path("none"), Split::kTest),
                       Contains(dir.path("none") + "/val'") && Contains("/train/<class>/*.JPEG"));
 }
+
+#endif  // SKA_WITH_OPENCV
 
 // --- The factory ---
 

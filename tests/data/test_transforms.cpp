@@ -3,6 +3,7 @@
 // mixup/cutmix targets, random erasing, and the config factory.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <set>

@@ -2,6 +2,7 @@
 // and gradients) from tests/fixtures/golden, written by scripts/make_golden_fixtures.py.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 

@@ -1,6 +1,7 @@
 // Tests of the .npy reader and writer: files written by NumPy (tests/fixtures/io, made by
 // make_fixtures.py there), round trips of every supported dtype, and corrupt-file errors.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>

@@ -1,6 +1,7 @@
 // Tests of weight maps: rule parsing and its errors, placeholders ({i}, {i+K}, {*rest}),
 // transforms, the all-at-once problem report, and export/import round trips on a synthetic module.
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "io/weight_map.h"
 #include "models/model.h"

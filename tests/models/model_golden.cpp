@@ -2,6 +2,7 @@
 #include "models/model_golden.h"
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <map>
 
 #include "io/safetensors.h"

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 
 #include "config/config.h"

@@ -1,6 +1,7 @@
 // CaiT family tests: the reference parameter counts of configs/models/*cait_s.yaml, golden logits and
 // gradients against scripts/golden_models/cait.py, gradient checks, layer dropout, CUDA parity.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // scripts/golden_models/mixers_aft_sra.py, f64 gradient checks, invariants, CUDA parity.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "config/config.h"

@@ -2,6 +2,7 @@
 // overrides, golden fixtures, f64 gradient checks of every activation and scale, CUDA parity.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 

@@ -1,6 +1,7 @@
 // The `vit` family: exact parameter counts of the paper's configs, golden models against our
 // PyTorch reference (scripts/golden_models/vit.py), config errors, resolution and CUDA parity.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
 
 #include "io/safetensors.h"

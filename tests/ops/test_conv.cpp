@@ -1,6 +1,7 @@
 // conv2d: values against hand-computed cases and a direct-loop reference (dense, grouped,
 // depthwise, stride, padding, dilation, 1x1), gradients by finite differences, errors, CUDA parity.
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "support/test_util.h"
 

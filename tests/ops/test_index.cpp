@@ -1,6 +1,7 @@
 // index_select and gather: values against hand-written cases, repeated indices in the gradients,
 // gradients by finite differences, range and shape errors, and CUDA parity.
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "support/test_util.h"

@@ -2,6 +2,7 @@
 // 1-d promotion, transposed operands, gradients by finite differences, errors, and CUDA parity.
 #include <array>
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "support/test_util.h"

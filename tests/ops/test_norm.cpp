@@ -2,6 +2,7 @@
 // updates, gradients by finite differences, errors, and CUDA parity.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 
 #include "support/test_util.h"
 

@@ -1,5 +1,6 @@
 // Reductions: values, keepdim, gradients, strided inputs, CUDA parity.
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "support/test_util.h"
 

@@ -2,6 +2,7 @@
 // timm's Lamb (tests/fixtures/optim, written by scripts/make_optim_fixtures.py), state_dict round
 // trips, parameter grouping, and CPU-vs-CUDA parity of the fused update kernels.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <sstream>
 
 #include "backend/backend.h"

@@ -2,6 +2,7 @@
 // formula), optimizer / schedule config parsing, gradient clipping, the non-finite flag, and EMA.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 
 #include "config/config.h"
 #include "nn/module.h"

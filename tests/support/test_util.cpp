@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 
 #include "autograd/grad_mode.h"

@@ -2,6 +2,7 @@
 // checker, CUDA-vs-CPU parity, and small tensor factories. Every op test uses these.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>

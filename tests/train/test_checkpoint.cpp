@@ -1,6 +1,7 @@
 // Checkpoint files: training-state round trip, clear errors for corrupt files, the marker and
 // the keep/best policy of CheckpointManager.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 

@@ -1,6 +1,7 @@
 // End to end on the real Fashion-MNIST files: a tiny CSKA-ViT trained for a few hundred steps
 // must reach a real accuracy, and the run folder must hold what the trainer promises.
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 

@@ -1,6 +1,7 @@
 // The data loader: deterministic shuffles, sharding, resume positions and worker equivalence.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "data/transforms/augment_factory.h"

@@ -1,6 +1,7 @@
 // Exact resume: k steps + checkpoint + a rebuilt trainer + k steps gives bit-identical weights to
 // 2k steps straight; and a training process killed with SIGKILL while it writes checkpoints
 // leaves a last good checkpoint that loads and resumes.
+#include <cstdint>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -2,6 +2,7 @@
 // Fashion-MNIST files, and bitwise comparison of state dicts.
 #pragma once
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <cstring>

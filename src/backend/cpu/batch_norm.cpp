@@ -1,6 +1,7 @@
 // CPU kernel: batch norm of x [N, C, ...] per channel (forward with running-stat update, backward
 // in training and eval modes). Channels are spread over OpenMP threads; sums accumulate in double.
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"

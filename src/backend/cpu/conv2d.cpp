@@ -1,6 +1,7 @@
 // CPU kernels: 2-D convolution (NCHW). Dense and grouped convolutions use im2col + GEMM per sample
 // and group (col2im for the input gradient); depthwise convolutions use direct loops.
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "backend/backend.h"

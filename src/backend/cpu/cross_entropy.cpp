@@ -1,6 +1,7 @@
 // CPU kernel: cross-entropy fused with log-softmax, for class-index or soft targets with label
 // smoothing. Rows are spread over OpenMP threads; sums accumulate in double.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "backend/backend.h"

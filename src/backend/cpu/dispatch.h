@@ -2,6 +2,8 @@
 //   dispatch_floating(x.dtype(), "softmax", [&](auto tag) { using T = decltype(tag); ... });
 #pragma once
 
+#include <cstdint>
+
 #include "core/dtype.h"
 #include "core/error.h"
 

@@ -1,6 +1,7 @@
 // CPU kernel: batched GEMM on OpenBLAS (CBLAS), with transposed operands, batch broadcasting
 // (batch stride 0), alpha/beta and an optional bias added to every row of the result.
 #include <cblas.h>
+#include <cstdint>
 
 #include <algorithm>
 

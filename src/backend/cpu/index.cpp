@@ -1,5 +1,6 @@
 // CPU kernels: indexing along a dim (index_select / index_add on whole slices, gather /
 // scatter_add per element). Every index is range-checked before any element is written.
+#include <cstdint>
 #include <cstring>
 
 #include "backend/backend.h"

@@ -3,6 +3,7 @@
 // for f64, in 16 float lanes for f32 (vectorised; the lanes keep rounding error at ~1e-7 per row).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 

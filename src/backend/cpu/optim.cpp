@@ -1,6 +1,7 @@
 // CPU kernels: fused in-place optimizer updates (Adam family, SGD). Twins of
 // cuda/kernels/optim.cu; the math runs in the parameter's dtype (f32 or f64), as PyTorch does.
 #include <cmath>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"

@@ -1,4 +1,6 @@
 // CPU kernels: copy, fill, unary (+ backward), binary, where.
+#include <cstdint>
+
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"

@@ -4,6 +4,7 @@
 #include "backend/cpu/pointwise_f32.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #ifdef _OPENMP
 #include <omp.h>

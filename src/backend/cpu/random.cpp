@@ -1,5 +1,6 @@
 // CPU kernels: uniform, normal and Bernoulli draws from Philox4x32-10 (same stream as CUDA).
 #include <cmath>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"

@@ -1,5 +1,6 @@
 // CPU kernel: sum / mean / max / min over chosen dims.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "backend/backend.h"

@@ -2,6 +2,7 @@
 // Rows are independent and spread over OpenMP threads. f64 sums accumulate in double; f32 rows
 // take a SIMD path (vec_math.h's exp, sums in 16 float lanes: enough for rows of any length).
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 

@@ -1,5 +1,6 @@
 // CPU kernels: argmax along a dim and top-k along the last dim.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "backend/backend.h"

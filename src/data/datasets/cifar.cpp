@@ -2,6 +2,7 @@
 // channels-last layout the datasets keep.
 #include "data/datasets/cifar.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // of the paper's recipe (see dataset.h).
 #include "data/datasets/dataset.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace ska::data {

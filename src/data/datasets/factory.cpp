@@ -1,5 +1,7 @@
 // The dataset factory (see factory.h): one table row per dataset with its class count, the files
 // it expects (for the "no root given" message) and its reader.
+#include <cstdint>
+
 #include "data/datasets/factory.h"
 
 #include "data/datasets/cifar.h"

@@ -2,6 +2,7 @@
 // and a split give the matching reader's dataset; also the data config keys that choose them.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

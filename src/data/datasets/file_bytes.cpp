@@ -2,6 +2,7 @@
 // API for files that may be gzip-compressed.
 #include "data/datasets/file_bytes.h"
 
+#include <cstdint>
 #include <zlib.h>
 
 #include <cerrno>

@@ -2,6 +2,7 @@
 // then the pixels copied as they are (row-major, one channel).
 #include "data/datasets/idx.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 

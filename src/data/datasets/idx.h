@@ -2,6 +2,7 @@
 // 0x00000801 labels), big-endian dims, then unsigned bytes; plain or gzip-compressed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "data/datasets/dataset.h"

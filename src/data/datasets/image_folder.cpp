@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#ifdef SKA_WITH_OPENCV
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#endif
 
 #include "core/error.h"
 
@@ -119,6 +122,11 @@ ImageFolderDataset read_imagenet(const std::string& root, Split split) {
 }
 
 Tensor decode_image_rgb(const std::string& path, const std::string& what) {
+#ifndef SKA_WITH_OPENCV
+  SKA_FAIL(IOError, "cannot decode the image '", path, "'", what.empty() ? "" : " (" + what + ")",
+           ": this build has no image decoding; reconfigure with -DSKA_OPENCV=ON (Debian/Ubuntu: ",
+           "apt-get install libopencv-dev)");
+#else
   const cv::Mat bgr = cv::imread(path, cv::IMREAD_COLOR);
   SKA_CHECK(!bgr.empty() && bgr.depth() == CV_8U, IOError, "cannot decode the image '", path, "'",
             what.empty() ? "" : " (" + what + ")",
@@ -131,6 +139,7 @@ Tensor decode_image_rgb(const std::string& path, const std::string& what) {
   for (int r = 0; r < rgb.rows; ++r)
     std::memcpy(dst + r * row_bytes, rgb.ptr<uint8_t>(r), row_bytes);
   return out;
+#endif
 }
 
 }  // namespace ska::data

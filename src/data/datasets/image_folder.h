@@ -2,6 +2,7 @@
 // labels from the sorted folder names, images decoded with OpenCV when a sample is read.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

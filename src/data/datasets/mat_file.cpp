@@ -2,6 +2,7 @@
 // miCOMPRESSED elements inflated with zlib, and miMATRIX sub-elements checked against each other.
 #include "data/datasets/mat_file.h"
 
+#include <cstdint>
 #include <zlib.h>
 
 #include <algorithm>

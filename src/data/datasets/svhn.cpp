@@ -3,6 +3,7 @@
 #include "data/datasets/svhn.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"

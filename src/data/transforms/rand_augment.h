@@ -3,6 +3,7 @@
 // probability 0.5, gaussian magnitude noise, increasing-severity variants, mean-pixel fill).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -1,4 +1,6 @@
 // Packing augmented uint8 images into the normalised float32 [B, C, H, W] batch.
+#include <cstdint>
+
 #include "data/transforms/transform.h"
 
 #include "core/error.h"

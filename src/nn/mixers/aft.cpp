@@ -1,5 +1,7 @@
 // AFT token mixers: Q/K/V projections, the position-biased exp(K) weighting of V computed with
 // shifted exponents (no overflow), sigmoid(Q) gating, output projection; and their registration.
+#include <cstdint>
+
 #include "nn/mixers/aft.h"
 
 #include "nn/mixers/mixer_init.h"

@@ -2,6 +2,7 @@
 // aft_local, aft_conv. Y_t = sigmoid(Q_t) * sum exp(K_t' + w_tt') V_t' / sum exp(K_t' + w_tt').
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -2,6 +2,7 @@
 #include "nn/mixers/attention.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "models/model.h"
 #include "nn/mixers/mixer_init.h"

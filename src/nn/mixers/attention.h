@@ -2,6 +2,8 @@
 // then proj. The MetaFormer (CAFormer) attention; generic enough for any [B, N, C] token layout.
 #pragma once
 
+#include <cstdint>
+
 #include "config/config.h"
 #include "nn/layers.h"
 

@@ -2,6 +2,7 @@
 // mask, the logit scale (fixed or learnable temperature) and the logits -> weights step.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

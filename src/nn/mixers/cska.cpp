@@ -1,4 +1,6 @@
 // cska: convolutional static-key attention (CSTU in the authors' code).
+#include <cstdint>
+
 #include "nn/mixers/cska.h"
 
 #include "nn/init.h"

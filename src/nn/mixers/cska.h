@@ -2,6 +2,7 @@
 // as an image gives, at each position, that query's logits over the keys: no q k^T product.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

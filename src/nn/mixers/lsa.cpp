@@ -1,4 +1,6 @@
 // lsa: multi-head self-attention with a learnable temperature and a masked diagonal.
+#include <cstdint>
+
 #include "nn/mixers/lsa.h"
 
 #include "nn/mixers/mixer_init.h"

@@ -2,6 +2,7 @@
 // vit_for_small_dataset): multi-head self-attention with a learnable temperature and no self-pairs.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -2,6 +2,8 @@
 // not counted) and `identity`.
 #pragma once
 
+#include <cstdint>
+
 #include "models/model.h"
 #include "nn/module.h"
 

@@ -2,6 +2,8 @@
 // (MobileNetV2): pointwise expand -> activation -> depthwise k x k -> pointwise project.
 #pragma once
 
+#include <cstdint>
+
 #include "config/config.h"
 #include "models/model.h"
 #include "nn/layers.h"

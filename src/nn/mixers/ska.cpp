@@ -1,4 +1,6 @@
 // ska: static-key attention (STU in the authors' code).
+#include <cstdint>
+
 #include "nn/mixers/ska.h"
 
 #include "nn/init.h"

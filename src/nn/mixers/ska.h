@@ -2,6 +2,7 @@
 // (randn init), so the logits q_h K_h^T depend on the input only through the queries.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

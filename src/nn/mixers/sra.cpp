@@ -3,6 +3,7 @@
 #include "nn/mixers/sra.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"

@@ -2,6 +2,7 @@
 // downsampled by a strided Conv2d + LayerNorm, so attention costs N * N / sr^2.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
