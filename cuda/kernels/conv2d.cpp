@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "backend/backend.h"
+#include "core/precision.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/runtime.h"
 
@@ -71,7 +72,8 @@ struct FilterDesc {
 };
 
 // Cross-correlation (PyTorch's convolution) with f32 accumulation for every data type; tensor
-// cores allowed (TF32 for f32 data, as PyTorch's default for convolutions).
+// cores allowed (for f32 data TF32, PyTorch's default, unless core/precision.h's policy says no:
+// then query_algo asks for FMA math).
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
   explicit ConvDesc(const Conv2dParams& p) {
@@ -131,13 +133,17 @@ struct AlgoChoice {
   size_t workspace;
 };
 
-using AlgoKey = std::array<int64_t, 18>;
+using AlgoKey = std::array<int64_t, 19>;
+
+// f32 data without TF32 (core/precision.h): only CUDA-core (FMA) algorithms.
+bool fma_only(DType dt) { return dt == DType::kF32 && !tf32_policy().conv; }
 
 AlgoKey algo_key(ConvDir dir, int device, DType dt, const Shape& xs, const Shape& ws,
                  const Conv2dParams& p) {
   return {static_cast<int64_t>(dir),
           device,
           static_cast<int64_t>(dt),
+          fma_only(dt),
           xs[0],
           xs[1],
           xs[2],
@@ -165,11 +171,13 @@ std::map<AlgoKey, AlgoChoice>& algo_cache() {
 }
 
 // The first algorithm cuDNN's heuristics rank as usable, preferring one within the workspace cap.
+// With `fma` only algorithms without tensor-op math qualify.
 template <typename Perf>
-AlgoChoice pick_algo(const Perf* perf, int count, const char* kernel) {
+AlgoChoice pick_algo(const Perf* perf, int count, bool fma, const char* kernel) {
   const Perf* fallback = nullptr;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (fma && perf[i].mathType != CUDNN_FMA_MATH) continue;
     if (perf[i].memory <= kMaxWorkspaceBytes) {
       return {static_cast<int>(perf[i].algo), perf[i].mathType, 0};
     }
@@ -181,14 +189,16 @@ AlgoChoice pick_algo(const Perf* perf, int count, const char* kernel) {
 }
 
 // Queries the heuristics and the workspace size of the chosen algorithm (math type applied).
-AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, const char* kernel) {
+AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, bool fma,
+                      const char* kernel) {
   AlgoChoice a{};
   int n = 0;
+  if (fma) SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, CUDNN_FMA_MATH));
   if (dir == ConvDir::kForward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
     SKA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, c.x.d, c.w.d, c.conv.d, c.y.d,
                                                            kMaxAlgos, &n, perf));
-    a = pick_algo(perf, n, kernel);
+    a = pick_algo(perf, n, fma, kernel);
     SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
     SKA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
         h, c.x.d, c.w.d, c.conv.d, c.y.d, static_cast<cudnnConvolutionFwdAlgo_t>(a.algo),
@@ -197,7 +207,7 @@ AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, const char* k
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w.d, c.y.d, c.conv.d, c.x.d,
                                                                 kMaxAlgos, &n, perf));
-    a = pick_algo(perf, n, kernel);
+    a = pick_algo(perf, n, fma, kernel);
     SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
         h, c.w.d, c.y.d, c.conv.d, c.x.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
@@ -206,7 +216,7 @@ AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, const char* k
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x.d, c.y.d, c.conv.d, c.w.d,
                                                                   kMaxAlgos, &n, perf));
-    a = pick_algo(perf, n, kernel);
+    a = pick_algo(perf, n, fma, kernel);
     SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
         h, c.x.d, c.y.d, c.conv.d, c.w.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
@@ -227,7 +237,7 @@ AlgoChoice choose_algo(ConvDir dir, int device, DType dt, const Shape& xs, const
       return it->second;
     }
   }
-  const AlgoChoice a = query_algo(dir, h, c, kernel);
+  const AlgoChoice a = query_algo(dir, h, c, fma_only(dt), kernel);
   std::lock_guard<std::mutex> lock(cache_mutex());
   algo_cache().emplace(key, a);
   return a;

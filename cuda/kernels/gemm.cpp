@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/runtime.h"
 
@@ -98,6 +99,7 @@ struct Problem {
   uint64_t m, n, k;        // of the column-major problem: m = N, n = M
   int32_t batch;
   bool bias;
+  bool tf32;  // f32 data on TF32 tensor cores (core/precision.h)
   std::array<uint32_t, 4> align;  // A slot, B slot, C, D
 
   std::vector<int64_t> key() const {
@@ -105,7 +107,7 @@ struct Problem {
             static_cast<int64_t>(a_slot.cols), a_slot.ld, a_slot.batch_stride, b_slot.op,
             static_cast<int64_t>(b_slot.rows), static_cast<int64_t>(b_slot.cols), b_slot.ld,
             b_slot.batch_stride, static_cast<int64_t>(m), static_cast<int64_t>(n),
-            static_cast<int64_t>(k), batch, bias, align[0], align[1], align[2], align[3]};
+            static_cast<int64_t>(k), batch, bias, tf32, align[0], align[1], align[2], align[3]};
   }
 };
 
@@ -113,7 +115,7 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t type = cuda_data_type(pr.dtype);
   const cublasComputeType_t compute =
-      pr.dtype == DType::kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      pr.dtype == DType::kF32 && pr.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   SKA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
   const int32_t ta = pr.a_slot.op, tb = pr.b_slot.op;
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
@@ -232,6 +234,7 @@ void gemm(const GemmArgs& args) {
   pr.k = static_cast<uint64_t>(k);
   pr.batch = static_cast<int32_t>(batch);
   pr.bias = args.bias.defined();
+  pr.tf32 = tf32_policy().matmul;
   pr.align = {alignment_of(b.data_ptr()), alignment_of(a.data_ptr()), alignment_of(c.data_ptr()),
               alignment_of(c.data_ptr())};
   Plan& plan = plan_for(pr);

@@ -71,7 +71,7 @@ TEST_CASE("CUDA caching allocator reuses blocks and tracks statistics", "[cuda]"
   CHECK(alloc.stats().reserved == alloc.stats().allocated);
 }
 
-TEST_CASE("CUDA out-of-memory errors say how much was asked and held", "[cuda]") {
+TEST_CASE("CUDA out-of-memory errors say how much was asked and held", "[cuda][oom]") {
   if (!ska::test::cuda_available_or_skip()) return;
   Allocator& alloc = allocator_for(Device::cuda(0));
   const size_t absurd = size_t{1} << 50;

@@ -120,7 +120,10 @@ TEST_CASE("CUDA index ops match the CPU", "[cuda]") {
   const Tensor gather_index = indices(g, {4, 20, 5});
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     ska::test::check_cuda_parity(
-        [rel_index](const TensorList& in) { return index_select(in[0], 0, rel_index); }, {table},
+        [rel_index](const TensorList& in) {
+          return index_select(in[0], 0, rel_index.to(in[0].device()));
+        },
+        {table},
         dt);
     ska::test::check_cuda_parity([](const TensorList& in) { return index_select(in[0], 1, in[1]); },
                                  {x, indices({32, 0, 5, 5, 17}, {5})}, dt);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/precision.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -256,4 +257,26 @@ TEST_CASE("CUDA matmul and linear match the CPU", "[cuda]") {
     ska::test::check_cuda_parity(lin, {x, w, bias}, dt);
     ska::test::check_cuda_parity(lin_nobias, {a, uniform({9, 65}, 11).set_requires_grad()}, dt);
   }
+}
+
+TEST_CASE("CUDA TF32 policy: strict f32 by default, TF32 only when allowed", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // K = 512 products of uniform values: TF32 inputs keep 10 mantissa bits, so its result differs
+  // from the f32 one by ~1e-4 relative, 100x more than f32 rounding does.
+  const Tensor a = uniform({64, 512}, 21).to(DType::kF32), b = uniform({512, 48}, 22).to(DType::kF32);
+  const Tensor ref = matmul(a, b);
+  const Device gpu = Device::cuda(0);
+  const Tensor strict = matmul(a.to(gpu), b.to(gpu)).to(Device::cpu());
+  const double strict_err = ska::test::nmse(strict, ref);
+  Tensor fast;
+  {
+    Tf32Guard tf32({/*matmul=*/true, /*conv=*/true});
+    fast = matmul(a.to(gpu), b.to(gpu)).to(Device::cpu());
+  }
+  const double fast_err = ska::test::nmse(fast, ref);
+  INFO("nmse strict " << strict_err << ", tf32 " << fast_err);
+  CHECK(strict_err < 1e-12);
+  CHECK(fast_err > 1e-10);
+  CHECK(fast_err < 1e-5);
+  CHECK(tf32_policy().matmul == false);  // the guard restored the policy
 }
