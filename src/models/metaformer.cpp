@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "autograd/grad_mode.h"
+#include "models/stage_mixers.h"
 #include "nn/mixers/attention.h"
 #include "nn/mixers/sepconv.h"
 #include "ops/ops.h"
@@ -19,20 +20,6 @@ constexpr int64_t kDownKernel = 3, kDownStride = 2, kDownPadding = 1;
 
 int64_t conv_output_size(int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
   return (size + 2 * padding - kernel) / stride + 1;
-}
-
-// The per-stage mixer nodes: a list with one entry per stage, or one entry for every stage.
-std::vector<ConfigNode> read_stage_mixers(const ConfigNode& cfg, size_t stages) {
-  const ConfigNode node = cfg["mixers"];
-  if (node.is_null()) cfg.fail("mixers", "required key missing (one token mixer per stage)");
-  if (!node.is_list()) return std::vector<ConfigNode>(stages, node);
-  if (node.size() != stages) {
-    cfg.fail("mixers", "has " + std::to_string(node.size()) + " entries for " +
-                           std::to_string(stages) + " stages");
-  }
-  std::vector<ConfigNode> mixers;
-  for (size_t i = 0; i < stages; ++i) mixers.push_back(node.at(i));
-  return mixers;
 }
 
 void check_positive(const ConfigNode& cfg, const std::string& key,
@@ -77,7 +64,9 @@ MetaFormerConfig MetaFormerConfig::from_config(const ConfigNode& cfg) {
     cfg.fail("dims", "needs one width per stage (" + std::to_string(c.depths.size()) + " depths, " +
                          std::to_string(c.dims.size()) + " dims)");
   }
-  c.mixers = read_stage_mixers(cfg, c.depths.size());
+  if (!cfg.has("mixers") && !cfg.has("mixer"))
+    cfg.fail("mixers", "required key missing (one token mixer per stage)");
+  c.mixers = read_stage_mixer_nodes(cfg, c.depths.size());
   c.mlp_ratio = cfg.get_double_in("mlp_ratio", c.mlp_ratio, 0.01, 64.0);
   c.mlp_activation = cfg.get_choice("mlp_activation", c.mlp_activation, nn::Activation::names());
   c.drop_path_rate = cfg.get_double_in("drop_path_rate", c.drop_path_rate, 0.0, 1.0);

@@ -30,19 +30,26 @@ StageMixer read_entry(const ConfigNode& node, const std::vector<std::string>& kn
 
 }  // namespace
 
+std::vector<ConfigNode> read_stage_mixer_nodes(const ConfigNode& cfg, size_t stages) {
+  if (!cfg.has("mixers")) return std::vector<ConfigNode>(stages, cfg["mixer"]);
+  const ConfigNode node = cfg["mixers"];
+  if (!node.is_list()) return std::vector<ConfigNode>(stages, node);
+  if (node.size() != stages) {
+    cfg.fail("mixers", "has " + std::to_string(node.size()) + " entries for " +
+                           std::to_string(stages) + " stages; expected one token mixer per stage");
+  }
+  std::vector<ConfigNode> nodes;
+  for (size_t i = 0; i < stages; ++i) nodes.push_back(node.at(i));
+  return nodes;
+}
+
 std::vector<StageMixer> read_stage_mixers(const ConfigNode& cfg, size_t stages,
                                           const std::vector<std::string>& known,
                                           const std::string& fallback) {
   std::vector<StageMixer> out;
-  if (cfg.has("mixers")) {
-    const ConfigNode list = cfg["mixers"];
-    if (!list.is_list() || list.size() != stages)
-      cfg.fail("mixers", "expected a list of " + std::to_string(stages) + " mixers, one per stage");
-    for (size_t i = 0; i < stages; ++i) out.push_back(read_entry(list.at(i), known, fallback));
-    return out;
-  }
-  const StageMixer all = read_entry(cfg["mixer"], known, fallback);
-  return std::vector<StageMixer>(stages, all);
+  for (const ConfigNode& node : read_stage_mixer_nodes(cfg, stages))
+    out.push_back(read_entry(node, known, fallback));
+  return out;
 }
 
 }  // namespace ska::models

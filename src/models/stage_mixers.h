@@ -9,6 +9,11 @@
 
 namespace ska::models {
 
+// The per-stage mixer entries, unchecked: `mixers:` (a list with one entry per stage, or a single
+// entry for every stage) or `mixer:` (one entry for every stage); null nodes when cfg has neither.
+// A list of the wrong length fails at its config path.
+std::vector<ConfigNode> read_stage_mixer_nodes(const ConfigNode& cfg, size_t stages);
+
 // One stage's mixer: its type and the map holding its options (a null node for the string
 // form, so every option read from it gives its default).
 struct StageMixer {
