@@ -13,8 +13,9 @@
 #include "autograd/grad_mode.h"
 #include "backend/device_runtime.h"
 #include "data/eval_transform.h"
-#include "optim/optimizer.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
+#include "optim/optimizer.h"
 
 namespace {
 
@@ -24,6 +25,7 @@ struct BenchmarkOptions {
   int64_t batch = 64;
   std::string device = "cpu";
   std::string dtype = "f32";
+  std::string precision = "fp32";  // autocast, as train.precision (f32 weights)
   int warmup = 3;
   int iters = 10;
   bool json = false;
@@ -75,8 +77,16 @@ int run_benchmark(BenchmarkOptions o) {
   const DType dtype = dtype_from_name(o.dtype);
   SKA_CHECK(dtype == DType::kF32 || device.is_cuda(), ValueError, "--dtype ", o.dtype,
             " needs --device cuda (the CPU computes in f32)");
+  SKA_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16", ValueError,
+            "--precision must be fp32, bf16 or fp16, got '", o.precision, "'");
+  SKA_CHECK(o.precision == "fp32" || dtype == DType::kF32, ValueError,
+            "--precision ", o.precision, " autocasts an f32 model; it cannot be combined with --dtype ",
+            o.dtype);
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
+  // Forward and loss under autocast, as the trainer runs them (train.precision).
+  const AutocastGuard autocast(o.precision == "fp16" ? DType::kF16 : DType::kBF16,
+                               o.precision != "fp32");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -105,7 +115,7 @@ int run_benchmark(BenchmarkOptions o) {
   const std::string name = apps::resolve_config_path(o.config.config);
   if (o.json) {
     nlohmann::json j = {{"config", name},       {"mode", o.mode},
-                        {"device", device.str()}, {"dtype", o.dtype},
+                        {"device", device.str()}, {"dtype", o.dtype}, {"precision", o.precision},
                         {"batch", o.batch},       {"images_per_s", m.images_per_s},
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
                         {"trainable_params", model->num_parameters(true)}};
@@ -114,7 +124,8 @@ int run_benchmark(BenchmarkOptions o) {
     std::ostringstream line;
     line.setf(std::ios::fixed);
     line.precision(1);
-    line << name << "  " << o.mode << "  " << device.str() << "  " << o.dtype << "  batch "
+    line << name << "  " << o.mode << "  " << device.str() << "  "
+         << (o.precision == "fp32" ? o.dtype : o.precision + " autocast") << "  batch "
          << o.batch << ":  " << m.images_per_s << " images/s  (" << m.median_ms
          << " ms/step, median of " << o.iters << "), peak memory "
          << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
@@ -133,6 +144,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"train", "infer"}));
   app.add_option("--batch", o.batch, "images per step")->check(CLI::PositiveNumber);
   app.add_option("--device", o.device, "cpu, cuda or cuda:N");
+  app.add_option("--precision", o.precision,
+                 "fp32, or bf16 / fp16 autocast with f32 weights (what train.precision does)");
   app.add_option("--dtype", o.dtype, "f32, or bf16 / f16 on CUDA (weights and activations)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);

@@ -1,6 +1,6 @@
 // benchmark_ops: times the GEMMs, convolutions, softmax, layer norms and elementwise ops of ViT-S
-// and CAFormer-S18 (forward, no grad) and prints GFLOP/s or GB/s; scripts/benchmark_ops.py is its
-// twin.
+// and CAFormer-S18 (forward, no grad; the *_fwd_bwd cases forward and backward) and prints
+// GFLOP/s or GB/s; scripts/benchmark_ops.py is its twin.
 //
 // Timing: each case runs kWarmupRuns times; the warm-up time sets the number of repetitions
 // (kTargetSeconds / time, clamped to [kMinReps, kMaxReps]); every repetition is one call between
@@ -40,6 +40,18 @@ struct Batches {
 };
 constexpr Batches kCpuBatches{32, 8};
 constexpr Batches kCudaBatches{128, 64};
+
+// Records autograd history for a scope inside main's NoGradGuard (the _fwd_bwd cases).
+class GradEnabled {
+ public:
+  GradEnabled() : prev_(ska::GradMode::is_enabled()) { ska::GradMode::set_enabled(true); }
+  ~GradEnabled() { ska::GradMode::set_enabled(prev_); }
+  GradEnabled(const GradEnabled&) = delete;
+  GradEnabled& operator=(const GradEnabled&) = delete;
+
+ private:
+  bool prev_;
+};
 
 struct BenchCase {
   std::string name;
@@ -89,7 +101,7 @@ class CaseBuilder {
   }
 
   BenchCase conv(const std::string& name, const Shape& x_shape, int64_t c_out, int64_t kernel,
-                 int64_t stride, int64_t padding, int64_t groups, bool bias) {
+                 int64_t stride, int64_t padding, int64_t groups, bool bias, bool train = false) {
     Tensor x = random(x_shape), w = random({c_out, x_shape[1] / groups, kernel, kernel});
     Tensor b = bias ? random({c_out}) : Tensor();
     const int64_t h_out = (x_shape[2] + 2 * padding - kernel) / stride + 1;
@@ -99,8 +111,9 @@ class CaseBuilder {
     const std::string shape = shape_text(x_shape) + " k" + std::to_string(kernel) + "s" +
                               std::to_string(stride) + "g" + std::to_string(groups) + "->" +
                               std::to_string(c_out);
-    return {name, shape, flops, true,
-            [=] { return ska::conv2d(x, w, b, stride, padding, 1, groups); }};
+    BenchCase c{name, shape, flops, true,
+                [=] { return ska::conv2d(x, w, b, stride, padding, 1, groups); }};
+    return train ? with_backward(c, bias ? ska::TensorList{x, w, b} : ska::TensorList{x, w}) : c;
   }
 
   BenchCase softmax(const std::string& name, const Shape& shape) {
@@ -108,10 +121,11 @@ class CaseBuilder {
     return {name, shape_text(shape), bytes_of(x, 2), false, [x] { return ska::softmax(x); }};
   }
 
-  BenchCase layer_norm(const std::string& name, int64_t rows, int64_t width) {
+  BenchCase layer_norm(const std::string& name, int64_t rows, int64_t width, bool train = false) {
     Tensor x = random({rows, width}), w = random({width}), b = random({width});
-    return {name, shape_text({rows, width}), bytes_of(x, 2), false,
-            [=] { return ska::layer_norm(x, w, b, 1e-5); }};
+    BenchCase c{name, shape_text({rows, width}), bytes_of(x, 2), false,
+                [=] { return ska::layer_norm(x, w, b, 1e-5); }};
+    return train ? with_backward(c, {x, w, b}) : c;
   }
 
   BenchCase add(const std::string& name, int64_t n) {
@@ -119,9 +133,29 @@ class CaseBuilder {
     return {name, shape_text({n}), bytes_of(a, 3), false, [a, b] { return ska::add(a, b); }};
   }
 
-  BenchCase gelu(const std::string& name, int64_t n) {
+  BenchCase gelu(const std::string& name, int64_t n, bool train = false) {
     Tensor x = random({n});
-    return {name, shape_text({n}), bytes_of(x, 2), false, [x] { return ska::gelu(x); }};
+    BenchCase c{name, shape_text({n}), bytes_of(x, 2), false, [x] { return ska::gelu(x); }};
+    return train ? with_backward(c, {x}) : c;
+  }
+
+  // "<case>_fwd_bwd": the forward of `c` and the backward from a fixed output gradient into every
+  // operand, whose gradients are cleared first. Work: GEMM-like ops count the forward's flops
+  // three times (output, input and weight gradients); bandwidth-bound ops add the backward's
+  // passes (grad_y and x read, grad_x written).
+  BenchCase with_backward(BenchCase c, const ska::TensorList& leaves) {
+    const Tensor grad_y = random(c.run().shape());
+    for (Tensor leaf : leaves) leaf.set_requires_grad();
+    c.name += "_fwd_bwd";
+    c.work = c.counts_flops ? 3.0 * c.work : c.work + 1.5 * c.work;
+    c.run = [forward = c.run, leaves, grad_y] {
+      GradEnabled enabled;
+      for (const Tensor& leaf : leaves) leaf.zero_grad();
+      Tensor y = forward();
+      y.backward(grad_y);
+      return y;
+    };
+    return c;
   }
 
  private:
@@ -158,6 +192,19 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512); },
       [=](CaseBuilder& c) { return c.add("add_4M", 4 << 20); },
       [=](CaseBuilder& c) { return c.gelu("gelu_4M", 4 << 20); },
+      // Forward and backward (training) of the ops whose backward has its own kernels.
+      [=](CaseBuilder& c) {
+        return c.conv("caf_stem_conv7x7s4", {bs.caformer, 3, 224, 224}, 64, 7, 4, 2, 1, true, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_dwconv7x7", {bs.caformer, 128, 56, 56}, 128, 7, 1, 3, 128, false, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_down_conv3x3s2", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true, true);
+      },
+      [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
+      [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },
+      [=](CaseBuilder& c) { return c.gelu("gelu_4M", 4 << 20, true); },
   };
 }
 

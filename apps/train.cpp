@@ -105,6 +105,14 @@ int run_train(TrainCommand cmd) {
                 static_cast<long long>(r.best_epoch), static_cast<long long>(r.steps),
                 r.train_seconds, r.images_per_s, setup.run_dir.c_str());
   setup.log(line);
+  if (r.final_ema_eval.count > 0) {
+    std::snprintf(line, sizeof(line),
+                  "train: EMA final top-1 %.2f%% top-5 %.2f%% loss %.4f (best top-1 %.2f%% at "
+                  "epoch %lld)",
+                  r.final_ema_eval.top1, r.final_ema_eval.top5, r.final_ema_eval.loss,
+                  r.best_ema_top1, static_cast<long long>(r.best_ema_epoch));
+    setup.log(line);
+  }
   return 0;
 }
 

@@ -44,16 +44,9 @@ int run_validate(const ValidateCommand& cmd) {
   const Device device = Device::parse(cmd.device);
   model->to(device);
 
-  const auto eval_set = train::load_training_dataset(data, "test", input.image_size,
-                                                     input.in_channels, data.eval_subset);
-  train::LoaderOptions lo;
-  lo.batch_size = data.eval_batch_size;
-  lo.shuffle = false;
-  lo.drop_last = false;
-  lo.workers = data.workers;
-  lo.mean = data.mean;
-  lo.std = data.std;
-  train::DataLoader loader(*eval_set, lo);
+  const auto eval_set = train::load_dataset_split(data, "test", input.image_size,
+                                                  input.in_channels, data.eval_subset);
+  train::DataLoader loader(*eval_set, train::eval_loader_options(data, *eval_set));
   const train::EvalResult r = train::evaluate(*model, loader, device);
   std::printf("validate: %s on %s test (%lld images): top-1 %.2f%% top-5 %.2f%% loss %.4f\n",
               weights.c_str(), data.dataset.c_str(), static_cast<long long>(r.count), r.top1,

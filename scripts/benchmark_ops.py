@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # PyTorch twin of apps/benchmark_ops.cpp: the same cases, shapes, timing rule and output format.
-"""Op micro-benchmark in PyTorch (forward, no grad), for comparison with apps/benchmark_ops.
+"""Op micro-benchmark in PyTorch (forward; *_fwd_bwd cases also backward), twin of benchmark_ops.
 
 Run with Debian's interpreter, which has torch:
   /usr/bin/python3 scripts/benchmark_ops.py [--device cpu|cuda|all] [--dtype f32|bf16] [--json]
@@ -46,7 +46,25 @@ class CaseBuilder:
         return (name, f"{shape_text((batch, m, k))}@{shape_text((batch, n, k))}^T",
                 2.0 * batch * m * n * k, True, lambda: torch.matmul(a, b.transpose(-2, -1)))
 
-    def conv(self, name, x_shape, c_out, kernel, stride, padding, groups, bias):
+    def with_backward(self, case, leaves):
+        """<case>_fwd_bwd: forward, then backward from a fixed output gradient into every leaf
+        (gradients cleared first); the work as in apps/benchmark_ops.cpp's with_backward."""
+        name, shape, work, counts_flops, forward = case
+        grad_y = self.random(*forward().shape)
+        for leaf in leaves:
+            leaf.requires_grad_(True)
+
+        def run():
+            with torch.enable_grad():
+                for leaf in leaves:
+                    leaf.grad = None
+                y = forward()
+                y.backward(grad_y)
+            return y
+        return (name + "_fwd_bwd", shape, 3.0 * work if counts_flops else 2.5 * work, counts_flops,
+                run)
+
+    def conv(self, name, x_shape, c_out, kernel, stride, padding, groups, bias, train=False):
         x = self.random(*x_shape)
         w = self.random(c_out, x_shape[1] // groups, kernel, kernel)
         b = self.random(c_out) if bias else None
@@ -54,8 +72,9 @@ class CaseBuilder:
         w_out = (x_shape[3] + 2 * padding - kernel) // stride + 1
         flops = 2.0 * x_shape[0] * c_out * h_out * w_out * (x_shape[1] // groups) * kernel * kernel
         shape = f"{shape_text(x_shape)} k{kernel}s{stride}g{groups}->{c_out}"
-        return (name, shape, flops, True,
+        case = (name, shape, flops, True,
                 lambda: F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups))
+        return self.with_backward(case, [x, w] + ([b] if bias else [])) if train else case
 
     def bytes_of(self, t, passes):
         return float(t.numel() * t.element_size() * passes)
@@ -64,18 +83,20 @@ class CaseBuilder:
         x = self.random(*shape)
         return name, shape_text(shape), self.bytes_of(x, 2), False, lambda: torch.softmax(x, -1)
 
-    def layer_norm(self, name, rows, width):
+    def layer_norm(self, name, rows, width, train=False):
         x, w, b = self.random(rows, width), self.random(width), self.random(width)
-        return (name, shape_text((rows, width)), self.bytes_of(x, 2), False,
+        case = (name, shape_text((rows, width)), self.bytes_of(x, 2), False,
                 lambda: F.layer_norm(x, (width,), w, b, 1e-5))
+        return self.with_backward(case, [x, w, b]) if train else case
 
     def add(self, name, n):
         a, b = self.random(n), self.random(n)
         return name, shape_text((n,)), self.bytes_of(a, 3), False, lambda: torch.add(a, b)
 
-    def gelu(self, name, n):
+    def gelu(self, name, n, train=False):
         x = self.random(n)
-        return name, shape_text((n,)), self.bytes_of(x, 2), False, lambda: F.gelu(x)
+        case = name, shape_text((n,)), self.bytes_of(x, 2), False, lambda: F.gelu(x)
+        return self.with_backward(case, [x]) if train else case
 
 
 def case_list(bs):
@@ -95,6 +116,13 @@ def case_list(bs):
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512),
         lambda c: c.add("add_4M", 4 << 20),
         lambda c: c.gelu("gelu_4M", 4 << 20),
+        # Forward and backward (training) of the ops whose backward has its own kernels.
+        lambda c: c.conv("caf_stem_conv7x7s4", (caf, 3, 224, 224), 64, 7, 4, 2, 1, True, True),
+        lambda c: c.conv("caf_dwconv7x7", (caf, 128, 56, 56), 128, 7, 1, 3, 128, False, True),
+        lambda c: c.conv("caf_down_conv3x3s2", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True, True),
+        lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64, True),
+        lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512, True),
+        lambda c: c.gelu("gelu_4M", 4 << 20, True),
     ]
 
 

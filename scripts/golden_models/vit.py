@@ -57,14 +57,15 @@ def attention_weights(logits, activation, mask, p, prefix):
     return w.masked_fill(mask, 0.0) if mask is not None else w
 
 
-def eye_mask(rows, cols):
-    return torch.eye(rows, cols, dtype=torch.bool)
+def eye_mask(logits):
+    """The diagonal of the last two dims of `logits`, on its device."""
+    return torch.eye(*logits.shape[-2:], dtype=torch.bool, device=logits.device)
 
 
 def lsa(x, p, pre, m):
     q, k, v = (split_heads(t, m["heads"]) for t in F.linear(x, p[pre + "qkv.weight"]).chunk(3, -1))
     logits = q @ k.transpose(-1, -2) * p[pre + "temperature"].exp()
-    attn = attention_weights(logits, "softmax", eye_mask(*logits.shape[-2:]), p, pre)
+    attn = attention_weights(logits, "softmax", eye_mask(logits), p, pre)
     return F.linear(merge_heads(attn @ v), p[pre + "proj.weight"], p[pre + "proj.bias"])
 
 
@@ -79,7 +80,7 @@ def ska(x, p, pre, m):
     logits = q @ p[pre + "k"].transpose(-1, -2)
     if m.get("scale", True):
         logits = logits * scale
-    mask = eye_mask(*logits.shape[-2:]) if mask else None
+    mask = eye_mask(logits) if mask else None
     attn = attention_weights(logits, m.get("activation", "softmax"), mask, p, pre)
     return F.linear(merge_heads(attn @ v), p[pre + "proj.weight"], p.get(pre + "proj.bias"))
 
@@ -99,7 +100,7 @@ def cska(x, p, pre, m):
         cls_logits = cls_logits * p[pre + "temperature"].exp()
         rows_in_order = [logits, cls_logits] if m.get("authors_row_order") else [cls_logits, logits]
         logits = torch.cat(rows_in_order, dim=2)
-    mask = eye_mask(*logits.shape[-2:]) if m["flavour"] == "vit" else None
+    mask = eye_mask(logits) if m["flavour"] == "vit" else None
     attn = attention_weights(logits, m.get("activation", "softmax"), mask, p, pre)
     return F.linear(merge_heads(attn @ split_heads(v, h)), p[pre + "proj.weight"],
                     p.get(pre + "proj.bias"))

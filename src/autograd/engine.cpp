@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "autograd/node.h"
+#include "ops/autocast.h"
 #include "ops/pointwise.h"
 
 namespace ska {
@@ -101,6 +102,8 @@ bool record_op(const char* name, const TensorList& inputs, const TensorList& out
 
 void run_backward(const TensorList& roots, const TensorList& grads) {
   NoGradGuard no_grad;
+  // Gradients keep the dtypes the forward pass chose; autocast would re-cast them.
+  AutocastGuard no_autocast(DType::kBF16, false);
   // 1. Count, for every reachable node, how many edges point at it.
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;

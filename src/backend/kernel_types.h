@@ -58,4 +58,17 @@ struct Conv2dParams {
   int64_t groups = 1;
 };
 
+// The device-resident training augmentation (augment_crop_flip): torchvision RandomCrop(output
+// size, padding, fill 0) when padding > 0, RandomHorizontalFlip(flip_p) when flip_p > 0, then per
+// channel byte * scale[c] + shift[c]. Draws are keyed by (seed, epoch, dataset index).
+struct CropFlipParams {
+  static constexpr int kMaxChannels = 4;
+  int64_t padding = 0;
+  double flip_p = 0.0;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  float scale[kMaxChannels] = {};
+  float shift[kMaxChannels] = {};
+};
+
 }  // namespace ska

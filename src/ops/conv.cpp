@@ -8,6 +8,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/reduce.h"
 
@@ -63,6 +64,9 @@ Shape conv_output_shape(const Tensor& x, const Tensor& w, const Tensor& bias,
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  if (auto cast = autocast_inputs("conv2d", {x, weight, bias})) {
+    return conv2d((*cast)[0], (*cast)[1], (*cast)[2], p);
+  }
   const Shape out_shape = conv_output_shape(x, weight, bias, p);
   const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());

@@ -8,6 +8,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/reduce.h"
 
@@ -137,6 +138,7 @@ void check_linear_operands(const Tensor& x, const Tensor& weight, const Tensor& 
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("matmul", {a, b})) return matmul((*cast)[0], (*cast)[1]);
   check_matmul_operands(a, b);
   if (a.dim() == 1 || b.dim() == 1) {  // promote to matrices, then drop the added dims
     const Tensor c = matmul(a.dim() == 1 ? a.unsqueeze(0) : a, b.dim() == 1 ? b.unsqueeze(1) : b);
@@ -153,6 +155,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto cast = autocast_inputs("linear", {x, weight, bias})) {
+    return linear((*cast)[0], (*cast)[1], (*cast)[2]);
+  }
   check_linear_operands(x, weight, bias);
   const int64_t in = weight.size(1), out_features = weight.size(0);
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);

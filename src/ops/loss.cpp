@@ -6,6 +6,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/pointwise.h"
 #include "ops/reduce.h"
@@ -48,6 +49,9 @@ Tensor soft_target_grad(const Tensor& logits, const Tensor& lse, const Tensor& g
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing) {
+  if (auto cast = autocast_inputs("cross_entropy", {logits, target})) {
+    return cross_entropy((*cast)[0], (*cast)[1], label_smoothing);
+  }
   detail::check_floating("cross_entropy", logits);
   detail::check_dim("cross_entropy", logits, 2, "logits");
   SKA_CHECK(logits.shape()[1] > 0, ShapeError, "cross_entropy: logits ",

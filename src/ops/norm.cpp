@@ -7,6 +7,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 
 namespace ska {
@@ -46,6 +47,9 @@ void check_running_stat(const char* what, const Tensor& x, const Tensor& stat, i
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  if (auto cast = autocast_inputs("layer_norm", {x, weight, bias})) {
+    return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps);
+  }
   detail::check_floating("layer_norm", x);
   SKA_CHECK(x.dim() >= 1, ShapeError, "layer_norm: expected at least 1 dim, got a 0-d tensor");
   const int64_t channels = x.shape().back();
@@ -86,6 +90,10 @@ Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Te
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
+  if (auto cast = autocast_inputs("batch_norm", {x, weight, bias})) {
+    return batch_norm((*cast)[0], (*cast)[1], (*cast)[2], running_mean, running_var, training,
+                      momentum, eps);
+  }
   detail::check_floating("batch_norm", x);
   SKA_CHECK(x.dim() >= 2, ShapeError, "batch_norm: expected x [N, C, ...], got shape ",
             shape_str(x.shape()));

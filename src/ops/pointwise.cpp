@@ -3,6 +3,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/reduce.h"
 
@@ -12,6 +13,7 @@ namespace {
 
 Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
+  if (auto cast = autocast_inputs(name, {a, b})) return binary_raw(op, (*cast)[0], (*cast)[1]);
   detail::check_same_device_dtype(name, a, b);
   detail::check_floating(name, a);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
@@ -33,6 +35,7 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, GA grad_a, GB gr
 }
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
+  if (auto cast = autocast_inputs(unary_op_name(op), {x})) return unary_op(op, (*cast)[0], a, b);
   detail::check_floating(unary_op_name(op), x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   SKA_KERNEL(x.device(), unary)(op, x, out, a, b);
@@ -55,27 +58,33 @@ Tensor winner_share(const Tensor& a, const Tensor& b, BinaryOp wins) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("add", {a, b})) return add((*cast)[0], (*cast)[1]);
   return binary_op(BinaryOp::kAdd, a, b, [](const Tensor& g) { return g; },
                    [](const Tensor& g) { return g; });
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("sub", {a, b})) return sub((*cast)[0], (*cast)[1]);
   return binary_op(BinaryOp::kSub, a, b, [](const Tensor& g) { return g; },
                    [](const Tensor& g) { return neg(g); });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("mul", {a, b})) return mul((*cast)[0], (*cast)[1]);
   return binary_op(BinaryOp::kMul, a, b, [b](const Tensor& g) { return mul(g, b); },
                    [a](const Tensor& g) { return mul(g, a); });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("div", {a, b})) return div((*cast)[0], (*cast)[1]);
   return binary_op(BinaryOp::kDiv, a, b, [b](const Tensor& g) { return div(g, b); },
                    [a, b](const Tensor& g) { return neg(div(mul(g, a), mul(b, b))); });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("maximum", {a, b})) return maximum((*cast)[0], (*cast)[1]);
   return binary_op(BinaryOp::kMaximum, a, b,
                    [a, b](const Tensor& g) { return g * winner_share(a, b, BinaryOp::kGt); },
                    [a, b](const Tensor& g) { return g * winner_share(b, a, BinaryOp::kGt); });
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("minimum", {a, b})) return minimum((*cast)[0], (*cast)[1]);
   return binary_op(BinaryOp::kMinimum, a, b,
                    [a, b](const Tensor& g) { return g * winner_share(a, b, BinaryOp::kLt); },
                    [a, b](const Tensor& g) { return g * winner_share(b, a, BinaryOp::kLt); });
@@ -120,6 +129,7 @@ Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  if (auto cast = autocast_inputs("where", {a, b})) return where(cond, (*cast)[0], (*cast)[1]);
   detail::check_same_device_dtype("where", a, b);
   SKA_CHECK(cond.dtype() == DType::kU8, DTypeError, "where: condition must be u8, got ",
             dtype_name(cond.dtype()));

@@ -5,6 +5,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/pointwise.h"
 
@@ -14,6 +15,7 @@ namespace {
 
 Tensor reduce_op(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_in, bool keepdim) {
   const char* name = reduce_op_name(op);
+  if (auto cast = autocast_inputs(name, {x})) return reduce_op(op, (*cast)[0], dims_in, keepdim);
   detail::check_floating(name, x);
   const std::vector<int64_t> dims = detail::normalize_dims(dims_in, x.dim(), name);
   const Shape keep = detail::keepdim_shape(x.shape(), dims);

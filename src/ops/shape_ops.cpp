@@ -4,6 +4,7 @@
 #include "ops/shape_ops.h"
 
 #include "autograd/node.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 
 namespace ska {
@@ -21,6 +22,7 @@ Tensor narrow_raw(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
 
 Tensor cat(const TensorList& xs, int64_t dim) {
   SKA_CHECK(!xs.empty(), ValueError, "cat: no tensors given");
+  if (auto cast = autocast_inputs("cat", xs)) return cat(*cast, dim);
   const Tensor& first = xs[0];
   dim = wrap_dim(dim, first.dim(), "cat");
   Shape shape = first.shape();

@@ -4,6 +4,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/pointwise.h"
 #include "ops/reduce.h"
@@ -23,6 +24,9 @@ Tensor mask_view(const char* name, const Tensor& x, const Tensor& mask) {
 }
 
 Tensor softmax_op(const char* name, bool log, const Tensor& x, double scale, const Tensor& mask) {
+  if (auto cast = autocast_inputs(name, {x, mask})) {
+    return softmax_op(name, log, (*cast)[0], scale, (*cast)[1]);
+  }
   detail::check_floating(name, x);
   SKA_CHECK(x.dim() >= 1, ShapeError, name, ": expected at least 1 dim, got a 0-d tensor");
   const Tensor xc = x.contiguous().detach();

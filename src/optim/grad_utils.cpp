@@ -2,6 +2,8 @@
 // NoGradGuard, so that they run on the grads' device without host round trips.
 #include "optim/grad_utils.h"
 
+#include <cmath>
+
 #include "autograd/grad_mode.h"
 #include "ops/ops.h"
 
@@ -74,18 +76,32 @@ void clip_grad_value(const TensorList& params, double clip_value) {
   }
 }
 
-Tensor grads_nonfinite(const TensorList& params) {
+namespace {
+
+// Multiplies each grad by inv_scale in place (unless it is 1) and flags non-finite results.
+Tensor scaled_grads_nonfinite(const TensorList& params, double inv_scale) {
   NoGradGuard no_grad;
   const TensorList grads = defined_grads(params);
   if (grads.empty()) return Tensor::zeros({}, DType::kU8);
   // 0 * x is NaN exactly for inf and NaN, so the sum of the zeros is NaN iff one was non-finite.
   const DType acc = accumulation_dtype(grads.front());
   Tensor total;
-  for (const Tensor& g : grads) {
+  for (Tensor g : grads) {
+    if (inv_scale != 1.0) g.copy_(mul(g, inv_scale));
     const Tensor zeros = sum(mul(g.to(acc), 0.0));
     total = total.defined() ? add(total, zeros) : zeros;
   }
   return ne(total, total);
+}
+
+}  // namespace
+
+Tensor grads_nonfinite(const TensorList& params) { return scaled_grads_nonfinite(params, 1.0); }
+
+Tensor unscale_grads_nonfinite(const TensorList& params, double inv_scale) {
+  SKA_CHECK(std::isfinite(inv_scale) && inv_scale > 0.0, ValueError,
+            "unscale_grads_nonfinite: inv_scale must be positive and finite, got ", inv_scale);
+  return scaled_grads_nonfinite(params, inv_scale);
 }
 
 }  // namespace ska::optim

@@ -25,4 +25,8 @@ void clip_grad_value(const TensorList& params, double clip_value);
 // A u8 one-element tensor on the grads' device: 1 when any grad element is inf or NaN, else 0.
 Tensor grads_nonfinite(const TensorList& params);
 
+// Loss-scaling's unscale step fused with the check above, in one sweep over the grads: every
+// grad is multiplied in place by inv_scale, and the flag of the results is returned.
+Tensor unscale_grads_nonfinite(const TensorList& params, double inv_scale);
+
 }  // namespace ska::optim

@@ -103,6 +103,9 @@ void write_train_state(const std::string& path, const TrainState& s) {
   header["best_top1"] = s.best_top1;
   header["best_epoch"] = s.best_epoch;
   header["loss_scale"] = s.loss_scale;
+  header["loss_scale_growth_tracker"] = s.loss_scale_growth_tracker;
+  header["best_ema_top1"] = s.best_ema_top1;
+  header["best_ema_epoch"] = s.best_ema_epoch;
   header["info"] = s.info;
   Json rngs = Json::object();
   for (const auto& [name, r] : s.rngs) rngs[name] = {{"seed", r.seed}, {"offset", r.offset}};
@@ -144,8 +147,9 @@ TrainState read_train_state(const std::string& path) {
   Reader r(bytes, path);
   r.get_bytes(8, "magic");
   const uint32_t version = r.get<uint32_t>("version");
-  SKA_CHECK(version == kTrainStateVersion, IOError, "training state '", path, "' has version ",
-            version, "; this build reads version ", kTrainStateVersion);
+  SKA_CHECK(version >= kTrainStateOldestVersion && version <= kTrainStateVersion, IOError,
+            "training state '", path, "' has version ", version, "; this build reads versions ",
+            kTrainStateOldestVersion, " to ", kTrainStateVersion);
   SKA_CHECK(bytes.size() >= 24 && stored == fnv1a(bytes.data(), bytes.size() - 8), IOError,
             "training state '", path, "' is corrupt or truncated (checksum mismatch, ",
             bytes.size(), " bytes)");
@@ -163,6 +167,11 @@ TrainState read_train_state(const std::string& path) {
     s.best_top1 = h.at("best_top1").get<double>();
     s.best_epoch = h.at("best_epoch").get<int64_t>();
     s.loss_scale = h.at("loss_scale").get<double>();
+    if (version >= 2) {
+      s.loss_scale_growth_tracker = h.at("loss_scale_growth_tracker").get<int64_t>();
+      s.best_ema_top1 = h.at("best_ema_top1").get<double>();
+      s.best_ema_epoch = h.at("best_ema_epoch").get<int64_t>();
+    }
     s.info = h.at("info").get<std::map<std::string, std::string>>();
     for (const auto& [name, v] : h.at("rngs").items()) {
       s.rngs[name] = RngState{v.at("seed").get<uint64_t>(), v.at("offset").get<uint64_t>()};

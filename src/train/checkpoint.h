@@ -15,7 +15,10 @@
 namespace ska::train {
 
 constexpr char kTrainStateMagic[9] = "SKATRAIN";
-constexpr uint32_t kTrainStateVersion = 1;
+// Version 2 added the loss scaler's growth tracker and the EMA's best top-1; version 1 files are
+// still read (no loss scaling or EMA evaluation then: scale 1, tracker 0, no EMA best).
+constexpr uint32_t kTrainStateVersion = 2;
+constexpr uint32_t kTrainStateOldestVersion = 1;
 
 // A (seed, offset) Philox generator state.
 struct RngState {
@@ -33,7 +36,10 @@ struct TrainState {
   double lr = 0.0;               // the last lr set (informational; recomputed from the schedule)
   double best_top1 = -1.0;       // best evaluation top-1 so far (-1: none yet)
   int64_t best_epoch = -1;
-  double loss_scale = 1.0;       // placeholder for mixed precision (always 1 for now)
+  double best_ema_top1 = -1.0;   // the same for the EMA weights (train.ema_decay > 0)
+  int64_t best_ema_epoch = -1;
+  double loss_scale = 1.0;       // fp16 dynamic loss scale (optim/loss_scaler.h); 1 without
+  int64_t loss_scale_growth_tracker = 0;  // finite updates since the scale last changed
   std::map<std::string, RngState> rngs;           // "host", "cuda:0", "trainer"
   std::map<std::string, Tensor> optimizer;        // Optimizer::state_dict()
   std::map<std::string, std::string> info;        // free-form (config name, optimizer name)

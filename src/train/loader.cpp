@@ -1,9 +1,11 @@
-// The in-memory data loader: permutation, sharding, per-sample transforms and the worker queue.
+// The data loader: permutation, sharding, reading or decoding samples, per-sample transforms and
+// the worker queue; and the subset view used for folder datasets.
 #include "train/loader.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "core/random.h"
@@ -39,16 +41,35 @@ std::vector<int64_t> shard_indices(const std::vector<int64_t>& order, int rank, 
   return out;
 }
 
-DataLoader::DataLoader(const data::InMemoryDataset& dataset, LoaderOptions options)
-    : dataset_(dataset), options_(std::move(options)) {
+DataLoader::DataLoader(const data::Dataset& dataset, LoaderOptions options)
+    : dataset_(dataset),
+      memory_(dynamic_cast<const data::InMemoryDataset*>(&dataset)),
+      options_(std::move(options)) {
   SKA_CHECK(options_.batch_size > 0, ValueError, "DataLoader: batch_size must be positive, got ",
             options_.batch_size);
-  SKA_CHECK(options_.workers >= 0 && options_.prefetch >= 1, ValueError,
-            "DataLoader: workers must be >= 0 and prefetch >= 1");
-  const int64_t channels = dataset_.images().size(3);
-  SKA_CHECK(static_cast<int64_t>(options_.mean.size()) == channels &&
-                static_cast<int64_t>(options_.std.size()) == channels,
-            ValueError, "DataLoader: mean/std need ", channels, " values (the dataset's channels)");
+  SKA_CHECK(options_.workers >= 0 && options_.prefetch >= 1 && options_.image_size >= 0,
+            ValueError, "DataLoader: workers and image_size must be >= 0 and prefetch >= 1");
+  // Every worker needs a batch to work on, or the extra ones would idle.
+  ahead_ = std::max<int64_t>(options_.prefetch, options_.workers);
+  if (options_.eval_transform) {
+    const data::EvalTransform& t = *options_.eval_transform;
+    SKA_CHECK(static_cast<int64_t>(t.mean.size()) == t.channels &&
+                  static_cast<int64_t>(t.std.size()) == t.channels,
+              ValueError, "DataLoader: the eval transform's mean/std need ", t.channels, " values");
+  } else if (memory_ != nullptr) {
+    const int64_t channels = memory_->images().size(3);
+    SKA_CHECK(static_cast<int64_t>(options_.mean.size()) == channels &&
+                  static_cast<int64_t>(options_.std.size()) == channels,
+              ValueError, "DataLoader: mean/std need ", channels,
+              " values (the dataset's channels)");
+  } else {
+    SKA_CHECK(options_.image_size > 0, ValueError, "DataLoader: ", dataset_.name(),
+              " is decoded per sample (images of any size), so the loader needs the image_size "
+              "its transform crops to, or an eval transform");
+    SKA_CHECK(!options_.mean.empty() && options_.mean.size() == options_.std.size(), ValueError,
+              "DataLoader: mean/std need one value per channel, got ", options_.mean.size(),
+              " and ", options_.std.size());
+  }
   const std::vector<int64_t> dummy(static_cast<size_t>(dataset_.size()));
   shard_size_ = shard_indices(dummy, options_.rank, options_.world_size, options_.drop_last).size();
 }
@@ -98,7 +119,7 @@ void DataLoader::worker_loop() {
       std::unique_lock<std::mutex> lock(mu_);
       consumed_.wait(lock, [&] {
         return stopping_ || next_to_make_ >= end_batch_ ||
-               next_to_make_ < next_to_return_ + options_.prefetch;
+               next_to_make_ < next_to_return_ + ahead_;
       });
       if (stopping_ || next_to_make_ >= end_batch_) return;
       b = next_to_make_++;
@@ -133,35 +154,93 @@ bool DataLoader::next(Batch& out) {
   return true;
 }
 
-Batch DataLoader::make_batch(int64_t b) const {
-  const Tensor& all = dataset_.images();
-  const int64_t h = all.size(1), w = all.size(2), c = all.size(3);
-  const int64_t first = b * options_.batch_size;
-  const int64_t count =
-      std::min<int64_t>(options_.batch_size, static_cast<int64_t>(indices_.size()) - first);
-  const uint8_t* src = all.data<uint8_t>();
-  const int64_t* labels = dataset_.labels().data<int64_t>();
-
-  Batch batch;
-  batch.index = b;
-  batch.labels = Tensor::empty({count}, DType::kI64);
-  std::vector<data::Image> images(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t index = indices_[static_cast<size_t>(first + i)];
-    data::Image& image = images[static_cast<size_t>(i)];
+data::Image DataLoader::read_image(int64_t index, int64_t* label) const {
+  data::Image image;
+  if (memory_ != nullptr) {
+    const Tensor& all = memory_->images();
+    const int64_t h = all.size(1), w = all.size(2), c = all.size(3);
+    const uint8_t* src = all.data<uint8_t>() + index * h * w * c;
     image.height = static_cast<int>(h);
     image.width = static_cast<int>(w);
     image.channels = static_cast<int>(c);
-    image.pixels.assign(src + index * h * w * c, src + (index + 1) * h * w * c);
+    image.pixels.assign(src, src + h * w * c);
+    *label = memory_->labels().data<int64_t>()[index];
+    return image;
+  }
+  const data::Sample sample = dataset_.get(index);  // decodes; IOError naming the file
+  SKA_CHECK(sample.image.dtype() == DType::kU8 && sample.image.dim() == 3, ValueError,
+            "DataLoader: ", dataset_.name(), " sample ", index,
+            " is not a uint8 [H, W, C] image");
+  const Tensor pixels = sample.image.contiguous();
+  image.height = static_cast<int>(pixels.size(0));
+  image.width = static_cast<int>(pixels.size(1));
+  image.channels = static_cast<int>(pixels.size(2));
+  image.pixels.assign(pixels.data<uint8_t>(), pixels.data<uint8_t>() + pixels.numel());
+  *label = sample.label;
+  return image;
+}
+
+Batch DataLoader::make_batch(int64_t b) const {
+  const int64_t first = b * options_.batch_size;
+  const int64_t count =
+      std::min<int64_t>(options_.batch_size, static_cast<int64_t>(indices_.size()) - first);
+  const data::EvalTransform* eval = options_.eval_transform.get();
+  Batch batch;
+  batch.index = b;
+  batch.labels = Tensor::empty({count}, DType::kI64);
+  if (eval != nullptr) {
+    batch.images = Tensor::empty({count, eval->channels, eval->image_size, eval->image_size},
+                                 DType::kF32);
+  }
+  std::vector<data::Image> images(eval != nullptr ? 0 : static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t index = indices_[static_cast<size_t>(first + i)];
+    data::Image image = read_image(index, batch.labels.data<int64_t>() + i);
+    if (eval != nullptr) {  // preprocessed at once: a decoded full-size image is not kept
+      const Tensor chw = data::preprocess_pixels(image.pixels.data(), image.height, image.width,
+                                                 image.channels, *eval);
+      std::memcpy(batch.images.data<float>() + i * chw.numel(), chw.data<float>(),
+                  static_cast<size_t>(chw.numel()) * sizeof(float));
+      continue;
+    }
     if (options_.transform) {
       data::SampleRng rng(options_.seed, data::SampleRng::stream_of(static_cast<uint64_t>(epoch_),
                                                                     static_cast<uint64_t>(index)));
       options_.transform->apply(image, rng);
     }
-    batch.labels.data<int64_t>()[i] = labels[index];
+    const int64_t size = options_.image_size;
+    SKA_CHECK(size == 0 || (image.height == size && image.width == size), ValueError,
+              "DataLoader: ", dataset_.name(), " sample ", index, " is ", image.height, "x",
+              image.width, " after the per-sample transform; batches need ", size, "x", size,
+              " images (datasets of varying image sizes need a crop to that size: "
+              "data.augment.random_resized_crop: true)");
+    images[static_cast<size_t>(i)] = std::move(image);
   }
-  batch.images = data::to_normalized_batch(images, options_.mean, options_.std);
+  if (eval == nullptr) {
+    batch.images = data::to_normalized_batch(images, options_.mean, options_.std);
+  }
   return batch;
+}
+
+SubsetDataset::SubsetDataset(std::unique_ptr<data::Dataset> base, std::vector<int64_t> indices)
+    : base_(std::move(base)), indices_(std::move(indices)) {
+  for (int64_t i : indices_) {
+    SKA_CHECK(i >= 0 && i < base_->size(), ValueError, "subset of ", base_->name(), ": index ", i,
+              " is outside [0, ", base_->size(), ")");
+  }
+}
+
+int64_t SubsetDataset::base_index(int64_t index) const {
+  SKA_CHECK(index >= 0 && index < size(), ValueError, "subset of ", base_->name(),
+            ": sample index ", index, " is outside [0, ", size(), ")");
+  return indices_[static_cast<size_t>(index)];
+}
+
+std::vector<int64_t> spread_indices(int64_t n, int64_t count) {
+  if (count <= 0 || count >= n) count = n;
+  std::vector<int64_t> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out[static_cast<size_t>(i)] = i * n / count;
+  return out;
 }
 
 }  // namespace ska::train

@@ -1,5 +1,5 @@
-// The input pipeline for in-memory datasets: a deterministic (seed, epoch) shuffle, sharding by
-// rank, worker threads that augment and normalise batches ahead of the consumer, exact resume.
+// The input pipeline: a deterministic (seed, epoch) shuffle, sharding by rank, worker threads that
+// read (in-memory) or decode (folder datasets), augment and normalise batches ahead, exact resume.
 #pragma once
 
 #include <condition_variable>
@@ -12,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "data/datasets/dataset.h"
+#include "data/eval_transform.h"
 #include "data/transforms/transform.h"
 
 namespace ska::train {
@@ -31,11 +32,17 @@ struct LoaderOptions {
   bool shuffle = true;     // false: dataset order (evaluation)
   bool drop_last = true;   // drop the last partial batch (training)
   int workers = 2;         // 0: batches are built on the consumer's thread
-  int prefetch = 4;        // batches produced ahead of the consumer (per loader)
+  int prefetch = 4;        // batches produced ahead of the consumer (at least `workers`)
   uint64_t seed = 0;       // shuffle and augmentation
   int rank = 0, world_size = 1;
   std::vector<double> mean, std;  // per channel, applied after the transform
   std::shared_ptr<const data::Transform> transform;  // per sample; null: none
+  // The side every image must have after `transform` (0: no check). Datasets decoded per sample
+  // (images of any size) need it, or `eval_transform`.
+  int64_t image_size = 0;
+  // Evaluation preprocessing (resize the shorter side to image_size / crop_pct, centre crop,
+  // normalise with its own mean/std), used instead of `transform`, `mean` and `std`. Null: off.
+  std::shared_ptr<const data::EvalTransform> eval_transform;
 };
 
 // One batch: images f32 [B, C, H, W] (normalised), labels i64 [B], both on the CPU.
@@ -47,8 +54,10 @@ struct Batch {
 
 class DataLoader {
  public:
-  // `dataset` must outlive the loader. Images must all have the dataset's one size.
-  DataLoader(const data::InMemoryDataset& dataset, LoaderOptions options);
+  // `dataset` must outlive the loader. An InMemoryDataset is read from its tensors; any other
+  // dataset is decoded with get(index) in the workers, then transformed to options.image_size (or
+  // preprocessed by options.eval_transform). A sample depends only on (seed, epoch, index).
+  DataLoader(const data::Dataset& dataset, LoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -69,8 +78,11 @@ class DataLoader {
  private:
   void stop_workers();
   void worker_loop();
+  data::Image read_image(int64_t index, int64_t* label) const;  // as stored, before transforms
 
-  const data::InMemoryDataset& dataset_;
+  const data::Dataset& dataset_;
+  const data::InMemoryDataset* memory_ = nullptr;  // the fast path when the dataset is in memory
+  int64_t ahead_ = 4;  // batches made ahead of the consumer: max(prefetch, workers)
   LoaderOptions options_;
   size_t shard_size_ = 0;
   int64_t epoch_ = 0;
@@ -87,5 +99,28 @@ class DataLoader {
   bool stopping_ = false;
   std::exception_ptr error_;
 };
+
+// The samples `indices` of another dataset, in that order (folder datasets with
+// data.train_subset / data.eval_subset).
+class SubsetDataset : public data::Dataset {
+ public:
+  // ValueError naming the base dataset when an index is outside it.
+  SubsetDataset(std::unique_ptr<data::Dataset> base, std::vector<int64_t> indices);
+  const std::string& name() const override { return base_->name(); }
+  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+  int64_t num_classes() const override { return base_->num_classes(); }
+  int64_t label(int64_t index) const override { return base_->label(base_index(index)); }
+  data::Sample get(int64_t index) const override { return base_->get(base_index(index)); }
+
+ private:
+  int64_t base_index(int64_t index) const;
+
+  std::unique_ptr<data::Dataset> base_;
+  std::vector<int64_t> indices_;
+};
+
+// `count` indices spread evenly over [0, n): floor(i * n / count); all of them when count is 0
+// or >= n. Folder datasets are sorted by class, so a subset keeps the classes' proportions.
+std::vector<int64_t> spread_indices(int64_t n, int64_t count);
 
 }  // namespace ska::train

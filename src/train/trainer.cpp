@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "autograd/grad_mode.h"
@@ -69,7 +70,15 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
   o.eval_every = t.get_int_in("eval_every", 1, 1, 1 << 20);
   o.max_steps = t.get_int_in("max_steps", 0, 0, INT64_MAX);
   o.ema_decay = t.get_double_in("ema_decay", 0.0, 0.0, 0.999999);
+  o.precision = t.get_choice("precision", "fp32", {"fp32", "bf16", "fp16"});
   return o;
+}
+
+AutocastState TrainOptions::autocast() const {
+  AutocastState s;
+  s.enabled = precision != "fp32";
+  s.dtype = precision == "fp16" ? DType::kF16 : DType::kBF16;
+  return s;
 }
 
 DataOptions DataOptions::from_config(const ConfigNode& d, int64_t image_size, int64_t channels,
@@ -86,7 +95,9 @@ DataOptions DataOptions::from_config(const ConfigNode& d, int64_t image_size, in
   const data::EvalTransform norm = data::read_eval_transform(d, image_size, channels);
   o.mean = norm.mean;
   o.std = norm.std;
+  o.eval = norm;
   o.augment = data::read_train_augment(d, image_size, channels, num_classes, o.mean);
+  o.device_resident = DeviceResidentOptions::from_config(d, o.augment, image_size);
   return o;
 }
 
@@ -98,14 +109,13 @@ CheckpointOptions CheckpointOptions::from_config(const ConfigNode& c) {
   return o;
 }
 
-std::unique_ptr<data::InMemoryDataset> load_training_dataset(const DataOptions& options,
-                                                             const std::string& split,
-                                                             int64_t image_size, int64_t channels,
-                                                             int64_t subset) {
-  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
-  auto* mem = dynamic_cast<data::InMemoryDataset*>(loaded.get());
-  SKA_CHECK(mem != nullptr, ValueError, "the trainer reads in-memory datasets only; '",
-            options.dataset, "' is a folder dataset (not supported yet)");
+namespace {
+
+// An in-memory split shaped for the model (see load_training_dataset).
+std::unique_ptr<data::InMemoryDataset> shape_for_model(const data::InMemoryDataset* mem,
+                                                       const DataOptions& options,
+                                                       int64_t image_size, int64_t channels,
+                                                       int64_t subset) {
   Tensor images = mem->images(), labels = mem->labels();
   if (subset > 0 && subset < images.size(0)) {
     images = images.narrow(0, 0, subset).contiguous();
@@ -120,10 +130,71 @@ std::unique_ptr<data::InMemoryDataset> load_training_dataset(const DataOptions& 
   return std::make_unique<data::InMemoryDataset>(mem->name(), images, labels, mem->num_classes());
 }
 
-EvalResult evaluate(nn::Module& model, DataLoader& loader, Device device) {
+}  // namespace
+
+std::unique_ptr<data::InMemoryDataset> load_training_dataset(const DataOptions& options,
+                                                             const std::string& split,
+                                                             int64_t image_size, int64_t channels,
+                                                             int64_t subset) {
+  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
+  const auto* mem = dynamic_cast<const data::InMemoryDataset*>(loaded.get());
+  SKA_CHECK(mem != nullptr, ValueError, "load_training_dataset reads in-memory datasets only; '",
+            options.dataset, "' is a folder dataset (use load_dataset_split)");
+  return shape_for_model(mem, options, image_size, channels, subset);
+}
+
+std::unique_ptr<data::Dataset> load_dataset_split(const DataOptions& options,
+                                                  const std::string& split, int64_t image_size,
+                                                  int64_t channels, int64_t subset) {
+  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
+  if (const auto* mem = dynamic_cast<const data::InMemoryDataset*>(loaded.get())) {
+    return shape_for_model(mem, options, image_size, channels, subset);
+  }
+  if (subset <= 0 || subset >= loaded->size()) return loaded;
+  std::vector<int64_t> keep = spread_indices(loaded->size(), subset);
+  return std::make_unique<SubsetDataset>(std::move(loaded), std::move(keep));
+}
+
+LoaderOptions train_loader_options(const DataOptions& options, const data::Dataset& dataset,
+                                   uint64_t seed) {
+  LoaderOptions lo;
+  lo.batch_size = options.batch_size;
+  lo.workers = options.workers;
+  lo.seed = seed;
+  lo.mean = options.mean;
+  lo.std = options.std;
+  lo.transform = options.augment.transform;
+  lo.image_size = options.eval.image_size;
+  if (dynamic_cast<const data::InMemoryDataset*>(&dataset) == nullptr) {
+    const auto& steps = options.augment.steps;
+    SKA_CHECK(std::find(steps.begin(), steps.end(), "RandomResizedCrop") != steps.end(),
+              ConfigError, "data.augment.random_resized_crop: ", dataset.name(),
+              " images vary in size, so training needs random_resized_crop: true (it crops every "
+              "image to the model's ", lo.image_size, "x", lo.image_size, ")");
+  }
+  return lo;
+}
+
+LoaderOptions eval_loader_options(const DataOptions& options, const data::Dataset& dataset) {
+  LoaderOptions lo;
+  lo.batch_size = options.eval_batch_size;
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.workers = options.workers;
+  lo.mean = options.mean;
+  lo.std = options.std;
+  if (dynamic_cast<const data::InMemoryDataset*>(&dataset) == nullptr) {
+    lo.eval_transform = std::make_shared<data::EvalTransform>(options.eval);
+  }
+  return lo;
+}
+
+EvalResult evaluate(nn::Module& model, DataLoader& loader, Device device,
+                    const AutocastState& autocast) {
   const bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
+  AutocastGuard autocast_guard(autocast.dtype, autocast.enabled);
   EvalResult r;
   double loss_sum = 0.0;
   int64_t top1 = 0, top5 = 0;
@@ -195,28 +266,25 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   manual_seed(train_.seed);  // model initialisation and dropout draw from the default generators
   rng_.manual_seed(train_.seed ^ 0x5EEDull);
   model_ = models::build_model(model_cfg);
+  if (train_.ema_decay > 0) {
+    // A second instance to evaluate the EMA weights in, built without moving the random streams.
+    Generator& host = default_generator(Device::cpu());
+    const uint64_t seed = host.seed(), offset = host.offset();
+    ema_model_ = models::build_model(model_cfg);
+    host.set_state(seed, offset);
+  }
   config.check_unused();
   config_text_ = config.dump();
 
-  const int64_t dataset_classes = data::dataset_num_classes(data_.dataset);
-  SKA_CHECK(dataset_classes == classes, ConfigError, "model.num_classes: ", classes,
-            " does not match ", data_.dataset, "'s ", dataset_classes, " classes");
-  train_set_ = load_training_dataset(data_, "train", image_size, channels, data_.train_subset);
-  eval_set_ = load_training_dataset(data_, "test", image_size, channels, data_.eval_subset);
-
-  LoaderOptions lo;
-  lo.batch_size = data_.batch_size;
-  lo.workers = data_.workers;
-  lo.seed = train_.seed;
-  lo.mean = data_.mean;
-  lo.std = data_.std;
-  lo.transform = data_.augment.transform;
-  train_loader_ = std::make_unique<DataLoader>(*train_set_, lo);
-  lo.batch_size = data_.eval_batch_size;
-  lo.shuffle = false;
-  lo.drop_last = false;
-  lo.transform = nullptr;
-  eval_loader_ = std::make_unique<DataLoader>(*eval_set_, lo);
+  train_set_ = load_dataset_split(data_, "train", image_size, channels, data_.train_subset);
+  SKA_CHECK(train_set_->num_classes() == classes, ConfigError, "model.num_classes: ", classes,
+            " does not match ", data_.dataset, "'s ", train_set_->num_classes(), " classes");
+  eval_set_ = load_dataset_split(data_, "test", image_size, channels, data_.eval_subset);
+  train_loader_ = std::make_unique<DataLoader>(
+      *train_set_, train_loader_options(data_, *train_set_, train_.seed));
+  eval_loader_ = std::make_unique<DataLoader>(*eval_set_, eval_loader_options(data_, *eval_set_));
+  train_batches_ =
+      make_batch_source(*train_loader_, *train_set_, data_.device_resident, setup_.device);
   steps_per_epoch_ = train_loader_->batches_per_epoch() / train_.accumulate;
   SKA_CHECK(steps_per_epoch_ > 0, ConfigError, "data.batch_size: ", data_.batch_size, " x ",
             train_.accumulate, " (train.accumulate) is larger than the ",
@@ -227,7 +295,19 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   params_ = model_->parameters(true);
   optimizer_ = optim::make_optimizer(optim_options, model_->named_parameters(true));
   schedule_ = std::make_unique<optim::LrSchedule>(sched_options);
-  if (train_.ema_decay > 0) ema_ = std::make_unique<optim::ModelEma>(*model_, train_.ema_decay);
+  if (train_.ema_decay > 0) {
+    ema_ = std::make_unique<optim::ModelEma>(*model_, train_.ema_decay);
+    ema_model_->to(setup_.device);
+  }
+  autocast_state_ = train_.autocast();
+  if (train_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
+  if (train_.precision != "fp32") {
+    log("train.precision " + train_.precision + ": autocast to " + train_.precision +
+        " with f32 master weights" + (scaler_ ? " and dynamic loss scaling" : "") +
+        (setup_.device.is_cpu() ? " (emulated on the CPU: f32 compute with 16-bit rounding, "
+                                  "slower than fp32)"
+                                : ""));
+  }
 
   fs::create_directories(setup_.run_dir);
   checkpoints_ = std::make_unique<CheckpointManager>(setup_.run_dir, ckpt_.keep);
@@ -239,9 +319,13 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
     log("resumed from " + dir + " at epoch " + std::to_string(state_.epoch) + ", batch " +
         std::to_string(state_.batch) + ", step " + std::to_string(state_.step));
   }
+  state_.info["precision"] = train_.precision;
   std::ofstream(fs::path(setup_.run_dir) / "config.yaml") << config_text_;
   const fs::path csv = fs::path(setup_.run_dir) / "summary.csv";
-  if (!fs::exists(csv)) append_line(csv.string(), "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr");
+  if (!fs::exists(csv)) {
+    append_line(csv.string(), std::string("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr") +
+                                  (ema_ ? ",ema_eval_loss,ema_eval_top1,ema_eval_top5" : ""));
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -261,6 +345,15 @@ void Trainer::restore(const Checkpoint& c) {
   SKA_CHECK(c.state.steps_per_epoch == steps_per_epoch_, ValueError, "checkpoint '", c.dir,
             "' was written with ", c.state.steps_per_epoch, " updates per epoch; this config gives ",
             steps_per_epoch_, " (batch size, accumulation or dataset changed)");
+  if (scaler_) {
+    const auto it = c.state.info.find("precision");
+    if (it != c.state.info.end() && it->second == "fp16") {
+      scaler_->load(c.state.loss_scale, c.state.loss_scale_growth_tracker);
+    } else {
+      log("checkpoint '" + c.dir + "' was not trained in fp16; the loss scale starts at " +
+          std::to_string(scaler_->scale_value()));
+    }
+  }
   state_ = c.state;
   state_.optimizer.clear();
   for (const auto& [name, r] : state_.rngs) {
@@ -286,9 +379,16 @@ void Trainer::capture_rngs() {
 
 TensorMap Trainer::ema_tensors() const { return ema_ ? ema_->state_dict() : TensorMap{}; }
 
+EvalResult Trainer::evaluate_ema() {
+  ema_model_->load_state_dict(ema_->state_dict());
+  return evaluate(*ema_model_, *eval_loader_, setup_.device, autocast_state_);
+}
+
 void Trainer::save(bool is_best) {
   capture_rngs();
   state_.optimizer = optimizer_->state_dict();
+  state_.loss_scale = scaler_ ? scaler_->scale_value() : 1.0;
+  state_.loss_scale_growth_tracker = scaler_ ? scaler_->growth_tracker() : 0;
   const std::string dir = checkpoints_->save(model_->state_dict(), ema_tensors(), state_, is_best);
   state_.optimizer.clear();
   last_saved_step_ = state_.step;
@@ -297,16 +397,23 @@ void Trainer::save(bool is_best) {
 
 bool Trainer::update(double micro_loss_sum) {
   bool nonfinite = !std::isfinite(micro_loss_sum);
-  if (!nonfinite) nonfinite = optim::grads_nonfinite(params_).item() != 0.0;
+  if (!nonfinite) {
+    // fp16: the grads are unscaled in the same sweep as the check (one host read either way).
+    const Tensor flag =
+        scaler_ ? scaler_->unscale_and_check(params_) : optim::grads_nonfinite(params_);
+    nonfinite = flag.item() != 0.0;
+  }
   if (!nonfinite && train_.clip_grad > 0) {
     nonfinite = !std::isfinite(optim::clip_grad_norm(params_, train_.clip_grad).item());
   }
+  if (scaler_) scaler_->update(nonfinite);
   if (nonfinite) {
     optimizer_->zero_grad();
     ++state_.nonfinite_total;
     ++consecutive_nonfinite_;
     log("warning: non-finite loss or gradients at step " + std::to_string(state_.step) +
-        "; update skipped (" + std::to_string(consecutive_nonfinite_) + " in a row)");
+        "; update skipped (" + std::to_string(consecutive_nonfinite_) + " in a row" +
+        (scaler_ ? "; loss scale now " + std::to_string(scaler_->scale_value()) : "") + ")");
     SKA_CHECK(consecutive_nonfinite_ < train_.max_nonfinite_steps, ValueError,
               "training diverged: ", consecutive_nonfinite_,
               " consecutive updates with non-finite loss or gradients (train.max_nonfinite_steps = ",
@@ -327,25 +434,30 @@ bool Trainer::update(double micro_loss_sum) {
 void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
   const int64_t batches = steps_per_epoch_ * train_.accumulate;
   const int64_t epochs = schedule_->total_epochs();
-  train_loader_->start_epoch(epoch, state_.batch);
+  train_batches_->start_epoch(epoch, state_.batch);
   model_->train();
   const auto t0 = Clock::now();
   double loss_sum = 0.0, pending_loss = 0.0;
   int64_t loss_count = 0, images = 0, window_steps = 0;
   double window_loss = 0.0;
   Batch batch;
-  while (state_.batch < batches && train_loader_->next(batch)) {
+  while (state_.batch < batches && train_batches_->next(batch)) {
     // Batch-level augmentation (erasing, mixup/cutmix), keyed by the micro-batch's global index.
     const uint64_t micro = static_cast<uint64_t>(epoch * train_loader_->batches_per_epoch() + batch.index);
     const Tensor soft = data_.augment.apply_batch(batch.images, batch.labels, train_.seed, micro);
     const Tensor target = (soft.defined() ? soft : batch.labels).to(setup_.device);
+    // Forward and loss under autocast (train.precision); backward and the update run outside.
+    std::optional<AutocastGuard> autocast(std::in_place, autocast_state_.dtype,
+                                          autocast_state_.enabled);
     const Tensor logits = (*model_)(batch.images.to(setup_.device));
     // Mixup's targets already carry its label smoothing.
     const Tensor loss = cross_entropy(logits, target, soft.defined() ? 0.0 : train_.label_smoothing);
+    autocast.reset();
     const double loss_value = loss.item();
     pending_loss += loss_value;
-    (train_.accumulate > 1 ? mul(loss, 1.0 / static_cast<double>(train_.accumulate)) : loss)
-        .backward();
+    const Tensor objective =
+        train_.accumulate > 1 ? mul(loss, 1.0 / static_cast<double>(train_.accumulate)) : loss;
+    (scaler_ ? scaler_->scale(objective) : objective).backward();
     images += batch.labels.numel();
     ++state_.batch;
     if (state_.batch % train_.accumulate != 0) continue;
@@ -398,18 +510,24 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
   state_.epoch = epoch + 1;
   state_.batch = 0;
   const bool last_epoch = state_.epoch >= epochs;
-  EvalResult ev;
+  EvalResult ev, ema_ev;
   bool evaluated = false, is_best = false;
   if (last_epoch || state_.epoch % train_.eval_every == 0) {
     const auto te = Clock::now();
-    ev = evaluate(*model_, *eval_loader_, setup_.device);
+    ev = evaluate(*model_, *eval_loader_, setup_.device, autocast_state_);
+    if (ema_) ema_ev = evaluate_ema();
     result.train_seconds += seconds_since(te);
     evaluated = true;
     result.final_eval = ev;
+    result.final_ema_eval = ema_ev;
     if (ev.top1 > state_.best_top1) {
       state_.best_top1 = ev.top1;
       state_.best_epoch = epoch;
       is_best = true;
+    }
+    if (ema_ && ema_ev.top1 > state_.best_ema_top1) {
+      state_.best_ema_top1 = ema_ev.top1;
+      state_.best_ema_epoch = epoch;
     }
   }
   std::ostringstream line;
@@ -420,21 +538,34 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
     line << " | eval_loss " << fixed(ev.loss, 4) << ", top-1 " << fixed(ev.top1, 2) << "%, top-5 "
          << fixed(ev.top5, 2) << "% (best " << fixed(state_.best_top1, 2) << "% at epoch "
          << state_.best_epoch << ")";
+    if (ema_) {
+      line << " | EMA eval_loss " << fixed(ema_ev.loss, 4) << ", top-1 " << fixed(ema_ev.top1, 2)
+           << "%, top-5 " << fixed(ema_ev.top5, 2) << "% (best " << fixed(state_.best_ema_top1, 2)
+           << "% at epoch " << state_.best_ema_epoch << ")";
+    }
   }
   log(line.str());
+  const auto eval_columns = [&](const EvalResult& e) {
+    return evaluated ? fixed(e.loss, 6) + "," + fixed(e.top1, 4) + "," + fixed(e.top5, 4)
+                     : std::string(",,");
+  };
   append_line((fs::path(setup_.run_dir) / "summary.csv").string(),
-              std::to_string(epoch) + "," + fixed(train_loss, 6) + "," +
-                  (evaluated ? fixed(ev.loss, 6) + "," + fixed(ev.top1, 4) + "," + fixed(ev.top5, 4)
-                             : std::string(",,")) +
-                  "," + std::to_string(state_.lr));
+              std::to_string(epoch) + "," + fixed(train_loss, 6) + "," + eval_columns(ev) + "," +
+                  std::to_string(state_.lr) + (ema_ ? "," + eval_columns(ema_ev) : ""));
   nlohmann::json j = {{"kind", "epoch"}, {"epoch", epoch}, {"step", state_.step},
                       {"train_loss", train_loss}, {"lr", state_.lr},
                       {"images_per_s", result.images_per_s}, {"seconds", elapsed},
                       {"nonfinite_total", state_.nonfinite_total}};
+  if (scaler_) j["loss_scale"] = scaler_->scale_value();
   if (evaluated) {
     j["eval_loss"] = ev.loss;
     j["eval_top1"] = ev.top1;
     j["eval_top5"] = ev.top5;
+    if (ema_) {
+      j["ema_eval_loss"] = ema_ev.loss;
+      j["ema_eval_top1"] = ema_ev.top1;
+      j["ema_eval_top5"] = ema_ev.top5;
+    }
   }
   append_line((fs::path(setup_.run_dir) / "metrics.jsonl").string(), j.dump());
   ++result.epochs_done;
@@ -449,6 +580,8 @@ TrainResult Trainer::fit() {
   while (!stop && state_.epoch < epochs) train_epoch(state_.epoch, result, stop);
   result.best_top1 = state_.best_top1;
   result.best_epoch = state_.best_epoch;
+  result.best_ema_top1 = state_.best_ema_top1;
+  result.best_ema_epoch = state_.best_ema_epoch;
   result.steps = state_.step;
   const std::vector<std::string> saved = checkpoints_->list();
   if (!saved.empty()) result.last_checkpoint = saved.back();

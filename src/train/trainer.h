@@ -15,9 +15,12 @@
 #include "data/datasets/dataset.h"
 #include "data/transforms/augment_factory.h"
 #include "nn/module.h"
+#include "ops/autocast.h"
 #include "optim/ema.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "train/batch_source.h"
 #include "train/checkpoint.h"
 #include "train/loader.h"
 
@@ -34,8 +37,13 @@ struct TrainOptions {
   int64_t log_every = 50;          // optimizer updates between metrics.jsonl step records
   int64_t eval_every = 1;          // epochs between evaluations (the last epoch always evaluates)
   int64_t max_steps = 0;           // stop (with a checkpoint) after this many updates; 0: off
-  double ema_decay = 0.0;          // model EMA decay; 0: off
+  double ema_decay = 0.0;          // model EMA decay; 0: off (else the EMA is evaluated too)
+  // fp32, bf16 (autocast to bf16, f32 master weights) or fp16 (autocast to f16 with dynamic loss
+  // scaling); on either device (the CPU emulates 16-bit math: f32 compute, 16-bit rounding).
+  std::string precision = "fp32";
   static TrainOptions from_config(const ConfigNode& train);
+  // The autocast state of the forward pass (disabled for fp32).
+  AutocastState autocast() const;
 };
 
 // The `data:` keys the trainer reads (besides dataset/root and the normalisation keys).
@@ -48,6 +56,8 @@ struct DataOptions {
   int64_t eval_subset = 0;   // first N test images only; 0: all
   std::vector<double> mean, std;
   data::TrainAugment augment;  // data.augment / data.mixup (src/data/transforms/augment_factory.h)
+  DeviceResidentOptions device_resident;  // data.device_resident (train/batch_source.h)
+  data::EvalTransform eval;    // data.crop_pct / data.interpolation (src/data/eval_transform.h)
   // Reads `data` for a model taking `channels` x `image_size` input with `num_classes` outputs.
   static DataOptions from_config(const ConfigNode& data, int64_t image_size, int64_t channels,
                                  int64_t num_classes);
@@ -69,12 +79,29 @@ std::unique_ptr<data::InMemoryDataset> load_training_dataset(const DataOptions& 
                                                              int64_t image_size, int64_t channels,
                                                              int64_t subset);
 
+// Loads a split for the trainer: in-memory datasets as load_training_dataset does; folder datasets
+// (imagenet) stay on disk and the loader decodes each sample. For those, `subset` N keeps N images
+// spread evenly over the split (the folders are sorted by class, so the first N would be one).
+std::unique_ptr<data::Dataset> load_dataset_split(const DataOptions& options,
+                                                  const std::string& split, int64_t image_size,
+                                                  int64_t channels, int64_t subset);
+
+// The loader options for `dataset`. Training: data.batch_size, workers, the seed and data.augment's
+// per-sample transform, which must crop datasets of varying image sizes to the model's size
+// (ConfigError naming data.augment.random_resized_crop otherwise). Evaluation: eval_batch_size,
+// dataset order, no augmentation; datasets decoded per sample get the eval transform (shorter
+// side to image_size / crop_pct, centre crop).
+LoaderOptions train_loader_options(const DataOptions& options, const data::Dataset& dataset,
+                                   uint64_t seed);
+LoaderOptions eval_loader_options(const DataOptions& options, const data::Dataset& dataset);
+
 struct EvalResult {
   double loss = 0.0, top1 = 0.0, top5 = 0.0;  // accuracies in percent
   int64_t count = 0;
 };
-// Evaluates `model` (eval mode, no grad) on every batch of `loader`.
-EvalResult evaluate(nn::Module& model, DataLoader& loader, Device device);
+// Evaluates `model` (eval mode, no grad, under `autocast`) on every batch of `loader`.
+EvalResult evaluate(nn::Module& model, DataLoader& loader, Device device,
+                    const AutocastState& autocast = AutocastState());
 
 // A progress report during an epoch (for the console line).
 struct Progress {
@@ -95,6 +122,9 @@ struct TrainResult {
   EvalResult final_eval;
   double best_top1 = -1.0;
   int64_t best_epoch = -1;
+  EvalResult final_ema_eval;      // the EMA weights' (count 0 without train.ema_decay)
+  double best_ema_top1 = -1.0;
+  int64_t best_ema_epoch = -1;
   int64_t steps = 0;
   int64_t epochs_done = 0;
   double train_seconds = 0.0;   // wall-clock of this process's training loop (eval included)
@@ -123,6 +153,7 @@ class Trainer {
   void restore(const Checkpoint& checkpoint);
   void capture_rngs();
   TensorMap ema_tensors() const;
+  EvalResult evaluate_ema();
 
   TrainerSetup setup_;
   std::string config_text_;
@@ -134,8 +165,12 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<optim::ModelEma> ema_;
-  std::unique_ptr<data::InMemoryDataset> train_set_, eval_set_;
+  nn::ModulePtr ema_model_;                     // evaluates the EMA weights
+  std::unique_ptr<optim::LossScaler> scaler_;   // fp16 only
+  AutocastState autocast_state_;                // from train.precision
+  std::unique_ptr<data::Dataset> train_set_, eval_set_;
   std::unique_ptr<DataLoader> train_loader_, eval_loader_;
+  std::unique_ptr<BatchSource> train_batches_;  // train_loader_'s batches on the device
   std::unique_ptr<CheckpointManager> checkpoints_;
   Generator rng_;  // the trainer's own stream (batch-level augmentation)
   TrainState state_;

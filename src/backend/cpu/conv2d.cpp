@@ -1,37 +1,20 @@
 // CPU kernels: 2-D convolution (NCHW). Dense and grouped convolutions use im2col + GEMM per sample
-// and group (col2im for the input gradient); depthwise convolutions use direct loops.
+// and group (col2im for the input gradient), samples spread over threads; depthwise ones the
+// direct loops of conv2d_depthwise.cpp.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/cpu/conv2d_geometry.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/widen.h"
 
 namespace ska::cpu {
 
 namespace {
-
-constexpr int64_t kParallelWork = 1 << 16;
-
-// Sizes of one convolution, read from the input, weight and output shapes.
-struct ConvGeometry {
-  int64_t n, c_in, h, w;
-  int64_t c_out, kh, kw;
-  int64_t h_out, w_out;
-  int64_t groups, c_in_group, c_out_group;
-  Conv2dParams p;
-
-  int64_t kernel_area() const { return kh * kw; }
-  int64_t col_rows() const { return c_in_group * kh * kw; }  // rows of one group's im2col matrix
-  int64_t out_area() const { return h_out * w_out; }
-  int64_t in_area() const { return h * w; }
-  // Multiply-adds of the whole convolution: below kParallelWork, threads cost more than they save.
-  int64_t work() const { return n * c_out * out_area() * col_rows(); }
-  bool is_depthwise() const { return c_in_group == 1 && groups == c_in; }
-  bool is_pointwise() const {  // 1x1, stride 1, no padding: the input already is the im2col matrix
-    return kh == 1 && kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
-  }
-};
 
 // Output length along one dim; 0 when the dilated kernel does not fit the padded input.
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
@@ -63,16 +46,6 @@ ConvGeometry conv_geometry(const char* kernel, const Tensor& x, const Tensor& w,
   g.c_in_group = g.c_in / p.groups;
   g.c_out_group = g.c_out / p.groups;
   return g;
-}
-
-// The output positions o in [first, last) whose input position o * stride + offset lies in
-// [0, in_len), where offset = k * dilation - pad for kernel tap k.
-std::pair<int64_t, int64_t> valid_outputs(int64_t offset, int64_t stride, int64_t in_len,
-                                          int64_t out_len) {
-  const int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
-  const int64_t last = in_len - 1 - offset < 0 ? 0 : (in_len - 1 - offset) / stride + 1;
-  const int64_t lo = std::min(first, out_len), hi = std::min(last, out_len);
-  return {lo, std::max(lo, hi)};
 }
 
 // col[(c, i, j), (oh, ow)] = x[c, oh * sh + i * dh - ph, ow * sw + j * dw - pw], 0 in the padding.
@@ -145,23 +118,40 @@ int64_t group_offset(int64_t n, int64_t channels, int64_t grp, int64_t group_cha
 
 // --- Dense and grouped: im2col + GEMM ---
 
+// With at least as many samples as threads, whole samples go to the threads (each with its own
+// im2col buffer; its im2col and GEMMs then run on that thread alone): one parallel region per
+// convolution instead of two per sample. Otherwise (1: one team) the samples run in turn and each
+// im2col and GEMM is split over the threads.
+int64_t sample_threads(const ConvGeometry& g) {
+  const int64_t threads = omp_get_max_threads();
+  const bool by_sample =
+      threads > 1 && g.n >= threads && g.work() > kConvParallelWork && !omp_in_parallel();
+  return by_sample ? threads : 1;
+}
+
 template <typename T>
 void dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
                    const Tensor& y) {
-  const int64_t k = g.col_rows(), cols = g.out_area();
-  Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({k, cols}, x.dtype());
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const int64_t x_off = group_offset(n, g.c_in, grp, g.c_in_group, g.in_area());
-      Tensor b = matrix_view(x, x_off, k, cols);
-      if (!g.is_pointwise()) {
-        im2col(static_cast<const T*>(x.data_ptr()) + x_off, g, static_cast<T*>(col.data_ptr()));
-        b = matrix_view(col, 0, k, cols);
+  const int64_t k = g.col_rows(), cols = g.out_area(), teams = sample_threads(g);
+  Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({teams, k, cols}, x.dtype());
+#pragma omp parallel num_threads(teams) if (teams > 1)
+  {
+    const int64_t col_off = omp_get_thread_num() * k * cols;  // this thread's im2col buffer
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        const int64_t x_off = group_offset(n, g.c_in, grp, g.c_in_group, g.in_area());
+        Tensor b = matrix_view(x, x_off, k, cols);
+        if (!g.is_pointwise()) {
+          im2col(static_cast<const T*>(x.data_ptr()) + x_off, g,
+                 static_cast<T*>(col.data_ptr()) + col_off);
+          b = matrix_view(col, col_off, k, cols);
+        }
+        run_gemm(
+            matrix_view(w, grp * g.c_out_group * k, g.c_out_group, k), b,
+            matrix_view(y, group_offset(n, g.c_out, grp, g.c_out_group, cols), g.c_out_group, cols),
+            0.0f);
       }
-      run_gemm(
-          matrix_view(w, grp * g.c_out_group * k, g.c_out_group, k), b,
-          matrix_view(y, group_offset(n, g.c_out, grp, g.c_out_group, cols), g.c_out_group, cols),
-          0.0f);
     }
   }
   if (!bias.defined()) return;
@@ -181,17 +171,25 @@ void dense_backward_input(const Tensor& grad_y, const Tensor& w, const ConvGeome
   const int64_t k = g.col_rows(), cols = g.out_area();
   T* gx = static_cast<T*>(grad_x.data_ptr());
   std::fill(gx, gx + grad_x.numel(), T(0));
-  Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({k, cols}, grad_x.dtype());
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const int64_t x_off = group_offset(n, g.c_in, grp, g.c_in_group, g.in_area());
-      const Tensor c =
-          g.is_pointwise() ? matrix_view(grad_x, x_off, k, cols) : matrix_view(col, 0, k, cols);
-      run_gemm(matrix_view(w, grp * g.c_out_group * k, k, g.c_out_group, true),
-               matrix_view(grad_y, group_offset(n, g.c_out, grp, g.c_out_group, cols),
-                           g.c_out_group, cols),
-               c, 0.0f);
-      if (!g.is_pointwise()) col2im_add(static_cast<const T*>(col.data_ptr()), g, gx + x_off);
+  const int64_t teams = sample_threads(g);
+  Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({teams, k, cols}, grad_x.dtype());
+#pragma omp parallel num_threads(teams) if (teams > 1)
+  {
+    const int64_t col_off = omp_get_thread_num() * k * cols;  // this thread's column buffer
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {  // each sample writes only its own grad_x planes
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        const int64_t x_off = group_offset(n, g.c_in, grp, g.c_in_group, g.in_area());
+        const Tensor c = g.is_pointwise() ? matrix_view(grad_x, x_off, k, cols)
+                                          : matrix_view(col, col_off, k, cols);
+        run_gemm(matrix_view(w, grp * g.c_out_group * k, k, g.c_out_group, true),
+                 matrix_view(grad_y, group_offset(n, g.c_out, grp, g.c_out_group, cols),
+                             g.c_out_group, cols),
+                 c, 0.0f);
+        if (!g.is_pointwise()) {
+          col2im_add(static_cast<const T*>(col.data_ptr()) + col_off, g, gx + x_off);
+        }
+      }
     }
   }
 }
@@ -221,89 +219,6 @@ void dense_backward_weight(const Tensor& grad_y, const Tensor& x, const ConvGeom
   }
 }
 
-// --- Depthwise: direct loops, one output channel per input channel times a multiplier ---
-
-template <typename T>
-void depthwise_forward(const T* x, const T* w, const T* bias, const ConvGeometry& g, T* y) {
-  const int64_t mult = g.c_out / g.c_in;
-#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
-  for (int64_t plane = 0; plane < g.n * g.c_out; ++plane) {
-    const int64_t n = plane / g.c_out, co = plane % g.c_out;
-    const T* xp = x + (n * g.c_in + co / mult) * g.in_area();
-    const T* wp = w + co * g.kernel_area();
-    T* yp = y + plane * g.out_area();
-    std::fill(yp, yp + g.out_area(), bias ? bias[co] : T(0));
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t off_h = i * g.p.dilation_h - g.p.pad_h;
-      const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const int64_t off_w = j * g.p.dilation_w - g.p.pad_w;
-        const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
-        const T wv = wp[i * g.kw + j];
-        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-          const T* src = xp + (oh * g.p.stride_h + off_h) * g.w + off_w;
-          T* dst = yp + oh * g.w_out;
-          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] += wv * src[ow * g.p.stride_w];
-        }
-      }
-    }
-  }
-}
-
-template <typename T>
-void depthwise_backward_input(const T* grad_y, const T* w, const ConvGeometry& g, T* grad_x) {
-  const int64_t mult = g.c_out / g.c_in;
-#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
-  for (int64_t plane = 0; plane < g.n * g.c_in; ++plane) {  // one thread per input plane
-    const int64_t n = plane / g.c_in, ci = plane % g.c_in;
-    T* gx = grad_x + plane * g.in_area();
-    std::fill(gx, gx + g.in_area(), T(0));
-    for (int64_t co = ci * mult; co < (ci + 1) * mult; ++co) {
-      const T* gy = grad_y + (n * g.c_out + co) * g.out_area();
-      const T* wp = w + co * g.kernel_area();
-      for (int64_t i = 0; i < g.kh; ++i) {
-        const int64_t off_h = i * g.p.dilation_h - g.p.pad_h;
-        const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const int64_t off_w = j * g.p.dilation_w - g.p.pad_w;
-          const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
-          const T wv = wp[i * g.kw + j];
-          for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-            T* dst = gx + (oh * g.p.stride_h + off_h) * g.w + off_w;
-            const T* src = gy + oh * g.w_out;
-            for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * g.p.stride_w] += wv * src[ow];
-          }
-        }
-      }
-    }
-  }
-}
-
-template <typename T>
-void depthwise_backward_weight(const T* grad_y, const T* x, const ConvGeometry& g, T* grad_w) {
-  const int64_t mult = g.c_out / g.c_in;
-#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
-  for (int64_t tap = 0; tap < g.c_out * g.kernel_area(); ++tap) {
-    const int64_t co = tap / g.kernel_area(), i = (tap / g.kw) % g.kh, j = tap % g.kw;
-    const int64_t off_h = i * g.p.dilation_h - g.p.pad_h, off_w = j * g.p.dilation_w - g.p.pad_w;
-    const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
-    const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
-    double acc = 0.0;  // a sum over N * H_out * W_out terms
-    for (int64_t n = 0; n < g.n; ++n) {
-      const T* xp = x + (n * g.c_in + co / mult) * g.in_area();
-      const T* gy = grad_y + (n * g.c_out + co) * g.out_area();
-      for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
-        const T* src = xp + (oh * g.p.stride_h + off_h) * g.w + off_w;
-        const T* dy = gy + oh * g.w_out;
-        T row = T(0);
-        for (int64_t ow = ow_lo; ow < ow_hi; ++ow) row += dy[ow] * src[ow * g.p.stride_w];
-        acc += static_cast<double>(row);
-      }
-    }
-    grad_w[tap] = static_cast<T>(acc);
-  }
-}
-
 template <typename T>
 const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
@@ -319,6 +234,11 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
             ShapeError, "conv2d_forward: bias must be a contiguous [", g.c_out,
             "] tensor of the input's dtype, got ", bias.str());
   if (y.numel() == 0) return;
+  if (is_16bit_float(y.dtype())) {
+    const Tensor result = f32_output(y);
+    conv2d_forward(widen_f32(x), widen_f32(w), widen_f32(bias), p, result);
+    return round_into(result, y);
+  }
   dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     if (g.is_depthwise()) {
@@ -334,6 +254,11 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
                            const Tensor& grad_x) {
   const ConvGeometry g = conv_geometry("conv2d_backward_input", grad_x, w, grad_y, p);
   if (grad_x.numel() == 0) return;
+  if (is_16bit_float(grad_x.dtype())) {
+    const Tensor result = widen_f32(grad_x);  // may accumulate into the zero-filled buffer
+    conv2d_backward_input(widen_f32(grad_y), widen_f32(w), p, result);
+    return round_into(result, grad_x);
+  }
   dispatch_floating(grad_x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
     if (g.is_depthwise()) {
@@ -350,6 +275,11 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
                             const Tensor& grad_w) {
   const ConvGeometry g = conv_geometry("conv2d_backward_weight", x, grad_w, grad_y, p);
   if (grad_w.numel() == 0) return;
+  if (is_16bit_float(grad_w.dtype())) {
+    const Tensor result = widen_f32(grad_w);  // may accumulate into the zero-filled buffer
+    conv2d_backward_weight(widen_f32(grad_y), widen_f32(x), p, result);
+    return round_into(result, grad_w);
+  }
   dispatch_floating(grad_w.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     if (g.is_depthwise()) {

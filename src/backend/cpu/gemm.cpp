@@ -2,18 +2,19 @@
 // (batch stride 0), alpha/beta and an optional bias added to every row of the result.
 #include <cblas.h>
 #include <cstdint>
+#include <omp.h>
 
 #include <algorithm>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/widen.h"
 
 namespace ska::cpu {
 
 namespace {
 
-// Below this many multiply-adds per GEMM, OpenBLAS runs single-threaded, so the batch is spread
-// over OpenMP threads instead.
+// No thread gets a part of a GEMM smaller than this many multiply-adds.
 constexpr int64_t kSmallGemmFlops = 64 * 64 * 64;
 // Below this many multiply-adds in the whole batch, starting threads costs more than it saves.
 constexpr int64_t kParallelBatchFlops = 1 << 16;
@@ -66,12 +67,37 @@ void check_gemm_args(const GemmArgs& args, OperandLayout& la, OperandLayout& lb)
 
 // One call of the typed CBLAS GEMM (row-major C).
 inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
-                      const float* a, int lda, const float* b, int ldb, float beta, float* c) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+                      const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                      int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha,
-                      const double* a, int lda, const double* b, int ldb, double beta, double* c) {
-  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+                      const double* a, int lda, const double* b, int ldb, double beta, double* c,
+                      int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// OpenBLAS runs single-threaded and each GEMM is split over OpenMP threads below instead. The
+// pthread build of OpenBLAS keeps its worker threads spinning after a call, where they compete
+// with the OpenMP threads of the next kernel (and those with BLAS's): on a busy 2-core machine
+// a convolution (im2col regions between GEMMs) ran 15x slower with 2 threads than with 1. One
+// thread pool for everything avoids that.
+void use_single_threaded_blas() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
+// How many parts each of `batch` GEMMs of m * n * k multiply-adds is split into: enough parts
+// for every thread when the batch alone does not divide evenly over them, but none smaller than
+// kSmallGemmFlops; 1 inside a parallel region (a caller that already spreads work over threads).
+int64_t gemm_splits(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  const int64_t threads = omp_get_max_threads();
+  if (threads <= 1 || batch % threads == 0 || omp_in_parallel()) return 1;
+  const int64_t by_size = std::max<int64_t>(1, m * n * k / kSmallGemmFlops);
+  return std::min(threads, by_size);
 }
 
 template <typename T>
@@ -83,23 +109,49 @@ void gemm_typed(const GemmArgs& args, const OperandLayout& la, const OperandLayo
   T* cp = static_cast<T*>(c.data_ptr());
   const T* bias = args.bias.defined() ? static_cast<const T*>(args.bias.data_ptr()) : nullptr;
   const T alpha = static_cast<T>(args.alpha), beta = static_cast<T>(args.beta);
-  auto one = [&](int64_t i) {
+  // Part `part` of `parts` of item i: a band of C's rows or columns (the longer dim), a multiple
+  // of 16 wide, from the matching band of A's rows or B's columns.
+  auto run_part = [&](int64_t i, int64_t part, int64_t parts) {
+    const bool by_rows = m >= n;
+    const int64_t len = by_rows ? m : n;
+    const int64_t step = ((len + parts - 1) / parts + 15) / 16 * 16;
+    const int64_t lo = std::min(len, part * step), hi = std::min(len, lo + step);
+    if (hi <= lo) return;
+    const T* ai = ap + i * a.stride(0);
+    const T* bi = bp + i * b.stride(0);
     T* ci = cp + i * m * n;
-    if (k == 0) {  // BLAS leaves c untouched when k == 0; the product is zero
-      for (int64_t e = 0; e < m * n; ++e) ci[e] = beta == T(0) ? T(0) : beta * ci[e];
+    int64_t rows = m, cols = n, col0 = 0;
+    if (by_rows) {
+      ai += la.trans == CblasNoTrans ? lo * la.ld : lo;
+      ci += lo * n;
+      rows = hi - lo;
     } else {
-      blas_gemm(la.trans, lb.trans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                alpha, ap + i * a.stride(0), static_cast<int>(la.ld), bp + i * b.stride(0),
-                static_cast<int>(lb.ld), beta, ci);
+      bi += lb.trans == CblasNoTrans ? lo : lo * lb.ld;
+      ci += lo;
+      cols = hi - lo;
+      col0 = lo;
+    }
+    if (k == 0) {  // BLAS leaves c untouched when k == 0; the product is zero
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < cols; ++j) {
+          T& e = ci[r * n + j];
+          e = beta == T(0) ? T(0) : beta * e;
+        }
+      }
+    } else {
+      blas_gemm(la.trans, lb.trans, static_cast<int>(rows), static_cast<int>(cols),
+                static_cast<int>(k), alpha, ai, static_cast<int>(la.ld), bi,
+                static_cast<int>(lb.ld), beta, ci, static_cast<int>(n));
     }
     if (bias == nullptr) return;
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t j = 0; j < n; ++j) ci[r * n + j] += bias[j];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) ci[r * n + j] += bias[col0 + j];
     }
   };
-  const bool spread_batch = m * n * k < kSmallGemmFlops && batch * m * n * k > kParallelBatchFlops;
-#pragma omp parallel for schedule(static) if (spread_batch && batch > 1)
-  for (int64_t i = 0; i < batch; ++i) one(i);
+  const int64_t parts = gemm_splits(batch, m, n, k);
+  const int64_t tasks = batch * parts;
+#pragma omp parallel for schedule(static) if (tasks > 1 && batch * m * n * k > kParallelBatchFlops)
+  for (int64_t t = 0; t < tasks; ++t) run_part(t / parts, t % parts, parts);
 }
 
 }  // namespace
@@ -108,6 +160,17 @@ void gemm(const GemmArgs& args) {
   OperandLayout la{}, lb{};
   check_gemm_args(args, la, lb);
   if (args.c.numel() == 0) return;
+  if (is_16bit_float(args.c.dtype())) {  // f32 products and sums, one rounding per output
+    GemmArgs wide = args;
+    wide.a = widen_f32(args.a);
+    wide.b = widen_f32(args.b);
+    wide.c = widen_f32(args.c);
+    wide.bias = widen_f32(args.bias);
+    gemm(wide);
+    round_into(wide.c, args.c);
+    return;
+  }
+  use_single_threaded_blas();
   dispatch_floating(args.c.dtype(), "gemm",
                     [&](auto tag) { gemm_typed<decltype(tag)>(args, la, lb); });
 }

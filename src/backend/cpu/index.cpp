@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/widen.h"
 
 namespace ska::cpu {
 
@@ -92,6 +93,11 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
 
 void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& out) {
   check_values("index_add", src, out);
+  if (is_16bit_float(out.dtype())) {
+    const Tensor result = widen_f32(out);  // accumulates into the existing values
+    index_add(widen_f32(src), dim, index, result);
+    return round_into(result, out);
+  }
   const DimSplit ss = split_at(src.shape(), dim), os = split_at(out.shape(), dim);
   SKA_CHECK(
       index.dim() == 1 && ss.size == index.numel() && os.outer == ss.outer && os.inner == ss.inner,
@@ -117,6 +123,11 @@ void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor
 
 void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   check_values("gather", x, out);
+  if (is_16bit_float(out.dtype())) {
+    const Tensor result = f32_output(out);
+    gather(widen_f32(x), dim, index, result);
+    return round_into(result, out);
+  }
   SKA_CHECK(index.shape() == out.shape(), ShapeError, "gather: index ", shape_str(index.shape()),
             " and out ", shape_str(out.shape()), " must have the same shape");
   check_index_shape("gather", index, x, dim);
@@ -135,6 +146,11 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
 
 void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& out) {
   check_values("scatter_add", src, out);
+  if (is_16bit_float(out.dtype())) {
+    const Tensor result = widen_f32(out);  // accumulates into the existing values
+    scatter_add(widen_f32(src), dim, index, result);
+    return round_into(result, out);
+  }
   SKA_CHECK(index.shape() == src.shape(), ShapeError, "scatter_add: index ",
             shape_str(index.shape()), " and src ", shape_str(src.shape()),
             " must have the same shape");

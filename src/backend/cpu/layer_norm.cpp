@@ -1,6 +1,8 @@
 // CPU kernel: layer norm over the last dim (forward and backward), weight and bias optional.
 // Statistics are computed in two passes and saved in x's dtype (f32 or f64) per row: in double
 // for f64, in 16 float lanes for f32 (vectorised; the lanes keep rounding error at ~1e-7 per row).
+// The f32 backward is vectorised the same way; its weight and bias sums go through per-chunk f32
+// partials added in double.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -88,6 +90,78 @@ void layer_norm_rows_f32(const float* x, const float* w, const float* b, float e
   }
 }
 
+// grad_x of rows [r0, r1) in f32 (see layer_norm_backward): two lane sums and one vector loop
+// per row.
+SKA_CPU_SIMD_CLONES
+void layer_norm_grad_input_rows_f32(const float* g, const float* x, const float* w,
+                                    const float* mean, const float* rstd, int64_t cols, int64_t r0,
+                                    int64_t r1, float* gx) {
+  const float inv_n = 1.0f / static_cast<float>(cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* gr = g + r * cols;
+    const float* xr = x + r * cols;
+    float* out = gx + r * cols;
+    const float m = mean[r], s = rstd[r];
+    float mean_d, mean_dx;
+    if (w) {
+      mean_d = vm::lane_sum(cols, [&](int64_t c) { return gr[c] * w[c]; }) * inv_n;
+      mean_dx = vm::lane_sum(cols, [&](int64_t c) { return gr[c] * w[c] * ((xr[c] - m) * s); });
+      mean_dx *= inv_n;
+      for (int64_t c = 0; c < cols; ++c) {
+        out[c] = s * (gr[c] * w[c] - mean_d - (xr[c] - m) * s * mean_dx);
+      }
+    } else {
+      mean_d = vm::lane_sum(cols, [&](int64_t c) { return gr[c]; }) * inv_n;
+      mean_dx = vm::lane_sum(cols, [&](int64_t c) { return gr[c] * ((xr[c] - m) * s); }) * inv_n;
+      for (int64_t c = 0; c < cols; ++c) out[c] = s * (gr[c] - mean_d - (xr[c] - m) * s * mean_dx);
+    }
+  }
+}
+
+// Per-column sums of g * xhat (into pw) and of g (into pb) over rows [r0, r1) in f32, each row
+// one vector loop along the columns.
+SKA_CPU_SIMD_CLONES
+void layer_norm_param_partials_f32(const float* g, const float* x, const float* mean,
+                                   const float* rstd, int64_t cols, int64_t r0, int64_t r1,
+                                   float* pw, float* pb) {
+  std::fill(pw, pw + cols, 0.0f);
+  std::fill(pb, pb + cols, 0.0f);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* gr = g + r * cols;
+    const float* xr = x + r * cols;
+    const float m = mean[r], s = rstd[r];
+    for (int64_t c = 0; c < cols; ++c) {
+      pw[c] += gr[c] * ((xr[c] - m) * s);
+      pb[c] += gr[c];
+    }
+  }
+}
+
+// The f32 weight and bias gradients: partial sums over fixed chunks of rows (in parallel), then
+// the chunks added in order in double. The chunking does not depend on the thread count, so the
+// result is the same for any number of threads.
+void layer_norm_param_grads_f32(const float* g, const float* x, const float* mean,
+                                const float* rstd, Rows shape, float* dw, float* db) {
+  constexpr int64_t kRowChunk = 128;
+  const int64_t cols = shape.cols, chunks = (shape.rows + kRowChunk - 1) / kRowChunk;
+  std::vector<float> partial(static_cast<size_t>(2 * chunks * cols));
+#pragma omp parallel for schedule(static) if (shape.rows * shape.cols > 32768)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    float* pw = partial.data() + 2 * ch * cols;
+    layer_norm_param_partials_f32(g, x, mean, rstd, cols, ch * kRowChunk,
+                                  std::min(shape.rows, (ch + 1) * kRowChunk), pw, pw + cols);
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    double sum_w = 0.0, sum_b = 0.0;
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      sum_w += static_cast<double>(partial[static_cast<size_t>(2 * ch * cols + c)]);
+      sum_b += static_cast<double>(partial[static_cast<size_t>((2 * ch + 1) * cols + c)]);
+    }
+    if (dw) dw[c] = static_cast<float>(sum_w);
+    if (db) db[c] = static_cast<float>(sum_b);
+  }
+}
+
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
@@ -149,6 +223,23 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
     const T* w = optional_data<T>(weight);
     const T* mp = mean.data<T>();
     const T* sp = rstd.data<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (grad_x.defined()) {
+        constexpr int64_t kRowBlock = 16;  // rows per call: amortises the multiversion dispatch
+        const int64_t blocks = (shape.rows + kRowBlock - 1) / kRowBlock;
+        float* gxp = grad_x.data<float>();
+#pragma omp parallel for schedule(static) if (shape.rows * shape.cols > 32768)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          layer_norm_grad_input_rows_f32(gp, xp, w, mp, sp, shape.cols, blk * kRowBlock,
+                                         std::min(shape.rows, (blk + 1) * kRowBlock), gxp);
+        }
+      }
+      if (grad_weight.defined() || grad_bias.defined()) {
+        layer_norm_param_grads_f32(gp, xp, mp, sp, shape, optional_data<float>(grad_weight),
+                                   optional_data<float>(grad_bias));
+      }
+      return;
+    }
     if (grad_x.defined()) {
       T* gxp = grad_x.data<T>();
       parallel_for(shape.rows, [&](int64_t r) {

@@ -5,6 +5,7 @@
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/pointwise_f32.h"
+#include "backend/cpu/widen.h"
 #include "backend/pointwise_math.h"
 
 namespace ska::cpu {
@@ -48,6 +49,11 @@ void fill(const Tensor& dst, double value) {
 }
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out, double a, double b) {
+  if (is_16bit_float(x.dtype())) {
+    const Tensor result = f32_output(out);
+    unary(op, widen_f32(x), result, a, b);
+    return round_into(result, out);
+  }
   if (x.dtype() == DType::kF32 && x.is_contiguous() && has_unary_f32_fast_path(op)) {
     unary_forward_f32(op, x.data<float>(), out.data<float>(), x.numel());
     return;
@@ -75,6 +81,11 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, double a, double b) {
 
 void unary_backward(UnaryOp op, const Tensor& grad_out, const Tensor& x, const Tensor& grad_x,
                     double a, double b) {
+  if (is_16bit_float(x.dtype())) {
+    const Tensor result = f32_output(grad_x);
+    unary_backward(op, widen_f32(grad_out), widen_f32(x), result, a, b);
+    return round_into(result, grad_x);
+  }
   if (x.dtype() == DType::kF32 && has_unary_f32_fast_path(op)) {
     unary_backward_f32(op, grad_out.data<float>(), x.data<float>(), grad_x.data<float>(),
                        x.numel());
@@ -95,6 +106,11 @@ void unary_backward(UnaryOp op, const Tensor& grad_out, const Tensor& x, const T
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (is_16bit_float(a.dtype())) {
+    const Tensor result = f32_output(out);  // comparisons write u8 directly
+    binary(op, widen_f32(a), widen_f32(b), result);
+    return round_into(result, out);
+  }
   dispatch_floating(a.dtype(), "binary", [&](auto tag) {
     using T = decltype(tag);
     pm::visit_binary_op(op, [&](auto op_c) {

@@ -1,4 +1,5 @@
-// SIMD fast paths of the f32 unary kernels that need exp, erf or tanh (GELU, SiLU, sigmoid, ...).
+// SIMD fast paths of the f32 unary kernels that need exp, erf or tanh (GELU, SiLU, sigmoid, ...)
+// or select by sign (ReLU, squared ReLU: scalar code branches there and mispredicts).
 // Each loop body is the formula of pointwise_math.h with vec_math.h's functions in place of libm.
 // Built with -fno-trapping-math (src/CMakeLists.txt) so that GCC if-converts the selects.
 #include "backend/cpu/pointwise_f32.h"
@@ -51,6 +52,12 @@ void forward_span(UnaryOp op, const float* x, float* y, int64_t n) {
     case UnaryOp::kSilu:
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] * vm::sigmoid_f32(x[i]);
       break;
+    case UnaryOp::kRelu:  // selects, not branches: random signs would mispredict half the time
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      break;
+    case UnaryOp::kSquaredRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] * x[i] : 0.0f;
+      break;
     default:
       break;
   }
@@ -101,6 +108,12 @@ void backward_span(UnaryOp op, const float* g, const float* x, float* dx, int64_
         dx[i] = g[i] * (s + v * s * (1.0f - s));
       }
       break;
+    case UnaryOp::kRelu:
+      for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * (x[i] > 0.0f ? 1.0f : 0.0f);
+      break;
+    case UnaryOp::kSquaredRelu:
+      for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * (x[i] > 0.0f ? 2.0f * x[i] : 0.0f);
+      break;
     default:
       break;
   }
@@ -129,7 +142,8 @@ void parallel_spans(int64_t n, F&& span) {
 bool has_unary_f32_fast_path(UnaryOp op) {
   switch (op) {
     case UnaryOp::kExp: case UnaryOp::kSigmoid: case UnaryOp::kTanh: case UnaryOp::kGelu:
-    case UnaryOp::kGeluTanh: case UnaryOp::kQuickGelu: case UnaryOp::kSilu:
+    case UnaryOp::kGeluTanh: case UnaryOp::kQuickGelu: case UnaryOp::kSilu: case UnaryOp::kRelu:
+    case UnaryOp::kSquaredRelu:
       return true;
     default:
       return false;

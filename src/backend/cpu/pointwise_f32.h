@@ -1,5 +1,6 @@
-// SIMD fast paths of the f32 unary kernels whose scalar form calls libm (exp, erf, tanh): the
-// same functions as pointwise_math.h, through vec_math.h. Used by pointwise.cpp on contiguous data.
+// SIMD fast paths of the f32 unary kernels whose scalar form calls libm (exp, erf, tanh) or
+// branches on the sign (ReLU, squared ReLU): the same functions as pointwise_math.h, through
+// vec_math.h. Used by pointwise.cpp on contiguous data.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/widen.h"
 #include "core/random.h"
 
 namespace ska::cpu {
@@ -24,6 +25,11 @@ void for_each_word(int64_t n, uint64_t seed, uint64_t offset, F&& f) {
 }  // namespace
 
 void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
+  if (is_16bit_float(out.dtype())) {
+    const Tensor result = f32_output(out);
+    random_uniform(result, seed, offset, lo, hi);
+    return round_into(result, out);
+  }
   dispatch_floating(out.dtype(), "random_uniform", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out.data_ptr());
@@ -34,6 +40,11 @@ void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo
 }
 
 void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std) {
+  if (is_16bit_float(out.dtype())) {
+    const Tensor result = f32_output(out);
+    random_normal(result, seed, offset, mean, std);
+    return round_into(result, out);
+  }
   dispatch_floating(out.dtype(), "random_normal", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out.data_ptr());
@@ -57,6 +68,11 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
 
 void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double keep_prob,
                       double scale) {
+  if (is_16bit_float(out.dtype())) {
+    const Tensor result = f32_output(out);
+    random_bernoulli(result, seed, offset, keep_prob, scale);
+    return round_into(result, out);
+  }
   dispatch_floating(out.dtype(), "random_bernoulli", [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out.data_ptr());

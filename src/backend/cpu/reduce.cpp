@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/widen.h"
 
 namespace ska::cpu {
 
@@ -34,6 +35,11 @@ Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
+  if (is_16bit_float(x.dtype())) {
+    const Tensor result = f32_output(out);
+    reduce(op, widen_f32(x), dims, result);
+    return round_into(result, out);
+  }
   dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     const Tensor packed = reduced_dims_last(x, dims);

@@ -6,10 +6,12 @@
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/widen.h"
 
 namespace ska::cpu {
 
 void argmax(const Tensor& x, int64_t dim, const Tensor& out) {
+  if (is_16bit_float(x.dtype())) return argmax(widen_f32(x), dim, out);
   dispatch_floating(x.dtype(), "argmax", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.data_ptr());
@@ -33,6 +35,11 @@ void argmax(const Tensor& x, int64_t dim, const Tensor& out) {
 }
 
 void topk(const Tensor& x, int64_t k, const Tensor& values, const Tensor& indices) {
+  if (is_16bit_float(x.dtype())) {
+    const Tensor result = f32_output(values);
+    topk(widen_f32(x), k, result, indices);
+    return round_into(result, values);
+  }
   dispatch_floating(x.dtype(), "topk", [&](auto tag) {
     using T = decltype(tag);
     const int64_t len = x.shape().empty() ? 1 : x.shape().back();

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Runs apps/benchmark and its PyTorch twin (scripts/benchmark_models.py: the same model from our
+# reference PyTorch models) on one config with the same batch, mode, device, warm-up, timed steps
+# and thread count, checks that both have the same trainable parameter count and prints a
+# side-by-side table: images/s, ms per step, peak memory, ratio (ours / torch).
+# Usage: scripts/benchmark.sh CONFIG [--device cpu|cuda] [--batch N] [--mode train|infer]
+#            [--dtype f32|bf16] [--warmup N] [--iters N] [--set key=value ...]
+#   Without --mode both modes run. --dtype bf16 (CUDA) is our bf16 autocast (f32 weights, as
+#   train.precision: bf16) against torch's bf16 autocast. Environment: BUILD_DIR (default build), where benchmark was built; PYTHON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '6,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
+[ $# -ge 1 ] && [ "${1#-}" = "$1" ] || usage
+config=$1
+shift
+device=cpu batch=64 dtype=f32 warmup=3 iters=10
+modes=(train infer)
+sets=()
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || { echo "benchmark.sh: $1 needs a value" >&2; usage; }
+  case $1 in
+    --device) device=$2 ;;
+    --batch) batch=$2 ;;
+    --mode) modes=("$2") ;;
+    --dtype) dtype=$2 ;;
+    --warmup) warmup=$2 ;;
+    --iters) iters=$2 ;;
+    --set) sets+=(--set "$2") ;;
+    *) echo "benchmark.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+  shift 2
+done
+
+bench=${BUILD_DIR:-build}/apps/benchmark
+if [ ! -x "$bench" ]; then
+  echo "benchmark.sh: $bench not found; build it first (cmake --build ${BUILD_DIR:-build})" >&2
+  exit 1
+fi
+
+# The Python that has PyTorch: $PYTHON, else Debian's, else the first python3 on the PATH.
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  for candidate in /usr/bin/python3 python3; do
+    if "$candidate" -c "import torch" 2>/dev/null; then py=$candidate; break; fi
+  done
+fi
+[ -n "$py" ] || { echo "benchmark.sh: no python3 with PyTorch found (set PYTHON)" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# OpenMP's default thread count in our benchmark; torch gets the same.
+threads=$("$py" -c 'import os
+env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
+print(int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0)))')
+
+common=(--config "$config" --batch "$batch" --device "$device" --warmup "$warmup" --iters "$iters"
+        "${sets[@]}")
+for mode in "${modes[@]}"; do
+  # bf16: our autocast (train.precision: bf16, f32 weights) against torch.autocast.
+  precision=fp32
+  [ "$dtype" = bf16 ] && precision=bf16
+  "$bench" "${common[@]}" --mode "$mode" --precision "$precision" --json >>"$tmp/ours.jsonl"
+  "$py" scripts/benchmark_models.py "${common[@]}" --mode "$mode" --precision "$dtype" \
+    --threads "$threads" --json >>"$tmp/torch.jsonl"
+done
+
+"$py" - "$tmp/ours.jsonl" "$tmp/torch.jsonl" "$threads" <<'EOF'
+import json, sys
+
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+torch_rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+threads = sys.argv[3]
+
+def mib(b):
+    return f"{b / 2**20:9.1f}" if b else f"{'-':>9}"
+
+first = ours[0]
+print(f"# {first['config']}: {first['device']}, {first['precision']}, batch {first['batch']}, "
+      f"{threads} CPU threads, torch {torch_rows[0]['torch']}; ratio = ours / torch images/s "
+      f"(> 1: ours faster)")
+print(f"{'mode':<6} {'params ours':>12} {'params torch':>12} {'ours img/s':>11} "
+      f"{'torch img/s':>11} {'ratio':>6} {'ours ms':>9} {'torch ms':>9} {'ours MiB':>9} "
+      f"{'torch MiB':>9}")
+mismatch = False
+for o, t in zip(ours, torch_rows):
+    same = o["trainable_params"] == t["trainable_params"]
+    mismatch |= not same
+    print(f"{o['mode']:<6} {o['trainable_params']:>12,} {t['trainable_params']:>12,} "
+          f"{o['images_per_s']:>11.1f} {t['images_per_s']:>11.1f} "
+          f"{o['images_per_s'] / t['images_per_s']:>6.2f} {o['median_ms']:>9.1f} "
+          f"{t['median_ms']:>9.1f} {mib(o['peak_bytes'])} {mib(t['peak_bytes'])}"
+          + ("" if same else "  PARAMETER COUNTS DIFFER"))
+if mismatch:
+    sys.exit("benchmark.sh: the two models differ in trainable parameters; not the same model")
+EOF

@@ -1,0 +1,120 @@
+// The autocast policy table and the input casts (see autocast.h). The table follows PyTorch's
+// CUDA autocast lists for the ops this library has.
+#include "ops/autocast.h"
+
+#include <cstring>
+
+namespace ska {
+
+namespace {
+
+thread_local AutocastState current_state;
+
+struct PolicyEntry {
+  const char* op;
+  AutocastPolicy policy;
+};
+
+// The one place that says which op runs in which precision.
+constexpr PolicyEntry kPolicyTable[] = {
+    // Tensor-core work: the autocast dtype.
+    {"linear", AutocastPolicy::kLowerPrecision},
+    {"matmul", AutocastPolicy::kLowerPrecision},
+    {"conv2d", AutocastPolicy::kLowerPrecision},
+    // Large reductions, exponentials and statistics: f32.
+    {"softmax", AutocastPolicy::kFloat32},
+    {"log_softmax", AutocastPolicy::kFloat32},
+    {"layer_norm", AutocastPolicy::kFloat32},
+    {"batch_norm", AutocastPolicy::kFloat32},
+    {"cross_entropy", AutocastPolicy::kFloat32},
+    {"sum", AutocastPolicy::kFloat32},
+    {"mean", AutocastPolicy::kFloat32},
+    {"exp", AutocastPolicy::kFloat32},
+    {"log", AutocastPolicy::kFloat32},
+    {"pow", AutocastPolicy::kFloat32},
+    {"reciprocal", AutocastPolicy::kFloat32},
+    {"rsqrt", AutocastPolicy::kFloat32},
+    // Several tensor operands: the widest dtype among them.
+    {"add", AutocastPolicy::kPromote},
+    {"sub", AutocastPolicy::kPromote},
+    {"mul", AutocastPolicy::kPromote},
+    {"div", AutocastPolicy::kPromote},
+    {"maximum", AutocastPolicy::kPromote},
+    {"minimum", AutocastPolicy::kPromote},
+    {"eq", AutocastPolicy::kPromote},
+    {"ne", AutocastPolicy::kPromote},
+    {"lt", AutocastPolicy::kPromote},
+    {"le", AutocastPolicy::kPromote},
+    {"gt", AutocastPolicy::kPromote},
+    {"ge", AutocastPolicy::kPromote},
+    {"where", AutocastPolicy::kPromote},
+    {"cat", AutocastPolicy::kPromote},
+};
+
+bool is_16bit(DType dt) { return dt == DType::kBF16 || dt == DType::kF16; }
+
+// Rank for promotion: f64 > f32 > the 16-bit floats; bf16 with f16 gives f32 (as PyTorch).
+DType promoted(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::kF64 || b == DType::kF64) return DType::kF64;
+  return DType::kF32;
+}
+
+}  // namespace
+
+AutocastState autocast_state() { return current_state; }
+
+AutocastGuard::AutocastGuard(DType dtype, bool enabled) : saved_(current_state) {
+  SKA_CHECK(!enabled || is_16bit(dtype), ValueError, "autocast: dtype must be bf16 or f16, got ",
+            dtype_name(dtype));
+  current_state.enabled = enabled;
+  if (enabled) current_state.dtype = dtype;
+}
+
+AutocastGuard::~AutocastGuard() { current_state = saved_; }
+
+std::optional<AutocastPolicy> autocast_policy(const char* op) {
+  for (const PolicyEntry& e : kPolicyTable) {
+    if (std::strcmp(e.op, op) == 0) return e.policy;
+  }
+  return std::nullopt;
+}
+
+std::optional<TensorList> autocast_inputs(const char* op, const TensorList& inputs) {
+  if (!current_state.enabled) return std::nullopt;
+  const std::optional<AutocastPolicy> policy = autocast_policy(op);
+  if (!policy) return std::nullopt;
+  bool any_floating = false;
+  DType widest = DType::kBF16;
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !t.is_floating()) continue;
+    if (t.dtype() == DType::kF64 && *policy != AutocastPolicy::kPromote) return std::nullopt;
+    widest = any_floating ? promoted(widest, t.dtype()) : t.dtype();
+    any_floating = true;
+  }
+  if (!any_floating) return std::nullopt;
+  TensorList cast = inputs;
+  bool changed = false;
+  for (Tensor& t : cast) {
+    if (!t.defined() || !t.is_floating()) continue;
+    DType target = t.dtype();
+    switch (*policy) {
+      case AutocastPolicy::kLowerPrecision:
+        target = current_state.dtype;
+        break;
+      case AutocastPolicy::kFloat32:
+        target = is_16bit(t.dtype()) ? DType::kF32 : t.dtype();
+        break;
+      case AutocastPolicy::kPromote:
+        target = widest;
+        break;
+    }
+    if (target == t.dtype()) continue;
+    t = t.to(target);
+    changed = true;
+  }
+  if (!changed) return std::nullopt;
+  return cast;
+}
+
+}  // namespace ska

@@ -1,0 +1,314 @@
+// Autocast: the policy table, what each class of op computes in, gradients through the casts to
+// f32 master weights, the CPU's 16-bit kernels (f32 compute, one rounding), and a tiny CSKA-ViT
+// under bf16 autocast against f32 on the CPU and on CUDA.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "config/config.h"
+#include "models/model.h"
+#include "ops/autocast.h"
+#include "support/test_util.h"
+
+using namespace ska;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Deterministic f32 data in [lo, hi).
+Tensor f32_data(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  return test::uniform(shape, seed, lo, hi, DType::kF32);
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+
+// A tiny CSKA-ViT (2 blocks, width 32) on 16x16 RGB images: linear, layer norm, softmax, GELU,
+// cat, the static-key mixer and the class-token head.
+nn::ModulePtr tiny_vit(uint64_t seed) {
+  manual_seed(seed);
+  Config cfg = Config::parse(
+      "family: vit\nimage_size: 16\nin_channels: 3\nnum_classes: 10\npatch_size: 4\n"
+      "dim: 32\ndepth: 2\nheads: 2\nhead_dim: 16\nmlp_dim: 64\ndropout: 0.0\n"
+      "emb_dropout: 0.0\nmixer: {type: cska}\n");
+  nn::ModulePtr model = models::build_model(cfg.root());
+  cfg.check_unused();
+  return model;
+}
+
+struct ForwardBackward {
+  Tensor logits;                        // as produced (bf16 under autocast)
+  std::map<std::string, Tensor> grads;  // by parameter name
+};
+
+// Cross-entropy of the model on (images, labels), forward under `autocast`, backward outside.
+ForwardBackward run_model(nn::Module& model, const Tensor& images, const Tensor& labels,
+                          const AutocastState& autocast) {
+  for (const Tensor& p : model.parameters()) p.zero_grad();
+  ForwardBackward r;
+  Tensor loss;
+  {
+    AutocastGuard guard(autocast.dtype, autocast.enabled);
+    r.logits = model(images);
+    loss = cross_entropy(r.logits, labels);
+  }
+  loss.backward();
+  for (const auto& [name, p] : model.named_parameters(true)) r.grads[name] = p.grad();
+  return r;
+}
+
+AutocastState bf16_autocast() {
+  AutocastState s;
+  s.enabled = true;
+  s.dtype = DType::kBF16;
+  return s;
+}
+
+// Logits and every parameter gradient of the tiny ViT under bf16 autocast on `device`, against
+// f32 on the CPU. Per-element bf16 tolerances for the logits; NMSE for the gradients, which sum
+// 16-bit products over the batch and the tokens.
+void check_tiny_vit_bf16(Device device) {
+  const nn::ModulePtr reference = tiny_vit(3);
+  const nn::ModulePtr model = tiny_vit(3);
+  model->to(device);
+  const Tensor images = f32_data({4, 3, 16, 16}, 11);
+  const Tensor labels = Tensor::from_vector<int64_t>({1, 7, 3, 9}, {4}, DType::kI64);
+  const ForwardBackward expected = run_model(*reference, images, labels, AutocastState());
+  const ForwardBackward actual =
+      run_model(*model, images.to(device), labels.to(device), bf16_autocast());
+
+  REQUIRE(actual.logits.dtype() == DType::kBF16);  // the head is a linear layer
+  test::require_close(actual.logits, expected.logits, test::tolerance_for(DType::kBF16), "logits");
+  REQUIRE(expected.grads.size() == actual.grads.size());
+  for (const auto& [name, g] : actual.grads) {
+    INFO(name);
+    REQUIRE(g.defined());
+    REQUIRE(g.dtype() == DType::kF32);  // master weights stay f32, and so do their grads
+    REQUIRE(g.device() == device);
+    if (g.numel() > 1) {
+      CHECK(test::nmse(g, expected.grads.at(name)) < 5e-4);  // 1e-5 to 1e-4 on the CPU
+    } else {
+      // A learnable temperature's grad sums every attention logit's (cancelling) contribution;
+      // bf16 leaves ~1e-4 of absolute error on it (the largest grads here are ~0.1).
+      test::require_close(g, expected.grads.at(name), {5e-4, 0.25}, "scalar grad");
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("autocast policy table", "[cpu][autocast]") {
+  CHECK(autocast_policy("linear") == AutocastPolicy::kLowerPrecision);
+  CHECK(autocast_policy("matmul") == AutocastPolicy::kLowerPrecision);
+  CHECK(autocast_policy("conv2d") == AutocastPolicy::kLowerPrecision);
+  for (const char* op : {"softmax", "log_softmax", "layer_norm", "batch_norm", "cross_entropy",
+                         "sum", "mean", "exp", "log", "pow", "rsqrt", "reciprocal"}) {
+    INFO(op);
+    CHECK(autocast_policy(op) == AutocastPolicy::kFloat32);
+  }
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "where", "cat", "eq"}) {
+    INFO(op);
+    CHECK(autocast_policy(op) == AutocastPolicy::kPromote);
+  }
+  for (const char* op : {"gelu", "relu", "affine", "amax", "view"}) {
+    INFO(op);
+    CHECK_FALSE(autocast_policy(op).has_value());
+  }
+}
+
+TEST_CASE("autocast guards nest, restore and accept only bf16 and f16", "[cpu][autocast]") {
+  REQUIRE_FALSE(autocast_state().enabled);
+  REQUIRE_THROWS_WITH(AutocastGuard(DType::kF32), Contains("bf16 or f16") && Contains("f32"));
+  const Tensor x = f32_data({2, 4}, 1), w = f32_data({3, 4}, 2);
+  {
+    AutocastGuard outer(DType::kF16);
+    CHECK(linear(x, w).dtype() == DType::kF16);
+    {
+      AutocastGuard off(DType::kBF16, false);
+      CHECK(linear(x, w).dtype() == DType::kF32);
+    }
+    {
+      AutocastGuard inner(DType::kBF16);
+      CHECK(linear(x, w).dtype() == DType::kBF16);
+    }
+    CHECK(autocast_state().dtype == DType::kF16);
+  }
+  CHECK_FALSE(autocast_state().enabled);
+  CHECK(linear(x, w).dtype() == DType::kF32);
+}
+
+TEST_CASE("GEMM-type ops run in the autocast dtype; grads reach f32 weights as f32",
+          "[cpu][autocast]") {
+  const Tensor x = f32_data({5, 8}, 3);
+  const Tensor w = f32_data({6, 8}, 4).set_requires_grad();
+  const Tensor b = f32_data({6}, 5).set_requires_grad();
+  Tensor y;
+  {
+    AutocastGuard autocast(DType::kBF16);
+    y = linear(x, w, b);
+  }
+  REQUIRE(y.dtype() == DType::kBF16);
+  // Exactly the linear layer of the bf16-rounded operands.
+  CHECK(bitwise_equal(
+      y, linear(x.to(DType::kBF16), w.detach().to(DType::kBF16), b.detach().to(DType::kBF16))));
+  test::require_close(y, linear(x, w.detach(), b.detach()), test::tolerance_for(DType::kBF16));
+
+  // d/dW sum(y * c) = c^T x through the cast, delivered in f32.
+  const Tensor c = f32_data({5, 6}, 6);
+  sum(mul(y.to(DType::kF32), c)).backward();
+  REQUIRE(w.grad().dtype() == DType::kF32);
+  REQUIRE(b.grad().dtype() == DType::kF32);
+  test::require_close(w.grad(), matmul(c.transpose(0, 1), x), test::tolerance_for(DType::kBF16));
+  test::require_close(b.grad(), sum(c, {0}), test::tolerance_for(DType::kBF16));
+
+  // matmul and conv2d, in f16.
+  const Tensor a = f32_data({2, 3, 4}, 7), m = f32_data({4, 5}, 8);
+  const Tensor img = f32_data({1, 2, 6, 6}, 9), k = f32_data({3, 2, 3, 3}, 10);
+  AutocastGuard autocast(DType::kF16);
+  const Tensor p = matmul(a, m);
+  const Tensor q = conv2d(img, k, Tensor(), 1, 1);
+  REQUIRE(p.dtype() == DType::kF16);
+  REQUIRE(q.dtype() == DType::kF16);
+  CHECK(bitwise_equal(p, matmul(a.to(DType::kF16), m.to(DType::kF16))));
+  {
+    AutocastGuard off(DType::kF16, false);
+    test::require_close(p, matmul(a, m), test::tolerance_for(DType::kF16));
+    test::require_close(q, conv2d(img, k, Tensor(), 1, 1), {5e-3, 5e-3});
+  }
+}
+
+TEST_CASE("precision-sensitive ops run in f32 under autocast", "[cpu][autocast]") {
+  const Tensor x16 = f32_data({3, 7}, 12, -3.0, 3.0).to(DType::kBF16);
+  const Tensor x32 = x16.to(DType::kF32);  // the same values
+  const Tensor gamma = f32_data({7}, 13, 0.5, 1.5), beta = f32_data({7}, 14);
+  const Tensor labels = Tensor::from_vector<int64_t>({0, 6, 3}, {3}, DType::kI64);
+  // Without autocast, mixing a bf16 input with f32 parameters is an error.
+  REQUIRE_THROWS_AS(layer_norm(x16, gamma, beta, 1e-5), DTypeError);
+
+  AutocastGuard autocast(DType::kBF16);
+  const struct {
+    const char* what;
+    Tensor actual, expected;
+  } cases[] = {
+      {"softmax", softmax(x16, 0.5), softmax(x32, 0.5)},
+      {"log_softmax", log_softmax(x16), log_softmax(x32)},
+      {"layer_norm", layer_norm(x16, gamma, beta, 1e-5), layer_norm(x32, gamma, beta, 1e-5)},
+      {"cross_entropy", cross_entropy(x16, labels), cross_entropy(x32, labels)},
+      {"sum", sum(x16, {1}), sum(x32, {1})},
+      {"mean", mean(x16), mean(x32)},
+      {"exp", exp(x16), exp(x32)},
+      {"pow", pow(x16, 2.0), pow(x32, 2.0)},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    CHECK(c.actual.dtype() == DType::kF32);
+    CHECK(bitwise_equal(c.actual, c.expected));
+  }
+  // Ops without a policy keep their input's dtype.
+  CHECK(gelu(x16).dtype() == DType::kBF16);
+  CHECK(mul(x16, 2.0).dtype() == DType::kBF16);
+  CHECK(amax(x16).dtype() == DType::kBF16);
+}
+
+TEST_CASE("element-wise ops promote to the widest input dtype under autocast", "[cpu][autocast]") {
+  const Tensor a16 = f32_data({2, 5}, 15).to(DType::kBF16);
+  const Tensor h16 = f32_data({2, 5}, 16).to(DType::kF16);
+  const Tensor b32 = f32_data({5}, 17);
+  REQUIRE_THROWS_AS(add(a16, b32), DTypeError);
+
+  AutocastGuard autocast(DType::kBF16);
+  const Tensor s = add(a16, b32);
+  CHECK(s.dtype() == DType::kF32);
+  CHECK(bitwise_equal(s, add(a16.to(DType::kF32), b32)));
+  CHECK(mul(a16, h16).dtype() == DType::kF32);   // bf16 with f16: f32, as PyTorch
+  CHECK(sub(a16, a16).dtype() == DType::kBF16);  // one dtype: unchanged
+  CHECK(cat({a16, b32.unsqueeze(0)}, 0).dtype() == DType::kF32);
+  CHECK(where(gt(a16, b32), a16, b32).dtype() == DType::kF32);
+  CHECK(gt(a16, b32).dtype() == DType::kU8);
+
+  // The grad of each operand comes back in that operand's dtype.
+  const Tensor p = a16.detach().set_requires_grad(), q = b32.detach().set_requires_grad();
+  const Tensor out = sum(mul(p, q));
+  out.backward();
+  REQUIRE(p.grad().dtype() == DType::kBF16);
+  REQUIRE(q.grad().dtype() == DType::kF32);
+  test::require_close(p.grad(), b32.expand({2, 5}), test::tolerance_for(DType::kBF16));
+  test::require_close(q.grad(), sum(a16.to(DType::kF32), {0}), test::tolerance_for(DType::kF32));
+}
+
+TEST_CASE("autocast leaves f64 alone, so gradient checks are unaffected", "[cpu][autocast]") {
+  const Tensor x = test::uniform({3, 4}, 18), w = test::uniform({2, 4}, 19);
+  AutocastGuard autocast(DType::kBF16);
+  CHECK(linear(x, w).dtype() == DType::kF64);
+  CHECK(softmax(x).dtype() == DType::kF64);
+  CHECK(add(x, x).dtype() == DType::kF64);
+  test::check_gradients([](const TensorList& in) { return softmax(linear(in[0], in[1])); },
+                        {x.detach().set_requires_grad(), w.detach().set_requires_grad()});
+}
+
+TEST_CASE("backward inside an autocast scope gives the same grads as outside", "[cpu][autocast]") {
+  const Tensor x = f32_data({4, 8}, 20);
+  const Tensor w = f32_data({8, 8}, 21).set_requires_grad();
+  const Tensor b = f32_data({8}, 27).set_requires_grad();
+  // The bias grad is a sum over rows of a bf16 grad: in bf16 as the forward chose, not in f32.
+  auto grads = [&](bool backward_inside) {
+    w.zero_grad();
+    b.zero_grad();
+    AutocastGuard autocast(DType::kBF16);
+    const Tensor loss = mean(softmax(linear(gelu(linear(x, w, b)), w, b)));
+    if (backward_inside) {
+      loss.backward();
+    } else {
+      AutocastGuard off(DType::kBF16, false);
+      loss.backward();
+    }
+    return TensorList{w.grad(), b.grad()};
+  };
+  const TensorList outside = grads(false), inside = grads(true);
+  REQUIRE(inside[0].dtype() == DType::kF32);
+  CHECK(bitwise_equal(inside[0], outside[0]));
+  CHECK(bitwise_equal(inside[1], outside[1]));
+}
+
+TEST_CASE("CPU 16-bit kernels equal the f32 kernel rounded once", "[cpu][autocast]") {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dt));
+    const Tensor a = f32_data({3, 4, 6}, 22).to(dt), b = f32_data({6, 5}, 23).to(dt);
+    const Tensor img = f32_data({2, 4, 5, 5}, 24).to(dt), k = f32_data({4, 1, 3, 3}, 25).to(dt);
+    const Tensor bias = f32_data({4}, 26).to(dt);
+    auto wide = [](const Tensor& t) { return t.to(DType::kF32); };
+    CHECK(bitwise_equal(matmul(a, b), matmul(wide(a), wide(b)).to(dt)));
+    CHECK(bitwise_equal(matmul(a.transpose(1, 2), a),
+                        matmul(wide(a).transpose(1, 2), wide(a)).to(dt)));
+    CHECK(bitwise_equal(conv2d(img, k, bias, 1, 1, 1, 4),
+                        conv2d(wide(img), wide(k), wide(bias), 1, 1, 1, 4).to(dt)));
+    CHECK(bitwise_equal(gelu(a), gelu(wide(a)).to(dt)));
+    CHECK(bitwise_equal(add(a, b.narrow(1, 0, 1).reshape({6})),
+                        add(wide(a), wide(b).narrow(1, 0, 1).reshape({6})).to(dt)));
+    CHECK(bitwise_equal(amax(a, {2}), amax(wide(a), {2}).to(dt)));
+    CHECK(bitwise_equal(argmax(a, 1), argmax(wide(a), 1)));
+    // Gradients through 16-bit kernels (conv input/weight, pointwise backward, reductions).
+    const Tensor x = img.detach().set_requires_grad(), kk = k.detach().set_requires_grad();
+    sum(gelu(conv2d(x, kk, Tensor(), 1, 1, 1, 4)).to(DType::kF32)).backward();
+    const Tensor xr = wide(img).set_requires_grad(), kr = wide(k).set_requires_grad();
+    sum(gelu(conv2d(xr, kr, Tensor(), 1, 1, 1, 4))).backward();
+    REQUIRE(x.grad().dtype() == dt);
+    test::require_close(x.grad(), xr.grad(), test::tolerance_for(dt), "conv input grad");
+    test::require_close(kk.grad(), kr.grad(), {0.1, 2e-2}, "conv weight grad (sums 50 products)");
+  }
+}
+
+TEST_CASE("a tiny CSKA-ViT under bf16 autocast matches f32 on the CPU", "[cpu][autocast]") {
+  check_tiny_vit_bf16(Device::cpu());
+}
+
+TEST_CASE("a tiny CSKA-ViT under bf16 autocast on CUDA matches f32 on the CPU",
+          "[cuda][autocast]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_tiny_vit_bf16(Device::cuda(0));
+}

@@ -1,0 +1,242 @@
+// Mixed precision and EMA evaluation in the trainer: bf16 / fp16 runs on the CPU (emulated
+// 16-bit math) against fp32, the loss scaler's state in checkpoints and exact fp16 resume,
+// version-1 training states, and the EMA's evaluation columns in summary.csv.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+#include "train_test_util.h"
+
+using namespace ska;
+using namespace ska::train;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  TrainResult result;
+  std::map<std::string, Tensor> weights;
+  std::vector<std::string> log;
+  std::string dir;
+};
+
+// Trains the tiny CSKA-ViT (256 images, batch 32: 8 updates per epoch; 100 test images) with
+// `sets` applied.
+Run train_tiny(const std::vector<std::string>& sets, const std::string& dir = "",
+               const std::string& resume = "", int64_t epochs = 1) {
+  Config config = Config::parse(test::tiny_experiment_yaml(256, 100, 32, epochs, 0.1));
+  for (const std::string& s : sets) config.set(s);
+  Run run;
+  run.dir = dir.empty() ? test::train_scratch_dir("precision") : dir;
+  TrainerSetup setup;
+  setup.run_dir = run.dir;
+  setup.resume = resume;
+  setup.log = [&](const std::string& line) { run.log.push_back(line); };
+  Trainer trainer(config, setup);
+  run.result = trainer.fit();
+  run.weights = trainer.model().state_dict();
+  return run;
+}
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// The largest |a - b| over every tensor of two state dicts with the same names.
+double max_abs_diff(const std::map<std::string, Tensor>& a,
+                    const std::map<std::string, Tensor>& b) {
+  double worst = 0.0;
+  for (const auto& [name, t] : a) {
+    const std::vector<double> x = t.to_vector<double>(), y = b.at(name).to_vector<double>();
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  }
+  return worst;
+}
+
+bool mentions(const std::vector<std::string>& lines, const std::string& text) {
+  for (const std::string& l : lines) {
+    if (l.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("train.precision must be fp32, bf16 or fp16", "[cpu][train][amp]") {
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  config.set("train.precision=fp8");
+  TrainerSetup setup;
+  setup.run_dir = test::train_scratch_dir("precision_bad");
+  REQUIRE_THROWS_WITH(Trainer(config, setup),
+                      Contains("train.precision") && Contains("fp8") && Contains("bf16"));
+}
+
+TEST_CASE("bf16 and fp16 training on the CPU track fp32 and keep f32 master weights",
+          "[cpu][train][amp][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const Run fp32 = train_tiny({});
+  const Run bf16 = train_tiny({"train.precision=bf16"});
+  const Run fp16 = train_tiny({"train.precision=fp16"});
+  REQUIRE(mentions(bf16.log, "autocast to bf16 with f32 master weights"));
+  REQUIRE(mentions(fp16.log, "dynamic loss scaling"));
+  for (const Run* r : {&bf16, &fp16}) {
+    REQUIRE(r->result.steps == 8);
+    REQUIRE(r->result.final_eval.count == 100);
+    REQUIRE(std::isfinite(r->result.final_eval.loss));
+    for (const auto& [name, t] : r->weights) {
+      INFO(name);
+      REQUIRE(t.dtype() == DType::kF32);
+    }
+  }
+  // 16-bit rounding changes the trajectory a little (so autocast did act), but not much: after
+  // 8 AdamW steps of lr 3e-3 (each moving a weight by up to 3e-3) every weight is within 0.01 of
+  // the fp32 run's.
+  const double bf16_diff = max_abs_diff(bf16.weights, fp32.weights);
+  const double fp16_diff = max_abs_diff(fp16.weights, fp32.weights);
+  INFO("max |w - w_fp32|: bf16 " << bf16_diff << ", fp16 " << fp16_diff);
+  CHECK(bf16_diff > 0.0);
+  CHECK(fp16_diff > 0.0);
+  CHECK(bf16_diff < 0.01);
+  CHECK(fp16_diff < 0.01);
+  CHECK(std::abs(bf16.result.final_eval.loss - fp32.result.final_eval.loss) < 0.05);
+  CHECK(std::abs(fp16.result.final_eval.loss - fp32.result.final_eval.loss) < 0.05);
+
+  // The fp16 run's checkpoint holds the scaler: 8 finite steps at the initial scale.
+  const Checkpoint c = load_checkpoint(resolve_checkpoint(fp16.dir));
+  CHECK(c.state.loss_scale == 65536.0);
+  CHECK(c.state.loss_scale_growth_tracker == 8);
+  CHECK(c.state.info.at("precision") == "fp16");
+  const Checkpoint c32 = load_checkpoint(resolve_checkpoint(fp32.dir));
+  CHECK(c32.state.loss_scale == 1.0);
+  CHECK(c32.state.info.at("precision") == "fp32");
+}
+
+TEST_CASE("fp16 resume after k steps is bit-identical to straight training, scaler included",
+          "[cpu][train][amp][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const std::vector<std::string> sets = {"train.precision=fp16", "train.ema_decay=0.9",
+                                         "train.max_steps=12"};
+  const Run straight = train_tiny(sets, "", "", 2);
+  const std::string split_dir = test::train_scratch_dir("precision_split");
+  // k = 5 stops mid-epoch; 2k - 2 = 12 crosses the epoch boundary and its (EMA) evaluation.
+  train_tiny({"train.precision=fp16", "train.ema_decay=0.9", "train.max_steps=5"}, split_dir, "",
+             2);
+  const Run resumed = train_tiny(sets, split_dir, split_dir, 2);
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  REQUIRE(test::bitwise_equal(straight.weights, resumed.weights, &diff));
+  const Checkpoint a = load_checkpoint(resolve_checkpoint(straight.dir));
+  const Checkpoint b = load_checkpoint(resolve_checkpoint(split_dir));
+  REQUIRE(test::bitwise_equal(a.ema, b.ema, &diff));
+  REQUIRE(test::bitwise_equal(a.state.optimizer, b.state.optimizer, &diff));
+  CHECK(a.state.loss_scale == b.state.loss_scale);
+  CHECK(a.state.loss_scale_growth_tracker == 12);
+  CHECK(b.state.loss_scale_growth_tracker == 12);
+  CHECK(a.state.best_ema_top1 == b.state.best_ema_top1);
+}
+
+TEST_CASE("EMA weights are evaluated every epoch and written beside the model's",
+          "[cpu][train][amp][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const Run r = train_tiny({"train.ema_decay=0.9"}, "", "", 2);
+  const auto rows = read_csv(r.dir + "/summary.csv");
+  REQUIRE(rows.size() == 3);
+  REQUIRE(rows[0] == std::vector<std::string>{"epoch", "train_loss", "eval_loss", "eval_top1",
+                                              "eval_top5", "lr", "ema_eval_loss", "ema_eval_top1",
+                                              "ema_eval_top5"});
+  for (size_t i = 1; i < rows.size(); ++i) {
+    INFO("epoch row " << i);
+    REQUIRE(rows[i].size() == 9);
+    const double loss = std::stod(rows[i][2]), ema_loss = std::stod(rows[i][6]);
+    const double ema_top1 = std::stod(rows[i][7]), ema_top5 = std::stod(rows[i][8]);
+    CHECK(std::isfinite(ema_loss));
+    CHECK(ema_loss != loss);  // different weights, different numbers
+    CHECK(ema_loss > 0.5);    // a cross-entropy over 10 classes, early in training
+    CHECK(ema_top5 >= ema_top1);
+  }
+  REQUIRE(r.result.final_ema_eval.count == 100);
+  CHECK(r.result.final_ema_eval.loss == Approx(std::stod(rows[2][6])).epsilon(1e-5));
+  CHECK(r.result.best_ema_top1 >= r.result.final_ema_eval.top1);
+  CHECK(r.result.best_ema_epoch >= 0);
+  REQUIRE(mentions(r.log, "| EMA eval_loss"));
+  // metrics.jsonl carries them too.
+  std::ifstream jsonl(r.dir + "/metrics.jsonl");
+  int with_ema = 0;
+  for (std::string line; std::getline(jsonl, line);) {
+    with_ema += line.find("\"ema_eval_top1\"") != std::string::npos;
+  }
+  CHECK(with_ema == 2);
+
+  // Without EMA the columns are the old ones.
+  const Run plain = train_tiny({"train.max_steps=2"});
+  REQUIRE(read_csv(plain.dir + "/summary.csv")[0].size() == 6);
+}
+
+TEST_CASE("version-1 training states still load (no loss scaler then)", "[cpu][train][amp]") {
+  // A version-1 file as the previous build wrote it: the header without the scaler's tracker and
+  // the EMA's best, no tensors, FNV-1a checksum.
+  const std::string header =
+      R"({"batch":3,"best_epoch":0,"best_top1":12.5,"epoch":1,"info":{"optimizer":"adamw"},)"
+      R"("loss_scale":1.0,"lr":0.001,"nonfinite_total":0,"rngs":{"cpu":{"offset":9,"seed":4}},)"
+      R"("step":19,"steps_per_epoch":16})";
+  std::string bytes = "SKATRAIN";
+  auto put = [&](auto v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(uint32_t{1});
+  put(uint32_t{0});
+  put(uint64_t{header.size()});
+  bytes += header;
+  put(uint64_t{0});
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char ch : bytes) {
+    h ^= static_cast<uint8_t>(ch);
+    h *= 0x100000001b3ull;
+  }
+  put(h);
+  const std::string path = test::train_scratch_dir("v1") + "/train_state.bin";
+  std::ofstream(path, std::ios::binary) << bytes;
+  const TrainState s = read_train_state(path);
+  CHECK(s.step == 19);
+  CHECK(s.best_top1 == 12.5);
+  CHECK(s.loss_scale == 1.0);
+  CHECK(s.loss_scale_growth_tracker == 0);
+  CHECK(s.best_ema_top1 == -1.0);
+  CHECK(s.rngs.at("cpu").offset == 9);
+  // A version-2 file round-trips the new fields.
+  TrainState t = s;
+  t.loss_scale = 8192.0;
+  t.loss_scale_growth_tracker = 77;
+  t.best_ema_top1 = 55.5;
+  t.best_ema_epoch = 4;
+  write_train_state(path, t);
+  const TrainState u = read_train_state(path);
+  CHECK(u.loss_scale == 8192.0);
+  CHECK(u.loss_scale_growth_tracker == 77);
+  CHECK(u.best_ema_top1 == 55.5);
+  CHECK(u.best_ema_epoch == 4);
+}
