@@ -98,6 +98,15 @@ int run_train(TrainCommand cmd) {
             " updates per epoch; device " + setup.device.str());
   const train::TrainResult r = trainer.fit();
   char line[512];
+  if (r.final_eval.count == 0) {  // stopped by train.max_steps before an epoch ended
+    std::snprintf(line, sizeof(line),
+                  "train: stopped after %lld steps (train.max_steps) before any evaluation, %.1f s, "
+                  "%.1f img/s; evaluate with `validate --checkpoint %s` (run dir: %s)",
+                  static_cast<long long>(r.steps), r.train_seconds, r.images_per_s,
+                  r.last_checkpoint.c_str(), setup.run_dir.c_str());
+    setup.log(line);
+    return 0;
+  }
   std::snprintf(line, sizeof(line),
                 "train: final top-1 %.2f%% top-5 %.2f%% loss %.4f (best top-1 %.2f%% at epoch %lld), "
                 "%lld steps, %.1f s, %.1f img/s (run dir: %s)",
