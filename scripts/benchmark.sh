@@ -6,11 +6,12 @@
 # Usage: scripts/benchmark.sh CONFIG [--device cpu|cuda] [--batch N] [--mode train|infer]
 #            [--dtype f32|bf16] [--warmup N] [--iters N] [--set key=value ...]
 #   Without --mode both modes run. --dtype bf16 (CUDA) is our bf16 autocast (f32 weights, as
-#   train.precision: bf16) against torch's bf16 autocast. Environment: BUILD_DIR (default build), where benchmark was built; PYTHON.
+#   train.precision: bf16) against torch's bf16 autocast. Environment: BUILD_DIR (default
+#   build), where benchmark was built; PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '6,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
+usage() { sed -n '6,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 [ $# -ge 1 ] && [ "${1#-}" = "$1" ] || usage
 config=$1
 shift
@@ -38,14 +39,7 @@ if [ ! -x "$bench" ]; then
   exit 1
 fi
 
-# The Python that has PyTorch: $PYTHON, else Debian's, else the first python3 on the PATH.
-py=${PYTHON:-}
-if [ -z "$py" ]; then
-  for candidate in /usr/bin/python3 python3; do
-    if "$candidate" -c "import torch" 2>/dev/null; then py=$candidate; break; fi
-  done
-fi
-[ -n "$py" ] || { echo "benchmark.sh: no python3 with PyTorch found (set PYTHON)" >&2; exit 1; }
+py=$(scripts/torch_python.sh) || exit 1
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

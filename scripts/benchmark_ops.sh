@@ -12,14 +12,7 @@ if [ ! -x "$bench" ]; then
   exit 1
 fi
 
-# The Python that has PyTorch: $PYTHON, else Debian's, else the first python3 on the PATH.
-py=${PYTHON:-}
-if [ -z "$py" ]; then
-  for candidate in /usr/bin/python3 python3; do
-    if "$candidate" -c "import torch" 2>/dev/null; then py=$candidate; break; fi
-  done
-fi
-[ -n "$py" ] || { echo "benchmark_ops.sh: no python3 with PyTorch found (set PYTHON)" >&2; exit 1; }
+py=$(scripts/torch_python.sh) || exit 1
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -215,20 +215,6 @@ std::string tiny_imagenet_yaml(const std::string& root) {
          "checkpoint: {keep: 2}\n";
 }
 
-std::map<std::string, Tensor> train_until(const std::string& yaml, int64_t max_steps,
-                                          const std::string& run_dir, const std::string& resume,
-                                          TrainResult* result) {
-  Config config = Config::parse(yaml);
-  config.set("train.max_steps=" + std::to_string(max_steps));
-  config.set("train.ema_decay=0.9");
-  TrainerSetup setup;
-  setup.run_dir = run_dir;
-  setup.resume = resume;
-  Trainer trainer(config, setup);
-  *result = trainer.fit();
-  return trainer.model().state_dict();
-}
-
 }  // namespace
 
 TEST_CASE("streaming loader on an image folder: shapes, determinism, workers and resume",
@@ -346,7 +332,8 @@ TEST_CASE("the trainer trains, evaluates and resumes exactly from an ImageNet-st
   const std::string yaml = tiny_imagenet_yaml(root);
   // 16 images / batch 4 = 4 updates per epoch; 3 stops mid-epoch 0, 6 crosses the evaluation.
   TrainResult straight, first, resumed;
-  const auto a = train_until(yaml, 6, test::train_scratch_dir("imagenet_straight"), "", &straight);
+  const auto a =
+      test::train_until(yaml, 6, test::train_scratch_dir("imagenet_straight"), "", &straight);
   REQUIRE(straight.steps == 6);
   REQUIRE(straight.epochs_done == 1);
   REQUIRE(straight.final_eval.count == 6);  // the whole val split, last partial batch included
@@ -354,9 +341,9 @@ TEST_CASE("the trainer trains, evaluates and resumes exactly from an ImageNet-st
   REQUIRE(straight.final_eval.loss > 0.0);
 
   const std::string split_dir = test::train_scratch_dir("imagenet_split");
-  train_until(yaml, 3, split_dir, "", &first);
+  test::train_until(yaml, 3, split_dir, "", &first);
   REQUIRE(first.steps == 3);
-  const auto b = train_until(yaml, 6, split_dir, split_dir, &resumed);
+  const auto b = test::train_until(yaml, 6, split_dir, split_dir, &resumed);
   REQUIRE(resumed.steps == 6);
   std::string diff;
   const bool identical = test::bitwise_equal(a, b, &diff);

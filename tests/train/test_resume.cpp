@@ -20,24 +20,7 @@
 using namespace ska;
 using namespace ska::train;
 namespace fs = std::filesystem;
-
-namespace {
-
-// Trains from `yaml` up to `max_steps` updates in `run_dir`, optionally resuming.
-std::map<std::string, Tensor> train_until(const std::string& yaml, int64_t max_steps,
-                                          const std::string& run_dir, const std::string& resume) {
-  Config config = Config::parse(yaml);
-  config.set("train.max_steps=" + std::to_string(max_steps));
-  config.set("train.ema_decay=0.9");
-  TrainerSetup setup;
-  setup.run_dir = run_dir;
-  setup.resume = resume;
-  Trainer trainer(config, setup);
-  trainer.fit();
-  return trainer.model().state_dict();
-}
-
-}  // namespace
+using ska::test::train_until;
 
 TEST_CASE("resume after k steps is bit-identical to 2k steps straight", "[cpu][train][slow]") {
   if (!test::fashion_mnist_available()) {

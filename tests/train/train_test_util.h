@@ -12,6 +12,7 @@
 
 #include "config/config.h"
 #include "core/tensor.h"
+#include "train/trainer.h"
 
 namespace ska::test {
 
@@ -69,6 +70,24 @@ inline bool bitwise_equal(const std::map<std::string, Tensor>& a,
     }
   }
   return true;
+}
+
+// Trains from `yaml` (with an EMA of decay 0.9) up to `max_steps` updates in `run_dir`, resuming
+// from `resume` when it is not empty; returns the weights and, when `result` is given, the result.
+inline std::map<std::string, Tensor> train_until(const std::string& yaml, int64_t max_steps,
+                                                 const std::string& run_dir,
+                                                 const std::string& resume,
+                                                 train::TrainResult* result = nullptr) {
+  Config config = Config::parse(yaml);
+  config.set("train.max_steps=" + std::to_string(max_steps));
+  config.set("train.ema_decay=0.9");
+  train::TrainerSetup setup;
+  setup.run_dir = run_dir;
+  setup.resume = resume;
+  train::Trainer trainer(config, setup);
+  const train::TrainResult r = trainer.fit();
+  if (result) *result = r;
+  return trainer.model().state_dict();
 }
 
 }  // namespace ska::test
