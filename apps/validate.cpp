@@ -1,8 +1,10 @@
 // validate: evaluates a checkpoint (or its EMA weights) on the config's test split and prints
 // top-1, top-5 and the loss.
 // Usage: validate --config quickstart --checkpoint runs/X [--ema] [--device cpu] [--set k=v]
+//        [--json]
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "app_common.h"
 #include "io/safetensors.h"
@@ -17,6 +19,7 @@ struct ValidateCommand {
   ska::apps::ConfigOptions config;
   std::string checkpoint;
   bool ema = false;
+  bool json = false;
   std::string device = "cpu";
 };
 
@@ -29,6 +32,9 @@ int run_validate(const ValidateCommand& cmd) {
   const train::DataOptions data =
       train::DataOptions::from_config(config.root()["data"], input.image_size, input.in_channels,
                                       input.num_classes);
+  // Evaluated as the trainer evaluates: under train.precision's autocast (override with
+  // --set train.precision=fp32), so validate reproduces the trainer's figures.
+  const train::TrainOptions train_options = train::TrainOptions::from_config(config.root()["train"]);
   config.check_unused();
 
   std::string weights = cmd.checkpoint;
@@ -47,7 +53,14 @@ int run_validate(const ValidateCommand& cmd) {
   const auto eval_set = train::load_dataset_split(data, "test", input.image_size,
                                                   input.in_channels, data.eval_subset);
   train::DataLoader loader(*eval_set, train::eval_loader_options(data, *eval_set));
-  const train::EvalResult r = train::evaluate(*model, loader, device);
+  const train::EvalResult r = train::evaluate(*model, loader, device, train_options.autocast());
+  if (cmd.json) {
+    const nlohmann::json j = {{"weights", weights}, {"dataset", data.dataset},
+                              {"precision", train_options.precision}, {"count", r.count},
+                              {"top1", r.top1}, {"top5", r.top5}, {"loss", r.loss}};
+    std::cout << j.dump() << std::endl;
+    return 0;
+  }
   std::printf("validate: %s on %s test (%lld images): top-1 %.2f%% top-5 %.2f%% loss %.4f\n",
               weights.c_str(), data.dataset.c_str(), static_cast<long long>(r.count), r.top1,
               r.top5, r.loss);
@@ -65,5 +78,6 @@ int main(int argc, char** argv) {
       ->required();
   app.add_flag("--ema", cmd.ema, "evaluate the checkpoint's EMA weights");
   app.add_option("--device", cmd.device, "cpu, cuda or cuda:N");
+  app.add_flag("--json", cmd.json, "print one JSON object (full-precision figures)");
   return ska::apps::run_main(app, argc, argv, [&] { return run_validate(cmd); });
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -68,6 +69,28 @@ double max_abs_diff(const std::map<std::string, Tensor>& a,
     for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
   }
   return worst;
+}
+
+// Runs `validate` with `args` and returns what it printed ("" when it failed).
+std::string run_validate(const std::string& args, const std::string& dir) {
+  const std::string out = dir + "/validate_stdout.txt";
+  const int status = std::system((std::string(SKA_VALIDATE_EXE) + " " + args + " >" + out +
+                                  " 2>" + dir + "/validate_stderr.txt")
+                                     .c_str());
+  if (status != 0) return "";
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The top-1 and loss of `validate --json` output ({..., "top1": X, ..., "loss": L}).
+std::pair<double, double> top1_and_loss(const std::string& json) {
+  const auto number_after = [&](const std::string& key) {
+    const size_t at = json.find("\"" + key + "\":");
+    return at == std::string::npos ? -1.0 : std::strtod(json.c_str() + at + key.size() + 3, nullptr);
+  };
+  return {number_after("top1"), number_after("loss")};
 }
 
 bool mentions(const std::vector<std::string>& lines, const std::string& text) {
@@ -239,4 +262,28 @@ TEST_CASE("version-1 training states still load (no loss scaler then)", "[cpu][t
   CHECK(u.loss_scale_growth_tracker == 77);
   CHECK(u.best_ema_top1 == 55.5);
   CHECK(u.best_ema_epoch == 4);
+}
+
+TEST_CASE("validate reproduces the trainer's bf16 evaluation, EMA included",
+          "[cpu][train][amp][apps][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const Run r = train_tiny({"train.precision=bf16", "train.ema_decay=0.9"});
+  REQUIRE(r.result.final_eval.count == 100);
+  // The run folder's config.yaml is the resolved config; validate takes it and the run folder.
+  const std::string common = "--json --config " + r.dir + "/config.yaml --checkpoint " + r.dir;
+  const auto [top1, loss] = top1_and_loss(run_validate(common, r.dir));
+  CHECK(top1 == Approx(r.result.final_eval.top1).margin(1e-9));
+  CHECK(loss == Approx(r.result.final_eval.loss).margin(1e-9));
+  const auto [ema_top1, ema_loss] = top1_and_loss(run_validate(common + " --ema", r.dir));
+  CHECK(ema_top1 == Approx(r.result.final_ema_eval.top1).margin(1e-9));
+  CHECK(ema_loss == Approx(r.result.final_ema_eval.loss).margin(1e-9));
+  // In fp32 the figures move (the trainer evaluated under bf16 autocast).
+  const auto [fp32_top1, fp32_loss] =
+      top1_and_loss(run_validate(common + " --set train.precision=fp32", r.dir));
+  CHECK(fp32_top1 >= 0);
+  CHECK(fp32_loss > 0);
+  CHECK(std::abs(fp32_loss - r.result.final_eval.loss) > 1e-6);
 }
