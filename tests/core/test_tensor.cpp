@@ -100,3 +100,30 @@ TEST_CASE("host allocator statistics track live and peak bytes", "[cpu]") {
   CHECK(a.stats().allocated == before.allocated);
   CHECK(a.stats().peak_allocated - before.allocated >= 4 * 1024 * 1024);
 }
+
+TEST_CASE("host allocator caches large blocks for the next request of their size", "[cpu]") {
+  Allocator& a = allocator_for(Device::cpu());
+  a.empty_cache();
+  const Shape large{3, 1000, 1000};  // 12 MB (f32): rounded up to 12 MiB and cached when freed
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty(large);
+    first = t.data_ptr();
+  }
+  const MemoryStats cached = a.stats();
+  CHECK(cached.reserved - cached.allocated >= 12 * 1024 * 1024);
+  {
+    Tensor again = Tensor::empty(large);
+    CHECK(again.data_ptr() == first);  // the same block, no system call
+    CHECK(a.stats().num_system_allocs == cached.num_system_allocs);
+    CHECK(a.stats().allocated - cached.allocated >= 12 * 1000 * 1000);
+    // A different rounded size is a new block.
+    Tensor other = Tensor::empty({5, 1000, 1000});
+    CHECK(a.stats().num_system_allocs == cached.num_system_allocs + 1);
+  }
+  a.empty_cache();
+  CHECK(a.stats().reserved == a.stats().allocated);
+  // Small blocks are not cached: reserved stays equal to allocated.
+  { Tensor small = Tensor::empty({100}); }
+  CHECK(a.stats().reserved == a.stats().allocated);
+}
