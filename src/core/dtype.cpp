@@ -1,7 +1,7 @@
 // DType names and sizes, and the f16 bit conversions.
-#include <cstdint>
-
 #include "core/dtype.h"
+
+#include <cstdint>
 
 #include "core/error.h"
 

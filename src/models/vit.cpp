@@ -1,7 +1,7 @@
 // The `vit` family: ViT for small datasets (SPT embedding, pre-norm blocks, class-token head).
-#include <cstdint>
-
 #include "models/vit.h"
+
+#include <cstdint>
 
 #include "nn/init.h"
 #include "ops/ops.h"

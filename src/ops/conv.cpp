@@ -1,8 +1,8 @@
 // 2-D convolution op: argument and shape checks, the kernel call, and the gradients of the input,
 // the weight and the bias.
-#include <cstdint>
-
 #include "ops/conv.h"
+
+#include <cstdint>
 
 #include "ops/mac_counter.h"
 

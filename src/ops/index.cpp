@@ -1,8 +1,8 @@
 // Differentiable index_select and gather; their gradients scatter back with index_add and
 // scatter_add into zeros (repeated indices accumulate).
-#include <cstdint>
-
 #include "ops/index.h"
+
+#include <cstdint>
 
 #include "autograd/node.h"
 #include "backend/backend.h"

@@ -1,8 +1,8 @@
 // Cross-entropy with label smoothing and class-index or soft targets, and its gradients.
 // The fused kernel gives one loss per row; the batch mean is an ordinary (differentiable) mean.
-#include <cstdint>
-
 #include "ops/loss.h"
+
+#include <cstdint>
 
 #include "autograd/node.h"
 #include "backend/backend.h"

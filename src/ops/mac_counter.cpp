@@ -1,7 +1,7 @@
 // MacCounter: a thread-local chain of nested counters.
-#include <cstdint>
-
 #include "ops/mac_counter.h"
+
+#include <cstdint>
 
 namespace ska {
 

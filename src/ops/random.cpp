@@ -1,7 +1,7 @@
 // Random tensors, dropout and drop-path.
-#include <cstdint>
-
 #include "ops/random.h"
+
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "ops/detail.h"

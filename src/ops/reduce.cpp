@@ -1,7 +1,7 @@
 // Reductions and their gradients.
-#include <cstdint>
-
 #include "ops/reduce.h"
+
+#include <cstdint>
 
 #include "autograd/node.h"
 #include "backend/backend.h"

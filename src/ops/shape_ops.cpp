@@ -1,7 +1,7 @@
 // Shape ops that assemble or cut tensors: cat, stack, split/chunk, constant pad, roll.
-#include <cstdint>
-
 #include "ops/shape_ops.h"
+
+#include <cstdint>
 
 #include "autograd/node.h"
 #include "ops/autocast.h"

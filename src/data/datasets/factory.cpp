@@ -1,8 +1,8 @@
 // The dataset factory (see factory.h): one table row per dataset with its class count, the files
 // it expects (for the "no root given" message) and its reader.
-#include <cstdint>
-
 #include "data/datasets/factory.h"
+
+#include <cstdint>
 
 #include "data/datasets/cifar.h"
 #include "data/datasets/idx.h"

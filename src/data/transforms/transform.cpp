@@ -1,7 +1,7 @@
 // Packing augmented uint8 images into the normalised float32 [B, C, H, W] batch.
-#include <cstdint>
-
 #include "data/transforms/transform.h"
+
+#include <cstdint>
 
 #include "core/error.h"
 

@@ -1,8 +1,8 @@
 // AFT token mixers: Q/K/V projections, the position-biased exp(K) weighting of V computed with
 // shifted exponents (no overflow), sigmoid(Q) gating, output projection; and their registration.
-#include <cstdint>
-
 #include "nn/mixers/aft.h"
+
+#include <cstdint>
 
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"

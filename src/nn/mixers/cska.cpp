@@ -1,7 +1,7 @@
 // cska: convolutional static-key attention (CSTU in the authors' code).
-#include <cstdint>
-
 #include "nn/mixers/cska.h"
+
+#include <cstdint>
 
 #include "nn/init.h"
 #include "nn/mixers/mixer_init.h"

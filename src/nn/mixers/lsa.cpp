@@ -1,7 +1,7 @@
 // lsa: multi-head self-attention with a learnable temperature and a masked diagonal.
-#include <cstdint>
-
 #include "nn/mixers/lsa.h"
+
+#include <cstdint>
 
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"

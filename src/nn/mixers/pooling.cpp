@@ -1,8 +1,8 @@
 // `pooling` and `identity` token mixers. The average pool is a depthwise convolution with a
 // constant all-ones kernel divided by the number of in-image taps (so borders are not diluted).
-#include <cstdint>
-
 #include "nn/mixers/pooling.h"
+
+#include <cstdint>
 
 #include "autograd/grad_mode.h"
 #include "ops/ops.h"

@@ -1,8 +1,8 @@
 // The `sepconv` token mixer: pwconv1 (C -> rC) -> StarReLU -> depthwise conv -> pwconv2 (rC -> C).
 // Works channels-last on the token grid; only the depthwise conv sees [B, C, H, W] (a view).
-#include <cstdint>
-
 #include "nn/mixers/sepconv.h"
+
+#include <cstdint>
 
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"

@@ -1,7 +1,7 @@
 // ska: static-key attention (STU in the authors' code).
-#include <cstdint>
-
 #include "nn/mixers/ska.h"
+
+#include <cstdint>
 
 #include "nn/init.h"
 #include "nn/mixers/mixer_init.h"
