@@ -154,30 +154,34 @@ bool DataLoader::next(Batch& out) {
   return true;
 }
 
-data::Image DataLoader::read_image(int64_t index, int64_t* label) const {
+namespace {
+
+// A copy of `h` x `w` x `c` uint8 pixels (row-major HWC) as an Image.
+data::Image image_of(const uint8_t* pixels, int64_t h, int64_t w, int64_t c) {
   data::Image image;
+  image.height = static_cast<int>(h);
+  image.width = static_cast<int>(w);
+  image.channels = static_cast<int>(c);
+  image.pixels.assign(pixels, pixels + h * w * c);
+  return image;
+}
+
+}  // namespace
+
+data::Image DataLoader::read_image(int64_t index, int64_t* label) const {
   if (memory_ != nullptr) {
     const Tensor& all = memory_->images();
     const int64_t h = all.size(1), w = all.size(2), c = all.size(3);
-    const uint8_t* src = all.data<uint8_t>() + index * h * w * c;
-    image.height = static_cast<int>(h);
-    image.width = static_cast<int>(w);
-    image.channels = static_cast<int>(c);
-    image.pixels.assign(src, src + h * w * c);
     *label = memory_->labels().data<int64_t>()[index];
-    return image;
+    return image_of(all.data<uint8_t>() + index * h * w * c, h, w, c);
   }
   const data::Sample sample = dataset_.get(index);  // decodes; IOError naming the file
   SKA_CHECK(sample.image.dtype() == DType::kU8 && sample.image.dim() == 3, ValueError,
             "DataLoader: ", dataset_.name(), " sample ", index,
             " is not a uint8 [H, W, C] image");
   const Tensor pixels = sample.image.contiguous();
-  image.height = static_cast<int>(pixels.size(0));
-  image.width = static_cast<int>(pixels.size(1));
-  image.channels = static_cast<int>(pixels.size(2));
-  image.pixels.assign(pixels.data<uint8_t>(), pixels.data<uint8_t>() + pixels.numel());
   *label = sample.label;
-  return image;
+  return image_of(pixels.data<uint8_t>(), pixels.size(0), pixels.size(1), pixels.size(2));
 }
 
 Batch DataLoader::make_batch(int64_t b) const {
