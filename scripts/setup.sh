@@ -14,6 +14,7 @@ packages=(
   libcli11-dev                              # command-line parsing (apps)
   dataset-fashion-mnist                     # quick start and the end-to-end training test
   libspdlog-dev                             # console and log files (train, validate)
+  libgloo-dev                               # CPU collectives (data parallelism on CPUs)
 )
 
 missing=()
