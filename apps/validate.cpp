@@ -56,7 +56,7 @@ int run_validate(const ValidateCommand& cmd) {
   const train::EvalResult r = train::evaluate(*model, loader, device, train_options.autocast());
   if (cmd.json) {
     const nlohmann::json j = {{"weights", weights}, {"dataset", data.dataset},
-                              {"precision", train_options.precision}, {"count", r.count},
+                              {"precision", train::precision_name(train_options.precision)}, {"count", r.count},
                               {"top1", r.top1}, {"top5", r.top5}, {"loss", r.loss}};
     std::cout << j.dump() << std::endl;
     return 0;

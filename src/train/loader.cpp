@@ -27,15 +27,17 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
 }
 
 std::vector<int64_t> shard_indices(const std::vector<int64_t>& order, int rank, int world_size,
-                                   bool drop_last) {
+                                   bool drop_last, bool pad) {
   SKA_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, ValueError,
             "shard_indices: rank ", rank, " is outside [0, ", world_size, ")");
   const size_t n = order.size(), world = static_cast<size_t>(world_size);
-  const size_t per_rank = drop_last ? n / world : (n + world - 1) / world;
+  const size_t r = static_cast<size_t>(rank);
+  size_t per_rank = drop_last ? n / world : (n + world - 1) / world;
+  if (!drop_last && !pad) per_rank = n / world + (r < n % world ? 1 : 0);
   std::vector<int64_t> out;
   out.reserve(per_rank);
   for (size_t i = 0; i < per_rank; ++i) {
-    const size_t pos = i * world + static_cast<size_t>(rank);
+    const size_t pos = i * world + r;
     out.push_back(order[n == 0 ? 0 : pos % n]);
   }
   return out;
@@ -71,7 +73,8 @@ DataLoader::DataLoader(const data::Dataset& dataset, LoaderOptions options)
               " and ", options_.std.size());
   }
   const std::vector<int64_t> dummy(static_cast<size_t>(dataset_.size()));
-  shard_size_ = shard_indices(dummy, options_.rank, options_.world_size, options_.drop_last).size();
+  shard_size_ = shard_indices(dummy, options_.rank, options_.world_size, options_.drop_last,
+                              options_.pad_shards).size();
 }
 
 DataLoader::~DataLoader() { stop_workers(); }
@@ -93,7 +96,8 @@ void DataLoader::start_epoch(int64_t epoch, int64_t start_batch) {
     order.resize(static_cast<size_t>(dataset_.size()));
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   }
-  indices_ = shard_indices(order, options_.rank, options_.world_size, options_.drop_last);
+  indices_ = shard_indices(order, options_.rank, options_.world_size, options_.drop_last,
+                           options_.pad_shards);
   next_to_make_ = next_to_return_ = start_batch;
   end_batch_ = batches_per_epoch();
   ready_.clear();

@@ -23,9 +23,11 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 // The indices rank `rank` of `world_size` reads from `order` (PyTorch's DistributedSampler):
 // order[rank], order[rank + world], ...; with drop_last the tail that does not divide evenly is
-// dropped, otherwise the order is padded from its start so every rank gets the same count.
+// dropped, otherwise the order is padded from its start so every rank gets the same count, or,
+// with pad false, the first n % world ranks get one index more (every index exactly once: exact
+// distributed evaluation).
 std::vector<int64_t> shard_indices(const std::vector<int64_t>& order, int rank, int world_size,
-                                   bool drop_last);
+                                   bool drop_last, bool pad = true);
 
 struct LoaderOptions {
   int64_t batch_size = 128;
@@ -35,6 +37,7 @@ struct LoaderOptions {
   int prefetch = 4;        // batches produced ahead of the consumer (at least `workers`)
   uint64_t seed = 0;       // shuffle and augmentation
   int rank = 0, world_size = 1;
+  bool pad_shards = true;  // without drop_last: pad shards to equal size (false: uneven shards)
   std::vector<double> mean, std;  // per channel, applied after the transform
   std::shared_ptr<const data::Transform> transform;  // per sample; null: none
   // The side every image must have after `transform` (0: no check). Datasets decoded per sample

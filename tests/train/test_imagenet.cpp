@@ -104,7 +104,7 @@ TEST_CASE("every configs/imagenet_*.yaml validates and carries the MetaFormer re
     CHECK(c.optim.lr == Approx(convformer ? 4e-3 : 8e-3));
     CHECK(c.optim.weight_decay == Approx(0.05));
     CHECK(c.train.label_smoothing == Approx(0.1));
-    CHECK(c.train.precision == "bf16");
+    CHECK(c.train.precision == Precision::kBF16);
     CHECK(c.drop_path == Approx(b36 ? 0.6 : 0.15));
     CHECK(c.head_dropout == Approx(b36 ? 0.5 : 0.0));
     CHECK(c.data.eval.image_size == 224);

@@ -1,0 +1,35 @@
+// Evaluation: top-1 / top-5 / loss of a model over a loader, as sums that add up across the
+// workers of a data-parallel job (each evaluates its shard), then as percentages.
+#pragma once
+
+#include <cstdint>
+
+#include "core/device.h"
+#include "distributed/communicator.h"
+#include "nn/module.h"
+#include "ops/autocast.h"
+#include "train/loader.h"
+
+namespace ska::train {
+
+struct EvalResult {
+  double loss = 0.0, top1 = 0.0, top5 = 0.0;  // accuracies in percent
+  int64_t count = 0;
+};
+
+// What evaluation counts; sums of shards are the sums of the whole set.
+struct EvalSums {
+  double loss_sum = 0.0;  // cross-entropy summed over samples
+  int64_t top1 = 0, top5 = 0, count = 0;
+  EvalResult result() const;
+  // The sums over every worker of `comm` (exact: counts travel as i64, the loss as f64).
+  EvalSums all_reduced(dist::Communicator& comm) const;
+};
+
+// Evaluates `model` (eval mode, no grad, under `autocast`) on every batch of `loader`.
+EvalSums evaluate_sums(nn::Module& model, DataLoader& loader, Device device,
+                       const AutocastState& autocast = AutocastState());
+EvalResult evaluate(nn::Module& model, DataLoader& loader, Device device,
+                    const AutocastState& autocast = AutocastState());
+
+}  // namespace ska::train

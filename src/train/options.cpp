@@ -1,0 +1,87 @@
+// Reading the trainer's config sections (see options.h).
+#include "train/options.h"
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "data/datasets/factory.h"
+
+namespace ska::train {
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kBF16: return "bf16";
+    case Precision::kFP16: return "fp16";
+    case Precision::kFP32: break;
+  }
+  return "fp32";
+}
+
+Precision precision_from_name(const std::string& name) {
+  if (name == "fp32") return Precision::kFP32;
+  if (name == "bf16") return Precision::kBF16;
+  if (name == "fp16") return Precision::kFP16;
+  SKA_FAIL(ValueError, "precision must be fp32, bf16 or fp16, got '", name, "'");
+}
+
+AutocastState autocast_state(Precision p) {
+  AutocastState s;
+  s.enabled = p != Precision::kFP32;
+  s.dtype = p == Precision::kFP16 ? DType::kF16 : DType::kBF16;
+  return s;
+}
+
+TrainOptions TrainOptions::from_config(const ConfigNode& t) {
+  TrainOptions o;
+  o.epochs = t.get_int_in("epochs", o.epochs, 1, 1 << 20);
+  o.seed = static_cast<uint64_t>(t.get_int_in("seed", 42, 0, INT64_MAX));
+  o.accumulate = t.get_int_in("accumulate", 1, 1, 1 << 16);
+  o.clip_grad = t.get_double_in("clip_grad", 0.0, 0.0, 1e30);
+  o.label_smoothing = t.get_double_in("label_smoothing", 0.0, 0.0, 0.999);
+  o.max_nonfinite_steps = t.get_int_in("max_nonfinite_steps", 10, 1, 1 << 30);
+  o.log_every = t.get_int_in("log_every", 50, 1, 1 << 30);
+  o.eval_every = t.get_int_in("eval_every", 1, 1, 1 << 20);
+  o.max_steps = t.get_int_in("max_steps", 0, 0, INT64_MAX);
+  o.ema_decay = t.get_double_in("ema_decay", 0.0, 0.0, 0.999999);
+  o.precision = precision_from_name(t.get_choice("precision", "fp32", {"fp32", "bf16", "fp16"}));
+  return o;
+}
+
+DataOptions DataOptions::from_config(const ConfigNode& d, int64_t image_size, int64_t channels,
+                                     int64_t num_classes) {
+  DataOptions o;
+  const data::DatasetSpec spec = data::read_dataset_spec(d);
+  o.dataset = spec.name;
+  o.root = spec.root;
+  o.batch_size = d.get_int_in("batch_size", o.batch_size, 1, 1 << 20);
+  o.eval_batch_size = d.get_int_in("eval_batch_size", o.eval_batch_size, 1, 1 << 20);
+  o.workers = static_cast<int>(d.get_int_in("workers", 2, 0, 256));
+  o.train_subset = d.get_int_in("train_subset", 0, 0, INT64_MAX);
+  o.eval_subset = d.get_int_in("eval_subset", 0, 0, INT64_MAX);
+  const data::EvalTransform norm = data::read_eval_transform(d, image_size, channels);
+  o.mean = norm.mean;
+  o.std = norm.std;
+  o.eval = norm;
+  o.augment = data::read_train_augment(d, image_size, channels, num_classes, o.mean);
+  o.device_resident = DeviceResidentOptions::from_config(d, o.augment, image_size);
+  return o;
+}
+
+CheckpointOptions CheckpointOptions::from_config(const ConfigNode& c) {
+  CheckpointOptions o;
+  o.keep = static_cast<int>(c.get_int_in("keep", o.keep, 1, 1000));
+  o.every_epochs = c.get_int_in("every_epochs", 1, 0, 1 << 20);
+  o.every_steps = c.get_int_in("every_steps", 0, 0, INT64_MAX);
+  return o;
+}
+
+DistributedOptions DistributedOptions::from_config(const ConfigNode& d) {
+  DistributedOptions o;
+  o.bucket_mb = d.get_double_in("bucket_mb", o.bucket_mb, 0.001, 1 << 16);
+  o.reduce_dtype = d.get_choice("reduce_dtype", "f32", {"f32", "bf16"}) == "bf16" ? DType::kBF16
+                                                                                 : DType::kF32;
+  o.timeout_s = d.get_double_in("timeout_s", o.timeout_s, 1.0, 7 * 24 * 3600.0);
+  return o;
+}
+
+}  // namespace ska::train

@@ -1,0 +1,77 @@
+// The sections of an experiment config the trainer reads, each with its defaults and checks:
+// train:, data: (the trainer's keys), checkpoint: and distributed:.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/dtype.h"
+#include "data/eval_transform.h"
+#include "data/transforms/augment_factory.h"
+#include "ops/autocast.h"
+#include "train/batch_source.h"
+
+namespace ska::train {
+
+// train.precision: f32 everywhere, or autocast to a 16-bit type with f32 master weights (fp16
+// adds dynamic loss scaling).
+enum class Precision { kFP32, kBF16, kFP16 };
+const char* precision_name(Precision p);         // "fp32", "bf16", "fp16"
+Precision precision_from_name(const std::string& name);  // ValueError naming the value
+AutocastState autocast_state(Precision p);       // disabled for fp32
+
+// The `train:` section.
+struct TrainOptions {
+  int64_t epochs = 1;              // with sched.cooldown_epochs added by the schedule
+  uint64_t seed = 42;
+  int64_t accumulate = 1;          // micro-batches per optimizer update
+  double clip_grad = 0.0;          // global grad-norm clip; 0: off
+  double label_smoothing = 0.0;
+  int64_t max_nonfinite_steps = 10;  // consecutive skipped updates before stopping with an error
+  int64_t log_every = 50;          // optimizer updates between metrics.jsonl step records
+  int64_t eval_every = 1;          // epochs between evaluations (the last epoch always evaluates)
+  int64_t max_steps = 0;           // stop (with a checkpoint) after this many updates; 0: off
+  double ema_decay = 0.0;          // model EMA decay; 0: off (else the EMA is evaluated too)
+  // On either device (the CPU emulates 16-bit math: f32 compute, 16-bit rounding).
+  Precision precision = Precision::kFP32;
+  static TrainOptions from_config(const ConfigNode& train);
+  // The autocast state of the forward pass (disabled for fp32).
+  AutocastState autocast() const { return autocast_state(precision); }
+};
+
+// The `data:` keys the trainer reads (besides dataset/root and the normalisation keys).
+struct DataOptions {
+  std::string dataset, root;
+  int64_t batch_size = 128;        // per worker: the global batch is workers x this x accumulate
+  int64_t eval_batch_size = 256;
+  int workers = 2;
+  int64_t train_subset = 0;  // first N training images only; 0: all
+  int64_t eval_subset = 0;   // first N test images only; 0: all
+  std::vector<double> mean, std;
+  data::TrainAugment augment;  // data.augment / data.mixup (src/data/transforms/augment_factory.h)
+  DeviceResidentOptions device_resident;  // data.device_resident (train/batch_source.h)
+  data::EvalTransform eval;    // data.crop_pct / data.interpolation (src/data/eval_transform.h)
+  // Reads `data` for a model taking `channels` x `image_size` input with `num_classes` outputs.
+  static DataOptions from_config(const ConfigNode& data, int64_t image_size, int64_t channels,
+                                 int64_t num_classes);
+};
+
+// The `checkpoint:` section.
+struct CheckpointOptions {
+  int keep = 3;              // recent checkpoints kept (plus `best`)
+  int64_t every_epochs = 1;  // 0: only at the end
+  int64_t every_steps = 0;   // also every N updates; 0: off
+  static CheckpointOptions from_config(const ConfigNode& checkpoint);
+};
+
+// The `distributed:` section (data parallelism; ignored by a single worker).
+struct DistributedOptions {
+  double bucket_mb = 25.0;             // gradient bucket size
+  DType reduce_dtype = DType::kF32;    // f32 or bf16 gradients on the wire
+  double timeout_s = 600.0;            // a collective not done by then fails the worker
+  static DistributedOptions from_config(const ConfigNode& distributed);
+};
+
+}  // namespace ska::train

@@ -1,0 +1,99 @@
+// Datasets and loader options for a run (see run_data.h).
+#include "train/run_data.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "data/datasets/factory.h"
+
+namespace ska::train {
+
+namespace {
+
+// An in-memory split shaped for the model (see load_training_dataset).
+std::unique_ptr<data::InMemoryDataset> shape_for_model(const data::InMemoryDataset* mem,
+                                                       const DataOptions& options,
+                                                       int64_t image_size, int64_t channels,
+                                                       int64_t subset) {
+  Tensor images = mem->images(), labels = mem->labels();
+  if (subset > 0 && subset < images.size(0)) {
+    images = images.narrow(0, 0, subset).contiguous();
+    labels = labels.narrow(0, 0, subset).contiguous();
+  }
+  if (images.size(1) != image_size || images.size(3) != channels) {
+    images = data::pad_and_replicate(images, image_size, channels);
+  }
+  SKA_CHECK(images.size(1) == image_size && images.size(2) == image_size, ValueError,
+            options.dataset, " images are ", images.size(1), "x", images.size(2),
+            "; the model takes ", image_size, "x", image_size);
+  return std::make_unique<data::InMemoryDataset>(mem->name(), images, labels, mem->num_classes());
+}
+
+}  // namespace
+
+std::unique_ptr<data::InMemoryDataset> load_training_dataset(const DataOptions& options,
+                                                             const std::string& split,
+                                                             int64_t image_size, int64_t channels,
+                                                             int64_t subset) {
+  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
+  const auto* mem = dynamic_cast<const data::InMemoryDataset*>(loaded.get());
+  SKA_CHECK(mem != nullptr, ValueError, "load_training_dataset reads in-memory datasets only; '",
+            options.dataset, "' is a folder dataset (use load_dataset_split)");
+  return shape_for_model(mem, options, image_size, channels, subset);
+}
+
+std::unique_ptr<data::Dataset> load_dataset_split(const DataOptions& options,
+                                                  const std::string& split, int64_t image_size,
+                                                  int64_t channels, int64_t subset) {
+  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
+  if (const auto* mem = dynamic_cast<const data::InMemoryDataset*>(loaded.get())) {
+    return shape_for_model(mem, options, image_size, channels, subset);
+  }
+  if (subset <= 0 || subset >= loaded->size()) return loaded;
+  std::vector<int64_t> keep = spread_indices(loaded->size(), subset);
+  return std::make_unique<SubsetDataset>(std::move(loaded), std::move(keep));
+}
+
+LoaderOptions train_loader_options(const DataOptions& options, const data::Dataset& dataset,
+                                   uint64_t seed, int rank, int world_size) {
+  LoaderOptions lo;
+  lo.rank = rank;
+  lo.world_size = world_size;
+  lo.batch_size = options.batch_size;
+  lo.workers = options.workers;
+  lo.seed = seed;
+  lo.mean = options.mean;
+  lo.std = options.std;
+  lo.transform = options.augment.transform;
+  lo.image_size = options.eval.image_size;
+  if (dynamic_cast<const data::InMemoryDataset*>(&dataset) == nullptr) {
+    const auto& steps = options.augment.steps;
+    SKA_CHECK(std::find(steps.begin(), steps.end(), "RandomResizedCrop") != steps.end(),
+              ConfigError, "data.augment.random_resized_crop: ", dataset.name(),
+              " images vary in size, so training needs random_resized_crop: true (it crops every "
+              "image to the model's ", lo.image_size, "x", lo.image_size, ")");
+  }
+  return lo;
+}
+
+LoaderOptions eval_loader_options(const DataOptions& options, const data::Dataset& dataset,
+                                  int rank, int world_size) {
+  LoaderOptions lo;
+  lo.rank = rank;
+  lo.world_size = world_size;
+  lo.pad_shards = false;
+  lo.batch_size = options.eval_batch_size;
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.workers = options.workers;
+  lo.mean = options.mean;
+  lo.std = options.std;
+  if (dynamic_cast<const data::InMemoryDataset*>(&dataset) == nullptr) {
+    lo.eval_transform = std::make_shared<data::EvalTransform>(options.eval);
+  }
+  return lo;
+}
+
+}  // namespace ska::train
