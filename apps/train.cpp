@@ -1,7 +1,10 @@
 // train: trains a model from an experiment config, writing a run folder with the resolved config,
 // summary.csv, metrics.jsonl, train.log and checkpoints; --resume continues a run exactly.
+// Data-parallel: --nproc-per-node N starts N workers here; under srun, mpirun or torchrun every
+// process is one worker (the world comes from the environment).
 // Usage: train --config quickstart [--set k=v ...] [--resume DIR|auto] [--device cpu|cuda]
-//              [--output DIR] [--runs DIR]
+//              [--output DIR] [--runs DIR] [--nproc-per-node N [--nnodes M --node-rank R
+//              --master-addr HOST --master-port P]]
 #include <cstdint>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -13,6 +16,9 @@
 #include <iostream>
 
 #include "app_common.h"
+#include "distributed/communicator.h"
+#include "distributed/launcher.h"
+#include "distributed/world.h"
 #include "train/trainer.h"
 
 namespace {
@@ -25,7 +31,54 @@ struct TrainCommand {
   std::string device = "cpu";
   std::string output;
   std::string runs = "runs";
+  // The launcher (a process that starts the workers and trains nothing itself).
+  int nproc_per_node = 1;
+  int nnodes = 1, node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port (one node)
+  std::vector<std::string> argv;
 };
+
+// The command line the workers run: this one without the launcher's options.
+std::vector<std::string> worker_argv(const std::vector<std::string>& argv) {
+  static const std::vector<std::string> kLauncherOptions = {
+      "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
+  std::vector<std::string> out = {"/proc/self/exe"};
+  for (size_t i = 1; i < argv.size(); ++i) {
+    bool dropped = false;
+    for (const std::string& option : kLauncherOptions) {
+      if (argv[i] == option) {  // "--option value"
+        ++i;
+        dropped = true;
+        break;
+      }
+      if (argv[i].rfind(option + "=", 0) == 0) {  // "--option=value"
+        dropped = true;
+        break;
+      }
+    }
+    if (!dropped) out.push_back(argv[i]);
+  }
+  return out;
+}
+
+// Rank `root`'s string on every worker (run folders and resume paths: rank 0 decides).
+std::string broadcast_string(ska::dist::Communicator& comm, const std::string& text) {
+  using namespace ska;
+  Tensor size = Tensor::from_vector<int64_t>({static_cast<int64_t>(text.size())}, {1})
+                    .to(comm.device());
+  comm.broadcast(size, 0);
+  const int64_t n = size.to_vector<int64_t>()[0];
+  std::vector<int64_t> chars(static_cast<size_t>(std::max<int64_t>(n, 1)), 0);
+  if (comm.rank() == 0) std::copy(text.begin(), text.end(), chars.begin());
+  Tensor t = Tensor::from_vector<int64_t>(chars, {static_cast<int64_t>(chars.size())})
+                 .to(comm.device());
+  comm.broadcast(t, 0);
+  const std::vector<int64_t> got = t.to_vector<int64_t>();
+  std::string out(static_cast<size_t>(n), ' ');
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<char>(got[static_cast<size_t>(i)]);
+  return out;
+}
 
 std::string format_duration(double s) {
   const int64_t total = static_cast<int64_t>(s + 0.5);
@@ -44,27 +97,81 @@ std::string run_dir_of(const std::string& resume) {
   return p.string();
 }
 
+bool has_checkpoint(const std::string& run_dir) {
+  try {
+    ska::train::resolve_checkpoint(run_dir);
+    return true;
+  } catch (const ska::IOError&) {
+    return false;
+  }
+}
+
+int launch_workers(const TrainCommand& cmd) {
+  ska::dist::LaunchOptions o;
+  o.nproc_per_node = cmd.nproc_per_node;
+  o.nnodes = cmd.nnodes;
+  o.node_rank = cmd.node_rank;
+  o.master_addr = cmd.master_addr;
+  o.master_port = cmd.master_port;
+  return ska::dist::launch_local_workers(worker_argv(cmd.argv), o);
+}
+
+// The device of this worker: cuda means the GPU of its local rank.
+ska::Device worker_device(const std::string& text, const ska::dist::World& world) {
+  const ska::Device d = ska::Device::parse(text);
+  if (d.is_cuda() && world.distributed() && text == "cuda") return ska::Device::cuda(world.local_rank);
+  return d;
+}
+
 int run_train(TrainCommand cmd) {
   using namespace ska;
+  const dist::World world = dist::world_from_environment();
+  if (cmd.nproc_per_node > 1 || cmd.nnodes > 1) {
+    SKA_CHECK(!world.distributed(), ValueError, "--nproc-per-node starts the workers itself, but "
+              "this process already is worker ", world.rank, " of ", world.world_size, " (",
+              world.source, "); drop --nproc-per-node under srun, mpirun or torchrun");
+    return launch_workers(cmd);
+  }
   const ska::Config config = apps::load_config(cmd.config);
   const std::string name = fs::path(apps::resolve_config_path(cmd.config.config)).stem().string();
 
   train::TrainerSetup setup;
-  setup.device = Device::parse(cmd.device);
+  setup.device = worker_device(cmd.device, world);
+  dist::CommOptions comm_options;
+  comm_options.timeout_s =
+      train::DistributedOptions::from_config(config.root()["distributed"]).timeout_s;
+  const std::unique_ptr<dist::Communicator> comm =
+      dist::make_communicator(world, setup.device, comm_options);
+  setup.comm = comm.get();
+  const bool main_rank = world.rank == 0;
+  // Rank 0 chooses the run folder and what to resume; every worker uses its choice.
   std::string resume = cmd.resume;
-  if (resume == "auto") {
-    resume = train::find_latest_run(cmd.output.empty() ? cmd.runs : fs::path(cmd.output).parent_path().string(), name);
-    if (!cmd.output.empty() && fs::is_directory(fs::path(cmd.output) / "checkpoints")) resume = cmd.output;
+  if (main_rank) {
+    if (resume == "auto") {
+      // With --output: that folder when it holds a complete checkpoint (a requeued job), else a
+      // fresh start; without: the newest run of this config under --runs.
+      resume = cmd.output.empty() ? train::find_latest_run(cmd.runs, name)
+                                  : (has_checkpoint(cmd.output) ? cmd.output : "");
+    }
+    if (!cmd.output.empty()) {
+      setup.run_dir = cmd.output;
+    } else if (!resume.empty()) {
+      setup.run_dir = run_dir_of(resume);
+    } else {
+      setup.run_dir = train::make_run_dir(cmd.runs, name);
+    }
+    fs::create_directories(setup.run_dir);
+  }
+  if (world.distributed()) {
+    setup.run_dir = broadcast_string(*comm, setup.run_dir);
+    resume = broadcast_string(*comm, resume);
   }
   setup.resume = resume;
-  if (!cmd.output.empty()) {
-    setup.run_dir = cmd.output;
-  } else if (!resume.empty()) {
-    setup.run_dir = run_dir_of(resume);
-  } else {
-    setup.run_dir = train::make_run_dir(cmd.runs, name);
+  if (!main_rank) {  // the other workers train silently; their errors still reach stderr
+    train::Trainer trainer(config, setup);
+    trainer.fit();
+    return 0;
   }
-  fs::create_directories(setup.run_dir);
 
   auto console = std::make_shared<spdlog::sinks::stdout_sink_mt>();
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
@@ -95,7 +202,9 @@ int run_train(TrainCommand cmd) {
   train::Trainer trainer(config, setup);
   setup.log("model: " + std::to_string(trainer.model().num_parameters()) +
             " trainable parameters; " + std::to_string(trainer.steps_per_epoch()) +
-            " updates per epoch; device " + setup.device.str());
+            " updates per epoch of global batch " + std::to_string(trainer.global_batch()) +
+            "; device " + setup.device.str() +
+            (world.distributed() ? " (" + std::to_string(world.world_size) + " workers)" : ""));
   const train::TrainResult r = trainer.fit();
   char line[512];
   if (r.final_eval.count == 0) {  // stopped by train.max_steps before an epoch ended
@@ -128,13 +237,27 @@ int run_train(TrainCommand cmd) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Trains a model from an experiment config", "train"};
+  // A worker's errors name its rank.
+  const ska::dist::World world = ska::dist::world_from_environment();
+  const std::string name =
+      world.distributed() ? "train [rank " + std::to_string(world.rank) + "]" : "train";
+  CLI::App app{"Trains a model from an experiment config", name};
   TrainCommand cmd;
+  cmd.argv.assign(argv, argv + argc);
   ska::apps::add_config_options(app, cmd.config);
   app.add_option("--resume", cmd.resume,
                  "continue from a checkpoint or run folder, or 'auto' (the newest run of this config)");
   app.add_option("--device", cmd.device, "cpu, cuda or cuda:N");
   app.add_option("--output", cmd.output, "the run folder (default: <runs>/<config>-<time>)");
   app.add_option("--runs", cmd.runs, "where new run folders are made (default: runs)");
+  app.add_option("--nproc-per-node", cmd.nproc_per_node,
+                 "start N data-parallel workers on this node (one per GPU with --device cuda)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--nnodes", cmd.nnodes, "nodes of the job (with --nproc-per-node)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--node-rank", cmd.node_rank, "this node's index in [0, nnodes)");
+  app.add_option("--master-addr", cmd.master_addr, "the host of rank 0 (several nodes)");
+  app.add_option("--master-port", cmd.master_port,
+                 "the rendezvous port on the master (default: a free port on one node)");
   return ska::apps::run_main(app, argc, argv, [&] { return run_train(cmd); });
 }

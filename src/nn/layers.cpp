@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "autograd/grad_mode.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -66,7 +67,33 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
 // num_batches_tracked is kept for state-dict compatibility with PyTorch; like PyTorch with a set
 // momentum, nothing reads it, so it is not updated (that would be a device op per step).
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (is_training() && sum_across_workers) return forward_synchronised(x);
   return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+}
+
+Tensor BatchNorm2d::forward_synchronised(const Tensor& x) {
+  SKA_CHECK(x.dim() == 4, ShapeError, "BatchNorm2d: expected [N, C, H, W], got ",
+            shape_str(x.shape()));
+  const int64_t channels = x.size(1);
+  // Per-channel sums of x and x^2 and the sample count, summed over the workers in one
+  // collective; the sum is differentiable, so backward reduces the statistics' gradients too.
+  const Tensor xf = x.to(DType::kF32);
+  const Tensor count = Tensor::full({1}, static_cast<double>(x.numel() / channels), DType::kF32,
+                                    x.device());
+  const Tensor stats =
+      sum_across_workers(cat({sum(xf, {0, 2, 3}), sum(mul(xf, xf), {0, 2, 3}), count}, 0));
+  const Tensor n = stats.narrow(0, 2 * channels, 1);
+  const Tensor mean = div(stats.narrow(0, 0, channels), n);
+  const Tensor var = sub(div(stats.narrow(0, channels, channels), n), mul(mean, mean));
+  {
+    NoGradGuard no_grad;  // running statistics as PyTorch keeps them: the variance unbiased
+    const Tensor unbiased = div(mul(var.detach(), n), sub(n, 1.0));
+    running_mean.copy_(add(mul(running_mean, 1.0 - momentum), mul(mean.detach(), momentum)));
+    running_var.copy_(add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
+  }
+  const Shape per_channel = {1, channels, 1, 1};
+  const Tensor scale = mul(rsqrt(add(var, eps)), weight).view(per_channel);
+  return add(mul(sub(xf, mean.view(per_channel)), scale), bias.view(per_channel));
 }
 
 Tensor Dropout::forward(const Tensor& x) { return ska::dropout(x, p, is_training()); }

@@ -55,6 +55,13 @@ class BatchNorm2d : public Module {
   std::string type_name() const override { return "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double eps, momentum;
+  // Synchronised batch norm (distributed.sync_bn): a differentiable sum of a tensor over the
+  // workers of a data-parallel job. When set, training normalises with the statistics of every
+  // worker's batch together (PyTorch's SyncBatchNorm); null: this worker's batch alone.
+  std::function<Tensor(const Tensor&)> sum_across_workers;
+
+ private:
+  Tensor forward_synchronised(const Tensor& x);
 };
 
 class Dropout : public Module {

@@ -81,6 +81,7 @@ DistributedOptions DistributedOptions::from_config(const ConfigNode& d) {
   o.reduce_dtype = d.get_choice("reduce_dtype", "f32", {"f32", "bf16"}) == "bf16" ? DType::kBF16
                                                                                  : DType::kF32;
   o.timeout_s = d.get_double_in("timeout_s", o.timeout_s, 1.0, 7 * 24 * 3600.0);
+  o.sync_bn = d.get<bool>("sync_bn", false);
   return o;
 }
 

@@ -71,6 +71,7 @@ struct DistributedOptions {
   double bucket_mb = 25.0;             // gradient bucket size
   DType reduce_dtype = DType::kF32;    // f32 or bf16 gradients on the wire
   double timeout_s = 600.0;            // a collective not done by then fails the worker
+  bool sync_bn = false;                // batch norm over all workers' batches (else local)
   static DistributedOptions from_config(const ConfigNode& distributed);
 };
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "distributed/functional.h"
 #include "models/model.h"
 
 namespace ska::train {
@@ -123,6 +124,10 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
     for (const auto& [name, t] : model_->state_dict()) comm_->broadcast(t, 0);
   }
   seed_rank_generators();
+  if (dist_.sync_bn && world > 1) {
+    const int n = dist::enable_sync_batch_norm(*model_, *comm_);
+    log("distributed.sync_bn: " + std::to_string(n) + " batch-norm layers use every worker's batch");
+  }
   optimizer_ = optim::make_optimizer(optim_options, model_->named_parameters(true));
   schedule_ = std::make_unique<optim::LrSchedule>(sched_options);
   if (train_.ema_decay > 0) {

@@ -1,0 +1,282 @@
+// Data parallelism on CPUs (Gloo over loopback), through the `train` command as users run it:
+// two workers of batch 16 give the weights of one worker of batch 32; a job killed with SIGKILL
+// resumes bit-identically at world size 2; a killed worker makes the others fail fast with a
+// message and leaves the last checkpoint loadable; evaluation sharded over workers counts exactly
+// what one process counts; --nproc-per-node trains Fashion-MNIST to a real accuracy.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distributed/launcher.h"
+#include "models/model.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/run_data.h"
+#include "train_test_util.h"
+
+using namespace ska;
+using namespace ska::train;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Starts `train` with `args` and extra environment `env` ("K=V"), stdout and stderr to `log`.
+pid_t spawn_train(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                  const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(fd, 1);
+  ::dup2(fd, 2);
+  for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+  std::vector<std::string> all = {SKA_TRAIN_EXE};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  ::_exit(127);
+}
+
+// Waits for `pid` up to `limit_s`; the exit code (128 + signal), or -1 on time-out (then killed).
+int wait_exit(pid_t pid, double limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `train` to completion; REQUIREs exit code 0 (printing its log otherwise).
+void run_train(const std::vector<std::string>& args, const std::string& log,
+               const std::vector<std::string>& env = {}) {
+  const int code = wait_exit(spawn_train(args, env, log), 300);
+  INFO("train " << args[1] << " ...: exit " << code << "\n" << read_file(log));
+  REQUIRE(code == 0);
+}
+
+std::string write_config(const std::string& dir, const std::string& yaml) {
+  const std::string path = dir + "/tiny.yaml";
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+// Largest |a - b| / max(|b|, 1e-3) over every tensor of two state dicts.
+double max_relative_difference(const TensorMap& a, const TensorMap& b) {
+  double worst = 0.0;
+  for (const auto& [name, t] : b) {
+    const std::vector<double> x = a.at(name).to_vector<double>(), y = t.to_vector<double>();
+    REQUIRE(x.size() == y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      worst = std::max(worst, std::abs(x[i] - y[i]) / std::max(std::abs(y[i]), 1e-3));
+    }
+  }
+  return worst;
+}
+
+#define SKIP_WITHOUT_FASHION_MNIST()                                                          \
+  if (!test::fashion_mnist_available()) {                                                     \
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)"); \
+    return;                                                                                   \
+  }
+
+}  // namespace
+
+TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("dp_equiv");
+  // 320 images: 10 updates of 32 per epoch, 20 steps cross an epoch boundary (with its sharded
+  // evaluation). Dropout off (each worker draws its own); crop and flip are keyed by sample.
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 150, 16, 2, 0.0));
+  run_train({"--config", config, "--output", dir + "/dp", "--nproc-per-node", "2",
+             "--set", "distributed.bucket_mb=0.01"},  // several buckets, overlapped
+            dir + "/dp.log");
+  run_train({"--config", config, "--output", dir + "/single", "--set", "data.batch_size=32"},
+            dir + "/single.log");
+  const Checkpoint dp = load_checkpoint(resolve_checkpoint(dir + "/dp"));
+  const Checkpoint single = load_checkpoint(resolve_checkpoint(dir + "/single"));
+  REQUIRE(dp.state.step == 20);
+  REQUIRE(single.state.step == 20);
+  REQUIRE(dp.state.info.at("world_size") == "2");
+  const double diff = max_relative_difference(dp.model, single.model);
+  INFO("largest relative difference " << diff);
+  REQUIRE(diff < 1e-5);
+  REQUIRE(diff > 0.0);  // summation order differs: equal weights would mean one did not shard
+  // One run folder, written by rank 0 only: a single header and one row per epoch.
+  const std::string log = read_file(dir + "/dp.log");
+  REQUIRE_THAT(log, Contains("global batch 32 = 2 x 16"));
+  std::ifstream csv(dir + "/dp/summary.csv");
+  int rows = 0;
+  for (std::string line; std::getline(csv, line);) ++rows;
+  REQUIRE(rows == 3);
+  // Both evaluated the same 150 images: equal top-1 (the weights differ by rounding only).
+  REQUIRE(std::abs(dp.state.best_top1 - single.state.best_top1) < 1.0);
+}
+
+TEST_CASE("a data-parallel job killed with SIGKILL resumes bit-identically at world size 2",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("dp_resume");
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 100, 16, 3, 0.1));
+  const std::vector<std::string> common = {"--config", config, "--nproc-per-node", "2",
+                                           "--set", "train.max_steps=24"};
+  std::vector<std::string> straight = common;
+  straight.insert(straight.end(), {"--output", dir + "/straight"});
+  run_train(straight, dir + "/straight.log");
+
+  // Checkpoint every update; SIGKILL the launcher (its workers die with it) after step 5.
+  std::vector<std::string> killed = common;
+  killed.insert(killed.end(), {"--output", dir + "/killed", "--set", "checkpoint.every_steps=1"});
+  const pid_t pid = spawn_train(killed, {}, dir + "/killed.log");
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t step = 0;
+  while (step < 5 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    try {
+      step = load_checkpoint(resolve_checkpoint(dir + "/killed")).state.step;
+    } catch (const Error&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(step >= 5);
+  ::kill(pid, SIGKILL);
+  REQUIRE(wait_exit(pid, 30) == 128 + SIGKILL);
+  std::vector<std::string> resumed = common;
+  resumed.insert(resumed.end(), {"--output", dir + "/killed", "--resume", "auto"});
+  run_train(resumed, dir + "/resumed.log");
+  REQUIRE_THAT(read_file(dir + "/resumed.log"), Contains("resumed from"));
+
+  const Checkpoint a = load_checkpoint(resolve_checkpoint(dir + "/straight"));
+  const Checkpoint b = load_checkpoint(resolve_checkpoint(dir + "/killed"));
+  REQUIRE(a.state.step == 24);
+  REQUIRE(b.state.step == 24);
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  REQUIRE(test::bitwise_equal(a.model, b.model, &diff));
+  REQUIRE(test::bitwise_equal(a.state.optimizer, b.state.optimizer, &diff));
+}
+
+TEST_CASE("a killed worker makes the others exit with a message; the last checkpoint loads",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("dp_dead");
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 100, 16, 1000, 0.0));
+  // Two workers started as srun or torchrun would, without our launcher: the survivor must
+  // notice on its own.
+  const int port = dist::find_free_port();
+  const std::vector<std::string> args = {"--config", config, "--output", dir + "/run", "--set",
+                                         "checkpoint.every_steps=2", "--set",
+                                         "distributed.timeout_s=60"};
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    pids.push_back(spawn_train(args,
+                               {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "LOCAL_RANK=" +
+                                std::to_string(rank), "MASTER_ADDR=127.0.0.1",
+                                "MASTER_PORT=" + std::to_string(port)},
+                               dir + "/rank" + std::to_string(rank) + ".log"));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t step = 0;
+  while (step < 4 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    try {
+      step = load_checkpoint(resolve_checkpoint(dir + "/run")).state.step;
+    } catch (const Error&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(step >= 4);
+  ::kill(pids[1], SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(wait_exit(pids[1], 10) == 128 + SIGKILL);
+  const int code = wait_exit(pids[0], 60);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const std::string log = read_file(dir + "/rank0.log");
+  INFO("rank 0 exit " << code << " after " << took << " s:\n" << log);
+  REQUIRE(code == 2);
+  REQUIRE(took < 60.0);
+  REQUIRE_THAT(log, Contains("train [rank 0]") || Contains("train: error"));
+  REQUIRE_THAT(log, Contains("step"));
+  REQUIRE_THAT(log, Contains("rank 1"));
+  // The last complete checkpoint is intact and loads.
+  const Checkpoint c = load_checkpoint(resolve_checkpoint(dir + "/run"));
+  REQUIRE(c.state.step >= 4);
+}
+
+TEST_CASE("evaluation sharded over 3 workers counts exactly what one process counts",
+          "[cpu][distributed][train]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  // Uneven shards (250 = 84 + 83 + 83), no sample twice: the summed counts are one process's.
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 250, 16, 1, 0.0));
+  const ConfigNode root = config.root();
+  manual_seed(3);
+  nn::ModulePtr model = models::build_model(root["model"]);
+  const DataOptions data = DataOptions::from_config(root["data"], 28, 1, 10);
+  const auto eval_set = load_dataset_split(data, "test", 28, 1, 250);
+  DataLoader whole(*eval_set, eval_loader_options(data, *eval_set));
+  const EvalSums one = evaluate_sums(*model, whole, Device::cpu());
+  EvalSums summed;
+  for (int rank = 0; rank < 3; ++rank) {
+    DataLoader shard(*eval_set, eval_loader_options(data, *eval_set, rank, 3));
+    REQUIRE(shard.samples_per_epoch() == (rank == 0 ? 84 : 83));
+    const EvalSums s = evaluate_sums(*model, shard, Device::cpu());
+    summed.top1 += s.top1;
+    summed.top5 += s.top5;
+    summed.count += s.count;
+    summed.loss_sum += s.loss_sum;
+  }
+  REQUIRE(one.count == 250);
+  REQUIRE(summed.count == one.count);
+  REQUIRE(summed.top1 == one.top1);
+  REQUIRE(summed.top5 == one.top5);
+  REQUIRE(summed.loss_sum == Approx(one.loss_sum).epsilon(1e-9));
+  REQUIRE(one.top1 > 0);
+}
+
+TEST_CASE("train --nproc-per-node 2 trains Fashion-MNIST in one run folder",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("dp_e2e");
+  // 8000 images, 2 workers x batch 32: 125 updates per epoch, 2 epochs; 1000 test images.
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(8000, 1000, 32, 2, 0.0));
+  run_train({"--config", config, "--output", dir + "/run", "--nproc-per-node", "2", "--set",
+             "data.augment.crop_padding=0", "--set", "data.workers=1"},
+            dir + "/run.log");
+  const std::string log = read_file(dir + "/run.log");
+  INFO(log);
+  // One console: rank 0's lines only (each epoch once), and the final line.
+  size_t epochs = 0;
+  for (size_t pos = log.find("epoch 0/2"); pos != std::string::npos; pos = log.find("epoch 0/2", pos + 1)) ++epochs;
+  REQUIRE(epochs == 1);
+  REQUIRE_THAT(log, Contains("train: final top-1"));
+  const Checkpoint c = load_checkpoint(resolve_checkpoint(dir + "/run"));
+  REQUIRE(c.state.step == 250);
+  REQUIRE(c.state.best_top1 > 70.0);
+  REQUIRE(fs::exists(dir + "/run/train.log"));
+  REQUIRE(fs::exists(dir + "/run/checkpoints/best"));
+}
