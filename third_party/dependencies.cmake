@@ -30,6 +30,11 @@ endif()
 
 find_package(Threads REQUIRED)
 
+# Collectives between CPU workers (src/distributed, private to ska): Gloo, whose Debian package
+# installs a CMake config exporting the imported target `gloo`.
+find_package(Gloo CONFIG QUIET)
+ska_require(Gloo_FOUND "Gloo" "libgloo-dev")
+
 # JSON (safetensors headers, configs): header-only nlohmann-json.
 find_package(nlohmann_json 3 QUIET)
 ska_require(nlohmann_json_FOUND "nlohmann-json 3" "nlohmann-json3-dev")
@@ -79,4 +84,20 @@ if(SKA_CUDA)
   target_include_directories(ska_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
   target_link_libraries(ska_cudnn INTERFACE ${CUDNN_LIBRARY})
   message(STATUS "SKA: cuDNN ${CUDNN_LIBRARY}")
+
+  # NCCL (src/distributed on CUDA): beside the toolkit, where NCCL_ROOT points, or in the pip wheel
+  # nvidia-nccl-cu13 (scripts/gpu_env.sh exports its folder as NCCL_ROOT).
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    message(FATAL_ERROR "SKA_CUDA=ON needs NCCL 2 (nccl.h, libnccl.so): install NVIDIA's "
+                        "libnccl-dev package (or the pip wheel nvidia-nccl-cu13) or set "
+                        "-DNCCL_ROOT=<dir>; or configure with -DSKA_CUDA=OFF")
+  endif()
+  add_library(ska_nccl INTERFACE)
+  target_include_directories(ska_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(ska_nccl INTERFACE ${NCCL_LIBRARY})
+  message(STATUS "SKA: NCCL ${NCCL_LIBRARY}")
 endif()

@@ -1,4 +1,4 @@
-// Status checks for CUDA, cuBLAS(Lt) and cuDNN: a failed call throws CudaError naming the call,
+// Status checks for CUDA, cuBLAS(Lt), cuDNN and NCCL: a failed call throws CudaError naming the call,
 // the library's error name and message, and the file:line of the check.
 #include "cuda/runtime/check.h"
 
@@ -27,6 +27,15 @@ void check_cudnn(cudnnStatus_t status, const char* expr, const char* file, int l
   SKA_FAIL(CudaError, "cuDNN error ", cudnnGetErrorString(status),
            detail[0] ? std::string(" (") + detail + ")" : std::string(), " from ", expr, " at ",
            file, ":", line);
+}
+
+// ncclGetLastError adds what NCCL logged about the failure (a peer, a socket, a version).
+void check_nccl(ncclResult_t status, const char* expr, const char* file, int line) {
+  if (status == ncclSuccess) return;
+  const char* detail = ncclGetLastError(nullptr);
+  SKA_FAIL(CudaError, "NCCL error ", ncclGetErrorString(status),
+           detail && *detail ? std::string(" (") + detail + ")" : std::string(), " from ", expr,
+           " at ", file, ":", line);
 }
 
 }  // namespace ska::cuda
