@@ -87,15 +87,19 @@ std::string write_config(const std::string& dir, const std::string& yaml) {
   return path;
 }
 
-// Largest |a - b| / max(|b|, 1e-3) over every tensor of two state dicts.
+// The largest, over the tensors of two state dicts, of max |a - b| / max |b| (each parameter's
+// difference relative to its own scale).
 double max_relative_difference(const TensorMap& a, const TensorMap& b) {
   double worst = 0.0;
   for (const auto& [name, t] : b) {
     const std::vector<double> x = a.at(name).to_vector<double>(), y = t.to_vector<double>();
     REQUIRE(x.size() == y.size());
+    double diff = 0.0, scale = 0.0;
     for (size_t i = 0; i < x.size(); ++i) {
-      worst = std::max(worst, std::abs(x[i] - y[i]) / std::max(std::abs(y[i]), 1e-3));
+      diff = std::max(diff, std::abs(x[i] - y[i]));
+      scale = std::max(scale, std::abs(y[i]));
     }
+    if (scale > 0) worst = std::max(worst, diff / scale);
   }
   return worst;
 }
@@ -127,7 +131,7 @@ TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
   REQUIRE(dp.state.info.at("world_size") == "2");
   const double diff = max_relative_difference(dp.model, single.model);
   INFO("largest relative difference " << diff);
-  REQUIRE(diff < 1e-5);
+  REQUIRE(diff < 2e-6);  // measured 9e-7 (AdamW; per tensor, relative to its largest value)
   REQUIRE(diff > 0.0);  // summation order differs: equal weights would mean one did not shard
   // One run folder, written by rank 0 only: a single header and one row per epoch.
   const std::string log = read_file(dir + "/dp.log");
@@ -222,7 +226,7 @@ TEST_CASE("a killed worker makes the others exit with a message; the last checkp
   REQUIRE(took < 60.0);
   REQUIRE_THAT(log, Contains("train [rank 0]") || Contains("train: error"));
   REQUIRE_THAT(log, Contains("step"));
-  REQUIRE_THAT(log, Contains("rank 1"));
+  REQUIRE_THAT(log, Contains("all_reduce") && Contains("closed its connection"));
   // The last complete checkpoint is intact and loads.
   const Checkpoint c = load_checkpoint(resolve_checkpoint(dir + "/run"));
   REQUIRE(c.state.step >= 4);
@@ -254,7 +258,8 @@ TEST_CASE("evaluation sharded over 3 workers counts exactly what one process cou
   REQUIRE(summed.count == one.count);
   REQUIRE(summed.top1 == one.top1);
   REQUIRE(summed.top5 == one.top5);
-  REQUIRE(summed.loss_sum == Approx(one.loss_sum).epsilon(1e-9));
+  // Each batch's mean loss is an f32 sum, so other batches round differently.
+  REQUIRE(summed.loss_sum == Approx(one.loss_sum).epsilon(1e-6));
   REQUIRE(one.top1 > 0);
 }
 
@@ -262,8 +267,8 @@ TEST_CASE("train --nproc-per-node 2 trains Fashion-MNIST in one run folder",
           "[cpu][distributed][train][slow]") {
   SKIP_WITHOUT_FASHION_MNIST();
   const std::string dir = test::train_scratch_dir("dp_e2e");
-  // 8000 images, 2 workers x batch 32: 125 updates per epoch, 2 epochs; 1000 test images.
-  const std::string config = write_config(dir, test::tiny_experiment_yaml(8000, 1000, 32, 2, 0.0));
+  // 16000 images, 2 workers x batch 32: 250 updates per epoch, 3 epochs; 1000 test images.
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(16000, 1000, 32, 3, 0.0));
   run_train({"--config", config, "--output", dir + "/run", "--nproc-per-node", "2", "--set",
              "data.augment.crop_padding=0", "--set", "data.workers=1"},
             dir + "/run.log");
@@ -271,12 +276,15 @@ TEST_CASE("train --nproc-per-node 2 trains Fashion-MNIST in one run folder",
   INFO(log);
   // One console: rank 0's lines only (each epoch once), and the final line.
   size_t epochs = 0;
-  for (size_t pos = log.find("epoch 0/2"); pos != std::string::npos; pos = log.find("epoch 0/2", pos + 1)) ++epochs;
+  for (size_t pos = log.find("epoch 0/3"); pos != std::string::npos;
+       pos = log.find("epoch 0/3", pos + 1)) {
+    ++epochs;
+  }
   REQUIRE(epochs == 1);
   REQUIRE_THAT(log, Contains("train: final top-1"));
   const Checkpoint c = load_checkpoint(resolve_checkpoint(dir + "/run"));
-  REQUIRE(c.state.step == 250);
-  REQUIRE(c.state.best_top1 > 70.0);
+  REQUIRE(c.state.step == 750);
+  REQUIRE(c.state.best_top1 > 72.0);
   REQUIRE(fs::exists(dir + "/run/train.log"));
   REQUIRE(fs::exists(dir + "/run/checkpoints/best"));
 }
