@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+
+#include "io/safetensors.h"
+#include "io/weight_map.h"
 
 namespace ska::apps {
 namespace fs = std::filesystem;
@@ -73,17 +77,60 @@ std::vector<std::string> config_search_dirs() {
   return unique;
 }
 
-std::string resolve_config_path(const std::string& name_or_path) {
-  if (fs::is_regular_file(name_or_path)) return name_or_path;
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long value = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE) {
+          return "'" + text + "' is not " + range;
+        }
+        if (value < lo || value > hi) return "value " + text + " is out of range; expected " + range;
+        return "";
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+void add_batch_option(CLI::App& app, int64_t& batch, const std::string& help) {
+  app.add_option("--batch", batch, help)->check(integer_in(1, kMaxBatch));
+}
+
+namespace {
+
+// The files a config name may be, in search order, each once (an absolute name is only itself).
+std::vector<std::string> config_candidates(const std::string& name_or_path) {
   const bool has_suffix = fs::path(name_or_path).extension() == ".yaml" ||
                           fs::path(name_or_path).extension() == ".yml";
   const std::string file = has_suffix ? name_or_path : name_or_path + ".yaml";
-  std::string tried = name_or_path;
-  for (const std::string& dir : config_search_dirs()) {
-    for (const fs::path& candidate : {fs::path(dir) / file, fs::path(dir) / "models" / file}) {
-      if (fs::is_regular_file(candidate)) return candidate.lexically_normal().string();
-      tried += ", " + candidate.string();
+  std::vector<std::string> candidates = {fs::path(name_or_path).lexically_normal().string()};
+  auto add = [&candidates](const fs::path& path) {
+    const std::string normal = path.lexically_normal().string();
+    if (std::find(candidates.begin(), candidates.end(), normal) == candidates.end()) {
+      candidates.push_back(normal);
     }
+  };
+  if (fs::path(file).is_absolute()) {
+    add(file);
+    return candidates;
+  }
+  for (const std::string& dir : config_search_dirs()) {
+    add(fs::path(dir) / file);
+    add(fs::path(dir) / "models" / file);
+  }
+  return candidates;
+}
+
+}  // namespace
+
+std::string resolve_config_path(const std::string& name_or_path) {
+  if (fs::is_regular_file(name_or_path)) return name_or_path;
+  const std::vector<std::string> candidates = config_candidates(name_or_path);
+  std::string tried;
+  for (const std::string& candidate : candidates) {
+    if (candidate != candidates.front() && fs::is_regular_file(candidate)) return candidate;
+    tried += (tried.empty() ? "" : ", ") + candidate;
   }
   SKA_FAIL(ConfigError, "config '", name_or_path, "' not found (tried: ", tried,
            "; set SKA_CONFIG_DIR to the configs folder to look elsewhere)");
@@ -96,6 +143,23 @@ Config load_config(const ConfigOptions& options) {
     (options.print_config_to_stderr ? std::cerr : std::cout) << config.dump() << std::flush;
   }
   return config;
+}
+
+void load_weights(nn::Module& model, const std::string& weights, const std::string& map_path) {
+  TensorMap tensors = load_safetensors(weights);
+  try {
+    if (!map_path.empty()) {
+      tensors = import_weights(load_weight_map(map_path), tensors, model.state_dict());
+    }
+    model.load_state_dict(tensors, /*strict=*/true);
+  } catch (const ConfigError&) {
+    throw;  // a malformed map names its own file
+  } catch (const DTypeError& e) {
+    SKA_FAIL(DTypeError, weights, ": tensors stored in a dtype the model does not convert from: ",
+             e.what());
+  } catch (const Error& e) {
+    SKA_FAIL(ValueError, weights, ": the weights do not fit the model: ", e.what());
+  }
 }
 
 ConfigNode model_section(const Config& config) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,6 +39,16 @@ std::vector<std::string> config_search_dirs();
 // listing the places tried when none exists.
 std::string resolve_config_path(const std::string& name_or_path);
 
+// The largest --batch the commands accept: keeps a typo from asking for terabytes of input.
+constexpr int64_t kMaxBatch = int64_t{1} << 16;
+
+// A CLI11 check that the value is an integer in [lo, hi]; the usage error reads
+// "--batch: value 0 is out of range; expected an integer in [1, 65536]".
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+
+// Adds --batch (an integer in [1, kMaxBatch]) with `help` to `app`.
+void add_batch_option(CLI::App& app, int64_t& batch, const std::string& help);
+
 // Loads the config named by the options and applies the overrides in order.
 Config load_config(const ConfigOptions& options);
 
@@ -50,6 +61,12 @@ ConfigNode data_section(const Config& config);
 
 // The model's input facts as build_model reads them (image_size, in_channels, num_classes).
 models::ModelInput model_input(const ConfigNode& model);
+
+// Loads the safetensors file `weights` into `model`, through the weight map file `map_path` when
+// it is not empty. Errors name the file: DTypeError when only dtypes are at fault (I32 stored
+// for an F32 parameter), ValueError "<weights>: the weights do not fit the model: ..." for any
+// other mismatch; a malformed map's ConfigError names the map.
+void load_weights(nn::Module& model, const std::string& weights, const std::string& map_path = "");
 
 // Parses the command line into `app`, then runs `body`. CLI11 parse errors print usage and exit
 // as CLI11 does (--help: exit code 0, bad usage: 1); ska::Error (and any std::exception) becomes one line

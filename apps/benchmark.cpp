@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   ska::apps::add_config_options(app, o.config);
   app.add_option("--mode", o.mode, "train (forward, loss, backward, AdamW step) or infer")
       ->check(CLI::IsMember({"train", "infer"}));
-  app.add_option("--batch", o.batch, "images per step")->check(CLI::PositiveNumber);
+  ska::apps::add_batch_option(app, o.batch, "images per step");
   app.add_option("--device", o.device, "cpu, cuda or cuda:N");
   app.add_option("--precision", o.precision,
                  "fp32, or bf16 / fp16 autocast with f32 weights (what train.precision does)");

@@ -8,8 +8,6 @@
 #include "autograd/grad_mode.h"
 #include "data/eval_transform.h"
 #include "io/npy.h"
-#include "io/safetensors.h"
-#include "io/weight_map.h"
 #include "ops/ops.h"
 
 namespace {
@@ -28,21 +26,6 @@ struct InferenceOptions {
 };
 
 constexpr size_t kMaxPrintedRows = 20;
-
-// Loads `weights` into `model`, through the weight map when one is given.
-void load_weights(nn::Module& model, const std::string& weights, const std::string& map_path) {
-  TensorMap tensors = load_safetensors(weights);
-  try {
-    if (!map_path.empty()) {
-      tensors = import_weights(load_weight_map(map_path), tensors, model.state_dict());
-    }
-    model.load_state_dict(tensors, /*strict=*/true);
-  } catch (const ConfigError&) {
-    throw;  // a malformed map names its own file
-  } catch (const Error& e) {
-    SKA_FAIL(ValueError, weights, ": the weights do not fit the model: ", e.what());
-  }
-}
 
 // A float32 [N, C, H, W] batch from a .npy file ([C, H, W] is one image), checked against the
 // model's input.
@@ -102,7 +85,7 @@ int run_inference(const InferenceOptions& options) {
   }
   config.check_unused();
 
-  load_weights(*model, options.weights, options.weight_map);
+  apps::load_weights(*model, options.weights, options.weight_map);
   const Device device = Device::parse(options.device);
   model->to(device);
 
@@ -147,7 +130,7 @@ int main(int argc, char** argv) {
   npy->excludes(images);
   app.add_option("--output", options.output, "where to write the logits (.npy)")->required();
   app.add_option("--device", options.device, "cpu, cuda or cuda:N");
-  app.add_option("--batch", options.batch, "rows per forward pass")->check(CLI::PositiveNumber);
+  apps::add_batch_option(app, options.batch, "rows per forward pass");
   return apps::run_main(app, argc, argv, [&] {
     SKA_CHECK(!options.input.empty() || !options.images.empty(), ValueError,
               "give the inputs with --input x.npy or --image file [--image file ...]");

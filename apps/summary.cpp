@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", options.json, "print one JSON object instead of the table");
   app.add_option("--depth", options.depth,
                  "show layers up to this nesting depth (0: the model only; default: all)");
-  app.add_option("--batch", options.batch, "batch size of the recorded forward pass")
-      ->check(CLI::PositiveNumber);
+  ska::apps::add_batch_option(app, options.batch, "batch size of the recorded forward pass");
   app.add_option("--device", options.device, "cpu, cuda or cuda:N");
   return ska::apps::run_main(app, argc, argv, [&] { return run_summary(options); });
 }

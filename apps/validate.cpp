@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "app_common.h"
-#include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -46,7 +45,7 @@ int run_validate(const ValidateCommand& cmd) {
   } else {
     SKA_CHECK(!cmd.ema, ValueError, "--ema needs a checkpoint folder, not a weights file");
   }
-  model->load_state_dict(load_safetensors(weights));
+  apps::load_weights(*model, weights);
   const Device device = Device::parse(cmd.device);
   model->to(device);
 

@@ -233,6 +233,10 @@ void Config::set(const std::string& assignment) {
   if (equals == std::string::npos) fail_override(assignment, "expected key.path=value");
   const std::string path = trim(assignment.substr(0, equals));
   const std::vector<PathStep> steps = parse_override_path(path, assignment);
+  if (trim(assignment.substr(equals + 1)).empty()) {  // a forgotten value, not a wish for null
+    fail_override(assignment, str_cat("the value of '", path, "' is empty; write ", path,
+                                      "=null (or ~) to clear the key"));
+  }
   const std::string origin = "override '" + assignment + "'";
   ConfigValuePtr value;
   try {
@@ -240,9 +244,8 @@ void Config::set(const std::string& assignment) {
   } catch (const ConfigError& e) {
     const std::string what = e.what();
     const size_t reason = what.find("YAML syntax error: ");
-    fail_override(assignment,
-                  "the value is not valid YAML" +
-                      (reason == std::string::npos ? "" : ": " + what.substr(reason + 19)));
+    if (reason == std::string::npos) throw;  // e.g. the expansion limit, which names the override
+    fail_override(assignment, "the value is not valid YAML: " + what.substr(reason + 19));
   }
   detail::resolve_includes(value, origin, std::filesystem::current_path().string());
   mark_from_override(*value);

@@ -48,8 +48,9 @@ class ConfigNode {
   std::vector<std::string> keys() const;
 
   // Typed reads. T is one of bool, int64_t, int, double, std::string, std::vector<int64_t>,
-  // std::vector<double>, std::vector<std::string>. Numbers may be written quoted or not; an
-  // explicit null gives the fallback in the optional form and an error in the required one.
+  // std::vector<double>, std::vector<std::string>. Numbers may be written quoted or not; doubles
+  // must be finite (.inf, .nan and 1e999 are range errors); an explicit null gives the fallback
+  // in the optional form and an error in the required one.
   template <typename T>
   T get(const std::string& key) const;  // required: "path.key: required key missing (...)"
   template <typename T>
@@ -86,14 +87,16 @@ class Config {
   Config();  // an empty map
 
   // Loads `path` and resolves includes. ConfigError naming the file (and line:column) on YAML
-  // syntax errors, missing files, missing include files and include cycles (with the chain).
+  // syntax errors, missing files, missing include files and include cycles (with the chain), and
+  // for a document that expands (aliases copied out) past 100000 nodes or 16 MiB of text.
   static Config load(const std::string& path);
   // Parses text; includes are resolved relative to the current directory.
   static Config parse(const std::string& yaml_text, const std::string& origin = "<string>");
 
   // Applies one "key.path=value" override; the value is parsed as YAML (scalar, [list], {map})
   // and replaces what was there. Missing keys are created; an index may be at most the list's
-  // length (which appends). A malformed override throws ConfigError quoting it.
+  // length (which appends). A malformed override, or one with an empty value ("key="; write
+  // "key=null" to clear a key), throws ConfigError quoting it.
   void set(const std::string& assignment);
 
   ConfigNode root() const;

@@ -114,7 +114,9 @@ struct Reader<double> {
   static double read(const ConfigValue& value, const std::string& path, ConfigState*) {
     const std::string& text = scalar_text(value, path, what());
     double parsed = 0.0;
-    if (parse_yaml_special(text, parsed)) return parsed;
+    if (parse_yaml_special(text, parsed)) {  // read, so the error says why it is not accepted
+      fail_range(path, text, "a finite number (.inf and .nan are not accepted)", value);
+    }
     const bool starts_numeric =
         !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' ||
                           text[0] == '+' || text[0] == '.');
@@ -124,7 +126,7 @@ struct Reader<double> {
     if (!starts_numeric || end != text.c_str() + text.size() || std::isnan(parsed)) {
       fail_type(path, what(), value);
     }
-    if (errno == ERANGE && std::isinf(parsed)) fail_range(path, text, "a finite double", value);
+    if (errno == ERANGE && std::isinf(parsed)) fail_range(path, text, "a finite number", value);
     return parsed;
   }
 };

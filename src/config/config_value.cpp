@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,9 +22,33 @@ std::string mark_location(const std::string& origin, const YAML::Mark& mark) {
   return str_cat(origin, ":", mark.line + 1, ":", mark.column + 1);
 }
 
-ConfigValuePtr from_yaml(const YAML::Node& node, const std::string& origin);
+// What one document may expand to once aliases are copied out: YAML shares an aliased node, our
+// tree does not, so `&a [*b, *b, ...]` nested a few levels deep would otherwise take gigabytes.
+constexpr int64_t kMaxConfigNodes = 100000;
+constexpr int64_t kMaxConfigBytes = 16 << 20;  // map keys and scalar text
 
-void read_map_entries(const YAML::Node& node, const std::string& origin, ConfigValue& map) {
+// Counts the nodes and bytes of the tree being built; fails as soon as a limit is passed.
+struct ExpansionBudget {
+  std::string origin;
+  int64_t nodes = 0;
+  int64_t bytes = 0;
+
+  void spend(size_t text_bytes) {
+    ++nodes;
+    bytes += static_cast<int64_t>(text_bytes);
+    SKA_CHECK(nodes <= kMaxConfigNodes, ConfigError, origin, ": the config expands to more than ",
+              kMaxConfigNodes, " nodes (aliases copied out); expected at most ", kMaxConfigNodes,
+              " (nested aliases?)");
+    SKA_CHECK(bytes <= kMaxConfigBytes, ConfigError, origin, ": the config expands to more than ",
+              kMaxConfigBytes, " bytes of keys and values (aliases copied out); expected at most ",
+              kMaxConfigBytes, " (nested aliases?)");
+  }
+};
+
+ConfigValuePtr from_yaml(const YAML::Node& node, ExpansionBudget& budget);
+
+void read_map_entries(const YAML::Node& node, ExpansionBudget& budget, ConfigValue& map) {
+  const std::string& origin = budget.origin;
   for (const auto& entry : node) {
     if (!entry.first.IsScalar()) {
       SKA_FAIL(ConfigError, mark_location(origin, entry.first.Mark()),
@@ -34,18 +59,20 @@ void read_map_entries(const YAML::Node& node, const std::string& origin, ConfigV
       SKA_FAIL(ConfigError, mark_location(origin, entry.first.Mark()), ": duplicate key '", key,
                "'");
     }
-    map.entries.emplace_back(key, from_yaml(entry.second, origin));
+    budget.spend(key.size());
+    map.entries.emplace_back(key, from_yaml(entry.second, budget));
   }
 }
 
-ConfigValuePtr from_yaml(const YAML::Node& node, const std::string& origin) {
+ConfigValuePtr from_yaml(const YAML::Node& node, ExpansionBudget& budget) {
   auto value = std::make_shared<ConfigValue>();
-  value->origin = origin;
+  value->origin = budget.origin;
   const YAML::Mark mark = node.Mark();
   if (mark.line >= 0) {
     value->line = mark.line + 1;
     value->column = mark.column + 1;
   }
+  budget.spend(node.Type() == YAML::NodeType::Scalar ? node.Scalar().size() : 0);
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
       value->kind = ConfigValue::Kind::kScalar;
@@ -54,11 +81,11 @@ ConfigValuePtr from_yaml(const YAML::Node& node, const std::string& origin) {
       break;
     case YAML::NodeType::Sequence:
       value->kind = ConfigValue::Kind::kList;
-      for (const auto& item : node) value->items.push_back(from_yaml(item, origin));
+      for (const auto& item : node) value->items.push_back(from_yaml(item, budget));
       break;
     case YAML::NodeType::Map:
       value->kind = ConfigValue::Kind::kMap;
-      read_map_entries(node, origin, *value);
+      read_map_entries(node, budget, *value);
       break;
     default:
       break;  // null or undefined
@@ -69,6 +96,9 @@ ConfigValuePtr from_yaml(const YAML::Node& node, const std::string& origin) {
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) SKA_FAIL(ConfigError, "cannot open config file '", path, "'");
+  const uintmax_t size = fs::file_size(path, ec);
+  SKA_CHECK(ec || size <= static_cast<uintmax_t>(kMaxConfigBytes), ConfigError, path, ": ", size,
+            " bytes; a config file may hold at most ", kMaxConfigBytes);
   std::ifstream in(path, std::ios::binary);
   if (!in) SKA_FAIL(ConfigError, "cannot open config file '", path, "'");
   std::ostringstream text;
@@ -230,7 +260,8 @@ ConfigValuePtr make_map() {
 
 ConfigValuePtr parse_yaml(const std::string& text, const std::string& origin) {
   try {
-    return from_yaml(YAML::Load(text), origin);
+    ExpansionBudget budget{origin};
+    return from_yaml(YAML::Load(text), budget);
   } catch (const YAML::Exception& e) {
     SKA_FAIL(ConfigError, mark_location(origin, e.mark), ": YAML syntax error: ", e.msg);
   }

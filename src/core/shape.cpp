@@ -4,22 +4,23 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace ska {
 
-int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
+int64_t shape_numel(const Shape& shape) { return checked_numel<ShapeError>(shape, "shape_numel"); }
 
+// The last dim has stride 1; each stride is the product of the (non-zero) dims after it.
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    if (i > 0) {
+      s = checked_mul<ShapeError>(s, std::max<int64_t>(shape[i], 1), "contiguous_strides: shape ",
+                                  ShapeText{shape});
+    }
   }
   return strides;
 }

@@ -7,6 +7,7 @@
 #include "autograd/node.h"
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
+#include "core/checked_math.h"
 
 namespace ska {
 
@@ -40,15 +41,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape) {
     SKA_CHECK(s >= 0, ShapeError, "empty: negative size in shape ", shape_str(shape));
   }
-  auto storage =
-      std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  const int64_t bytes = checked_nbytes<ShapeError>(shape, static_cast<int64_t>(dtype_size(dtype)), "empty");
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(bytes), device);
   return make_view(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
-  auto storage = std::make_shared<Storage>(
-      static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), Device::cpu(),
-      &pinned_host_allocator());
+  const int64_t bytes = checked_nbytes<ShapeError>(shape, static_cast<int64_t>(dtype_size(dtype)),
+                                                    "empty_pinned");
+  auto storage =
+      std::make_shared<Storage>(static_cast<size_t>(bytes), Device::cpu(), &pinned_host_allocator());
   return make_view(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 

@@ -32,8 +32,10 @@ std::vector<double> read_per_channel(const ConfigNode& data, const std::string& 
   std::vector<double> values = data.get<std::vector<double>>(key, fallback);
   if (values.size() == 1) values.assign(channels, values[0]);
   if (static_cast<int64_t>(values.size()) != channels) {
-    data.fail(key, "expected 1 or " + std::to_string(channels) + " values (one per channel), got " +
-                       std::to_string(values.size()));
+    const std::string expected = channels == 1 ? "expected 1 value (one channel)"
+                                               : "expected 1 or " + std::to_string(channels) +
+                                                     " values (one per channel)";
+    data.fail(key, expected + ", got " + std::to_string(values.size()));
   }
   if (key == "std" && std::any_of(values.begin(), values.end(), [](double v) { return v <= 0; })) {
     data.fail(key, "standard deviations must be positive");

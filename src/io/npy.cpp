@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
+
+#include "core/checked_math.h"
 
 namespace ska {
 
@@ -111,7 +114,12 @@ Shape parse_shape(const std::string& path, const std::string& header) {
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
       fail_header(path, header, "shape entry '" + item + "' is not a non-negative integer");
     }
-    shape.push_back(std::stoll(digits));
+    int64_t dim = 0;
+    for (char digit : digits) {
+      dim = checked_add<IOError>(checked_mul<IOError>(dim, 10, path, ": .npy shape entry ", digits),
+                                 digit - '0', path, ": .npy shape entry ", digits);
+    }
+    shape.push_back(dim);
   }
   return shape;
 }
@@ -141,7 +149,8 @@ uint32_t little_endian(const std::string& bytes) {
   return value;
 }
 
-std::string read_header_text(std::ifstream& in, const std::string& path) {
+// `file_size` bounds the header length before a buffer of that length is made.
+std::string read_header_text(std::ifstream& in, const std::string& path, uint64_t file_size) {
   const std::string magic = read_exactly(in, kMagicBytes + 2, path, "magic and version");
   SKA_CHECK(magic.compare(0, kMagicBytes, kMagic, kMagicBytes) == 0, IOError, path,
             ": not a .npy file (bad magic string; expected \\x93NUMPY)");
@@ -151,6 +160,9 @@ std::string read_header_text(std::ifstream& in, const std::string& path) {
             major, ".", minor, " (supported: 1.0, 2.0)");
   const size_t length_bytes = major == 1 ? 2 : 4;
   const uint32_t header_bytes = little_endian(read_exactly(in, length_bytes, path, "header length"));
+  const uint64_t left = file_size - kMagicBytes - 2 - length_bytes;
+  SKA_CHECK(header_bytes <= left, IOError, path, ": truncated .npy file (header: expected ",
+            header_bytes, " bytes, the file has ", left, " left)");
   return read_exactly(in, header_bytes, path, "header");
 }
 
@@ -159,17 +171,26 @@ std::string read_header_text(std::ifstream& in, const std::string& path) {
 Tensor read_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   SKA_CHECK(in.good(), IOError, path, ": cannot open .npy file: ", std::strerror(errno));
-  const std::string header_text = read_header_text(in, path);
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  SKA_CHECK(!ec, IOError, path, ": cannot tell the size of the .npy file: ", ec.message());
+  const std::string header_text = read_header_text(in, path, file_size);
   const Header header = parse_header(path, header_text);
   DType dtype;
   SKA_CHECK(dtype_from_descr(header.descr, &dtype), IOError, path, ": unsupported .npy dtype '",
             header.descr, "'; supported: ", kSupported);
   SKA_CHECK(!header.fortran_order, IOError, path,
             ": Fortran-order .npy arrays are not supported (save with np.ascontiguousarray)");
+  // The size the header asks for, checked against the bytes the file has before allocating it.
+  const uint64_t data_bytes = static_cast<uint64_t>(checked_nbytes<IOError>(
+      header.shape, static_cast<int64_t>(dtype_size(dtype)), path, ": .npy header"));
+  const uint64_t left = file_size - static_cast<uint64_t>(in.tellg());
+  SKA_CHECK(data_bytes <= left, IOError, path, ": truncated .npy data (shape ",
+            shape_str(header.shape), " ", dtype_name(dtype), " needs ", data_bytes,
+            " bytes, the file has ", left, ")");
   Tensor tensor = Tensor::empty(header.shape, dtype);
-  const size_t data_bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
   in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(data_bytes));
-  SKA_CHECK(static_cast<size_t>(in.gcount()) == data_bytes, IOError, path,
+  SKA_CHECK(static_cast<uint64_t>(in.gcount()) == data_bytes, IOError, path,
             ": truncated .npy data (shape ", shape_str(header.shape), " ", dtype_name(dtype),
             " needs ", data_bytes, " bytes, the file has ", in.gcount(), ")");
   SKA_CHECK(in.peek() == std::char_traits<char>::eof(), IOError, path,

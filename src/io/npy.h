@@ -11,7 +11,8 @@ namespace ska {
 // Reads a whole .npy file into a contiguous CPU tensor. Supported element types: float32,
 // float64, int64 (little-endian) and uint8. Throws IOError naming the file for a bad magic
 // string, an unsupported version, a malformed header, an unsupported dtype (big-endian or other
-// kinds), Fortran order, and data shorter or longer than the shape says.
+// kinds), Fortran order, a shape whose size overflows 64 bits, and data shorter or longer than
+// the shape says (checked against the file size before the tensor is allocated).
 Tensor read_npy(const std::string& path);
 
 // Writes `tensor` (any device, any strides) as a C-order .npy file, version 1.0 (2.0 when the

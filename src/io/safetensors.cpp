@@ -11,11 +11,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
+
+#include "core/checked_math.h"
 
 namespace ska {
 
@@ -137,24 +140,20 @@ Shape entry_shape(const Json& spec, const std::string& path, const std::string& 
             "': tensor '", name, "' has no \"shape\" array");
   Shape shape;
   for (const Json& dim : spec["shape"]) {
-    shape.push_back(static_cast<int64_t>(json_to_count(dim, path, name, "shape")));
+    const uint64_t count = json_to_count(dim, path, name, "shape");
+    SKA_CHECK(count <= static_cast<uint64_t>(INT64_MAX), IOError, "safetensors: '", path,
+              "': tensor '", name, "' has shape entry ", count, " beyond a 64-bit integer");
+    shape.push_back(static_cast<int64_t>(count));
   }
   return shape;
 }
 
-// Bytes that `shape` of `dtype` occupies; throws when it cannot fit in `limit`.
-uint64_t shape_bytes(const Shape& shape, DType dtype, uint64_t limit, const std::string& path,
+// Bytes that `shape` of `dtype` occupies; throws when that overflows 64 bits.
+uint64_t shape_bytes(const Shape& shape, DType dtype, const std::string& path,
                      const std::string& name) {
-  uint64_t bytes = dtype_size(dtype);
-  for (int64_t dim : shape) {
-    const uint64_t d = static_cast<uint64_t>(dim);
-    if (d == 0) return 0;
-    SKA_CHECK(bytes <= limit / d, IOError, "safetensors: '", path, "': tensor '", name,
-              "' of shape ", shape_str(shape), " is larger than the data section (", limit,
-              " bytes)");
-    bytes *= d;
-  }
-  return bytes;
+  return static_cast<uint64_t>(checked_nbytes<IOError>(shape, static_cast<int64_t>(dtype_size(dtype)),
+                                                       "safetensors: '", path, "': tensor '", name,
+                                                       "'"));
 }
 
 TensorEntry parse_entry(const std::string& name, const Json& spec, uint64_t data_bytes,
@@ -173,7 +172,7 @@ TensorEntry parse_entry(const std::string& name, const Json& spec, uint64_t data
   SKA_CHECK(entry.end <= data_bytes, IOError, "safetensors: '", path, "': tensor '", name,
             "' has data_offsets [", entry.begin, ", ", entry.end,
             "] out of range: the data section holds ", data_bytes, " bytes");
-  const uint64_t expected = shape_bytes(entry.shape, entry.dtype, data_bytes, path, name);
+  const uint64_t expected = shape_bytes(entry.shape, entry.dtype, path, name);
   SKA_CHECK(entry.end - entry.begin == expected, IOError, "safetensors: '", path, "': tensor '",
             name, "' has data_offsets [", entry.begin, ", ", entry.end, "] spanning ",
             entry.end - entry.begin, " bytes, but shape ", shape_str(entry.shape), " of ",
@@ -193,9 +192,10 @@ StringMap parse_metadata(const Json& value, const std::string& path) {
   return metadata;
 }
 
-// Entries sorted by their offsets; throws if two of them share bytes.
+// Entries sorted by their offsets; throws if two of them share bytes or if the data section holds
+// bytes after the last tensor.
 std::vector<TensorEntry> sorted_without_overlap(std::vector<TensorEntry> entries,
-                                                const std::string& path) {
+                                                uint64_t data_bytes, const std::string& path) {
   std::sort(entries.begin(), entries.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -207,6 +207,9 @@ std::vector<TensorEntry> sorted_without_overlap(std::vector<TensorEntry> entries
               "' [", cur.begin, ", ", cur.end, ") have overlapping data_offsets");
     last = &cur;
   }
+  const uint64_t used = last == nullptr ? 0 : last->end;
+  SKA_CHECK(used == data_bytes, IOError, "safetensors: '", path, "': the data section holds ",
+            data_bytes, " bytes but its tensors end at byte ", used, "; expected no trailing bytes");
   return entries;
 }
 
@@ -245,7 +248,7 @@ SafetensorsContents read_safetensors(const std::string& path) {
       entries.push_back(parse_entry(item.key(), item.value(), data_bytes, path));
     }
   }
-  for (const TensorEntry& entry : sorted_without_overlap(std::move(entries), path)) {
+  for (const TensorEntry& entry : sorted_without_overlap(std::move(entries), data_bytes, path)) {
     Tensor tensor = Tensor::empty(entry.shape, entry.dtype);
     read_exactly(file.get(), data_start + entry.begin, tensor.data_ptr(), entry.end - entry.begin,
                  path, "tensor '" + entry.name + "'");

@@ -19,7 +19,8 @@ struct SafetensorsContents {
 
 // Reads and validates a whole file. Throws IOError naming the file (and the tensor, when one is at
 // fault) for unreadable or truncated files, a header longer than the file, malformed JSON, unknown
-// dtypes, and data_offsets that are out of range, overlapping, or disagree with shape and dtype.
+// dtypes, shapes whose size overflows, data_offsets that are out of range, overlapping, or
+// disagree with shape and dtype, and bytes after the last tensor.
 SafetensorsContents read_safetensors(const std::string& path);
 TensorMap load_safetensors(const std::string& path);  // the tensors of read_safetensors
 

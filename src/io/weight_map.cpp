@@ -8,6 +8,8 @@
 #include <regex>
 #include <set>
 
+#include "nn/module.h"
+
 namespace ska {
 namespace {
 
@@ -314,7 +316,7 @@ std::map<std::string, Tensor> import_weights(const WeightMap& map,
                                              const std::map<std::string, Tensor>& theirs,
                                              const std::map<std::string, Tensor>& ours) {
   const std::vector<CompiledRule> rules = compile_rules(map);
-  std::vector<std::string> uncovered, missing, mis_shaped, unexpected;
+  std::vector<std::string> uncovered, missing, mis_shaped, mis_typed, unexpected;
   std::set<std::string> used;
   std::map<std::string, Tensor> result;
   for (const auto& [name, target] : ours) {
@@ -350,6 +352,12 @@ std::map<std::string, Tensor> import_weights(const WeightMap& map,
                            r.rule->rule->where + "): " + why);
       continue;
     }
+    if (!nn::dtype_loads_into(value.dtype(), target.dtype())) {
+      mis_typed.push_back("ours '" + name + "' " + dtype_name(target.dtype()) + " <- theirs '" +
+                          r.name + "' " + dtype_name(value.dtype()) + " (" + r.rule->rule->where +
+                          "): only floating dtypes convert into each other");
+      continue;
+    }
     result[name] = value.to(target.dtype());
   }
   for (const auto& [name, value] : theirs) {
@@ -358,13 +366,15 @@ std::map<std::string, Tensor> import_weights(const WeightMap& map,
                            ": used by no rule and not ignored");
     }
   }
-  const size_t problems = uncovered.size() + missing.size() + mis_shaped.size() + unexpected.size();
+  const size_t problems = uncovered.size() + missing.size() + mis_shaped.size() +
+                          mis_typed.size() + unexpected.size();
   if (problems == 0) return result;
   std::string message = "weight map " + map.origin + ": " + std::to_string(problems) +
                         " problem(s) importing weights";
-  for (const auto* group : {&uncovered, &missing, &mis_shaped, &unexpected}) {
+  for (const auto* group : {&uncovered, &missing, &mis_shaped, &mis_typed, &unexpected}) {
     for (const std::string& line : *group) message += "\n  " + line;
   }
+  if (problems == mis_typed.size()) SKA_FAIL(DTypeError, message);
   SKA_FAIL(ValueError, message);
 }
 

@@ -61,7 +61,9 @@ WeightMap load_weight_map(const std::string& path);
 // state_dict()); the result holds one tensor per name of `ours` (converted to its dtype).
 // Throws ValueError listing, one per line, every name of ours that no rule covers, every name of
 // theirs a rule asks for that is absent, every tensor whose shape does not fit (before or after
-// the transforms), and every name of theirs that no rule used and `ignore` does not cover.
+// the transforms), every tensor whose dtype does not convert (nn::dtype_loads_into: integers
+// for floats), and every name of theirs that no rule used and `ignore` does not cover; a
+// DTypeError with the same list when only dtypes are at fault.
 std::map<std::string, Tensor> import_weights(const WeightMap& map,
                                              const std::map<std::string, Tensor>& theirs,
                                              const std::map<std::string, Tensor>& ours);

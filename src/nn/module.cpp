@@ -117,9 +117,13 @@ std::map<std::string, Tensor> Module::state_dict() const {
   return out;
 }
 
+bool dtype_loads_into(DType stored, DType target) {
+  return stored == target || (dtype_is_floating(stored) && dtype_is_floating(target));
+}
+
 void Module::load_state_dict(const std::map<std::string, Tensor>& values, bool strict) {
   const std::map<std::string, Tensor> mine = state_dict();
-  std::vector<std::string> missing, unexpected, misshaped;
+  std::vector<std::string> missing, unexpected, misshaped, mistyped;
   for (const auto& [name, t] : mine) {
     auto it = values.find(name);
     if (it == values.end()) {
@@ -127,6 +131,9 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& values, bool s
     } else if (it->second.shape() != t.shape()) {
       misshaped.push_back(name + " (expected " + shape_str(t.shape()) + ", got " +
                           shape_str(it->second.shape()) + ")");
+    } else if (!dtype_loads_into(it->second.dtype(), t.dtype())) {
+      mistyped.push_back(name + " (expected " + dtype_name(t.dtype()) + ", got " +
+                         dtype_name(it->second.dtype()) + ")");
     }
   }
   for (const auto& [name, t] : values) {
@@ -143,7 +150,10 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& values, bool s
     list("missing", missing);
     list("unexpected", unexpected);
   }
+  const bool only_dtypes = msg.str().empty();
+  list("mis-typed (only floating dtypes convert into each other)", mistyped);
   const std::string problems = msg.str();
+  SKA_CHECK(problems.empty() || !only_dtypes, DTypeError, "load_state_dict:", problems);
   SKA_CHECK(problems.empty(), ShapeError, "load_state_dict:", problems);
   NoGradGuard no_grad;
   for (const auto& [name, t] : mine) {

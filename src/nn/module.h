@@ -13,6 +13,11 @@
 
 namespace ska::nn {
 
+// True when a stored tensor of dtype `stored` may be loaded into a parameter or buffer of dtype
+// `target` without an explicit conversion: the same dtype, or two floating dtypes (F32, F64,
+// BF16, F16). Integers stored for floats (or floats for integers) are a mistake to report.
+bool dtype_loads_into(DType stored, DType target);
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -49,9 +54,11 @@ class Module {
 
   // Parameters and buffers by dotted name (what safetensors checkpoints hold).
   std::map<std::string, Tensor> state_dict() const;
-  // Copies values into this module's tensors (converting dtype and device). Reports every
-  // missing, unexpected and mis-shaped name in one ShapeError / ValueError; with strict = false
-  // missing and unexpected names are allowed (mis-shaped ones never are).
+  // Copies values into this module's tensors (converting between floating dtypes, and device).
+  // Reports every missing, unexpected, mis-shaped and mis-typed (see dtype_loads_into) name in
+  // one ShapeError, or a DTypeError when only dtypes are at fault; with strict = false missing
+  // and unexpected names are allowed (mis-shaped and mis-typed ones never are). Convert a
+  // tensor with .to(dtype) first to load it anyway.
   void load_state_dict(const std::map<std::string, Tensor>& values, bool strict = true);
 
   // --- Mode and placement ---

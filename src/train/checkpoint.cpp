@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace ska::train {
@@ -58,6 +60,7 @@ class Reader {
     return s;
   }
   size_t pos() const { return pos_; }
+  size_t left() const { return bytes_.size() - pos_; }
 
  private:
   void need(uint64_t n, const char* what) {
@@ -68,6 +71,46 @@ class Reader {
   const std::string& path_;
   size_t pos_ = 0;
 };
+
+// The most a counter of the training state (epoch, step ...) may hold: far beyond any run, far
+// below where products of counters overflow.
+constexpr int64_t kMaxCounter = int64_t{1} << 48;
+constexpr double kMaxNumber = 1e30;  // the largest lr or loss scale taken for real
+// The fewest bytes one optimizer tensor takes: name, dtype and rank lengths and the data size.
+constexpr uint64_t kMinTensorRecordBytes = 4 + 4 + 4 + 8;
+
+[[noreturn]] void fail_field(const std::string& path, const char* key, const std::string& value,
+                             const std::string& expected) {
+  SKA_FAIL(IOError, "training state '", path, "': field '", key, "' is ", value, "; expected ",
+           expected);
+}
+
+// An integer field of the header, checked to lie in [lo, kMaxCounter].
+int64_t get_counter(const Json& h, const char* key, int64_t lo, const std::string& path) {
+  const Json& value = h.at(key);
+  const bool in_range =
+      value.is_number_integer() &&
+      (value.is_number_unsigned()
+           ? value.get<uint64_t>() <= static_cast<uint64_t>(kMaxCounter) &&
+                 value.get<uint64_t>() >= static_cast<uint64_t>(std::max<int64_t>(lo, 0))
+           : value.get<int64_t>() >= lo && value.get<int64_t>() <= kMaxCounter);
+  if (!in_range) {
+    fail_field(path, key, value.dump(),
+               detail::str_cat("an integer in [", lo, ", ", kMaxCounter, "]"));
+  }
+  return value.get<int64_t>();
+}
+
+// A number field of the header, checked to be finite and in [lo, hi].
+double get_number(const Json& h, const char* key, double lo, double hi, const std::string& path) {
+  const Json& value = h.at(key);
+  if (!value.is_number()) fail_field(path, key, value.dump(), "a number");
+  const double x = value.get<double>();
+  if (!(std::isfinite(x) && x >= lo && x <= hi)) {
+    fail_field(path, key, value.dump(), detail::str_cat("a finite number in [", lo, ", ", hi, "]"));
+  }
+  return x;
+}
 
 std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -88,6 +131,35 @@ std::string read_pointer(const std::string& path) {
   std::string name;
   if (!(in >> name)) return "";
   return name;
+}
+
+// One optimizer tensor: its sizes are checked against each other and the bytes left before its
+// storage is allocated.
+std::pair<std::string, Tensor> read_tensor(Reader& r, const std::string& path) {
+  const std::string name = r.get_bytes(r.get<uint32_t>("name length"), "tensor name");
+  const std::string dtype_text = r.get_bytes(r.get<uint32_t>("dtype length"), "dtype");
+  DType dtype = DType::kF32;
+  try {
+    dtype = safetensors_dtype_from_name(dtype_text);
+  } catch (const IOError& e) {
+    SKA_FAIL(IOError, "training state '", path, "': tensor '", name, "': ", e.what());
+  }
+  const uint32_t ndim = r.get<uint32_t>("rank");
+  SKA_CHECK(ndim <= 8, IOError, "training state '", path, "': tensor '", name, "' has rank ",
+            ndim, "; expected at most 8");
+  Shape shape;
+  for (uint32_t d = 0; d < ndim; ++d) shape.push_back(r.get<int64_t>("dimension"));
+  const uint64_t nbytes = r.get<uint64_t>("tensor size");
+  const int64_t expected = checked_nbytes<IOError>(
+      shape, static_cast<int64_t>(dtype_size(dtype)), "training state '", path, "': tensor '", name,
+      "'");
+  SKA_CHECK(nbytes == static_cast<uint64_t>(expected), IOError, "training state '", path,
+            "': tensor '", name, "' has ", nbytes, " bytes for shape ", shape_str(shape), " of ",
+            dtype_text, "; expected ", expected);
+  const std::string data = r.get_bytes(nbytes, "tensor data");
+  Tensor t = Tensor::empty(shape, dtype);
+  std::memcpy(t.data_ptr(), data.data(), data.size());
+  return {name, t};
 }
 
 }  // namespace
@@ -158,19 +230,20 @@ TrainState read_train_state(const std::string& path) {
   TrainState s;
   try {
     const Json h = Json::parse(r.get_bytes(header_len, "header"));
-    s.epoch = h.at("epoch").get<int64_t>();
-    s.batch = h.at("batch").get<int64_t>();
-    s.step = h.at("step").get<int64_t>();
-    s.steps_per_epoch = h.at("steps_per_epoch").get<int64_t>();
-    s.nonfinite_total = h.at("nonfinite_total").get<int64_t>();
-    s.lr = h.at("lr").get<double>();
-    s.best_top1 = h.at("best_top1").get<double>();
-    s.best_epoch = h.at("best_epoch").get<int64_t>();
-    s.loss_scale = h.at("loss_scale").get<double>();
+    s.epoch = get_counter(h, "epoch", 0, path);
+    s.batch = get_counter(h, "batch", 0, path);
+    s.step = get_counter(h, "step", 0, path);
+    s.steps_per_epoch = get_counter(h, "steps_per_epoch", 0, path);
+    s.nonfinite_total = get_counter(h, "nonfinite_total", 0, path);
+    s.lr = get_number(h, "lr", 0.0, kMaxNumber, path);
+    s.best_top1 = get_number(h, "best_top1", -1.0, 100.0, path);
+    s.best_epoch = get_counter(h, "best_epoch", -1, path);
+    s.loss_scale = get_number(h, "loss_scale", 0.0, kMaxNumber, path);
+    if (s.loss_scale == 0.0) fail_field(path, "loss_scale", "0", "a finite number > 0");
     if (version >= 2) {
-      s.loss_scale_growth_tracker = h.at("loss_scale_growth_tracker").get<int64_t>();
-      s.best_ema_top1 = h.at("best_ema_top1").get<double>();
-      s.best_ema_epoch = h.at("best_ema_epoch").get<int64_t>();
+      s.loss_scale_growth_tracker = get_counter(h, "loss_scale_growth_tracker", 0, path);
+      s.best_ema_top1 = get_number(h, "best_ema_top1", -1.0, 100.0, path);
+      s.best_ema_epoch = get_counter(h, "best_ema_epoch", -1, path);
     }
     s.info = h.at("info").get<std::map<std::string, std::string>>();
     for (const auto& [name, v] : h.at("rngs").items()) {
@@ -180,24 +253,10 @@ TrainState read_train_state(const std::string& path) {
     SKA_CHECK(false, IOError, "training state '", path, "': malformed header: ", e.what());
   }
   const uint64_t count = r.get<uint64_t>("tensor count");
-  for (uint64_t i = 0; i < count; ++i) {
-    const std::string name = r.get_bytes(r.get<uint32_t>("name length"), "tensor name");
-    const std::string dtype_text = r.get_bytes(r.get<uint32_t>("dtype length"), "dtype");
-    const DType dtype = safetensors_dtype_from_name(dtype_text);
-    const uint32_t ndim = r.get<uint32_t>("rank");
-    SKA_CHECK(ndim <= 8, IOError, "training state '", path, "': tensor '", name, "' has rank ",
-              ndim);
-    Shape shape;
-    for (uint32_t d = 0; d < ndim; ++d) shape.push_back(r.get<int64_t>("dimension"));
-    const uint64_t nbytes = r.get<uint64_t>("tensor size");
-    Tensor t = Tensor::empty(shape, dtype);
-    SKA_CHECK(nbytes == static_cast<uint64_t>(t.numel()) * t.element_size(), IOError,
-              "training state '", path, "': tensor '", name, "' has ", nbytes,
-              " bytes for shape ", shape_str(shape));
-    const std::string data = r.get_bytes(nbytes, "tensor data");
-    std::memcpy(t.data_ptr(), data.data(), data.size());
-    s.optimizer.emplace(name, t);
-  }
+  const uint64_t room = r.left() < 8 ? 0 : (r.left() - 8) / kMinTensorRecordBytes;
+  SKA_CHECK(count <= room, IOError, "training state '", path, "': field 'tensor count' is ", count,
+            "; the ", r.left(), " bytes left hold at most ", room, " tensors");
+  for (uint64_t i = 0; i < count; ++i) s.optimizer.emplace(read_tensor(r, path));
   SKA_CHECK(r.pos() + 8 == bytes.size(), IOError, "training state '", path, "' has ",
             bytes.size() - 8 - r.pos(), " unexpected bytes before its checksum");
   return s;

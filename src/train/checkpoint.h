@@ -46,7 +46,10 @@ struct TrainState {
 };
 
 // Writes / reads the training-state file. IOError naming the file for unreadable, truncated,
-// corrupt (checksum) or foreign files and unsupported versions.
+// corrupt (checksum) or foreign files and unsupported versions, and naming the field for counters
+// outside [0, 2^48] (-1 allowed for best epochs), a non-finite or negative lr, loss scale or best
+// top-1, and tensor counts, dtypes and sizes that the file's bytes cannot hold (checked before
+// anything is allocated).
 void write_train_state(const std::string& path, const TrainState& state);
 TrainState read_train_state(const std::string& path);
 

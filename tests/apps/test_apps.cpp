@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <regex>
 #include <cstdlib>
@@ -268,4 +269,71 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
   const RunResult bad = run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --dtype bf16");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("needs --device cuda"));
+}
+
+TEST_CASE("apps: a missing config lists each searched place once", "[cpu][apps][hardening]") {
+  auto tried_list = [](const std::string& name) {
+    try {
+      apps::resolve_config_path(name);
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      const size_t start = message.find("(tried: ") + 8;
+      std::vector<std::string> tried;
+      std::string rest = message.substr(start, message.find(';', start) - start);
+      for (size_t comma; (comma = rest.find(", ")) != std::string::npos; rest = rest.substr(comma + 2)) {
+        tried.push_back(rest.substr(0, comma));
+      }
+      tried.push_back(rest);
+      return tried;
+    }
+    FAIL("expected a ConfigError for " << name);
+    return std::vector<std::string>{};
+  };
+  for (const std::string name : {"/no/such/dir/model.yaml", "no_such_model", "sub/none.yaml"}) {
+    CAPTURE(name);
+    const std::vector<std::string> tried = tried_list(name);
+    std::vector<std::string> unique = tried;
+    std::sort(unique.begin(), unique.end());
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+    CHECK(unique.size() == tried.size());
+    CHECK(tried.front() == name);
+  }
+  CHECK(tried_list("/no/such/dir/model.yaml").size() == 1);
+}
+
+TEST_CASE("apps: --batch out of range names the option and the range", "[cpu][apps][hardening]") {
+  for (const std::string value : {"0", "-3", "100000"}) {
+    CAPTURE(value);
+    const RunResult r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --batch " + value);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Contains("--batch: value " + value +
+                               " is out of range; expected an integer in [1, 65536]"));
+  }
+  const RunResult r = run_command(SKA_INFERENCE_EXE, "--config " + kTinyVit +
+                                                         " --weights " + kTinyVit +
+                                                         " --output x.npy --batch abc");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("--batch: 'abc' is not an integer in [1, 65536]"));
+}
+
+TEST_CASE("apps: integer weights for float parameters are a dtype error naming the file",
+          "[cpu][apps][hardening]") {
+  const std::string dir = scratch_dir();
+  nn::ModulePtr model = build_from_file(kTinyVit);
+  TensorMap tensors = model->state_dict();
+  const std::string name = tensors.begin()->first;
+  tensors[name] = tensors.at(name).to(DType::kI32);
+  const std::string path = dir + "/int.safetensors";
+  save_safetensors(path, tensors);
+  REQUIRE_THROWS_AS(apps::load_weights(*model, path), DTypeError);
+  REQUIRE_THROWS_WITH(apps::load_weights(*model, path),
+                      Contains(path) && Contains(name + " (expected f32, got i32)"));
+  // Through a weight map the importer reports it the same way.
+  const std::string map = std::string(SKA_TEST_FIXTURES) + "/models/tiny_prefix_map.yaml";
+  save_safetensors(path, export_weights(load_weight_map(map), tensors));
+  REQUIRE_THROWS_AS(apps::load_weights(*model, path, map), DTypeError);
+  REQUIRE_THROWS_WITH(apps::load_weights(*model, path, map),
+                      Contains(path) && Contains("ours '" + name + "' f32 <- theirs") &&
+                          Contains("i32"));
+  fs::remove_all(dir);
 }

@@ -57,6 +57,17 @@ TEST_CASE("eval transform: defaults by resolution, and config errors", "[cpu][da
   REQUIRE_THROWS_WITH(transform_from("{}", 32, 4), Contains("1- or 3-channel"));
 }
 
+TEST_CASE("eval transform: per-channel messages for one channel", "[cpu][data][hardening]") {
+  try {
+    transform_from("data: {mean: [0.1, 0.2]}", 32, 1);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    CHECK_THAT(message, Contains("data.mean: expected 1 value (one channel), got 2"));
+    CHECK_THAT(message, !Contains("1 or 1"));
+  }
+}
+
 #ifdef SKA_WITH_OPENCV  // resizing and decoding are OpenCV's
 TEST_CASE("eval transform: exact values when no resize is needed", "[cpu][data]") {
   const auto t = transform_from("data: {mean: [0.5, 0.25, 0], std: [0.5, 0.25, 1]}", 4, 3);

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "config/config.h"
+#include "optim/optimizer.h"
 
 using namespace ska;
 using Catch::Contains;
@@ -346,4 +347,85 @@ TEST_CASE("config: closest_match", "[cpu][config]") {
   CHECK(closest_match("caformer_s36", names) == "caformer_s18");  // 2 edits, within 12/3
   CHECK(closest_match("resnet50", names) == "");
   CHECK(closest_match("x", {}) == "");
+}
+
+namespace {
+
+// Nine levels of nine aliases: 9^9 (387 million) scalars once copied out, from 1.4 KB of YAML.
+// `flow` writes it as one flow map (for overrides), else one key per line.
+std::string alias_bomb(bool flow) {
+  std::string text = flow ? "{l0: &l0 [x, x, x, x, x, x, x, x, x]" : "l0: &l0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level < 9; ++level) {
+    const std::string name = "l" + std::to_string(level);
+    text += (flow ? ", " : "") + name + ": &" + name + " [";
+    for (int i = 0; i < 9; ++i) text += (i ? ", *l" : "*l") + std::to_string(level - 1);
+    text += flow ? "]" : "]\n";
+  }
+  return flow ? text + "}" : text;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("config: an alias bomb is rejected before it expands", "[cpu][config][hardening]") {
+  TempDir dir;
+  const std::string path = dir.write("bomb.yaml", alias_bomb(false));
+  REQUIRE(fs::file_size(path) < 1500);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_AS(Config::load(path), ConfigError);
+  REQUIRE_THROWS_WITH(Config::load(path),
+                      Contains(path) && Contains("expands to more than 100000 nodes"));
+  REQUIRE_THROWS_WITH(Config::parse(alias_bomb(false), "inline.yaml"),
+                      Contains("inline.yaml: the config expands to more than 100000 nodes"));
+  Config config;
+  REQUIRE_THROWS_WITH(config.set("a=" + alias_bomb(true)),
+                      Contains("override 'a={l0") && Contains("more than 100000 nodes"));
+  // An include is read by the same reader.
+  const std::string includer = dir.write("main.yaml", "include: bomb.yaml\nx: 1\n");
+  REQUIRE_THROWS_WITH(Config::load(includer), Contains(path) && Contains("100000 nodes"));
+  CHECK(seconds_since(start) < 2.0);  // stopped after 100000 nodes, not 387 million
+
+  // A long scalar repeated through aliases is bounded by bytes, not by nodes.
+  std::string wide = "s: &s " + std::string(1 << 20, 'y') + "\nl: [*s";
+  for (int i = 0; i < 20; ++i) wide += ", *s";
+  REQUIRE_THROWS_WITH(Config::parse(wide + "]\n", "wide.yaml"),
+                      Contains("wide.yaml") && Contains("bytes of keys and values"));
+
+  // Ordinary aliases still read as copies.
+  const Config ok = Config::parse("base: &b {lr: 0.5, betas: [0.9, 0.99]}\nother: *b\n");
+  CHECK(ok.root()["other"].get<double>("lr") == 0.5);
+  CHECK(ok.root()["other"].get<std::vector<double>>("betas") == std::vector<double>{0.9, 0.99});
+}
+
+TEST_CASE("config: non-finite numbers are range errors everywhere", "[cpu][config][hardening]") {
+  const Config config =
+      Config::parse("optim: {lr: .inf}\nnan: .nan\nneg: -.Inf\nhuge: 1e999\nlist: [1, .inf]\n");
+  const ConfigNode root = config.root();
+  CHECK_THROWS_WITH(root["optim"].get<double>("lr"),
+                    Contains("optim.lr: value .inf is out of range; expected a finite number"));
+  CHECK_THROWS_WITH(root.get_double_in("nan", 0.5, 0.0, 1.0),
+                    Contains("nan: value .nan is out of range; expected a finite number"));
+  CHECK_THROWS_WITH(root.get_double_in("neg", 0.5, -1e300, 1e300), Contains("neg: value -.Inf"));
+  CHECK_THROWS_WITH(root.get<double>("huge"), Contains("huge: value 1e999 is out of range"));
+  CHECK_THROWS_WITH(root.get<std::vector<double>>("list"), Contains("list[1]: value .inf"));
+  // The optimizer's "> 0" check no longer lets infinity through.
+  CHECK_THROWS_AS(optim::OptimizerOptions::from_config(root["optim"]), ConfigError);
+  CHECK_THROWS_WITH(optim::OptimizerOptions::from_config(root["optim"]), Contains("optim.lr"));
+}
+
+TEST_CASE("config: an override with an empty value is an error naming the key",
+          "[cpu][config][hardening]") {
+  Config config = Config::parse("data: {batch_size: 64}\n");
+  for (const std::string empty : {"data.batch_size=", "data.batch_size=  "}) {
+    CAPTURE(empty);
+    CHECK_THROWS_AS(config.set(empty), ConfigError);
+    CHECK_THROWS_WITH(config.set(empty), Contains("malformed override '" + empty + "'") &&
+                                             Contains("the value of 'data.batch_size' is empty"));
+  }
+  CHECK(config.root()["data"].get<int64_t>("batch_size") == 64);  // unchanged
+  config.set("data.batch_size=null");  // an explicit null still clears the key
+  CHECK(config.root()["data"].get_int_in("batch_size", 7, 1, 100) == 7);
 }

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 
+#include "core/checked_math.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -126,4 +127,24 @@ TEST_CASE("host allocator caches large blocks for the next request of their size
   // Small blocks are not cached: reserved stays equal to allocated.
   { Tensor small = Tensor::empty({100}); }
   CHECK(a.stats().reserved == a.stats().allocated);
+}
+
+TEST_CASE("sizes that overflow 64 bits are errors, not wrapped numbers", "[cpu][hardening]") {
+  using Catch::Matchers::Contains;
+  const Shape huge = {int64_t{1} << 32, int64_t{1} << 32, 4};  // 2^66 elements
+  REQUIRE_THROWS_AS(shape_numel(huge), ShapeError);
+  REQUIRE_THROWS_WITH(shape_numel(huge), Contains("[4294967296, 4294967296, 4]") &&
+                                             Contains("more elements than a 64-bit integer"));
+  CHECK(shape_numel({int64_t{1} << 40, int64_t{1} << 40, 0}) == 0);  // empty, whatever the rest
+  CHECK(shape_numel({int64_t{1} << 31, int64_t{1} << 31}) == int64_t{1} << 62);
+  REQUIRE_THROWS_WITH(contiguous_strides({2, int64_t{1} << 40, int64_t{1} << 40, 3}),
+                      Contains("contiguous_strides") && Contains("overflows a 64-bit integer"));
+  CHECK(contiguous_strides({int64_t{1} << 40, int64_t{1} << 20, 0}) ==
+        Shape{int64_t{1} << 20, 1, 1});
+  // 2^61 floats: the element count fits, the byte count does not.
+  REQUIRE_THROWS_WITH(Tensor::empty({int64_t{1} << 61}),
+                      Contains("empty") && Contains("overflows a 64-bit integer"));
+  REQUIRE_THROWS_WITH(checked_mul<IOError>(int64_t{1} << 40, int64_t{1} << 30, "file 'x': count"),
+                      Contains("file 'x': count: 1099511627776 x 1073741824 overflows"));
+  REQUIRE_THROWS_AS(checked_add<IOError>(INT64_MAX, 1, "sum"), IOError);
 }

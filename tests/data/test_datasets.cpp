@@ -2,8 +2,11 @@
 // for each kind of corrupt file (naming the file and what was expected), ImageNet-style folders,
 // the factory, and the real Fashion-MNIST files of Debian's dataset-fashion-mnist.
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -429,6 +432,91 @@ TEST_CASE("idx reader rejects corrupt and truncated gzip files", "[cpu][data]") 
   for (size_t i = 20; i < 40; ++i) bad[i] = static_cast<char>(bad[i] ^ 0xff);
   write_bytes(images, bad);
   REQUIRE_THROWS_WITH(load(), Contains(images) && Contains("expected"));
+}
+
+namespace {
+
+// An IDX images header (magic 0x803) with `dims`, big-endian.
+std::string idx_images_header(const std::vector<uint32_t>& dims) {
+  std::string out = {'\0', '\0', '\x08', '\x03'};
+  for (uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((d >> shift) & 0xff));
+  }
+  return out;
+}
+
+// Writes `header` then `zeros` zero bytes as a gzip file, a MiB at a time.
+void write_gzip(const std::string& path, const std::string& header, size_t zeros) {
+  gzFile out = gzopen(path.c_str(), "wb1");
+  REQUIRE(out != nullptr);
+  REQUIRE(gzwrite(out, header.data(), static_cast<unsigned>(header.size())) ==
+          static_cast<int>(header.size()));
+  const std::string chunk(1 << 20, '\0');
+  for (size_t left = zeros; left > 0;) {
+    const size_t n = std::min(left, chunk.size());
+    REQUIRE(gzwrite(out, chunk.data(), static_cast<unsigned>(n)) == static_cast<int>(n));
+    left -= n;
+  }
+  REQUIRE(gzclose(out) == Z_OK);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("idx reader: dims whose product overflows 64 bits are rejected, plain and gzip",
+          "[cpu][data][hardening]") {
+  ScratchDir dir("idx_overflow");
+  const std::string root = dir.copy_fixture("fashion_mnist");
+  // 256 * 2^28 * 2^28 = 2^64: wraps to 0 in 64 bits, which "matched" an empty data section.
+  const std::string header = idx_images_header({256, 1u << 28, 1u << 28});
+  const std::string plain = root + "/t10k-images-idx3-ubyte";
+  write_bytes(plain, header);
+  REQUIRE_THROWS_AS(read_fashion_mnist(root, Split::kTest), IOError);
+  REQUIRE_THROWS_WITH(read_fashion_mnist(root, Split::kTest),
+                      Contains(plain) && Contains("[256, 268435456, 268435456]") &&
+                          Contains("more elements than a 64-bit integer holds"));
+  const std::string gz = root + "/train-images-idx3-ubyte.gz";
+  write_gzip(gz, header, 0);
+  REQUIRE_THROWS_AS(read_fashion_mnist(root, Split::kTrain), IOError);
+  REQUIRE_THROWS_WITH(read_fashion_mnist(root, Split::kTrain),
+                      Contains(gz) && Contains("more elements than a 64-bit integer holds"));
+}
+
+TEST_CASE("idx reader: a gzip bomb is decompressed no further than its header announces",
+          "[cpu][data][hardening]") {
+  ScratchDir dir("idx_bomb");
+  const std::string root = dir.copy_fixture("fashion_mnist");
+  const std::string gz = root + "/train-images-idx3-ubyte.gz";
+  auto load = [&] { return read_fashion_mnist(root, Split::kTrain); };
+  SECTION("3 images announced, 64 MiB of zeros behind them") {
+    write_gzip(gz, idx_images_header({3, 28, 28}), size_t{64} << 20);
+    REQUIRE(fs::file_size(gz) < (size_t{1} << 20));  // a small file
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE_THROWS_AS(load(), IOError);
+    REQUIRE_THROWS_WITH(load(), Contains(gz) && Contains("holds more than 2352 data bytes") &&
+                                    Contains("trailing data"));
+    CHECK(seconds_since(start) < 2.0);  // it stopped reading after 2353 bytes
+  }
+  SECTION("exactly what is announced is read") {
+    write_gzip(gz, idx_images_header({3, 28, 28}), 3 * 28 * 28);
+    const InMemoryDataset d = load();
+    REQUIRE(d.images().shape() == Shape{3, 28, 28, 1});
+  }
+  SECTION("less than announced: truncated") {
+    write_gzip(gz, idx_images_header({3, 28, 28}), 2 * 28 * 28);
+    REQUIRE_THROWS_WITH(load(), Contains(gz) && Contains("holds 1568 data bytes") &&
+                                    Contains("the file is truncated"));
+  }
+  SECTION("a truncated gzip stream names the file") {
+    write_gzip(gz, idx_images_header({3, 28, 28}), 3 * 28 * 28);
+    const std::string whole = read_bytes(gz);
+    write_bytes(gz, whole.substr(0, whole.size() - 6));
+    REQUIRE_THROWS_AS(load(), IOError);
+    REQUIRE_THROWS_WITH(load(), Contains(gz) && Contains("corrupt or truncated gzip stream"));
+  }
 }
 
 TEST_CASE("the real Fashion-MNIST files of dataset-fashion-mnist", "[cpu][data]") {

@@ -141,3 +141,60 @@ TEST_CASE("read_npy rejects unsupported and corrupt files, naming the file", "[c
   }
   std::remove(path.c_str());
 }
+
+namespace {
+
+// A version-1.0 .npy file with `header` (the Python dict text) and `data` after it.
+std::string npy_bytes(const std::string& header, const std::string& data = "") {
+  std::string padded = header;
+  padded.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  padded.push_back('\n');
+  std::string out = "\x93NUMPY";
+  out += std::string{'\x01', '\x00'};
+  out.push_back(static_cast<char>(padded.size() & 0xff));
+  out.push_back(static_cast<char>(padded.size() >> 8));
+  return out + padded + data;
+}
+
+std::string f4_header(const std::string& shape) {
+  return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+}
+
+}  // namespace
+
+TEST_CASE("read_npy checks header sizes before allocating, naming the file",
+          "[cpu][io][hardening]") {
+  using Catch::Matchers::Contains;
+  const std::string path = temp_path("huge.npy");
+  write_bytes(path, npy_bytes(f4_header("(2, 3)"), std::string(24, '\0')));
+  REQUIRE(read_npy(path).shape() == Shape{2, 3});  // the helper writes valid files
+  SECTION("a shape of 2^40 floats with 8 bytes of data") {
+    write_bytes(path, npy_bytes(f4_header("(1099511627776,)"), std::string(8, '\0')));
+    REQUIRE_THROWS_AS(read_npy(path), IOError);
+    REQUIRE_THROWS_WITH(read_npy(path), Contains(path) && Contains("truncated .npy data") &&
+                                            Contains("needs 4398046511104 bytes, the file has 8"));
+  }
+  SECTION("a shape whose product overflows 64 bits") {
+    write_bytes(path, npy_bytes(f4_header("(4294967296, 4294967296, 4)")));
+    REQUIRE_THROWS_AS(read_npy(path), IOError);
+    REQUIRE_THROWS_WITH(read_npy(path),
+                        Contains(path) && Contains("more elements than a 64-bit integer holds"));
+  }
+  SECTION("a shape entry beyond 64 bits") {
+    write_bytes(path, npy_bytes(f4_header("(99999999999999999999,)")));
+    REQUIRE_THROWS_AS(read_npy(path), IOError);
+    REQUIRE_THROWS_WITH(read_npy(path), Contains(path) && Contains("99999999999999999999") &&
+                                            Contains("overflows a 64-bit integer"));
+  }
+  SECTION("a version-2.0 header length of 4 GiB in a small file") {
+    std::string bytes = npy_bytes(f4_header("(2, 3)"), std::string(24, '\0'));
+    bytes = "\x93NUMPY" + std::string{'\x02', '\x00', '\xff', '\xff', '\xff', '\xff'} +
+            bytes.substr(10);
+    write_bytes(path, bytes);
+    REQUIRE_THROWS_AS(read_npy(path), IOError);
+    REQUIRE_THROWS_WITH(read_npy(path), Contains(path) && Contains("truncated .npy file (header") &&
+                                            Contains("expected 4294967295 bytes, the file has ") &&
+                                            Contains(" left)"));
+  }
+  std::remove(path.c_str());
+}

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "io/safetensors.h"
+#include "nn/layers.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -232,4 +233,40 @@ TEST_CASE("safetensors rejects corrupt files with errors naming file and tensor"
         write_raw(dir, "meta.safetensors", R"({"__metadata__":{"epoch":7}})", 0);
     require_read_error(path, "metadata key 'epoch' must map to a string");
   }
+}
+
+TEST_CASE("safetensors: bytes after the last tensor are rejected, naming the file",
+          "[cpu][io][hardening]") {
+  ScratchDir dir("trailing");
+  const std::string path = dir.file("trailing.safetensors");
+  save_safetensors(path, {{"a", Tensor::ones({2, 2}, DType::kF32)}});
+  REQUIRE(read_safetensors(path).tensors.size() == 1);
+  write_bytes(path, read_bytes(path) + "junk");
+  require_read_error(path, "the data section holds 20 bytes but its tensors end at byte 16");
+  // Empty tensors occupy nothing: a data section with only them must be empty too.
+  require_read_error(
+      write_raw(dir, "empty.safetensors", R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})",
+                4),
+      "expected no trailing bytes");
+}
+
+TEST_CASE("safetensors: integer tensors do not load silently into float parameters",
+          "[cpu][io][hardening]") {
+  ScratchDir dir("dtype");
+  const std::string path = dir.file("int.safetensors");
+  nn::Linear model(2, 3);
+  TensorMap tensors = model.state_dict();
+  tensors["weight"] = Tensor::ones({3, 2}, DType::kI32);
+  save_safetensors(path, tensors);
+  const TensorMap loaded = load_safetensors(path);
+  REQUIRE_THROWS_AS(model.load_state_dict(loaded), DTypeError);
+  REQUIRE_THROWS_WITH(model.load_state_dict(loaded),
+                      Contains("mis-typed") && Contains("weight (expected f32, got i32)"));
+  // Floating dtypes still convert into each other; an explicit conversion loads the integers.
+  TensorMap halves = loaded;
+  halves["weight"] = loaded.at("weight").to(DType::kBF16);
+  REQUIRE_NOTHROW(model.load_state_dict(halves));
+  halves["weight"] = loaded.at("weight").to(DType::kF32);
+  model.load_state_dict(halves);
+  CHECK(model.weight.to_vector<float>() == std::vector<float>(6, 1.0f));
 }

@@ -2,8 +2,12 @@
 // the keep/best policy of CheckpointManager.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "train/checkpoint.h"
 #include "train_test_util.h"
@@ -123,4 +127,117 @@ TEST_CASE("checkpoint folders: marker written last, keep policy, best kept", "[c
   write_bytes((fs::path(kept[1]) / "train_state.bin").string(), "garbage");
   REQUIRE_THROWS_WITH(load_checkpoint(kept[1]), Contains("train_state.bin"));
   REQUIRE_THROWS_WITH(resolve_checkpoint(run + "/nowhere"), Contains("nowhere"));
+}
+
+namespace {
+
+uint64_t test_fnv1a(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// A training-state file as an attacker writes it: `good` with its JSON header edited by `edit`
+// and the tensor section replaced by `tensors` (when not empty), the checksum recomputed.
+std::string forge_state(const std::string& good, const std::function<void(std::string&)>& edit,
+                        const std::string& tensors = "") {
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, good.data() + 16, 8);
+  std::string header = good.substr(24, header_len);
+  edit(header);
+  std::string rest = tensors.empty() ? good.substr(24 + header_len, good.size() - 32 - header_len)
+                                     : tensors;
+  std::string out = good.substr(0, 16);
+  const uint64_t len = header.size();
+  out.append(reinterpret_cast<const char*>(&len), 8);
+  out += header + rest;
+  const uint64_t sum = test_fnv1a(out);
+  out.append(reinterpret_cast<const char*>(&sum), 8);
+  return out;
+}
+
+void replace_in(std::string& text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+}
+
+template <typename T>
+std::string raw(T value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+}  // namespace
+
+TEST_CASE("training-state fields are range-checked, naming the file and the field",
+          "[cpu][train][hardening]") {
+  const std::string dir = test::train_scratch_dir("ranges");
+  const std::string path = dir + "/train_state.bin";
+  write_train_state(path, sample_state());
+  const std::string good = read_bytes(path);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\"step\":1234", "\"step\":-95"},
+      {"\"epoch\":3", "\"epoch\":-1"},
+      {"\"batch\":17", "\"batch\":4611686018427387904"},
+      {"\"steps_per_epoch\":400", "\"steps_per_epoch\":-400"},
+      {"\"lr\":0.000125", "\"lr\":null"},  // how a NaN or infinite lr is written
+      {"\"lr\":0.000125", "\"lr\":-0.5"},
+      {"\"best_top1\":87.5", "\"best_top1\":1e300"},
+      {"\"loss_scale\":1.0", "\"loss_scale\":0.0"},
+      {"\"step\":1234", "\"step\":12.5"},
+  };
+  for (const auto& [from, to] : cases) {
+    INFO(to);
+    write_bytes(path, forge_state(good, [&](std::string& h) { replace_in(h, from, to); }));
+    const std::string field = to.substr(1, to.find('"', 1) - 1);
+    REQUIRE_THROWS_AS(read_train_state(path), IOError);
+    REQUIRE_THROWS_WITH(read_train_state(path),
+                        Contains(path) && Contains("field '" + field + "'") &&
+                            Contains("expected"));
+  }
+  write_bytes(path, forge_state(good, [](std::string&) {}));
+  REQUIRE(read_train_state(path).step == 1234);  // the forging itself is sound
+}
+
+TEST_CASE("training-state sizes are checked before anything is allocated",
+          "[cpu][train][hardening]") {
+  const std::string dir = test::train_scratch_dir("sizes");
+  const std::string path = dir + "/train_state.bin";
+  write_train_state(path, sample_state());
+  const std::string good = read_bytes(path);
+  auto keep = [](std::string&) {};
+  auto tensor = [](const std::string& dtype, std::vector<int64_t> dims, uint64_t nbytes) {
+    std::string t = raw<uint32_t>(1) + "w" + raw<uint32_t>(dtype.size()) + dtype +
+                    raw<uint32_t>(static_cast<uint32_t>(dims.size()));
+    for (int64_t d : dims) t += raw<int64_t>(d);
+    return t + raw<uint64_t>(nbytes);
+  };
+
+  SECTION("a huge tensor count") {
+    write_bytes(path, forge_state(good, keep, raw<uint64_t>(uint64_t{1} << 60)));
+    REQUIRE_THROWS_AS(read_train_state(path), IOError);
+    REQUIRE_THROWS_WITH(read_train_state(path), Contains(path) && Contains("'tensor count'"));
+  }
+  SECTION("a tensor of 2^40 floats with no data") {
+    write_bytes(path, forge_state(good, keep,
+                                  raw<uint64_t>(1) + tensor("F32", {1 << 20, 1 << 20}, 4ull << 40)));
+    REQUIRE_THROWS_AS(read_train_state(path), IOError);
+    REQUIRE_THROWS_WITH(read_train_state(path), Contains(path) && Contains("tensor data"));
+  }
+  SECTION("dims whose product overflows 64 bits") {
+    write_bytes(path, forge_state(good, keep,
+                                  raw<uint64_t>(1) + tensor("F32", {1ll << 40, 1ll << 40}, 0)));
+    REQUIRE_THROWS_AS(read_train_state(path), IOError);
+    REQUIRE_THROWS_WITH(read_train_state(path),
+                        Contains(path) && Contains("tensor 'w'") && Contains("64-bit"));
+  }
+  SECTION("an unknown dtype names the file") {
+    write_bytes(path, forge_state(good, keep, raw<uint64_t>(1) + tensor("X32", {2}, 8)));
+    REQUIRE_THROWS_AS(read_train_state(path), IOError);
+    REQUIRE_THROWS_WITH(read_train_state(path),
+                        Contains(path) && Contains("tensor 'w'") && Contains("'X32'"));
+  }
 }

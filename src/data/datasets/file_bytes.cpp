@@ -1,10 +1,11 @@
-// Whole-file reads for the dataset readers (see file_bytes.h): stdio for plain files, zlib's gz*
-// API for files that may be gzip-compressed.
+// File reads for the dataset readers (see file_bytes.h): stdio for whole plain files, zlib's gz*
+// API, a piece at a time, for files that may be gzip-compressed.
 #include "data/datasets/file_bytes.h"
 
 #include <cstdint>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,9 +19,6 @@ namespace {
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
-};
-struct GzCloser {
-  void operator()(gzFile_s* f) const { gzclose(f); }
 };
 
 constexpr size_t kGzChunk = 1 << 20;
@@ -40,27 +38,35 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string&
   return bytes;
 }
 
-std::vector<uint8_t> read_maybe_gzip(const std::string& path, const std::string& who,
-                                     uint64_t max_bytes) {
-  std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
-  SKA_CHECK(file != nullptr, IOError, who, ": cannot open '", path,
+GzipReader::GzipReader(const std::string& path, const std::string& who)
+    : path_(path), who_(who), file_(gzopen(path.c_str(), "rb")) {
+  SKA_CHECK(file_ != nullptr, IOError, who, ": cannot open '", path,
             "' for reading: ", std::strerror(errno));
-  std::vector<uint8_t> bytes;
-  for (;;) {
-    const size_t old = bytes.size();
-    bytes.resize(old + kGzChunk);
-    const int got = gzread(file.get(), bytes.data() + old, static_cast<unsigned>(kGzChunk));
-    bytes.resize(old + (got > 0 ? static_cast<size_t>(got) : 0));
+}
+
+GzipReader::~GzipReader() { gzclose(file_); }
+
+bool GzipReader::compressed() const { return gzdirect(file_) == 0; }
+
+size_t GzipReader::read(std::vector<uint8_t>& out, uint64_t n) {
+  const size_t start = out.size();
+  uint64_t left = n;
+  while (left > 0) {
+    const size_t old = out.size();
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(left, kGzChunk));
+    out.resize(old + want);
+    const int got = gzread(file_, out.data() + old, static_cast<unsigned>(want));
+    out.resize(old + (got > 0 ? static_cast<size_t>(got) : 0));
+    offset_ += got > 0 ? static_cast<uint64_t>(got) : 0;
     int errnum = Z_OK;
-    const char* message = gzerror(file.get(), &errnum);
-    SKA_CHECK(errnum == Z_OK, IOError, who, ": '", path,
-              "' is a corrupt or truncated gzip stream (zlib: ", message, ") after ", bytes.size(),
+    const char* message = gzerror(file_, &errnum);
+    SKA_CHECK(errnum == Z_OK, IOError, who_, ": '", path_,
+              "' is a corrupt or truncated gzip stream (zlib: ", message, ") after ", offset_,
               " uncompressed bytes; expected a complete gzip file");
-    SKA_CHECK(bytes.size() <= max_bytes, IOError, who, ": '", path, "' holds more than ", max_bytes,
-              " bytes; expected at most that");
     if (got <= 0) break;
+    left -= static_cast<uint64_t>(got);
   }
-  return bytes;
+  return out.size() - start;
 }
 
 std::string first_existing_file(const std::vector<std::string>& paths) {

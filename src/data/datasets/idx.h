@@ -13,9 +13,10 @@ namespace ska::data {
 constexpr const char* kFashionMnistDebianDir = "/usr/share/datasets/fashion-mnist";
 
 // An images file [N, rows, cols] and a labels file [N] as a [N, rows, cols, 1] dataset. IOError
-// naming the file, the offset or record and what was expected for: wrong magic, a header or data
-// shorter or longer than the dims say, a corrupt gzip stream, image and label counts that differ,
-// and labels outside [0, num_classes).
+// naming the file, the offset or record and what was expected for: wrong magic, dims whose product
+// overflows or exceeds 4 GiB, a header or data shorter or longer than the dims say (a gzip stream
+// is decompressed no further than the dims announce, plus one byte), a corrupt gzip stream, image
+// and label counts that differ, and labels outside [0, num_classes).
 InMemoryDataset read_idx_dataset(const std::string& images_path, const std::string& labels_path,
                                  const std::string& name, int64_t num_classes);
 
