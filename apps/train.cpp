@@ -162,6 +162,7 @@ int run_train(TrainCommand cmd) {
       resume = cmd.output.empty() ? train::find_latest_run(cmd.runs, name)
                                   : (has_checkpoint(cmd.output) ? cmd.output : "");
     }
+    if (!resume.empty()) train::resolve_checkpoint(resume);  // fails before creating anything
     if (!cmd.output.empty()) {
       setup.run_dir = cmd.output;
     } else if (!resume.empty()) {
@@ -169,7 +170,7 @@ int run_train(TrainCommand cmd) {
     } else {
       setup.run_dir = train::make_run_dir(cmd.runs, name);
     }
-    fs::create_directories(setup.run_dir);
+    setup.lock = std::make_shared<train::RunFolderLock>(setup.run_dir);  // creates it
   }
   if (world.distributed()) {
     setup.run_dir = broadcast_string(*comm, setup.run_dir);

@@ -133,6 +133,40 @@ std::string read_pointer(const std::string& path) {
   return name;
 }
 
+// The `last` and `best` checkpoint names of a checkpoints folder: from pointers.json, the one
+// record written atomically after each checkpoint (so the two can never disagree with each
+// other); runs written before it have only the `last` and `best` files.
+struct Pointers {
+  std::string last, best;
+};
+
+Pointers read_pointers(const fs::path& root) {
+  Pointers p;
+  std::ifstream in(root / "pointers.json");
+  if (in) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(in);
+      p.last = j.value("last", "");
+      p.best = j.value("best", "");
+      return p;
+    } catch (const nlohmann::json::exception&) {
+      // Unreadable (written by something else): fall back to the pointer files.
+    }
+  }
+  p.last = read_pointer((root / "last").string());
+  p.best = read_pointer((root / "best").string());
+  return p;
+}
+
+// pointers.json first (the record resume and pruning trust), then the plain files for people
+// and older tools; a kill between them leaves the files stale until the next save or resume.
+void write_pointers(const fs::path& root, const Pointers& p) {
+  const nlohmann::json j = {{"last", p.last}, {"best", p.best}};
+  io::write_file_atomic((root / "pointers.json").string(), j.dump() + "\n");
+  io::write_file_atomic((root / "last").string(), p.last + "\n");
+  if (!p.best.empty()) io::write_file_atomic((root / "best").string(), p.best + "\n");
+}
+
 // One optimizer tensor: its sizes are checked against each other and the bytes left before its
 // storage is allocated.
 std::pair<std::string, Tensor> read_tensor(Reader& r, const std::string& path) {
@@ -300,7 +334,7 @@ std::string resolve_checkpoint(const std::string& path) {
                             ? fs::path(path) / "checkpoints"
                             : fs::path(path);
   SKA_CHECK(fs::is_directory(root), IOError, "no checkpoint at '", path, "' (not a folder)");
-  const std::string last = read_pointer((root / "last").string());
+  const std::string last = read_pointers(root).last;
   if (!last.empty() && is_complete_checkpoint((root / last).string())) return (root / last).string();
   std::vector<std::string> found;
   for (const auto& e : fs::directory_iterator(root)) {
@@ -314,6 +348,9 @@ std::string resolve_checkpoint(const std::string& path) {
 CheckpointManager::CheckpointManager(std::string run_dir, int keep)
     : root_((fs::path(run_dir) / "checkpoints").string()), keep_(std::max(keep, 1)) {
   fs::create_directories(root_);
+  // A resumed run: make the pointer files agree with the record again.
+  const Pointers p = read_pointers(root_);
+  if (fs::exists(fs::path(root_) / "pointers.json") && !p.last.empty()) write_pointers(root_, p);
 }
 
 std::vector<std::string> CheckpointManager::list() const {
@@ -333,16 +370,19 @@ std::string CheckpointManager::save(const TensorMap& model, const TensorMap& ema
   const std::string name = step_dir_name(state.step);
   const std::string dir = (fs::path(root_) / name).string();
   save_checkpoint(dir, model, ema, state);
-  io::write_file_atomic((fs::path(root_) / "last").string(), name + "\n");
-  if (is_best) io::write_file_atomic((fs::path(root_) / "best").string(), name + "\n");
+  Pointers p = read_pointers(root_);
+  p.last = name;
+  if (is_best) p.best = name;
+  write_pointers(root_, p);
   prune();
   return dir;
 }
 
 void CheckpointManager::prune() {
   const std::vector<std::string> all = list();
-  const std::string best = read_pointer((fs::path(root_) / "best").string());
-  const std::string last = read_pointer((fs::path(root_) / "last").string());
+  const Pointers pointers = read_pointers(root_);
+  const std::string& best = pointers.best;
+  const std::string& last = pointers.last;
   const size_t n = all.size();
   for (size_t i = 0; i + static_cast<size_t>(keep_) < n; ++i) {
     const std::string name = fs::path(all[i]).filename().string();

@@ -69,6 +69,8 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   }
   comm_ = setup_.comm;
   const int rank = comm_->rank(), world = comm_->world_size();
+  // Rank 0 writes the run folder; nothing else may (fails at once when another train does).
+  if (rank == 0 && !setup_.lock) setup_.lock = std::make_shared<RunFolderLock>(setup_.run_dir);
   const ConfigNode root = config.root();
   const ConfigNode model_cfg = root["model"];
   SKA_CHECK(model_cfg.is_map(), ConfigError, "model: required section missing (an experiment "
@@ -152,7 +154,6 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
         std::to_string(train_.accumulate) + " (train.accumulate)");
   }
 
-  if (rank == 0) fs::create_directories(setup_.run_dir);
   checkpoints_ = std::make_unique<CheckpointManager>(setup_.run_dir, ckpt_.keep);
   state_.steps_per_epoch = steps_per_epoch_;
   state_.info["optimizer"] = optimizer_->name();

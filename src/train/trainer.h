@@ -27,6 +27,7 @@
 #include "train/loader.h"
 #include "train/options.h"
 #include "train/run_data.h"
+#include "train/run_lock.h"
 #include "train/run_output.h"
 #include "train/train_step.h"
 
@@ -46,6 +47,9 @@ struct TrainerSetup {
   // The workers of a data-parallel job (every rank passes the same run_dir and resume); null: a
   // single worker. Must outlive the trainer.
   dist::Communicator* comm = nullptr;
+  // The run folder's lock when the caller already holds it (apps/train takes it before opening
+  // train.log); null: rank 0 takes it itself.
+  std::shared_ptr<RunFolderLock> lock;
   std::function<void(const std::string&)> log;        // one finished line (may be null)
   std::function<void(const Progress&)> progress;      // in-place progress (may be null)
 };

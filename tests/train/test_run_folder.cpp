@@ -1,0 +1,149 @@
+// A run folder has one writer and consistent pointers: a second `train` on the same folder fails
+// at once naming the holder, a killed holder does not block the resume, and the `last` / `best`
+// pointers are one atomic record that pruning respects and a resume repairs.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "train/checkpoint.h"
+#include "train/run_lock.h"
+#include "train_test_util.h"
+
+using namespace ska;
+using namespace ska::train;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+TrainState state_at(int64_t step) {
+  TrainState s;
+  s.step = step;
+  s.steps_per_epoch = 10;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a run folder has one writer; a dead holder's lock does not block",
+          "[cpu][train][hardening]") {
+  const std::string run = test::train_scratch_dir("lock");
+  {
+    RunFolderLock first(run);
+    REQUIRE_THAT(read_text(first.path()), Contains("pid " + std::to_string(::getpid())));
+    REQUIRE_THROWS_WITH(RunFolderLock(run),
+                        Contains("run folder '" + run + "' is in use by host") &&
+                            Contains("pid " + std::to_string(::getpid())) &&
+                            Contains("another train is writing it"));
+  }
+  RunFolderLock again(run);  // released by the destructor
+
+  // A holder killed with SIGKILL: the kernel drops its lock.
+  const std::string other = test::train_scratch_dir("lock_dead");
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try {
+      RunFolderLock held(other);
+      ::raise(SIGKILL);
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE_THAT(read_text(other + "/.lock"), Contains("pid " + std::to_string(pid)));
+  REQUIRE_NOTHROW(RunFolderLock(other));
+}
+
+TEST_CASE("two train commands on one --output: the second fails at once naming the first",
+          "[cpu][train][hardening][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const std::string dir = test::train_scratch_dir("two_writers");
+  const std::string config = dir + "/tiny.yaml";
+  std::ofstream(config) << test::tiny_experiment_yaml(512, 100, 32, 1000, 0.0);
+  const std::string run = dir + "/run";
+  const auto start = [&](const std::string& log) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::freopen(log.c_str(), "w", stdout);
+      std::freopen(log.c_str(), "a", stderr);
+      ::execl(SKA_TRAIN_EXE, SKA_TRAIN_EXE, "--config", config.c_str(), "--output", run.c_str(),
+              "--resume", "auto", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return pid;
+  };
+  const pid_t first = start(dir + "/first.log");
+  // Wait until the first one holds the lock (it writes its PID into the lock file).
+  const auto t0 = std::chrono::steady_clock::now();
+  while (read_text(run + "/.lock").find(std::to_string(first)) == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const pid_t second = start(dir + "/second.log");
+  int status = 0;
+  ::waitpid(second, &status, 0);
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  std::ifstream in(dir + "/second.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(log);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 2);
+  REQUIRE_THAT(log, Contains("is in use by host") && Contains("pid " + std::to_string(first)));
+  // The second one wrote nothing: the first one's log is intact.
+  std::ifstream first_log(run + "/train.log");
+  const std::string written((std::istreambuf_iterator<char>(first_log)),
+                            std::istreambuf_iterator<char>());
+  REQUIRE_THAT(written, Contains("run dir: " + run) && !Contains("in use"));
+}
+
+TEST_CASE("checkpoint pointers: one record; pruning keeps the best; a resume repairs the files",
+          "[cpu][train][hardening]") {
+  const std::string run = test::train_scratch_dir("pointers");
+  const TensorMap model = {{"w", Tensor::from_vector<float>({1, 2}, {2})}};
+  const fs::path root = fs::path(run) / "checkpoints";
+  {
+    CheckpointManager manager(run, 1);
+    manager.save(model, {}, state_at(1), /*is_best=*/true);
+    manager.save(model, {}, state_at(2), false);
+    // A kill between the record and the plain files, in the order the old writer used: the
+    // `best` file points to a checkpoint that is not the best. The record is what counts.
+    std::ofstream(root / "best") << "step-00000002\n";
+    for (int64_t step = 3; step <= 5; ++step) manager.save(model, {}, state_at(step), false);
+  }
+  REQUIRE(fs::exists(root / "step-00000001"));        // the best survives keep: 1
+  REQUIRE(!fs::exists(root / "step-00000002"));
+  REQUIRE(!fs::exists(root / "step-00000004"));
+  REQUIRE(fs::exists(root / "step-00000005"));
+  REQUIRE(read_text((root / "best").string()) == "step-00000001");  // rewritten by each save
+  REQUIRE_THAT(read_text((root / "pointers.json").string()),
+               Contains("\"best\":\"step-00000001\"") && Contains("\"last\":\"step-00000005\""));
+
+  // Stale plain files after a kill: resolve trusts the record, and a resumed manager repairs them.
+  std::ofstream(root / "last") << "step-00000001\n";
+  std::ofstream(root / "best") << "step-00000005\n";
+  REQUIRE(fs::path(resolve_checkpoint(run)).filename() == "step-00000005");
+  CheckpointManager resumed(run, 1);
+  REQUIRE(read_text((root / "last").string()) == "step-00000005");
+  REQUIRE(read_text((root / "best").string()) == "step-00000001");
+}
