@@ -5,7 +5,8 @@
 if [ -d .deps/root/usr ]; then
   D=$PWD/.deps/root/usr
   export CMAKE_PREFIX_PATH=$D:$D/lib/x86_64-linux-gnu/cmake:$D/share/cmake:$D/lib/cmake:${CMAKE_PREFIX_PATH:-}
-  export LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$D/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
+  # $D/lib: Debian installs libgloo there, not under the multiarch folder.
+  export LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$D/lib/x86_64-linux-gnu/openblas-pthread:$D/lib:${LD_LIBRARY_PATH:-}
   export CPATH=$D/include:${CPATH:-}
 fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH

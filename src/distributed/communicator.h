@@ -70,6 +70,11 @@ class Communicator {
 // the CPU and NCCL for CUDA, after a rendezvous at world.master_addr:master_port (rank 0 serves
 // a TCP store there). CommError when the rendezvous fails within options.timeout_s; DeviceError
 // when the build lacks the backend.
+// A master_addr of "file:///shared/folder" meets through files in that folder instead (store.h).
+// Threads: Gloo runs its collectives on one thread of the communicator (plus Gloo's socket loop);
+// NCCL has a watchdog thread; rank 0 also serves the store on a thread. Fork before creating a
+// communicator, never after. Gloo ignores SIGPIPE (unless the program handles it), so that a dead
+// peer is a CommError rather than a silent death. One communicator per master_port at a time.
 std::unique_ptr<Communicator> make_communicator(const World& world, Device device,
                                                 const CommOptions& options = {});
 

@@ -2,6 +2,7 @@
 // thread per communicator so that an async all-reduce overlaps with the caller's work.
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,6 +105,16 @@ std::shared_ptr<gloo::transport::Device> create_device(const World& world) {
   }
 }
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE when a peer has died: that would
+// kill this worker silently instead of failing the collective with a message. Ignored unless the
+// program installed a handler of its own.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 // What went wrong in Gloo, in its own words (EnforceNotMet keeps its text in msg()).
 std::string gloo_message(std::exception_ptr error) {
   try {
@@ -163,6 +174,7 @@ class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const World& world, std::shared_ptr<Store> store, const CommOptions& options)
       : world_(world), store_(std::move(store)), options_(options) {
+    ignore_sigpipe();
     connect();
     thread_ = std::thread([this] { serve(); });
   }
@@ -383,15 +395,31 @@ class GlooCommunicator : public Communicator {
              name_ranks(silent_ranks(*store_, world_.rank, world_.world_size), "its peers");
     }
     if (contains(gloo, "losed") || contains(gloo, "reset by peer") || contains(gloo, "roken pipe")) {
-      int peer = peer_in(gloo);
-      if (peer < 0) return what + " failed: a peer closed its connection (did it die?) [" + gloo + "]";
+      return closed_connection(what, gloo);
+    }
+    return what + " failed: " + gloo;
+  }
+
+  // A closed connection: a peer that died, or one that gave up after a failure of its own (which
+  // it reported in the store). The pair address in Gloo's message names the peer when this rank
+  // dialled it; otherwise the peers that report nothing in the store are the dead ones.
+  std::string closed_connection(const std::string& what, const std::string& gloo) {
+    int peer = peer_in(gloo);
+    if (peer >= 0) {
       std::string report = reported_failure(*store_, peer);
       if (!report.empty()) {
         return what + " failed: rank " + std::to_string(peer) + " gave up first: " + report;
       }
       return what + " failed: rank " + std::to_string(peer) + " closed its connection (did it die?)";
     }
-    return what + " failed: " + gloo;
+    report_failure(*store_, world_.rank, what + " failed: a peer closed its connection");
+    std::vector<int> silent = silent_ranks(*store_, world_.rank, world_.world_size);
+    if (silent.empty()) {
+      return what + " failed: a peer closed its connection (did it die?) [" + gloo + "]";
+    }
+    return what + " failed: " + name_ranks(silent, "") +
+           (silent.size() == 1 ? " closed its connection (did it die?)"
+                               : " closed their connections (did they die?)");
   }
 
   std::string seconds_text() const {
