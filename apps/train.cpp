@@ -147,8 +147,10 @@ int run_train(TrainCommand cmd) {
   train::TrainerSetup setup;
   setup.device = worker_device(cmd.device, world);
   dist::CommOptions comm_options;
-  comm_options.timeout_s =
-      train::DistributedOptions::from_config(config.root()["distributed"]).timeout_s;
+  const train::DistributedOptions distributed =
+      train::DistributedOptions::from_config(config.root()["distributed"]);
+  comm_options.timeout_s = distributed.timeout_s;
+  comm_options.force_backend = distributed.force_backend;
   const std::unique_ptr<dist::Communicator> comm =
       dist::make_communicator(world, setup.device, comm_options);
   setup.comm = comm.get();

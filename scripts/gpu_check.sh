@@ -47,6 +47,14 @@ if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   sanitizer_rc=$?
 fi
 
+# NCCL across processes: two workers on this machine's GPUs (on a single GPU both share it, which
+# NCCL may refuse; the log says what happened).
+echo "== NCCL: benchmark_comm with 2 processes"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+timeout 300 "$build/apps/benchmark_comm" --nproc-per-node 2 --device cuda --max 256M \
+  >"$logs/nccl_comm.log" 2>&1
+nccl_rc=$?
+
 echo
 echo "================ gpu_check summary ================"
 echo "[cuda] tests:      $(grep -E '^(All tests passed|test cases:)' "$logs/cuda_tests.log" | tail -1) (exit $tests_rc)"
@@ -56,5 +64,6 @@ if [ "$sanitizer_rc" = -1 ]; then
 else
   echo "memcheck:          $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1) (exit $sanitizer_rc)"
 fi
+echo "NCCL, 2 processes on $ngpu GPU(s): exit $nccl_rc ($(tail -1 "$logs/nccl_comm.log"))"
 echo "logs:              $logs"
 [ "$tests_rc" = 0 ] && { [ "$sanitizer_rc" = 0 ] || [ "$sanitizer_rc" = -1 ]; }

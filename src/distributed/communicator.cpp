@@ -2,6 +2,8 @@
 // backends share (backends.h).
 #include "distributed/communicator.h"
 
+#include "distributed/launcher.h"
+
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -142,14 +144,21 @@ class SingleCommunicator : public Communicator {
 
 std::unique_ptr<Communicator> make_communicator(const World& world, Device device,
                                                 const CommOptions& options) {
-  if (world.world_size == 1) return std::make_unique<SingleCommunicator>(device);
+  if (world.world_size == 1 && !options.force_backend) {
+    return std::make_unique<SingleCommunicator>(device);
+  }
+  World w = world;
+  if (w.world_size == 1 && w.source == "single") {  // nobody to meet: any free local port
+    w.master_addr = "127.0.0.1";
+    w.master_port = find_free_port();
+  }
 #ifndef SKA_WITH_CUDA
   // Before the rendezvous: the other ranks would otherwise wait out the timeout for this one.
-  if (device.is_cuda()) return detail::make_nccl_communicator(world, device, nullptr, options);
+  if (device.is_cuda()) return detail::make_nccl_communicator(w, device, nullptr, options);
 #endif
-  std::shared_ptr<Store> store = make_store(world, options.timeout_s);
-  if (device.is_cuda()) return detail::make_nccl_communicator(world, device, store, options);
-  return detail::make_gloo_communicator(world, std::move(store), options);
+  std::shared_ptr<Store> store = make_store(w, options.timeout_s);
+  if (device.is_cuda()) return detail::make_nccl_communicator(w, device, store, options);
+  return detail::make_gloo_communicator(w, std::move(store), options);
 }
 
 }  // namespace ska::dist

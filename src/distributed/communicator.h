@@ -30,6 +30,10 @@ struct CommOptions {
   // A collective not complete after this long fails the worker with CommError naming the
   // collective, the label (set_label) and the peer waited for. distributed.timeout_s.
   double timeout_s = 600.0;
+  // One worker too goes through Gloo (CPU) or NCCL (CUDA), with a rendezvous on a free local
+  // port: the whole data-parallel path at world size 1, to test it and measure its overhead
+  // (distributed.force_backend).
+  bool force_backend = false;
 };
 
 // A collective failed: a timeout, a peer that died or closed its connection, an NCCL error.

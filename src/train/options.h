@@ -72,6 +72,7 @@ struct DistributedOptions {
   DType reduce_dtype = DType::kF32;    // f32 or bf16 gradients on the wire
   double timeout_s = 600.0;            // a collective not done by then fails the worker
   bool sync_bn = false;                // batch norm over all workers' batches (else local)
+  bool force_backend = false;          // one worker through Gloo / NCCL too (tests, overhead)
   static DistributedOptions from_config(const ConfigNode& distributed);
 };
 

@@ -20,7 +20,7 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, optim::Loss
       comm_(comm),
       train_(train),
       params_(model.parameters(true)) {
-  if (comm.world_size() > 1) {
+  if (comm.backend() != "single") {  // several workers, or one forced through Gloo / NCCL
     dist::ReducerOptions ro;
     ro.bucket_mb = distributed.bucket_mb;
     ro.reduce_dtype = distributed.reduce_dtype;
@@ -49,7 +49,7 @@ double TrainStep::micro_step(const Tensor& images, const Tensor& target, bool la
 UpdateOutcome TrainStep::apply_update(double local_loss_sum, double lr) {
   UpdateOutcome out;
   double loss_sum = local_loss_sum;
-  if (comm_.world_size() > 1) {  // a NaN on any worker makes the sum NaN on every worker
+  if (reducer_) {  // a NaN on any worker makes the sum NaN on every worker
     Tensor t = Tensor::from_vector<double>({local_loss_sum}, {1}).to(comm_.device());
     comm_.all_reduce(t, dist::ReduceOp::kAverage);
     loss_sum = t.to_vector<double>()[0];

@@ -64,11 +64,16 @@ uint64_t rank_seed(uint64_t seed, int rank) {
 
 Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(setup)) {
   if (setup_.comm == nullptr) {
-    own_comm_ = dist::make_communicator(dist::World{}, setup_.device);
+    dist::CommOptions comm_options;
+    const DistributedOptions d = DistributedOptions::from_config(config.root()["distributed"]);
+    comm_options.timeout_s = d.timeout_s;
+    comm_options.force_backend = d.force_backend;
+    own_comm_ = dist::make_communicator(dist::World{}, setup_.device, comm_options);
     setup_.comm = own_comm_.get();
   }
   comm_ = setup_.comm;
   const int rank = comm_->rank(), world = comm_->world_size();
+  const bool parallel = comm_->backend() != "single";
   // Rank 0 writes the run folder; nothing else may (fails at once when another train does).
   if (rank == 0 && !setup_.lock) setup_.lock = std::make_shared<RunFolderLock>(setup_.run_dir);
   const ConfigNode root = config.root();
@@ -122,11 +127,11 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   model_->to(setup_.device);
   model_->train();
   // Every worker starts from rank 0's weights (they are equal already; this makes it certain).
-  if (world > 1) {
+  if (parallel) {
     for (const auto& [name, t] : model_->state_dict()) comm_->broadcast(t, 0);
   }
   seed_rank_generators();
-  if (dist_.sync_bn && world > 1) {
+  if (dist_.sync_bn && parallel) {
     const int n = dist::enable_sync_batch_norm(*model_, *comm_);
     log("distributed.sync_bn: " + std::to_string(n) + " batch-norm layers use every worker's batch");
   }
@@ -147,7 +152,7 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
                                   "slower than fp32)"
                                 : ""));
   }
-  if (world > 1) {
+  if (parallel) {
     log("data parallel: " + std::to_string(world) + " workers (" + comm_->backend() +
         "), global batch " + std::to_string(global_batch()) + " = " + std::to_string(world) +
         " x " + std::to_string(data_.batch_size) + " (data.batch_size) x " +
@@ -252,7 +257,7 @@ TensorMap Trainer::ema_tensors() const { return ema_ ? ema_->state_dict() : Tens
 void Trainer::sync_buffers(nn::Module& model) {
   // Batch-norm statistics are each worker's own (local batch statistics); evaluation and the
   // checkpoint use rank 0's, as PyTorch's DDP broadcasts them.
-  if (comm_->world_size() == 1) return;
+  if (comm_->backend() == "single") return;
   for (const auto& [name, t] : model.named_buffers()) comm_->broadcast(t, 0);
 }
 

@@ -20,10 +20,12 @@
 #include <vector>
 
 #include "distributed/launcher.h"
+#include "config/config.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/run_data.h"
+#include "support/test_util.h"
 #include "train_test_util.h"
 
 using namespace ska;
@@ -323,4 +325,52 @@ TEST_CASE("train --nproc-per-node 2 trains Fashion-MNIST in one run folder",
   REQUIRE(c.state.best_top1 > 72.0);
   REQUIRE(fs::exists(dir + "/run/train.log"));
   REQUIRE(fs::exists(dir + "/run/checkpoints/best"));
+}
+
+namespace {
+
+// The weights after `steps` updates of the tiny experiment on `device`, with `sets` applied.
+TensorMap train_in_process(const std::string& dir, Device device,
+                           const std::vector<std::string>& sets, int64_t steps,
+                           std::string* log = nullptr) {
+  Config config = Config::parse(test::tiny_experiment_yaml(320, 100, 16, 2, 0.1));
+  config.set("train.max_steps=" + std::to_string(steps));
+  for (const std::string& s : sets) config.set(s);
+  TrainerSetup setup;
+  setup.run_dir = dir;
+  setup.device = device;
+  if (log) setup.log = [log](const std::string& line) { *log += line + "\n"; };
+  Trainer trainer(config, setup);
+  trainer.fit();
+  return trainer.model().state_dict();
+}
+
+void check_forced_backend_is_exact(Device device, const std::string& tag) {
+  // The whole data-parallel path at world size 1 (rendezvous, communicator thread or stream,
+  // buckets filled by the grad-ready hooks during backward, the averaged copy back, the loss and
+  // skip-decision all-reduces): averaging over one worker changes no bit.
+  const TensorMap plain = train_in_process(test::train_scratch_dir(tag + "_plain"), device, {}, 12);
+  std::string log;
+  const TensorMap forced = train_in_process(
+      test::train_scratch_dir(tag + "_forced"), device,
+      {"distributed.force_backend=true", "distributed.bucket_mb=0.02"}, 12, &log);
+  REQUIRE_THAT(log, Contains(device.is_cuda() ? "1 workers (nccl)" : "1 workers (gloo)"));
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  REQUIRE(test::bitwise_equal(plain, forced, &diff));
+}
+
+}  // namespace
+
+TEST_CASE("one worker through Gloo trains bit-identically to no data parallelism",
+          "[cpu][distributed][train]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  check_forced_backend_is_exact(Device::cpu(), "gloo1");
+}
+
+TEST_CASE("one worker through NCCL trains bit-identically to no data parallelism",
+          "[cuda][nccl][distributed][train]") {
+  if (!test::cuda_available_or_skip()) return;
+  SKIP_WITHOUT_FASHION_MNIST();
+  check_forced_backend_is_exact(Device::cuda(0), "nccl1");
 }
