@@ -19,6 +19,7 @@
 #include "app_common.h"
 #include "distributed/communicator.h"
 #include "distributed/launcher.h"
+#include "distributed/optimizer_sharding.h"
 #include "distributed/world.h"
 #include "train/trainer.h"
 
@@ -63,23 +64,6 @@ std::vector<std::string> worker_argv(const std::vector<std::string>& argv) {
   return out;
 }
 
-// Rank `root`'s string on every worker (run folders and resume paths: rank 0 decides).
-std::string broadcast_string(ska::dist::Communicator& comm, const std::string& text) {
-  using namespace ska;
-  Tensor size = Tensor::from_vector<int64_t>({static_cast<int64_t>(text.size())}, {1})
-                    .to(comm.device());
-  comm.broadcast(size, 0);
-  const int64_t n = size.to_vector<int64_t>()[0];
-  std::vector<int64_t> chars(static_cast<size_t>(std::max<int64_t>(n, 1)), 0);
-  if (comm.rank() == 0) std::copy(text.begin(), text.end(), chars.begin());
-  Tensor t = Tensor::from_vector<int64_t>(chars, {static_cast<int64_t>(chars.size())})
-                 .to(comm.device());
-  comm.broadcast(t, 0);
-  const std::vector<int64_t> got = t.to_vector<int64_t>();
-  std::string out(static_cast<size_t>(n), ' ');
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<char>(got[static_cast<size_t>(i)]);
-  return out;
-}
 
 std::string format_duration(double s) {
   const int64_t total = static_cast<int64_t>(s + 0.5);
@@ -175,8 +159,8 @@ int run_train(TrainCommand cmd) {
     setup.lock = std::make_shared<train::RunFolderLock>(setup.run_dir);  // creates it
   }
   if (world.distributed()) {
-    setup.run_dir = broadcast_string(*comm, setup.run_dir);
-    resume = broadcast_string(*comm, resume);
+    setup.run_dir = dist::broadcast_bytes(*comm, setup.run_dir, 0);
+    resume = dist::broadcast_bytes(*comm, resume, 0);
   }
   setup.resume = resume;
   if (!main_rank) {  // the other workers train silently; their errors still reach stderr

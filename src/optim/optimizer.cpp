@@ -105,6 +105,7 @@ void Optimizer::step() {
       update(group, param, grad.contiguous(), state);
     }
   }
+  global_grad_norm_ = Tensor();
 }
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
@@ -232,7 +233,8 @@ void Lamb::begin_step() {
   for (const ParamGroup& group : groups()) {
     for (const auto& entry : group.params) params.push_back(entry.second);
   }
-  const Tensor norm = grad_norm(params).to(DType::kF32);
+  const Tensor norm =
+      (global_grad_norm_.defined() ? global_grad_norm_ : grad_norm(params)).to(DType::kF32);
   // max(norm / max_grad_norm, 1): stays on the device, read by the update kernel.
   clip_divisor_ =
       maximum(div(norm, options_.max_grad_norm), Tensor::ones({}, DType::kF32, norm.device()));

@@ -74,6 +74,10 @@ class Optimizer {
   const std::vector<ParamGroup>& groups() const { return groups_; }
   // Sets the lr of every group (what a schedule does each step / epoch).
   void set_lr(double lr);
+  // For the next step() only: the global gradient norm over every parameter of the model, for
+  // an optimizer that needs one (LAMB's clip) when this one steps only some parameters (the
+  // sharded optimizer state of data parallelism: each worker updates its share).
+  void set_global_grad_norm(const Tensor& norm) { global_grad_norm_ = norm; }
 
   // State for checkpoints: "<param>.step" (i64 scalar, CPU) and "<param>.<slot>" per parameter
   // that has been stepped. The tensors are the live state: clone them for a snapshot.
@@ -95,6 +99,8 @@ class Optimizer {
   // Updates one parameter; state.step has already been advanced.
   virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                       ParamState& state) = 0;
+
+  Tensor global_grad_norm_;  // set_global_grad_norm's value for this step; cleared after it
 
  private:
   ParamState& state_for(const std::string& name, const Tensor& param);

@@ -83,6 +83,7 @@ DistributedOptions DistributedOptions::from_config(const ConfigNode& d) {
   o.timeout_s = d.get_double_in("timeout_s", o.timeout_s, 1.0, 7 * 24 * 3600.0);
   o.sync_bn = d.get<bool>("sync_bn", false);
   o.force_backend = d.get<bool>("force_backend", false);
+  o.shard_optimizer = d.get<bool>("shard_optimizer", false);
   return o;
 }
 

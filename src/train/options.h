@@ -73,6 +73,7 @@ struct DistributedOptions {
   double timeout_s = 600.0;            // a collective not done by then fails the worker
   bool sync_bn = false;                // batch norm over all workers' batches (else local)
   bool force_backend = false;          // one worker through Gloo / NCCL too (tests, overhead)
+  bool shard_optimizer = false;        // ZeRO stage 1: each worker keeps its share of the state
   static DistributedOptions from_config(const ConfigNode& distributed);
 };
 

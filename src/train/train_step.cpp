@@ -12,12 +12,13 @@ namespace ska::train {
 
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler* scaler,
                      optim::ModelEma* ema, dist::Communicator& comm, const TrainOptions& train,
-                     const DistributedOptions& distributed)
+                     const DistributedOptions& distributed, dist::OptimizerSharding* sharding)
     : model_(model),
       optimizer_(optimizer),
       scaler_(scaler),
       ema_(ema),
       comm_(comm),
+      sharding_(sharding),
       train_(train),
       params_(model.parameters(true)) {
   if (comm.backend() != "single") {  // several workers, or one forced through Gloo / NCCL
@@ -72,8 +73,10 @@ UpdateOutcome TrainStep::apply_update(double local_loss_sum, double lr) {
     return out;
   }
   optimizer_.set_lr(lr);
+  if (sharding_) sharding_->before_step(optimizer_);  // this worker updates its share only
   optimizer_.step();
   optimizer_.zero_grad();
+  if (sharding_) sharding_->after_step();  // ... and receives the others' from them
   if (ema_) ema_->update(model_);
   out.applied = true;
   return out;

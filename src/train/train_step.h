@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "distributed/communicator.h"
+#include "distributed/optimizer_sharding.h"
 #include "distributed/reducer.h"
 #include "nn/module.h"
 #include "optim/ema.h"
@@ -24,12 +25,12 @@ struct UpdateOutcome {
 
 class TrainStep {
  public:
-  // Everything is borrowed and must outlive the step; `scaler` (fp16) and `ema` may be null.
-  // With more than one worker `comm` synchronises gradients (distributed.bucket_mb,
-  // distributed.reduce_dtype) and the skip decision.
+  // Everything is borrowed and must outlive the step; `scaler` (fp16), `ema` and `sharding`
+  // (distributed.shard_optimizer) may be null. With more than one worker `comm` synchronises
+  // gradients (distributed.bucket_mb, distributed.reduce_dtype) and the skip decision.
   TrainStep(nn::Module& model, optim::Optimizer& optimizer, optim::LossScaler* scaler,
             optim::ModelEma* ema, dist::Communicator& comm, const TrainOptions& train,
-            const DistributedOptions& distributed);
+            const DistributedOptions& distributed, dist::OptimizerSharding* sharding = nullptr);
 
   // One micro-batch: forward on `images`, cross-entropy against `target` (class indices, or soft
   // targets, which carry their own smoothing), backward of loss / accumulate. `last`: the
@@ -47,6 +48,7 @@ class TrainStep {
   optim::LossScaler* scaler_;
   optim::ModelEma* ema_;
   dist::Communicator& comm_;
+  dist::OptimizerSharding* sharding_;
   TrainOptions train_;
   TensorList params_;
   std::unique_ptr<dist::GradReducer> reducer_;  // null for one worker

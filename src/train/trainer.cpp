@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <numeric>
 #include <string>
 
 #include "core/error.h"
@@ -142,8 +144,21 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
     ema_model_->to(setup_.device);
   }
   if (train_.precision == Precision::kFP16) scaler_ = std::make_unique<optim::LossScaler>();
+  if (dist_.shard_optimizer && parallel) {
+    sharding_ = std::make_unique<dist::OptimizerSharding>(model_->named_parameters(true), *comm_);
+    const std::vector<int64_t>& split = sharding_->owned_numel();
+    const int64_t total = std::accumulate(split.begin(), split.end(), int64_t{0});
+    const int64_t largest = *std::max_element(split.begin(), split.end());
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "distributed.shard_optimizer: each worker keeps the optimizer state of its share "
+                  "of the %lld parameters (largest share %lld, %.1f%%)",
+                  static_cast<long long>(total), static_cast<long long>(largest),
+                  100.0 * static_cast<double>(largest) / static_cast<double>(std::max<int64_t>(total, 1)));
+    log(line);
+  }
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, scaler_.get(), ema_.get(), *comm_,
-                                      train_, dist_);
+                                      train_, dist_, sharding_.get());
   if (train_.precision != Precision::kFP32) {
     const std::string p = precision_name(train_.precision);
     log("train.precision " + p + ": autocast to " + p + " with f32 master weights" +
@@ -191,7 +206,8 @@ void Trainer::seed_rank_generators() {
 
 void Trainer::restore(const Checkpoint& c) {
   model_->load_state_dict(c.model);
-  optimizer_->load_state_dict(c.state.optimizer);
+  optimizer_->load_state_dict(sharding_ ? sharding_->local_state(c.state.optimizer)
+                                        : c.state.optimizer);
   if (ema_) {
     SKA_CHECK(!c.ema.empty(), IOError, "checkpoint '", c.dir, "' has no EMA weights but ",
               "train.ema_decay is set");
@@ -270,9 +286,25 @@ EvalResult Trainer::evaluate_model(nn::Module& model) {
 
 void Trainer::save(bool is_best) {
   last_saved_step_ = state_.step;
+  // A sharded optimizer state is first gathered on rank 0 (every worker takes part).
+  TensorMap optimizer_state = sharding_ ? sharding_->gather_state(*optimizer_) : TensorMap{};
   if (comm_->rank() != 0) return;  // rank 0 writes; the others decided the same and go on
   capture_rngs();
-  state_.optimizer = optimizer_->state_dict();
+  if (sharding_ && !logged_state_bytes_) {  // what sharding saves, measured once
+    const auto bytes = [](const TensorMap& m) {
+      int64_t n = 0;
+      for (const auto& [key, t] : m) n += t.numel() * static_cast<int64_t>(t.element_size());
+      return n;
+    };
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "optimizer state: %.2f MB on rank 0, %.2f MB in all (%d workers)",
+                  bytes(optimizer_->state_dict()) / 1e6, bytes(optimizer_state) / 1e6,
+                  comm_->world_size());
+    log(line);
+    logged_state_bytes_ = true;
+  }
+  state_.optimizer = sharding_ ? std::move(optimizer_state) : optimizer_->state_dict();
   state_.loss_scale = scaler_ ? scaler_->scale_value() : 1.0;
   state_.loss_scale_growth_tracker = scaler_ ? scaler_->growth_tracker() : 0;
   const std::string dir = checkpoints_->save(model_->state_dict(), ema_tensors(), state_, is_best);

@@ -111,6 +111,7 @@ class Trainer {
   std::unique_ptr<optim::ModelEma> ema_;
   nn::ModulePtr ema_model_;                     // evaluates the EMA weights
   std::unique_ptr<optim::LossScaler> scaler_;   // fp16 only
+  std::unique_ptr<dist::OptimizerSharding> sharding_;  // distributed.shard_optimizer
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<RunOutput> output_;
   std::unique_ptr<data::Dataset> train_set_, eval_set_;
@@ -122,6 +123,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 0;
   int64_t consecutive_nonfinite_ = 0;
   int64_t last_saved_step_ = -1;
+  bool logged_state_bytes_ = false;
 };
 
 // The folder a new run writes to: <parent>/<config name>-<YYYYmmdd-HHMMSS> (created).

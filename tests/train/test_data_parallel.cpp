@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -180,6 +181,46 @@ TEST_CASE("distributed.sync_bn: 2 workers x batch 16 train CvT as 1 worker x bat
   INFO("synchronised " << sync_diff << ", local statistics " << local_diff);
   REQUIRE(sync_diff < 2e-5);    // measured 3.7e-6 (running statistics included)
   REQUIRE(local_diff > 1e-3);   // measured 0.17: local statistics are another model
+}
+
+TEST_CASE("distributed.shard_optimizer: the same weights and state, resumable, for less memory",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("dp_zero");
+  // LAMB: its global gradient-norm clip must see every gradient, not only a worker's share.
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 100, 16, 3, 0.0));
+  const std::vector<std::string> common = {"--config", config, "--nproc-per-node", "2", "--set",
+                                           "optim.name=lamb", "--set", "train.max_steps=24"};
+  std::vector<std::string> plain = common;
+  plain.insert(plain.end(), {"--output", dir + "/plain"});
+  run_train(plain, dir + "/plain.log");
+  // Sharded: 12 steps, then a resume to 24 (the gathered state is split again on load).
+  std::vector<std::string> sharded = common;
+  sharded.insert(sharded.end(), {"--output", dir + "/sharded", "--set",
+                                 "distributed.shard_optimizer=true"});
+  std::vector<std::string> first = sharded;
+  first.insert(first.end(), {"--set", "train.max_steps=12"});
+  run_train(first, dir + "/sharded1.log");
+  std::vector<std::string> second = sharded;
+  second.insert(second.end(), {"--resume", "auto"});
+  run_train(second, dir + "/sharded2.log");
+
+  const Checkpoint a = load_checkpoint(resolve_checkpoint(dir + "/plain"));
+  const Checkpoint b = load_checkpoint(resolve_checkpoint(dir + "/sharded"));
+  REQUIRE(b.state.step == 24);
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  REQUIRE(test::bitwise_equal(a.model, b.model, &diff));
+  REQUIRE(test::bitwise_equal(a.state.optimizer, b.state.optimizer, &diff));
+  // Rank 0 holds about half of the state.
+  const std::string log = read_file(dir + "/sharded1.log");
+  INFO(log);
+  const size_t at = log.find("optimizer state: ");
+  REQUIRE(at != std::string::npos);
+  double mine = 0, all = 0;
+  REQUIRE(std::sscanf(log.c_str() + at, "optimizer state: %lf MB on rank 0, %lf MB in all", &mine,
+                      &all) == 2);
+  REQUIRE(mine / all == Approx(0.5).margin(0.1));
 }
 
 TEST_CASE("a data-parallel job killed with SIGKILL resumes bit-identically at world size 2",
