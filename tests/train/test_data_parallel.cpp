@@ -223,6 +223,33 @@ TEST_CASE("distributed.shard_optimizer: the same weights and state, resumable, f
   REQUIRE(mine / all == Approx(0.5).margin(0.1));
 }
 
+TEST_CASE("a 2-worker checkpoint resumes with 1 worker: weights and schedule kept, data order changed",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("dp_reshape");
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 100, 16, 3, 0.0));
+  run_train({"--config", config, "--output", dir + "/run", "--nproc-per-node", "2", "--set",
+             "train.max_steps=7"},
+            dir + "/two.log");
+  const Checkpoint two = load_checkpoint(resolve_checkpoint(dir + "/run"));
+  REQUIRE(two.state.step == 7);
+  REQUIRE(two.state.batch == 7);  // mid-epoch: 7 of 10 updates
+  // One worker with the same per-worker batch: 20 updates per epoch instead of 10.
+  run_train({"--config", config, "--output", dir + "/run", "--resume", "auto", "--set",
+             "train.max_steps=9"},
+            dir + "/one.log");
+  const std::string log = read_file(dir + "/one.log");
+  INFO(log);
+  REQUIRE_THAT(log, Contains("written by 2 workers, this job has 1") &&
+                        Contains("data order of epoch 0 changes"));
+  const Checkpoint one = load_checkpoint(resolve_checkpoint(dir + "/run"));
+  REQUIRE(one.state.step == 9);
+  REQUIRE(one.state.epoch == 0);
+  REQUIRE(one.state.batch == 2);  // the epoch restarted from its first batch
+  REQUIRE(one.state.steps_per_epoch == 20);
+  REQUIRE(one.state.info.at("world_size") == "1");
+}
+
 TEST_CASE("a data-parallel job killed with SIGKILL resumes bit-identically at world size 2",
           "[cpu][distributed][train][slow]") {
   SKIP_WITHOUT_FASHION_MNIST();
