@@ -51,7 +51,7 @@ int run_validate(const ValidateCommand& cmd) {
 
   const auto eval_set = train::load_dataset_split(data, "test", input.image_size,
                                                   input.in_channels, data.eval_subset);
-  train::DataLoader loader(*eval_set, train::eval_loader_options(data, *eval_set));
+  data::DataLoader loader(*eval_set, train::eval_loader_options(data, *eval_set));
   const train::EvalResult r = train::evaluate(*model, loader, device, train_options.autocast());
   if (cmd.json) {
     const nlohmann::json j = {{"weights", weights}, {"dataset", data.dataset},

@@ -24,7 +24,7 @@ void count_hits(const float* row, int64_t classes, int64_t label, int64_t& top1,
 
 }  // namespace
 
-EvalSums evaluate_sums(nn::Module& model, DataLoader& loader, Device device,
+EvalSums evaluate_sums(nn::Module& model, data::DataLoader& loader, Device device,
                        const AutocastState& autocast) {
   const bool was_training = model.is_training();
   model.eval();
@@ -32,7 +32,7 @@ EvalSums evaluate_sums(nn::Module& model, DataLoader& loader, Device device,
   AutocastGuard autocast_guard(autocast.dtype, autocast.enabled);
   EvalSums r;
   loader.start_epoch(0);
-  Batch batch;
+  data::Batch batch;
   while (loader.next(batch)) {
     const Tensor logits = model(batch.images.to(device));
     const Tensor labels = batch.labels.to(device);
@@ -48,7 +48,7 @@ EvalSums evaluate_sums(nn::Module& model, DataLoader& loader, Device device,
   return r;
 }
 
-EvalResult evaluate(nn::Module& model, DataLoader& loader, Device device,
+EvalResult evaluate(nn::Module& model, data::DataLoader& loader, Device device,
                     const AutocastState& autocast) {
   return evaluate_sums(model, loader, device, autocast).result();
 }

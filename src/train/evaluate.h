@@ -8,7 +8,7 @@
 #include "distributed/communicator.h"
 #include "nn/module.h"
 #include "ops/autocast.h"
-#include "train/loader.h"
+#include "data/pipeline/loader.h"
 
 namespace ska::train {
 
@@ -27,9 +27,9 @@ struct EvalSums {
 };
 
 // Evaluates `model` (eval mode, no grad, under `autocast`) on every batch of `loader`.
-EvalSums evaluate_sums(nn::Module& model, DataLoader& loader, Device device,
+EvalSums evaluate_sums(nn::Module& model, data::DataLoader& loader, Device device,
                        const AutocastState& autocast = AutocastState());
-EvalResult evaluate(nn::Module& model, DataLoader& loader, Device device,
+EvalResult evaluate(nn::Module& model, data::DataLoader& loader, Device device,
                     const AutocastState& autocast = AutocastState());
 
 }  // namespace ska::train

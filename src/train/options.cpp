@@ -63,7 +63,7 @@ DataOptions DataOptions::from_config(const ConfigNode& d, int64_t image_size, in
   o.std = norm.std;
   o.eval = norm;
   o.augment = data::read_train_augment(d, image_size, channels, num_classes, o.mean);
-  o.device_resident = DeviceResidentOptions::from_config(d, o.augment, image_size);
+  o.device_resident = data::DeviceResidentOptions::from_config(d, o.augment, image_size);
   return o;
 }
 

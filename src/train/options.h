@@ -11,7 +11,7 @@
 #include "data/eval_transform.h"
 #include "data/transforms/augment_factory.h"
 #include "ops/autocast.h"
-#include "train/batch_source.h"
+#include "data/pipeline/batch_source.h"
 
 namespace ska::train {
 
@@ -51,7 +51,7 @@ struct DataOptions {
   int64_t eval_subset = 0;   // first N test images only; 0: all
   std::vector<double> mean, std;
   data::TrainAugment augment;  // data.augment / data.mixup (src/data/transforms/augment_factory.h)
-  DeviceResidentOptions device_resident;  // data.device_resident (train/batch_source.h)
+  data::DeviceResidentOptions device_resident;  // data.device_resident (data/pipeline/batch_source.h)
   data::EvalTransform eval;    // data.crop_pct / data.interpolation (src/data/eval_transform.h)
   // Reads `data` for a model taking `channels` x `image_size` input with `num_classes` outputs.
   static DataOptions from_config(const ConfigNode& data, int64_t image_size, int64_t channels,

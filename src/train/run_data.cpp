@@ -52,13 +52,13 @@ std::unique_ptr<data::Dataset> load_dataset_split(const DataOptions& options,
     return shape_for_model(mem, options, image_size, channels, subset);
   }
   if (subset <= 0 || subset >= loaded->size()) return loaded;
-  std::vector<int64_t> keep = spread_indices(loaded->size(), subset);
-  return std::make_unique<SubsetDataset>(std::move(loaded), std::move(keep));
+  std::vector<int64_t> keep = data::spread_indices(loaded->size(), subset);
+  return std::make_unique<data::SubsetDataset>(std::move(loaded), std::move(keep));
 }
 
-LoaderOptions train_loader_options(const DataOptions& options, const data::Dataset& dataset,
+data::LoaderOptions train_loader_options(const DataOptions& options, const data::Dataset& dataset,
                                    uint64_t seed, int rank, int world_size) {
-  LoaderOptions lo;
+  data::LoaderOptions lo;
   lo.rank = rank;
   lo.world_size = world_size;
   lo.batch_size = options.batch_size;
@@ -78,9 +78,9 @@ LoaderOptions train_loader_options(const DataOptions& options, const data::Datas
   return lo;
 }
 
-LoaderOptions eval_loader_options(const DataOptions& options, const data::Dataset& dataset,
+data::LoaderOptions eval_loader_options(const DataOptions& options, const data::Dataset& dataset,
                                   int rank, int world_size) {
-  LoaderOptions lo;
+  data::LoaderOptions lo;
   lo.rank = rank;
   lo.world_size = world_size;
   lo.pad_shards = false;

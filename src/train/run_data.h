@@ -7,7 +7,7 @@
 #include <string>
 
 #include "data/datasets/dataset.h"
-#include "train/loader.h"
+#include "data/pipeline/loader.h"
 #include "train/options.h"
 
 namespace ska::train {
@@ -34,9 +34,9 @@ std::unique_ptr<data::Dataset> load_dataset_split(const DataOptions& options,
 // side to image_size / crop_pct, centre crop). Worker `rank` of `world_size` reads its shard:
 // training drops the tail that does not divide evenly; evaluation splits the whole set unevenly
 // (no sample twice, none left out), so summed counts equal one worker's.
-LoaderOptions train_loader_options(const DataOptions& options, const data::Dataset& dataset,
+data::LoaderOptions train_loader_options(const DataOptions& options, const data::Dataset& dataset,
                                    uint64_t seed, int rank = 0, int world_size = 1);
-LoaderOptions eval_loader_options(const DataOptions& options, const data::Dataset& dataset,
+data::LoaderOptions eval_loader_options(const DataOptions& options, const data::Dataset& dataset,
                                   int rank = 0, int world_size = 1);
 
 }  // namespace ska::train

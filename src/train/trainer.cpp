@@ -114,12 +114,12 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   SKA_CHECK(train_set_->num_classes() == classes, ConfigError, "model.num_classes: ", classes,
             " does not match ", data_.dataset, "'s ", train_set_->num_classes(), " classes");
   eval_set_ = load_dataset_split(data_, "test", image_size, channels, data_.eval_subset);
-  train_loader_ = std::make_unique<DataLoader>(
+  train_loader_ = std::make_unique<data::DataLoader>(
       *train_set_, train_loader_options(data_, *train_set_, train_.seed, rank, world));
-  eval_loader_ = std::make_unique<DataLoader>(
+  eval_loader_ = std::make_unique<data::DataLoader>(
       *eval_set_, eval_loader_options(data_, *eval_set_, rank, world));
   train_batches_ =
-      make_batch_source(*train_loader_, *train_set_, data_.device_resident, setup_.device);
+      data::make_batch_source(*train_loader_, *train_set_, data_.device_resident, setup_.device);
   steps_per_epoch_ = train_loader_->batches_per_epoch() / train_.accumulate;
   SKA_CHECK(steps_per_epoch_ > 0, ConfigError, "data.batch_size: ", data_.batch_size, " x ",
             train_.accumulate, " (train.accumulate)", (world > 1 ? " x " + std::to_string(world) +
@@ -344,7 +344,7 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
   const auto t0 = Clock::now();
   double loss_sum = 0.0, pending_loss = 0.0, window_loss = 0.0, last_loss = 0.0;
   int64_t loss_count = 0, images = 0, window_steps = 0;
-  Batch batch;
+  data::Batch batch;
   while (state_.batch < batches && train_batches_->next(batch)) {
     comm_->set_label("epoch " + std::to_string(epoch) + ", step " + std::to_string(state_.step));
     // Batch-level augmentation (erasing, mixup/cutmix), keyed by the micro-batch's global index

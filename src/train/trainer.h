@@ -21,10 +21,10 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "train/batch_source.h"
+#include "data/pipeline/batch_source.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
-#include "train/loader.h"
+#include "data/pipeline/loader.h"
 #include "train/options.h"
 #include "train/run_data.h"
 #include "train/run_lock.h"
@@ -115,8 +115,8 @@ class Trainer {
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<RunOutput> output_;
   std::unique_ptr<data::Dataset> train_set_, eval_set_;
-  std::unique_ptr<DataLoader> train_loader_, eval_loader_;
-  std::unique_ptr<BatchSource> train_batches_;  // train_loader_'s batches on the device
+  std::unique_ptr<data::DataLoader> train_loader_, eval_loader_;
+  std::unique_ptr<data::BatchSource> train_batches_;  // train_loader_'s batches on the device
   std::unique_ptr<CheckpointManager> checkpoints_;
   Generator rng_;  // the trainer's own stream (kept in checkpoints)
   TrainState state_;

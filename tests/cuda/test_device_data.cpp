@@ -14,9 +14,9 @@
 #include "core/allocator.h"
 #include "data/transforms/basic_transforms.h"
 #include "support/test_util.h"
-#include "train/device_prefetcher.h"
-#include "train/device_resident.h"
-#include "train/loader.h"
+#include "data/pipeline/device_prefetcher.h"
+#include "data/pipeline/device_resident.h"
+#include "data/pipeline/loader.h"
 #include "train/train_test_util.h"
 #include "train/trainer.h"
 
@@ -24,6 +24,7 @@
 
 using namespace ska;
 using namespace ska::train;
+using namespace ska::data;
 
 namespace {
 

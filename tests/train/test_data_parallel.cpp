@@ -31,6 +31,7 @@
 
 using namespace ska;
 using namespace ska::train;
+using namespace ska::data;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 

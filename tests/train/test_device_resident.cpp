@@ -14,14 +14,15 @@
 #include "config/config.h"
 #include "data/transforms/augment_factory.h"
 #include "data/transforms/basic_transforms.h"
-#include "train/batch_source.h"
-#include "train/device_resident.h"
-#include "train/loader.h"
+#include "data/pipeline/batch_source.h"
+#include "data/pipeline/device_resident.h"
+#include "data/pipeline/loader.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
 
 using namespace ska;
 using namespace ska::train;
+using namespace ska::data;
 
 namespace {
 

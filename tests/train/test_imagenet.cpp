@@ -23,12 +23,13 @@
 #include "models/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "train/loader.h"
+#include "data/pipeline/loader.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
 
 using namespace ska;
 using namespace ska::train;
+using namespace ska::data;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 

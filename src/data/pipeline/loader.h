@@ -15,7 +15,7 @@
 #include "data/eval_transform.h"
 #include "data/transforms/transform.h"
 
-namespace ska::train {
+namespace ska::data {
 
 // The order of `n` indices in epoch `epoch`: a Fisher-Yates shuffle driven by Philox words keyed
 // by (seed, epoch), so it is the same on every machine and every run.
@@ -39,13 +39,13 @@ struct LoaderOptions {
   int rank = 0, world_size = 1;
   bool pad_shards = true;  // without drop_last: pad shards to equal size (false: uneven shards)
   std::vector<double> mean, std;  // per channel, applied after the transform
-  std::shared_ptr<const data::Transform> transform;  // per sample; null: none
+  std::shared_ptr<const Transform> transform;  // per sample; null: none
   // The side every image must have after `transform` (0: no check). Datasets decoded per sample
   // (images of any size) need it, or `eval_transform`.
   int64_t image_size = 0;
   // Evaluation preprocessing (resize the shorter side to image_size / crop_pct, centre crop,
   // normalise with its own mean/std), used instead of `transform`, `mean` and `std`. Null: off.
-  std::shared_ptr<const data::EvalTransform> eval_transform;
+  std::shared_ptr<const EvalTransform> eval_transform;
 };
 
 // One batch: images f32 [B, C, H, W] (normalised), labels i64 [B], both on the CPU.
@@ -60,7 +60,7 @@ class DataLoader {
   // `dataset` must outlive the loader. An InMemoryDataset is read from its tensors; any other
   // dataset is decoded with get(index) in the workers, then transformed to options.image_size (or
   // preprocessed by options.eval_transform). A sample depends only on (seed, epoch, index).
-  DataLoader(const data::Dataset& dataset, LoaderOptions options);
+  DataLoader(const Dataset& dataset, LoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -81,10 +81,10 @@ class DataLoader {
  private:
   void stop_workers();
   void worker_loop();
-  data::Image read_image(int64_t index, int64_t* label) const;  // as stored, before transforms
+  Image read_image(int64_t index, int64_t* label) const;  // as stored, before transforms
 
-  const data::Dataset& dataset_;
-  const data::InMemoryDataset* memory_ = nullptr;  // the fast path when the dataset is in memory
+  const Dataset& dataset_;
+  const InMemoryDataset* memory_ = nullptr;  // the fast path when the dataset is in memory
   int64_t ahead_ = 4;  // batches made ahead of the consumer: max(prefetch, workers)
   LoaderOptions options_;
   size_t shard_size_ = 0;
@@ -105,20 +105,20 @@ class DataLoader {
 
 // The samples `indices` of another dataset, in that order (folder datasets with
 // data.train_subset / data.eval_subset).
-class SubsetDataset : public data::Dataset {
+class SubsetDataset : public Dataset {
  public:
   // ValueError naming the base dataset when an index is outside it.
-  SubsetDataset(std::unique_ptr<data::Dataset> base, std::vector<int64_t> indices);
+  SubsetDataset(std::unique_ptr<Dataset> base, std::vector<int64_t> indices);
   const std::string& name() const override { return base_->name(); }
   int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
   int64_t num_classes() const override { return base_->num_classes(); }
   int64_t label(int64_t index) const override { return base_->label(base_index(index)); }
-  data::Sample get(int64_t index) const override { return base_->get(base_index(index)); }
+  Sample get(int64_t index) const override { return base_->get(base_index(index)); }
 
  private:
   int64_t base_index(int64_t index) const;
 
-  std::unique_ptr<data::Dataset> base_;
+  std::unique_ptr<Dataset> base_;
   std::vector<int64_t> indices_;
 };
 
@@ -126,4 +126,4 @@ class SubsetDataset : public data::Dataset {
 // or >= n. Folder datasets are sorted by class, so a subset keeps the classes' proportions.
 std::vector<int64_t> spread_indices(int64_t n, int64_t count);
 
-}  // namespace ska::train
+}  // namespace ska::data

@@ -1,5 +1,5 @@
 // DevicePrefetcher: a two-slot ring of pinned staging buffers and device batches on a CopyStream.
-#include "train/device_prefetcher.h"
+#include "data/pipeline/device_prefetcher.h"
 
 #include <cstdint>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 
-namespace ska::train {
+namespace ska::data {
 
 namespace {
 
@@ -82,4 +82,4 @@ bool DevicePrefetcher::next(Batch& out) {
   return true;
 }
 
-}  // namespace ska::train
+}  // namespace ska::data

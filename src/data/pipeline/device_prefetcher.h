@@ -8,9 +8,9 @@
 #include <cstdint>
 
 #include "backend/copy_stream.h"
-#include "train/batch_source.h"
+#include "data/pipeline/batch_source.h"
 
-namespace ska::train {
+namespace ska::data {
 
 class DevicePrefetcher : public BatchSource {
  public:
@@ -43,4 +43,4 @@ class DevicePrefetcher : public BatchSource {
   int current_ = 0;  // the slot next() hands out
 };
 
-}  // namespace ska::train
+}  // namespace ska::data

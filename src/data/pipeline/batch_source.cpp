@@ -1,18 +1,18 @@
 // The trainer's batch source: data.device_resident validation and the choice between the host
 // loader, the pinned prefetcher and the device-resident dataset.
-#include "train/batch_source.h"
+#include "data/pipeline/batch_source.h"
 
 #include <cstdint>
 #include <string>
 
 #include "core/error.h"
-#include "train/device_prefetcher.h"
-#include "train/device_resident.h"
+#include "data/pipeline/device_prefetcher.h"
+#include "data/pipeline/device_resident.h"
 
-namespace ska::train {
+namespace ska::data {
 
 DeviceResidentOptions DeviceResidentOptions::from_config(const ConfigNode& data,
-                                                         const data::TrainAugment& augment,
+                                                         const TrainAugment& augment,
                                                          int64_t image_size) {
   DeviceResidentOptions o;
   o.enabled = data.get<bool>("device_resident", false);
@@ -55,11 +55,11 @@ DeviceResidentOptions DeviceResidentOptions::from_config(const ConfigNode& data,
   return o;
 }
 
-std::unique_ptr<BatchSource> make_batch_source(DataLoader& loader, const data::Dataset& dataset,
+std::unique_ptr<BatchSource> make_batch_source(DataLoader& loader, const Dataset& dataset,
                                                const DeviceResidentOptions& resident,
                                                Device device) {
   if (resident.enabled) {
-    const auto* memory = dynamic_cast<const data::InMemoryDataset*>(&dataset);
+    const auto* memory = dynamic_cast<const InMemoryDataset*>(&dataset);
     SKA_CHECK(memory != nullptr, ConfigError,
               "data.device_resident: true needs an in-memory "
               "dataset (cifar10, cifar100, svhn, fashion_mnist); ",
@@ -87,4 +87,4 @@ std::unique_ptr<BatchSource> make_batch_source(DataLoader& loader, const data::D
   return std::make_unique<LoaderBatches>(loader);
 }
 
-}  // namespace ska::train
+}  // namespace ska::data

@@ -10,9 +10,9 @@
 #include "core/device.h"
 #include "data/datasets/dataset.h"
 #include "data/transforms/augment_factory.h"
-#include "train/loader.h"
+#include "data/pipeline/loader.h"
 
-namespace ska::train {
+namespace ska::data {
 
 // The training batches of one epoch after another, on the training device. A source repeats the
 // host loader's batches exactly: same samples in the same order, same augmentation.
@@ -47,14 +47,14 @@ struct DeviceResidentOptions {
   // kernel does (crop with padding, flip; random erasing and mixup run on the batch afterwards, on
   // the device): ConfigError naming data.device_resident and the offending key otherwise.
   static DeviceResidentOptions from_config(const ConfigNode& data,
-                                           const data::TrainAugment& augment, int64_t image_size);
+                                           const TrainAugment& augment, int64_t image_size);
 };
 
 // The batch source for training on `device`. `loader` (which reads `dataset`) and `dataset` must
 // outlive it. ConfigError when data.device_resident is set but the device is not CUDA or the
 // dataset is not in memory.
-std::unique_ptr<BatchSource> make_batch_source(DataLoader& loader, const data::Dataset& dataset,
+std::unique_ptr<BatchSource> make_batch_source(DataLoader& loader, const Dataset& dataset,
                                                const DeviceResidentOptions& resident,
                                                Device device);
 
-}  // namespace ska::train
+}  // namespace ska::data

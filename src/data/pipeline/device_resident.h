@@ -11,9 +11,9 @@
 #include "backend/kernel_types.h"
 #include "core/tensor.h"
 #include "data/datasets/dataset.h"
-#include "train/batch_source.h"
+#include "data/pipeline/batch_source.h"
 
-namespace ska::train {
+namespace ska::data {
 
 struct DeviceResidentLoaderOptions {
   int64_t batch_size = 128;
@@ -31,7 +31,7 @@ class DeviceResidentLoader : public BatchSource {
  public:
   // Uploads `dataset` to `device` (any device; the CPU runs the kernels' CPU twins, which is how
   // CI tests it). ValueError for bad options (mean/std size, channels above the kernel's limit).
-  DeviceResidentLoader(const data::InMemoryDataset& dataset, DeviceResidentLoaderOptions options,
+  DeviceResidentLoader(const InMemoryDataset& dataset, DeviceResidentLoaderOptions options,
                        Device device);
 
   int64_t batches_per_epoch() const;
@@ -50,4 +50,4 @@ class DeviceResidentLoader : public BatchSource {
   int64_t next_batch_ = 0, end_batch_ = 0;
 };
 
-}  // namespace ska::train
+}  // namespace ska::data

@@ -1,6 +1,6 @@
 // The data loader: permutation, sharding, reading or decoding samples, per-sample transforms and
 // the worker queue; and the subset view used for folder datasets.
-#include "train/loader.h"
+#include "data/pipeline/loader.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/random.h"
 
-namespace ska::train {
+namespace ska::data {
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(n));
@@ -43,9 +43,9 @@ std::vector<int64_t> shard_indices(const std::vector<int64_t>& order, int rank, 
   return out;
 }
 
-DataLoader::DataLoader(const data::Dataset& dataset, LoaderOptions options)
+DataLoader::DataLoader(const Dataset& dataset, LoaderOptions options)
     : dataset_(dataset),
-      memory_(dynamic_cast<const data::InMemoryDataset*>(&dataset)),
+      memory_(dynamic_cast<const InMemoryDataset*>(&dataset)),
       options_(std::move(options)) {
   SKA_CHECK(options_.batch_size > 0, ValueError, "DataLoader: batch_size must be positive, got ",
             options_.batch_size);
@@ -54,7 +54,7 @@ DataLoader::DataLoader(const data::Dataset& dataset, LoaderOptions options)
   // Every worker needs a batch to work on, or the extra ones would idle.
   ahead_ = std::max<int64_t>(options_.prefetch, options_.workers);
   if (options_.eval_transform) {
-    const data::EvalTransform& t = *options_.eval_transform;
+    const EvalTransform& t = *options_.eval_transform;
     SKA_CHECK(static_cast<int64_t>(t.mean.size()) == t.channels &&
                   static_cast<int64_t>(t.std.size()) == t.channels,
               ValueError, "DataLoader: the eval transform's mean/std need ", t.channels, " values");
@@ -162,7 +162,7 @@ namespace {
 
 // A copy of `h` x `w` x `c` uint8 pixels (row-major HWC) as an Image.
 data::Image image_of(const uint8_t* pixels, int64_t h, int64_t w, int64_t c) {
-  data::Image image;
+  Image image;
   image.height = static_cast<int>(h);
   image.width = static_cast<int>(w);
   image.channels = static_cast<int>(c);
@@ -179,7 +179,7 @@ data::Image DataLoader::read_image(int64_t index, int64_t* label) const {
     *label = memory_->labels().data<int64_t>()[index];
     return image_of(all.data<uint8_t>() + index * h * w * c, h, w, c);
   }
-  const data::Sample sample = dataset_.get(index);  // decodes; IOError naming the file
+  const Sample sample = dataset_.get(index);  // decodes; IOError naming the file
   SKA_CHECK(sample.image.dtype() == DType::kU8 && sample.image.dim() == 3, ValueError,
             "DataLoader: ", dataset_.name(), " sample ", index,
             " is not a uint8 [H, W, C] image");
@@ -192,7 +192,7 @@ Batch DataLoader::make_batch(int64_t b) const {
   const int64_t first = b * options_.batch_size;
   const int64_t count =
       std::min<int64_t>(options_.batch_size, static_cast<int64_t>(indices_.size()) - first);
-  const data::EvalTransform* eval = options_.eval_transform.get();
+  const EvalTransform* eval = options_.eval_transform.get();
   Batch batch;
   batch.index = b;
   batch.labels = Tensor::empty({count}, DType::kI64);
@@ -200,19 +200,19 @@ Batch DataLoader::make_batch(int64_t b) const {
     batch.images = Tensor::empty({count, eval->channels, eval->image_size, eval->image_size},
                                  DType::kF32);
   }
-  std::vector<data::Image> images(eval != nullptr ? 0 : static_cast<size_t>(count));
+  std::vector<Image> images(eval != nullptr ? 0 : static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const int64_t index = indices_[static_cast<size_t>(first + i)];
-    data::Image image = read_image(index, batch.labels.data<int64_t>() + i);
+    Image image = read_image(index, batch.labels.data<int64_t>() + i);
     if (eval != nullptr) {  // preprocessed at once: a decoded full-size image is not kept
-      const Tensor chw = data::preprocess_pixels(image.pixels.data(), image.height, image.width,
+      const Tensor chw = preprocess_pixels(image.pixels.data(), image.height, image.width,
                                                  image.channels, *eval);
       std::memcpy(batch.images.data<float>() + i * chw.numel(), chw.data<float>(),
                   static_cast<size_t>(chw.numel()) * sizeof(float));
       continue;
     }
     if (options_.transform) {
-      data::SampleRng rng(options_.seed, data::SampleRng::stream_of(static_cast<uint64_t>(epoch_),
+      SampleRng rng(options_.seed, SampleRng::stream_of(static_cast<uint64_t>(epoch_),
                                                                     static_cast<uint64_t>(index)));
       options_.transform->apply(image, rng);
     }
@@ -225,12 +225,12 @@ Batch DataLoader::make_batch(int64_t b) const {
     images[static_cast<size_t>(i)] = std::move(image);
   }
   if (eval == nullptr) {
-    batch.images = data::to_normalized_batch(images, options_.mean, options_.std);
+    batch.images = to_normalized_batch(images, options_.mean, options_.std);
   }
   return batch;
 }
 
-SubsetDataset::SubsetDataset(std::unique_ptr<data::Dataset> base, std::vector<int64_t> indices)
+SubsetDataset::SubsetDataset(std::unique_ptr<Dataset> base, std::vector<int64_t> indices)
     : base_(std::move(base)), indices_(std::move(indices)) {
   for (int64_t i : indices_) {
     SKA_CHECK(i >= 0 && i < base_->size(), ValueError, "subset of ", base_->name(), ": index ", i,
@@ -251,4 +251,4 @@ std::vector<int64_t> spread_indices(int64_t n, int64_t count) {
   return out;
 }
 
-}  // namespace ska::train
+}  // namespace ska::data

@@ -1,5 +1,5 @@
 // DeviceResidentLoader: the dataset uploaded once, batches made by the augment_crop_flip kernel.
-#include "train/device_resident.h"
+#include "data/pipeline/device_resident.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include "backend/backend.h"
 #include "core/error.h"
 
-namespace ska::train {
+namespace ska::data {
 
-DeviceResidentLoader::DeviceResidentLoader(const data::InMemoryDataset& dataset,
+DeviceResidentLoader::DeviceResidentLoader(const InMemoryDataset& dataset,
                                            DeviceResidentLoaderOptions options, Device device)
     : options_(std::move(options)), device_(device) {
   const Tensor& images = dataset.images();
@@ -32,7 +32,7 @@ DeviceResidentLoader::DeviceResidentLoader(const data::InMemoryDataset& dataset,
   params_.seed = options_.seed;
   for (int64_t k = 0; k < channels; ++k) {
     SKA_CHECK(options_.std[k] > 0, ValueError, "DeviceResidentLoader: std must be > 0");
-    // The host loader's normalisation constants (data::to_normalized_batch).
+    // The host loader's normalisation constants (to_normalized_batch).
     params_.scale[k] = static_cast<float>(1.0 / (255.0 * options_.std[k]));
     params_.shift[k] = static_cast<float>(-options_.mean[k] / options_.std[k]);
   }
@@ -86,4 +86,4 @@ bool DeviceResidentLoader::next(Batch& out) {
   return true;
 }
 
-}  // namespace ska::train
+}  // namespace ska::data

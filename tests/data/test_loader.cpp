@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <set>
 
+#include "data/pipeline/loader.h"
 #include "data/transforms/augment_factory.h"
-#include "train/loader.h"
 
 using namespace ska;
-using namespace ska::train;
+using namespace ska::data;
 
 namespace {
 
