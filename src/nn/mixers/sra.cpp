@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "nn/mixers/attention_core.h"
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
@@ -51,10 +52,10 @@ Tensor Sra::forward(const Tensor& x) {
   const Tensor kv = (*kv_)(reduce_context(x));
   const int64_t m = kv.size(1);
   const Tensor kv_heads = kv.reshape({b, m, 2, h, d}).permute({2, 0, 3, 1, 4});  // [2, B, h, M, d]
-  const Tensor attn = softmax(matmul(q, kv_heads.select(0, 0).transpose(2, 3)),
-                              1.0 / std::sqrt(static_cast<double>(d)));
+  AttentionSpec spec;
+  spec.scale = 1.0 / std::sqrt(static_cast<double>(d));
   const Tensor out =
-      matmul(attn, kv_heads.select(0, 1)).permute({0, 2, 1, 3}).reshape({b, n, h * d});
+      merge_heads(attend(dot_logits(q, kv_heads.select(0, 0)), kv_heads.select(0, 1), spec));
   return (*proj_)(out);
 }
 
