@@ -10,32 +10,7 @@
 
 namespace ska::models {
 
-namespace {
-
-const char* logits_name(CaitLogits logits) {
-  switch (logits) {
-    case CaitLogits::kStaticKey:
-      return "ska";
-    case CaitLogits::kConvKey:
-      return "cska";
-    default:
-      return "mhsa";
-  }
-}
-
-// [B, N, h*d] -> [B, h, N, d].
-Tensor split_heads(const Tensor& x, int64_t heads) {
-  const int64_t b = x.size(0), n = x.size(1);
-  return x.reshape({b, n, heads, x.size(2) / heads}).permute({0, 2, 1, 3});
-}
-
-// [B, h, N, d] -> [B, N, h*d].
-Tensor merge_heads(const Tensor& x) {
-  const int64_t b = x.size(0), h = x.size(1), n = x.size(2), d = x.size(3);
-  return x.permute({0, 2, 1, 3}).reshape({b, n, h * d});
-}
-
-}  // namespace
+using nn::AttentionKind;
 
 // --- attention ----------------------------------------------------------------------------------
 
@@ -45,26 +20,22 @@ CaitAttention::CaitAttention(const CaitAttentionOptions& o) : options_(o) {
   SKA_CHECK(o.heads > 0 && o.head_dim > 0, ValueError,
             "CaitAttention: heads and head_dim must be positive, got ", o.heads, " and ",
             o.head_dim);
-  SKA_CHECK(o.logits == CaitLogits::kMhsa || (!o.class_query && context > 0), ValueError,
-            "CaitAttention: ", logits_name(o.logits),
+  SKA_CHECK(o.logits == AttentionKind::kMhsa || (!o.class_query && context > 0), ValueError,
+            "CaitAttention: ", nn::attention_kind_name(o.logits),
             " logits need the patch grid and patch queries (class attention uses mhsa)");
   to_q_ = register_module("to_q", std::make_shared<nn::Linear>(o.dim, inner, false));
-  if (o.logits == CaitLogits::kMhsa) {
+  if (o.logits == AttentionKind::kMhsa) {
     to_kv_ = register_module("to_kv", std::make_shared<nn::Linear>(o.dim, 2 * inner, false));
-  } else if (o.logits == CaitLogits::kConvKey) {
-    nn::Conv2dOptions conv;
-    conv.padding = 1;
-    conv.groups = o.heads;
-    to_k_ =
-        register_module("to_k", std::make_shared<nn::Conv2d>(inner, o.heads * context, 3, conv));
+  } else if (o.logits == AttentionKind::kCska) {
+    to_k_ = register_module("to_k", nn::make_conv_logits(inner, o.heads, context));
   } else {
     SKA_CHECK(o.key_grid_factor > 0, ValueError, "CaitAttention: key_grid_factor must be positive");
     fine_factor_ = o.key_grid_factor;
     const int64_t keys = context * fine_factor_ * fine_factor_;
     static_key_ =
-        register_parameter("static_key", nn::init_normal({o.heads, keys, o.head_dim}, 0, 1));
+        register_parameter("static_key", nn::init_static_keys({o.heads, keys, o.head_dim}));
   }
-  if (o.logits != CaitLogits::kMhsa) {
+  if (o.logits != AttentionKind::kMhsa) {
     to_v_ = register_module("to_v", std::make_shared<nn::Linear>(o.dim, inner, false));
   }
   if (o.talking_heads) {
@@ -72,6 +43,7 @@ CaitAttention::CaitAttention(const CaitAttentionOptions& o) : options_(o) {
     mix_post_ =
         register_parameter("mix_heads_post_attn", nn::init_normal({o.heads, o.heads}, 0, 1));
   }
+  attend_ = register_module("attend", std::make_shared<nn::AttentionWeights>(o.activation));
   to_out_ = register_module("to_out", std::make_shared<nn::Linear>(inner, o.dim));
   drop_ =
       register_module("drop", std::make_shared<nn::Dropout>(o.dropout));  // so eval() reaches it
@@ -79,72 +51,48 @@ CaitAttention::CaitAttention(const CaitAttentionOptions& o) : options_(o) {
 
 std::string CaitAttention::type_name() const {
   const std::string kind = options_.class_query ? "ClassAttention" : "TalkingHeadsAttention";
-  return kind + "(" + logits_name(options_.logits) + ")";
+  return kind + "(" + nn::attention_kind_name(options_.logits) + ")";
 }
 
 Tensor CaitAttention::forward(const Tensor& x) {
-  SKA_CHECK(x.dim() == 3 && x.size(2) == options_.dim, ShapeError, type_name(),
-            ": expected [B, N, ", options_.dim, "], got ", shape_str(x.shape()));
-  const Tensor queries = options_.class_query ? x.narrow(1, 0, 1) : x;
-  const Tensor q_tokens = (*to_q_)(queries);
-  Tensor v;
-  Tensor scores = logits_and_values(q_tokens, x, v);
-  if (options_.talking_heads) scores = mix_heads(scores, mix_pre_);
-  Tensor attn = pool_fine_keys(normalise(scores));
-  if (options_.talking_heads) attn = mix_heads(attn, mix_post_);
-  const Tensor out = merge_heads(matmul(attn, v));
-  return (*drop_)((*to_out_)(out));
-}
-
-// Logits [B, h, Nq, K] and the values [B, h, N, d] of the context x.
-Tensor CaitAttention::logits_and_values(const Tensor& q_tokens, const Tensor& x, Tensor& v) {
   const CaitAttentionOptions& o = options_;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(o.head_dim));
-  const Tensor q = split_heads(q_tokens, o.heads);
-  if (o.logits == CaitLogits::kMhsa) {
+  SKA_CHECK(x.dim() == 3 && x.size(2) == o.dim, ShapeError, type_name(), ": expected [B, N, ",
+            o.dim, "], got ", shape_str(x.shape()));
+  const Tensor q = nn::split_heads((*to_q_)(o.class_query ? x.narrow(1, 0, 1) : x), o.heads);
+  Tensor logits, v;
+  if (o.logits == AttentionKind::kMhsa) {
     const TensorList kv = chunk((*to_kv_)(x), 2, -1);
-    v = split_heads(kv[1], o.heads);
-    return mul(matmul(q, split_heads(kv[0], o.heads).transpose(2, 3)), scale);
+    logits = nn::dot_logits(q, nn::split_heads(kv[0], o.heads));
+    v = nn::split_heads(kv[1], o.heads);
+  } else {
+    SKA_CHECK(x.size(1) == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", x.size(1),
+              " tokens for a ", o.grid.height, "x", o.grid.width, " patch grid");
+    v = nn::split_heads((*to_v_)(x), o.heads);
+    if (o.logits == AttentionKind::kCska) {
+      logits = nn::conv_logits(q, *to_k_, o.grid.height, o.grid.width);
+    } else {
+      logits = nn::static_key_logits(q, static_key_);
+      v = fine_values(v);
+    }
   }
-  SKA_CHECK(x.size(1) == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", x.size(1),
-            " tokens for a ", o.grid.height, "x", o.grid.width, " patch grid");
-  v = split_heads((*to_v_)(x), o.heads);
-  const Tensor logits = o.logits == CaitLogits::kConvKey ? conv_key_logits(q_tokens)
-                                                         : matmul(q, static_key_.transpose(1, 2));
-  return o.scaled ? mul(logits, scale) : logits;
+  nn::AttentionSpec spec;
+  if (o.logits == AttentionKind::kMhsa || o.scaled)
+    spec.scale = 1.0 / std::sqrt(static_cast<double>(o.head_dim));
+  attend_->configure(spec);
+  spec.heads_pre = mix_pre_;  // undefined without talking heads
+  spec.heads_post = mix_post_;
+  return (*drop_)((*to_out_)(nn::merge_heads(nn::attend(logits, v, spec))));
 }
 
-// The query grid [B, h*d, H, W] (channels grouped by head) -> grouped conv -> [B, h, N, K]:
-// at each position, head k's K output channels are that query's logits over the K keys.
-Tensor CaitAttention::conv_key_logits(const Tensor& q_tokens) const {
-  const int64_t b = q_tokens.size(0), n = q_tokens.size(1), h = options_.heads;
-  const Tensor grid = q_tokens.transpose(1, 2).reshape(
-      {b, q_tokens.size(2), options_.grid.height, options_.grid.width});
-  const Tensor k = (*to_k_)(grid);  // [B, h*K, H, W]
-  return k.reshape({b, h, k.size(1) / h, n}).transpose(2, 3);
-}
-
-Tensor CaitAttention::normalise(const Tensor& logits) const {
-  if (options_.activation == "gelu") return gelu(logits);
-  if (options_.activation == "relu") return relu(logits);
-  return softmax(logits);
-}
-
-// Static keys on a grid f times finer than the tokens: the weights of the f x f keys inside a
-// token's patch are summed onto that token's value (f = 1: unchanged).
-Tensor CaitAttention::pool_fine_keys(const Tensor& attn) const {
-  if (fine_factor_ == 1) return attn;
+// Static keys on a grid f times finer than the tokens: the f x f keys inside a token's patch all
+// use that token's value (v [B, h, gh*gw, d] -> [B, h, (gh f)*(gw f), d], row-major fine grid).
+Tensor CaitAttention::fine_values(const Tensor& v) const {
+  if (fine_factor_ == 1) return v;
   const int64_t f = fine_factor_, gh = options_.grid.height, gw = options_.grid.width;
-  const int64_t b = attn.size(0), h = attn.size(1), n = attn.size(2);
-  const Tensor fine = attn.contiguous().reshape({b, h, n, gh, f, gw, f});
-  return sum(fine, {4, 6}).reshape({b, h, n, gh * gw});
-}
-
-// out[b, g, i, j] = sum_h scores[b, h, i, j] * mix[h, g] (talking heads).
-Tensor CaitAttention::mix_heads(const Tensor& scores, const Tensor& mix) const {
-  const int64_t b = scores.size(0), h = scores.size(1), i = scores.size(2), j = scores.size(3);
-  const Tensor mixed = matmul(mix.transpose(0, 1), scores.reshape({b, h, i * j}));
-  return mixed.reshape({b, h, i, j});
+  const int64_t b = v.size(0), h = v.size(1), d = v.size(3);
+  return v.reshape({b, h, gh, 1, gw, 1, d})
+      .expand({b, h, gh, f, gw, f, d})
+      .reshape({b, h, gh * f * gw * f, d});
 }
 
 // --- blocks -------------------------------------------------------------------------------------
@@ -225,7 +173,7 @@ Cait::Cait(const CaitOptions& o) : options_(o) {
   for (int64_t i = 0; i < o.depth; ++i) patch_layers_->append(std::make_shared<CaitBlock>(block));
 
   // Class attention keeps plain q k^T logits in every variant (as the authors' SKA/CSKA CaiT).
-  block.attention.logits = CaitLogits::kMhsa;
+  block.attention.logits = AttentionKind::kMhsa;
   block.attention.scaled = true;
   block.attention.activation = "softmax";
   block.attention.key_grid_factor = 1;
@@ -266,25 +214,24 @@ Tensor Cait::forward(const Tensor& images) {
 
 namespace {
 
-// `mixer: ska` or `mixer: {type: ska, scale: true, activation: softmax, key_grid_factor: 2}`.
+// `mixer: ska` or `mixer: {type: ska, scale: true, activation: softmax, key_grid_factor: 2}`; the
+// attention kinds (mhsa, ska, cska) are nn::attention_kind_names().
 void read_patch_mixer(const ConfigNode& cfg, CaitAttentionOptions& a) {
-  const std::vector<std::string> types = {"mhsa", "ska", "cska"};
+  const std::vector<std::string>& kinds = nn::attention_kind_names();
   ConfigNode options;  // null for the string form: every option takes its default
   std::string type = "mhsa";
   if (cfg.has("mixer") && cfg["mixer"].is_map()) {
     options = cfg["mixer"];
-    type = options.get_choice("type", "mhsa", types);
+    type = options.get_choice("type", "mhsa", kinds);
   } else {
-    type = cfg.get_choice("mixer", "mhsa", types);
+    type = cfg.get_choice("mixer", "mhsa", kinds);
   }
-  a.logits = type == "ska"    ? CaitLogits::kStaticKey
-             : type == "cska" ? CaitLogits::kConvKey
-                              : CaitLogits::kMhsa;
-  if (a.logits == CaitLogits::kMhsa) return;
+  a.logits = nn::attention_kind(type);
+  if (a.logits == AttentionKind::kMhsa) return;
   // CSKA's conv logits are unscaled in the authors' CaiT; SKA's static-key logits are scaled.
-  a.scaled = options.get<bool>("scale", a.logits == CaitLogits::kStaticKey);
-  a.activation = options.get_choice("activation", "softmax", {"softmax", "gelu", "relu"});
-  if (a.logits == CaitLogits::kStaticKey) {
+  a.scaled = options.get<bool>("scale", a.logits == AttentionKind::kSka);
+  a.activation = options.get_choice("activation", "softmax", nn::normalise_names());
+  if (a.logits == AttentionKind::kSka) {
     a.key_grid_factor = options.get_int_in("key_grid_factor", 1, 1, 64);
   }
 }

@@ -1,5 +1,6 @@
 // CaiT (lucidrains' CIFAR variant): patch-attention layers with talking heads, then class-attention
-// layers in which the class token attends to [class, patches]; SKA / CSKA logits in patch layers.
+// layers in which the class token attends to [class, patches]; SKA / CSKA logits in patch layers
+// (the attention itself is nn/mixers/attention_core; CaiT supplies the layout and names).
 #pragma once
 
 #include <cstdint>
@@ -9,28 +10,27 @@
 
 #include "models/model.h"
 #include "nn/layers.h"
+#include "nn/mixers/attention_parts.h"
 
 namespace ska::models {
-
-// How an attention layer forms its logits. kMhsa: q k^T from to_q / to_kv. kStaticKey (ska): a
-// learnt key tensor [h, K, d]. kConvKey (cska): a grouped 3x3 conv over the query grid outputs
-// each query's logits over the context tokens directly (no q k^T).
-enum class CaitLogits { kMhsa, kStaticKey, kConvKey };
 
 struct CaitAttentionOptions {
   int64_t dim = 512;
   int64_t heads = 8;
   int64_t head_dim = 64;
-  CaitLogits logits = CaitLogits::kMhsa;
+  // How the logits are formed. kMhsa: q k^T from to_q / to_kv. kSka: static keys `static_key`
+  // [h, K, d]. kCska: `to_k`, a grouped 3x3 conv over the query grid, outputs each query's logits
+  // over the context tokens directly (no q k^T).
+  nn::AttentionKind logits = nn::AttentionKind::kMhsa;
   bool scaled = true;                  // multiply logits by head_dim^-0.5 (always for kMhsa)
-  std::string activation = "softmax";  // softmax | gelu | relu (ablations: no normalisation)
-  // kStaticKey: the static keys lie on a grid f times finer than the token grid (f^2 keys per
-  // token, their weights pooled onto the token's value); f = 1: one key per token.
+  std::string activation = "softmax";  // or gelu | relu | starrelu (ablations: no normalisation)
+  // kSka: the static keys lie on a grid f times finer than the token grid (f^2 keys per token,
+  // each using its token's value); f = 1: one key per token.
   int64_t key_grid_factor = 1;
   bool talking_heads = true;  // learnt h x h head mixes before and after the normalisation
   bool class_query = false;   // only token 0 queries (class attention); all tokens are context
   double dropout = 0.0;       // after the output projection
-  TokenGrid grid;             // the spatial context tokens (kConvKey, kStaticKey)
+  TokenGrid grid;             // the spatial context tokens (kCska, kSka)
 };
 
 // Multi-head attention of CaiT. x [B, N, C] -> [B, N, C] ([B, 1, C] with class_query).
@@ -43,18 +43,15 @@ class CaitAttention : public nn::Module {
   const CaitAttentionOptions& options() const { return options_; }
 
  private:
-  Tensor logits_and_values(const Tensor& q, const Tensor& x, Tensor& v);
-  Tensor conv_key_logits(const Tensor& q_tokens) const;
-  Tensor normalise(const Tensor& logits) const;
-  Tensor pool_fine_keys(const Tensor& attn) const;
-  Tensor mix_heads(const Tensor& scores, const Tensor& mix) const;
+  Tensor fine_values(const Tensor& v) const;  // kSka: each token's value once per fine key
 
   CaitAttentionOptions options_;
   std::shared_ptr<nn::Linear> to_q_, to_kv_, to_v_, to_out_;
   std::shared_ptr<nn::Conv2d> to_k_;
+  std::shared_ptr<nn::AttentionWeights> attend_;
   std::shared_ptr<nn::Dropout> drop_;
   Tensor static_key_, mix_pre_, mix_post_;
-  int64_t fine_factor_ = 1;  // kStaticKey: keys per token along each grid axis
+  int64_t fine_factor_ = 1;  // kSka: keys per token along each grid axis
 };
 
 struct CaitBlockOptions {

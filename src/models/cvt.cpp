@@ -50,7 +50,7 @@ ConvAttention::ConvAttention(const ConvAttentionOptions& options) : o_(options) 
   const int64_t d = o_.dim / o_.heads;
   kv_h_ = conv_out(o_.grid_h, 3, o_.kv_stride, 1);
   kv_w_ = conv_out(o_.grid_w, 3, o_.kv_stride, 1);
-  const bool projected_keys = o_.kind == "mhsa";
+  const bool projected_keys = o_.kind == nn::AttentionKind::kMhsa;
   conv_proj_q_ = register_module("conv_proj_q", std::make_shared<DwBnProjection>(o_.dim, 1));
   if (projected_keys)
     conv_proj_k_ =
@@ -61,51 +61,41 @@ ConvAttention::ConvAttention(const ConvAttentionOptions& options) : o_(options) 
   if (projected_keys) proj_k_ = register_module("proj_k", trunc_normal_linear(o_.dim, o_.dim));
   proj_v_ = register_module("proj_v", trunc_normal_linear(o_.dim, o_.dim));
   const int64_t cls = o_.cls_token ? 1 : 0;
-  if (o_.kind == "ska")
-    keys_ = register_parameter("keys", nn::init_normal({o_.heads, grid_keys() + cls, d}, 0, 1));
-  if (o_.kind == "cska") {
-    nn::Conv2dOptions conv;
-    conv.padding = 1;
-    conv.groups = o_.heads;
-    to_logits_ = register_module(
-        "to_logits", std::make_shared<nn::Conv2d>(o_.dim, o_.heads * grid_keys(), 3, conv));
+  if (o_.kind == nn::AttentionKind::kSka)
+    keys_ = register_parameter("keys", nn::init_static_keys({o_.heads, grid_keys() + cls, d}));
+  if (o_.kind == nn::AttentionKind::kCska) {
+    to_logits_ = register_module("to_logits", nn::make_conv_logits(o_.dim, o_.heads, grid_keys()));
     if (o_.cls_token) {
       cls_query_keys_ =
-          register_parameter("cls_query_keys", nn::init_normal({o_.heads, grid_keys(), d}, 0, 1));
+          register_parameter("cls_query_keys", nn::init_static_keys({o_.heads, grid_keys(), d}));
       if (o_.cls_key == "static")
-        cls_key_ = register_parameter("cls_key", nn::init_normal({o_.heads, 1, d}, 0, 1));
+        cls_key_ = register_parameter("cls_key", nn::init_static_keys({o_.heads, 1, d}));
     }
   }
   proj_ = register_module("proj", trunc_normal_linear(o_.dim, o_.dim));
 }
 
 std::string ConvAttention::type_name() const {
-  return o_.kind == "mhsa"  ? "ConvAttention"
-         : o_.kind == "ska" ? "SKA-ConvAttention"
-                            : "CSKA-ConvAttention";
-}
-
-Tensor ConvAttention::split_heads(const Tensor& t) const {
-  return t.reshape({t.size(0), t.size(1), o_.heads, o_.dim / o_.heads}).transpose(1, 2);
+  return o_.kind == nn::AttentionKind::kMhsa  ? "ConvAttention"
+         : o_.kind == nn::AttentionKind::kSka ? "SKA-ConvAttention"
+                                              : "CSKA-ConvAttention";
 }
 
 Tensor ConvAttention::with_cls(const Tensor& cls, const Tensor& tokens) const {
   return o_.cls_token ? cat({cls, tokens}, 1) : tokens;
 }
 
+// q [B, h, N, d] -> [B, h, N, keys]: the spatial queries' logits over the strided grid from the
+// conv; with a class token the keys are [cls, grid] and the rows [cls query, patch queries].
 Tensor ConvAttention::conv_logits(const Tensor& q) {
-  const int64_t b = q.size(0), spatial = o_.grid_h * o_.grid_w;
-  Tensor patch_q = o_.cls_token ? q.narrow(2, 1, spatial) : q;
-  // Queries as an image with channels (head, d): the conv's groups are the heads.
-  Tensor image = patch_q.transpose(-1, -2).reshape({b, o_.dim, o_.grid_h, o_.grid_w});
-  Tensor grid_logits =
-      (*to_logits_)(image).reshape({b, o_.heads, grid_keys(), spatial}).transpose(-1, -2);
+  const int64_t spatial = o_.grid_h * o_.grid_w;
+  const Tensor patch_q = o_.cls_token ? q.narrow(2, 1, spatial) : q;
+  const Tensor grid_logits = nn::conv_logits(patch_q, *to_logits_, o_.grid_h, o_.grid_w);
   if (!o_.cls_token) return grid_logits;
-  // Keys are [cls, grid]: rows [cls query, patch queries], one logit per key.
-  Tensor cls_q = q.narrow(2, 0, 1);
-  Tensor cls_key = cls_key_.defined() ? cls_key_ : cls_q;
-  Tensor cls_column = matmul(q, cls_key.transpose(-1, -2));
-  Tensor cls_row = matmul(cls_q, cls_query_keys_.transpose(-1, -2));
+  const Tensor cls_q = q.narrow(2, 0, 1);
+  const Tensor cls_column =
+      cls_key_.defined() ? nn::static_key_logits(q, cls_key_) : nn::dot_logits(q, cls_q);
+  const Tensor cls_row = nn::static_key_logits(cls_q, cls_query_keys_);
   return cat({cls_column, cat({cls_row, grid_logits}, 2)}, 3);
 }
 
@@ -114,23 +104,24 @@ Tensor ConvAttention::forward(const Tensor& x) {
   const int64_t cls = o_.cls_token ? 1 : 0;
   SKA_CHECK(x.dim() == 3 && n == spatial + cls && x.size(2) == o_.dim, ShapeError,
             "ConvAttention expects [B, ", spatial + cls, ", ", o_.dim, "], got ", x.str());
-  Tensor cls_tok = cls ? x.narrow(1, 0, 1) : Tensor();
-  Tensor grid =
+  const Tensor cls_tok = cls ? x.narrow(1, 0, 1) : Tensor();
+  const Tensor grid =
       x.narrow(1, cls, spatial).transpose(1, 2).reshape({b, o_.dim, o_.grid_h, o_.grid_w});
-  Tensor q = split_heads((*proj_q_)(with_cls(cls_tok, (*conv_proj_q_)(grid))));
-  Tensor v = split_heads((*proj_v_)(with_cls(cls_tok, (*conv_proj_v_)(grid))));
+  // q on the full grid, k and v on the strided one (the class token joins each unchanged).
+  const Tensor q = nn::split_heads((*proj_q_)(with_cls(cls_tok, (*conv_proj_q_)(grid))), o_.heads);
+  const Tensor v = nn::split_heads((*proj_v_)(with_cls(cls_tok, (*conv_proj_v_)(grid))), o_.heads);
   Tensor logits;
-  if (o_.kind == "mhsa") {
-    Tensor k = split_heads((*proj_k_)(with_cls(cls_tok, (*conv_proj_k_)(grid))));
-    logits = matmul(q, k.transpose(-1, -2));
-  } else if (o_.kind == "ska") {
-    logits = matmul(q, keys_.transpose(-1, -2));
+  if (o_.kind == nn::AttentionKind::kMhsa) {
+    logits = nn::dot_logits(
+        q, nn::split_heads((*proj_k_)(with_cls(cls_tok, (*conv_proj_k_)(grid))), o_.heads));
+  } else if (o_.kind == nn::AttentionKind::kSka) {
+    logits = nn::static_key_logits(q, keys_);
   } else {
     logits = conv_logits(q);
   }
-  const double scale = o_.scale ? 1.0 / std::sqrt(static_cast<double>(o_.dim)) : 1.0;
-  Tensor out = matmul(softmax(logits, scale), v).transpose(1, 2).reshape({b, n, o_.dim});
-  return (*proj_)(out);
+  nn::AttentionSpec spec;
+  spec.scale = o_.scale ? 1.0 / std::sqrt(static_cast<double>(o_.dim)) : 1.0;  // CvT: full width
+  return (*proj_)(nn::merge_heads(nn::attend(logits, v, spec)));
 }
 
 namespace {
@@ -285,7 +276,8 @@ nn::ModulePtr build_cvt(const ConfigNode& cfg, const ModelInput& input) {
       read_per_stage<double>(cfg, "drop_path_rates", std::vector<double>(n, 0.0), n, 0.0, 1.0);
   const int64_t mlp_ratio = cfg.get_int_in("mlp_ratio", 4, 1, 64);
   const int64_t kv_stride = cfg.get_int_in("kv_stride", 2, 1, 16);
-  const std::vector<StageMixer> mixers = read_stage_mixers(cfg, n, {"mhsa", "ska", "cska"}, "mhsa");
+  const std::vector<StageMixer> mixers =
+      read_stage_mixers(cfg, n, nn::attention_kind_names(), "mhsa");
 
   std::vector<CvtStageOptions> stages(n);
   int64_t grid = input.image_size, in_dim = input.in_channels;
@@ -300,12 +292,12 @@ nn::ModulePtr build_cvt(const ConfigNode& cfg, const ModelInput& input) {
     s.kernel = kernels[i], s.stride = strides[i], s.padding = paddings[i];
     s.depth = depths[i], s.mlp_ratio = mlp_ratio, s.drop_path = drop_path[i];
     ConvAttentionOptions& a = s.attn;
-    a.kind = mixers[i].type;
+    a.kind = nn::attention_kind(mixers[i].type);
     a.dim = dims[i], a.heads = heads[i], a.grid_h = a.grid_w = grid;
     a.cls_token = i + 1 == n;  // CvT-13: class token in the last stage only
     a.kv_stride = kv_stride;
     a.scale = mixers[i].options.get<bool>("scale", true);
-    if (a.kind == "cska" && a.cls_token)
+    if (a.kind == nn::AttentionKind::kCska && a.cls_token)
       a.cls_key = mixers[i].options.get_choice("cls_key", "query", {"query", "static"});
     in_dim = dims[i];
   }

@@ -1,6 +1,7 @@
 // CvT (Convolutional vision Transformer, Microsoft's layout as the SKA authors ran CvT-13 on
 // CIFAR) with convolutional-projection attention whose keys are projected (mhsa), static (ska)
-// or replaced by conv logits (cska).
+// or replaced by conv logits (cska); the attention itself is nn/mixers/attention_core, CvT supplies
+// the strided keys and values and the class token.
 #pragma once
 
 #include <cstdint>
@@ -9,12 +10,13 @@
 
 #include "models/model.h"
 #include "nn/layers.h"
+#include "nn/mixers/attention_core.h"
 
 namespace ska::models {
 
 struct ConvAttentionOptions {
-  std::string kind = "mhsa";  // mhsa | ska | cska
-  int64_t dim = 0;            // C of the tokens (= the attention width)
+  nn::AttentionKind kind = nn::AttentionKind::kMhsa;
+  int64_t dim = 0;  // C of the tokens (= the attention width)
   int64_t heads = 1;
   int64_t grid_h = 0, grid_w = 0;  // the spatial tokens
   bool cls_token = false;          // a class token comes first
@@ -39,7 +41,6 @@ class ConvAttention : public nn::Module {
   int64_t grid_keys() const { return kv_h_ * kv_w_; }
 
  private:
-  Tensor split_heads(const Tensor& t) const;  // [B, T, C] -> [B, h, T, d]
   Tensor with_cls(const Tensor& cls, const Tensor& tokens) const;
   Tensor conv_logits(const Tensor& q);  // cska: [B, h, N, keys]
 

@@ -85,19 +85,6 @@ MetaFormerConfig MetaFormerConfig::from_config(const ConfigNode& cfg) {
   return c;
 }
 
-nn::ModulePtr build_mixer_from_node(const ConfigNode& node, const MixerArgs& args) {
-  register_builtin_models();
-  if (node.is_map()) return mixer_registry().get(node, "type")(node, args);
-  SKA_CHECK(node.is_scalar(), ConfigError, node.path(),
-            ": expected a token mixer name or a map with `type:`");
-  const std::string name = node.as<std::string>();
-  const MixerBuilder& build = mixer_registry().get(name, node.path());
-  // A bare name is the mixer with its defaults: build it from a one-key map of its own.
-  Config spec;
-  spec.set("type=" + name);
-  return build(spec.root(), args);
-}
-
 Downsampling::Downsampling(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                            bool is_stem, double norm_eps)
     : is_stem_(is_stem) {

@@ -30,9 +30,6 @@ struct MetaFormerConfig {
   static MetaFormerConfig from_config(const ConfigNode& cfg);
 };
 
-// Builds a mixer from a config node that is either a name ("sepconv") or a map with `type:`.
-nn::ModulePtr build_mixer_from_node(const ConfigNode& node, const MixerArgs& args);
-
 // Conv downsampling between stages. Channels-last in and out, except the stem, which takes the
 // [B, C, H, W] image: stem = conv -> post_norm; later ones = pre_norm -> conv.
 class Downsampling : public nn::Module {

@@ -5,24 +5,18 @@
 
 namespace ska::models {
 
-Registry<MixerBuilder>& mixer_registry() {
-  static Registry<MixerBuilder>* r = new Registry<MixerBuilder>("token mixer");
-  return *r;
-}
-
 Registry<FamilyBuilder>& family_registry() {
   static Registry<FamilyBuilder>* r = new Registry<FamilyBuilder>("model family");
   return *r;
 }
 
-// Defined next to each family / mixer (src/models/*.cpp, src/nn/mixers/*.cpp).
+// The built-in families (src/models/builtin.cpp).
 void register_families(Registry<FamilyBuilder>& families);
-void register_mixers(Registry<MixerBuilder>& mixers);
 
 void register_builtin_models() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_mixers(mixer_registry());
+    nn::register_builtin_mixers();
     register_families(family_registry());
   });
 }

@@ -2,7 +2,7 @@
 //
 // A model config is a map with `family:` naming a registered family builder; the family reads its
 // own keys (stage depths, widths, per-stage mixers ...). Token mixers are built by name from
-// mixer_registry() with the mixer's config map and what the family knows about the input.
+// nn::mixer_registry() with the mixer's config map and what the family knows about the input.
 #pragma once
 
 #include <cstdint>
@@ -11,34 +11,20 @@
 #include <string>
 
 #include "config/config.h"
-#include "models/registry.h"
+#include "nn/mixers/mixer.h"
 #include "nn/module.h"
+#include "nn/registry.h"
 
 namespace ska::models {
 
-// The token layout a mixer sees: x is [B, N, C] with N = height * width (+ 1 when a class token
-// comes first, at index 0), spatial tokens in row-major order.
-struct TokenGrid {
-  int64_t height = 0;
-  int64_t width = 0;
-  bool cls_token = false;
-  int64_t tokens() const { return height * width + (cls_token ? 1 : 0); }
-};
-
-struct MixerArgs {
-  int64_t dim = 0;   // C, the width of the tokens
-  TokenGrid grid;
-  std::string family;  // "metaformer", "vit", "cait", "swin", "cvt": family-specific defaults
-  // Hints from the family's own keys (ViT's heads/head_dim/dropout); 0 means "the mixer's own
-  // default". Options in the mixer's YAML map override them.
-  int64_t heads = 0;
-  int64_t head_dim = 0;
-  double proj_drop = 0.0;
-};
-
-// Builds a mixer from its config map (which holds `type:` and the mixer's options).
-using MixerBuilder = std::function<nn::ModulePtr(const ConfigNode& cfg, const MixerArgs& args)>;
-Registry<MixerBuilder>& mixer_registry();
+// The mixer contract lives with the mixers (nn/mixers/mixer.h); families name it from here.
+using nn::build_mixer;
+using nn::build_mixer_from_node;
+using nn::MixerArgs;
+using nn::MixerBuilder;
+using nn::mixer_registry;
+using nn::Registry;
+using nn::TokenGrid;
 
 // The model-level facts every family needs, read from the model map by build_model.
 struct ModelInput {

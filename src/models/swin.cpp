@@ -1,5 +1,6 @@
 // The `swin` family: patch merging by unfold + Linear, pre-norm blocks alternating regular and
-// shifted window attention (mhsa / ska / cska keys), mean-pool head. Swin-T for CIFAR as the paper's authors ran it.
+// shifted window attention (mhsa / ska / cska keys), mean-pool head. Swin-T for CIFAR as the
+// paper's authors ran it.
 #include "models/swin.h"
 
 #include <cmath>
@@ -60,15 +61,15 @@ WindowAttention::WindowAttention(const WindowAttentionOptions& options) : o_(opt
   SKA_CHECK(o_.grid_h % w == 0 && o_.grid_w % w == 0, ShapeError, "WindowAttention: grid ",
             o_.grid_h, "x", o_.grid_w, " is not a multiple of the window ", w);
   n_windows_ = (o_.grid_h / w) * (o_.grid_w / w);
-  if (o_.kind == "mhsa") {
+  if (o_.kind == nn::AttentionKind::kMhsa) {
     to_qkv_ = register_module("to_qkv", std::make_shared<nn::Linear>(o_.dim, 3 * inner, false));
   } else {
     to_qv_ = register_module("to_qv", std::make_shared<nn::Linear>(o_.dim, 2 * inner, false));
   }
-  if (o_.kind == "ska")
-    keys_ = register_parameter(
-        "keys", nn::init_normal({o_.heads, n_windows_, w * w, o_.head_dim}, 0.0, 1.0));
-  if (o_.kind == "cska") {
+  if (o_.kind == nn::AttentionKind::kSka)
+    keys_ = register_parameter("keys",
+                               nn::init_static_keys({o_.heads, n_windows_, w * w, o_.head_dim}));
+  if (o_.kind == nn::AttentionKind::kCska) {
     // One d -> d conv per (head, window): its own weights for every window position.
     const int64_t groups = o_.heads * n_windows_;
     nn::Conv2dOptions conv;
@@ -90,7 +91,9 @@ WindowAttention::WindowAttention(const WindowAttentionOptions& options) : o_(opt
 }
 
 std::string WindowAttention::type_name() const {
-  const std::string kind = o_.kind == "mhsa" ? "" : o_.kind == "ska" ? "SKA-" : "CSKA-";
+  const std::string kind = o_.kind == nn::AttentionKind::kMhsa  ? ""
+                           : o_.kind == nn::AttentionKind::kSka ? "SKA-"
+                                                                : "CSKA-";
   return kind + (o_.shifted ? "ShiftedWindowAttention" : "WindowAttention");
 }
 
@@ -149,9 +152,10 @@ Tensor WindowAttention::forward(const Tensor& input) {
     q = to_windows(qv[0]), v = to_windows(qv[1]);
     k = to_k_ ? conv_keys(q) : keys_;  // static keys broadcast over the batch
   }
-  const double scale = o_.scale ? 1.0 / std::sqrt(static_cast<double>(o_.head_dim)) : 1.0;
-  Tensor attn = softmax(matmul(q, k.transpose(-1, -2)), scale, window_bias(q));
-  Tensor out = (*to_out_)(from_windows(matmul(attn, v)));
+  nn::AttentionSpec spec;  // q, k, v: [B, h, nw, w*w, d]; the bias broadcasts over B and h
+  spec.scale = o_.scale ? 1.0 / std::sqrt(static_cast<double>(o_.head_dim)) : 1.0;
+  spec.bias = window_bias(q);
+  Tensor out = (*to_out_)(from_windows(nn::attend(nn::dot_logits(q, k), v, spec)));
   return o_.shifted ? roll(out, {s, s}, {1, 2}) : out;
 }
 
@@ -268,7 +272,8 @@ nn::ModulePtr build_swin(const ConfigNode& cfg, const ModelInput& input) {
   const int64_t head_dim = cfg.get_int_in("head_dim", 32, 1, 4096);
   const int64_t window = cfg.get_int_in("window_size", 4, 2, 256);
   const int64_t mlp_ratio = cfg.get_int_in("mlp_ratio", 4, 1, 64);
-  const std::vector<StageMixer> mixers = read_stage_mixers(cfg, n, {"mhsa", "ska", "cska"}, "mhsa");
+  const std::vector<StageMixer> mixers =
+      read_stage_mixers(cfg, n, nn::attention_kind_names(), "mhsa");
 
   std::vector<SwinStageOptions> stages(n);
   int64_t grid = input.image_size, in_dim = input.in_channels;
@@ -285,7 +290,7 @@ nn::ModulePtr build_swin(const ConfigNode& cfg, const ModelInput& input) {
     s.depth = depths[i];
     s.factor = factors[i];
     s.mlp_ratio = mlp_ratio;
-    s.attn.kind = mixers[i].type;
+    s.attn.kind = nn::attention_kind(mixers[i].type);
     s.attn.scale = mixers[i].options.get<bool>("scale", true);
     s.attn.dim = s.dim;
     s.attn.heads = heads[i];

@@ -1,5 +1,6 @@
 // Swin Transformer for small images (berniwal's layout, as the SKA authors ran it on CIFAR) with
-// window attention whose keys come from a projection (mhsa), static keys (ska) or a conv (cska).
+// window attention whose keys come from a projection (mhsa), static keys (ska) or a conv (cska);
+// the attention itself is nn/mixers/attention_core, Swin supplies the windows, bias and masks.
 #pragma once
 
 #include <cstdint>
@@ -8,12 +9,13 @@
 
 #include "models/model.h"
 #include "nn/layers.h"
+#include "nn/mixers/attention_core.h"
 
 namespace ska::models {
 
 struct WindowAttentionOptions {
-  std::string kind = "mhsa";  // mhsa | ska | cska
-  int64_t dim = 0;            // C of the tokens
+  nn::AttentionKind kind = nn::AttentionKind::kMhsa;
+  int64_t dim = 0;  // C of the tokens
   int64_t heads = 1;
   int64_t head_dim = 32;
   int64_t window = 4;

@@ -91,19 +91,6 @@ Tensor Vit::forward(const Tensor& images) {
   return (*head_)((*norm_)(features.select(1, 0)));
 }
 
-nn::ModulePtr build_mixer(const ConfigNode& parent, const std::string& key, const MixerArgs& args,
-                          const std::string& default_type) {
-  register_builtin_models();
-  const ConfigNode node = parent[key];
-  if (node.is_null() && !default_type.empty()) {
-    return mixer_registry().get(Config::parse("type: " + default_type).root(), "type")(ConfigNode(),
-                                                                                       args);
-  }
-  if (node.is_map()) return mixer_registry().get(node, "type")(node, args);
-  // The string form: the type with its defaults (a null node answers every option's fallback).
-  return mixer_registry().get(parent, key)(ConfigNode(), args);
-}
-
 namespace {
 
 nn::ModulePtr build_vit(const ConfigNode& cfg, const ModelInput& input) {

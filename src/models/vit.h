@@ -70,10 +70,4 @@ class Vit : public nn::Module {
   std::shared_ptr<nn::Linear> head_;
 };
 
-// Builds a token mixer from `parent[key]`, which is either a type name (`mixer: cska`) or a map
-// with `type:` and the mixer's options (`mixer: {type: cska, activation: gelu}`); when the key is
-// absent, `default_type` with its defaults (or the "required key missing" error if it is empty).
-nn::ModulePtr build_mixer(const ConfigNode& parent, const std::string& key, const MixerArgs& args,
-                          const std::string& default_type = "");
-
 }  // namespace ska::models

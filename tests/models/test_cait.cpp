@@ -14,7 +14,7 @@
 using namespace ska;
 using ska::models::CaitAttention;
 using ska::models::CaitAttentionOptions;
-using ska::models::CaitLogits;
+using ska::nn::AttentionKind;
 
 namespace {
 
@@ -38,7 +38,7 @@ nn::ModulePtr build_from_text(const std::string& yaml) {
   return model;
 }
 
-CaitAttentionOptions tiny_attention(CaitLogits logits) {
+CaitAttentionOptions tiny_attention(AttentionKind logits) {
   CaitAttentionOptions o;
   o.dim = 4;
   o.heads = 2;
@@ -93,19 +93,19 @@ TEST_CASE("cait matches the PyTorch reference (logits and gradients)",
 }
 
 TEST_CASE("cait talking-heads attention gradients", "[cpu][models][cait]") {
-  SECTION("mhsa") { check_attention_gradients(tiny_attention(CaitLogits::kMhsa)); }
+  SECTION("mhsa") { check_attention_gradients(tiny_attention(AttentionKind::kMhsa)); }
   SECTION("cska, unscaled") {
-    CaitAttentionOptions o = tiny_attention(CaitLogits::kConvKey);
+    CaitAttentionOptions o = tiny_attention(AttentionKind::kCska);
     o.scaled = false;
     check_attention_gradients(o);
   }
   SECTION("ska with a 2x finer key grid") {
-    CaitAttentionOptions o = tiny_attention(CaitLogits::kStaticKey);
+    CaitAttentionOptions o = tiny_attention(AttentionKind::kSka);
     o.key_grid_factor = 2;
     check_attention_gradients(o);
   }
   SECTION("class attention") {
-    CaitAttentionOptions o = tiny_attention(CaitLogits::kMhsa);
+    CaitAttentionOptions o = tiny_attention(AttentionKind::kMhsa);
     o.class_query = true;
     check_attention_gradients(o);
   }
@@ -114,7 +114,7 @@ TEST_CASE("cait talking-heads attention gradients", "[cpu][models][cait]") {
 TEST_CASE("cait layer dropout acts in training only and keeps a layer", "[cpu][models][cait]") {
   manual_seed(3);
   models::CaitBlockOptions block;
-  block.attention = tiny_attention(CaitLogits::kMhsa);
+  block.attention = tiny_attention(AttentionKind::kMhsa);
   block.mlp_dim = 5;
   auto stack = std::make_shared<models::CaitLayerStack>(0.999);
   std::vector<std::shared_ptr<models::CaitBlock>> blocks;

@@ -27,7 +27,7 @@ TEST_CASE("conv attention gradients", "[cpu][models][cvt]") {
         if (std::string(cls_key) == "static" && (!cls || std::string(kind) != "cska")) continue;
         INFO(kind << (cls ? " with cls, cls_key " : " without cls") << cls_key);
         models::ConvAttentionOptions o;
-        o.kind = kind;
+        o.kind = nn::attention_kind(kind);
         o.dim = 4;
         o.heads = 2;
         o.grid_h = 3;
@@ -48,7 +48,7 @@ TEST_CASE("conv attention gradients", "[cpu][models][cvt]") {
 
 TEST_CASE("cvt conv attention has one logit per key", "[cpu][models][cvt]") {
   models::ConvAttentionOptions o;
-  o.kind = "cska";
+  o.kind = nn::AttentionKind::kCska;
   o.dim = 6;
   o.heads = 3;
   o.grid_h = o.grid_w = 4;

@@ -34,7 +34,7 @@ TEST_CASE("window attention gradients", "[cpu][models][swin]") {
     for (bool shifted : {false, true}) {
       INFO(kind << (shifted ? " shifted" : " regular"));
       models::WindowAttentionOptions o;
-      o.kind = kind;
+      o.kind = nn::attention_kind(kind);
       o.dim = 3;
       o.heads = 2;
       o.head_dim = 2;

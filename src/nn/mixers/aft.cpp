@@ -79,7 +79,7 @@ Tensor Aft::forward(const Tensor& x) {
 // 1 where local's w is dropped: spatial pairs at least `window` apart along a grid axis. The
 // class token has no position, so its pairs keep their biases.
 Tensor Aft::outside_window_mask(Device device) const {
-  const models::TokenGrid& g = options_.grid;
+  const TokenGrid& g = options_.grid;
   const int64_t t = g.tokens(), first = g.cls_token ? 1 : 0;
   std::vector<uint8_t> mask(t * t, 0);
   for (int64_t i = first; i < t; ++i) {
@@ -126,7 +126,7 @@ Tensor Aft::conv_kernels() const {
 // eq. 6 in 2-D: the global sums plus depthwise convs with exp(w) - 1 (w = 0 outside the kernel,
 // so every token stays connected). The class token takes the global sums only.
 Tensor Aft::mix_conv(const Tensor& k, const Tensor& v) const {
-  const models::TokenGrid& g = options_.grid;
+  const TokenGrid& g = options_.grid;
   const int64_t b = k.size(0), t = k.size(1), h = options_.heads, d = options_.dim / h;
   const int64_t ks = options_.kernel, first = g.cls_token ? 1 : 0, n = g.height * g.width;
   const Tensor exp_k = exp(sub(k, amax(k, {1}, true).detach()));           // [B, T, h]
@@ -148,25 +148,21 @@ Tensor Aft::mix_conv(const Tensor& k, const Tensor& v) const {
   return div(num.reshape({b, t, h, d}), den.unsqueeze(3)).reshape({b, t, h * d});
 }
 
-}  // namespace ska::nn
-
-namespace ska::models {
-
 namespace {
 
-MixerBuilder aft_builder(nn::AftKind kind) {
-  return [kind](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
-    nn::AftOptions o;
+MixerBuilder aft_builder(AftKind kind) {
+  return [kind](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
+    AftOptions o;
     o.kind = kind;
     o.dim = args.dim;
     o.grid = args.grid;
-    o.init = nn::mixer_init_for(args.family);
+    o.init = mixer_init_for(args.family);
     o.qkv_bias = cfg.get<bool>("qkv_bias", true);
-    if (kind == nn::AftKind::kFull || kind == nn::AftKind::kLocal) {
+    if (kind == AftKind::kFull || kind == AftKind::kLocal) {
       o.factor_dim = cfg.get_int_in("factor_dim", o.factor_dim, 1, 1 << 16);
     }
-    if (kind == nn::AftKind::kLocal) o.window = cfg.get_int_in("window", o.window, 0, 1 << 16);
-    if (kind == nn::AftKind::kConv) {
+    if (kind == AftKind::kLocal) o.window = cfg.get_int_in("window", o.window, 0, 1 << 16);
+    if (kind == AftKind::kConv) {
       const int64_t default_heads =
           args.heads > 0 ? args.heads : (args.dim % 32 == 0 ? args.dim / 32 : 1);
       o.heads = cfg.get_int_in("heads", default_heads, 1, args.dim);
@@ -175,17 +171,17 @@ MixerBuilder aft_builder(nn::AftKind kind) {
       o.kernel = cfg.get_int_in("kernel", o.kernel, 1, 255);
       if (o.kernel % 2 == 0) cfg.fail("kernel", "must be odd");
     }
-    return std::make_shared<nn::Aft>(o);
+    return std::make_shared<Aft>(o);
   };
 }
 
 }  // namespace
 
 void register_aft_mixers(Registry<MixerBuilder>& r) {
-  r.add("aft_full", aft_builder(nn::AftKind::kFull));
-  r.add("aft_simple", aft_builder(nn::AftKind::kSimple));
-  r.add("aft_local", aft_builder(nn::AftKind::kLocal));
-  r.add("aft_conv", aft_builder(nn::AftKind::kConv));
+  r.add("aft_full", aft_builder(AftKind::kFull));
+  r.add("aft_simple", aft_builder(AftKind::kSimple));
+  r.add("aft_local", aft_builder(AftKind::kLocal));
+  r.add("aft_conv", aft_builder(AftKind::kConv));
 }
 
-}  // namespace ska::models
+}  // namespace ska::nn

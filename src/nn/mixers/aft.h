@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "models/model.h"
 #include "nn/layers.h"
+#include "nn/mixers/mixer.h"
 
 namespace ska::nn {
 
@@ -21,7 +21,7 @@ enum class AftKind {
 struct AftOptions {
   AftKind kind = AftKind::kFull;
   int64_t dim = 0;           // C
-  models::TokenGrid grid;    // sizes the position tables (full, local) and the conv grid
+  TokenGrid grid;            // sizes the position tables (full, local) and the conv grid
   int64_t factor_dim = 128;  // d' of w = u v^T (full, local)
   int64_t window = 4;        // local: w kept where |row - row'| < s and |col - col'| < s
   int64_t heads = 1;         // conv: K has one channel per head (paper: dim(K) tied to heads)

@@ -1,10 +1,10 @@
-// The `mhsa` token mixer: multi-head self-attention over all tokens, and its registration.
+// The `mhsa` and `lsa` token mixers: multi-head self-attention over all tokens, and their
+// registration.
 #include "nn/mixers/attention.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstdint>
 
-#include "models/model.h"
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
@@ -22,13 +22,29 @@ AttentionOptions AttentionOptions::from_config(const ConfigNode& cfg,
   return o;
 }
 
-Attention::Attention(int64_t dim, const AttentionOptions& o) : head_dim_(o.head_dim) {
+AttentionOptions AttentionOptions::lsa_from_config(const ConfigNode& cfg, const MixerArgs& args) {
+  AttentionOptions o;
+  const HeadLayout layout = read_head_layout(cfg, args, 8, 64);
+  o.heads = layout.heads;
+  o.head_dim = layout.head_dim;
+  o.qkv_bias = cfg.get<bool>("qkv_bias", false);
+  o.proj_bias = cfg.get<bool>("proj_bias", true);
+  o.proj_drop = cfg.get_double_in("proj_drop", args.proj_drop, 0.0, 1.0);
+  o.init = mixer_init_for(args.family);
+  o.scale = read_logit_scale(cfg, "scale", true, "learnable");
+  o.diagonal_mask = cfg.get<bool>("diagonal_mask", true);
+  return o;
+}
+
+Attention::Attention(int64_t dim, const AttentionOptions& o)
+    : head_dim_(o.head_dim), diagonal_mask_(o.diagonal_mask) {
   // As in the MetaFormer reference: heads default to dim / head_dim, and a narrow stage still
   // gets one head of the full head width (the attention width may then exceed dim).
   heads_ = o.heads > 0 ? o.heads : std::max<int64_t>(1, dim / o.head_dim);
   const int64_t attention_dim = heads_ * head_dim_;
   qkv_ =
       register_module("qkv", std::make_shared<Linear>(dim, 3 * attention_dim, o.qkv_bias, o.init));
+  scale_ = std::make_unique<LogitScale>(o.scale, head_dim_, *this);
   attn_drop_ = register_module("attn_drop", std::make_shared<Dropout>(o.attn_drop));
   proj_ =
       register_module("proj", std::make_shared<Linear>(attention_dim, dim, o.proj_bias, o.init));
@@ -42,27 +58,28 @@ Tensor Attention::forward(const Tensor& x) {
                          .view({batch, tokens, 3, heads_, head_dim_})
                          .permute({2, 0, 3, 1, 4});  // [3, B, heads, N, head_dim]
   const Tensor q = qkv.select(0, 0), k = qkv.select(0, 1), v = qkv.select(0, 2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  const Tensor attn = (*attn_drop_)(softmax(matmul(q, k.transpose(-2, -1)), scale));
-  const Tensor mixed = matmul(attn, v).transpose(1, 2).reshape({batch, tokens, heads_ * head_dim_});
+  AttentionSpec spec;
+  scale_->configure(spec);
+  if (diagonal_mask_) spec.mask = diagonal_mask(tokens, tokens, x.device());
+  spec.dropout = attn_drop_.get();
+  const Tensor mixed = merge_heads(attend(dot_logits(q, k), v, spec));
   return (*proj_drop_)((*proj_)(mixed));
 }
 
-}  // namespace ska::nn
-
-namespace ska::models {
-
 void register_attention_mixers(Registry<MixerBuilder>& r) {
-  r.add("mhsa", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
+  r.add("mhsa", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
     // The family's hints (MixerArgs heads / head_dim / proj_drop) replace the mixer's defaults.
-    nn::AttentionOptions defaults;
+    AttentionOptions defaults;
     if (args.heads > 0) defaults.heads = args.heads;
     if (args.head_dim > 0) defaults.head_dim = args.head_dim;
     defaults.proj_drop = args.proj_drop;
-    nn::AttentionOptions options = nn::AttentionOptions::from_config(cfg, defaults);
-    options.init = nn::mixer_init_for(args.family);
-    return std::make_shared<nn::Attention>(args.dim, options);
+    AttentionOptions options = AttentionOptions::from_config(cfg, defaults);
+    options.init = mixer_init_for(args.family);
+    return std::make_shared<Attention>(args.dim, options);
+  });
+  r.add("lsa", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
+    return std::make_shared<Attention>(args.dim, AttentionOptions::lsa_from_config(cfg, args));
   });
 }
 
-}  // namespace ska::models
+}  // namespace ska::nn

@@ -1,11 +1,15 @@
-// Multi-head self-attention (`mhsa`): softmax(q k^T d^-0.5) v with q, k, v from one qkv Linear,
-// then proj. The MetaFormer (CAFormer) attention; generic enough for any [B, N, C] token layout.
+// Multi-head self-attention over all tokens (class token included): `mhsa`, softmax(q k^T d^-0.5) v
+// with q, k, v from one qkv Linear, then proj (the MetaFormer/CAFormer attention); and `lsa`, the
+// same module with a learnable temperature and a masked diagonal (ViT for small datasets).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "config/config.h"
 #include "nn/layers.h"
+#include "nn/mixers/attention_parts.h"
 
 namespace ska::nn {
 
@@ -17,12 +21,19 @@ struct AttentionOptions {
   double attn_drop = 0.0;
   double proj_drop = 0.0;
   Init init = Init::kTruncNormal;
+  LogitScale::Kind scale = LogitScale::Kind::kFixed;  // lsa: kLearnable, exp(tau)
+  bool diagonal_mask = false;  // lsa: logits[i][i] = lowest finite value before the softmax
 
-  // Reads the options above from a mixer map; missing keys keep `defaults`.
+  // Reads the mhsa options above from a mixer map; missing keys keep `defaults`.
   static AttentionOptions from_config(const ConfigNode& cfg, const AttentionOptions& defaults);
+  // The lsa options (keys: heads, head_dim, qkv_bias, proj_bias, proj_drop, temperature:
+  // learnable|fixed, scale, diagonal_mask), defaults 8 heads x 64, proj bias, learnable
+  // temperature, diagonal mask.
+  static AttentionOptions lsa_from_config(const ConfigNode& cfg, const MixerArgs& args);
 };
 
 // x [B, N, C] -> [B, N, C]; every token attends to every token (class token included).
+// Parameters: qkv (Linear C -> 3A), temperature [1] (learnable scale only), proj (Linear A -> C).
 class Attention : public Module {
  public:
   Attention(int64_t dim, const AttentionOptions& options);
@@ -34,7 +45,9 @@ class Attention : public Module {
 
  private:
   int64_t heads_, head_dim_;
+  bool diagonal_mask_;
   std::shared_ptr<Linear> qkv_, proj_;
+  std::unique_ptr<LogitScale> scale_;
   std::shared_ptr<Dropout> attn_drop_, proj_drop_;
 };
 

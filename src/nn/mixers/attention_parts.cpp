@@ -1,46 +1,13 @@
-// Shared pieces of the attention-like mixers.
+// Module-level parts of the attention mixers: logit scale, normalisation, config readers.
 #include "nn/mixers/attention_parts.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "ops/ops.h"
 
 namespace ska::nn {
-
-Tensor split_heads(const Tensor& x, int64_t heads) {
-  const int64_t batch = x.size(0), tokens = x.size(1), width = x.size(2);
-  SKA_CHECK(width % heads == 0, ShapeError, "split_heads: width ", width, " is not a multiple of ",
-            heads, " heads");
-  return x.reshape({batch, tokens, heads, width / heads}).permute({0, 2, 1, 3});
-}
-
-Tensor merge_heads(const Tensor& x) {
-  const int64_t batch = x.size(0), heads = x.size(1), tokens = x.size(2), width = x.size(3);
-  return x.permute({0, 2, 1, 3}).reshape({batch, tokens, heads * width});
-}
-
-Tensor diagonal_mask(int64_t rows, int64_t cols, Device device) {
-  std::vector<uint8_t> mask(static_cast<size_t>(rows * cols), 0);
-  for (int64_t i = 0; i < std::min(rows, cols); ++i) mask[static_cast<size_t>(i * cols + i)] = 1;
-  return Tensor::from_vector(mask, {rows, cols}, device);
-}
-
-double lowest_finite(DType dtype) {
-  switch (dtype) {
-    case DType::kF64:
-      return -DBL_MAX;
-    case DType::kBF16:
-      return -3.3895313892515355e38;  // largest finite bf16
-    case DType::kF16:
-      return -65504.0;
-    default:
-      return -FLT_MAX;
-  }
-}
 
 LogitScale::LogitScale(Kind kind, int64_t head_dim, Module& owner) : kind_(kind) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
@@ -48,6 +15,11 @@ LogitScale::LogitScale(Kind kind, int64_t head_dim, Module& owner) : kind_(kind)
   if (kind == Kind::kLearnable) {
     temperature_ = owner.register_parameter("temperature", Tensor::full({1}, std::log(scale)));
   }
+}
+
+void LogitScale::configure(AttentionSpec& spec) const {
+  spec.scale = fixed_;
+  spec.temperature = temperature_;
 }
 
 Tensor LogitScale::apply(const Tensor& logits) const {
@@ -70,8 +42,8 @@ LogitScale::Kind read_logit_scale(const ConfigNode& cfg, const std::string& scal
   return temperature == "learnable" ? LogitScale::Kind::kLearnable : LogitScale::Kind::kFixed;
 }
 
-HeadLayout read_head_layout(const ConfigNode& cfg, const models::MixerArgs& args,
-                            int64_t default_heads, int64_t default_head_dim) {
+HeadLayout read_head_layout(const ConfigNode& cfg, const MixerArgs& args, int64_t default_heads,
+                            int64_t default_head_dim) {
   HeadLayout layout;
   layout.head_dim =
       cfg.get_int_in("head_dim", args.head_dim > 0 ? args.head_dim : default_head_dim, 1, 1 << 16);
@@ -81,31 +53,30 @@ HeadLayout read_head_layout(const ConfigNode& cfg, const models::MixerArgs& args
   return layout;
 }
 
-bool read_vit_flavour(const ConfigNode& cfg, const models::MixerArgs& args) {
+bool read_vit_flavour(const ConfigNode& cfg, const MixerArgs& args) {
   const bool vit_like = args.family == "vit" || args.family == "cait";
   return cfg.get_choice("flavour", vit_like ? "vit" : "metaformer", {"vit", "metaformer"}) == "vit";
 }
 
-const std::vector<std::string>& AttentionWeights::names() {
-  static const std::vector<std::string> kNames = {"softmax", "gelu", "relu", "starrelu"};
-  return kNames;
-}
-
-AttentionWeights::AttentionWeights(const std::string& activation) : activation_(activation) {
-  if (activation != "softmax") {
+AttentionWeights::AttentionWeights(const std::string& activation)
+    : kind_(normalise_kind(activation)) {
+  if (kind_ != Normalise::kSoftmax) {
     elementwise_ = register_module("act", std::make_shared<Activation>(activation));
   }
 }
 
-Tensor AttentionWeights::weights(const Tensor& logits, const Tensor& mask) {
-  if (!elementwise_) {
-    const Tensor masked =
-        mask.defined() ? masked_fill(logits, mask, lowest_finite(logits.dtype())) : logits;
-    return softmax(masked);
+void AttentionWeights::configure(AttentionSpec& spec) const {
+  spec.normalise = kind_;
+  if (kind_ == Normalise::kStarRelu) {
+    spec.starrelu_scale = elementwise_->scale;
+    spec.starrelu_bias = elementwise_->bias;
   }
-  // Without normalisation a masked pair must contribute nothing, whatever act(-inf) would be.
-  const Tensor activated = (*elementwise_)(logits);
-  return mask.defined() ? masked_fill(activated, mask, 0.0) : activated;
+}
+
+Tensor AttentionWeights::forward(const Tensor& logits) {
+  AttentionSpec spec;
+  configure(spec);
+  return attention_weights(logits, spec);
 }
 
 }  // namespace ska::nn

@@ -1,5 +1,6 @@
-// Pieces shared by the attention-like mixers (lsa, ska, cska): head split/merge, the diagonal
-// mask, the logit scale (fixed or learnable temperature) and the logits -> weights step.
+// Module-level parts of the attention mixers (mhsa, lsa, ska, cska) on top of attention_core:
+// the logit scale (fixed or learnable temperature), the normalisation with its parameters, and
+// the config readers for heads, scales and flavours.
 #pragma once
 
 #include <cstdint>
@@ -7,20 +8,11 @@
 #include <string>
 
 #include "config/config.h"
-#include "models/model.h"
 #include "nn/layers.h"
+#include "nn/mixers/attention_core.h"
+#include "nn/mixers/mixer.h"
 
 namespace ska::nn {
-
-// [B, N, h*d] -> [B, h, N, d] (channels grouped by head, as '(h d)').
-Tensor split_heads(const Tensor& x, int64_t heads);
-// [B, h, N, d] -> [B, N, h*d].
-Tensor merge_heads(const Tensor& x);
-
-// u8 [rows, cols], 1 where row == col: a token may not attend to its own key (LSA).
-Tensor diagonal_mask(int64_t rows, int64_t cols, Device device);
-// The most negative finite value of a floating dtype (torch's -finfo(dtype).max).
-double lowest_finite(DType dtype);
 
 // How logits are scaled: by exp(tau) with a learnable tau (LSA's temperature), by a fixed
 // head_dim^-0.5, or not at all.
@@ -29,6 +21,9 @@ class LogitScale {
   enum class Kind { kNone, kFixed, kLearnable };
   // Registers `temperature` [1] (init log(head_dim^-0.5)) on `owner` when learnable.
   LogitScale(Kind kind, int64_t head_dim, Module& owner);
+  // Sets spec.scale or spec.temperature (attend() then scales).
+  void configure(AttentionSpec& spec) const;
+  // Scales logits now (for row blocks with different scales, concatenated before attend()).
   Tensor apply(const Tensor& logits) const;
   Kind kind() const { return kind_; }
 
@@ -51,26 +46,26 @@ struct HeadLayout {
   int64_t head_dim = 0;
   int64_t width() const { return heads * head_dim; }  // A = h * d
 };
-HeadLayout read_head_layout(const ConfigNode& cfg, const models::MixerArgs& args,
-                            int64_t default_heads, int64_t default_head_dim);
+HeadLayout read_head_layout(const ConfigNode& cfg, const MixerArgs& args, int64_t default_heads,
+                            int64_t default_head_dim);
 
 // The default flavour of the static-key mixers: `flavour: vit|metaformer`, by default "vit" for
 // the ViT-like families with a class token (vit, cait) and "metaformer" otherwise.
-bool read_vit_flavour(const ConfigNode& cfg, const models::MixerArgs& args);
+bool read_vit_flavour(const ConfigNode& cfg, const MixerArgs& args);
 
-// Logits -> attention weights: softmax over the keys, or (Table 4 ablations) an elementwise
-// activation with no normalisation. Masked pairs get weight 0 either way.
+// The normalisation of the logits as a module: softmax, or an elementwise gelu / relu / starrelu
+// (Table 4), registered as `act` when it has parameters (StarReLU's scale and bias).
 class AttentionWeights : public Module {
  public:
   explicit AttentionWeights(const std::string& activation);
-  static const std::vector<std::string>& names();  // softmax, gelu, relu, starrelu
-  // mask: u8 broadcastable to logits, or undefined.
-  Tensor weights(const Tensor& logits, const Tensor& mask);
-  Tensor forward(const Tensor& logits) override { return weights(logits, Tensor()); }
+  static const std::vector<std::string>& names() { return normalise_names(); }
+  // Sets spec.normalise (and StarReLU's parameters).
+  void configure(AttentionSpec& spec) const;
+  Tensor forward(const Tensor& logits) override;  // attention_weights() with only this step
   std::string type_name() const override { return "AttentionWeights"; }
 
  private:
-  std::string activation_;
+  Normalise kind_;
   std::shared_ptr<Activation> elementwise_;  // undefined for softmax
 };
 

@@ -34,7 +34,7 @@ struct CskaOptions {
 // cls_k [h, N_keys, d] (class token only), temperature [1] (learnable scales only), proj.
 class Cska : public Module {
  public:
-  Cska(int64_t dim, const models::TokenGrid& grid, const CskaOptions& options);
+  Cska(int64_t dim, const TokenGrid& grid, const CskaOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "CSKA"; }
   Tensor cls_k;
@@ -44,7 +44,7 @@ class Cska : public Module {
   Tensor cls_logits(const Tensor& q_cls);
 
   CskaOptions options_;
-  models::TokenGrid grid_;
+  TokenGrid grid_;
   int64_t num_keys_;
   std::shared_ptr<Linear> qv_, proj_;
   std::shared_ptr<Conv2d> to_k_;
@@ -60,6 +60,6 @@ class Cska : public Module {
 //               diagonal_mask false
 // Shared keys: qkv_bias false, proj_drop (family hint), activation softmax, cls_scale true,
 // authors_row_order false. `temperature` applies to both the conv and the cls logits.
-CskaOptions read_cska_options(const ConfigNode& cfg, const models::MixerArgs& args);
+CskaOptions read_cska_options(const ConfigNode& cfg, const MixerArgs& args);
 
 }  // namespace ska::nn

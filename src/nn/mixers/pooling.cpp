@@ -9,8 +9,7 @@
 
 namespace ska::nn {
 
-Pooling::Pooling(const models::TokenGrid& grid, int64_t pool_size)
-    : grid_(grid), pool_size_(pool_size) {
+Pooling::Pooling(const TokenGrid& grid, int64_t pool_size) : grid_(grid), pool_size_(pool_size) {
   SKA_CHECK(!grid.cls_token && grid.height > 0 && grid.width > 0, ValueError,
             "Pooling needs a spatial token grid without class token");
   SKA_CHECK(pool_size > 0 && pool_size % 2 == 1, ValueError, "Pooling: pool_size ", pool_size,
@@ -40,19 +39,15 @@ Tensor Pooling::forward(const Tensor& x) {
   return sub(pooled, x);
 }
 
-}  // namespace ska::nn
-
-namespace ska::models {
-
 void register_pooling_mixers(Registry<MixerBuilder>& r) {
-  r.add("pooling", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
+  r.add("pooling", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
     const int64_t pool_size = cfg.get_int_in("pool_size", 3, 1, 31);
     if (pool_size % 2 == 0) cfg.fail("pool_size", "must be odd so the grid keeps its size");
-    return std::make_shared<nn::Pooling>(args.grid, pool_size);
+    return std::make_shared<Pooling>(args.grid, pool_size);
   });
-  r.add("identity", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
-    return std::make_shared<nn::Identity>();
+  r.add("identity", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
+    return std::make_shared<Identity>();
   });
 }
 
-}  // namespace ska::models
+}  // namespace ska::nn

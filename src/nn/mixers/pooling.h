@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "models/model.h"
+#include "nn/mixers/mixer.h"
 #include "nn/module.h"
 
 namespace ska::nn {
@@ -13,12 +13,12 @@ namespace ska::nn {
 // averaging only over the positions inside the image (count_include_pad = False).
 class Pooling : public Module {
  public:
-  Pooling(const models::TokenGrid& grid, int64_t pool_size);
+  Pooling(const TokenGrid& grid, int64_t pool_size);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Pooling"; }
 
  private:
-  models::TokenGrid grid_;
+  TokenGrid grid_;
   int64_t pool_size_;
 };
 

@@ -19,7 +19,7 @@ SepConvOptions SepConvOptions::from_config(const ConfigNode& cfg) {
   return o;
 }
 
-SepConv::SepConv(int64_t dim, const models::TokenGrid& grid, const SepConvOptions& o)
+SepConv::SepConv(int64_t dim, const TokenGrid& grid, const SepConvOptions& o)
     : grid_(grid), hidden_(static_cast<int64_t>(o.expansion_ratio * dim)) {
   SKA_CHECK(!grid.cls_token && grid.height > 0 && grid.width > 0, ValueError,
             "SepConv needs a spatial token grid without class token");
@@ -46,16 +46,12 @@ Tensor SepConv::forward(const Tensor& x) {
   return (*pwconv2_)(mixed);
 }
 
-}  // namespace ska::nn
-
-namespace ska::models {
-
 void register_sepconv_mixer(Registry<MixerBuilder>& r) {
-  r.add("sepconv", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
-    nn::SepConvOptions options = nn::SepConvOptions::from_config(cfg);
-    options.init = nn::mixer_init_for(args.family);
-    return std::make_shared<nn::SepConv>(args.dim, args.grid, options);
+  r.add("sepconv", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
+    SepConvOptions options = SepConvOptions::from_config(cfg);
+    options.init = mixer_init_for(args.family);
+    return std::make_shared<SepConv>(args.dim, args.grid, options);
   });
 }
 
-}  // namespace ska::models
+}  // namespace ska::nn

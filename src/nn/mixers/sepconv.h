@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "config/config.h"
-#include "models/model.h"
 #include "nn/layers.h"
+#include "nn/mixers/mixer.h"
 
 namespace ska::nn {
 
@@ -23,12 +23,12 @@ struct SepConvOptions {
 // x [B, N, C] on a grid without class token -> [B, N, C].
 class SepConv : public Module {
  public:
-  SepConv(int64_t dim, const models::TokenGrid& grid, const SepConvOptions& options);
+  SepConv(int64_t dim, const TokenGrid& grid, const SepConvOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "SepConv"; }
 
  private:
-  models::TokenGrid grid_;
+  TokenGrid grid_;
   int64_t hidden_;
   std::shared_ptr<Linear> pwconv1_, pwconv2_;
   std::shared_ptr<Activation> act1_;

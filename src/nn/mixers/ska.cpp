@@ -3,7 +3,6 @@
 
 #include <cstdint>
 
-#include "nn/init.h"
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
@@ -21,7 +20,7 @@ Ska::Ska(int64_t dim, int64_t num_keys, const SkaOptions& options)
     v_ = register_module("v", std::make_shared<Linear>(dim, width, options.qkv_bias, options.init));
   }
   k = register_parameter(
-      "k", init_normal({options.layout.heads, num_keys, options.layout.head_dim}, 0.0, 1.0));
+      "k", init_static_keys({options.layout.heads, num_keys, options.layout.head_dim}));
   scale_ = std::make_unique<LogitScale>(options.scale, options.layout.head_dim, *this);
   attend_ = register_module("attend", std::make_shared<AttentionWeights>(options.activation));
   proj_ = register_module("proj",
@@ -43,15 +42,15 @@ Tensor Ska::forward(const Tensor& x) {
     q = split_heads(x, heads);
     v = split_heads((*v_)(x), heads);
   }
-  const Tensor logits = scale_->apply(matmul(q, k.transpose(-2, -1)));  // [B, h, N, N_keys]
-  const Tensor mask = options_.diagonal_mask
-                          ? diagonal_mask(logits.size(-2), logits.size(-1), x.device())
-                          : Tensor();
-  const Tensor out = merge_heads(matmul(attend_->weights(logits, mask), v));
+  AttentionSpec spec;
+  scale_->configure(spec);
+  attend_->configure(spec);
+  if (options_.diagonal_mask) spec.mask = diagonal_mask(x.size(1), num_keys_, x.device());
+  const Tensor out = merge_heads(attend(static_key_logits(q, k), v, spec));
   return (*proj_drop_)((*proj_)(out));
 }
 
-SkaOptions read_ska_options(const ConfigNode& cfg, const models::MixerArgs& args) {
+SkaOptions read_ska_options(const ConfigNode& cfg, const MixerArgs& args) {
   const bool vit = read_vit_flavour(cfg, args);
   SkaOptions o;
   o.layout = vit ? read_head_layout(cfg, args, 10, 64) : read_head_layout(cfg, args, 0, 32);
@@ -71,14 +70,10 @@ SkaOptions read_ska_options(const ConfigNode& cfg, const models::MixerArgs& args
   return o;
 }
 
-}  // namespace ska::nn
-
-namespace ska::models {
-
 void register_ska_mixer(Registry<MixerBuilder>& r) {
-  r.add("ska", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
-    return std::make_shared<nn::Ska>(args.dim, args.grid.tokens(), nn::read_ska_options(cfg, args));
+  r.add("ska", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
+    return std::make_shared<Ska>(args.dim, args.grid.tokens(), read_ska_options(cfg, args));
   });
 }
 
-}  // namespace ska::models
+}  // namespace ska::nn

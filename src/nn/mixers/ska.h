@@ -47,6 +47,6 @@ class Ska : public Module {
 //   metaformer: head_dim 32, heads C/32, query identity, proj_bias false, temperature fixed,
 //               diagonal_mask false
 // Shared keys: qkv_bias false, proj_drop (family hint), scale true, activation softmax.
-SkaOptions read_ska_options(const ConfigNode& cfg, const models::MixerArgs& args);
+SkaOptions read_ska_options(const ConfigNode& cfg, const MixerArgs& args);
 
 }  // namespace ska::nn

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "nn/mixers/attention_core.h"
 #include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
@@ -31,7 +32,7 @@ Sra::Sra(const SraOptions& o) : options_(o) {
 // The key/value tokens: [cls,] LayerNorm(Conv2d(grid)) flattened row-major; x itself if sr = 1.
 Tensor Sra::reduce_context(const Tensor& x) {
   if (!sr_) return x;
-  const models::TokenGrid& g = options_.grid;
+  const TokenGrid& g = options_.grid;
   const int64_t b = x.size(0), c = x.size(2), first = g.cls_token ? 1 : 0;
   const Tensor image =
       x.narrow(1, first, g.height * g.width).transpose(1, 2).reshape({b, c, g.height, g.width});
@@ -51,22 +52,18 @@ Tensor Sra::forward(const Tensor& x) {
   const Tensor kv = (*kv_)(reduce_context(x));
   const int64_t m = kv.size(1);
   const Tensor kv_heads = kv.reshape({b, m, 2, h, d}).permute({2, 0, 3, 1, 4});  // [2, B, h, M, d]
-  const Tensor attn = softmax(matmul(q, kv_heads.select(0, 0).transpose(2, 3)),
-                              1.0 / std::sqrt(static_cast<double>(d)));
+  AttentionSpec spec;
+  spec.scale = 1.0 / std::sqrt(static_cast<double>(d));
   const Tensor out =
-      matmul(attn, kv_heads.select(0, 1)).permute({0, 2, 1, 3}).reshape({b, n, h * d});
+      merge_heads(attend(dot_logits(q, kv_heads.select(0, 0)), kv_heads.select(0, 1), spec));
   return (*proj_)(out);
 }
-
-}  // namespace ska::nn
-
-namespace ska::models {
 
 namespace {
 
 // heads and head_dim (YAML, else the family's hints): either may be given; the other is derived
 // so that heads * head_dim = C (with neither, head_dim = min(32, C)).
-void read_heads(const ConfigNode& cfg, const MixerArgs& args, nn::SraOptions& o) {
+void read_heads(const ConfigNode& cfg, const MixerArgs& args, SraOptions& o) {
   const int64_t dim = args.dim;
   o.heads = cfg.get_int_in("heads", args.heads, 0, dim);
   o.head_dim = cfg.get_int_in("head_dim", args.head_dim, 0, 1 << 16);
@@ -82,17 +79,17 @@ void read_heads(const ConfigNode& cfg, const MixerArgs& args, nn::SraOptions& o)
 }  // namespace
 
 void register_sra_mixer(Registry<MixerBuilder>& r) {
-  r.add("sra", [](const ConfigNode& cfg, const MixerArgs& args) -> nn::ModulePtr {
-    nn::SraOptions o;
+  r.add("sra", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
+    SraOptions o;
     o.dim = args.dim;
     o.grid = args.grid;
-    o.init = nn::mixer_init_for(args.family);
+    o.init = mixer_init_for(args.family);
     read_heads(cfg, args, o);
     const int64_t side = std::max<int64_t>(1, std::min(args.grid.height, args.grid.width));
     o.sr = cfg.get_int_in("sr", std::min<int64_t>(2, side), 1, side);
     o.qkv_bias = cfg.get<bool>("qkv_bias", true);
-    return std::make_shared<nn::Sra>(o);
+    return std::make_shared<Sra>(o);
   });
 }
 
-}  // namespace ska::models
+}  // namespace ska::nn

@@ -6,14 +6,14 @@
 #include <memory>
 #include <string>
 
-#include "models/model.h"
 #include "nn/layers.h"
+#include "nn/mixers/mixer.h"
 
 namespace ska::nn {
 
 struct SraOptions {
   int64_t dim = 0;  // C
-  models::TokenGrid grid;
+  TokenGrid grid;
   int64_t heads = 1;
   int64_t head_dim = 0;  // A = heads * head_dim
   int64_t sr = 1;        // reduction ratio: kernel and stride of the conv; 1 = plain MHSA

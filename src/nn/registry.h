@@ -1,5 +1,6 @@
 // A string-keyed registry of builders (token mixers, model families). Filled by explicit
-// registration calls (register_builtin_models), never by static initialisers the linker may drop.
+// registration calls (register_builtin_mixers, register_builtin_models), never by static
+// initialisers the linker may drop.
 #pragma once
 
 #include <map>
@@ -8,7 +9,7 @@
 
 #include "config/config.h"
 
-namespace ska::models {
+namespace ska::nn {
 
 template <typename Builder>
 class Registry {
@@ -46,4 +47,4 @@ class Registry {
   std::map<std::string, Builder> builders_;
 };
 
-}  // namespace ska::models
+}  // namespace ska::nn

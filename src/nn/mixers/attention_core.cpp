@@ -1,0 +1,160 @@
+// The attention core: logit builders, head split/merge, masks, attention_weights and attend.
+#include "nn/mixers/attention_core.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+#include <vector>
+
+#include "nn/init.h"
+#include "ops/ops.h"
+
+namespace ska::nn {
+namespace {
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// The index of `name` in `names`, or a ValueError naming `what` and every known name.
+size_t index_of(const std::string& name, const std::vector<std::string>& names,
+                const std::string& what) {
+  const auto it = std::find(names.begin(), names.end(), name);
+  SKA_CHECK(it != names.end(), ValueError, "unknown ", what, " '", name, "' (known: ", join(names),
+            ")");
+  return static_cast<size_t>(it - names.begin());
+}
+
+}  // namespace
+
+const std::vector<std::string>& attention_kind_names() {
+  static const std::vector<std::string> kNames = {"mhsa", "ska", "cska"};  // enum order
+  return kNames;
+}
+
+AttentionKind attention_kind(const std::string& name) {
+  return static_cast<AttentionKind>(index_of(name, attention_kind_names(), "attention kind"));
+}
+
+const std::string& attention_kind_name(AttentionKind kind) {
+  return attention_kind_names()[static_cast<size_t>(kind)];
+}
+
+const std::vector<std::string>& normalise_names() {
+  static const std::vector<std::string> kNames = {"softmax", "gelu", "relu", "starrelu"};
+  return kNames;
+}
+
+Normalise normalise_kind(const std::string& name) {
+  return static_cast<Normalise>(index_of(name, normalise_names(), "attention normalisation"));
+}
+
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  const int64_t batch = x.size(0), tokens = x.size(1), width = x.size(2);
+  SKA_CHECK(width % heads == 0, ShapeError, "split_heads: width ", width, " is not a multiple of ",
+            heads, " heads");
+  return x.reshape({batch, tokens, heads, width / heads}).permute({0, 2, 1, 3});
+}
+
+Tensor merge_heads(const Tensor& x) {
+  const int64_t batch = x.size(0), heads = x.size(1), tokens = x.size(2), width = x.size(3);
+  return x.permute({0, 2, 1, 3}).reshape({batch, tokens, heads * width});
+}
+
+Tensor dot_logits(const Tensor& q, const Tensor& k) { return matmul(q, k.transpose(-2, -1)); }
+
+Tensor static_key_logits(const Tensor& q, const Tensor& keys) {
+  SKA_CHECK(
+      q.dim() == 4 && keys.dim() == 3 && keys.size(0) == q.size(1) && keys.size(2) == q.size(3),
+      ShapeError, "static_key_logits: queries [B, h, N, d] and keys [h, K, d], got ", q.str(),
+      " and ", keys.str());
+  return dot_logits(q, keys);
+}
+
+Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width) {
+  const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2);
+  SKA_CHECK(q.dim() == 4 && tokens == height * width, ShapeError, "conv_logits: queries ", q.str(),
+            " for a ", height, "x", width, " grid");
+  const Tensor image = q.transpose(-1, -2).reshape({batch, heads * q.size(3), height, width});
+  const Tensor out = conv(image);  // [B, h * K, H, W], channel = head * K + key
+  return out.reshape({batch, heads, out.size(1) / heads, tokens}).transpose(2, 3);
+}
+
+Tensor init_static_keys(const Shape& shape) { return init_normal(shape, 0.0, 1.0); }
+
+std::shared_ptr<Conv2d> make_conv_logits(int64_t width, int64_t heads, int64_t keys, Init init) {
+  Conv2dOptions conv;
+  conv.padding = 1;
+  conv.groups = heads;
+  conv.init = init;
+  return std::make_shared<Conv2d>(width, heads * keys, 3, conv);
+}
+
+double lowest_finite(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+      return -DBL_MAX;
+    case DType::kBF16:
+      return -3.3895313892515355e38;  // largest finite bf16
+    case DType::kF16:
+      return -65504.0;
+    default:
+      return -FLT_MAX;
+  }
+}
+
+Tensor diagonal_mask(int64_t rows, int64_t cols, Device device) {
+  std::vector<uint8_t> mask(static_cast<size_t>(rows * cols), 0);
+  for (int64_t i = 0; i < std::min(rows, cols); ++i) mask[static_cast<size_t>(i * cols + i)] = 1;
+  return Tensor::from_vector(mask, {rows, cols}, device);
+}
+
+Tensor mix_heads(const Tensor& x, const Tensor& mix) {
+  const int64_t heads = x.size(-3), plane = x.size(-2) * x.size(-1);
+  const Tensor mixed = matmul(mix.transpose(0, 1), x.reshape({-1, heads, plane}));
+  return mixed.reshape(x.shape());
+}
+
+Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
+  const bool softmax_only = spec.normalise == Normalise::kSoftmax && !spec.mask.defined() &&
+                            !spec.heads_pre.defined() && !spec.temperature.defined();
+  Tensor weights;
+  if (softmax_only) {
+    weights = softmax(logits, spec.scale, spec.bias);  // scale and bias fused into the softmax
+  } else {
+    Tensor x = spec.temperature.defined() ? mul(logits, exp(spec.temperature))
+               : spec.scale != 1.0        ? mul(logits, spec.scale)
+                                          : logits;
+    if (spec.bias.defined()) x = add(x, spec.bias);
+    if (spec.heads_pre.defined()) x = mix_heads(x, spec.heads_pre);
+    switch (spec.normalise) {
+      case Normalise::kSoftmax:
+        weights =
+            softmax(spec.mask.defined() ? masked_fill(x, spec.mask, lowest_finite(x.dtype())) : x);
+        break;
+      case Normalise::kGelu:
+        weights = gelu(x);
+        break;
+      case Normalise::kRelu:
+        weights = relu(x);
+        break;
+      case Normalise::kStarRelu:
+        weights = star_relu(x, spec.starrelu_scale, spec.starrelu_bias);
+        break;
+    }
+    // Without normalisation a masked pair must contribute nothing, whatever act(-inf) would be.
+    if (spec.normalise != Normalise::kSoftmax && spec.mask.defined())
+      weights = masked_fill(weights, spec.mask, 0.0);
+  }
+  if (spec.dropout) weights = (*spec.dropout)(weights);
+  if (spec.heads_post.defined()) weights = mix_heads(weights, spec.heads_post);
+  return weights;
+}
+
+Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec) {
+  return matmul(attention_weights(logits, spec), v);
+}
+
+}  // namespace ska::nn

@@ -1,0 +1,97 @@
+// The attention core every attention mixer and family is built from: the three logit builders
+// (q k^T, static keys, conv logits) and attend(), which normalises logits and applies them to v.
+//
+// The common shape of the computation, in every family (ViT, CaiT, Swin, CvT, MetaFormer):
+//
+//   q, v      the mixer's projections of the tokens, split into heads: [..., h, Nq, d], [..., h,
+//   Nk, d] logits    [..., h, Nq, Nk] from one builder:
+//               dot_logits(q, k)           k projected from the tokens        (mhsa, lsa, sra)
+//               static_key_logits(q, K)    K a parameter [h, Nk, d]            (ska)
+//               conv_logits(q, conv, H, W) a grouped 3x3 conv over the queries
+//                                          laid out as an image: no k at all    (cska)
+//   weights   attention_weights(logits, spec):
+//               scale (fixed, or exp(temperature))  -> + bias (relative position bias, shift
+//               masks) -> talking heads (pre) -> boolean mask (diagonal) -> normalise (softmax, or
+//               gelu / relu / starrelu without normalisation) -> dropout -> talking heads (post)
+//   out       attend(logits, v, spec) = weights @ v, [..., h, Nq, d]; the mixer merges the heads
+//             and projects.
+//
+// What differs between families is only the layout, which they supply around these calls: the
+// leading dims (batch, or batch and windows in Swin), a class token (CSKA's class row from static
+// keys, CvT's class column), class attention (one query row), strided keys and values (CvT), keys
+// on a finer grid whose values repeat (SKA-CaiT), and the parameter names. A fused attention op
+// (logits -> bias/mask -> normalise -> @ v, forward and backward) replaces attend() for all of
+// them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/layers.h"
+
+namespace ska::nn {
+
+// The attention mixers every family can host, named by how their logits are formed: mhsa (q k^T
+// with projected keys), ska (static keys), cska (a conv over the queries).
+enum class AttentionKind { kMhsa, kSka, kCska };
+const std::vector<std::string>& attention_kind_names();  // mhsa, ska, cska
+AttentionKind attention_kind(const std::string& name);   // ValueError listing the known names
+const std::string& attention_kind_name(AttentionKind kind);
+
+// [B, N, h*d] -> [B, h, N, d] (channels grouped by head, as '(h d)').
+Tensor split_heads(const Tensor& x, int64_t heads);
+// [B, h, N, d] -> [B, N, h*d].
+Tensor merge_heads(const Tensor& x);
+
+// q [..., Nq, d], k [..., Nk, d] (leading dims broadcast) -> logits [..., Nq, Nk].
+Tensor dot_logits(const Tensor& q, const Tensor& k);
+// q [B, h, Nq, d] against static keys [h, Nk, d] (shared by the batch) -> [B, h, Nq, Nk].
+Tensor static_key_logits(const Tensor& q, const Tensor& keys);
+// q [B, h, H*W, d] (row-major positions) laid out as an image [B, h*d, H, W] with channels grouped
+// by head -> conv -> [B, h*K, H, W]; output channel head * K + key at a position is that query's
+// logit over the key -> [B, h, H*W, K].
+Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width);
+
+// Static keys [h, Nk, d] (or any shape): randn, as in every reference.
+Tensor init_static_keys(const Shape& shape);
+// The conv of conv_logits: width (h*d) -> heads * keys channels, 3x3, padding 1, groups = heads,
+// with bias.
+std::shared_ptr<Conv2d> make_conv_logits(int64_t width, int64_t heads, int64_t keys,
+                                         Init init = Init::kTorchDefault);
+
+// How logits become weights: softmax over the keys, or (Table 4 ablations) an elementwise
+// activation with no normalisation.
+enum class Normalise { kSoftmax, kGelu, kRelu, kStarRelu };
+const std::vector<std::string>& normalise_names();  // softmax, gelu, relu, starrelu
+Normalise normalise_kind(const std::string& name);  // ValueError listing the known names
+
+// The most negative finite value of a floating dtype (torch's -finfo(dtype).max).
+double lowest_finite(DType dtype);
+// u8 [rows, cols], 1 where row == col: a token may not attend to its own key (LSA).
+Tensor diagonal_mask(int64_t rows, int64_t cols, Device device);
+
+// Everything between the logits and the weights. Tensors may be undefined (step skipped);
+// those that require grad receive gradients.
+struct AttentionSpec {
+  double scale = 1.0;  // logits * scale
+  Tensor temperature;  // [1]: logits * exp(temperature) instead of scale (LSA's learnable tau)
+  Tensor bias;         // added after scaling, broadcast to the logits (relative position bias;
+                       // -inf entries exclude pairs, as Swin's shift masks)
+  Tensor mask;         // u8 broadcast to the logits: 1 = the pair gets weight 0 (diagonal mask)
+  Normalise normalise = Normalise::kSoftmax;
+  Tensor starrelu_scale, starrelu_bias;  // kStarRelu: s * relu(x)^2 + b, both [1]
+  Tensor heads_pre, heads_post;          // talking heads [h, h] mixing dim -3, before / after
+                                         // the normalisation
+  Dropout* dropout = nullptr;            // on the weights (attention dropout), if given
+};
+
+// logits [..., h, Nq, Nk] -> weights of the same shape.
+Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec);
+// attention_weights(logits, spec) @ v: v [..., h, Nk, d] -> [..., h, Nq, d].
+Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec);
+// out[.., g, i, j] = sum_h x[.., h, i, j] * mix[h, g]: the talking-heads mix over dim -3.
+Tensor mix_heads(const Tensor& x, const Tensor& mix);
+
+}  // namespace ska::nn

@@ -1,0 +1,250 @@
+// The attention core (nn/mixers/attention_core): attend() against a naive per-element composition
+// for every normalisation, scale, mask, bias and talking-heads setting; the logit builders; f64
+// gradients with the shared checker; the name tables and the mixer registry's errors.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/mixers/attention_core.h"
+#include "nn/mixers/mixer.h"
+#include "support/test_util.h"
+
+using namespace ska;
+using namespace ska::nn;
+
+namespace {
+
+constexpr int64_t kB = 2, kH = 2, kQ = 3, kK = 4, kD = 2;
+
+// What attention_weights() should compute, spelled out one element at a time in doubles.
+struct NaiveSpec {
+  double scale = 1.0;
+  bool diagonal = false;
+  bool bias = false;
+  bool talking_heads = false;
+  Normalise normalise = Normalise::kSoftmax;
+};
+
+double act(Normalise kind, double x, double s, double b) {
+  switch (kind) {
+    case Normalise::kGelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Normalise::kRelu:
+      return x > 0 ? x : 0.0;
+    case Normalise::kStarRelu:
+      return s * (x > 0 ? x * x : 0.0) + b;
+    default:
+      return x;
+  }
+}
+
+// logits [B, h, Q, K], bias [Q, K], mixes [h, h] -> weights [B, h, Q, K] (flat, row-major).
+std::vector<double> naive_weights(const std::vector<double>& logits,
+                                  const std::vector<double>& bias, const std::vector<double>& pre,
+                                  const std::vector<double>& post, double star_s, double star_b,
+                                  const NaiveSpec& n) {
+  auto at = [](int64_t b, int64_t h, int64_t i, int64_t j) {
+    return static_cast<size_t>(((b * kH + h) * kQ + i) * kK + j);
+  };
+  std::vector<double> x(logits.size()), mixed(logits.size()), w(logits.size()), out(logits.size());
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t i = 0; i < kQ; ++i)
+        for (int64_t j = 0; j < kK; ++j)
+          x[at(b, h, i, j)] = logits[at(b, h, i, j)] * n.scale + (n.bias ? bias[i * kK + j] : 0.0);
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t g = 0; g < kH; ++g)
+      for (int64_t i = 0; i < kQ; ++i)
+        for (int64_t j = 0; j < kK; ++j) {
+          double sum = 0;
+          for (int64_t h = 0; h < kH; ++h) sum += x[at(b, h, i, j)] * pre[h * kH + g];
+          mixed[at(b, g, i, j)] = n.talking_heads ? sum : x[at(b, g, i, j)];
+        }
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t i = 0; i < kQ; ++i) {
+        double max = -INFINITY, total = 0;
+        for (int64_t j = 0; j < kK; ++j)
+          if (!(n.diagonal && i == j)) max = std::max(max, mixed[at(b, h, i, j)]);
+        for (int64_t j = 0; j < kK; ++j) {
+          const bool masked = n.diagonal && i == j;
+          const double v = mixed[at(b, h, i, j)];
+          if (n.normalise == Normalise::kSoftmax) {
+            w[at(b, h, i, j)] = masked ? 0.0 : std::exp(v - max);
+            total += w[at(b, h, i, j)];
+          } else {
+            w[at(b, h, i, j)] = masked ? 0.0 : act(n.normalise, v, star_s, star_b);
+          }
+        }
+        if (n.normalise == Normalise::kSoftmax)
+          for (int64_t j = 0; j < kK; ++j) w[at(b, h, i, j)] /= total;
+      }
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t g = 0; g < kH; ++g)
+      for (int64_t i = 0; i < kQ; ++i)
+        for (int64_t j = 0; j < kK; ++j) {
+          double sum = 0;
+          for (int64_t h = 0; h < kH; ++h) sum += w[at(b, h, i, j)] * post[h * kH + g];
+          out[at(b, g, i, j)] = n.talking_heads ? sum : w[at(b, g, i, j)];
+        }
+  return out;
+}
+
+// weights [B, h, Q, K] @ v [B, h, K, D], flat.
+std::vector<double> naive_matmul(const std::vector<double>& w, const std::vector<double>& v) {
+  std::vector<double> out(static_cast<size_t>(kB * kH * kQ * kD), 0.0);
+  for (int64_t bh = 0; bh < kB * kH; ++bh)
+    for (int64_t i = 0; i < kQ; ++i)
+      for (int64_t e = 0; e < kD; ++e)
+        for (int64_t j = 0; j < kK; ++j)
+          out[(bh * kQ + i) * kD + e] += w[(bh * kQ + i) * kK + j] * v[(bh * kK + j) * kD + e];
+  return out;
+}
+
+struct Inputs {
+  Tensor logits = test::uniform({kB, kH, kQ, kK}, 1, -2.0, 2.0);
+  Tensor v = test::uniform({kB, kH, kK, kD}, 2);
+  Tensor bias = test::uniform({kQ, kK}, 3);
+  Tensor pre = test::uniform({kH, kH}, 4);
+  Tensor post = test::uniform({kH, kH}, 5);
+  Tensor temperature = test::values({std::log(0.7)}, {1});
+  Tensor star_s = test::values({0.8}, {1});
+  Tensor star_b = test::values({-0.1}, {1});
+};
+
+// The spec a NaiveSpec describes; `learnable` puts the scale in spec.temperature instead.
+AttentionSpec make_spec(const Inputs& in, const NaiveSpec& n, bool learnable) {
+  AttentionSpec spec;
+  if (learnable) {
+    spec.temperature = in.temperature;
+  } else {
+    spec.scale = n.scale;
+  }
+  if (n.diagonal) spec.mask = diagonal_mask(kQ, kK, Device::cpu());
+  if (n.bias) spec.bias = in.bias;
+  if (n.talking_heads) {
+    spec.heads_pre = in.pre;
+    spec.heads_post = in.post;
+  }
+  spec.normalise = n.normalise;
+  spec.starrelu_scale = in.star_s;
+  spec.starrelu_bias = in.star_b;
+  return spec;
+}
+
+// Every combination of normalisation, scale (fixed / learnable), diagonal mask, bias and talking
+// heads.
+template <typename F>
+void for_each_spec(F&& f) {
+  for (const std::string& name : normalise_names()) {
+    for (bool learnable : {false, true})
+      for (bool diagonal : {false, true})
+        for (bool bias : {false, true})
+          for (bool talking : {false, true}) {
+            NaiveSpec n;
+            n.normalise = normalise_kind(name);
+            n.scale = learnable ? 0.7 : 0.5;
+            n.diagonal = diagonal;
+            n.bias = bias;
+            n.talking_heads = talking;
+            INFO(name << (learnable ? " learnable" : " fixed") << (diagonal ? " diagonal" : "")
+                      << (bias ? " bias" : "") << (talking ? " talking-heads" : ""));
+            f(n, learnable);
+          }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attend matches a naive composition for every normalisation and mask",
+          "[cpu][nn][attention]") {
+  const Inputs in;
+  for_each_spec([&](const NaiveSpec& n, bool learnable) {
+    const AttentionSpec spec = make_spec(in, n, learnable);
+    const std::vector<double> weights =
+        naive_weights(in.logits.to_vector<double>(), in.bias.to_vector<double>(),
+                      in.pre.to_vector<double>(), in.post.to_vector<double>(), 0.8, -0.1, n);
+    const Tensor expected_weights = test::values(weights, {kB, kH, kQ, kK});
+    test::require_close(attention_weights(in.logits, spec), expected_weights,
+                        test::tolerance_for(DType::kF64), "weights");
+    const Tensor expected =
+        test::values(naive_matmul(weights, in.v.to_vector<double>()), {kB, kH, kQ, kD});
+    test::require_close(attend(in.logits, in.v, spec), expected, test::tolerance_for(DType::kF64),
+                        "attend");
+  });
+}
+
+TEST_CASE("attend gradients (f64 central differences)", "[cpu][nn][attention]") {
+  for_each_spec([&](const NaiveSpec& n, bool learnable) {
+    Inputs in;
+    // Every tensor the spec uses, checked; the others stay out (they would get no gradient).
+    std::vector<Tensor Inputs::*> used = {&Inputs::logits, &Inputs::v};
+    if (n.bias) used.push_back(&Inputs::bias);
+    if (n.talking_heads) used.insert(used.end(), {&Inputs::pre, &Inputs::post});
+    if (learnable) used.push_back(&Inputs::temperature);
+    if (n.normalise == Normalise::kStarRelu)
+      used.insert(used.end(), {&Inputs::star_s, &Inputs::star_b});
+    TensorList inputs;
+    for (Tensor Inputs::*member : used) inputs.push_back((in.*member).set_requires_grad(true));
+    test::check_gradients(
+        [&](const TensorList& x) {
+          Inputs bound = in;
+          for (size_t i = 0; i < used.size(); ++i) bound.*used[i] = x[i];
+          return attend(bound.logits, bound.v, make_spec(bound, n, learnable));
+        },
+        inputs);
+  });
+}
+
+TEST_CASE("logit builders: q k^T, static keys, conv logits", "[cpu][nn][attention]") {
+  const Tensor q = test::uniform({kB, kH, 6, kD}, 7);  // a 2x3 query grid
+  const Tensor keys = test::uniform({kH, kK, kD}, 8);
+  SECTION("static keys are q k^T with one key tensor for the batch") {
+    const Tensor batch_keys = keys.unsqueeze(0).expand({kB, kH, kK, kD});
+    test::require_close(static_key_logits(q, keys), dot_logits(q, batch_keys),
+                        test::tolerance_for(DType::kF64));
+    REQUIRE_THROWS_AS(static_key_logits(q, test::uniform({kH + 1, kK, kD}, 9)), ShapeError);
+  }
+  SECTION("a conv with only its centre tap is a static key per head, plus the conv bias") {
+    std::shared_ptr<Conv2d> conv = make_conv_logits(kH * kD, kH, kK);
+    conv->to(DType::kF64);
+    CHECK(conv->weight.shape() == Shape{kH * kK, kD, 3, 3});
+    std::vector<double> w(static_cast<size_t>(conv->weight.numel()), 0.0);
+    const std::vector<double> k = keys.to_vector<double>();  // [h, K, d]
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t key = 0; key < kK; ++key)
+        for (int64_t c = 0; c < kD; ++c)  // channel c of the head's group; tap (1, 1)
+          w[static_cast<size_t>(((h * kK + key) * kD + c) * 9 + 4)] = k[(h * kK + key) * kD + c];
+    {
+      NoGradGuard no_grad;
+      conv->weight.copy_(test::values(w, conv->weight.shape()));
+    }
+    const Tensor bias = conv->bias.reshape({1, kH, 1, kK});
+    test::require_close(conv_logits(q, *conv, 2, 3), add(static_key_logits(q, keys), bias),
+                        test::tolerance_for(DType::kF64));
+    REQUIRE_THROWS_AS(conv_logits(q, *conv, 3, 3), ShapeError);
+  }
+  SECTION("gradients through every builder") {
+    std::shared_ptr<Conv2d> conv = make_conv_logits(kH * kD, kH, kK);
+    conv->to(DType::kF64);
+    TensorList inputs = {q.clone().set_requires_grad(true), keys.clone().set_requires_grad(true),
+                         conv->weight, conv->bias};
+    test::check_gradients(
+        [&](const TensorList& x) {
+          return add(static_key_logits(x[0], x[1]), conv_logits(x[0], *conv, 2, 3));
+        },
+        inputs);
+  }
+}
+
+TEST_CASE("attention names fail with the list of known names", "[cpu][nn][attention]") {
+  CHECK(attention_kind("cska") == AttentionKind::kCska);
+  CHECK(attention_kind_name(AttentionKind::kSka) == "ska");
+  REQUIRE_THROWS_WITH(attention_kind("skaa"), Catch::Contains("mhsa, ska, cska"));
+  REQUIRE_THROWS_WITH(normalise_kind("tanh"), Catch::Contains("softmax, gelu, relu, starrelu"));
+  Config cfg = Config::parse("mixer: cskaa\n");
+  REQUIRE_THROWS_WITH(build_mixer(cfg.root(), "mixer", MixerArgs{8, TokenGrid{2, 2, false}, "vit"}),
+                      Catch::Contains("did you mean 'cska'") && Catch::Contains("sepconv"));
+}
