@@ -36,7 +36,7 @@ TEST_CASE("the graph is freed after backward", "[cpu]") {
   CHECK_THROWS_AS(y.backward(), AutogradError);
 }
 
-TEST_CASE("no_grad records nothing; detach cuts history", "[cpu]") {
+TEST_CASE("no_grad records nothing, detach cuts history", "[cpu]") {
   Tensor x = values({1, 2}, {2}).set_requires_grad();
   {
     NoGradGuard guard;

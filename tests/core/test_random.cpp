@@ -55,7 +55,7 @@ TEST_CASE("uniform and normal draws have the right moments", "[cpu]") {
   CHECK(m2 / n.size() == Approx(1.0).margin(0.015));
 }
 
-TEST_CASE("dropout keeps 1-p of the elements, scaled; drop_path drops whole samples", "[cpu]") {
+TEST_CASE("dropout keeps 1-p of the elements, scaled, drop_path drops whole samples", "[cpu]") {
   Generator g(3);
   const Tensor x = Tensor::ones({100, 1000}, DType::kF64);
   const std::vector<double> y = dropout(x, 0.3, true, &g).to_vector<double>();

@@ -53,7 +53,7 @@ TEST_CASE("views share storage and index correctly", "[cpu]") {
   CHECK(x.view({-1, 4}).shape() == Shape{6, 4});
 }
 
-TEST_CASE("view refuses incompatible strides; reshape copies", "[cpu]") {
+TEST_CASE("view refuses incompatible strides, reshape copies", "[cpu]") {
   Tensor x = Tensor::arange(6, DType::kF64).reshape({2, 3});
   Tensor t = x.transpose(0, 1);
   CHECK_THROWS_AS(t.view({6}), ShapeError);
@@ -79,7 +79,7 @@ TEST_CASE("dtype conversions and in-place copy with broadcasting", "[cpu]") {
   CHECK(d.to_vector<double>() == std::vector<double>{1.5, 7, 3, 1.5, 7, 3});
 }
 
-TEST_CASE("devices parse; CUDA without a device is a clear error", "[cpu]") {
+TEST_CASE("devices parse, CUDA without a device is a clear error", "[cpu]") {
   CHECK(Device::parse("cuda:3") == Device::cuda(3));
   CHECK(Device::parse("cpu").is_cpu());
   CHECK_THROWS_AS(Device::parse("gpu0"), ValueError);

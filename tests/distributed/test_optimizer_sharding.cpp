@@ -63,7 +63,7 @@ TEST_CASE("the optimizer state of CAFormer-B36 splits evenly over 8 workers",
   REQUIRE_THROWS_WITH(a.owner("no.such.param"), Contains("no.such.param"));
 }
 
-TEST_CASE("tensors packed for a collective come back exactly; bad bytes are errors",
+TEST_CASE("tensors packed for a collective come back exactly, bad bytes are errors",
           "[cpu][distributed]") {
   std::map<std::string, Tensor> m;
   m["w.exp_avg"] = Tensor::from_vector<float>({1.5f, -2.0f, 3.25f, 0.0f}, {2, 2});

@@ -69,7 +69,7 @@ TEST_CASE("load_state_dict copies values and reports every problem at once", "[c
   CHECK_NOTHROW(b.load_state_dict(sd, /*strict=*/false));
 }
 
-TEST_CASE("train/eval reaches every child; moves keep handles valid", "[cpu]") {
+TEST_CASE("train/eval reaches every child, moves keep handles valid", "[cpu]") {
   Block b;
   b.eval();
   CHECK_FALSE(b.bn->is_training());

@@ -142,7 +142,7 @@ TEST_CASE("autocast guards nest, restore and accept only bf16 and f16", "[cpu][a
   CHECK(linear(x, w).dtype() == DType::kF32);
 }
 
-TEST_CASE("GEMM-type ops run in the autocast dtype; grads reach f32 weights as f32",
+TEST_CASE("GEMM-type ops run in the autocast dtype, grads reach f32 weights as f32",
           "[cpu][autocast]") {
   const Tensor x = f32_data({5, 8}, 3);
   const Tensor w = f32_data({6, 8}, 4).set_requires_grad();

@@ -19,7 +19,7 @@ TEST_CASE("cat and stack", "[cpu]") {
   CHECK_THROWS_AS(cat({}, 0), ValueError);
 }
 
-TEST_CASE("split and chunk are views; backward fills unused pieces with zeros", "[cpu]") {
+TEST_CASE("split and chunk are views, backward fills unused pieces with zeros", "[cpu]") {
   Tensor x = Tensor::arange(10, DType::kF64).reshape({2, 5}).detach();
   TensorList p = split(x, {2, 3}, 1);
   CHECK(p[0].same_storage(x));

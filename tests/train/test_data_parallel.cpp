@@ -293,7 +293,7 @@ TEST_CASE("a data-parallel job killed with SIGKILL resumes bit-identically at wo
   REQUIRE(test::bitwise_equal(a.state.optimizer, b.state.optimizer, &diff));
 }
 
-TEST_CASE("a killed worker makes the others exit with a message; the last checkpoint loads",
+TEST_CASE("a killed worker makes the others exit with a message, the last checkpoint loads",
           "[cpu][distributed][train][slow]") {
   SKIP_WITHOUT_FASHION_MNIST();
   const std::string dir = test::train_scratch_dir("dp_dead");

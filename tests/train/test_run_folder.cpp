@@ -39,7 +39,7 @@ TrainState state_at(int64_t step) {
 
 }  // namespace
 
-TEST_CASE("a run folder has one writer; a dead holder's lock does not block",
+TEST_CASE("a run folder has one writer, a dead holder's lock does not block",
           "[cpu][train][hardening]") {
   const std::string run = test::train_scratch_dir("lock");
   {
@@ -117,7 +117,7 @@ TEST_CASE("two train commands on one --output: the second fails at once naming t
   REQUIRE_THAT(written, Contains("run dir: " + run) && !Contains("in use"));
 }
 
-TEST_CASE("checkpoint pointers: one record; pruning keeps the best; a resume repairs the files",
+TEST_CASE("checkpoint pointers: one record, pruning keeps the best, a resume repairs the files",
           "[cpu][train][hardening]") {
   const std::string run = test::train_scratch_dir("pointers");
   const TensorMap model = {{"w", Tensor::from_vector<float>({1, 2}, {2})}};
