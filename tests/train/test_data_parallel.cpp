@@ -266,16 +266,7 @@ TEST_CASE("a data-parallel job killed with SIGKILL resumes bit-identically at wo
   std::vector<std::string> killed = common;
   killed.insert(killed.end(), {"--output", dir + "/killed", "--set", "checkpoint.every_steps=1"});
   const pid_t pid = spawn_train(killed, {}, dir + "/killed.log");
-  const auto t0 = std::chrono::steady_clock::now();
-  int64_t step = 0;
-  while (step < 5 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
-    try {
-      step = load_checkpoint(resolve_checkpoint(dir + "/killed")).state.step;
-    } catch (const Error&) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  REQUIRE(step >= 5);
+  REQUIRE(test::wait_for_checkpoint_step(dir + "/killed", 5) >= 5);
   ::kill(pid, SIGKILL);
   REQUIRE(wait_exit(pid, 30) == 128 + SIGKILL);
   std::vector<std::string> resumed = common;
@@ -312,16 +303,7 @@ TEST_CASE("a killed worker makes the others exit with a message, the last checkp
                                 "MASTER_PORT=" + std::to_string(port)},
                                dir + "/rank" + std::to_string(rank) + ".log"));
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  int64_t step = 0;
-  while (step < 4 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
-    try {
-      step = load_checkpoint(resolve_checkpoint(dir + "/run")).state.step;
-    } catch (const Error&) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  REQUIRE(step >= 4);
+  REQUIRE(test::wait_for_checkpoint_step(dir + "/run", 4) >= 4);
   ::kill(pids[1], SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
   REQUIRE(wait_exit(pids[1], 10) == 128 + SIGKILL);

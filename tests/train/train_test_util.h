@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "config/config.h"
 #include "core/tensor.h"
@@ -88,6 +90,23 @@ inline std::map<std::string, Tensor> train_until(const std::string& yaml, int64_
   const train::TrainResult r = trainer.fit();
   if (result) *result = r;
   return trainer.model().state_dict();
+}
+
+// Polls `run_dir` until its last complete checkpoint has reached `step` (or `limit_s` passed);
+// returns the step reached (0 when none).
+inline int64_t wait_for_checkpoint_step(const std::string& run_dir, int64_t step,
+                                        double limit_s = 120.0) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t reached = 0;
+  while (reached < step &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < limit_s) {
+    try {
+      reached = train::load_checkpoint(train::resolve_checkpoint(run_dir)).state.step;
+    } catch (const Error&) {  // none yet, or one being written
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return reached;
 }
 
 }  // namespace ska::test
