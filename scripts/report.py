@@ -165,6 +165,8 @@ HEADER = ["row", "config", "paper top-1", "ours best top-1", "final top-1", "fin
 def context_lines(table, args):
     lines = [f"Generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by `scripts/report.py "
              f"{args.table}{' --name ' + args.name if args.name != args.table else ''}` from `{args.runs}/{args.name}/`."]
+    if args.overrides:
+        lines.append(f"Every run of this report trained with the overrides `{args.overrides}`.")
     if args.name != args.table:
         lines.append(f"**Shortened schedule** (`{args.name}`): every run trained for fewer epochs than the "
                      "paper's recipe, with the cosine schedule compressed into them; accuracies are not "
@@ -282,6 +284,7 @@ def main():
     p.add_argument("--build", default=os.environ.get("SKA_BUILD", os.path.join(ROOT, "build")))
     p.add_argument("--results", default=os.path.join(ROOT, "configs", "paper_results.json"))
     p.add_argument("--rows", help="only these configs (comma-separated names)")
+    p.add_argument("--overrides", default="", help="the --set options the runs had (printed in the report)")
     p.add_argument("--tp-device", help="device of the Tp measurement: cpu, cuda, or none (default: cuda if present)")
     p.add_argument("--tp-batch", type=int, help="batch of the Tp measurement (default 256 on cuda, 64 on cpu)")
     p.add_argument("--list", action="store_true", help="print the table's configs and exit")

@@ -110,6 +110,7 @@ for pid in "${PIDS[@]+"${PIDS[@]}"}"; do
 done
 
 REPORT_CMD=("${REPORT[@]}" "$TABLE" --name "$NAME" --runs "$RUNS" --build "$BUILD" ${ROWS:+--rows "$ROWS"})
+[[ ${#SETS[@]} -eq 0 ]] || REPORT_CMD+=(--overrides "${SETS[*]}")
 if [[ $DRY -eq 1 ]]; then
   printf '%q ' "${REPORT_CMD[@]}"
   echo
