@@ -245,7 +245,8 @@ def svg_plot(title, series, width=640, height=300):
 def write_html(path, table, rows, args):
     groups = {}
     for r in rows:  # one pair of plots per dataset (the config's prefix)
-        groups.setdefault(r["config"].split("_")[0], []).append(r)
+        config = r["config"]
+        groups.setdefault(config.split("/")[0] if "/" in config else config.split("_")[0], []).append(r)
     body = [f"<h1>{html.escape(table['title'])}</h1>"]
     body += [f"<p>{html.escape(l).replace('**', '')}</p>" for l in context_lines(table, args)]
     body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in HEADER) + "</tr>")
