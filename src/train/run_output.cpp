@@ -1,13 +1,18 @@
-// The run folder's logs: console lines, config.yaml, summary.csv, metrics.jsonl (see
-// run_output.h).
+// The run folder's logs: console lines, config.yaml, summary.csv, metrics.jsonl, TensorBoard
+// events and curves.png (see run_output.h).
 #include "train/run_output.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
+#include "io/plot.h"
+#include "io/tensorboard.h"
 
 namespace ska::train {
 
@@ -29,7 +34,81 @@ std::string eval_text(const EvalResult& e, double best, int64_t best_epoch) {
          std::to_string(best_epoch) + ")";
 }
 
+// metrics.jsonl key -> TensorBoard tag. Step records carry loss, lr and images_per_s; epoch
+// records the rest. Records map key by key, so the event file holds exactly the jsonl's numbers.
+const std::vector<std::pair<const char*, const char*>>& tb_tags(bool step_record) {
+  static const std::vector<std::pair<const char*, const char*>> step = {
+      {"loss", "train/loss"}, {"lr", "train/lr"}, {"images_per_s", "train/images_per_s"}};
+  static const std::vector<std::pair<const char*, const char*>> epoch = {
+      {"epoch", "epoch/epoch"},
+      {"train_loss", "epoch/train_loss"},
+      {"lr", "epoch/lr"},
+      {"images_per_s", "epoch/images_per_s"},
+      {"seconds", "epoch/seconds"},
+      {"nonfinite_total", "train/nonfinite_total"},
+      {"loss_scale", "train/loss_scale"},
+      {"eval_loss", "eval/loss"},
+      {"eval_top1", "eval/top1"},
+      {"eval_top5", "eval/top5"},
+      {"ema_eval_loss", "ema/loss"},
+      {"ema_eval_top1", "ema/top1"},
+      {"ema_eval_top5", "ema/top5"}};
+  return step_record ? step : epoch;
+}
+
+std::vector<io::TbScalar> tb_scalars(const nlohmann::json& record) {
+  std::vector<io::TbScalar> out;
+  for (const auto& [key, tag] : tb_tags(record.at("kind") == "step")) {
+    const auto it = record.find(key);
+    if (it == record.end() || !it->is_number()) continue;  // absent, or null (NaN)
+    out.push_back({tag, static_cast<float>(it->get<double>())});
+  }
+  return out;
+}
+
+// summary.csv's column `name` as numbers (NaN for empty cells); empty when there is no such column.
+std::vector<double> csv_column(const std::vector<std::vector<std::string>>& rows,
+                               const std::string& name) {
+  std::vector<double> v;
+  if (rows.empty()) return v;
+  const auto& header = rows.front();
+  const auto col = std::find(header.begin(), header.end(), name) - header.begin();
+  if (col == static_cast<long>(header.size())) return v;
+  for (size_t r = 1; r < rows.size(); ++r) {
+    const std::string cell = col < static_cast<long>(rows[r].size()) ? rows[r][col] : "";
+    v.push_back(cell.empty() ? NAN : std::strtod(cell.c_str(), nullptr));
+  }
+  return v;
+}
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::vector<std::vector<std::string>> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    if (!line.empty() && line.back() == ',') cells.emplace_back();
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// curves.png: train loss and eval top-1 (and the EMA's) per epoch, from summary.csv.
+void write_curves(const std::string& run_dir) {
+  const auto rows = read_csv((fs::path(run_dir) / "summary.csv").string());
+  const std::vector<double> epoch = csv_column(rows, "epoch");
+  io::PlotPanel loss{"train loss", "epoch", {{"train", epoch, csv_column(rows, "train_loss"), io::kPlotBlue}}};
+  io::PlotPanel top1{"eval top-1 (%)", "epoch", {{"model", epoch, csv_column(rows, "eval_top1"), io::kPlotBlue}}};
+  const std::vector<double> ema = csv_column(rows, "ema_eval_top1");
+  if (!ema.empty()) top1.series.push_back({"EMA", epoch, ema, io::kPlotOrange});
+  io::write_png((fs::path(run_dir) / "curves.png").string(),
+                io::plot_panels({loss, top1}, kCurvesPanelWidth, kCurvesHeight));
+}
+
 }  // namespace
+
+RunOutput::~RunOutput() = default;
 
 RunOutput::RunOutput(std::string run_dir, bool enabled, bool has_ema,
                      std::function<void(const std::string&)> log)
@@ -49,6 +128,7 @@ void RunOutput::append(const std::string& file, const std::string& text) const {
 void RunOutput::start(const std::string& config_text) const {
   if (!enabled_) return;
   std::ofstream(fs::path(run_dir_) / "config.yaml") << config_text;
+  events_ = std::make_unique<io::TbWriter>(run_dir_);
   if (!fs::exists(fs::path(run_dir_) / "summary.csv")) {
     append("summary.csv", std::string("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr") +
                               (has_ema_ ? ",ema_eval_loss,ema_eval_top1,ema_eval_top5" : ""));
@@ -61,6 +141,7 @@ void RunOutput::step(int64_t epoch, int64_t step, double loss, double lr,
   const nlohmann::json j = {{"kind", "step"}, {"epoch", epoch},  {"step", step},
                             {"loss", loss},   {"lr", lr},        {"images_per_s", images_per_s}};
   append("metrics.jsonl", j.dump());
+  if (events_) events_->write(step, tb_scalars(j));
 }
 
 void RunOutput::epoch(const EpochRecord& r) const {
@@ -82,7 +163,7 @@ void RunOutput::epoch(const EpochRecord& r) const {
   append("summary.csv", std::to_string(r.epoch) + "," + fixed(r.train_loss, 6) + "," +
                             columns(r.eval) + "," + std::to_string(r.lr) +
                             (has_ema_ ? "," + columns(r.ema_eval) : ""));
-  nlohmann::json j = {{"kind", "epoch"},          {"epoch", r.epoch},
+  nlohmann::json j = {{"kind", "epoch"},          {"epoch", r.epoch},  {"epochs", r.epochs},
                       {"step", r.step},           {"train_loss", r.train_loss},
                       {"lr", r.lr},               {"images_per_s", r.images_per_s},
                       {"seconds", r.seconds},     {"nonfinite_total", r.nonfinite_total}};
@@ -98,6 +179,13 @@ void RunOutput::epoch(const EpochRecord& r) const {
     }
   }
   append("metrics.jsonl", j.dump());
+  if (events_) events_->write(r.step, tb_scalars(j));
+}
+
+void RunOutput::finish() {
+  if (!enabled_) return;
+  events_.reset();
+  write_curves(run_dir_);
 }
 
 }  // namespace ska::train

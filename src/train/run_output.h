@@ -1,13 +1,18 @@
 // What a run writes besides checkpoints: console/log lines, the resolved config.yaml,
-// summary.csv (one row per epoch) and metrics.jsonl (step and epoch records). In a data-parallel
-// job only rank 0 enables it; the others stay silent.
+// summary.csv (one row per epoch), metrics.jsonl (step and epoch records), the same scalars as
+// TensorBoard events, and curves.png at the end. In a data-parallel job only rank 0 enables it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "train/evaluate.h"
+
+namespace ska::io {
+class TbWriter;
+}
 
 namespace ska::train {
 
@@ -23,18 +28,28 @@ struct EpochRecord {
   int64_t best_epoch = -1, best_ema_epoch = -1;
 };
 
+// curves.png: two panels side by side, each kCurvesPanelWidth x kCurvesHeight pixels.
+constexpr int kCurvesPanelWidth = 480, kCurvesHeight = 320;
+
 class RunOutput {
  public:
   // `enabled` false: every call does nothing (the non-zero ranks). `log` receives finished lines.
   RunOutput(std::string run_dir, bool enabled, bool has_ema,
             std::function<void(const std::string&)> log);
+  ~RunOutput();
 
   bool enabled() const { return enabled_; }
   void line(const std::string& text) const;
-  // config.yaml, and summary.csv's header unless the file exists (a resumed run appends).
+  // config.yaml, summary.csv's header unless the file exists (a resumed run appends), and a new
+  // TensorBoard event file (one per start: TensorBoard reads every file of the folder).
   void start(const std::string& config_text) const;
+  // Each record goes to metrics.jsonl and, as the same numbers, to the event file (tags in
+  // run_output.cpp: train/loss, train/lr, eval/top1, ema/top1, ...).
   void step(int64_t epoch, int64_t step, double loss, double lr, double images_per_s) const;
   void epoch(const EpochRecord& r) const;
+  // The end of fit(): curves.png (train loss and eval top-1 per epoch, from the whole of
+  // summary.csv, so a resumed run's picture covers every epoch) and the event file closed.
+  void finish();
 
  private:
   void append(const std::string& file, const std::string& text) const;
@@ -43,6 +58,7 @@ class RunOutput {
   bool enabled_;
   bool has_ema_;
   std::function<void(const std::string&)> log_;
+  mutable std::unique_ptr<io::TbWriter> events_;  // made by start(), once the folder exists
 };
 
 }  // namespace ska::train

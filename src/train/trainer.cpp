@@ -471,6 +471,7 @@ TrainResult Trainer::fit() {
     const std::vector<std::string> saved = checkpoints_->list();
     if (!saved.empty()) result.last_checkpoint = saved.back();
   }
+  output_->finish();
   return result;
 }
 

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# One command per table of the paper: trains every config of TABLE (configs/paper_results.json)
+# into runs/<table>/<config>, resuming interrupted runs, then writes reports/<table>.{md,html}.
+#
+# Usage: scripts/reproduce.sh TABLE [--rows a,b] [--epochs N] [--gpus 0,1,2,3]
+#            [--nproc-per-node N] [--device cpu|cuda] [--runs DIR] [--dry-run] [--set k=v ...]
+#   TABLE              table1 table2 table4 table5 table8 table8-mini
+#   --rows a,b         only these configs (names as in `--list`: cifar10_vit_s,...)
+#   --epochs N         a shortened schedule: --set train.epochs=N, runs in runs/<table>-<N>ep/ and
+#                      the report reports/<table>-<N>ep.* (never mixed with full-schedule runs)
+#   --gpus 0,1,..      one run per GPU at a time (CUDA_VISIBLE_DEVICES), runs in parallel;
+#                      with --nproc-per-node the runs go one after another on all these GPUs
+#   --nproc-per-node N each run data-parallel over N workers (train --nproc-per-node)
+#   --device           default: cuda when --gpus is given or nvidia-smi sees a GPU, else cpu
+#   --dry-run          print the commands, run nothing
+# Environment: SKA_BUILD (default: build) holds apps/train, apps/summary and apps/benchmark.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${SKA_BUILD:-build}"
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+fail() { echo "reproduce.sh: $*" >&2; exit 2; }
+
+TABLE="" ROWS="" EPOCHS="" GPUS="" NPROC=1 DEVICE="" RUNS="runs" DRY=0
+SETS=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) usage 0 ;;
+    --rows) ROWS="${2:?--rows needs a value}"; shift 2 ;;
+    --epochs) EPOCHS="${2:?--epochs needs a value}"; shift 2 ;;
+    --gpus) GPUS="${2:?--gpus needs a value}"; shift 2 ;;
+    --nproc-per-node) NPROC="${2:?--nproc-per-node needs a value}"; shift 2 ;;
+    --device) DEVICE="${2:?--device needs a value}"; shift 2 ;;
+    --runs) RUNS="${2:?--runs needs a value}"; shift 2 ;;
+    --set) SETS+=(--set "${2:?--set needs k=v}"); shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    -*) fail "unknown option '$1' (see --help)" ;;
+    *) [[ -z "$TABLE" ]] || fail "one TABLE only (got '$TABLE' and '$1')"; TABLE="$1"; shift ;;
+  esac
+done
+[[ -n "$TABLE" ]] || usage 2
+[[ -z "$EPOCHS" || "$EPOCHS" =~ ^[1-9][0-9]*$ ]] || fail "--epochs '$EPOCHS' is not a positive integer"
+[[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || fail "--nproc-per-node '$NPROC' is not a positive integer"
+[[ -z "$GPUS" || "$GPUS" =~ ^[0-9]+(,[0-9]+)*$ ]] || fail "--gpus '$GPUS' is not a list like 0,1,2"
+if [[ -z "$DEVICE" ]]; then
+  if [[ -n "$GPUS" ]] || nvidia-smi -L >/dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
+fi
+
+REPORT=(python3 "$ROOT/scripts/report.py")
+CONFIGS="$("${REPORT[@]}" --list "$TABLE" ${ROWS:+--rows "$ROWS"})" || exit 2
+NAME="$TABLE${EPOCHS:+-${EPOCHS}ep}"
+TRAIN="$BUILD/apps/train"
+[[ $DRY -eq 1 || -x "$TRAIN" ]] || fail "$TRAIN is not built (cmake --build $BUILD --target train summary benchmark, or set SKA_BUILD)"
+
+# The train command of one config, as an array in CMD.
+make_command() {
+  local config="$1" out="$2"
+  CMD=("$TRAIN" --config "$ROOT/configs/$config.yaml" --output "$out" --resume auto --device "$DEVICE")
+  [[ "$NPROC" -gt 1 ]] && CMD+=(--nproc-per-node "$NPROC")
+  [[ -n "$EPOCHS" ]] && CMD+=(--set "train.epochs=$EPOCHS")
+  CMD+=("${SETS[@]+"${SETS[@]}"}")
+  return 0
+}
+
+declare -A SLOT_PID=()
+PIDS=() FAILED=0
+# Starts CMD in the background on a free GPU of --gpus (waiting for one), or runs it here.
+launch() {
+  local out="$1" gpu=""
+  if [[ -n "$GPUS" && "$NPROC" -eq 1 ]]; then
+    while [[ -z "$gpu" ]]; do
+      for g in ${GPUS//,/ }; do
+        local pid="${SLOT_PID[$g]:-}"
+        if [[ -z "$pid" ]] || ! kill -0 "$pid" 2>/dev/null; then gpu="$g"; break; fi
+      done
+      [[ -n "$gpu" ]] || sleep 5
+    done
+    echo "reproduce.sh: $(basename "$out") on GPU $gpu (console: $out.console.log)"
+    CUDA_VISIBLE_DEVICES="$gpu" "${CMD[@]}" >"$out.console.log" 2>&1 &
+    SLOT_PID[$gpu]=$!
+    PIDS+=($!)
+  else
+    echo "reproduce.sh: $(basename "$out") (console: $out.console.log)"
+    if ! env ${GPUS:+CUDA_VISIBLE_DEVICES="$GPUS"} "${CMD[@]}" >"$out.console.log" 2>&1; then
+      echo "reproduce.sh: $(basename "$out") failed; see $out.console.log" >&2
+      FAILED=$((FAILED + 1))
+    fi
+  fi
+}
+
+for config in $CONFIGS; do
+  out="$RUNS/$NAME/$(basename "$config")"
+  status="$("${REPORT[@]}" --status "$out")"
+  if [[ "$status" == finished ]]; then
+    echo "reproduce.sh: $(basename "$out") finished already ($out); skipped"
+    continue
+  fi
+  make_command "$config" "$out"
+  if [[ $DRY -eq 1 ]]; then
+    printf '%s' "${GPUS:+CUDA_VISIBLE_DEVICES=<one of $GPUS> }"
+    printf '%q ' "${CMD[@]}"
+    echo "  # $status"
+    continue
+  fi
+  mkdir -p "$RUNS/$NAME"
+  launch "$out"
+done
+for pid in "${PIDS[@]+"${PIDS[@]}"}"; do
+  wait "$pid" || FAILED=$((FAILED + 1))
+done
+
+REPORT_CMD=("${REPORT[@]}" "$TABLE" --name "$NAME" --runs "$RUNS" --build "$BUILD" ${ROWS:+--rows "$ROWS"})
+[[ ${#SETS[@]} -eq 0 ]] || REPORT_CMD+=(--overrides "${SETS[*]}")
+if [[ $DRY -eq 1 ]]; then
+  printf '%q ' "${REPORT_CMD[@]}"
+  echo
+  exit 0
+fi
+SKA_BUILD="$BUILD" "${REPORT_CMD[@]}"
+[[ $FAILED -eq 0 ]] || fail "$FAILED run(s) failed; the report shows how far each got"
