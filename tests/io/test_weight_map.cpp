@@ -7,6 +7,7 @@
 #include "models/model.h"
 #include "nn/module.h"
 #include "support/test_util.h"
+#include "weight_map_fixtures.h"
 
 namespace {
 
@@ -79,7 +80,7 @@ TEST_CASE("weight map: parsing rules", "[cpu][io]") {
   REQUIRE(map.description == "synthetic test map");
   REQUIRE(map.rules.size() == 6);
   REQUIRE(map.rules[1].ours == "stage{i}.blocks.{j}.norm.weight");
-  REQUIRE(map.rules[1].theirs == "layers.{i+1}.{j}.ln.weight");
+  REQUIRE(map.rules[1].theirs == std::vector<std::string>{"layers.{i+1}.{j}.ln.weight"});
   REQUIRE(map.rules[2].transforms.size() == 1);
   REQUIRE(map.rules[2].transforms[0].kind == WeightTransform::Kind::kSqueeze);
   REQUIRE(map.rules[3].transforms[0].dims == std::vector<int64_t>{0, 1});
@@ -206,36 +207,13 @@ std::map<std::string, Tensor> round_trip(const std::string& map_file, const std:
   return theirs;
 }
 
-// A reduced MetaFormer with every mixer whose names the maps must carry.
-const char* kSmallMetaFormer = R"(
-family: metaformer
-image_size: 32
-in_channels: 3
-num_classes: 5
-depths: [1, 1, 1, 1]
-dims: [8, 16, 32, 32]
-mixers: [sepconv, cska, ska, mhsa]
-mlp_ratio: 2
-head_mlp_ratio: 2
-)";
 
-const char* kSmallVit = R"(
-family: vit
-image_size: 8
-in_channels: 3
-num_classes: 3
-patch_size: 2
-dim: 16
-depth: 2
-mlp_dim: 24
-mixer: {type: MIXER, heads: 2, head_dim: 4}
-)";
 
 }  // namespace
 
 TEST_CASE("weight maps in configs/weight_maps round-trip our models", "[cpu][io]") {
   SECTION("timm MetaFormer names") {
-    const auto theirs = round_trip("timm_metaformer.yaml", kSmallMetaFormer);
+    const auto theirs = round_trip("timm_metaformer.yaml", test::kSmallMetaFormer);
     for (const char* name :
          {"stem.conv.weight", "stem.norm.weight", "stages.1.downsample.norm.weight",
           "stages.3.downsample.conv.bias", "stages.0.blocks.0.token_mixer.pwconv1.weight",
@@ -247,7 +225,7 @@ TEST_CASE("weight maps in configs/weight_maps round-trip our models", "[cpu][io]
     }
   }
   SECTION("the authors' sail-sg MetaFormer names") {
-    const auto theirs = round_trip("authors_metaformer.yaml", kSmallMetaFormer);
+    const auto theirs = round_trip("authors_metaformer.yaml", test::kSmallMetaFormer);
     for (const char* name :
          {"downsample_layers.0.conv.weight", "downsample_layers.1.pre_norm.weight",
           "stages.1.0.token_mixer.to_k.weight", "stages.1.0.token_mixer.qv.weight",
@@ -259,7 +237,7 @@ TEST_CASE("weight maps in configs/weight_maps round-trip our models", "[cpu][io]
   }
   SECTION("the authors' CIFAR ViT names, every attention variant") {
     for (const std::string mixer : {"lsa", "ska", "cska"}) {
-      std::string yaml = kSmallVit;
+      std::string yaml = test::kSmallVit;
       yaml.replace(yaml.find("MIXER"), 5, mixer);
       const auto theirs = round_trip("authors_cifar_vit.yaml", yaml);
       REQUIRE(theirs.count("to_patch_embedding.to_patch_tokens.2.weight"));
@@ -270,4 +248,55 @@ TEST_CASE("weight maps in configs/weight_maps round-trip our models", "[cpu][io]
       if (mixer == "ska") REQUIRE(theirs.count("transformer.layers.0.0.fn.k"));
     }
   }
+}
+
+TEST_CASE("weight map: concatenation, split and if_ours, both ways", "[cpu][io]") {
+  // Their fused qkv split into our q, k, v; their to_k and to_v concatenated into our kv when
+  // the model has q (if_ours), else their to_kv.
+  const char* qkv_text = R"(
+rules:
+  - {ours: "q", theirs: "qkv.weight", split: {dim: 0, parts: 3, index: 0}}
+  - {ours: "k", theirs: "qkv.weight", split: {dim: 0, parts: 3, index: 1}}
+  - {ours: "v", theirs: "qkv.weight", split: {dim: 0, parts: 3, index: 2}}
+  - {ours: "kv", theirs: ["to_k", "to_v"], cat: 0, if_ours: "q"}
+  - "kv <- to_kv"
+)";
+  const WeightMap map = parse_weight_map(Config::parse(qkv_text, "qkv.yaml"), "qkv.yaml");
+  Holder with_q({{"q", {2, 3}}, {"k", {2, 3}}, {"v", {2, 3}}, {"kv", {4, 3}}});
+  const auto ours = with_q.state_dict();
+  const auto theirs = export_weights(map, ours);
+  REQUIRE(theirs.size() == 3);  // qkv.weight, to_k, to_v
+  REQUIRE(theirs.at("qkv.weight").shape() == Shape{6, 3});
+  test::require_close(theirs.at("qkv.weight").narrow(0, 2, 2), ours.at("k"), {0, 0}, "k");
+  test::require_close(theirs.at("to_v"), ours.at("kv").narrow(0, 2, 2), {0, 0}, "to_v");
+  const auto imported = import_weights(map, theirs, ours);
+  for (const auto& [name, value] : ours) test::require_close(imported.at(name), value, {0, 0}, name);
+
+  // Without q (if_ours fails) kv comes from their to_kv.
+  Holder without_q({{"kv", {4, 3}}});
+  const auto plain = export_weights(map, without_q.state_dict());
+  REQUIRE(plain.size() == 1);
+  REQUIRE(plain.count("to_kv"));
+
+  // A split whose chunks are not all exported, a cat whose sizes do not fit.
+  Holder only_q({{"q", {2, 3}}});
+  REQUIRE_THROWS_WITH(export_weights(map, only_q.state_dict()),
+                      Contains("theirs 'qkv.weight' needs all 3 parts") && Contains("1, 2"));
+  auto broken = theirs;
+  broken["to_v"] = Tensor::zeros({3, 3});
+  REQUIRE_THROWS_WITH(import_weights(map, broken, ours),
+                      Contains("ours 'kv' [4, 3] <- theirs 'to_k' + 'to_v' [2, 3] + [3, 3]"));
+}
+
+TEST_CASE("weight map: malformed cat and split rules name the rule", "[cpu][io]") {
+  auto parse = [](const std::string& rule) {
+    return parse_weight_map(Config::parse("rules:\n  - " + rule + "\n", "m.yaml"), "m.yaml");
+  };
+  REQUIRE_THROWS_WITH(parse(R"({ours: "a", theirs: ["b", "c"]})"), Contains("needs 'cat: dim'"));
+  REQUIRE_THROWS_WITH(parse(R"({ours: "a", theirs: "b", cat: 0})"), Contains("is one name"));
+  REQUIRE_THROWS_WITH(parse(R"({ours: "a", theirs: "b", split: {dim: 0, parts: 2, index: 2}})"),
+                      Contains("rules[0].split.index") && Contains("[0, 1], got 2"));
+  REQUIRE_THROWS_WITH(parse(R"({ours: "a.{i}", theirs: ["b.{i}", "c"], cat: 0})"),
+                      Contains("same placeholders"));
+  REQUIRE_THROWS_WITH(parse(R"({ours: "a", theirs: "b", splt: 1})"), Contains("did you mean 'split'"));
 }
