@@ -13,6 +13,7 @@
 
 #include "io/safetensors.h"
 #include "io/weight_map.h"
+#include "train/checkpoint.h"
 
 namespace ska::apps {
 namespace fs = std::filesystem;
@@ -160,6 +161,18 @@ void load_weights(nn::Module& model, const std::string& weights, const std::stri
   } catch (const Error& e) {
     SKA_FAIL(ValueError, weights, ": the weights do not fit the model: ", e.what());
   }
+}
+
+std::string resolve_weights_file(const std::string& checkpoint, bool ema) {
+  if (!fs::is_directory(checkpoint)) {
+    SKA_CHECK(!ema, ValueError, "--ema needs a checkpoint folder, not a weights file");
+    return checkpoint;
+  }
+  const std::string dir = train::resolve_checkpoint(checkpoint);
+  const fs::path weights = fs::path(dir) / (ema ? "ema.safetensors" : "model.safetensors");
+  SKA_CHECK(fs::exists(weights), IOError, "checkpoint '", dir, "' has no ",
+            weights.filename().string(), (ema ? " (trained without EMA)" : ""));
+  return weights.string();
 }
 
 ConfigNode model_section(const Config& config) {

@@ -68,6 +68,11 @@ models::ModelInput model_input(const ConfigNode& model);
 // other mismatch; a malformed map's ConfigError names the map.
 void load_weights(nn::Module& model, const std::string& weights, const std::string& map_path = "");
 
+// The weights file of `--checkpoint`: a .safetensors file itself, or for a checkpoint folder (or a
+// run folder: its last checkpoint) its model.safetensors (ema.safetensors with `ema`). IOError
+// when the folder has no such file; ValueError for `ema` with a plain weights file.
+std::string resolve_weights_file(const std::string& checkpoint, bool ema = false);
+
 // Parses the command line into `app`, then runs `body`. CLI11 parse errors print usage and exit
 // as CLI11 does (--help: exit code 0, bad usage: 1); ska::Error (and any std::exception) becomes one line
 // "<app name>: error: <message>" on stderr (multi-line reports indented below it) and exit code 2.

@@ -2,17 +2,13 @@
 // top-1, top-5 and the loss.
 // Usage: validate --config quickstart --checkpoint runs/X [--ema] [--device cpu] [--set k=v]
 //        [--json]
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app_common.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace {
-
-namespace fs = std::filesystem;
 
 struct ValidateCommand {
   ska::apps::ConfigOptions config;
@@ -36,15 +32,7 @@ int run_validate(const ValidateCommand& cmd) {
   const train::TrainOptions train_options = train::TrainOptions::from_config(config.root()["train"]);
   config.check_unused();
 
-  std::string weights = cmd.checkpoint;
-  if (fs::is_directory(weights)) {
-    const std::string dir = train::resolve_checkpoint(weights);
-    weights = (fs::path(dir) / (cmd.ema ? "ema.safetensors" : "model.safetensors")).string();
-    SKA_CHECK(fs::exists(weights), IOError, "checkpoint '", dir, "' has no ",
-              fs::path(weights).filename().string(), (cmd.ema ? " (trained without EMA)" : ""));
-  } else {
-    SKA_CHECK(!cmd.ema, ValueError, "--ema needs a checkpoint folder, not a weights file");
-  }
+  const std::string weights = apps::resolve_weights_file(cmd.checkpoint, cmd.ema);
   apps::load_weights(*model, weights);
   const Device device = Device::parse(cmd.device);
   model->to(device);

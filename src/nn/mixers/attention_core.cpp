@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nn/init.h"
+#include "nn/mixers/attention_probe.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -150,6 +151,7 @@ Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
   }
   if (spec.dropout) weights = (*spec.dropout)(weights);
   if (spec.heads_post.defined()) weights = mix_heads(weights, spec.heads_post);
+  AttentionRecorder::record(weights, spec);
   return weights;
 }
 

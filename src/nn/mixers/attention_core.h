@@ -72,6 +72,15 @@ double lowest_finite(DType dtype);
 // u8 [rows, cols], 1 where row == col: a token may not attend to its own key (LSA).
 Tensor diagonal_mask(int64_t rows, int64_t cols, Device device);
 
+// Where windowed attention's windows lie (Swin): weights [..., h, windows, w*w, w*w] over a
+// grid_h x grid_w token grid rolled by -shift before partitioning. Read only by attention probes
+// (attention_probe.h); window 0 means plain attention.
+struct AttentionWindows {
+  int64_t grid_h = 0, grid_w = 0;
+  int64_t window = 0;
+  int64_t shift = 0;
+};
+
 // Everything between the logits and the weights. Tensors may be undefined (step skipped);
 // those that require grad receive gradients.
 struct AttentionSpec {
@@ -85,9 +94,11 @@ struct AttentionSpec {
   Tensor heads_pre, heads_post;          // talking heads [h, h] mixing dim -3, before / after
                                          // the normalisation
   Dropout* dropout = nullptr;            // on the weights (attention dropout), if given
+  AttentionWindows windows;              // for attention probes only; no effect on the numbers
 };
 
-// logits [..., h, Nq, Nk] -> weights of the same shape.
+// logits [..., h, Nq, Nk] -> weights of the same shape. An AttentionRecorder alive on this
+// thread (attention_probe.h) receives the weights, which are returned unchanged.
 Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec);
 // attention_weights(logits, spec) @ v: v [..., h, Nk, d] -> [..., h, Nq, d].
 Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec);
