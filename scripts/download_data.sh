@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Downloads a dataset in the official file format the readers of src/data/datasets expect, checks
-# its md5 sums and unpacks it. Usage: scripts/download_data.sh NAME [DIR]   (DIR: data/NAME)
+# its md5 sums and unpacks it. Usage: scripts/download_data.sh NAME [DIR]
+# DIR defaults to data/NAME in this repository, where an empty data.root finds it.
 set -euo pipefail
 
 usage() {
@@ -10,7 +11,8 @@ usage() {
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 name=$1
 case $name in cifar10|cifar100|svhn|fashion_mnist|imagenet) ;; *) usage ;; esac
-dir=${2:-data/$name}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dir=${2:-$repo/data/$name}
 
 # fetch URL MD5 FILE: downloads URL to DIR/FILE unless a copy with the right md5 is there.
 fetch() {
@@ -71,4 +73,4 @@ Both splits must have the same 1000 class folders; labels follow their sorted na
 EOF
     ;;
 esac
-[ "$name" = imagenet ] || echo "$name: ready in $dir (pass it as the dataset root)"
+[ "$name" = imagenet ] || echo "$name: ready in $dir (an empty data.root finds $repo/data/$name)"

@@ -657,3 +657,46 @@ TEST_CASE("load_dataset: names, splits and default roots", "[cpu][data]") {
 }
 
 }  // namespace
+
+TEST_CASE("data roots: an empty root looks in data/<name> here, then in the repository",
+          "[cpu][data]") {
+  // tmp/work (the current directory) and tmp/repo (data/README.md, the executable in build/).
+  const fs::path tmp = fs::temp_directory_path() / ("ska_data_roots_" + std::to_string(getpid()));
+  fs::remove_all(tmp);
+  const fs::path work = tmp / "work", repo = tmp / "repo";
+  fs::create_directories(work);
+  fs::create_directories(repo / "data");
+  std::ofstream(repo / "data" / "README.md") << "datasets\n";
+  const std::string exe = (repo / "build" / "apps" / "train").string();
+  const std::string here = (work / "data" / "cifar10").string();
+  const std::string in_repo = (repo / "data" / "cifar10").string();
+
+  CHECK(default_data_roots("cifar10", work.string(), exe) ==
+        std::vector<std::string>{here, in_repo});
+  CHECK(default_data_roots("fashion_mnist", work.string(), exe).back() ==
+        kFashionMnistDebianDir);
+  CHECK(default_data_roots("svhn", work.string(), "/usr/bin/train").size() == 1);  // no repo
+  CHECK(default_data_roots("svhn", repo.string(), exe).size() == 1);  // the same folder once
+
+  CHECK(resolve_data_root("cifar10", "/given", work.string(), exe) == "/given");
+  REQUIRE_THROWS_WITH(resolve_data_root("cifar10", "", work.string(), exe),
+                      Contains("no folder at the default places (" + here + ", " + in_repo) &&
+                          Contains("scripts/download_data.sh cifar10"));
+  CHECK(resolve_data_root("fashion_mnist", "", work.string(), exe) == kFashionMnistDebianDir);
+  fs::create_directories(in_repo);
+  CHECK(resolve_data_root("cifar10", "", work.string(), exe) == in_repo);
+  fs::create_directories(here);
+  CHECK(resolve_data_root("cifar10", "", work.string(), exe) == here);
+  fs::create_directories(repo / "data" / "fashion_mnist");
+  CHECK(resolve_data_root("fashion_mnist", "", work.string(), exe) ==
+        (repo / "data" / "fashion_mnist").string());
+
+  // load_dataset with an empty root reads data/cifar10 under the current directory.
+  fs::copy(fixture("cifar10"), here, fs::copy_options::recursive);
+  const fs::path previous = fs::current_path();
+  fs::current_path(work);
+  const size_t size = load_dataset("cifar10", "", "train")->size();
+  fs::current_path(previous);
+  CHECK(size == 5);
+  fs::remove_all(tmp);
+}

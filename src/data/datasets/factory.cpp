@@ -3,6 +3,7 @@
 #include "data/datasets/factory.h"
 
 #include <cstdint>
+#include <filesystem>
 
 #include "data/datasets/cifar.h"
 #include "data/datasets/idx.h"
@@ -11,6 +12,8 @@
 
 namespace ska::data {
 namespace {
+
+namespace fs = std::filesystem;
 
 using Reader = std::unique_ptr<Dataset> (*)(const std::string& root, Split split);
 
@@ -52,6 +55,17 @@ const DatasetEntry& find_entry(const std::string& name) {
   SKA_FAIL(ValueError, "unknown dataset '", name, "'; known datasets: ", known_names());
 }
 
+// The repository holding `executable`: the nearest folder above it with data/README.md ("" if
+// none).
+std::string repository_above(const std::string& executable) {
+  if (executable.empty()) return "";
+  for (fs::path dir = fs::path(executable).parent_path(); !dir.empty() && dir != dir.root_path();
+       dir = dir.parent_path()) {
+    if (fs::is_regular_file(dir / "data" / "README.md")) return dir.string();
+  }
+  return "";
+}
+
 }  // namespace
 
 const std::vector<std::string>& dataset_names() {
@@ -68,11 +82,43 @@ int64_t dataset_num_classes(const std::string& name) { return find_entry(name).n
 std::unique_ptr<Dataset> load_dataset(const std::string& name, const std::string& root,
                                       Split split) {
   const DatasetEntry& e = find_entry(name);
-  const bool has_default = name == "fashion_mnist";
-  SKA_CHECK(!root.empty() || has_default, IOError, name,
-            ": no data root given and no default location; expected ", e.expected_files,
-            " in a folder passed as the root; see scripts/download_data.sh ", name, " DIR");
-  return e.reader(root, split);
+  return e.reader(resolve_data_root(name, root), split);
+}
+
+std::vector<std::string> default_data_roots(const std::string& name, const std::string& cwd,
+                                            const std::string& executable) {
+  std::vector<std::string> roots = {(fs::path(cwd) / "data" / name).lexically_normal().string()};
+  const std::string repo = repository_above(executable);
+  if (!repo.empty()) {
+    const std::string in_repo = (fs::path(repo) / "data" / name).lexically_normal().string();
+    std::error_code e1, e2;
+    if (fs::weakly_canonical(in_repo, e1) != fs::weakly_canonical(roots[0], e2))
+      roots.push_back(in_repo);
+  }
+  if (name == "fashion_mnist") roots.emplace_back(kFashionMnistDebianDir);
+  return roots;
+}
+
+std::string resolve_data_root(const std::string& name, const std::string& root,
+                              const std::string& cwd, const std::string& executable) {
+  if (!root.empty()) return root;
+  const DatasetEntry& e = find_entry(name);
+  const std::vector<std::string> roots = default_data_roots(name, cwd, executable);
+  std::string tried;
+  for (const std::string& candidate : roots) {
+    if (fs::is_directory(candidate)) return candidate;
+    tried += (tried.empty() ? "" : ", ") + candidate;
+  }
+  if (name == "fashion_mnist") return roots.back();
+  SKA_FAIL(IOError, name, ": no data root given and no folder at the default places (", tried,
+           "); expected ", e.expected_files, "; get them with scripts/download_data.sh ", name,
+           " (writes data/", name, ") or set data.root");
+}
+
+std::string resolve_data_root(const std::string& name, const std::string& root) {
+  std::error_code error;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+  return resolve_data_root(name, root, fs::current_path().string(), error ? "" : exe.string());
 }
 
 std::unique_ptr<Dataset> load_dataset(const std::string& name, const std::string& root,

@@ -18,9 +18,23 @@ const std::vector<std::string>& dataset_names();
 // The class count of a known dataset (ValueError listing the known names otherwise).
 int64_t dataset_num_classes(const std::string& name);
 
-// Reads `split` of dataset `name` from `root`. root "" means the default location: Debian's
-// /usr/share/datasets/fashion-mnist for fashion_mnist; for the others an IOError saying which
-// files are expected where and pointing to scripts/download_data.sh. ValueError for unknown
+// The folders an empty data root means for dataset `name`, in the order they are tried:
+// <cwd>/data/<name>, then <repo>/data/<name> for the repository holding `executable` (the nearest
+// folder above it with data/README.md; skipped when there is none or it is the same folder), then
+// for fashion_mnist Debian's /usr/share/datasets/fashion-mnist.
+std::vector<std::string> default_data_roots(const std::string& name, const std::string& cwd,
+                                            const std::string& executable);
+
+// `root` when not empty; else the first of default_data_roots (for this process's current
+// directory and executable) that is a folder. When none is: fashion_mnist's last candidate
+// (Debian's folder, whose reader then names the missing files), for the others an IOError listing
+// the folders tried and the files expected, pointing to scripts/download_data.sh.
+std::string resolve_data_root(const std::string& name, const std::string& root);
+std::string resolve_data_root(const std::string& name, const std::string& root,
+                              const std::string& cwd, const std::string& executable);
+
+// Reads `split` of dataset `name` from `root` (resolve_data_root: "" looks in data/<name>, and
+// Debian's folder for fashion_mnist). ValueError for unknown
 // names (listing the known ones); the readers' IOErrors otherwise. Small datasets come back as
 // InMemoryDataset, imagenet as ImageFolderDataset.
 std::unique_ptr<Dataset> load_dataset(const std::string& name, const std::string& root,
