@@ -74,8 +74,9 @@ Tensor model_input(const MapsCommand& cmd, const Config& config, const models::M
     if (x.dim() == 4) x = x.select(0, 0);
     SKA_CHECK(x.dim() == 3 && x.size(0) == in.in_channels && x.size(1) == in.image_size &&
                   x.size(2) == in.image_size && x.is_floating(),
-              ShapeError, cmd.input, ": input ", x.str(), " does not fit the model; expected float [",
-              in.in_channels, ", ", in.image_size, ", ", in.image_size, "] (or [N, C, H, W])");
+              ShapeError, cmd.input, ": input ", x.str(),
+              " does not fit the model; expected float [", in.in_channels, ", ", in.image_size,
+              ", ", in.image_size, "] (or [N, C, H, W])");
     return x.to(DType::kF32);
   }
   const data::EvalTransform t =
@@ -100,8 +101,8 @@ const nn::AttentionRecord& pick_layer(const std::vector<nn::AttentionRecord>& re
   std::string list;
   for (int64_t i = 0; i < n; ++i)
     list += "\n  layer " + std::to_string(i) + ": " + records[static_cast<size_t>(i)].weights.str();
-  SKA_FAIL(ValueError, name, ": --layer ", layer, " is outside the ", n,
-           " attention layers (0..", n - 1, ", or -1 for the last):", list);
+  SKA_FAIL(ValueError, name, ": --layer ", layer, " is outside the ", n, " attention layers (0..",
+           n - 1, ", or -1 for the last):", list);
 }
 
 // Runs one model on its input and cuts out the query's attention at --layer.
@@ -134,8 +135,8 @@ Row compute_row(const MapsCommand& cmd, size_t k) {
   }
   row.query = *query;
   row.map = nn::attention_map(record, row.query);
-  row.label = name + "  layer " + std::to_string(layer) + "/" + std::to_string(n - 1) +
-              "  query " + query_label(row.query, in.image_size);
+  row.label = name + "  layer " + std::to_string(layer) + "/" + std::to_string(n - 1) + "  query " +
+              query_label(row.query, in.image_size);
   return row;
 }
 
@@ -166,12 +167,13 @@ int run_maps(const MapsCommand& cmd) {
   }
   const int width = kPad + static_cast<int>(columns) * (cmd.cell + kPad);
   const int row_height = kLabel + cmd.cell + kPad;
-  io::RgbImage canvas(width, kPad + static_cast<int>(rows.size()) * row_height, io::kPlotBackground);
+  io::RgbImage canvas(width, kPad + static_cast<int>(rows.size()) * row_height,
+                      io::kPlotBackground);
   for (size_t k = 0; k < rows.size(); ++k) {
     draw_row(canvas, rows[k], kPad + static_cast<int>(k) * row_height, cmd.cell);
     const nn::AttentionMap& m = rows[k].map;
-    std::cout << rows[k].label << ": " << m.grid.size(0) << " heads over a " << m.keys.height
-              << "x" << m.keys.width << " key grid" << (m.keys.cls ? " + class key" : "") << "\n";
+    std::cout << rows[k].label << ": " << m.grid.size(0) << " heads over a " << m.keys.height << "x"
+              << m.keys.width << " key grid" << (m.keys.cls ? " + class key" : "") << "\n";
   }
   io::write_png(cmd.output, canvas);
   std::cout << "wrote " << cmd.output << " (" << width << "x" << canvas.height() << ")\n";
@@ -192,8 +194,9 @@ int main(int argc, char** argv) {
   app.add_option("--set", cmd.sets, "key.path=value override applied to every config");
   auto* image = app.add_option("--image", cmd.image, "an image file (needs OpenCV)")
                     ->check(CLI::ExistingFile);
-  auto* npy = app.add_option("--input", cmd.input, "float32 .npy [C, H, W] or [N, C, H, W] "
-                                                   "(normalised; the first image is used)")
+  auto* npy = app.add_option("--input", cmd.input,
+                             "float32 .npy [C, H, W] or [N, C, H, W] "
+                             "(normalised; the first image is used)")
                   ->check(CLI::ExistingFile);
   npy->excludes(image);
   app.add_option("--layer", cmd.layer,
@@ -202,8 +205,7 @@ int main(int argc, char** argv) {
                  "cls, or i,j: the token at pixel row i, column j of the input (default: cls "
                  "when the layer has a class token, else the centre)");
   app.add_option("--output", cmd.output, "the PNG to write (default attention_maps.png)");
-  app.add_option("--cell", cmd.cell, "pixels per map (default 128)")
-      ->check(CLI::Range(16, 1024));
+  app.add_option("--cell", cmd.cell, "pixels per map (default 128)")->check(CLI::Range(16, 1024));
   app.add_option("--device", cmd.device, "cpu, cuda or cuda:N");
   return apps::run_main(app, argc, argv, [&] {
     SKA_CHECK(!cmd.image.empty() || !cmd.input.empty(), ValueError,

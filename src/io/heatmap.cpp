@@ -40,7 +40,8 @@ RgbImage tensor_image(const Tensor& chw, int width, int height) {
   SKA_CHECK(chw.dim() == 3 && (chw.size(0) == 1 || chw.size(0) == 3), ShapeError,
             "tensor_image: expected [1 or 3, H, W], got ", chw.str());
   const int64_t c = chw.size(0), h = chw.size(1), w = chw.size(2);
-  const std::vector<float> v = chw.to(Device::cpu()).to(DType::kF32).contiguous().to_vector<float>();
+  const std::vector<float> v =
+      chw.to(Device::cpu()).to(DType::kF32).contiguous().to_vector<float>();
   const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
   const double span = *hi > *lo ? *hi - *lo : 1.0;
   RgbImage image(width, height, Rgb{});
@@ -61,7 +62,8 @@ RgbImage tensor_image(const Tensor& chw, int width, int height) {
 RgbImage overlay_heat(const RgbImage& base, const Tensor& grid, double alpha) {
   SKA_CHECK(grid.dim() == 2, ShapeError, "overlay_heat: expected a grid [h, w], got ", grid.str());
   const int64_t h = grid.size(0), w = grid.size(1);
-  const std::vector<float> g = grid.to(Device::cpu()).to(DType::kF32).contiguous().to_vector<float>();
+  const std::vector<float> g =
+      grid.to(Device::cpu()).to(DType::kF32).contiguous().to_vector<float>();
   const float peak = std::max(*std::max_element(g.begin(), g.end()), 1e-12f);
   RgbImage out(base.width(), base.height(), Rgb{});
   for (int y = 0; y < base.height(); ++y) {
@@ -69,9 +71,10 @@ RgbImage overlay_heat(const RgbImage& base, const Tensor& grid, double alpha) {
       const double v = sample(g, h, w, (y + 0.5) * h / base.height(), (x + 0.5) * w / base.width());
       const Rgb heat = heat_color(v / peak), b = base.at(x, y);
       const double grey = 0.299 * b.r + 0.587 * b.g + 0.114 * b.b;
-      out.set(x, y, Rgb{to_byte(alpha * heat.r + (1 - alpha) * grey),
-                        to_byte(alpha * heat.g + (1 - alpha) * grey),
-                        to_byte(alpha * heat.b + (1 - alpha) * grey)});
+      out.set(x, y,
+              Rgb{to_byte(alpha * heat.r + (1 - alpha) * grey),
+                  to_byte(alpha * heat.g + (1 - alpha) * grey),
+                  to_byte(alpha * heat.b + (1 - alpha) * grey)});
     }
   }
   return out;

@@ -68,8 +68,8 @@ TEST_CASE("apps: attention_maps draws one row per model and one cell per head", 
   const std::string png = dir + "/maps.png";
   const std::string models = "--config " + ska + " --checkpoint " + dir + "/vit_ska.safetensors" +
                              " --config " + cska + " --checkpoint " + dir + "/vit_cska.safetensors";
-  RunResult r = run_command(SKA_ATTENTION_MAPS_EXE, models + " --input " + dir +
-                                                         "/x.npy --cell 32 --output " + png);
+  RunResult r = run_command(SKA_ATTENTION_MAPS_EXE,
+                            models + " --input " + dir + "/x.npy --cell 32 --output " + png);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("vit_ska  layer 1/1  query cls: 2 heads over a 4x4 key grid"));
@@ -82,8 +82,8 @@ TEST_CASE("apps: attention_maps draws one row per model and one cell per head", 
   cv::Mat picture(8, 8, CV_8UC3, cv::Scalar(10, 200, 30));
   REQUIRE(cv::imwrite(dir + "/a.png", picture));
   r = run_command(SKA_ATTENTION_MAPS_EXE, "--config " + ska + " --checkpoint " + dir +
-                                               "/vit_ska.safetensors --image " + dir +
-                                               "/a.png --query 1,6 --layer 0 --output " + png);
+                                              "/vit_ska.safetensors --image " + dir +
+                                              "/a.png --query 1,6 --layer 0 --output " + png);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("layer 0/1  query row 1 col 6"));
   image = cv::imread(png, cv::IMREAD_COLOR);
@@ -102,7 +102,8 @@ TEST_CASE("apps: export writes the authors' SKA-CaiT names, class attention spli
   const std::string dir = scratch_dir();
   const std::string yaml = test::with_mixer(test::kSmallCait, "ska");
   const std::string config = write_model(dir, "cait_ska", yaml);
-  const std::string map = std::string(SKA_SOURCE_DIR) + "/configs/weight_maps/authors_cifar_cait.yaml";
+  const std::string map =
+      std::string(SKA_SOURCE_DIR) + "/configs/weight_maps/authors_cifar_cait.yaml";
   const std::string out = dir + "/theirs.safetensors";
   RunResult r = run_command(SKA_EXPORT_EXE, "--config " + config + " --checkpoint " + dir +
                                                 "/cait_ska.safetensors --weight-map " + map +

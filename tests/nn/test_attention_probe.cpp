@@ -55,9 +55,7 @@ double total_of(const Tensor& t) {
   return total;
 }
 
-Tensor param(const nn::Module& m, const std::string& name) {
-  return m.state_dict().at(name);
-}
+Tensor param(const nn::Module& m, const std::string& name) { return m.state_dict().at(name); }
 
 // [B, N, h*d] -> [B, h, N, d], written out here rather than calling the core's split_heads.
 Tensor heads_of(const Tensor& x, int64_t heads) {
@@ -89,7 +87,7 @@ TEST_CASE("attention probe: recorded ska weights are the static-key logits softm
   mixer->eval();
   const Tensor x = test::uniform({2, 9, kDim}, 4, -1, 1, DType::kF32);
   const Tensor weights = recorded_weights(*mixer, x);
-  const Tensor q = heads_of(x, kHeads);  // the MetaFormer flavour's queries are the tokens
+  const Tensor q = heads_of(x, kHeads);    // the MetaFormer flavour's queries are the tokens
   const Tensor keys = param(*mixer, "k");  // [h, N, d]
   const Tensor expected = softmax(mul(matmul(q, keys.transpose(1, 2)), kScale));
   test::require_close(weights, expected, kExact, "ska weights");
@@ -104,8 +102,8 @@ TEST_CASE("attention probe: recorded cska weights are the conv logits softmaxed"
   const Tensor q = heads_of(linear(x, param(*mixer, "qv.weight")).narrow(2, 0, kDim), kHeads);
   // Queries as a 3x3 image with channels (head, d); a grouped 3x3 conv gives head * 9 + key.
   const Tensor image = q.permute({0, 1, 3, 2}).reshape({2, kDim, 3, 3});
-  const Tensor conv = conv2d(image, param(*mixer, "to_k.weight"), param(*mixer, "to_k.bias"), 1,
-                             1, 1, kHeads);  // [2, h * 9, 3, 3]
+  const Tensor conv = conv2d(image, param(*mixer, "to_k.weight"), param(*mixer, "to_k.bias"), 1, 1,
+                             1, kHeads);  // [2, h * 9, 3, 3]
   const Tensor logits = conv.reshape({2, kHeads, 9, 9}).permute({0, 1, 3, 2});
   test::require_close(weights, softmax(mul(logits, kScale)), kExact, "cska weights");
   require_rows_sum_to_one(weights);

@@ -52,8 +52,8 @@ AttentionMap plain_map(const Tensor& weights, const AttentionQuery& query, int64
             weights.str());
   AttentionMap map;
   map.queries = query_layout(weights);
-  map.keys = weights.size(3) == 1 ? TokenLayout{1, 1, false}
-                                  : infer_token_layout(weights.size(3), "keys");
+  map.keys =
+      weights.size(3) == 1 ? TokenLayout{1, 1, false} : infer_token_layout(weights.size(3), "keys");
   map.query_row = query_row(map.queries, query);
   const Tensor row = weights.select(0, b).select(1, map.query_row);  // [h, Nk]
   const int64_t heads = row.size(0), first = map.keys.cls ? 1 : 0;
@@ -68,8 +68,9 @@ AttentionMap plain_map(const Tensor& weights, const AttentionQuery& query, int64
 // window get 0.
 AttentionMap window_map(const Tensor& weights, const AttentionWindows& win,
                         const AttentionQuery& query, int64_t b) {
-  SKA_CHECK(!query.cls, ValueError, "attention map: windowed attention has no class token; "
-                                    "pick a position (--query i,j)");
+  SKA_CHECK(!query.cls, ValueError,
+            "attention map: windowed attention has no class token; "
+            "pick a position (--query i,j)");
   const int64_t w = win.window, gh = win.grid_h, gw = win.grid_w, heads = weights.size(1);
   SKA_CHECK(weights.dim() == 5 && weights.size(2) == (gh / w) * (gw / w) &&
                 weights.size(3) == w * w && weights.size(4) == w * w,
