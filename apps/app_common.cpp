@@ -206,6 +206,12 @@ models::ModelInput model_input(const ConfigNode& model) {
   return input;
 }
 
+void limit_openmp_spinning(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  ::setenv("GOMP_SPINCOUNT", "10000", 0);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then run with libgomp's default
+}
+
 int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   try {
     app.parse(argc, argv);

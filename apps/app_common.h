@@ -73,6 +73,14 @@ void load_weights(nn::Module& model, const std::string& weights, const std::stri
 // when the folder has no such file; ValueError for `ema` with a plain weights file.
 std::string resolve_weights_file(const std::string& checkpoint, bool ema = false);
 
+// Makes OpenMP's idle threads yield the CPU soon: when the user set neither OMP_WAIT_POLICY nor
+// GOMP_SPINCOUNT, sets GOMP_SPINCOUNT=10000 and re-executes this program (libgomp reads them
+// once, when it loads). libgomp's default spins for about a millisecond at every barrier; on a
+// busy or shared machine those spinning threads take the cores from the ones doing the work:
+// CPU training ran 6.5x slower under load for that alone (see README, Benchmarks). Call first
+// in main(), before any thread starts; returns only when no re-execution happened.
+void limit_openmp_spinning(char** argv);
+
 // Parses the command line into `app`, then runs `body`. CLI11 parse errors print usage and exit
 // as CLI11 does (--help: exit code 0, bad usage: 1); ska::Error (and any std::exception) becomes one line
 // "<app name>: error: <message>" on stderr (multi-line reports indented below it) and exit code 2.

@@ -137,6 +137,7 @@ int run_benchmark(BenchmarkOptions o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ska::apps::limit_openmp_spinning(argv);
   CLI::App app{"Measures training or inference images/s and peak memory of a model", "benchmark"};
   BenchmarkOptions o;
   ska::apps::add_config_options(app, o.config);

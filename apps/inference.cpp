@@ -109,6 +109,7 @@ int run_inference(const InferenceOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ska::apps::limit_openmp_spinning(argv);
   CLI::App app{"Runs a model with trained weights on a .npy batch or on images; writes logits",
                "inference"};
   InferenceOptions options;

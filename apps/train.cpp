@@ -233,6 +233,7 @@ int run_train(TrainCommand cmd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ska::apps::limit_openmp_spinning(argv);
   // A worker's errors name its rank.
   const ska::dist::World world = ska::dist::world_from_environment();
   const std::string name =

@@ -57,6 +57,7 @@ int run_validate(const ValidateCommand& cmd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ska::apps::limit_openmp_spinning(argv);
   CLI::App app{"Evaluates a checkpoint on the config's test split", "validate"};
   ValidateCommand cmd;
   ska::apps::add_config_options(app, cmd.config);
