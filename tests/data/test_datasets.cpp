@@ -626,6 +626,32 @@ TEST_CASE("imagenet folders: class mismatch, undecodable files, missing root", "
                       Contains(dir.path("none") + "/val'") && Contains("/train/<class>/*.JPEG"));
 }
 
+TEST_CASE("decode_image_rgb: a header announcing gigapixels fails before decoding",
+          "[cpu][data][hardening]") {
+  // Found by fuzz/fuzz_image: 153 bytes of JPEG whose frame header announces 32264x12800 made
+  // OpenCV allocate 1.2 GB, and the conversion to RGB and the copy 1.2 GB more each.
+  ScratchDir dir("image_header");
+  const std::string sof0("\xff\xc0\x00\x0b\x08\x32\x00\x7e\x08\x01\x01\x11\x00", 13);
+  const std::string png_ihdr("\x00\x00\x00\x0dIHDR\x00\x01\x86\xa0\x00\x01\x86\xa0\x08\x02", 18);
+  const std::string bmp_size("\x40\x9c\x00\x00\x40\x9c\x00\x00", 8);  // 40000 x 40000
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"bomb.jpg", "\xff\xd8" + sof0 + "\xff\xd9"},
+      {"bomb.png", "\x89PNG\r\n\x1a\n" + png_ihdr},
+      {"bomb.ppm", "P6\n# comment\n100000 100000\n255\n"},
+      {"bomb.bmp", "BM" + std::string(16, '\0') + bmp_size}};
+  const std::vector<std::string> announced = {"412979200", "10000000000", "10000000000",
+                                              "1600000000"};
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string path = dir.path(files[i].first);
+    write_bytes(path, files[i].second);
+    REQUIRE_THROWS_WITH(decode_image_rgb(path, "sample 3"),
+                        Contains(path) && Contains("(sample 3)") &&
+                            Contains("announces " + announced[i] + " pixels; expected at most"));
+  }
+  write_solid(dir.path("small.jpg"), 3, 5, 1, 2, 3);
+  CHECK(decode_image_rgb(dir.path("small.jpg")).shape() == Shape{3, 5, 3});
+}
+
 #endif  // SKA_WITH_OPENCV
 
 // --- The factory ---
