@@ -24,7 +24,7 @@ if [ ! -f "$dir/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja "${launcher[@]}" -DSKA_FUZZ=ON -DSKA_CUDA=OFF \
     -DSKA_BUILD_TESTS=OFF -DSKA_BUILD_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target "fuzz_$target" | grep -v "^\[" || true
+cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target "fuzz_$target" | grep -v "^\[\|^ninja: no work" || true
 [ -x "$dir/fuzz/fuzz_$target" ] || { echo "fuzz: fuzz_$target did not build" >&2; exit 1; }
 
 corpus=$dir/corpus/$target findings=$dir/findings/$target

@@ -626,7 +626,7 @@ TEST_CASE("imagenet folders: class mismatch, undecodable files, missing root", "
                       Contains(dir.path("none") + "/val'") && Contains("/train/<class>/*.JPEG"));
 }
 
-TEST_CASE("decode_image_rgb: a header announcing gigapixels fails before decoding",
+TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail before decoding",
           "[cpu][data][hardening]") {
   // Found by fuzz/fuzz_image: 153 bytes of JPEG whose frame header announces 32264x12800 made
   // OpenCV allocate 1.2 GB, and the conversion to RGB and the copy 1.2 GB more each.
@@ -648,6 +648,9 @@ TEST_CASE("decode_image_rgb: a header announcing gigapixels fails before decodin
                         Contains(path) && Contains("(sample 3)") &&
                             Contains("announces " + announced[i] + " pixels; expected at most"));
   }
+  write_bytes(dir.path("empty.png"), "");  // cv::imdecode asserts on an empty buffer
+  REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("empty.png")),
+                      Contains("cannot decode the image '" + dir.path("empty.png") + "'"));
   write_solid(dir.path("small.jpg"), 3, 5, 1, 2, 3);
   CHECK(decode_image_rgb(dir.path("small.jpg")).shape() == Shape{3, 5, 3});
 }

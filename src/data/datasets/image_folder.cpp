@@ -181,7 +181,12 @@ Tensor decode_image_rgb(const std::string& path, const std::string& what) {
   const int64_t pixels = header_pixels(bytes);
   SKA_CHECK(pixels <= kMaxImagePixels, IOError, "image '", path, "'", where, ": its header ",
             "announces ", pixels, " pixels; expected at most ", kMaxImagePixels);
-  const cv::Mat bgr = cv::imdecode(bytes, cv::IMREAD_COLOR);
+  cv::Mat bgr;
+  try {
+    if (!bytes.empty()) bgr = cv::imdecode(bytes, cv::IMREAD_COLOR);  // asserts on no bytes
+  } catch (const cv::Exception& e) {
+    SKA_FAIL(IOError, "cannot decode the image '", path, "'", where, ": ", e.what());
+  }
   SKA_CHECK(!bgr.empty() && bgr.depth() == CV_8U && bgr.total() <= uint64_t{kMaxImagePixels},
             IOError, "cannot decode the image '", path, "'", where,
             "; expected an 8-bit image file OpenCV reads (JPEG, PNG, ...) of at most ",
