@@ -6,8 +6,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const bool cifar100 = data[0] & 1;
-  const std::string path = ska::fuzz::write_input(cifar100 ? "test.bin" : "test_batch.bin",
-                                                  data + 1, size - 1);
+  const std::string path =
+      ska::fuzz::write_input(cifar100 ? "test.bin" : "test_batch.bin", data + 1, size - 1);
   const std::string root = ska::fuzz::scratch_dir();
   return ska::fuzz::expect_ska_errors([&] {
     if (cifar100) {

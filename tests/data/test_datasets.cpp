@@ -639,8 +639,8 @@ TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail b
       {"bomb.png", "\x89PNG\r\n\x1a\n" + png_ihdr},
       {"bomb.ppm", "P6\n# comment\n100000 100000\n255\n"},
       {"bomb.bmp", "BM" + std::string(16, '\0') + bmp_size}};
-  const std::vector<std::string> announced = {"412979200", "10000000000", "10000000000",
-                                              "1600000000"};
+  const std::vector<std::string> announced = {"32264x12800", "100000x100000", "100000x100000",
+                                              "40000x40000"};
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string path = dir.path(files[i].first);
     write_bytes(path, files[i].second);
@@ -648,6 +648,11 @@ TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail b
                         Contains(path) && Contains("(sample 3)") &&
                             Contains("announces " + announced[i] + " pixels; expected at most"));
   }
+  // Found by fuzz_image on the first version of the check: sides whose product overflows int64.
+  const std::string huge_png("\x00\x00\x00\x0dIHDR\xf7\xf7\xf7\xf7\xf7\xf7\xf7\xf7\x08\x02", 18);
+  write_bytes(dir.path("huge.png"), "\x89PNG\r\n\x1a\n" + huge_png);
+  REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("huge.png")),
+                      Contains("announces 4160223223x4160223223 pixels"));
   write_bytes(dir.path("empty.png"), "");  // cv::imdecode asserts on an empty buffer
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("empty.png")),
                       Contains("cannot decode the image '" + dir.path("empty.png") + "'"));

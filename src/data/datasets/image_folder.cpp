@@ -35,29 +35,36 @@ bool is_image_file(const fs::path& path) {
 // hundred bytes of header can announce gigapixels; the header is checked before decoding.
 constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 
-// Width x height as the header of a PNG, JPEG, PNM or BMP file announces it; -1 for other formats
-// (TIFF, WebP: OpenCV's own limit of 2^30 pixels applies) and headers too short to tell.
-int64_t header_pixels(const std::vector<uint8_t>& b) {
+struct ImageSize {
+  int64_t width = -1, height = -1;  // -1: not known
+};
+
+// The size the header of a PNG, JPEG, PNM or BMP file announces; unknown for other formats (TIFF,
+// WebP: OpenCV's own limit of 2^30 pixels applies) and for headers too short to tell.
+ImageSize header_size(const std::vector<uint8_t>& b) {
   const size_t n = b.size();
   auto be16 = [&](size_t i) { return int64_t{b[i]} << 8 | b[i + 1]; };
   if (n >= 24 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0) {
-    return int64_t{load_be32(&b[16])} * load_be32(&b[20]);  // IHDR: width, height
+    return {load_be32(&b[16]), load_be32(&b[20])};  // IHDR: width, height
   }
-  if (n >= 26 && b[0] == 'B' && b[1] == 'M') {  // BITMAPINFOHEADER: int32 width, height (< 0: top-down)
-    return std::abs(int64_t{static_cast<int32_t>(load_le32(&b[18]))}) *
-           std::abs(int64_t{static_cast<int32_t>(load_le32(&b[22]))});
+  if (n >= 26 && b[0] == 'B' && b[1] == 'M') {  // BITMAPINFOHEADER: int32 width, height (< 0 ok)
+    return {std::abs(int64_t{static_cast<int32_t>(load_le32(&b[18]))}),
+            std::abs(int64_t{static_cast<int32_t>(load_le32(&b[22]))})};
   }
   if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') {  // PNM: "P6 <w> <h> ...", # comments
     int64_t dims[2] = {0, 0};
     size_t i = 2;
     for (int64_t& d : dims) {
       while (i < n && (std::isspace(b[i]) || b[i] == '#')) {
-        if (b[i] == '#') while (i < n && b[i] != '\n') ++i;
-        else ++i;
+        if (b[i] == '#') {
+          while (i < n && b[i] != '\n') ++i;  // a comment, to the end of its line
+        } else {
+          ++i;
+        }
       }
       for (; i < n && std::isdigit(b[i]) && d <= kMaxImagePixels; ++i) d = d * 10 + (b[i] - '0');
     }
-    return dims[0] * dims[1];
+    return {dims[0], dims[1]};
   }
   if (n >= 4 && b[0] == 0xFF && b[1] == 0xD8) {  // JPEG: the frame header (SOFn) holds the size
     for (size_t i = 2; i + 9 <= n && b[i] == 0xFF;) {
@@ -67,7 +74,7 @@ int64_t header_pixels(const std::vector<uint8_t>& b) {
       } else if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
         i += 2;  // markers without a length
       } else if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
-        return be16(i + 5) * be16(i + 7);  // SOFn: length, precision, height, width
+        return {be16(i + 7), be16(i + 5)};  // SOFn: length, precision, height, width
       } else if (m == 0xDA || m == 0xD9) {
         break;  // scan or end before any frame header
       } else {
@@ -75,7 +82,7 @@ int64_t header_pixels(const std::vector<uint8_t>& b) {
       }
     }
   }
-  return -1;
+  return {};
 }
 
 // The image files of one class folder, sorted.
@@ -178,9 +185,11 @@ Tensor decode_image_rgb(const std::string& path, const std::string& what) {
            "apt-get install libopencv-dev)");
 #else
   const std::vector<uint8_t> bytes = read_file_bytes(path, "image");
-  const int64_t pixels = header_pixels(bytes);
-  SKA_CHECK(pixels <= kMaxImagePixels, IOError, "image '", path, "'", where, ": its header ",
-            "announces ", pixels, " pixels; expected at most ", kMaxImagePixels);
+  const ImageSize size = header_size(bytes);  // sides checked first: their product cannot overflow
+  SKA_CHECK(size.width <= kMaxImagePixels && size.height <= kMaxImagePixels &&
+                size.width * size.height <= kMaxImagePixels,
+            IOError, "image '", path, "'", where, ": its header announces ", size.width, "x",
+            size.height, " pixels; expected at most ", kMaxImagePixels, " pixels");
   cv::Mat bgr;
   try {
     if (!bytes.empty()) bgr = cv::imdecode(bytes, cv::IMREAD_COLOR);  // asserts on no bytes
