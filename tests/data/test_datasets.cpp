@@ -653,6 +653,13 @@ TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail b
   write_bytes(dir.path("huge.png"), "\x89PNG\r\n\x1a\n" + huge_png);
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("huge.png")),
                       Contains("announces 4160223223x4160223223 pixels"));
+  // And with bytes between two segments, which libjpeg skips: 55551x8968 pixels, 1.5 GB.
+  const char gap[] =
+      "\xff\xd8\xff\xdb\x00\x03\x00 junk "
+      "\xff\xc0\x00\x0b\x08\xd8\xff\x23\x08\x01\x01\x11\x00\xff\xd9";
+  write_bytes(dir.path("gap.jpg"), std::string(gap, sizeof(gap) - 1));
+  REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("gap.jpg")),
+                      Contains("announces 8968x55551 pixels"));
   write_bytes(dir.path("empty.png"), "");  // cv::imdecode asserts on an empty buffer
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("empty.png")),
                       Contains("cannot decode the image '" + dir.path("empty.png") + "'"));

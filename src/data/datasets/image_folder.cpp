@@ -67,10 +67,10 @@ ImageSize header_size(const std::vector<uint8_t>& b) {
     return {dims[0], dims[1]};
   }
   if (n >= 4 && b[0] == 0xFF && b[1] == 0xD8) {  // JPEG: the frame header (SOFn) holds the size
-    for (size_t i = 2; i + 9 <= n && b[i] == 0xFF;) {
+    for (size_t i = 2; i + 9 <= n;) {
       const uint8_t m = b[i + 1];
-      if (m == 0xFF) {
-        ++i;  // fill byte
+      if (b[i] != 0xFF || m == 0xFF) {
+        ++i;  // fill byte, or garbage before a marker (libjpeg skips it with a warning)
       } else if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
         i += 2;  // markers without a length
       } else if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
