@@ -15,6 +15,7 @@ packages=(
   dataset-fashion-mnist                     # quick start and the end-to-end training test
   libspdlog-dev                             # console and log files (train, validate)
   libgloo-dev                               # CPU collectives (data parallelism on CPUs)
+  clang libclang-rt-14-dev                  # fuzz targets: libFuzzer and sanitizer runtimes
 )
 
 missing=()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, configures, builds and runs the whole test suite.
 # With a CUDA compiler present the CUDA backend is built too (its [cuda] tests skip without a GPU).
-# In CI (CI=true) a second, CPU-only build (-DSKA_CUDA=OFF) is configured, built and tested as well.
+# In CI (CI=true) a second, CPU-only build (-DSKA_CUDA=OFF) is configured, built and tested as well,
+# then a third under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan), and each libFuzzer
+# target runs for FUZZ_SECONDS (default 30; 0 skips the stage) with scripts/fuzz.sh.
 # Environment: BUILD_DIR (default build), SKA_CUDA=ON|OFF to force, CMAKE_CUDA_ARCHITECTURES,
 # JOBS (default: all cores).
 set -euo pipefail
@@ -27,16 +29,33 @@ elif [ "${CI:-}" = "true" ]; then
   cuda_args+=(-DCMAKE_CUDA_ARCHITECTURES=90)  # one architecture keeps CI fast; it only compiles
 fi
 
-build_and_test() {  # build_and_test DIR [cmake args...]
+build_and_test() {  # build_and_test DIR [cmake args...]; CTEST_ARGS: more ctest arguments
   local dir=$1; shift
   echo "== configure $dir $*"
   cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "$@" >"$dir.configure.log" 2>&1 \
     || { cat "$dir.configure.log"; return 1; }
   grep -E "^-- SKA" "$dir.configure.log" || true
   echo "== build $dir"
-  cmake --build "$dir" -j "$jobs"
+  cmake --build "$dir" -j "$jobs" || return 1
   echo "== test $dir"
-  (cd "$dir" && ctest --output-on-failure -j "$jobs")
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" ${CTEST_ARGS:-})
+}
+
+# The whole suite under ASan + UBSan. Reports also go to files (log_path), so one printed by a
+# child process whose exit status a test does not check still fails the run.
+sanitizer_build_and_test() {
+  local dir=build-asan reports=$PWD/build-asan/sanitizer-reports
+  mkdir -p "$dir"
+  rm -rf "$reports" && mkdir -p "$reports"
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=0:log_path=$reports/asan"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
+  local status=0
+  build_and_test "$dir" -DSKA_CUDA=OFF -DSKA_SANITIZE=address,undefined || status=$?
+  unset ASAN_OPTIONS UBSAN_OPTIONS
+  if compgen -G "$reports/*" >/dev/null; then
+    echo "== sanitizer reports:"; cat "$reports"/*; return 1
+  fi
+  return "$status"
 }
 
 mkdir -p "${BUILD_DIR:-build}"
@@ -44,4 +63,10 @@ build_and_test "${BUILD_DIR:-build}" "${cuda_args[@]}"
 if [ "${CI:-}" = "true" ]; then
   mkdir -p build-cpu
   build_and_test build-cpu -DSKA_CUDA=OFF
+  sanitizer_build_and_test
+  if [ "${FUZZ_SECONDS:-30}" -gt 0 ]; then
+    for target in $(scripts/fuzz.sh list); do
+      FUZZ_TAIL=5 scripts/fuzz.sh "$target" "${FUZZ_SECONDS:-30}"
+    done
+  fi
 fi

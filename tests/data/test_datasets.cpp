@@ -626,6 +626,47 @@ TEST_CASE("imagenet folders: class mismatch, undecodable files, missing root", "
                       Contains(dir.path("none") + "/val'") && Contains("/train/<class>/*.JPEG"));
 }
 
+TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail before decoding",
+          "[cpu][data][hardening]") {
+  // Found by fuzz/fuzz_image: 153 bytes of JPEG whose frame header announces 32264x12800 made
+  // OpenCV allocate 1.2 GB, and the conversion to RGB and the copy 1.2 GB more each.
+  ScratchDir dir("image_header");
+  const std::string sof0("\xff\xc0\x00\x0b\x08\x32\x00\x7e\x08\x01\x01\x11\x00", 13);
+  const std::string png_ihdr("\x00\x00\x00\x0dIHDR\x00\x01\x86\xa0\x00\x01\x86\xa0\x08\x02", 18);
+  const std::string bmp_size("\x40\x9c\x00\x00\x40\x9c\x00\x00", 8);  // 40000 x 40000
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"bomb.jpg", "\xff\xd8" + sof0 + "\xff\xd9"},
+      {"bomb.png", "\x89PNG\r\n\x1a\n" + png_ihdr},
+      {"bomb.ppm", "P6\n# comment\n100000 100000\n255\n"},
+      {"bomb.bmp", "BM" + std::string(16, '\0') + bmp_size}};
+  const std::vector<std::string> announced = {"32264x12800", "100000x100000", "100000x100000",
+                                              "40000x40000"};
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string path = dir.path(files[i].first);
+    write_bytes(path, files[i].second);
+    REQUIRE_THROWS_WITH(decode_image_rgb(path, "sample 3"),
+                        Contains(path) && Contains("(sample 3)") &&
+                            Contains("announces " + announced[i] + " pixels; expected at most"));
+  }
+  // Found by fuzz_image on the first version of the check: sides whose product overflows int64.
+  const std::string huge_png("\x00\x00\x00\x0dIHDR\xf7\xf7\xf7\xf7\xf7\xf7\xf7\xf7\x08\x02", 18);
+  write_bytes(dir.path("huge.png"), "\x89PNG\r\n\x1a\n" + huge_png);
+  REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("huge.png")),
+                      Contains("announces 4160223223x4160223223 pixels"));
+  // And with bytes between two segments, which libjpeg skips: 55551x8968 pixels, 1.5 GB.
+  const char gap[] =
+      "\xff\xd8\xff\xdb\x00\x03\x00 junk "
+      "\xff\xc0\x00\x0b\x08\xd8\xff\x23\x08\x01\x01\x11\x00\xff\xd9";
+  write_bytes(dir.path("gap.jpg"), std::string(gap, sizeof(gap) - 1));
+  REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("gap.jpg")),
+                      Contains("announces 8968x55551 pixels"));
+  write_bytes(dir.path("empty.png"), "");  // cv::imdecode asserts on an empty buffer
+  REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("empty.png")),
+                      Contains("cannot decode the image '" + dir.path("empty.png") + "'"));
+  write_solid(dir.path("small.jpg"), 3, 5, 1, 2, 3);
+  CHECK(decode_image_rgb(dir.path("small.jpg")).shape() == Shape{3, 5, 3});
+}
+
 #endif  // SKA_WITH_OPENCV
 
 // --- The factory ---

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #ifdef SKA_WITH_OPENCV
@@ -14,6 +15,7 @@
 #endif
 
 #include "core/error.h"
+#include "data/datasets/file_bytes.h"
 
 namespace ska::data {
 namespace fs = std::filesystem;
@@ -27,6 +29,60 @@ bool is_image_file(const fs::path& path) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return std::any_of(std::begin(kExtensions), std::end(kExtensions),
                      [&](const char* e) { return ext == e; });
+}
+
+// The most pixels an image file may decode to: 64 Mpixel (e.g. 8192x8192), 192 MiB as RGB. A few
+// hundred bytes of header can announce gigapixels; the header is checked before decoding.
+constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
+
+struct ImageSize {
+  int64_t width = -1, height = -1;  // -1: not known
+};
+
+// The size the header of a PNG, JPEG, PNM or BMP file announces; unknown for other formats (TIFF,
+// WebP: OpenCV's own limit of 2^30 pixels applies) and for headers too short to tell.
+ImageSize header_size(const std::vector<uint8_t>& b) {
+  const size_t n = b.size();
+  auto be16 = [&](size_t i) { return int64_t{b[i]} << 8 | b[i + 1]; };
+  if (n >= 24 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0) {
+    return {load_be32(&b[16]), load_be32(&b[20])};  // IHDR: width, height
+  }
+  if (n >= 26 && b[0] == 'B' && b[1] == 'M') {  // BITMAPINFOHEADER: int32 width, height (< 0 ok)
+    return {std::abs(int64_t{static_cast<int32_t>(load_le32(&b[18]))}),
+            std::abs(int64_t{static_cast<int32_t>(load_le32(&b[22]))})};
+  }
+  if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') {  // PNM: "P6 <w> <h> ...", # comments
+    int64_t dims[2] = {0, 0};
+    size_t i = 2;
+    for (int64_t& d : dims) {
+      while (i < n && (std::isspace(b[i]) || b[i] == '#')) {
+        if (b[i] == '#') {
+          while (i < n && b[i] != '\n') ++i;  // a comment, to the end of its line
+        } else {
+          ++i;
+        }
+      }
+      for (; i < n && std::isdigit(b[i]) && d <= kMaxImagePixels; ++i) d = d * 10 + (b[i] - '0');
+    }
+    return {dims[0], dims[1]};
+  }
+  if (n >= 4 && b[0] == 0xFF && b[1] == 0xD8) {  // JPEG: the frame header (SOFn) holds the size
+    for (size_t i = 2; i + 9 <= n;) {
+      const uint8_t m = b[i + 1];
+      if (b[i] != 0xFF || m == 0xFF) {
+        ++i;  // fill byte, or garbage before a marker (libjpeg skips it with a warning)
+      } else if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+        i += 2;  // markers without a length
+      } else if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+        return {be16(i + 7), be16(i + 5)};  // SOFn: length, precision, height, width
+      } else if (m == 0xDA || m == 0xD9) {
+        break;  // scan or end before any frame header
+      } else {
+        i += 2 + be16(i + 2);
+      }
+    }
+  }
+  return {};
 }
 
 // The image files of one class folder, sorted.
@@ -122,22 +178,31 @@ ImageFolderDataset read_imagenet(const std::string& root, Split split) {
 }
 
 Tensor decode_image_rgb(const std::string& path, const std::string& what) {
+  const std::string where = what.empty() ? "" : " (" + what + ")";
 #ifndef SKA_WITH_OPENCV
-  SKA_FAIL(IOError, "cannot decode the image '", path, "'", what.empty() ? "" : " (" + what + ")",
+  SKA_FAIL(IOError, "cannot decode the image '", path, "'", where,
            ": this build has no image decoding; reconfigure with -DSKA_OPENCV=ON (Debian/Ubuntu: ",
            "apt-get install libopencv-dev)");
 #else
-  const cv::Mat bgr = cv::imread(path, cv::IMREAD_COLOR);
-  SKA_CHECK(!bgr.empty() && bgr.depth() == CV_8U, IOError, "cannot decode the image '", path, "'",
-            what.empty() ? "" : " (" + what + ")",
-            "; expected an 8-bit image file OpenCV reads (JPEG, PNG, ...)");
-  cv::Mat rgb;
+  const std::vector<uint8_t> bytes = read_file_bytes(path, "image");
+  const ImageSize size = header_size(bytes);  // sides checked first: their product cannot overflow
+  SKA_CHECK(size.width <= kMaxImagePixels && size.height <= kMaxImagePixels &&
+                size.width * size.height <= kMaxImagePixels,
+            IOError, "image '", path, "'", where, ": its header announces ", size.width, "x",
+            size.height, " pixels; expected at most ", kMaxImagePixels, " pixels");
+  cv::Mat bgr;
+  try {
+    if (!bytes.empty()) bgr = cv::imdecode(bytes, cv::IMREAD_COLOR);  // asserts on no bytes
+  } catch (const cv::Exception& e) {
+    SKA_FAIL(IOError, "cannot decode the image '", path, "'", where, ": ", e.what());
+  }
+  SKA_CHECK(!bgr.empty() && bgr.depth() == CV_8U && bgr.total() <= uint64_t{kMaxImagePixels},
+            IOError, "cannot decode the image '", path, "'", where,
+            "; expected an 8-bit image file OpenCV reads (JPEG, PNG, ...) of at most ",
+            kMaxImagePixels, " pixels");
+  Tensor out = Tensor::empty({bgr.rows, bgr.cols, 3}, DType::kU8);
+  cv::Mat rgb(bgr.rows, bgr.cols, CV_8UC3, out.data<uint8_t>());  // converts into `out`
   cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
-  Tensor out = Tensor::empty({rgb.rows, rgb.cols, 3}, DType::kU8);
-  uint8_t* dst = out.data<uint8_t>();
-  const size_t row_bytes = static_cast<size_t>(rgb.cols) * 3;
-  for (int r = 0; r < rgb.rows; ++r)
-    std::memcpy(dst + r * row_bytes, rgb.ptr<uint8_t>(r), row_bytes);
   return out;
 #endif
 }
