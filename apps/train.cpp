@@ -201,6 +201,17 @@ int run_train(TrainCommand cmd) {
             " updates per epoch of global batch " + std::to_string(trainer.global_batch()) +
             "; device " + setup.device.str() +
             (world.distributed() ? " (" + std::to_string(world.world_size) + " workers)" : ""));
+  if (trainer.finished()) {  // a resumed run with nothing left to do
+    const train::TrainState& st = trainer.state();
+    char done[512];
+    std::snprintf(done, sizeof(done),
+                  "train: this run had already finished (epoch %lld, step %lld; best top-1 "
+                  "%.2f%% at epoch %lld); nothing to train (run dir: %s)",
+                  static_cast<long long>(st.epoch), static_cast<long long>(st.step),
+                  st.best_top1, static_cast<long long>(st.best_epoch), setup.run_dir.c_str());
+    setup.log(done);
+    return 0;
+  }
   const train::TrainResult r = trainer.fit();
   char line[512];
   if (r.final_eval.count == 0) {  // stopped by train.max_steps before an epoch ended

@@ -457,6 +457,11 @@ void Trainer::finish_epoch(int64_t epoch, double train_loss, double seconds,
   }
 }
 
+bool Trainer::finished() const {
+  return state_.epoch >= schedule_->total_epochs() ||
+         (train_.max_steps > 0 && state_.step >= train_.max_steps);
+}
+
 TrainResult Trainer::fit() {
   TrainResult result;
   const int64_t epochs = schedule_->total_epochs();

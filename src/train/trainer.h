@@ -76,6 +76,9 @@ class Trainer {
   ~Trainer();
 
   TrainResult fit();
+  // True when there is nothing left to train: every epoch done, or train.max_steps reached (a
+  // resumed run that had finished).
+  bool finished() const;
 
   nn::Module& model() { return *model_; }
   const TrainState& state() const { return state_; }

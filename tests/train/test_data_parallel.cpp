@@ -425,3 +425,18 @@ TEST_CASE("one worker through NCCL trains bit-identically to no data parallelism
   SKIP_WITHOUT_FASHION_MNIST();
   check_forced_backend_is_exact(Device::cuda(0), "nccl1");
 }
+
+TEST_CASE("resuming a finished run says so and trains nothing", "[cpu][train][hardening]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("finished");
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(64, 50, 16, 1, 0.0));
+  run_train({"--config", config, "--output", dir + "/run"}, dir + "/first.log");
+  REQUIRE_THAT(read_file(dir + "/first.log"), Contains("train: final top-1"));
+  run_train({"--config", config, "--output", dir + "/run", "--resume", "auto"},
+            dir + "/again.log");
+  const std::string log = read_file(dir + "/again.log");
+  INFO(log);
+  REQUIRE_THAT(log, Contains("had already finished (epoch 1, step 4") &&
+                        !Contains("train.max_steps") && !Contains("checkpoint "));
+  REQUIRE(load_checkpoint(resolve_checkpoint(dir + "/run")).state.step == 4);
+}
