@@ -18,9 +18,14 @@
 #include "io/weight_map.h"
 #include "model_summary.h"
 #include "nn/layers.h"
+#include "app_test_util.h"
 #include "support/test_util.h"
 
 namespace {
+
+using ska::test::read_text;
+using ska::test::run_command;
+using ska::test::RunResult;
 
 using namespace ska;
 using Catch::Matchers::Contains;
@@ -44,29 +49,7 @@ class HandCountedNet : public nn::Module {
   std::shared_ptr<nn::Linear> head;
 };
 
-std::string scratch_dir() {
-  const fs::path dir = fs::temp_directory_path() / ("ska_test_apps_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir.string();
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-struct RunResult {
-  int exit_code;
-  std::string out, err;
-};
-
-// Runs a built command with `args`, capturing stdout and stderr.
-RunResult run_command(const std::string& exe, const std::string& args) {
-  const std::string dir = scratch_dir();
-  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-  const int status = std::system((exe + " " + args + " >" + out + " 2>" + err).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-}
+std::string scratch_dir() { return ska::test::app_scratch_dir("apps"); }
 
 nn::ModulePtr build_from_file(const std::string& path) {
   Config config = Config::load(path);

@@ -16,36 +16,20 @@
 #include "io/weight_map.h"
 #include "io/weight_map_fixtures.h"
 #include "models/model.h"
+#include "app_test_util.h"
 #include "support/test_util.h"
 
 namespace {
+
+using ska::test::read_text;
+using ska::test::run_command;
+using ska::test::RunResult;
 
 using namespace ska;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
-std::string scratch_dir() {
-  const fs::path dir = fs::temp_directory_path() / ("ska_test_interop_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir.string();
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-struct RunResult {
-  int exit_code;
-  std::string out, err;
-};
-
-RunResult run_command(const std::string& exe, const std::string& args) {
-  const std::string dir = scratch_dir();
-  const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
-  const int status = std::system((exe + " " + args + " >" + out + " 2>" + err).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(out), read_text(err)};
-}
+std::string scratch_dir() { return ska::test::app_scratch_dir("interop"); }
 
 // Writes `yaml` as a model config and its freshly initialised weights; returns the config path.
 std::string write_model(const std::string& dir, const std::string& name, const std::string& yaml) {
