@@ -1,5 +1,7 @@
 // CPU kernels: copy, fill, unary (+ backward), binary, where.
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
@@ -27,6 +29,14 @@ void copy(const Tensor& src, const Tensor& dst) {
                       [&](const auto& off, int64_t n, const auto& st) {
                         const S* sp = s + off[0];
                         D* dp = d + off[1];
+                        if (st[0] == 1 && st[1] == 1) {  // rows contiguous on both sides (head
+                          if constexpr (std::is_same_v<S, D>) {  // split/merge copies)
+                            std::memcpy(dp, sp, static_cast<size_t>(n) * sizeof(D));
+                          } else {
+                            for (int64_t j = 0; j < n; ++j) dp[j] = convert<D>(sp[j]);
+                          }
+                          return;
+                        }
                         for (int64_t j = 0; j < n; ++j) dp[j * st[1]] = convert<D>(sp[j * st[0]]);
                       });
     });
