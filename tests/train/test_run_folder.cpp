@@ -101,7 +101,16 @@ TEST_CASE("two train commands on one --output: the second fails at once naming t
   }
   const pid_t second = start(dir + "/second.log");
   int status = 0;
-  ::waitpid(second, &status, 0);
+  // It must fail at once; a second writer that hangs (or trains) is killed after 60 s.
+  const auto t1 = std::chrono::steady_clock::now();
+  while (::waitpid(second, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t1 > std::chrono::seconds(60)) {
+      ::kill(second, SIGKILL);
+      ::waitpid(second, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   ::kill(first, SIGKILL);
   ::waitpid(first, nullptr, 0);
   std::ifstream in(dir + "/second.log");
