@@ -65,11 +65,11 @@ uint64_t rank_seed(uint64_t seed, int rank) {
 }
 
 Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(setup)) {
+  dist_ = DistributedOptions::from_config(config.root()["distributed"]);
   if (setup_.comm == nullptr) {
     dist::CommOptions comm_options;
-    const DistributedOptions d = DistributedOptions::from_config(config.root()["distributed"]);
-    comm_options.timeout_s = d.timeout_s;
-    comm_options.force_backend = d.force_backend;
+    comm_options.timeout_s = dist_.timeout_s;
+    comm_options.force_backend = dist_.force_backend;
     own_comm_ = dist::make_communicator(dist::World{}, setup_.device, comm_options);
     setup_.comm = own_comm_.get();
   }
@@ -88,7 +88,6 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   train_ = TrainOptions::from_config(root["train"]);
   data_ = DataOptions::from_config(root["data"], image_size, channels, classes);
   ckpt_ = CheckpointOptions::from_config(root["checkpoint"]);
-  dist_ = DistributedOptions::from_config(root["distributed"]);
   const optim::OptimizerOptions optim_options = optim::OptimizerOptions::from_config(root["optim"]);
   const optim::ScheduleOptions sched_options =
       optim::ScheduleOptions::from_config(root["sched"], optim_options.lr, train_.epochs);
@@ -197,11 +196,9 @@ int64_t Trainer::global_batch() const {
 void Trainer::seed_rank_generators() {
   const int rank = comm_->rank();
   if (rank == 0) return;
-  for (Device d : {Device::cpu(), setup_.device}) {
-    Generator& g = default_generator(d);
-    g.set_state(rank_seed(g.seed(), rank), g.offset());
-    if (d == Device::cpu() && setup_.device.is_cpu()) break;
-  }
+  const auto mix = [rank](Generator& g) { g.set_state(rank_seed(g.seed(), rank), g.offset()); };
+  mix(default_generator(Device::cpu()));
+  if (setup_.device.is_cuda()) mix(default_generator(setup_.device));
 }
 
 void Trainer::restore(const Checkpoint& c) {
