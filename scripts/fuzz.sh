@@ -30,12 +30,20 @@ cmake --build "$dir" -j "${JOBS:-$(nproc)}" --target "fuzz_$target" | grep -v "^
 corpus=$dir/corpus/$target findings=$dir/findings/$target
 mkdir -p "$corpus" "$findings"
 echo "== fuzz $target for ${seconds}s"
+log=$dir/fuzz_$target.log
 set +e
 # shellcheck disable=SC2086
 "$dir/fuzz/fuzz_$target" "$corpus" "fuzz/corpus/$target" -max_total_time="$seconds" \
   -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$findings/" ${FUZZ_ARGS:-} 2>&1 | tail -n "${FUZZ_TAIL:-40}"
-status=${PIPESTATUS[0]}
+  -artifact_prefix="$findings/" ${FUZZ_ARGS:-} >"$log" 2>&1
+status=$?
 set -e
-[ "$status" -eq 0 ] || echo "fuzz: $target: finding (exit $status), see $findings/" >&2
+tail -n "${FUZZ_TAIL:-40}" "$log"
+if [ "$status" -ne 0 ]; then
+  # The report itself, however short FUZZ_TAIL is: the error, the first frames, the input.
+  echo "-- the finding (whole log: $log)" >&2
+  grep -m1 -A30 -E '^==[0-9]+== ?ERROR|ERROR: libFuzzer|runtime error:|uncaught|deadly signal' "$log" >&2 || true
+  grep -E '^(artifact_prefix|Base64):' "$log" >&2 || true
+  echo "fuzz: $target: finding (exit $status), see $findings/" >&2
+fi
 exit "$status"

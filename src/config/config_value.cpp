@@ -26,12 +26,17 @@ std::string mark_location(const std::string& origin, const YAML::Mark& mark) {
 // tree does not, so `&a [*b, *b, ...]` nested a few levels deep would otherwise take gigabytes.
 constexpr int64_t kMaxConfigNodes = 100000;
 constexpr int64_t kMaxConfigBytes = 16 << 20;  // map keys and scalar text
+// How deep maps and lists may nest. Our configs use four or five levels; an alias inside its own
+// anchor (`&b {lr: *b}`) makes yaml-cpp build a cycle, which would otherwise recurse forever.
+constexpr int kMaxConfigDepth = 64;
 
-// Counts the nodes and bytes of the tree being built; fails as soon as a limit is passed.
+// Counts the nodes, bytes and nesting depth of the tree being built; fails as soon as a limit is
+// passed.
 struct ExpansionBudget {
   std::string origin;
   int64_t nodes = 0;
   int64_t bytes = 0;
+  int depth = 0;
 
   void spend(size_t text_bytes) {
     ++nodes;
@@ -64,7 +69,25 @@ void read_map_entries(const YAML::Node& node, ExpansionBudget& budget, ConfigVal
   }
 }
 
+// Holds one level of nesting for as long as a map or list is being read.
+class DepthGuard {
+ public:
+  DepthGuard(ExpansionBudget& budget, const YAML::Mark& mark) : budget_(budget) {
+    SKA_CHECK(++budget_.depth <= kMaxConfigDepth, ConfigError, mark_location(budget_.origin, mark),
+              ": maps and lists nest more than ", kMaxConfigDepth,
+              " levels deep; expected at most ", kMaxConfigDepth,
+              " (an alias used inside its own anchor?)");
+  }
+  ~DepthGuard() { --budget_.depth; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  ExpansionBudget& budget_;
+};
+
 ConfigValuePtr from_yaml(const YAML::Node& node, ExpansionBudget& budget) {
+  const DepthGuard depth(budget, node.Mark());
   auto value = std::make_shared<ConfigValue>();
   value->origin = budget.origin;
   const YAML::Mark mark = node.Mark();

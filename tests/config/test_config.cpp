@@ -394,6 +394,15 @@ TEST_CASE("config: an alias bomb is rejected before it expands", "[cpu][config][
   REQUIRE_THROWS_WITH(Config::parse(wide + "]\n", "wide.yaml"),
                       Contains("wide.yaml") && Contains("bytes of keys and values"));
 
+  // An alias inside its own anchor is a cycle in yaml-cpp's graph: a depth error, not a crash.
+  REQUIRE_THROWS_WITH(Config::parse("a:\n  b: &b {lr: *b, name: cosine}\n", "cycle.yaml"),
+                      Contains("cycle.yaml:") && Contains("nest more than 64 levels"));
+  REQUIRE_THROWS_WITH(Config::parse("l: &l [1, *l]\n", "cycle.yaml"),
+                      Contains("nest more than 64 levels"));
+  // Deep nesting written out is bounded the same way.
+  REQUIRE_THROWS_WITH(Config::parse("a: " + std::string(100, '[') + std::string(100, ']') + "\n"),
+                      Contains("nest more than 64 levels"));
+
   // Ordinary aliases still read as copies.
   const Config ok = Config::parse("base: &b {lr: 0.5, betas: [0.9, 0.99]}\nother: *b\n");
   CHECK(ok.root()["other"].get<double>("lr") == 0.5);
