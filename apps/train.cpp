@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -185,10 +186,13 @@ int run_train(TrainCommand cmd) {
   };
   setup.progress = [&](const train::Progress& p) {
     if (!tty) return;
-    std::printf("\r\033[Kepoch %lld/%lld [%lld/%lld] %.1f img/s, ETA %s, loss %.4f, lr %.3g",
+    // The loss is the epoch's mean as of the last read of the device (train.log_every).
+    char loss[32] = "-";
+    if (std::isfinite(p.loss)) std::snprintf(loss, sizeof(loss), "%.4f", p.loss);
+    std::printf("\r\033[Kepoch %lld/%lld [%lld/%lld] %.1f img/s, ETA %s, loss %s, lr %.3g",
                 static_cast<long long>(p.epoch), static_cast<long long>(p.epochs),
                 static_cast<long long>(p.batch), static_cast<long long>(p.batches), p.images_per_s,
-                format_duration(p.eta_s).c_str(), p.loss, p.lr);
+                format_duration(p.eta_s).c_str(), loss, p.lr);
     std::fflush(stdout);
     progress_shown = true;
   };

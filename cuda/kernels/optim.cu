@@ -1,5 +1,6 @@
 // CUDA kernels: fused in-place optimizer updates (Adam family, SGD), one grid-stride pass over a
-// parameter. Twins of backend/cpu/optim.cpp; f32 math for f32, bf16 and f16 tensors.
+// parameter. Twins of backend/cpu/optim.cpp; f32 math for f32, bf16 and f16 tensors. The update
+// count and the skip flag are read on the device (no host sync decides an update).
 #include <cstdint>
 
 #include "backend/backend.h"
@@ -12,25 +13,37 @@ namespace {
 constexpr int kThreads = 256;
 
 struct AdamScalars {
-  float lr, beta1, beta2, eps, bias_correction1, bias_correction2_sqrt, l2_decay, decoupled_decay;
+  double beta1_d, beta2_d;  // for the bias corrections, as the CPU twin computes them
+  float lr, beta1, beta2, eps, l2_decay, decoupled_decay;
 };
 
-// `divisor` (device, may be null) is read on the device so that no host sync is needed.
+// `divisor` (may be null), `step` and `skip` (may be null) are read on the device.
 template <typename T>
 __global__ void adam_step_kernel(T* __restrict__ p, const T* __restrict__ g,
                                  const float* __restrict__ divisor, T* __restrict__ m,
-                                 T* __restrict__ v, T* __restrict__ u_out, int64_t n,
-                                 AdamScalars s) {
+                                 T* __restrict__ v, T* __restrict__ u_out,
+                                 const int64_t* __restrict__ step,
+                                 const uint8_t* __restrict__ skip, int64_t n, AdamScalars s) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (skip != nullptr && *skip != 0) {
+    if (u_out != nullptr) {
+      for (int64_t i = first; i < n; i += stride) u_out[i] = from_float<T>(0.0f);
+    }
+    return;
+  }
+  const double t = static_cast<double>(*step);
+  const float bias_correction1 = static_cast<float>(1.0 - pow(s.beta1_d, t));
+  const float bias_correction2_sqrt = static_cast<float>(sqrt(1.0 - pow(s.beta2_d, t)));
   const float scale = divisor != nullptr ? 1.0f / *divisor : 1.0f;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first; i < n; i += stride) {
     const float pi = to_float(p[i]);
     const float gi = to_float(g[i]) * scale + s.l2_decay * pi;
     const float mi = s.beta1 * to_float(m[i]) + (1.0f - s.beta1) * gi;
     const float vi = s.beta2 * to_float(v[i]) + (1.0f - s.beta2) * gi * gi;
     m[i] = from_float<T>(mi);
     v[i] = from_float<T>(vi);
-    const float u = (mi / s.bias_correction1) / (sqrtf(vi) / s.bias_correction2_sqrt + s.eps) +
+    const float u = (mi / bias_correction1) / (sqrtf(vi) / bias_correction2_sqrt + s.eps) +
                     s.decoupled_decay * pi;
     if (u_out != nullptr) {
       u_out[i] = from_float<T>(u);
@@ -42,8 +55,9 @@ __global__ void adam_step_kernel(T* __restrict__ p, const T* __restrict__ g,
 
 template <typename T>
 __global__ void sgd_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf,
-                                int64_t n, float lr, float momentum, float weight_decay,
-                                bool nesterov) {
+                                const uint8_t* __restrict__ skip, int64_t n, float lr,
+                                float momentum, float weight_decay, bool nesterov) {
+  if (skip != nullptr && *skip != 0) return;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float pi = to_float(p[i]);
@@ -57,12 +71,44 @@ __global__ void sgd_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* _
   }
 }
 
+__global__ void advance_counts_kernel(int64_t* __restrict__ counts, int64_t n,
+                                      const uint8_t* __restrict__ skip) {
+  if (skip != nullptr && *skip != 0) return;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    ++counts[i];
+  }
+}
+
+// One thread: the five statistics of record_update.
+__global__ void record_update_kernel(float* __restrict__ s, const float* __restrict__ loss,
+                                     const uint8_t* __restrict__ skip) {
+  if (*skip != 0) {
+    s[2] += 1.0f;
+    s[3] += 1.0f;
+    s[4] = fmaxf(s[4], s[3]);
+  } else {
+    s[0] += *loss;
+    s[1] += 1.0f;
+    s[3] = 0.0f;
+  }
+}
+
+// The skip flag's device pointer, or null when `skip` is undefined.
+const uint8_t* skip_pointer(const Tensor& skip, const Tensor& param, const char* who) {
+  if (!skip.defined()) return nullptr;
+  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8 && skip.device() == param.device(),
+            DTypeError, "cuda ", who, ": skip must be one u8 element on ", param.device(),
+            ", got ", skip.str());
+  return static_cast<const uint8_t*>(skip.data_ptr());
+}
+
 }  // namespace
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divisor,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update, double lr,
-               double beta1, double beta2, double eps, double bias_correction1,
-               double bias_correction2, double l2_decay, double decoupled_decay) {
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update,
+               const Tensor& step, const Tensor& skip, double lr, double beta1, double beta2,
+               double eps, double l2_decay, double decoupled_decay) {
   DeviceGuard guard(device_index(param));
   const float* divisor = nullptr;
   if (grad_divisor.defined()) {
@@ -70,12 +116,16 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
               "cuda adam_step: grad_divisor must be one f32 element, got ", grad_divisor.str());
     divisor = grad_divisor.data<float>();
   }
-  const AdamScalars s{static_cast<float>(lr),
+  SKA_CHECK(step.numel() == 1 && step.dtype() == DType::kI64 && step.device() == param.device(),
+            DTypeError, "cuda adam_step: step must be one i64 element on ", param.device(),
+            ", got ", step.str());
+  const uint8_t* skip_flag = skip_pointer(skip, param, "adam_step");
+  const AdamScalars s{beta1,
+                      beta2,
+                      static_cast<float>(lr),
                       static_cast<float>(beta1),
                       static_cast<float>(beta2),
                       static_cast<float>(eps),
-                      static_cast<float>(bias_correction1),
-                      static_cast<float>(std::sqrt(bias_correction2)),
                       static_cast<float>(l2_decay),
                       static_cast<float>(decoupled_decay)};
   const int64_t n = param.numel();
@@ -86,26 +136,54 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
     adam_step_kernel<T>
         <<<grid_for(n, kThreads), kThreads, 0, current_stream(device_index(param))>>>(
             static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()), divisor,
-            static_cast<T*>(exp_avg.data_ptr()), static_cast<T*>(exp_avg_sq.data_ptr()), u_out, n,
-            s);
+            static_cast<T*>(exp_avg.data_ptr()), static_cast<T*>(exp_avg_sq.data_ptr()), u_out,
+            static_cast<const int64_t*>(step.data_ptr()), skip_flag, n, s);
     SKA_CUDA_CHECK_LAUNCH();
   });
 }
 
-void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr,
-              double momentum, double weight_decay, bool nesterov) {
+void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+              const Tensor& skip, double lr, double momentum, double weight_decay, bool nesterov) {
   DeviceGuard guard(device_index(param));
+  const uint8_t* skip_flag = skip_pointer(skip, param, "sgd_step");
   const int64_t n = param.numel();
   if (n == 0) return;
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using T = decltype(tag);
     T* buf = momentum_buf.defined() ? static_cast<T*>(momentum_buf.data_ptr()) : nullptr;
     sgd_step_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream(device_index(param))>>>(
-        static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()), buf, n,
-        static_cast<float>(lr), static_cast<float>(momentum), static_cast<float>(weight_decay),
+        static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()), buf, skip_flag,
+        n, static_cast<float>(lr), static_cast<float>(momentum), static_cast<float>(weight_decay),
         nesterov);
     SKA_CUDA_CHECK_LAUNCH();
   });
+}
+
+void advance_counts(const Tensor& counts, const Tensor& skip) {
+  DeviceGuard guard(device_index(counts));
+  SKA_CHECK(counts.dtype() == DType::kI64 && counts.is_contiguous(), DTypeError,
+            "cuda advance_counts: counts must be a contiguous i64 tensor, got ", counts.str());
+  const int64_t n = counts.numel();
+  if (n == 0) return;
+  advance_counts_kernel<<<grid_for(n, kThreads), kThreads, 0,
+                          current_stream(device_index(counts))>>>(
+      static_cast<int64_t*>(counts.data_ptr()), n, skip_pointer(skip, counts, "advance_counts"));
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+void record_update(const Tensor& stats, const Tensor& loss, const Tensor& skip) {
+  DeviceGuard guard(device_index(stats));
+  SKA_CHECK(stats.dtype() == DType::kF32 && stats.numel() == 5 && stats.is_contiguous(),
+            DTypeError, "cuda record_update: stats must be 5 contiguous f32 values, got ",
+            stats.str());
+  SKA_CHECK(loss.dtype() == DType::kF32 && loss.numel() == 1 && loss.device() == stats.device(),
+            DTypeError, "cuda record_update: loss must be one f32 element on ", stats.device(),
+            ", got ", loss.str());
+  SKA_CHECK(skip.defined(), ValueError, "cuda record_update: skip must be defined");
+  record_update_kernel<<<1, 1, 0, current_stream(device_index(stats))>>>(
+      static_cast<float*>(stats.data_ptr()), static_cast<const float*>(loss.data_ptr()),
+      skip_pointer(skip, stats, "record_update"));
+  SKA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ska::cuda

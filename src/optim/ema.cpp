@@ -16,11 +16,11 @@ ModelEma::ModelEma(const nn::Module& model, double decay, bool average_buffers)
   for (const auto& entry : model.named_buffers()) buffers_.insert(entry.first);
 }
 
-void ModelEma::update(const nn::Module& model) { apply(model, false); }
+void ModelEma::update(const nn::Module& model, const Tensor& skip) { apply(model, false, skip); }
 
-void ModelEma::set(const nn::Module& model) { apply(model, true); }
+void ModelEma::set(const nn::Module& model) { apply(model, true, Tensor()); }
 
-void ModelEma::apply(const nn::Module& model, bool copy_all) {
+void ModelEma::apply(const nn::Module& model, bool copy_all, const Tensor& skip) {
   NoGradGuard no_grad;
   const std::map<std::string, Tensor> values = model.state_dict();
   SKA_CHECK(values.size() == tensors_.size(), ValueError, "ema: the model has ", values.size(),
@@ -34,11 +34,8 @@ void ModelEma::apply(const nn::Module& model, bool copy_all) {
     const Tensor value = it->second.to(ema.device(), ema.dtype());
     const bool average =
         !copy_all && ema.is_floating() && (average_buffers_ || buffers_.count(name) == 0);
-    if (average) {
-      ema.copy_(add(mul(ema, decay_), mul(value, 1.0 - decay_)));
-    } else {
-      ema.copy_(value);
-    }
+    const Tensor next = average ? add(mul(ema, decay_), mul(value, 1.0 - decay_)) : value;
+    ema.copy_(skip.defined() ? where(skip.to(ema.device()), ema, next) : next);
   }
 }
 

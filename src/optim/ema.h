@@ -22,7 +22,10 @@ class ModelEma {
   ModelEma(const nn::Module& model, double decay, bool average_buffers = true);
 
   // One update from `model` (same names, shapes; any device: values are moved to the EMA's).
-  void update(const nn::Module& model);
+  // `skip`: undefined, or a u8 one-element tensor (on the EMA's device, or it is moved there)
+  // whose nonzero value leaves every EMA tensor as it was: the update of a skipped step, decided
+  // on the device.
+  void update(const nn::Module& model, const Tensor& skip = Tensor());
   // Overwrites every EMA tensor with the model's (e.g. after loading pretrained weights).
   void set(const nn::Module& model);
 
@@ -33,7 +36,7 @@ class ModelEma {
   void load_state_dict(const std::map<std::string, Tensor>& values);
 
  private:
-  void apply(const nn::Module& model, bool copy_all);
+  void apply(const nn::Module& model, bool copy_all, const Tensor& skip);
 
   double decay_;
   bool average_buffers_;

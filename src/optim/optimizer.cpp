@@ -53,18 +53,25 @@ std::vector<ParamGroup> param_groups_weight_decay(const NamedTensors& named_para
 // --- Optimizer ---
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
-  std::map<std::string, bool> seen;
+  Device device = Device::cpu();
   for (const ParamGroup& group : groups_) {
     SKA_CHECK(group.lr >= 0 && group.weight_decay >= 0, ValueError,
               "optimizer group needs lr >= 0 and weight_decay >= 0, got lr ", group.lr,
               ", weight_decay ", group.weight_decay);
     for (const auto& [name, param] : group.params) {
-      SKA_CHECK(!seen[name], ValueError, "parameter '", name, "' appears twice in the optimizer");
-      seen[name] = true;
+      SKA_CHECK(index_.count(name) == 0, ValueError, "parameter '", name,
+                "' appears twice in the optimizer");
       SKA_CHECK(param.is_floating() && param.is_contiguous(), ValueError, "parameter '", name,
                 "' must be a contiguous floating tensor, got ", param.str());
+      if (index_.empty()) device = param.device();
+      SKA_CHECK(param.device() == device, DeviceError, "parameter '", name, "' is on ",
+                param.device(), " but the optimizer's first parameter is on ", device,
+                "; an optimizer keeps its parameters on one device");
+      const int64_t next = static_cast<int64_t>(index_.size());
+      index_[name] = next;
     }
   }
+  counts_ = Tensor::zeros({static_cast<int64_t>(index_.size())}, DType::kI64, device);
 }
 
 void Optimizer::set_lr(double lr) {
@@ -81,6 +88,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 Optimizer::ParamState& Optimizer::state_for(const std::string& name, const Tensor& param) {
   ParamState& state = state_[name];
+  if (!state.step.defined()) state.step = counts_.narrow(0, index_.at(name), 1);
   if (state.slots.empty()) {
     for (const std::string& slot : slot_names()) {
       state.slots[slot] = Tensor::zeros(param.shape(), param.dtype(), param.device());
@@ -89,9 +97,18 @@ Optimizer::ParamState& Optimizer::state_for(const std::string& name, const Tenso
   return state;
 }
 
-void Optimizer::step() {
+void Optimizer::step(const Tensor& skip) {
   NoGradGuard no_grad;
-  begin_step();
+  SKA_CHECK(!skip.defined() || (skip.numel() == 1 && skip.dtype() == DType::kU8 &&
+                                skip.device() == counts_.device()),
+            ValueError, name(), ": skip must be one u8 element on ", counts_.device(), ", got ",
+            skip.str());
+  struct Work {
+    const ParamGroup* group;
+    const std::string* name;
+    Tensor param, grad;
+  };
+  std::vector<Work> work;
   for (const ParamGroup& group : groups_) {
     for (const auto& [name, param] : group.params) {
       const Tensor grad = param.grad();
@@ -100,18 +117,27 @@ void Optimizer::step() {
                     grad.device() == param.device(),
                 ValueError, "grad of parameter '", name, "' is ", grad.str(),
                 " but the parameter is ", param.str());
-      ParamState& state = state_for(name, param);
-      ++state.step;
-      update(group, param, grad.contiguous(), state);
+      work.push_back({&group, &name, param, grad.contiguous()});
     }
   }
+  begin_step();
+  for (const Work& w : work) state_for(*w.name, w.param);
+  // The counts advance first (the kernels read them): one launch when every parameter steps.
+  if (work.size() == index_.size()) {
+    SKA_KERNEL(counts_.device(), advance_counts)(counts_, skip);
+  } else {
+    for (const Work& w : work) {
+      SKA_KERNEL(counts_.device(), advance_counts)(state_.at(*w.name).step, skip);
+    }
+  }
+  for (const Work& w : work) update(*w.group, w.param, w.grad, state_.at(*w.name), skip);
   global_grad_norm_ = Tensor();
 }
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
   std::map<std::string, Tensor> out;
   for (const auto& [name, state] : state_) {
-    out[name + ".step"] = Tensor::scalar(static_cast<double>(state.step), DType::kI64);
+    out[name + ".step"] = state.step.to(Device::cpu()).clone().reshape({});
     for (const auto& [slot, value] : state.slots) out[name + "." + slot] = value;
   }
   return out;
@@ -146,10 +172,15 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     }
   }
   state_.clear();
+  counts_.fill_(0.0);
   for (const auto& [param_name, values] : by_param) {
     const Tensor& param = params.at(param_name);
+    const double step = values.at("step").item();
+    SKA_CHECK(step >= 0 && step == std::floor(step) && step < 9.0e15, ValueError, name(),
+              " state '", param_name, ".step' is ", step, "; expected a whole number >= 0");
     ParamState& st = state_[param_name];
-    st.step = static_cast<int64_t>(values.at("step").item());
+    st.step = counts_.narrow(0, index_.at(param_name), 1);
+    st.step.fill_(step);
     for (const auto& [slot, value] : values) {
       if (slot == "step") continue;
       st.slots[slot] = Tensor::empty(param.shape(), param.dtype(), param.device());
@@ -173,10 +204,10 @@ std::vector<std::string> Sgd::slot_names() const {
 }
 
 void Sgd::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                 ParamState& state) {
+                 ParamState& state, const Tensor& skip) {
   const Tensor buf = momentum_ == 0.0 ? Tensor() : state.slots.at("momentum_buffer");
   SKA_KERNEL(param.device(), sgd_step)
-  (param, grad, buf, group.lr, momentum_, group.weight_decay, nesterov_);
+  (param, grad, buf, skip, group.lr, momentum_, group.weight_decay, nesterov_);
 }
 
 // --- Adam / AdamW ---
@@ -187,10 +218,6 @@ void check_betas(const char* who, double beta1, double beta2, double eps) {
   SKA_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ValueError, who,
             ": betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
   SKA_CHECK(eps > 0, ValueError, who, ": eps must be > 0, got ", eps);
-}
-
-double bias_correction(double beta, int64_t step) {
-  return 1.0 - std::pow(beta, static_cast<double>(step));
 }
 
 }  // namespace
@@ -208,13 +235,12 @@ Adam::Adam(std::vector<ParamGroup> groups, double beta1, double beta2, double ep
 std::vector<std::string> Adam::slot_names() const { return {"exp_avg", "exp_avg_sq"}; }
 
 void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                  ParamState& state) {
+                  ParamState& state, const Tensor& skip) {
   const double l2 = decoupled_ ? 0.0 : group.weight_decay;
   const double decoupled = decoupled_ ? group.weight_decay : 0.0;
   SKA_KERNEL(param.device(), adam_step)
   (param, grad, Tensor(), state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), Tensor(),
-   group.lr, beta1_, beta2_, eps_, bias_correction(beta1_, state.step),
-   bias_correction(beta2_, state.step), l2, decoupled);
+   state.step, skip, group.lr, beta1_, beta2_, eps_, l2, decoupled);
 }
 
 // --- LAMB ---
@@ -241,13 +267,13 @@ void Lamb::begin_step() {
 }
 
 void Lamb::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                  ParamState& state) {
+                  ParamState& state, const Tensor& skip) {
+  // A skipped step leaves `update` all zeros, so the trust ratio is 1 and param - lr * 0 is param.
   const Tensor update = Tensor::empty(param.shape(), param.dtype(), param.device());
   const Tensor divisor = clip_divisor_.defined() ? clip_divisor_.to(param.device()) : Tensor();
   SKA_KERNEL(param.device(), adam_step)
-  (param, grad, divisor, state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), update, 0.0,
-   options_.beta1, options_.beta2, options_.eps, bias_correction(options_.beta1, state.step),
-   bias_correction(options_.beta2, state.step), 0.0, group.weight_decay);
+  (param, grad, divisor, state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), update,
+   state.step, skip, 0.0, options_.beta1, options_.beta2, options_.eps, 0.0, group.weight_decay);
   Tensor scaled = update;
   if (group.weight_decay != 0.0 || options_.always_adapt) {
     const Tensor w_norm = sqrt(sum(mul(param, param)));

@@ -55,8 +55,10 @@ struct OptimizerOptions {
 };
 
 // Base class: groups, learning rate, zeroing, the step loop and the state bookkeeping.
-// Parameters must be contiguous floating tensors; grads must match their shape, dtype and device.
-// A parameter without a grad is skipped (its step count does not advance), as in PyTorch.
+// Parameters must be contiguous floating tensors on one device; grads must match their shape,
+// dtype and device. A parameter without a grad is skipped (its step count does not advance), as
+// in PyTorch. The update counts live on the parameters' device, so that a step can be skipped
+// by a flag computed there (non-finite gradients) without the host reading it.
 class Optimizer {
  public:
   explicit Optimizer(std::vector<ParamGroup> groups);
@@ -66,7 +68,9 @@ class Optimizer {
 
   virtual std::string name() const = 0;
   // One update of every parameter that has a grad, in place, on its device (no host sync).
-  void step();
+  // `skip`: undefined, or a u8 one-element tensor on the parameters' device; when its value is
+  // nonzero the step changes nothing (parameters, moments, update counts), as if not called.
+  void step(const Tensor& skip = Tensor());
   // Drops every grad (set_to_none, PyTorch's default) or fills it with zeros.
   void zero_grad(bool set_to_none = true);
 
@@ -81,6 +85,7 @@ class Optimizer {
 
   // State for checkpoints: "<param>.step" (i64 scalar, CPU) and "<param>.<slot>" per parameter
   // that has been stepped. The tensors are the live state: clone them for a snapshot.
+  // Reading the counts back makes this a host synchronisation (a checkpoint's, not a step's).
   std::map<std::string, Tensor> state_dict() const;
   // Restores state saved by state_dict (values converted to each parameter's device and dtype).
   // ValueError / ShapeError naming the key for unknown parameters or slots, missing slots and
@@ -89,16 +94,17 @@ class Optimizer {
 
  protected:
   struct ParamState {
-    int64_t step = 0;
+    Tensor step;  // i64, one element on the device: updates applied, this one included
     std::map<std::string, Tensor> slots;  // moments / momentum buffer, like the parameter
   };
   // The state tensors this optimizer keeps per parameter ("exp_avg", ...).
   virtual std::vector<std::string> slot_names() const = 0;
   // Called once per step() before the updates (LAMB computes its global grad clip here).
   virtual void begin_step() {}
-  // Updates one parameter; state.step has already been advanced.
+  // Updates one parameter unless `skip` (undefined or as in step()) is set; state.step has
+  // already been advanced (unless skipped).
   virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                      ParamState& state) = 0;
+                      ParamState& state, const Tensor& skip) = 0;
 
   Tensor global_grad_norm_;  // set_global_grad_norm's value for this step; cleared after it
 
@@ -107,6 +113,8 @@ class Optimizer {
 
   std::vector<ParamGroup> groups_;
   std::map<std::string, ParamState> state_;
+  std::map<std::string, int64_t> index_;  // parameter name -> its element of counts_
+  Tensor counts_;  // i64 [parameters] on their device: the update count of each parameter
 };
 
 // torch.optim.SGD with dampening 0: momentum, Nesterov, coupled (L2) weight decay.
@@ -118,7 +126,7 @@ class Sgd : public Optimizer {
  protected:
   std::vector<std::string> slot_names() const override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-              ParamState& state) override;
+              ParamState& state, const Tensor& skip) override;
 
  private:
   double momentum_;
@@ -136,7 +144,7 @@ class Adam : public Optimizer {
  protected:
   std::vector<std::string> slot_names() const override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-              ParamState& state) override;
+              ParamState& state, const Tensor& skip) override;
 
  private:
   double beta1_, beta2_, eps_;
@@ -163,7 +171,7 @@ class Lamb : public Optimizer {
   std::vector<std::string> slot_names() const override;
   void begin_step() override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-              ParamState& state) override;
+              ParamState& state, const Tensor& skip) override;
 
  private:
   Options options_;

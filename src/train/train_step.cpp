@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 
+#include "autograd/grad_mode.h"
+#include "backend/backend.h"
 #include "ops/loss.h"
 #include "ops/pointwise.h"
 #include "optim/grad_utils.h"
@@ -20,7 +22,8 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, optim::Loss
       comm_(comm),
       sharding_(sharding),
       train_(train),
-      params_(model.parameters(true)) {
+      params_(model.parameters(true)),
+      device_(params_.empty() ? Device::cpu() : params_.front().device()) {
   if (comm.backend() != "single") {  // several workers, or one forced through Gloo / NCCL
     dist::ReducerOptions ro;
     ro.bucket_mb = distributed.bucket_mb;
@@ -29,7 +32,7 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& optimizer, optim::Loss
   }
 }
 
-double TrainStep::micro_step(const Tensor& images, const Tensor& target, bool last) {
+Tensor TrainStep::micro_step(const Tensor& images, const Tensor& target, bool last) {
   const AutocastState autocast_state = train_.autocast();
   // Forward and loss under autocast (train.precision); backward runs outside it.
   std::optional<AutocastGuard> autocast(std::in_place, autocast_state.dtype,
@@ -38,7 +41,7 @@ double TrainStep::micro_step(const Tensor& images, const Tensor& target, bool la
   const bool soft = target.dtype() != DType::kI64;
   const Tensor loss = cross_entropy(logits, target, soft ? 0.0 : train_.label_smoothing);
   autocast.reset();
-  const double value = loss.item();
+  const Tensor value = loss.detach().to(DType::kF32);
   const Tensor objective =
       train_.accumulate > 1 ? mul(loss, 1.0 / static_cast<double>(train_.accumulate)) : loss;
   if (reducer_) reducer_->prepare(last);
@@ -47,39 +50,57 @@ double TrainStep::micro_step(const Tensor& images, const Tensor& target, bool la
   return value;
 }
 
-UpdateOutcome TrainStep::apply_update(double local_loss_sum, double lr) {
+UpdateOutcome TrainStep::apply_update(const Tensor& local_loss_sum, double lr) {
+  NoGradGuard no_grad;
   UpdateOutcome out;
-  double loss_sum = local_loss_sum;
+  Tensor loss_sum = local_loss_sum.to(device_);
   if (reducer_) {  // a NaN on any worker makes the sum NaN on every worker
-    Tensor t = Tensor::from_vector<double>({local_loss_sum}, {1}).to(comm_.device());
+    Tensor t = loss_sum.to(comm_.device()).clone();
     comm_.all_reduce(t, dist::ReduceOp::kAverage);
-    loss_sum = t.to_vector<double>()[0];
+    loss_sum = t.to(device_);
   }
-  out.loss = loss_sum / static_cast<double>(train_.accumulate);
-  // The gradients are identical on every worker after the all-reduce, so are these checks.
-  bool nonfinite = !std::isfinite(loss_sum);
-  if (!nonfinite) {
-    // fp16: the grads are unscaled in the same sweep as the check (one host read either way).
-    const Tensor flag =
-        scaler_ ? scaler_->unscale_and_check(params_) : optim::grads_nonfinite(params_);
-    nonfinite = flag.item() != 0.0;
+  out.loss = mul(loss_sum, 1.0 / static_cast<double>(train_.accumulate));
+  // The gradients are identical on every worker after the all-reduce, so are these checks. The
+  // flags are u8 tensors on the device; `either` joins two of them without reading either.
+  const auto either = [](const Tensor& a, const Tensor& b) { return where(a, a, b); };
+  const auto nonfinite = [](const Tensor& x) {
+    const Tensor zero = mul(x, 0.0);  // NaN exactly when x is inf or NaN
+    return ne(zero, zero);
+  };
+  // fp16: the grads are unscaled in the same sweep as their check.
+  Tensor skip = either(nonfinite(loss_sum), scaler_ ? scaler_->unscale_and_check(params_)
+                                                    : optim::grads_nonfinite(params_));
+  if (train_.clip_grad > 0) {
+    skip = either(skip, nonfinite(optim::clip_grad_norm(params_, train_.clip_grad)));
   }
-  if (!nonfinite && train_.clip_grad > 0) {
-    nonfinite = !std::isfinite(optim::clip_grad_norm(params_, train_.clip_grad).item());
-  }
-  if (scaler_) scaler_->update(nonfinite);
-  if (nonfinite) {
-    optimizer_.zero_grad();
-    return out;
-  }
+  skip = skip.to(device_).reshape({});
+  // The loss scale is a host number: fp16 reads the flag here, as GradScaler does.
+  if (scaler_) scaler_->update(skip.item() != 0.0);
   optimizer_.set_lr(lr);
   if (sharding_) sharding_->before_step(optimizer_);  // this worker updates its share only
-  optimizer_.step();
+  optimizer_.step(skip);
   optimizer_.zero_grad();
   if (sharding_) sharding_->after_step();  // ... and receives the others' from them
-  if (ema_) ema_->update(model_);
-  out.applied = true;
+  if (ema_) ema_->update(model_, skip);
+  out.skip = skip;
   return out;
+}
+
+UpdateStats::UpdateStats(Device device) : stats_(Tensor::zeros({5}, DType::kF32, device)) {}
+
+void UpdateStats::record(const UpdateOutcome& outcome) {
+  SKA_KERNEL(stats_.device(), record_update)(stats_, outcome.loss.to(DType::kF32), outcome.skip);
+}
+
+UpdateStats::Window UpdateStats::read() {
+  const std::vector<float> v = stats_.to_vector<float>();
+  stats_.narrow(0, 0, 3).fill_(0.0);  // the window's sums; the runs carry over
+  Window w;
+  w.loss_sum = v[0];
+  w.applied = static_cast<int64_t>(v[1]);
+  w.skipped = static_cast<int64_t>(v[2]);
+  w.longest_skip_run = static_cast<int64_t>(v[4]);
+  return w;
 }
 
 }  // namespace ska::train

@@ -1,7 +1,9 @@
 // The training step as a small engine with two seams: a micro-step (forward and loss under
 // autocast, backward, and on the update's last micro-step the gradient all-reduce across
 // workers, overlapped with backward) and the update (non-finite check agreed by every worker,
-// loss-scale update, clipping, optimizer, EMA).
+// loss-scale update, clipping, optimizer, EMA). Nothing in it reads a value back to the host
+// (fp16's loss scale aside, as PyTorch's GradScaler): the losses and the decision to skip an
+// update stay on the device, and the caller reads them when it logs.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +20,10 @@
 
 namespace ska::train {
 
+// One update's results, on the device.
 struct UpdateOutcome {
-  bool applied = false;  // false: skipped for a non-finite loss or gradient
-  double loss = 0.0;     // the update's mean loss over micro-batches and workers
+  Tensor loss;  // f32, one element: the mean loss over the micro-batches and the workers
+  Tensor skip;  // u8, one element: 1 when the update was skipped (non-finite loss or gradients)
 };
 
 class TrainStep {
@@ -34,11 +37,13 @@ class TrainStep {
 
   // One micro-batch: forward on `images`, cross-entropy against `target` (class indices, or soft
   // targets, which carry their own smoothing), backward of loss / accumulate. `last`: the
-  // update's last micro-batch. Returns the micro-batch's loss on this worker.
-  double micro_step(const Tensor& images, const Tensor& target, bool last);
-  // The update after `accumulate` micro-steps whose losses summed to `local_loss_sum`; at
-  // learning rate `lr` when applied. Every worker reaches the same decision.
-  UpdateOutcome apply_update(double local_loss_sum, double lr);
+  // update's last micro-batch. Returns the micro-batch's loss on this worker (f32, one element,
+  // on the device, detached).
+  Tensor micro_step(const Tensor& images, const Tensor& target, bool last);
+  // The update after `accumulate` micro-steps whose losses summed to `local_loss_sum` (as
+  // micro_step returns them); at learning rate `lr` unless skipped. Every worker reaches the
+  // same decision.
+  UpdateOutcome apply_update(const Tensor& local_loss_sum, double lr);
 
   const TensorList& params() const { return params_; }
 
@@ -51,7 +56,31 @@ class TrainStep {
   dist::OptimizerSharding* sharding_;
   TrainOptions train_;
   TensorList params_;
+  Device device_;  // the parameters': where the loss, the flags and the optimizer state live
   std::unique_ptr<dist::GradReducer> reducer_;  // null for one worker
+};
+
+// The running statistics of the updates (loss, applied and skipped updates, runs of skipped
+// ones), accumulated on the device one update at a time and read back by the caller when it
+// logs: the only place the training loop waits for the device.
+class UpdateStats {
+ public:
+  explicit UpdateStats(Device device);
+
+  // Adds one update's outcome; no host synchronisation.
+  void record(const UpdateOutcome& outcome);
+
+  struct Window {
+    double loss_sum = 0.0;        // over the applied updates
+    int64_t applied = 0, skipped = 0;
+    int64_t longest_skip_run = 0;  // the longest run of consecutive skipped updates so far
+  };
+  // The statistics since the previous read (a host synchronisation); a run of skipped updates
+  // carries over to the next window.
+  Window read();
+
+ private:
+  Tensor stats_;  // f32 [5] on the device, see record_update in backend/kernels.inc
 };
 
 }  // namespace ska::train

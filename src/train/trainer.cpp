@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "distributed/functional.h"
 #include "models/model.h"
+#include "ops/pointwise.h"
 
 namespace ska::train {
 
@@ -158,6 +159,7 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   }
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, scaler_.get(), ema_.get(), *comm_,
                                       train_, dist_, sharding_.get());
+  stats_ = std::make_unique<UpdateStats>(setup_.device);
   if (train_.precision != Precision::kFP32) {
     const std::string p = precision_name(train_.precision);
     log("train.precision " + p + ": autocast to " + p + " with f32 master weights" +
@@ -282,6 +284,7 @@ EvalResult Trainer::evaluate_model(nn::Module& model) {
 }
 
 void Trainer::save(bool is_best) {
+  read_update_stats();  // the skipped-update count goes into the checkpoint
   last_saved_step_ = state_.step;
   // A sharded optimizer state is first gathered on rank 0 (every worker takes part).
   TensorMap optimizer_state = sharding_ ? sharding_->gather_state(*optimizer_) : TensorMap{};
@@ -309,27 +312,35 @@ void Trainer::save(bool is_best) {
   log("checkpoint " + dir);
 }
 
-bool Trainer::update(double micro_loss_sum, double* mean_loss) {
+void Trainer::update(const Tensor& micro_loss_sum) {
   const int64_t update_in_epoch = state_.batch / train_.accumulate;
   const double lr = schedule_->lr(state_.epoch, update_in_epoch, steps_per_epoch_);
-  const UpdateOutcome outcome = step_->apply_update(micro_loss_sum, lr);
-  *mean_loss = outcome.loss;
-  if (!outcome.applied) {
-    ++state_.nonfinite_total;
-    ++consecutive_nonfinite_;
-    log("warning: non-finite loss or gradients at step " + std::to_string(state_.step) +
-        "; update skipped (" + std::to_string(consecutive_nonfinite_) + " in a row" +
-        (scaler_ ? "; loss scale now " + std::to_string(scaler_->scale_value()) : "") + ")");
-    SKA_CHECK(consecutive_nonfinite_ < train_.max_nonfinite_steps, ValueError,
-              "training diverged: ", consecutive_nonfinite_,
-              " consecutive updates with non-finite loss or gradients (train.max_nonfinite_steps = ",
-              train_.max_nonfinite_steps, "); try a lower optim.lr or train.clip_grad");
-    return false;
-  }
-  consecutive_nonfinite_ = 0;
+  stats_->record(step_->apply_update(micro_loss_sum, lr));
+  // A skipped update still counts as a step (timm's num_updates): the schedule, the logging and
+  // checkpoint cadence never wait for the device's decision.
   state_.lr = lr;
   ++state_.step;
-  return true;
+}
+
+void Trainer::read_update_stats() {
+  const UpdateStats::Window w = stats_->read();
+  for (LossSums* sums : {&epoch_loss_, &window_loss_}) {
+    sums->loss_sum += w.loss_sum;
+    sums->applied += w.applied;
+  }
+  const int64_t first = stats_read_step_ + 1;
+  stats_read_step_ = state_.step;
+  if (w.skipped == 0) return;
+  state_.nonfinite_total += w.skipped;
+  log("warning: " + std::to_string(w.skipped) + " of the updates " + std::to_string(first) +
+      "-" + std::to_string(state_.step) +
+      " skipped for a non-finite loss or gradients (longest run so far " +
+      std::to_string(w.longest_skip_run) + " in a row" +
+      (scaler_ ? "; loss scale now " + std::to_string(scaler_->scale_value()) : "") + ")");
+  SKA_CHECK(w.longest_skip_run < train_.max_nonfinite_steps, ValueError,
+            "training diverged: ", w.longest_skip_run,
+            " consecutive updates with non-finite loss or gradients (train.max_nonfinite_steps = ",
+            train_.max_nonfinite_steps, "); try a lower optim.lr or train.clip_grad");
 }
 
 void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
@@ -339,8 +350,11 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
   train_batches_->start_epoch(epoch, state_.batch);
   model_->train();
   const auto t0 = Clock::now();
-  double loss_sum = 0.0, pending_loss = 0.0, window_loss = 0.0, last_loss = 0.0;
-  int64_t loss_count = 0, images = 0, window_steps = 0;
+  epoch_loss_ = LossSums{};
+  window_loss_ = LossSums{};
+  stats_read_step_ = state_.step;
+  Tensor pending_loss;  // the update's micro-batch losses, on the device
+  int64_t images = 0;
   data::Batch batch;
   while (state_.batch < batches && train_batches_->next(batch)) {
     comm_->set_label("epoch " + std::to_string(epoch) + ", step " + std::to_string(state_.step));
@@ -352,25 +366,21 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
     const Tensor soft = data_.augment.apply_batch(batch.images, batch.labels, train_.seed, micro);
     const Tensor target = (soft.defined() ? soft : batch.labels).to(setup_.device);
     const bool last = (state_.batch + 1) % train_.accumulate == 0;
-    pending_loss += step_->micro_step(batch.images.to(setup_.device), target, last);
+    const Tensor loss = step_->micro_step(batch.images.to(setup_.device), target, last);
+    pending_loss = pending_loss.defined() ? add(pending_loss, loss) : loss;
     images += batch.labels.numel() * world;
     ++state_.batch;
     if (!last) continue;
-    double mean_loss = 0.0;
-    if (update(pending_loss, &mean_loss)) {
-      loss_sum += mean_loss;
-      window_loss += mean_loss;
-      last_loss = mean_loss;
-      ++loss_count;
-      ++window_steps;
-      if (state_.step % train_.log_every == 0) {
-        output_->step(epoch, state_.step, window_loss / window_steps, state_.lr,
+    update(pending_loss);
+    pending_loss = Tensor();
+    if (state_.step % train_.log_every == 0) {  // the loop's one read of the device's values
+      read_update_stats();
+      if (window_loss_.applied > 0) {
+        output_->step(epoch, state_.step, window_loss_.mean(), state_.lr,
                       images / std::max(seconds_since(t0), 1e-9));
-        window_loss = 0.0;
-        window_steps = 0;
       }
+      window_loss_ = LossSums{};
     }
-    pending_loss = 0.0;
     const double elapsed = seconds_since(t0);
     if (setup_.progress && rank == 0) {
       Progress p;
@@ -381,7 +391,7 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
       p.images_per_s = images / std::max(elapsed, 1e-9);
       p.eta_s = elapsed / std::max<double>(images, 1) *
                 static_cast<double>(batches - state_.batch) * data_.batch_size * world;
-      p.loss = loss_count ? loss_sum / loss_count : last_loss;
+      p.loss = epoch_loss_.mean();  // as of the last read (train.log_every)
       p.lr = state_.lr;
       setup_.progress(p);
     }
@@ -394,11 +404,12 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
       break;
     }
   }
+  read_update_stats();
   const double elapsed = seconds_since(t0);
   result.train_seconds += elapsed;
   result.images_per_s = images / std::max(elapsed, 1e-9);
   if (stop) return;
-  finish_epoch(epoch, loss_count ? loss_sum / loss_count : NAN, elapsed, result);
+  finish_epoch(epoch, epoch_loss_.mean(), elapsed, result);
 }
 
 void Trainer::finish_epoch(int64_t epoch, double train_loss, double seconds,

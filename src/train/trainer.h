@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -90,7 +91,10 @@ class Trainer {
  private:
   void log(const std::string& line) const { output_->line(line); }
   void train_epoch(int64_t epoch, TrainResult& result, bool& stop);
-  bool update(double micro_loss_sum, double* mean_loss);  // false when skipped
+  void update(const Tensor& micro_loss_sum);
+  // Reads the update statistics back (see UpdateStats): the epoch's and the log window's loss,
+  // the skipped updates (a warning; an error once train.max_nonfinite_steps are in a row).
+  void read_update_stats();
   void finish_epoch(int64_t epoch, double train_loss, double seconds, TrainResult& result);
   EvalResult evaluate_model(nn::Module& model);
   void sync_buffers(nn::Module& model);
@@ -116,6 +120,7 @@ class Trainer {
   std::unique_ptr<optim::LossScaler> scaler_;   // fp16 only
   std::unique_ptr<dist::OptimizerSharding> sharding_;  // distributed.shard_optimizer
   std::unique_ptr<TrainStep> step_;
+  std::unique_ptr<UpdateStats> stats_;
   std::unique_ptr<RunOutput> output_;
   std::unique_ptr<data::Dataset> train_set_, eval_set_;
   std::unique_ptr<data::DataLoader> train_loader_, eval_loader_;
@@ -124,7 +129,14 @@ class Trainer {
   Generator rng_;  // the trainer's own stream (kept in checkpoints)
   TrainState state_;
   int64_t steps_per_epoch_ = 0;
-  int64_t consecutive_nonfinite_ = 0;
+  // What read_update_stats has read: this epoch's and this log window's applied updates.
+  struct LossSums {
+    double loss_sum = 0.0;
+    int64_t applied = 0;
+    double mean() const { return applied ? loss_sum / static_cast<double>(applied) : NAN; }
+  };
+  LossSums epoch_loss_, window_loss_;
+  int64_t stats_read_step_ = 0;  // state_.step at the last read
   int64_t last_saved_step_ = -1;
   bool logged_state_bytes_ = false;
 };

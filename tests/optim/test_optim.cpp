@@ -248,10 +248,11 @@ TEST_CASE("optim: fused optimizer kernels: CUDA matches the CPU twin", "[cuda][o
     for (const Tensor& t : {p, g, m, v, u}) dev.push_back(t.defined() ? t.to(gpu) : Tensor());
     const Tensor dev_divisor = divisor.defined() ? divisor.to(gpu) : Tensor();
     const double l2 = lamb_mode ? 0.0 : 0.01, decoupled = lamb_mode ? 0.05 : 0.02;
-    cpu::adam_step(p, g, divisor, m, v, u, 0.01, 0.9, 0.999, 1e-8, 0.271, 0.00399, l2, decoupled);
+    const Tensor step = Tensor::full({1}, 3.0, DType::kI64);
+    cpu::adam_step(p, g, divisor, m, v, u, step, Tensor(), 0.01, 0.9, 0.999, 1e-8, l2, decoupled);
     SKA_KERNEL(gpu, adam_step)
-    (dev[0], dev[1], dev_divisor, dev[2], dev[3], dev[4], 0.01, 0.9, 0.999, 1e-8, 0.271, 0.00399,
-     l2, decoupled);
+    (dev[0], dev[1], dev_divisor, dev[2], dev[3], dev[4], step.to(gpu), Tensor(), 0.01, 0.9, 0.999,
+     1e-8, l2, decoupled);
     require_close(dev[0], p, tol, "param");
     require_close(dev[2], m, tol, "exp_avg");
     require_close(dev[3], v, tol, "exp_avg_sq");
@@ -261,9 +262,41 @@ TEST_CASE("optim: fused optimizer kernels: CUDA matches the CPU twin", "[cuda][o
     INFO("sgd_step, nesterov " << nesterov);
     const Tensor p = f32(5, -1, 1), g = f32(6, -1, 1), buf = f32(7, -0.5, 0.5);
     const Tensor dp = p.to(gpu), dg = g.to(gpu), dbuf = buf.to(gpu);
-    cpu::sgd_step(p, g, buf, 0.1, 0.9, 0.05, nesterov);
-    SKA_KERNEL(gpu, sgd_step)(dp, dg, dbuf, 0.1, 0.9, 0.05, nesterov);
+    cpu::sgd_step(p, g, buf, Tensor(), 0.1, 0.9, 0.05, nesterov);
+    SKA_KERNEL(gpu, sgd_step)(dp, dg, dbuf, Tensor(), 0.1, 0.9, 0.05, nesterov);
     require_close(dp, p, tol, "param");
     require_close(dbuf, buf, tol, "momentum buffer");
+  }
+  // A set skip flag leaves everything as it was (and zero-fills LAMB's update); a clear one is
+  // the same as none. The counts advance only without the flag.
+  for (uint8_t flag : {uint8_t{0}, uint8_t{1}}) {
+    INFO("skip flag " << int(flag));
+    const Tensor skip = Tensor::full({}, flag, DType::kU8).to(gpu);
+    const Tensor p = f32(8, -1, 1), g = f32(9, -1, 1), m = f32(10, -0.1, 0.1), v = f32(11, 0, 0.01);
+    const Tensor dp = p.to(gpu), dm = m.to(gpu), dv = v.to(gpu), du = Tensor::full(shape, 7.0).to(gpu);
+    const Tensor step = Tensor::full({1}, 2.0, DType::kI64).to(gpu);
+    SKA_KERNEL(gpu, adam_step)
+    (dp, g.to(gpu), Tensor(), dm, dv, du, step, skip, 0.01, 0.9, 0.999, 1e-8, 0.0, 0.05);
+    Tensor ep = p.clone(), em = m.clone(), ev = v.clone(), eu = Tensor::full(shape, 7.0);
+    if (flag) {
+      eu.fill_(0.0);
+    } else {
+      cpu::adam_step(ep, g, Tensor(), em, ev, eu, Tensor::full({1}, 2.0, DType::kI64), Tensor(),
+                     0.01, 0.9, 0.999, 1e-8, 0.0, 0.05);
+    }
+    require_close(dp, ep, tol, "param");
+    require_close(dm, em, tol, "exp_avg");
+    require_close(dv, ev, tol, "exp_avg_sq");
+    require_close(du, eu, tol, "update");
+    const Tensor counts = Tensor::full({3}, 5.0, DType::kI64).to(gpu);
+    SKA_KERNEL(gpu, advance_counts)(counts, skip);
+    CHECK(counts.to_vector<int64_t>() == std::vector<int64_t>(3, flag ? 5 : 6));
+    const Tensor stats = Tensor::zeros({5}).to(gpu), cpu_stats = Tensor::zeros({5});
+    const Tensor loss = Tensor::full({}, 1.5).to(gpu);
+    for (int i = 0; i < 3; ++i) {
+      SKA_KERNEL(gpu, record_update)(stats, loss, skip);
+      cpu::record_update(cpu_stats, loss.to(Device::cpu()), skip.to(Device::cpu()));
+    }
+    CHECK(stats.to_vector<float>() == cpu_stats.to_vector<float>());
   }
 }

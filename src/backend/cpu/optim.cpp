@@ -1,5 +1,8 @@
 // CPU kernels: fused in-place optimizer updates (Adam family, SGD). Twins of
 // cuda/kernels/optim.cu; the math runs in the parameter's dtype (f32 or f64), as PyTorch does.
+// The step count and the skip flag are read from their (host) tensors, as the CUDA kernels read
+// them on the device.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -24,12 +27,36 @@ double read_divisor(const Tensor& divisor) {
   return value;
 }
 
+// True when `skip` (undefined, or one u8 element) asks to leave the parameter alone.
+bool read_skip(const Tensor& skip, const char* who) {
+  if (!skip.defined()) return false;
+  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8, DTypeError, who,
+            ": skip must be one u8 element, got ", skip.str());
+  return *static_cast<const uint8_t*>(skip.data_ptr()) != 0;
+}
+
+// The update count `step` (one i64 element, >= 1).
+int64_t read_step(const Tensor& step) {
+  SKA_CHECK(step.numel() == 1 && step.dtype() == DType::kI64, DTypeError,
+            "adam_step: step must be one i64 element, got ", step.str());
+  const int64_t value = *static_cast<const int64_t*>(step.data_ptr());
+  SKA_CHECK(value >= 1, ValueError, "adam_step: step must be >= 1, got ", value);
+  return value;
+}
+
 }  // namespace
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divisor,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update, double lr,
-               double beta1, double beta2, double eps, double bias_correction1,
-               double bias_correction2, double l2_decay, double decoupled_decay) {
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update,
+               const Tensor& step, const Tensor& skip, double lr, double beta1, double beta2,
+               double eps, double l2_decay, double decoupled_decay) {
+  if (read_skip(skip, "adam_step")) {
+    if (update.defined()) Tensor(update).fill_(0.0);
+    return;
+  }
+  const double t = static_cast<double>(read_step(step));
+  const double bias_correction1 = 1.0 - std::pow(beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(beta2, t);
   const double inv_divisor = 1.0 / read_divisor(grad_divisor);
   dispatch_floating(param.dtype(), "adam_step", [&](auto tag) {
     using T = decltype(tag);
@@ -58,8 +85,9 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
   });
 }
 
-void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr,
-              double momentum, double weight_decay, bool nesterov) {
+void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+              const Tensor& skip, double lr, double momentum, double weight_decay, bool nesterov) {
+  if (read_skip(skip, "sgd_step")) return;
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using T = decltype(tag);
     T* p = param.data<T>();
@@ -76,6 +104,32 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
       p[i] -= step * d;
     });
   });
+}
+
+void advance_counts(const Tensor& counts, const Tensor& skip) {
+  SKA_CHECK(counts.dtype() == DType::kI64 && counts.is_contiguous(), DTypeError,
+            "advance_counts: counts must be a contiguous i64 tensor, got ", counts.str());
+  if (read_skip(skip, "advance_counts")) return;
+  int64_t* c = counts.data<int64_t>();
+  for (int64_t i = 0; i < counts.numel(); ++i) ++c[i];
+}
+
+void record_update(const Tensor& stats, const Tensor& loss, const Tensor& skip) {
+  SKA_CHECK(stats.dtype() == DType::kF32 && stats.numel() == 5 && stats.is_contiguous(),
+            DTypeError, "record_update: stats must be 5 contiguous f32 values, got ", stats.str());
+  SKA_CHECK(loss.dtype() == DType::kF32 && loss.numel() == 1, DTypeError,
+            "record_update: loss must be one f32 element, got ", loss.str());
+  SKA_CHECK(skip.defined(), ValueError, "record_update: skip must be defined");
+  float* s = stats.data<float>();
+  if (read_skip(skip, "record_update")) {
+    s[2] += 1.0f;
+    s[3] += 1.0f;
+    s[4] = std::max(s[4], s[3]);
+  } else {
+    s[0] += *static_cast<const float*>(loss.data_ptr());
+    s[1] += 1.0f;
+    s[3] = 0.0f;
+  }
 }
 
 }  // namespace ska::cpu

@@ -1,0 +1,170 @@
+// The training step decides on the device: a skipped update (non-finite loss or gradients)
+// leaves the weights, the optimizer state (update counts included) and the EMA exactly as they
+// were, so training with a poisoned batch equals training without it; the statistics read back
+// count what happened; a diverging run stops with train.max_nonfinite_steps.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+
+#include "backend/backend.h"
+#include "core/random.h"
+#include "distributed/communicator.h"
+#include "models/model.h"
+#include "optim/ema.h"
+#include "optim/optimizer.h"
+#include "train/train_step.h"
+#include "train/trainer.h"
+#include "support/test_util.h"
+#include "train_test_util.h"
+
+using namespace ska;
+using namespace ska::train;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct StepRun {
+  std::map<std::string, Tensor> weights, optimizer, ema;
+  UpdateStats::Window stats;
+};
+
+// Three updates of a tiny CSKA-ViT on fixed random batches; with `poison`, a batch of NaN
+// images is stepped between the second and the third.
+StepRun run_steps(const std::string& optimizer, bool poison, double clip_grad) {
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 64, 4, 1, 0.0));
+  config.set("optim.name=" + optimizer);
+  manual_seed(11);
+  nn::ModulePtr model = models::build_model(config.root()["model"]);
+  auto opt = optim::make_optimizer(optim::OptimizerOptions::from_config(config.root()["optim"]),
+                                   model->named_parameters(true));
+  optim::ModelEma ema(*model, 0.9);
+  auto comm = dist::make_communicator(dist::World{}, Device::cpu());
+  TrainOptions train;
+  train.clip_grad = clip_grad;
+  TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
+  UpdateStats stats(Device::cpu());
+  model->train();
+  const Tensor labels = Tensor::from_vector<int64_t>({1, 4, 7, 9}, {4}, DType::kI64);
+  for (int i = 0; i < 4; ++i) {
+    if (i == 2 && !poison) continue;
+    Tensor images = test::uniform({4, 1, 28, 28}, 100 + i).to(DType::kF32);
+    if (i == 2) images.fill_(std::numeric_limits<double>::quiet_NaN());
+    const Tensor loss = step.micro_step(images, labels, true);
+    stats.record(step.apply_update(loss, 2e-3));
+  }
+  StepRun r;
+  for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.clone();
+  for (const auto& [name, t] : opt->state_dict()) r.optimizer[name] = t.clone();
+  for (const auto& [name, t] : ema.state_dict()) r.ema[name] = t.clone();
+  r.stats = stats.read();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a skipped update changes nothing: training equals training without that batch",
+          "[cpu][train][optim]") {
+  for (const std::string optimizer : {"adamw", "lamb", "sgd"}) {
+    for (double clip : {0.0, 1.0}) {
+      INFO(optimizer << ", train.clip_grad " << clip);
+      const StepRun clean = run_steps(optimizer, false, clip);
+      const StepRun poisoned = run_steps(optimizer, true, clip);
+      std::string diff;
+      INFO("first differing tensor: " << diff);
+      REQUIRE(test::bitwise_equal(clean.weights, poisoned.weights, &diff));
+      REQUIRE(test::bitwise_equal(clean.optimizer, poisoned.optimizer, &diff));
+      REQUIRE(test::bitwise_equal(clean.ema, poisoned.ema, &diff));
+      if (optimizer != "sgd") {  // three applied updates, counted on the device
+        for (const auto& [name, t] : poisoned.optimizer) {
+          if (name.size() > 5 && name.compare(name.size() - 5, 5, ".step") == 0) {
+            REQUIRE(t.item() == 3);
+          }
+        }
+      }
+      CHECK(clean.stats.applied == 3);
+      CHECK(clean.stats.skipped == 0);
+      CHECK(poisoned.stats.applied == 3);
+      CHECK(poisoned.stats.skipped == 1);
+      CHECK(poisoned.stats.longest_skip_run == 1);
+      CHECK(poisoned.stats.loss_sum == clean.stats.loss_sum);
+      CHECK(std::isfinite(clean.stats.loss_sum));
+      CHECK(clean.stats.loss_sum > 0);
+    }
+  }
+}
+
+TEST_CASE("update statistics: windows, runs of skipped updates carried across reads",
+          "[cpu][train]") {
+  UpdateStats stats(Device::cpu());
+  const Tensor ok = Tensor::zeros({}, DType::kU8), skip = Tensor::ones({}, DType::kU8);
+  const auto outcome = [](double loss, const Tensor& flag) {
+    return UpdateOutcome{Tensor::full({}, loss, DType::kF32), flag};
+  };
+  stats.record(outcome(2.0, ok));
+  stats.record(outcome(NAN, skip));
+  stats.record(outcome(NAN, skip));
+  UpdateStats::Window w = stats.read();
+  CHECK(w.loss_sum == 2.0);
+  CHECK(w.applied == 1);
+  CHECK(w.skipped == 2);
+  CHECK(w.longest_skip_run == 2);
+  stats.record(outcome(NAN, skip));  // the run goes on in the next window
+  stats.record(outcome(0.5, ok));
+  stats.record(outcome(NAN, skip));
+  w = stats.read();
+  CHECK(w.loss_sum == 0.5);
+  CHECK(w.applied == 1);
+  CHECK(w.skipped == 2);
+  CHECK(w.longest_skip_run == 3);
+  w = stats.read();  // nothing since
+  CHECK(w.applied == 0);
+  CHECK(w.skipped == 0);
+  CHECK(w.loss_sum == 0.0);
+}
+
+TEST_CASE("the optimizers' update counts: saved, restored, validated", "[cpu][optim]") {
+  Tensor p = Tensor::from_vector<float>({1, 2}, {2});
+  p.set_requires_grad(true);
+  optim::OptimizerOptions options;
+  auto opt = optim::make_optimizer(options, optim::NamedTensors{{"p", p}});
+  p.set_grad(Tensor::from_vector<float>({0.5, -0.5}, {2}));
+  opt->step();
+  opt->step(Tensor::ones({}, DType::kU8));  // skipped: the count stays
+  opt->step(Tensor::zeros({}, DType::kU8));
+  std::map<std::string, Tensor> state = opt->state_dict();
+  CHECK(state.at("p.step").item() == 2);
+  CHECK(state.at("p.step").dtype() == DType::kI64);
+  CHECK(state.at("p.step").device() == Device::cpu());
+  opt->step();  // the saved count is a copy, not the live one
+  CHECK(state.at("p.step").item() == 2);
+  auto fresh = optim::make_optimizer(options, optim::NamedTensors{{"p", p}});
+  fresh->load_state_dict(state);
+  CHECK(fresh->state_dict().at("p.step").item() == 2);
+  state["p.step"] = Tensor::scalar(-1.0, DType::kI64);
+  REQUIRE_THROWS_WITH(fresh->load_state_dict(state), Contains("p.step' is -1"));
+  REQUIRE_THROWS_WITH(opt->step(Tensor::ones({2}, DType::kU8)),
+                      Contains("skip must be one u8 element"));
+}
+
+TEST_CASE("a diverging run stops after train.max_nonfinite_steps skipped updates in a row",
+          "[cpu][train]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  // lr 1e30 sends the weights to ~1e30 in one update; every later loss is non-finite.
+  Config config = Config::parse(test::tiny_experiment_yaml(256, 64, 8, 1, 0.0));
+  config.set("optim.lr=1e30");
+  config.set("train.clip_grad=0");
+  config.set("train.max_nonfinite_steps=4");
+  config.set("train.log_every=3");
+  TrainerSetup setup;
+  setup.run_dir = test::train_scratch_dir("diverge");
+  Trainer trainer(config, setup);
+  REQUIRE_THROWS_WITH(trainer.fit(), Contains("training diverged: ") &&
+                                         Contains("consecutive updates with non-finite loss") &&
+                                         Contains("train.max_nonfinite_steps = 4"));
+  // Found at the first read with a run of 4 or more: step 6 (3 and 6 are the reads).
+  CHECK(trainer.state().step == 6);
+  CHECK(trainer.state().nonfinite_total >= 4);
+}
