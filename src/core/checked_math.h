@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -16,6 +18,21 @@ struct ShapeText {
   const Shape& shape;
 };
 inline std::ostream& operator<<(std::ostream& os, ShapeText s) { return os << shape_str(s.shape); }
+
+// The value of `text` when it is a non-empty run of decimal digits (nothing else) not above
+// `max`; nullopt otherwise (std::stoll's exceptions, overflow included, never escape).
+inline std::optional<int64_t> parse_decimal(const std::string& text, int64_t max = INT64_MAX) {
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, c - '0', &value)) {
+      return std::nullopt;
+    }
+    if (value > max) return std::nullopt;
+  }
+  return value;
+}
 
 // a * b. Throws E "<what...>: a x b overflows a 64-bit integer" when it does not fit. The parts
 // of `what` are streamed only on failure, so this is cheap on hot paths.

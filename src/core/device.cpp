@@ -1,6 +1,7 @@
 // Device parsing and printing.
 #include "core/device.h"
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace ska {
@@ -9,9 +10,8 @@ Device Device::parse(const std::string& text) {
   if (text == "cpu") return cpu();
   if (text == "cuda") return cuda(0);
   if (text.rfind("cuda:", 0) == 0) {
-    const std::string idx = text.substr(5);
-    if (!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos) {
-      return cuda(std::stoi(idx));
+    if (const std::optional<int64_t> idx = parse_decimal(text.substr(5), 1023)) {
+      return cuda(static_cast<int>(*idx));
     }
   }
   SKA_FAIL(ValueError, "invalid device '", text, "'; expected 'cpu', 'cuda' or 'cuda:N'");

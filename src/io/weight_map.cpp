@@ -2,12 +2,15 @@
 // applying and undoing transforms, and the all-at-once problem report of an import.
 #include "io/weight_map.h"
 
+#include "core/checked_math.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <regex>
 #include <set>
 
+#include "core/checked_math.h"
 #include "nn/module.h"
 #include "ops/ops.h"
 
@@ -40,6 +43,9 @@ std::string regex_escape(const std::string& text) {
   return out;
 }
 
+// The largest block index or offset a placeholder stands for.
+constexpr int64_t kMaxIndex = 1000000000;
+
 // Parses "{name}", "{name+3}", "{name-1}" or "{*name}" (the part between the braces).
 PatternPiece parse_placeholder(const std::string& inside, const std::string& pattern) {
   static const std::regex integer(R"(([A-Za-z_][A-Za-z0-9_]*)(?:([+-])([0-9]+))?)");
@@ -55,7 +61,12 @@ PatternPiece parse_placeholder(const std::string& inside, const std::string& pat
             "': placeholder '{", inside, "}' is not {name}, {name+K}, {name-K} or {*name}");
   piece.kind = PatternPiece::Kind::kInteger;
   piece.text = m[1];
-  if (m[2].matched) piece.offset = (m[2] == "-" ? -1 : 1) * std::stoll(m[3]);
+  if (m[2].matched) {
+    const std::optional<int64_t> offset = parse_decimal(m[3], kMaxIndex);
+    SKA_CHECK(offset.has_value(), ValueError, "pattern '", pattern, "': placeholder '{", inside,
+              "}' has an offset above ", kMaxIndex);
+    piece.offset = (m[2] == "-" ? -1 : 1) * *offset;
+  }
   return piece;
 }
 
@@ -101,7 +112,11 @@ bool match(const Pattern& pattern, const std::string& name, Bindings* bindings) 
   for (const PatternPiece& p : pattern.pieces) {
     if (p.kind == PatternPiece::Kind::kLiteral) continue;
     std::string value = m[group++];
-    if (p.kind == PatternPiece::Kind::kInteger) value = std::to_string(std::stoll(value) - p.offset);
+    if (p.kind == PatternPiece::Kind::kInteger) {
+      const std::optional<int64_t> index = parse_decimal(value, kMaxIndex);
+      if (!index) return false;  // not an index of ours (absurdly long digits)
+      value = std::to_string(*index - p.offset);
+    }
     auto [it, inserted] = found.emplace(p.text, value);
     if (!inserted && it->second != value) return false;  // {i} twice with different values
   }

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <string>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "distributed/functional.h"
 #include "models/model.h"
@@ -213,7 +214,12 @@ void Trainer::restore(const Checkpoint& c) {
     ema_->load_state_dict(c.ema);
   }
   const auto world_it = c.state.info.find("world_size");
-  const int saved_world = world_it == c.state.info.end() ? 1 : std::stoi(world_it->second);
+  const std::optional<int64_t> saved_world_value =
+      world_it == c.state.info.end() ? std::optional<int64_t>(1)
+                                     : parse_decimal(world_it->second, 1 << 20);
+  SKA_CHECK(saved_world_value.has_value() && *saved_world_value >= 1, IOError, "checkpoint '",
+            c.dir, "': world_size '", world_it->second, "' is not a number of workers");
+  const int saved_world = static_cast<int>(*saved_world_value);
   const int world = comm_->world_size();
   // Updates per epoch depend on the number of workers; a different world size resumes at the
   // same update count with the epoch's data order changed.

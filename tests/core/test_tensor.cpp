@@ -83,6 +83,8 @@ TEST_CASE("devices parse, CUDA without a device is a clear error", "[cpu]") {
   CHECK(Device::parse("cuda:3") == Device::cuda(3));
   CHECK(Device::parse("cpu").is_cpu());
   CHECK_THROWS_AS(Device::parse("gpu0"), ValueError);
+  CHECK_THROWS_AS(Device::parse("cuda:99999999999999999999"), ValueError);  // not out_of_range
+  CHECK_THROWS_AS(Device::parse("cuda:"), ValueError);
   if (!cuda_is_available()) {
     CHECK_THROWS_AS(Tensor::zeros({2}, DType::kF32, Device::cuda(0)), Error);
   }

@@ -93,6 +93,9 @@ TEST_CASE("weight map: parsing rules", "[cpu][io]") {
   REQUIRE_THROWS_WITH(parse("rules: ['a.{i}.w <- b.w']"), Contains("same placeholders"));
   REQUIRE_THROWS_WITH(parse("rules: ['a.{i}.w <- b.{*i}']"), Contains("same placeholders"));
   REQUIRE_THROWS_WITH(parse("rules: ['a.{i+}.w <- b.{i}']"), Contains("placeholder '{i+}'"));
+  // An offset past any block index (found by fuzzing: std::stoll threw out of range).
+  REQUIRE_THROWS_WITH(parse("rules: ['a.{i}.w <- b.{i+99999999999999999999}']"),
+                      Contains("has an offset above 1000000000"));
   REQUIRE_THROWS_WITH(parse("rules: [{ours: a, theirs: b, transpos: [0, 1]}]"),
                       Contains("rules[0].transpos") && Contains("did you mean 'transpose'"));
   REQUIRE_THROWS_WITH(parse("rules: [{ours: a, theirs: b, transpose: [0]}]"),
@@ -190,6 +193,10 @@ rules:
   REQUIRE(imported.at("b.w").dtype() == DType::kF32);  // converted to our dtype
   REQUIRE(imported.at("buffers.mask").to_vector<float>() == std::vector<float>{1, 1});
   REQUIRE_FALSE(export_weights(map, ours).count("buffers.mask"));
+  // A name whose index has more digits than any index is matched by no placeholder.
+  std::map<std::string, Tensor> long_index = {{"off.1.99999999999999999999999", Tensor::zeros({2})}};
+  REQUIRE_NOTHROW(export_weights(map, {{"a.1.2.w", Tensor::zeros({2})}}));
+  REQUIRE_THROWS_AS(import_weights(map, long_index, ours), Error);
 }
 
 namespace {

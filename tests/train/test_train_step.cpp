@@ -168,3 +168,24 @@ TEST_CASE("a diverging run stops after train.max_nonfinite_steps skipped updates
   CHECK(trainer.state().step == 6);
   CHECK(trainer.state().nonfinite_total >= 4);
 }
+
+TEST_CASE("a checkpoint whose world_size is not a number is an error naming it",
+          "[cpu][train][hardening]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const std::string yaml = test::tiny_experiment_yaml(64, 32, 16, 1, 0.0);
+  const std::string dir = test::train_scratch_dir("bad_world");
+  test::train_until(yaml, 2, dir, "");
+  const std::string checkpoint = resolve_checkpoint(dir);
+  for (const std::string bad : {"abc", "99999999999999999999", "0"}) {
+    TrainState state = read_train_state(checkpoint + "/train_state.bin");
+    state.info["world_size"] = bad;
+    write_train_state(checkpoint + "/train_state.bin", state);
+    // Before: std::stoi threw std::invalid_argument / std::out_of_range (not an error of ours).
+    REQUIRE_THROWS_WITH(test::train_until(yaml, 4, dir, dir),
+                        Contains("world_size '" + bad + "' is not a number of workers") &&
+                            Contains(checkpoint));
+  }
+}
