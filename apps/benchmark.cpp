@@ -1,5 +1,7 @@
-// benchmark: images/s and peak memory of a model from its config, in training (forward, loss,
-// backward, AdamW step) or inference (no-grad forward), on the CPU or a GPU, after warm-up.
+// benchmark: images/s and peak memory of a model from its config, in training (the trainer's own
+// step: forward and loss under autocast, backward, non-finite check, clipping, the optimizer and
+// the EMA of the config's optim/train sections) or inference (no-grad forward), on the CPU or a
+// GPU, after warm-up.
 // Usage: benchmark --config cska_vit_s [--mode train|infer] [--batch 128] [--device cuda]
 #include <algorithm>
 #include <chrono>
@@ -15,7 +17,12 @@
 #include "data/eval_transform.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
+#include "distributed/communicator.h"
+#include "optim/ema.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "train/options.h"
+#include "train/train_step.h"
 
 namespace {
 
@@ -84,9 +91,6 @@ int run_benchmark(BenchmarkOptions o) {
             o.dtype);
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
-  // Forward and loss under autocast, as the trainer runs them (train.precision).
-  const AutocastGuard autocast(o.precision == "fp16" ? DType::kF16 : DType::kBF16,
-                               o.precision != "fp32");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -97,28 +101,53 @@ int run_benchmark(BenchmarkOptions o) {
   const Tensor labels = Tensor::from_vector(label_values, {o.batch}).to(device);
 
   Measurement m;
+  std::string step_description;
   if (o.mode == "infer") {
     model->eval();
     NoGradGuard no_grad;
+    const AutocastGuard autocast(o.precision == "fp16" ? DType::kF16 : DType::kBF16,
+                                 o.precision != "fp32");
     m = time_steps(o, device, [&] { (*model)(images); });
   } else {
+    // The trainer's step with the experiment's optim and train sections (defaults without them).
+    const ConfigNode root = config.root();
+    const bool experiment = root.has("optim") || root.has("train");
+    const optim::OptimizerOptions optim_options =
+        experiment && root.has("optim") ? optim::OptimizerOptions::from_config(root["optim"])
+                                        : optim::OptimizerOptions{};
+    train::TrainOptions train =
+        experiment && root.has("train") ? train::TrainOptions::from_config(root["train"])
+                                        : train::TrainOptions{};
+    train.precision = train::precision_from_name(o.precision);
+    train.accumulate = 1;
     model->train();
-    auto optimizer = optim::make_optimizer(optim::OptimizerOptions{}, model->named_parameters(true));
+    auto optimizer = optim::make_optimizer(optim_options, model->named_parameters(true));
+    std::unique_ptr<optim::ModelEma> ema;
+    if (train.ema_decay > 0) ema = std::make_unique<optim::ModelEma>(*model, train.ema_decay);
+    std::unique_ptr<optim::LossScaler> scaler;
+    if (train.precision == train::Precision::kFP16) scaler = std::make_unique<optim::LossScaler>();
+    const auto comm = dist::make_communicator(dist::World{}, device);
+    train::TrainStep step(*model, *optimizer, scaler.get(), ema.get(), *comm, train,
+                          train::DistributedOptions{});
+    train::UpdateStats stats(device);
+    std::ostringstream what;
+    what << optimizer->name();
+    if (train.clip_grad > 0) what << ", clip " << train.clip_grad;
+    if (ema) what << ", EMA " << train.ema_decay;
+    step_description = what.str();
     m = time_steps(o, device, [&] {
-      const Tensor loss = cross_entropy((*model)(images), labels);
-      loss.backward();
-      optimizer->step();
-      optimizer->zero_grad();
+      stats.record(step.apply_update(step.micro_step(images, labels, true), optim_options.lr));
     });
+    stats.read();
   }
-
   const std::string name = apps::resolve_config_path(o.config.config);
   if (o.json) {
     nlohmann::json j = {{"config", name},       {"mode", o.mode},
                         {"device", device.str()}, {"dtype", o.dtype}, {"precision", o.precision},
                         {"batch", o.batch},       {"images_per_s", m.images_per_s},
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
-                        {"trainable_params", model->num_parameters(true)}};
+                        {"trainable_params", model->num_parameters(true)},
+                        {"step", step_description}};
     std::cout << j.dump() << std::endl;
   } else {
     std::ostringstream line;
@@ -129,6 +158,7 @@ int run_benchmark(BenchmarkOptions o) {
          << o.batch << ":  " << m.images_per_s << " images/s  (" << m.median_ms
          << " ms/step, median of " << o.iters << "), peak memory "
          << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
+    if (!step_description.empty()) line << " (step: " << step_description << ")";
     std::cout << line.str() << std::endl;
   }
   return 0;
@@ -141,7 +171,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Measures training or inference images/s and peak memory of a model", "benchmark"};
   BenchmarkOptions o;
   ska::apps::add_config_options(app, o.config);
-  app.add_option("--mode", o.mode, "train (forward, loss, backward, AdamW step) or infer")
+  app.add_option("--mode", o.mode,
+                 "train (the trainer's step: the config's optimizer, clipping and EMA) or infer")
       ->check(CLI::IsMember({"train", "infer"}));
   ska::apps::add_batch_option(app, o.batch, "images per step");
   app.add_option("--device", o.device, "cpu, cuda or cuda:N");

@@ -9,8 +9,12 @@ Run with an interpreter that has torch (Debian's /usr/bin/python3 here, torch 2.
       [--threads N] [--set key.path=value ...] [--json]
 
 Like apps/benchmark: images are randn(batch, C, S, S) from seed 0 and labels i % classes; `train`
-times forward, cross-entropy, backward and an AdamW step (lr 1e-3, no weight decay, gradients set
-to None), `infer` a no-grad forward in eval mode; `warmup` untimed steps, then `iters` timed ones,
+times the step a PyTorch user writes for the experiment's optim and train sections: forward and
+cross-entropy (label smoothing) under autocast, backward, the non-finite check (GradScaler's
+found_inf, kept on the device), clip_grad_norm_ (train.clip_grad), the optimizer (optim.name:
+torch.optim's Adam/AdamW/SGD with their default foreach implementation, timm's Lamb where timm is
+installed, else AdamW) and an EMA of the weights (train.ema_decay, torch._foreach_lerp_ as timm's
+ModelEmaV3), gradients set to None; `infer` a no-grad forward in eval mode; `warmup` untimed steps, then `iters` timed ones,
 each between two device synchronisations; the median (the upper one for an even count) is
 reported. bf16 runs the forward and loss under torch.autocast on CUDA (our --dtype bf16 converts
 the whole model instead). f32 on CUDA allows TF32 matmuls and convolutions, as our cuBLASLt and
@@ -126,11 +130,39 @@ def apply_set(root, assignment):
     node[steps[-1]] = yaml.safe_load(text)
 
 
-def model_config(name, sets):
+def experiment_config(name, sets):
     root = load_config_file(find_config(name))
     for assignment in sets:
         apply_set(root, assignment)
+    return root
+
+
+def model_config(name, sets):
+    root = experiment_config(name, sets)
     return root["model"] if isinstance(root, dict) and "model" in root else root
+
+
+def make_optimizer(params, optim_cfg):
+    """The optimizer of the `optim:` section with the defaults of src/optim/optimizer.h."""
+    name = optim_cfg.get("name", "adamw")
+    lr = float(optim_cfg.get("lr", 1e-3))
+    wd = float(optim_cfg.get("weight_decay", 0.0))
+    betas = (float(optim_cfg.get("beta1", 0.9)), float(optim_cfg.get("beta2", 0.999)))
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=float(optim_cfg.get("momentum", 0.9)),
+                               nesterov=bool(optim_cfg.get("nesterov", False)), weight_decay=wd)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=betas, eps=float(optim_cfg.get("eps", 1e-8)),
+                                weight_decay=wd)
+    if name == "lamb":
+        try:
+            from timm.optim import Lamb
+            return Lamb(params, lr=lr, betas=betas, eps=float(optim_cfg.get("eps", 1e-6)),
+                        weight_decay=wd, max_grad_norm=float(optim_cfg.get("max_grad_norm", 1.0)))
+        except ImportError:
+            pass
+    return torch.optim.AdamW(params, lr=lr, betas=betas, eps=float(optim_cfg.get("eps", 1e-8)),
+                             weight_decay=wd)
 
 
 # --- models from the references -----------------------------------------------------------------
@@ -322,6 +354,7 @@ def run(args):
             return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    step_text = ""
     if args.mode == "infer":
         model.eval()
 
@@ -330,20 +363,44 @@ def run(args):
                 model(images)
     else:
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        root = experiment_config(args.config, args.set)
+        optim_cfg = (root.get("optim") or {}) if "model" in root else {}
+        train_cfg = (root.get("train") or {}) if "model" in root else {}
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = make_optimizer(trainable, optim_cfg)
+        clip = float(train_cfg.get("clip_grad", 0.0))
+        smoothing = float(train_cfg.get("label_smoothing", 0.0))
+        ema_decay = float(train_cfg.get("ema_decay", 0.0))
+        ema = [p.detach().clone() for p in model.parameters()] if ema_decay > 0 else None
+        one = torch.ones(1, device=device)
+        step_text = type(optimizer).__name__.lower() + (f", clip {clip:g}" if clip > 0 else "") + \
+            (f", EMA {ema_decay:g}" if ema is not None else "")
 
         def step():
             with autocast():
-                loss = F.cross_entropy(model(images).float(), labels)
+                loss = F.cross_entropy(model(images).float(), labels, label_smoothing=smoothing)
             loss.backward()
+            grads = [p.grad for p in trainable if p.grad is not None]
+            # The check GradScaler makes, on the device (no .item()).
+            if device.type == "cuda":
+                found_inf = torch.zeros(1, device=device)
+                torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, one)
+            else:
+                found_inf = ~torch.stack([torch.isfinite(g).all() for g in grads]).all()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(trainable, clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-
+            if ema is not None:
+                with torch.no_grad():
+                    torch._foreach_lerp_(ema, [p.detach() for p in model.parameters()],
+                                         1.0 - ema_decay)
     median_ms, peak = time_steps(step, device, args.warmup, args.iters)
     return {"config": find_config(args.config), "mode": args.mode, "device": str(device),
             "dtype": args.precision, "batch": args.batch,
             "images_per_s": args.batch * 1000.0 / median_ms, "median_ms": median_ms,
             "peak_bytes": peak, "trainable_params": params, "threads": torch.get_num_threads(),
+            "step": step_text,
             "torch": torch.__version__}
 
 
@@ -380,7 +437,7 @@ def main():
     print(f"{r['config']}  {r['mode']}  {r['device']}  {r['dtype']}  batch {r['batch']}:  "
           f"{r['images_per_s']:.1f} images/s  ({r['median_ms']:.1f} ms/step, median of "
           f"{args.iters}){peak}, {r['trainable_params']:,} trainable parameters (torch "
-          f"{r['torch']}, {r['threads']} threads)")
+          f"{r['torch']}, {r['threads']} threads)" + (f" (step: {r['step']})" if r["step"] else ""))
 
 
 if __name__ == "__main__":

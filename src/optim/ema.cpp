@@ -3,6 +3,7 @@
 #include "optim/ema.h"
 
 #include "autograd/grad_mode.h"
+#include "backend/backend.h"
 #include "nn/module.h"
 #include "ops/ops.h"
 
@@ -25,17 +26,33 @@ void ModelEma::apply(const nn::Module& model, bool copy_all, const Tensor& skip)
   const std::map<std::string, Tensor> values = model.state_dict();
   SKA_CHECK(values.size() == tensors_.size(), ValueError, "ema: the model has ", values.size(),
             " tensors, the EMA holds ", tensors_.size());
+  // The averaged tensors of the common dtype go through one multi-tensor update; the rest
+  // (copied buffers, other dtypes or devices) tensor by tensor.
+  TensorList batch_ema, batch_values;
   for (auto& [name, ema] : tensors_) {
     const auto it = values.find(name);
     SKA_CHECK(it != values.end(), ValueError, "ema: the model has no tensor '", name, "'");
     SKA_CHECK(it->second.shape() == ema.shape(), ShapeError, "ema: '", name, "' has shape ",
               shape_str(it->second.shape()), " in the model, ", shape_str(ema.shape()),
               " in the EMA");
-    const Tensor value = it->second.to(ema.device(), ema.dtype());
+    const Tensor value = it->second.to(ema.device(), ema.dtype()).contiguous();
     const bool average =
         !copy_all && ema.is_floating() && (average_buffers_ || buffers_.count(name) == 0);
+    const bool batched = average && ema.is_contiguous() &&
+                         (batch_ema.empty() || (ema.dtype() == batch_ema.front().dtype() &&
+                                                ema.device() == batch_ema.front().device()));
+    if (batched) {
+      batch_ema.push_back(ema);
+      batch_values.push_back(value);
+      continue;
+    }
     const Tensor next = average ? add(mul(ema, decay_), mul(value, 1.0 - decay_)) : value;
     ema.copy_(skip.defined() ? where(skip.to(ema.device()), ema, next) : next);
+  }
+  if (!batch_ema.empty()) {
+    const Device device = batch_ema.front().device();
+    SKA_KERNEL(device, multi_ema_update)
+    (batch_ema, batch_values, decay_, skip.defined() ? skip.to(device) : skip);
   }
 }
 

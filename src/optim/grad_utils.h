@@ -29,4 +29,10 @@ Tensor grads_nonfinite(const TensorList& params);
 // grad is multiplied in place by inv_scale, and the flag of the results is returned.
 Tensor unscale_grads_nonfinite(const TensorList& params, double inv_scale);
 
+// What the training step does to the grads before the optimizer, in one sweep and one more when
+// clipping: unscale (inv_scale; 1 for none), the non-finite flag, and with max_norm > 0
+// clip_grad_norm. Returns the u8 flag (one element on the grads' device): non-finite grads, or
+// with clipping a non-finite norm (the update is to be skipped).
+Tensor unscale_check_clip(const TensorList& params, double inv_scale, double max_norm);
+
 }  // namespace ska::optim

@@ -28,8 +28,10 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options) {
 Tensor LossScaler::scale(const Tensor& loss) const { return mul(loss, scale_); }
 
 Tensor LossScaler::unscale_and_check(const TensorList& params) const {
-  return unscale_grads_nonfinite(params, as_f32(1.0 / scale_));
+  return unscale_grads_nonfinite(params, inv_scale());
 }
+
+double LossScaler::inv_scale() const { return as_f32(1.0 / scale_); }
 
 void LossScaler::update(bool found_nonfinite) {
   if (found_nonfinite) {

@@ -29,6 +29,8 @@ class LossScaler {
   // Divides every grad by the scale in place and returns the non-finite flag of the unscaled
   // grads (u8, one element on the grads' device: see grads_nonfinite).
   Tensor unscale_and_check(const TensorList& params) const;
+  // 1 / scale rounded to f32: what unscaling multiplies the grads by.
+  double inv_scale() const;
   // After an update decision: a non-finite step multiplies the scale by backoff_factor and resets
   // the count of finite steps; otherwise the count grows, and at growth_interval the scale is
   // multiplied by growth_factor (kept when that overflows f32) and the count restarts.

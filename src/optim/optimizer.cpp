@@ -103,35 +103,40 @@ void Optimizer::step(const Tensor& skip) {
                                 skip.device() == counts_.device()),
             ValueError, name(), ": skip must be one u8 element on ", counts_.device(), ", got ",
             skip.str());
-  struct Work {
-    const ParamGroup* group;
-    const std::string* name;
-    Tensor param, grad;
-  };
-  std::vector<Work> work;
-  for (const ParamGroup& group : groups_) {
-    for (const auto& [name, param] : group.params) {
+  std::vector<std::vector<Item>> work(groups_.size());
+  size_t stepping = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const auto& [name, param] : groups_[g].params) {
       const Tensor grad = param.grad();
       if (!grad.defined()) continue;
       SKA_CHECK(grad.shape() == param.shape() && grad.dtype() == param.dtype() &&
                     grad.device() == param.device(),
                 ValueError, "grad of parameter '", name, "' is ", grad.str(),
                 " but the parameter is ", param.str());
-      work.push_back({&group, &name, param, grad.contiguous()});
+      work[g].push_back({param, grad.contiguous(), &state_for(name, param)});
+      ++stepping;
     }
   }
   begin_step();
-  for (const Work& w : work) state_for(*w.name, w.param);
   // The counts advance first (the kernels read them): one launch when every parameter steps.
-  if (work.size() == index_.size()) {
+  if (stepping == index_.size()) {
     SKA_KERNEL(counts_.device(), advance_counts)(counts_, skip);
   } else {
-    for (const Work& w : work) {
-      SKA_KERNEL(counts_.device(), advance_counts)(state_.at(*w.name).step, skip);
+    for (const auto& items : work) {
+      for (const Item& item : items) {
+        SKA_KERNEL(counts_.device(), advance_counts)(item.state->step, skip);
+      }
     }
   }
-  for (const Work& w : work) update(*w.group, w.param, w.grad, state_.at(*w.name), skip);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (!work[g].empty()) update_group(groups_[g], work[g], skip);
+  }
   global_grad_norm_ = Tensor();
+}
+
+void Optimizer::update_group(const ParamGroup& group, const std::vector<Item>& items,
+                             const Tensor& skip) {
+  for (const Item& item : items) update(group, item.param, item.grad, *item.state, skip);
 }
 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
@@ -191,6 +196,18 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
 
 // --- SGD ---
 
+namespace {
+
+// The multi-tensor kernels take lists of one dtype.
+bool one_dtype(const TensorList& tensors) {
+  for (const Tensor& t : tensors) {
+    if (t.dtype() != tensors.front().dtype()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Sgd::Sgd(std::vector<ParamGroup> groups, double momentum, bool nesterov)
     : Optimizer(std::move(groups)), momentum_(momentum), nesterov_(nesterov) {
   SKA_CHECK(momentum >= 0 && momentum < 1, ValueError, "sgd: momentum must be in [0, 1), got ",
@@ -208,6 +225,19 @@ void Sgd::update(const ParamGroup& group, const Tensor& param, const Tensor& gra
   const Tensor buf = momentum_ == 0.0 ? Tensor() : state.slots.at("momentum_buffer");
   SKA_KERNEL(param.device(), sgd_step)
   (param, grad, buf, skip, group.lr, momentum_, group.weight_decay, nesterov_);
+}
+
+void Sgd::update_group(const ParamGroup& group, const std::vector<Item>& items,
+                       const Tensor& skip) {
+  TensorList params, grads, bufs;
+  for (const Item& item : items) {
+    params.push_back(item.param);
+    grads.push_back(item.grad);
+    if (momentum_ != 0.0) bufs.push_back(item.state->slots.at("momentum_buffer"));
+  }
+  if (!one_dtype(params)) return Optimizer::update_group(group, items, skip);
+  SKA_KERNEL(params.front().device(), multi_sgd_step)
+  (params, grads, bufs, skip, group.lr, momentum_, group.weight_decay, nesterov_);
 }
 
 // --- Adam / AdamW ---
@@ -241,6 +271,24 @@ void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
   SKA_KERNEL(param.device(), adam_step)
   (param, grad, Tensor(), state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), Tensor(),
    state.step, skip, group.lr, beta1_, beta2_, eps_, l2, decoupled);
+}
+
+void Adam::update_group(const ParamGroup& group, const std::vector<Item>& items,
+                        const Tensor& skip) {
+  TensorList params, grads, exp_avgs, exp_avg_sqs, steps;
+  for (const Item& item : items) {
+    params.push_back(item.param);
+    grads.push_back(item.grad);
+    exp_avgs.push_back(item.state->slots.at("exp_avg"));
+    exp_avg_sqs.push_back(item.state->slots.at("exp_avg_sq"));
+    steps.push_back(item.state->step);
+  }
+  if (!one_dtype(params)) return Optimizer::update_group(group, items, skip);
+  const double l2 = decoupled_ ? 0.0 : group.weight_decay;
+  const double decoupled = decoupled_ ? group.weight_decay : 0.0;
+  SKA_KERNEL(params.front().device(), multi_adam_step)
+  (params, grads, exp_avgs, exp_avg_sqs, steps, skip, group.lr, beta1_, beta2_, eps_, l2,
+   decoupled);
 }
 
 // --- LAMB ---

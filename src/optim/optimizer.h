@@ -105,6 +105,15 @@ class Optimizer {
   // already been advanced (unless skipped).
   virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                       ParamState& state, const Tensor& skip) = 0;
+  // A parameter of a group that steps now, with its (contiguous) grad and its state.
+  struct Item {
+    Tensor param, grad;
+    ParamState* state;
+  };
+  // Updates the parameters of one group that have grads: update() for each, unless an optimizer
+  // has a multi-tensor kernel for the whole list.
+  virtual void update_group(const ParamGroup& group, const std::vector<Item>& items,
+                            const Tensor& skip);
 
   Tensor global_grad_norm_;  // set_global_grad_norm's value for this step; cleared after it
 
@@ -127,6 +136,8 @@ class Sgd : public Optimizer {
   std::vector<std::string> slot_names() const override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
               ParamState& state, const Tensor& skip) override;
+  void update_group(const ParamGroup& group, const std::vector<Item>& items,
+                    const Tensor& skip) override;
 
  private:
   double momentum_;
@@ -145,6 +156,8 @@ class Adam : public Optimizer {
   std::vector<std::string> slot_names() const override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
               ParamState& state, const Tensor& skip) override;
+  void update_group(const ParamGroup& group, const std::vector<Item>& items,
+                    const Tensor& skip) override;
 
  private:
   double beta1_, beta2_, eps_;

@@ -67,13 +67,10 @@ UpdateOutcome TrainStep::apply_update(const Tensor& local_loss_sum, double lr) {
     const Tensor zero = mul(x, 0.0);  // NaN exactly when x is inf or NaN
     return ne(zero, zero);
   };
-  // fp16: the grads are unscaled in the same sweep as their check.
-  Tensor skip = either(nonfinite(loss_sum), scaler_ ? scaler_->unscale_and_check(params_)
-                                                    : optim::grads_nonfinite(params_));
-  if (train_.clip_grad > 0) {
-    skip = either(skip, nonfinite(optim::clip_grad_norm(params_, train_.clip_grad)));
-  }
-  skip = skip.to(device_).reshape({});
+  // One sweep over the grads: fp16's unscale, the check, the norm; a second one clips.
+  const Tensor grads_flag = optim::unscale_check_clip(params_, scaler_ ? scaler_->inv_scale() : 1.0,
+                                                      train_.clip_grad);
+  const Tensor skip = either(nonfinite(loss_sum), grads_flag.to(device_)).reshape({});
   // The loss scale is a host number: fp16 reads the flag here, as GradScaler does.
   if (scaler_) scaler_->update(skip.item() != 0.0);
   optimizer_.set_lr(lr);

@@ -1,0 +1,367 @@
+// CUDA kernels: the multi-tensor updates (gradient statistics and scaling, Adam, SGD, the weight
+// average). A list of tensors is cut into chunks of kChunk elements, one block per chunk, and a
+// table of up to kMaxTensors tensors travels as the kernel's argument, so a model's ~150
+// parameters take a handful of launches instead of several each. Twins of
+// backend/cpu/multi_tensor.cpp; f32 math for f32, bf16 and f16 tensors.
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cuda/kernels/common.cuh"
+
+namespace ska::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kChunk = 16384;  // elements per block
+constexpr int kMaxTensors = 32;    // per launch: the table stays well under the 4 KB of arguments
+
+// Up to kMaxTensors tensors of `Depth` lists (param, grad, moments ...), each with an optional
+// pointer of its own (`aux`: Adam's update count), and where each one's blocks start.
+template <int Depth>
+struct Table {
+  void* ptr[Depth][kMaxTensors];
+  const void* aux[kMaxTensors];
+  int64_t numel[kMaxTensors];
+  int block_start[kMaxTensors + 1];
+  int count;
+};
+
+// The tensor a block works on, and the [begin, end) of its chunk.
+template <int Depth>
+__device__ __forceinline__ int block_tensor(const Table<Depth>& t, int64_t* begin, int64_t* end) {
+  int i = 0;
+  while (i + 1 < t.count && static_cast<int>(blockIdx.x) >= t.block_start[i + 1]) ++i;
+  *begin = static_cast<int64_t>(static_cast<int>(blockIdx.x) - t.block_start[i]) * kChunk;
+  *end = min(*begin + kChunk, t.numel[i]);
+  return i;
+}
+
+// Calls launch(table, blocks, first_block) for consecutive groups of the lists' tensors (empty
+// tensors are left out); first_block numbers the blocks across launches.
+template <int Depth, typename Launch>
+void for_each_table(const std::vector<const TensorList*>& lists, const TensorList* aux,
+                    Launch&& launch) {
+  Table<Depth> t{};
+  int blocks = 0;
+  int64_t first_block = 0;
+  const auto flush = [&] {
+    if (t.count == 0) return;
+    t.block_start[t.count] = blocks;
+    launch(t, blocks, first_block);
+    first_block += blocks;
+    t = Table<Depth>{};
+    blocks = 0;
+  };
+  const TensorList& lead = *lists.front();
+  for (size_t i = 0; i < lead.size(); ++i) {
+    const int64_t n = lead[i].numel();
+    if (n == 0) continue;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    SKA_CHECK(chunks < (int64_t{1} << 30), ShapeError, "multi-tensor kernel: tensor of ", n,
+              " elements is too large");
+    if (t.count == kMaxTensors || blocks + chunks >= (int64_t{1} << 30)) flush();
+    for (int d = 0; d < Depth; ++d) t.ptr[d][t.count] = (*lists[d])[i].data_ptr();
+    t.aux[t.count] = aux != nullptr ? (*aux)[i].data_ptr() : nullptr;
+    t.numel[t.count] = n;
+    t.block_start[t.count] = blocks;
+    blocks += static_cast<int>(chunks);
+    ++t.count;
+  }
+  flush();
+}
+
+int64_t total_chunks(const TensorList& tensors) {
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += (t.numel() + kChunk - 1) / kChunk;
+  return total;
+}
+
+// Every list holds contiguous tensors of the first list's first dtype on its device; `others`
+// have the first list's length and sizes.
+void check_lists(const char* who, const TensorList& first,
+                 std::initializer_list<const TensorList*> others) {
+  for (const Tensor& t : first) {
+    SKA_CHECK(t.is_contiguous() && t.dtype() == first.front().dtype() &&
+                  t.device() == first.front().device(),
+              DTypeError, "cuda ", who, ": tensors must be contiguous, of one dtype and device; got ",
+              t.str(), " after ", first.front().str());
+  }
+  for (const TensorList* list : others) {
+    SKA_CHECK(list->size() == first.size(), ShapeError, "cuda ", who, ": lists of ", first.size(),
+              " and ", list->size(), " tensors");
+    for (size_t i = 0; i < first.size(); ++i) {
+      const Tensor& t = (*list)[i];
+      SKA_CHECK(t.is_contiguous() && t.dtype() == first[i].dtype() &&
+                    t.device() == first[i].device() && t.numel() == first[i].numel(),
+                ShapeError, "cuda ", who, ": tensor ", i, " is ", t.str(),
+                ", expected the size, dtype and device of ", first[i].str());
+    }
+  }
+}
+
+const uint8_t* skip_flag(const Tensor& skip, const Tensor& like, const char* who) {
+  if (!skip.defined()) return nullptr;
+  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8 && skip.device() == like.device(),
+            DTypeError, "cuda ", who, ": skip must be one u8 element on ", like.device(), ", got ",
+            skip.str());
+  return static_cast<const uint8_t*>(skip.data_ptr());
+}
+
+// --- gradient statistics ---
+
+template <typename T>
+__global__ void grad_stats_kernel(Table<1> t, float scale, bool rescale, float* partials,
+                                  int64_t first_block) {
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  T* x = static_cast<T*>(t.ptr[0][i]);
+  float squares = 0.0f, poison = 0.0f;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    float v = to_float(x[j]);
+    if (rescale) {
+      const T scaled = from_float<T>(v * scale);
+      x[j] = scaled;
+      v = to_float(scaled);
+    }
+    squares += v * v;
+    poison += v * 0.0f;
+  }
+  squares = block_sum(squares);
+  poison = block_sum(poison);
+  if (threadIdx.x == 0) {
+    partials[2 * (first_block + blockIdx.x)] = squares;
+    partials[2 * (first_block + blockIdx.x) + 1] = poison;
+  }
+}
+
+// One block: the partial sums in a fixed order (thread k takes every kThreads-th pair, then the
+// block's tree), so the result has the same bits on every run.
+__global__ void finish_stats_kernel(const float* __restrict__ partials, int64_t n,
+                                    float* __restrict__ out) {
+  float squares = 0.0f, poison = 0.0f;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    squares += partials[2 * k];
+    poison += partials[2 * k + 1];
+  }
+  squares = block_sum(squares);
+  poison = block_sum(poison);
+  if (threadIdx.x == 0) {
+    out[0] = squares;
+    out[1] = poison;
+  }
+}
+
+template <typename T>
+__global__ void scale_kernel(Table<1> t, const float* __restrict__ factor) {
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  T* x = static_cast<T*>(t.ptr[0][i]);
+  const float f = *factor;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    x[j] = from_float<T>(to_float(x[j]) * f);
+  }
+}
+
+// --- optimizer updates ---
+
+struct AdamArgs {
+  double beta1_d, beta2_d;
+  float lr, beta1, beta2, eps, l2_decay, decoupled_decay;
+};
+
+// As adam_step_kernel of optim.cu (no divisor, no update output); aux holds each tensor's count.
+template <typename T>
+__global__ void multi_adam_kernel(Table<4> t, const uint8_t* __restrict__ skip, AdamArgs s) {
+  if (skip != nullptr && *skip != 0) return;
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  T* p = static_cast<T*>(t.ptr[0][i]);
+  const T* g = static_cast<const T*>(t.ptr[1][i]);
+  T* m = static_cast<T*>(t.ptr[2][i]);
+  T* v = static_cast<T*>(t.ptr[3][i]);
+  const double step = static_cast<double>(*static_cast<const int64_t*>(t.aux[i]));
+  const float bias_correction1 = static_cast<float>(1.0 - pow(s.beta1_d, step));
+  const float bias_correction2_sqrt = static_cast<float>(sqrt(1.0 - pow(s.beta2_d, step)));
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const float pj = to_float(p[j]);
+    const float gj = to_float(g[j]) + s.l2_decay * pj;
+    const float mj = s.beta1 * to_float(m[j]) + (1.0f - s.beta1) * gj;
+    const float vj = s.beta2 * to_float(v[j]) + (1.0f - s.beta2) * gj * gj;
+    m[j] = from_float<T>(mj);
+    v[j] = from_float<T>(vj);
+    const float u = (mj / bias_correction1) / (sqrtf(vj) / bias_correction2_sqrt + s.eps) +
+                    s.decoupled_decay * pj;
+    p[j] = from_float<T>(pj - s.lr * u);
+  }
+}
+
+template <typename T>
+__global__ void multi_sgd_kernel(Table<3> t, bool has_momentum, const uint8_t* __restrict__ skip,
+                                 float lr, float momentum, float weight_decay, bool nesterov) {
+  if (skip != nullptr && *skip != 0) return;
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  T* p = static_cast<T*>(t.ptr[0][i]);
+  const T* g = static_cast<const T*>(t.ptr[1][i]);
+  T* buf = has_momentum ? static_cast<T*>(t.ptr[2][i]) : nullptr;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const float pj = to_float(p[j]);
+    float d = to_float(g[j]) + weight_decay * pj;
+    if (buf != nullptr) {
+      const float b = momentum * to_float(buf[j]) + d;
+      buf[j] = from_float<T>(b);
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[j] = from_float<T>(pj - lr * d);
+  }
+}
+
+template <typename T>
+__global__ void multi_ema_kernel(Table<2> t, const uint8_t* __restrict__ skip, float keep,
+                                 float take) {
+  if (skip != nullptr && *skip != 0) return;
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  T* e = static_cast<T*>(t.ptr[0][i]);
+  const T* v = static_cast<const T*>(t.ptr[1][i]);
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    // Rounded as the CPU twin rounds (no fused multiply-add).
+    const float a = to_float(from_float<T>(__fmul_rn(to_float(e[j]), keep)));
+    const float b = to_float(from_float<T>(__fmul_rn(to_float(v[j]), take)));
+    e[j] = from_float<T>(__fadd_rn(a, b));
+  }
+}
+
+}  // namespace
+
+void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out) {
+  SKA_CHECK(out.dtype() == DType::kF32 && out.numel() == 2 && out.is_contiguous(), DTypeError,
+            "cuda multi_grad_stats: out must be 2 contiguous f32 values, got ", out.str());
+  DeviceGuard guard(device_index(out));
+  const cudaStream_t stream = current_stream(device_index(out));
+  const int64_t chunks = tensors.empty() ? 0 : total_chunks(tensors);
+  if (chunks == 0) {
+    Tensor(out).fill_(0.0);
+    return;
+  }
+  check_lists("multi_grad_stats", tensors, {});
+  SKA_CHECK(tensors.front().device() == out.device(), DeviceError,
+            "cuda multi_grad_stats: tensors on ", tensors.front().device(), ", out on ",
+            out.device());
+  const Tensor partials = Tensor::empty({2 * chunks}, DType::kF32, out.device());
+  float* partial_data = static_cast<float*>(partials.data_ptr());
+  dispatch_floating(tensors.front().dtype(), "multi_grad_stats", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_table<1>({&tensors}, nullptr, [&](const Table<1>& t, int blocks, int64_t first) {
+      grad_stats_kernel<T><<<blocks, kThreads, 0, stream>>>(
+          t, static_cast<float>(scale), scale != 1.0, partial_data, first);
+      SKA_CUDA_CHECK_LAUNCH();
+    });
+  });
+  finish_stats_kernel<<<1, kThreads, 0, stream>>>(partial_data, chunks,
+                                                  static_cast<float*>(out.data_ptr()));
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+void multi_scale(const TensorList& tensors, const Tensor& factor) {
+  if (tensors.empty()) return;
+  check_lists("multi_scale", tensors, {});
+  SKA_CHECK(factor.numel() == 1 && factor.dtype() == DType::kF32 &&
+                factor.device() == tensors.front().device(),
+            DTypeError, "cuda multi_scale: factor must be one f32 element on ",
+            tensors.front().device(), ", got ", factor.str());
+  DeviceGuard guard(device_index(factor));
+  const cudaStream_t stream = current_stream(device_index(factor));
+  const float* f = static_cast<const float*>(factor.data_ptr());
+  dispatch_floating(tensors.front().dtype(), "multi_scale", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_table<1>({&tensors}, nullptr, [&](const Table<1>& t, int blocks, int64_t) {
+      scale_kernel<T><<<blocks, kThreads, 0, stream>>>(t, f);
+      SKA_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void multi_adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                     const TensorList& exp_avg_sqs, const TensorList& steps, const Tensor& skip,
+                     double lr, double beta1, double beta2, double eps, double l2_decay,
+                     double decoupled_decay) {
+  if (params.empty()) return;
+  check_lists("multi_adam_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
+  SKA_CHECK(steps.size() == params.size(), ShapeError, "cuda multi_adam_step: ", steps.size(),
+            " step counts for ", params.size(), " parameters");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SKA_CHECK(steps[i].numel() == 1 && steps[i].dtype() == DType::kI64 &&
+                  steps[i].device() == params[i].device(),
+              DTypeError, "cuda multi_adam_step: step count ", i, " must be one i64 element on ",
+              params[i].device(), ", got ", steps[i].str());
+  }
+  DeviceGuard guard(device_index(params.front()));
+  const cudaStream_t stream = current_stream(device_index(params.front()));
+  const uint8_t* flag = skip_flag(skip, params.front(), "multi_adam_step");
+  const AdamArgs s{beta1,
+                   beta2,
+                   static_cast<float>(lr),
+                   static_cast<float>(beta1),
+                   static_cast<float>(beta2),
+                   static_cast<float>(eps),
+                   static_cast<float>(l2_decay),
+                   static_cast<float>(decoupled_decay)};
+  dispatch_floating(params.front().dtype(), "multi_adam_step", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_table<4>({&params, &grads, &exp_avgs, &exp_avg_sqs}, &steps,
+                      [&](const Table<4>& t, int blocks, int64_t) {
+                        multi_adam_kernel<T><<<blocks, kThreads, 0, stream>>>(t, flag, s);
+                        SKA_CUDA_CHECK_LAUNCH();
+                      });
+  });
+}
+
+void multi_sgd_step(const TensorList& params, const TensorList& grads,
+                    const TensorList& momentum_bufs, const Tensor& skip, double lr,
+                    double momentum, double weight_decay, bool nesterov) {
+  if (params.empty()) return;
+  const bool has_momentum = !momentum_bufs.empty();
+  if (has_momentum) {
+    check_lists("multi_sgd_step", params, {&grads, &momentum_bufs});
+  } else {
+    check_lists("multi_sgd_step", params, {&grads});
+  }
+  DeviceGuard guard(device_index(params.front()));
+  const cudaStream_t stream = current_stream(device_index(params.front()));
+  const uint8_t* flag = skip_flag(skip, params.front(), "multi_sgd_step");
+  // Without momentum the third list is the grads again (never read).
+  const TensorList& third = has_momentum ? momentum_bufs : grads;
+  dispatch_floating(params.front().dtype(), "multi_sgd_step", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_table<3>({&params, &grads, &third}, nullptr,
+                      [&](const Table<3>& t, int blocks, int64_t) {
+                        multi_sgd_kernel<T><<<blocks, kThreads, 0, stream>>>(
+                            t, has_momentum, flag, static_cast<float>(lr),
+                            static_cast<float>(momentum), static_cast<float>(weight_decay),
+                            nesterov);
+                        SKA_CUDA_CHECK_LAUNCH();
+                      });
+  });
+}
+
+void multi_ema_update(const TensorList& ema, const TensorList& values, double decay,
+                      const Tensor& skip) {
+  if (ema.empty()) return;
+  check_lists("multi_ema_update", ema, {&values});
+  DeviceGuard guard(device_index(ema.front()));
+  const cudaStream_t stream = current_stream(device_index(ema.front()));
+  const uint8_t* flag = skip_flag(skip, ema.front(), "multi_ema_update");
+  dispatch_floating(ema.front().dtype(), "multi_ema_update", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_table<2>({&ema, &values}, nullptr, [&](const Table<2>& t, int blocks, int64_t) {
+      multi_ema_kernel<T><<<blocks, kThreads, 0, stream>>>(
+          t, flag, static_cast<float>(decay), static_cast<float>(1.0 - decay));
+      SKA_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace ska::cuda

@@ -1,0 +1,134 @@
+// CPU kernels: the multi-tensor updates (gradient statistics and scaling, Adam, SGD, the weight
+// average) over lists of tensors. Twins of cuda/kernels/multi_tensor.cu; per element the same
+// math as the single-tensor kernels of optim.cpp, in the tensors' dtype (f32 or f64).
+#include <cmath>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cpu/dispatch.h"
+#include "backend/cpu/loops.h"
+
+namespace ska::cpu {
+
+namespace {
+
+// Every list holds contiguous tensors of the first one's floating dtype; `others` have the
+// first list's length and sizes.
+void check_lists(const char* who, const TensorList& first,
+                 std::initializer_list<const TensorList*> others) {
+  for (const Tensor& t : first) {
+    SKA_CHECK(t.is_contiguous() && t.dtype() == first.front().dtype() && t.is_floating(),
+              DTypeError, who, ": tensors must be contiguous, floating and of one dtype; got ",
+              t.str(), " after ", first.front().str());
+  }
+  for (const TensorList* list : others) {
+    SKA_CHECK(list->size() == first.size(), ShapeError, who, ": lists of ", first.size(), " and ",
+              list->size(), " tensors");
+    for (size_t i = 0; i < first.size(); ++i) {
+      const Tensor& t = (*list)[i];
+      SKA_CHECK(t.is_contiguous() && t.dtype() == first[i].dtype() &&
+                    t.numel() == first[i].numel(),
+                ShapeError, who, ": tensor ", i, " is ", t.str(), ", expected the size and dtype of ",
+                first[i].str());
+    }
+  }
+}
+
+bool skipped(const Tensor& skip, const char* who) {
+  if (!skip.defined()) return false;
+  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8, DTypeError, who,
+            ": skip must be one u8 element, got ", skip.str());
+  return *static_cast<const uint8_t*>(skip.data_ptr()) != 0;
+}
+
+}  // namespace
+
+void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out) {
+  SKA_CHECK(out.dtype() == DType::kF32 && out.numel() == 2 && out.is_contiguous(), DTypeError,
+            "multi_grad_stats: out must be 2 contiguous f32 values, got ", out.str());
+  double squares = 0.0, poison = 0.0;
+  if (!tensors.empty()) {
+    check_lists("multi_grad_stats", tensors, {});
+    dispatch_floating(tensors.front().dtype(), "multi_grad_stats", [&](auto tag) {
+      using T = decltype(tag);
+      const T s = static_cast<T>(scale);
+      for (const Tensor& t : tensors) {
+        T* x = t.data<T>();
+        const int64_t n = t.numel();
+        if (scale != 1.0) {
+          parallel_for(n, [&](int64_t i) { x[i] *= s; });
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = static_cast<double>(x[i]);
+          squares += v * v;
+          poison += v * 0.0;
+        }
+      }
+    });
+  }
+  float* o = out.data<float>();
+  o[0] = static_cast<float>(squares);
+  o[1] = static_cast<float>(poison);
+}
+
+void multi_scale(const TensorList& tensors, const Tensor& factor) {
+  if (tensors.empty()) return;
+  check_lists("multi_scale", tensors, {});
+  SKA_CHECK(factor.numel() == 1 && factor.dtype() == DType::kF32, DTypeError,
+            "multi_scale: factor must be one f32 element, got ", factor.str());
+  const float f = *static_cast<const float*>(factor.data_ptr());
+  dispatch_floating(tensors.front().dtype(), "multi_scale", [&](auto tag) {
+    using T = decltype(tag);
+    const T s = static_cast<T>(f);
+    for (const Tensor& t : tensors) {
+      T* x = t.data<T>();
+      parallel_for(t.numel(), [&](int64_t i) { x[i] *= s; });
+    }
+  });
+}
+
+void multi_adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                     const TensorList& exp_avg_sqs, const TensorList& steps, const Tensor& skip,
+                     double lr, double beta1, double beta2, double eps, double l2_decay,
+                     double decoupled_decay) {
+  if (params.empty() || skipped(skip, "multi_adam_step")) return;
+  check_lists("multi_adam_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
+  SKA_CHECK(steps.size() == params.size(), ShapeError, "multi_adam_step: ", steps.size(),
+            " step counts for ", params.size(), " parameters");
+  for (size_t i = 0; i < params.size(); ++i) {
+    adam_step(params[i], grads[i], Tensor(), exp_avgs[i], exp_avg_sqs[i], Tensor(), steps[i],
+              Tensor(), lr, beta1, beta2, eps, l2_decay, decoupled_decay);
+  }
+}
+
+void multi_sgd_step(const TensorList& params, const TensorList& grads,
+                    const TensorList& momentum_bufs, const Tensor& skip, double lr,
+                    double momentum, double weight_decay, bool nesterov) {
+  if (params.empty() || skipped(skip, "multi_sgd_step")) return;
+  if (momentum_bufs.empty()) {
+    check_lists("multi_sgd_step", params, {&grads});
+  } else {
+    check_lists("multi_sgd_step", params, {&grads, &momentum_bufs});
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    sgd_step(params[i], grads[i], momentum_bufs.empty() ? Tensor() : momentum_bufs[i], Tensor(),
+             lr, momentum, weight_decay, nesterov);
+  }
+}
+
+void multi_ema_update(const TensorList& ema, const TensorList& values, double decay,
+                      const Tensor& skip) {
+  if (ema.empty() || skipped(skip, "multi_ema_update")) return;
+  check_lists("multi_ema_update", ema, {&values});
+  dispatch_floating(ema.front().dtype(), "multi_ema_update", [&](auto tag) {
+    using T = decltype(tag);
+    const T keep = static_cast<T>(decay), take = static_cast<T>(1.0 - decay);
+    for (size_t k = 0; k < ema.size(); ++k) {
+      T* e = ema[k].data<T>();
+      const T* v = values[k].data<T>();
+      parallel_for(ema[k].numel(), [&](int64_t i) { e[i] = e[i] * keep + v[i] * take; });
+    }
+  });
+}
+
+}  // namespace ska::cpu
