@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +17,7 @@
 #include "app_common.h"
 #include "autograd/grad_mode.h"
 #include "backend/device_runtime.h"
+#include "backend/profiler.h"
 #include "data/eval_transform.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
@@ -36,6 +40,8 @@ struct BenchmarkOptions {
   int warmup = 3;
   int iters = 10;
   bool json = false;
+  bool profile = false;  // then `iters` more steps with every kernel timed
+  int top = 25;          // kernels listed by --profile
 };
 
 struct Measurement {
@@ -66,6 +72,75 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
   m.images_per_s = static_cast<double>(o.batch) * 1000.0 / m.median_ms;
   m.peak_bytes = allocator.stats().peak_allocated;
   return m;
+}
+
+// Where a step's time goes: `iters` more steps with the kernel profiler on (one synchronisation
+// at the end), per op family and per kernel, per step and as a share of the step.
+struct Profile {
+  double step_ms = 0.0;
+  std::vector<ska::profiler::KernelTime> kernels;  // per step, the longest first
+  std::vector<ska::profiler::KernelTime> families;
+};
+
+template <typename Step>
+Profile profile_steps(const BenchmarkOptions& o, ska::Device device, Step step) {
+  ska::synchronize(device);
+  ska::profiler::start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) step();
+  ska::synchronize(device);
+  const double total_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  Profile p;
+  p.kernels = ska::profiler::stop();
+  p.step_ms = total_ms / o.iters;
+  std::map<std::string, ska::profiler::KernelTime> families;
+  for (ska::profiler::KernelTime& k : p.kernels) {
+    k.ms /= o.iters;
+    ska::profiler::KernelTime& f = families[k.family];
+    f.name = f.family = k.family;
+    f.calls += k.calls;
+    f.ms += k.ms;
+  }
+  for (auto& entry : families) p.families.push_back(entry.second);
+  std::sort(p.families.begin(), p.families.end(),
+            [](const auto& a, const auto& b) { return a.ms > b.ms; });
+  return p;
+}
+
+void print_profile(const Profile& p, int iters, int top) {
+  double kernels_ms = 0.0;
+  for (const auto& k : p.kernels) kernels_ms += k.ms;
+  std::printf("profile: %d steps, %.3f ms per step (wall, synchronised); kernels %.3f ms (%.1f%%), "
+              "the rest is host time between kernels\n",
+              iters, p.step_ms, kernels_ms, 100.0 * kernels_ms / p.step_ms);
+  std::printf("\n%-14s %10s %7s %11s\n", "family", "ms/step", "share", "calls/step");
+  for (const auto& f : p.families) {
+    std::printf("%-14s %10.3f %6.1f%% %11.1f\n", f.name.c_str(), f.ms, 100.0 * f.ms / p.step_ms,
+                static_cast<double>(f.calls) / iters);
+  }
+  std::printf("\n%-24s %-14s %10s %7s %11s\n", "kernel", "family", "ms/step", "share",
+              "calls/step");
+  int shown = 0;
+  for (const auto& k : p.kernels) {
+    if (shown++ == top) break;
+    std::printf("%-24s %-14s %10.3f %6.1f%% %11.1f\n", k.name.c_str(), k.family.c_str(), k.ms,
+                100.0 * k.ms / p.step_ms, static_cast<double>(k.calls) / iters);
+  }
+}
+
+nlohmann::json profile_json(const Profile& p, int iters) {
+  const auto rows = [&](const std::vector<ska::profiler::KernelTime>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& k : list) {
+      out.push_back({{"name", k.name},
+                     {"family", k.family},
+                     {"ms_per_step", k.ms},
+                     {"calls_per_step", static_cast<double>(k.calls) / iters}});
+    }
+    return out;
+  };
+  return {{"step_ms", p.step_ms}, {"families", rows(p.families)}, {"kernels", rows(p.kernels)}};
 }
 
 int run_benchmark(BenchmarkOptions o) {
@@ -101,13 +176,16 @@ int run_benchmark(BenchmarkOptions o) {
   const Tensor labels = Tensor::from_vector(label_values, {o.batch}).to(device);
 
   Measurement m;
+  std::optional<Profile> profile;
   std::string step_description;
   if (o.mode == "infer") {
     model->eval();
     NoGradGuard no_grad;
     const AutocastGuard autocast(o.precision == "fp16" ? DType::kF16 : DType::kBF16,
                                  o.precision != "fp32");
-    m = time_steps(o, device, [&] { (*model)(images); });
+    const auto step = [&] { (*model)(images); };
+    m = time_steps(o, device, step);
+    if (o.profile) profile = profile_steps(o, device, step);
   } else {
     // The trainer's step with the experiment's optim and train sections (defaults without them).
     const ConfigNode root = config.root();
@@ -135,9 +213,11 @@ int run_benchmark(BenchmarkOptions o) {
     if (train.clip_grad > 0) what << ", clip " << train.clip_grad;
     if (ema) what << ", EMA " << train.ema_decay;
     step_description = what.str();
-    m = time_steps(o, device, [&] {
+    const auto train_step = [&] {
       stats.record(step.apply_update(step.micro_step(images, labels, true), optim_options.lr));
-    });
+    };
+    m = time_steps(o, device, train_step);
+    if (o.profile) profile = profile_steps(o, device, train_step);
     stats.read();
   }
   const std::string name = apps::resolve_config_path(o.config.config);
@@ -148,6 +228,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description}};
+    if (profile) j["profile"] = profile_json(*profile, o.iters);
     std::cout << j.dump() << std::endl;
   } else {
     std::ostringstream line;
@@ -160,6 +241,7 @@ int run_benchmark(BenchmarkOptions o) {
          << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     std::cout << line.str() << std::endl;
+    if (profile) print_profile(*profile, o.iters, o.top);
   }
   return 0;
 }
@@ -184,5 +266,9 @@ int main(int argc, char** argv) {
   app.add_option("--iters", o.iters, "timed steps (the median is reported)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", o.json, "print one JSON object");
+  app.add_flag("--profile", o.profile,
+               "then time every kernel over --iters more steps: where a step's time goes, by op "
+               "family and by kernel (NVTX ranges name each kernel for Nsight)");
+  app.add_option("--top", o.top, "kernels listed by --profile")->check(CLI::PositiveNumber);
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

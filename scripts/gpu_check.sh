@@ -2,8 +2,10 @@
 # On a machine with an NVIDIA GPU: builds with CUDA, runs every [cuda]-tagged test, runs them again
 # under compute-sanitizer memcheck, and prints a one-screen summary. Logs go to $LOG_DIR (default
 # build-gpu/logs; $OUT when set). Dependencies missing on that machine can be carried as unpacked
-# .deb files in .deps/root (see README, "GPU check"). MEMCHECK=0 skips the sanitizer pass;
-# MEMCHECK_TIMEOUT (seconds, default 1800) bounds it.
+# .deb files in .deps/root (see README, "GPU check"). MEMCHECK=0 skips the sanitizer passes
+# (memcheck over every [cuda] test; racecheck and synccheck over the kernels with shared memory
+# and block barriers: the optimizer, softmax, norm and reduction tests); MEMCHECK_TIMEOUT (seconds,
+# default 1800) bounds each. It ends with `benchmark --profile` of CSKA-ViT-S (bf16, batch 512).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +49,20 @@ if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   sanitizer_rc=$?
 fi
 
+block_tests="[cuda][optim],CUDA softmax matches the CPU,cuda softmax*,CUDA norms match the CPU,\
+cuda layer norm*,CUDA reductions match the CPU"
+racecheck_rc=-1
+synccheck_rc=-1
+if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+  echo "== racecheck and synccheck over the block-level kernels"
+  timeout "${MEMCHECK_TIMEOUT:-1800}" compute-sanitizer --tool racecheck --error-exitcode 99 \
+    "$tests" "$block_tests" >"$logs/racecheck.log" 2>&1
+  racecheck_rc=$?
+  timeout "${MEMCHECK_TIMEOUT:-1800}" compute-sanitizer --tool synccheck --error-exitcode 99 \
+    "$tests" "$block_tests" >"$logs/synccheck.log" 2>&1
+  synccheck_rc=$?
+fi
+
 # NCCL across processes: two workers on this machine's GPUs (on a single GPU both share it, which
 # NCCL may refuse; the log says what happened).
 echo "== NCCL: benchmark_comm with 2 processes"
@@ -54,6 +70,11 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 timeout 300 "$build/apps/benchmark_comm" --nproc-per-node 2 --device cuda --max 256M \
   >"$logs/nccl_comm.log" 2>&1
 nccl_rc=$?
+
+echo "== benchmark --profile: CSKA-ViT-S, bf16, batch 512"
+timeout 300 "$build/apps/benchmark" --config cifar10_cska_vit --device cuda --precision bf16 \
+  --batch 512 --warmup 5 --iters 10 --profile >"$logs/profile_cska_vit.log" 2>&1
+profile_rc=$?
 
 echo
 echo "================ gpu_check summary ================"
@@ -64,6 +85,12 @@ if [ "$sanitizer_rc" = -1 ]; then
 else
   echo "memcheck:          $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1) (exit $sanitizer_rc)"
 fi
+if [ "$racecheck_rc" != -1 ]; then
+  echo "racecheck:         $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/racecheck.log" | tail -1) (exit $racecheck_rc)"
+  echo "synccheck:         $(grep -E 'ERROR SUMMARY' "$logs/synccheck.log" | tail -1) (exit $synccheck_rc)"
+fi
 echo "NCCL, 2 processes on $ngpu GPU(s): exit $nccl_rc ($(tail -1 "$logs/nccl_comm.log"))"
+echo "profile (exit $profile_rc): $(grep -E '^profile:' "$logs/profile_cska_vit.log")"
 echo "logs:              $logs"
-[ "$tests_rc" = 0 ] && { [ "$sanitizer_rc" = 0 ] || [ "$sanitizer_rc" = -1 ]; }
+sanitizers_ok() { for rc in "$@"; do [ "$rc" = 0 ] || [ "$rc" = -1 ] || return 1; done; }
+[ "$tests_rc" = 0 ] && sanitizers_ok "$sanitizer_rc" "$racecheck_rc" "$synccheck_rc"

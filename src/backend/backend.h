@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/kernel_types.h"
+#include "backend/profiler.h"
 #include "core/tensor.h"
 
 namespace ska {
@@ -19,11 +20,17 @@ namespace detail {
 }  // namespace detail
 }  // namespace ska
 
-// SKA_KERNEL(device, name) is the function pointer of kernel `name` for `device`:
+// SKA_KERNEL(device, name) is kernel `name` for `device`, callable as the function itself (and
+// timed while the profiler runs, see profiler.h):
 //   SKA_KERNEL(x.device(), softmax_forward)(x, mask, scale, false, y);
 #ifdef SKA_WITH_CUDA
-#define SKA_KERNEL(device, name) ((device).is_cuda() ? &::ska::cuda::name : &::ska::cpu::name)
+#define SKA_KERNEL(device, name)                \
+  ::ska::profiler::timed(#name, (device),       \
+                         (device).is_cuda() ? &::ska::cuda::name : &::ska::cpu::name)
 #else
-#define SKA_KERNEL(device, name) \
-  ((device).is_cuda() ? (::ska::detail::throw_no_cuda(#name), &::ska::cpu::name) : &::ska::cpu::name)
+#define SKA_KERNEL(device, name)                                                         \
+  ::ska::profiler::timed(#name, (device),                                                \
+                         (device).is_cuda()                                              \
+                             ? (::ska::detail::throw_no_cuda(#name), &::ska::cpu::name)  \
+                             : &::ska::cpu::name)
 #endif

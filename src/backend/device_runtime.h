@@ -12,4 +12,13 @@ void copy_between_devices(const Tensor& src, const Tensor& dst);
 // Waits for all work queued on `device` (no-op for the CPU).
 void synchronize(Device device);
 
+// For the kernel profiler (profiler.h). An event recorded on the current stream of the CUDA
+// `device`; the milliseconds between two of them, waiting for the later one (both are released).
+// Without CUDA these throw DeviceError.
+void* record_device_event(Device device);
+double device_event_ms(void* start, void* stop);
+// An NVTX range around a span of host code, as Nsight shows it; no-ops without CUDA.
+void push_profile_range(const char* name);
+void pop_profile_range();
+
 }  // namespace ska

@@ -24,6 +24,14 @@ void copy_between_devices(const Tensor& src, const Tensor& dst) {
            ": this build has no CUDA support");
 }
 void synchronize(Device) {}
+void* record_device_event(Device device) {
+  SKA_FAIL(DeviceError, "timing work on ", device, ": this build has no CUDA support");
+}
+double device_event_ms(void*, void*) {
+  SKA_FAIL(DeviceError, "device events: this build has no CUDA support");
+}
+void push_profile_range(const char*) {}
+void pop_profile_range() {}
 #endif
 
 Tensor Tensor::make_view(std::shared_ptr<Storage> storage, Shape shape, Shape strides,

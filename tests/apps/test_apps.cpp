@@ -11,6 +11,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "app_common.h"
 #include "data/eval_transform.h"
 #include "io/npy.h"
@@ -252,6 +254,42 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
   const RunResult bad = run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --dtype bf16");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("needs --device cuda"));
+}
+
+TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps]") {
+  const RunResult r = run_command(
+      SKA_BENCHMARK_EXE, "--config " + std::string(SKA_SOURCE_DIR) +
+                             "/configs/quickstart.yaml --batch 8 --warmup 1 --iters 2 --profile --json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("step") == "adamw, clip 1");
+  const nlohmann::json& p = j.at("profile");
+  const double step_ms = p.at("step_ms");
+  double kernels_ms = 0.0, families_ms = 0.0;
+  std::map<std::string, double> calls;
+  for (const auto& k : p.at("kernels")) {
+    kernels_ms += k.at("ms_per_step").get<double>();
+    calls[k.at("name")] = k.at("calls_per_step");
+  }
+  for (const auto& f : p.at("families")) families_ms += f.at("ms_per_step").get<double>();
+  CHECK(kernels_ms > 0.0);
+  CHECK(kernels_ms <= step_ms * 1.01);  // kernels run inside the step
+  CHECK(families_ms == Approx(kernels_ms));
+  // The quick-start CSKA-ViT: each convolution's forward has its weight gradient; one sweep
+  // over the grads for the check and the norm, one for the clip, AdamW per group.
+  CHECK(calls.at("conv2d_forward") >= 1);
+  CHECK(calls.at("conv2d_backward_weight") == calls.at("conv2d_forward"));
+  CHECK(calls.at("multi_grad_stats") == 1);
+  CHECK(calls.at("multi_scale") == 1);
+  CHECK(calls.at("multi_adam_step") == 2);
+  CHECK(calls.at("gemm") > 10);
+  // The table is printed without --json.
+  const RunResult text = run_command(
+      SKA_BENCHMARK_EXE, "--config " + std::string(SKA_SOURCE_DIR) +
+                             "/configs/quickstart.yaml --batch 8 --warmup 1 --iters 1 --profile --top 3");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("profile: 1 steps") && Catch::Contains("family") &&
+                           Catch::Contains("matmul") && Catch::Contains("kernel"));
 }
 
 TEST_CASE("apps: a missing config lists each searched place once", "[cpu][apps][hardening]") {

@@ -1,8 +1,11 @@
 // Tensor factories, views without copies, contiguous(), conversions and error messages.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <map>
 
+#include "backend/backend.h"
 #include "core/checked_math.h"
+#include "ops/ops.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -149,4 +152,36 @@ TEST_CASE("sizes that overflow 64 bits are errors, not wrapped numbers", "[cpu][
   REQUIRE_THROWS_WITH(checked_mul<IOError>(int64_t{1} << 40, int64_t{1} << 30, "file 'x': count"),
                       Contains("file 'x': count: 1099511627776 x 1073741824 overflows"));
   REQUIRE_THROWS_AS(checked_add<IOError>(INT64_MAX, 1, "sum"), IOError);
+}
+
+TEST_CASE("the kernel profiler counts each kernel call once, outer calls only", "[cpu][core]") {
+  const Tensor a = Tensor::ones({8, 8}), b = Tensor::ones({8, 8});
+  profiler::start();
+  CHECK(profiler::active());
+  const Tensor c = matmul(a, b);
+  const Tensor d = add(c, b);
+  // A kernel that calls another through SKA_KERNEL is timed as one call of the outer one.
+  profiler::timed("outer_test", Device::cpu(), [&] {
+    SKA_KERNEL(Device::cpu(), fill)(Tensor::empty({4}), 1.0);
+  })();
+  const std::vector<profiler::KernelTime> kernels = profiler::stop();
+  CHECK_FALSE(profiler::active());
+  std::map<std::string, int64_t> calls;
+  for (const auto& k : kernels) {
+    calls[k.name] = k.calls;
+    CHECK(k.ms >= 0.0);
+    CHECK(k.family == profiler::family_of(k.name));
+  }
+  CHECK(calls["gemm"] == 1);
+  CHECK(calls["binary"] == 1);
+  CHECK(calls["outer_test"] == 1);
+  CHECK(calls.count("fill") == 0);
+  CHECK(profiler::family_of("gemm") == "matmul");
+  CHECK(profiler::family_of("multi_adam_step") == "optimizer");
+  CHECK(profiler::family_of("something_new") == "other");
+  // Off again: nothing is recorded.
+  matmul(a, b);
+  profiler::start();
+  CHECK(profiler::stop().empty());
+  CHECK(d.to_vector<float>()[0] == 9.0f);
 }
