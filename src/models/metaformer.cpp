@@ -5,10 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "autograd/grad_mode.h"
 #include "models/stage_mixers.h"
-#include "nn/mixers/attention.h"
-#include "nn/mixers/sepconv.h"
 #include "ops/ops.h"
 
 namespace ska::models {
@@ -29,30 +26,21 @@ void check_positive(const ConfigNode& cfg, const std::string& key,
   }
 }
 
-// The MetaFormer reference re-initialises every Linear and Conv2d, mixers included, with
-// trunc_normal(.02) and zero biases. Our own layers are built that way; a mixer from the registry
-// may follow another family's default, so its Linear and Conv2d layers are reset here (mhsa and
-// sepconv already draw trunc_normal for this family: redrawing ~7M weights per S18 is skipped).
-// Other parameters (norms, scales, StarReLU, static keys) keep their own initialisation.
-void init_mixer_weights(nn::Module& mixer) {
-  if (dynamic_cast<nn::Attention*>(&mixer) || dynamic_cast<nn::SepConv*>(&mixer)) return;
-  NoGradGuard no_grad;
-  auto reset = [](Tensor weight, Tensor bias) {
-    weight.copy_(nn::init_trunc_normal(weight.shape(), 0.02));
-    if (bias.defined()) bias.fill_(0.0);
-  };
-  for (const auto& [name, module] : mixer.named_modules()) {
-    if (auto* linear = dynamic_cast<nn::Linear*>(module)) reset(linear->weight, linear->bias);
-    if (auto* conv = dynamic_cast<nn::Conv2d*>(module)) reset(conv->weight, conv->bias);
-  }
-}
-
 // A learnable per-channel scale of the residual (init 1.0), registered under `name`.
 nn::ModulePtr make_res_scale(nn::Module& block, const std::string& name, int64_t dim) {
   return block.register_module(name, std::make_shared<nn::Scale>(dim, 1.0));
 }
 
 }  // namespace
+
+MixerArgs metaformer_mixer_args(int64_t dim, TokenGrid grid) {
+  MixerArgs args;
+  args.dim = dim;
+  args.grid = grid;
+  args.init = nn::Init::kTruncNormal;  // the reference re-initialises every layer, mixers too
+  args.flavour = nn::MixerFlavour::kMetaFormer;
+  return args;
+}
 
 MetaFormerConfig MetaFormerConfig::from_config(const ConfigNode& cfg) {
   MetaFormerConfig c;
@@ -112,8 +100,8 @@ MetaFormerBlock::MetaFormerBlock(const MixerArgs& args, nn::ModulePtr token_mixe
   const int64_t dim = args.dim;
   const nn::ModulePtr identity = std::make_shared<nn::Identity>();
   norm1_ = register_module("norm1", std::make_shared<nn::LayerNorm>(dim, c.norm_eps, false));
+  // The mixer drew its Linear and Conv2d weights as MixerArgs.init says (trunc_normal here).
   token_mixer_ = register_module("token_mixer", std::move(token_mixer));
-  init_mixer_weights(*token_mixer_);
   drop_path1_ = register_module("drop_path1", std::make_shared<nn::DropPath>(drop_path));
   res_scale1_ = res_scale ? make_res_scale(*this, "res_scale1", dim) : identity;
   norm2_ = register_module("norm2", std::make_shared<nn::LayerNorm>(dim, c.norm_eps, false));
@@ -169,7 +157,7 @@ MetaFormer::MetaFormer(const MetaFormerConfig& c, const ModelInput& input) : inp
     downsample_layers_->append(
         std::to_string(s),
         std::make_shared<Downsampling>(in, c.dims[s], kernel, stride, padding, stem, c.norm_eps));
-    MixerArgs args{c.dims[s], TokenGrid{side, side, false}, "metaformer"};
+    const MixerArgs args = metaformer_mixer_args(c.dims[s], TokenGrid{side, side, false});
     const bool res_scale = std::find(c.res_scale_stages.begin(), c.res_scale_stages.end(),
                                      static_cast<int64_t>(s)) != c.res_scale_stages.end();
     auto stage = std::make_shared<nn::Sequential>();

@@ -13,6 +13,10 @@ namespace ska::models {
 
 // What the `metaformer` family reads from a model map (besides image_size, in_channels,
 // num_classes); defaults are CAFormer-S18's.
+// What the MetaFormer family tells the mixers it hosts (the reference's trunc_normal(.02) and zero
+// biases, the MetaFormer flavour), on a `dim`-wide token grid; also for building a mixer alone.
+MixerArgs metaformer_mixer_args(int64_t dim, TokenGrid grid);
+
 struct MetaFormerConfig {
   std::vector<int64_t> depths = {3, 3, 9, 3};
   std::vector<int64_t> dims = {64, 128, 320, 512};

@@ -59,6 +59,15 @@ Tensor VitBlock::forward(const Tensor& x) {
   return add(mixed, (*mlp_)((*norm2_)(mixed)));
 }
 
+MixerArgs vit_mixer_args(int64_t dim, TokenGrid grid) {
+  MixerArgs args;
+  args.dim = dim;
+  args.grid = grid;
+  args.init = nn::Init::kTorchDefault;
+  args.flavour = nn::MixerFlavour::kVit;
+  return args;
+}
+
 Vit::Vit(const ModelInput& input, const VitOptions& o,
          const std::function<nn::ModulePtr(int64_t, const MixerArgs&)>& make_mixer,
          const MixerArgs& mixer_args) {
@@ -69,10 +78,10 @@ Vit::Vit(const ModelInput& input, const VitOptions& o,
   pos_embed =
       register_parameter("pos_embed", nn::init_normal({1, side * side + 1, o.dim}, 0.0, 1.0));
   emb_drop_ = register_module("emb_drop", std::make_shared<nn::Dropout>(o.emb_dropout));
-  MixerArgs args = mixer_args;
-  args.dim = o.dim;
-  args.grid = TokenGrid{side, side, true};
-  args.family = "vit";
+  MixerArgs args = vit_mixer_args(o.dim, TokenGrid{side, side, true});
+  args.heads = mixer_args.heads;
+  args.head_dim = mixer_args.head_dim;
+  args.proj_drop = mixer_args.proj_drop;
   blocks_ = register_module("blocks", std::make_shared<nn::Sequential>());
   for (int64_t i = 0; i < o.depth; ++i) {
     blocks_->append(std::to_string(i),

@@ -41,6 +41,10 @@ class VitBlock : public nn::Module {
   std::shared_ptr<nn::Mlp> mlp_;
 };
 
+// What ViT tells the mixers it hosts (PyTorch's default initialisation, the ViT flavour), on a
+// `dim`-wide token grid; also for building a mixer on its own.
+MixerArgs vit_mixer_args(int64_t dim, TokenGrid grid);
+
 struct VitOptions {
   int64_t patch_size = 4;
   int64_t dim = 512;

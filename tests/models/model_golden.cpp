@@ -6,6 +6,7 @@
 #include <map>
 
 #include "io/safetensors.h"
+#include "models/metaformer.h"
 #include "models/vit.h"
 #include "support/test_util.h"
 
@@ -22,12 +23,14 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 }
 
 nn::ModulePtr build_mixer_fixture(const ConfigNode& cfg) {
-  models::MixerArgs args;
-  args.dim = cfg.get<int64_t>("dim");
+  const int64_t dim = cfg.get<int64_t>("dim");
   const std::vector<int64_t> grid = cfg.get<std::vector<int64_t>>("grid");
   REQUIRE(grid.size() == 2);
-  args.grid = models::TokenGrid{grid[0], grid[1], cfg.get<bool>("cls_token", false)};
-  args.family = cfg.get<std::string>("family");
+  const models::TokenGrid tokens{grid[0], grid[1], cfg.get<bool>("cls_token", false)};
+  // The conventions of the family the fixture's mixer lives in.
+  const std::string family = cfg.get_choice("family", "vit", {"vit", "metaformer"});
+  const models::MixerArgs args = family == "metaformer" ? models::metaformer_mixer_args(dim, tokens)
+                                                        : models::vit_mixer_args(dim, tokens);
   return models::build_mixer(cfg, "mixer", args);
 }
 

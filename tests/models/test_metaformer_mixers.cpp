@@ -1,9 +1,14 @@
 // The MetaFormer family's own token mixers (mhsa, sepconv, pooling, identity): shapes, options,
 // f64 gradient checks at tiny sizes, a pooling reference, and CUDA parity.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <algorithm>
 #include <string>
 
+#include "core/random.h"
 #include "models/metaformer.h"
+#include "models/vit.h"
+#include "nn/layers.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -50,15 +55,15 @@ void check_mixer_cuda_parity(const std::string& spec, const models::MixerArgs& a
                            spec + " input gradient");
 }
 
-const models::MixerArgs kGridArgs{6, models::TokenGrid{3, 4, false}, "metaformer"};
+const models::MixerArgs kGridArgs = models::metaformer_mixer_args(6, models::TokenGrid{3, 4, false});
 
 }  // namespace
 
 TEST_CASE("mhsa: heads, widths, biases and parameter names", "[cpu][mixers]") {
-  const models::MixerArgs args{64, models::TokenGrid{2, 2, false}, "metaformer"};
+  const models::MixerArgs args = models::metaformer_mixer_args(64, models::TokenGrid{2, 2, false});
   nn::ModulePtr plain = make_mixer("mhsa", args);  // head_dim 32 -> 2 heads, no biases
   CHECK(plain->num_parameters() == 4 * 64 * 64);
-  nn::ModulePtr narrow = make_mixer("mhsa", {16, args.grid, "metaformer"});  // one 32-wide head
+  nn::ModulePtr narrow = make_mixer("mhsa", models::metaformer_mixer_args(16, args.grid));  // one 32-wide head
   CHECK(narrow->state_dict().at("qkv.weight").shape() == Shape{96, 16});
   nn::ModulePtr biased = make_mixer("{type: mhsa, heads: 3, head_dim: 8, qkv_bias: true}", args);
   CHECK(biased->state_dict().at("qkv.bias").shape() == Shape{72});
@@ -67,7 +72,7 @@ TEST_CASE("mhsa: heads, widths, biases and parameter names", "[cpu][mixers]") {
 }
 
 TEST_CASE("mhsa gradients (class token included)", "[cpu][mixers]") {
-  const models::MixerArgs args{8, models::TokenGrid{2, 2, true}, "vit"};
+  const models::MixerArgs args = models::vit_mixer_args(8, models::TokenGrid{2, 2, true});
   check_mixer_gradients(
       make_mixer("{type: mhsa, heads: 2, head_dim: 4, qkv_bias: true, proj_bias: true}", args),
       {2, 5, 8});
@@ -83,7 +88,7 @@ TEST_CASE("sepconv: parameters and gradients", "[cpu][mixers]") {
 }
 
 TEST_CASE("pooling: avgpool3x3(x) - x without counting the padding", "[cpu][mixers]") {
-  nn::ModulePtr mixer = make_mixer("pooling", {1, models::TokenGrid{2, 3, false}, "metaformer"});
+  nn::ModulePtr mixer = make_mixer("pooling", models::metaformer_mixer_args(1, models::TokenGrid{2, 3, false}));
   CHECK(mixer->num_parameters() == 0);
   // Grid [[1, 2, 3], [4, 5, 6]]: the corner (0, 0) averages {1, 2, 4, 5} over 4 taps.
   const Tensor x = ska::test::values({1, 2, 3, 4, 5, 6}, {1, 6, 1});
@@ -109,4 +114,49 @@ TEST_CASE("metaformer mixers: CUDA parity", "[cuda][mixers]") {
                           {2, 12, 6});
   check_mixer_cuda_parity("sepconv", kGridArgs, {2, 12, 6});
   check_mixer_cuda_parity("pooling", kGridArgs, {2, 12, 6});
+}
+
+TEST_CASE("every registered mixer initialises its layers as the hosting family says",
+          "[cpu][mixers]") {
+  // The MetaFormer family asks for trunc_normal(.02) with zero biases (its reference resets every
+  // Linear and Conv2d): each mixer must honour MixerArgs.init itself, since the family no longer
+  // re-draws any mixer's weights.
+  models::register_builtin_models();
+  for (const std::string& type : models::mixer_registry().names()) {
+    INFO("mixer " << type);
+    manual_seed(1);
+    const models::MixerArgs args = models::metaformer_mixer_args(64, models::TokenGrid{4, 4, false});
+    Config config = Config::parse("mixer: {type: " + type + "}");
+    const nn::ModulePtr mixer = models::build_mixer_from_node(config.root()["mixer"], args);
+    int64_t layers = 0;
+    for (const auto& [name, module] : mixer->named_modules()) {
+      Tensor weight, bias;
+      if (auto* linear = dynamic_cast<nn::Linear*>(module)) {
+        weight = linear->weight;
+        bias = linear->bias;
+      } else if (auto* conv = dynamic_cast<nn::Conv2d*>(module)) {
+        weight = conv->weight;
+        bias = conv->bias;
+      } else {
+        continue;
+      }
+      INFO("layer " << name << " " << weight.str());
+      ++layers;
+      const std::vector<double> w = weight.to_vector<double>();
+      double sum_sq = 0.0, largest = 0.0;
+      for (double v : w) {
+        sum_sq += v * v;
+        largest = std::max(largest, std::abs(v));
+      }
+      // N(0, .02) (timm truncates at +-2, far out): PyTorch's default for these widths is
+      // U(-1/8, 1/8) or wider, with a standard deviation of .07 or more.
+      CHECK(largest <= 0.12);
+      if (w.size() >= 1000) CHECK(std::sqrt(sum_sq / w.size()) == Approx(0.02).epsilon(0.1));
+      if (bias.defined()) {
+        for (double v : bias.to_vector<double>()) CHECK(v == 0.0);
+      }
+    }
+    const bool weightless = type == "identity" || type == "pooling";
+    CHECK((layers == 0) == weightless);
+  }
 }

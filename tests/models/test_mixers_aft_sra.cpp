@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "core/random.h"
 #include "models/model.h"
+#include "models/vit.h"
 #include "models/model_golden.h"
 #include "nn/mixers/aft.h"
 #include "nn/mixers/sra.h"
@@ -20,10 +21,7 @@ namespace {
 // A mixer from a map holding `type:` and options, on a grid.
 nn::ModulePtr build_mixer(const ConfigNode& node, int64_t dim, models::TokenGrid grid) {
   models::register_builtin_models();
-  models::MixerArgs args;
-  args.dim = dim;
-  args.grid = grid;
-  args.family = "vit";
+  const models::MixerArgs args = models::vit_mixer_args(dim, grid);
   return models::mixer_registry().get(node, "type")(node, args);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "models/metaformer.h"
 #include "models/model_golden.h"
 #include "models/vit.h"
 #include "support/test_util.h"
@@ -19,10 +20,9 @@ namespace {
 nn::ModulePtr make_mixer(const std::string& mixer_yaml, int64_t dim, models::TokenGrid grid,
                          const std::string& family) {
   Config cfg = Config::parse("mixer: " + mixer_yaml);
-  models::MixerArgs args;
-  args.dim = dim;
-  args.grid = grid;
-  args.family = family;
+  REQUIRE((family == "vit" || family == "metaformer"));
+  const models::MixerArgs args = family == "metaformer" ? models::metaformer_mixer_args(dim, grid)
+                                                        : models::vit_mixer_args(dim, grid);
   nn::ModulePtr mixer = models::build_mixer(cfg.root(), "mixer", args);
   cfg.check_unused();
   return mixer;

@@ -245,6 +245,6 @@ TEST_CASE("attention names fail with the list of known names", "[cpu][nn][attent
   REQUIRE_THROWS_WITH(attention_kind("skaa"), Catch::Contains("mhsa, ska, cska"));
   REQUIRE_THROWS_WITH(normalise_kind("tanh"), Catch::Contains("softmax, gelu, relu, starrelu"));
   Config cfg = Config::parse("mixer: cskaa\n");
-  REQUIRE_THROWS_WITH(build_mixer(cfg.root(), "mixer", MixerArgs{8, TokenGrid{2, 2, false}, "vit"}),
+  REQUIRE_THROWS_WITH(build_mixer(cfg.root(), "mixer", MixerArgs{8, TokenGrid{2, 2, false}}),
                       Catch::Contains("did you mean 'cska'") && Catch::Contains("sepconv"));
 }

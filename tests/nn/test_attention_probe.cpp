@@ -9,6 +9,7 @@
 
 #include "io/weight_map_fixtures.h"
 #include "models/model.h"
+#include "models/metaformer.h"
 #include "nn/mixers/attention_core.h"
 #include "nn/mixers/attention_probe.h"
 #include "ops/ops.h"
@@ -23,10 +24,7 @@ const test::Tolerance kExact{1e-6, 1e-5};
 // A mixer of the MetaFormer flavour (no class token, fixed scale) from `mixer: <yaml>`.
 nn::ModulePtr make_mixer(const std::string& yaml, int64_t dim, const models::TokenGrid& grid) {
   Config cfg = Config::parse("mixer: " + yaml);
-  models::MixerArgs args;
-  args.dim = dim;
-  args.grid = grid;
-  args.family = "metaformer";
+  const models::MixerArgs args = models::metaformer_mixer_args(dim, grid);
   nn::ModulePtr mixer = models::build_mixer(cfg.root(), "mixer", args);
   cfg.check_unused();
   return mixer;

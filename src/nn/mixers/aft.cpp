@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-#include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -156,7 +155,7 @@ MixerBuilder aft_builder(AftKind kind) {
     o.kind = kind;
     o.dim = args.dim;
     o.grid = args.grid;
-    o.init = mixer_init_for(args.family);
+    o.init = args.init;
     o.qkv_bias = cfg.get<bool>("qkv_bias", true);
     if (kind == AftKind::kFull || kind == AftKind::kLocal) {
       o.factor_dim = cfg.get_int_in("factor_dim", o.factor_dim, 1, 1 << 16);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -30,7 +29,7 @@ AttentionOptions AttentionOptions::lsa_from_config(const ConfigNode& cfg, const 
   o.qkv_bias = cfg.get<bool>("qkv_bias", false);
   o.proj_bias = cfg.get<bool>("proj_bias", true);
   o.proj_drop = cfg.get_double_in("proj_drop", args.proj_drop, 0.0, 1.0);
-  o.init = mixer_init_for(args.family);
+  o.init = args.init;
   o.scale = read_logit_scale(cfg, "scale", true, "learnable");
   o.diagonal_mask = cfg.get<bool>("diagonal_mask", true);
   return o;
@@ -74,7 +73,7 @@ void register_attention_mixers(Registry<MixerBuilder>& r) {
     if (args.head_dim > 0) defaults.head_dim = args.head_dim;
     defaults.proj_drop = args.proj_drop;
     AttentionOptions options = AttentionOptions::from_config(cfg, defaults);
-    options.init = mixer_init_for(args.family);
+    options.init = args.init;
     return std::make_shared<Attention>(args.dim, options);
   });
   r.add("lsa", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {

@@ -54,8 +54,8 @@ HeadLayout read_head_layout(const ConfigNode& cfg, const MixerArgs& args, int64_
 }
 
 bool read_vit_flavour(const ConfigNode& cfg, const MixerArgs& args) {
-  const bool vit_like = args.family == "vit" || args.family == "cait";
-  return cfg.get_choice("flavour", vit_like ? "vit" : "metaformer", {"vit", "metaformer"}) == "vit";
+  const std::string fallback = args.flavour == MixerFlavour::kVit ? "vit" : "metaformer";
+  return cfg.get_choice("flavour", fallback, {"vit", "metaformer"}) == "vit";
 }
 
 AttentionWeights::AttentionWeights(const std::string& activation)

@@ -3,7 +3,6 @@
 
 #include <cstdint>
 
-#include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -72,7 +71,7 @@ CskaOptions read_cska_options(const ConfigNode& cfg, const MixerArgs& args) {
   o.qkv_bias = cfg.get<bool>("qkv_bias", false);
   o.proj_bias = cfg.get<bool>("proj_bias", vit);
   o.proj_drop = cfg.get_double_in("proj_drop", args.proj_drop, 0.0, 1.0);
-  o.init = mixer_init_for(args.family);
+  o.init = args.init;
   const std::string temperature = vit ? "learnable" : "fixed";
   o.conv_scale = read_logit_scale(cfg, "scale", !vit, temperature);
   o.cls_scale = read_logit_scale(cfg, "cls_scale", true, temperature);

@@ -53,7 +53,7 @@ class Cska : public Module {
   std::shared_ptr<Dropout> proj_drop_;
 };
 
-// Flavour defaults (`flavour:` vit|metaformer, from MixerArgs.family), every one overridable:
+// Flavour defaults (`flavour:` vit|metaformer, from MixerArgs.flavour), every one overridable:
 //   vit:        heads 8, head_dim 64, proj_bias true, scale false (conv logits unscaled),
 //               temperature learnable, diagonal_mask true
 //   metaformer: head_dim 16, heads C/16, proj_bias false, scale true, temperature fixed,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "nn/init.h"
 #include "nn/module.h"
 #include "nn/registry.h"
 
@@ -21,10 +22,20 @@ struct TokenGrid {
   int64_t tokens() const { return height * width + (cls_token ? 1 : 0); }
 };
 
+// Which reference a mixer takes the defaults of its options from where they differ (the SKA and
+// CSKA mixers' `flavour:`, see ska.h and cska.h).
+enum class MixerFlavour { kVit, kMetaFormer };
+
+// What the hosting family tells a mixer. A family states its conventions here rather than its
+// name, so no mixer keeps a list of families.
 struct MixerArgs {
   int64_t dim = 0;  // C, the width of the tokens
   TokenGrid grid;
-  std::string family;  // "metaformer", "vit", "cait", "swin", "cvt": family-specific defaults
+  // How the family initialises Linear and Conv2d layers (the MetaFormer and CvT references:
+  // trunc_normal(.02) with zero biases; ViT, CaiT and Swin: PyTorch's defaults). Every mixer
+  // initialises its own layers this way.
+  Init init = Init::kTorchDefault;
+  MixerFlavour flavour = MixerFlavour::kVit;
   // Hints from the family's own keys (ViT's heads/head_dim/dropout); 0 means "the mixer's own
   // default". Options in the mixer's YAML map override them.
   int64_t heads = 0;

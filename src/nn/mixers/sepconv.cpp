@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-#include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -49,7 +48,7 @@ Tensor SepConv::forward(const Tensor& x) {
 void register_sepconv_mixer(Registry<MixerBuilder>& r) {
   r.add("sepconv", [](const ConfigNode& cfg, const MixerArgs& args) -> ModulePtr {
     SepConvOptions options = SepConvOptions::from_config(cfg);
-    options.init = mixer_init_for(args.family);
+    options.init = args.init;
     return std::make_shared<SepConv>(args.dim, args.grid, options);
   });
 }

@@ -3,7 +3,6 @@
 
 #include <cstdint>
 
-#include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -58,7 +57,7 @@ SkaOptions read_ska_options(const ConfigNode& cfg, const MixerArgs& args) {
   o.qkv_bias = cfg.get<bool>("qkv_bias", false);
   o.proj_bias = cfg.get<bool>("proj_bias", vit);
   o.proj_drop = cfg.get_double_in("proj_drop", args.proj_drop, 0.0, 1.0);
-  o.init = mixer_init_for(args.family);
+  o.init = args.init;
   o.scale = read_logit_scale(cfg, "scale", true, vit ? "learnable" : "fixed");
   o.diagonal_mask = cfg.get<bool>("diagonal_mask", vit);
   o.activation = cfg.get_choice("activation", "softmax", AttentionWeights::names());

@@ -41,7 +41,7 @@ class Ska : public Module {
   std::shared_ptr<Dropout> proj_drop_;
 };
 
-// Flavour defaults (`flavour:` vit|metaformer, from MixerArgs.family), every one overridable:
+// Flavour defaults (`flavour:` vit|metaformer, from MixerArgs.flavour), every one overridable:
 //   vit:        heads 10, head_dim 64, query linear, proj_bias true, temperature learnable,
 //               diagonal_mask true
 //   metaformer: head_dim 32, heads C/32, query identity, proj_bias false, temperature fixed,

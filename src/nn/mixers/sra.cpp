@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "nn/mixers/attention_core.h"
-#include "nn/mixers/mixer_init.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -83,7 +82,7 @@ void register_sra_mixer(Registry<MixerBuilder>& r) {
     SraOptions o;
     o.dim = args.dim;
     o.grid = args.grid;
-    o.init = mixer_init_for(args.family);
+    o.init = args.init;
     read_heads(cfg, args, o);
     const int64_t side = std::max<int64_t>(1, std::min(args.grid.height, args.grid.width));
     o.sr = cfg.get_int_in("sr", std::min<int64_t>(2, side), 1, side);
