@@ -2,20 +2,22 @@
 # Runs apps/benchmark and its PyTorch twin (scripts/benchmark_models.py: the same model from our
 # reference PyTorch models) on one config with the same batch, mode, device, warm-up, timed steps
 # and thread count, checks that both have the same trainable parameter count and prints a
-# side-by-side table: images/s, ms per step, peak memory, ratio (ours / torch).
+# side-by-side table: images/s, ms per step, peak memory, ratio (ours / torch), against eager
+# PyTorch (SDPA attention where the model allows) and, where PyTorch has it, torch.compile.
 # Usage: scripts/benchmark.sh CONFIG [--device cpu|cuda] [--batch N] [--mode train|infer]
-#            [--dtype f32|bf16] [--warmup N] [--iters N] [--set key=value ...]
+#            [--dtype f32|bf16] [--warmup N] [--iters N] [--compile auto|off] [--set key=value ...]
 #   Without --mode both modes run. --dtype bf16 (CUDA) is our bf16 autocast (f32 weights, as
-#   train.precision: bf16) against torch's bf16 autocast. Environment: BUILD_DIR (default
-#   build), where benchmark was built; PYTHON.
+#   train.precision: bf16) against torch's bf16 autocast. --compile auto (default) adds the
+#   torch.compile column when PyTorch has it. Environment: BUILD_DIR (default build), where
+#   benchmark was built; PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '6,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
+usage() { sed -n '7,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 [ $# -ge 1 ] && [ "${1#-}" = "$1" ] || usage
 config=$1
 shift
-device=cpu batch=64 dtype=f32 warmup=3 iters=10
+device=cpu batch=64 dtype=f32 warmup=3 iters=10 compile=auto
 modes=(train infer)
 sets=()
 while [ $# -gt 0 ]; do
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2 ;;
     --iters) iters=$2 ;;
     --set) sets+=(--set "$2") ;;
+    --compile) compile=$2 ;;
     *) echo "benchmark.sh: unknown argument '$1'" >&2; usage ;;
   esac
   shift 2
@@ -40,6 +43,10 @@ if [ ! -x "$bench" ]; then
 fi
 
 py=$(scripts/torch_python.sh) || exit 1
+if [ "$compile" = auto ]; then
+  "$py" -c 'import sys, torch; sys.exit(0 if hasattr(torch, "compile") else 1)' 2>/dev/null \
+    && compile=on || compile=off
+fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -57,32 +64,42 @@ for mode in "${modes[@]}"; do
   "$bench" "${common[@]}" --mode "$mode" --precision "$precision" --json >>"$tmp/ours.jsonl"
   "$py" scripts/benchmark_models.py "${common[@]}" --mode "$mode" --precision "$dtype" \
     --threads "$threads" --json >>"$tmp/torch.jsonl"
+  if [ "$compile" = on ]; then
+    "$py" scripts/benchmark_models.py "${common[@]}" --mode "$mode" --precision "$dtype" \
+      --threads "$threads" --compile --json >>"$tmp/compiled.jsonl"
+  else
+    echo '{}' >>"$tmp/compiled.jsonl"
+  fi
 done
 
-"$py" - "$tmp/ours.jsonl" "$tmp/torch.jsonl" "$threads" <<'EOF'
+"$py" - "$tmp/ours.jsonl" "$tmp/torch.jsonl" "$threads" "$tmp/compiled.jsonl" <<'EOF'
 import json, sys
 
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 torch_rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 threads = sys.argv[3]
+compiled = [json.loads(l) for l in open(sys.argv[4]) if l.strip()]
 
 def mib(b):
     return f"{b / 2**20:9.1f}" if b else f"{'-':>9}"
 
 first = ours[0]
 print(f"# {first['config']}: {first['device']}, {first['precision']}, batch {first['batch']}, "
-      f"{threads} CPU threads, torch {torch_rows[0]['torch']}; ratio = ours / torch images/s "
-      f"(> 1: ours faster)")
+      f"{threads} CPU threads, torch {torch_rows[0]['torch']} (attention "
+      f"{torch_rows[0].get('attention', 'math')}); ratio = ours / torch images/s (> 1: ours "
+      f"faster); compile = torch.compile, default mode")
 print(f"{'mode':<6} {'params ours':>12} {'params torch':>12} {'ours img/s':>11} "
-      f"{'torch img/s':>11} {'ratio':>6} {'ours ms':>9} {'torch ms':>9} {'ours MiB':>9} "
-      f"{'torch MiB':>9}")
+      f"{'torch img/s':>11} {'ratio':>6} {'compile img/s':>13} {'ratio':>6} {'ours ms':>9} "
+      f"{'torch ms':>9} {'ours MiB':>9} {'torch MiB':>9}")
 mismatch = False
-for o, t in zip(ours, torch_rows):
+for o, t, c in zip(ours, torch_rows, compiled):
     same = o["trainable_params"] == t["trainable_params"]
     mismatch |= not same
+    c_ips = f"{c['images_per_s']:>13.1f}" if c else f"{'-':>13}"
+    c_ratio = f"{o['images_per_s'] / c['images_per_s']:>6.2f}" if c else f"{'-':>6}"
     print(f"{o['mode']:<6} {o['trainable_params']:>12,} {t['trainable_params']:>12,} "
           f"{o['images_per_s']:>11.1f} {t['images_per_s']:>11.1f} "
-          f"{o['images_per_s'] / t['images_per_s']:>6.2f} {o['median_ms']:>9.1f} "
+          f"{o['images_per_s'] / t['images_per_s']:>6.2f} {c_ips} {c_ratio} {o['median_ms']:>9.1f} "
           f"{t['median_ms']:>9.1f} {mib(o['peak_bytes'])} {mib(t['peak_bytes'])}"
           + ("" if same else "  PARAMETER COUNTS DIFFER"))
 if mismatch:

@@ -20,6 +20,15 @@ reported. bf16 runs the forward and loss under torch.autocast on CUDA (our --dty
 the whole model instead). f32 on CUDA allows TF32 matmuls and convolutions, as our cuBLASLt and
 cuDNN paths do.
 
+Attention runs as PyTorch users get it at its best: with `--attention sdpa` (the default where
+PyTorch has it, 2.1 or later) every softmax attention whose math allows it goes through
+F.scaled_dot_product_attention, its scale, learnable temperature, diagonal mask, relative
+position bias and window masks included (MHSA, LSA, SKA, Swin, CvT, SRA); CSKA's convolutional
+logits, CaiT's talking heads and the Table 4 activations have no SDPA form and stay as written.
+Before timing, the SDPA model's output is checked against the plain math path on the same input.
+`--compile` wraps the model in torch.compile (default mode; its compilation happens during the
+warm-up steps, so give it a few).
+
 The models are scripts/golden_models' references, written for eval mode: dropout, drop path and
 CaiT's layer dropout are not applied in `train` either (a small part of the step's time).
 Supported: vit (lsa, ska, cska), cait (mhsa, ska, cska), swin (mhsa, ska, cska), cvt (mhsa, ska,
@@ -47,6 +56,7 @@ import cvt as ref_cvt  # noqa: E402
 import metaformer as ref_metaformer  # noqa: E402
 import swin as ref_swin  # noqa: E402
 import vit as ref_vit  # noqa: E402
+import sdpa  # noqa: E402
 
 
 class ConfigError(Exception):
@@ -343,6 +353,7 @@ def run(args):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = False
+    sdpa.ENABLED = args.attention == "sdpa" and sdpa.available()
     torch.manual_seed(0)
     model = build_model(cfg).to(device)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -353,6 +364,24 @@ def run(args):
         if args.precision == "bf16":
             return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+    sdpa_difference = None
+    if sdpa.ENABLED:  # the fused path computes what the plain one does
+        model.eval()
+        with torch.no_grad(), autocast():
+            fused = model(images[:8]).float()
+            sdpa.ENABLED = False
+            plain = model(images[:8]).float()
+            sdpa.ENABLED = True
+        sdpa_difference = ((fused - plain).abs().max() / plain.abs().max().clamp_min(1e-6)).item()
+        limit = 5e-2 if args.precision == "bf16" else 1e-3
+        if not sdpa_difference <= limit:
+            raise ConfigError(f"SDPA and the math path disagree: relative difference "
+                              f"{sdpa_difference:.2e} > {limit:g}")
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            raise ConfigError(f"--compile needs PyTorch 2 (this is {torch.__version__})")
+        model = torch.compile(model)
 
     step_text = ""
     if args.mode == "infer":
@@ -401,6 +430,8 @@ def run(args):
             "images_per_s": args.batch * 1000.0 / median_ms, "median_ms": median_ms,
             "peak_bytes": peak, "trainable_params": params, "threads": torch.get_num_threads(),
             "step": step_text,
+            "attention": "sdpa" if sdpa.ENABLED else "math", "sdpa_difference": sdpa_difference,
+            "compiled": bool(args.compile),
             "torch": torch.__version__}
 
 
@@ -422,6 +453,10 @@ def main():
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--attention", choices=["sdpa", "math"], default="sdpa",
+                        help="F.scaled_dot_product_attention where the math allows (default, "
+                             "PyTorch >= 2.1) or the references' plain softmax(q k^T) v")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = parser.parse_args()
     if args.batch < 1 or args.iters < 1 or args.warmup < 0:
         parser.error("--batch and --iters must be positive, --warmup non-negative")
@@ -437,7 +472,8 @@ def main():
     print(f"{r['config']}  {r['mode']}  {r['device']}  {r['dtype']}  batch {r['batch']}:  "
           f"{r['images_per_s']:.1f} images/s  ({r['median_ms']:.1f} ms/step, median of "
           f"{args.iters}){peak}, {r['trainable_params']:,} trainable parameters (torch "
-          f"{r['torch']}, {r['threads']} threads)" + (f" (step: {r['step']})" if r["step"] else ""))
+          f"{r['torch']}, {r['threads']} threads, attention {r['attention']}"
+          f"{', compiled' if r['compiled'] else ''})" + (f" (step: {r['step']})" if r["step"] else ""))
 
 
 if __name__ == "__main__":

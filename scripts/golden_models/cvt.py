@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import make_golden_fixtures as mgf  # noqa: E402  (save_safetensors)
+import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "fixtures", "models")
@@ -80,6 +81,14 @@ class ConvAttention(nn.Module):
             q, v = torch.cat([cls_tok, q], 1), torch.cat([cls_tok, v], 1)
         q = self.split_heads(self.proj_q(q))
         v = self.split_heads(self.proj_v(v))
+        if sdpa.ENABLED and self.kind != "cska":
+            if self.kind == "mhsa":
+                k = self.conv_proj_k(grid)
+                k = self.split_heads(self.proj_k(torch.cat([cls_tok, k], 1) if self.cls else k))
+            else:
+                k = self.keys
+            out = sdpa.attention(q, k, v, self.scale).transpose(1, 2).reshape(b, n, c)
+            return self.proj(out)
         if self.kind == "mhsa":
             k = self.conv_proj_k(grid)
             if self.cls:

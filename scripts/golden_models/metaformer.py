@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import make_golden_fixtures as mgf  # noqa: E402  (save_safetensors)
+import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "fixtures", "models")
@@ -64,8 +65,11 @@ class Attention(nn.Module):
         b, h, w, c = x.shape
         qkv = self.qkv(x).reshape(b, h * w, 3, self.heads, self.d).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = (q @ k.transpose(-2, -1) * self.d ** -0.5).softmax(-1)
-        out = (attn @ v).transpose(1, 2).reshape(b, h, w, self.heads * self.d)
+        if sdpa.ENABLED:
+            out = sdpa.attention(q, k, v, self.d ** -0.5)
+        else:
+            out = (q @ k.transpose(-2, -1) * self.d ** -0.5).softmax(-1) @ v
+        out = out.transpose(1, 2).reshape(b, h, w, self.heads * self.d)
         return self.proj(out)
 
 

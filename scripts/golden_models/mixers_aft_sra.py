@@ -22,6 +22,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import make_golden_fixtures as mgf  # noqa: E402  (save_safetensors)
+import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "fixtures", "models")
@@ -121,8 +122,11 @@ class Sra(nn.Module):
             ctx = self.norm(torch.cat((x[:, :1], red), 1) if cls else red)
         q = self.q(x).reshape(b, n, self.h, self.d).transpose(1, 2)
         k, v = self.kv(ctx).reshape(b, -1, 2, self.h, self.d).permute(2, 0, 3, 1, 4)
-        attn = (q @ k.transpose(-1, -2) * self.d ** -0.5).softmax(-1)
-        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, -1))
+        if sdpa.ENABLED:
+            out = sdpa.attention(q, k, v, self.d ** -0.5)
+        else:
+            out = (q @ k.transpose(-1, -2) * self.d ** -0.5).softmax(-1) @ v
+        return self.proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
 def yaml_value(v):

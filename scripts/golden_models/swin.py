@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import make_golden_fixtures as mgf  # noqa: E402  (save_safetensors)
+import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "fixtures", "models")
@@ -98,6 +99,17 @@ class WindowAttention(nn.Module):
             qc = q.permute(0, 1, 2, 4, 3).reshape(b, -1, self.w, self.w)
             k = self.to_k(qc).reshape(b, self.heads, self.n_windows, self.d, self.w * self.w)
             k = k.transpose(-1, -2)
+        if sdpa.ENABLED:
+            bias = self.pos_embedding.flatten()[self.rel]
+            if self.shifted:  # the masks of the shifted windows, per window
+                nw_w = W // self.w
+                window_masks = torch.zeros(q.shape[2], *bias.shape, device=bias.device)
+                window_masks[-nw_w:] += self.upper_lower_mask
+                window_masks[nw_w - 1::nw_w] += self.left_right_mask
+                bias = bias + window_masks
+            out = from_windows(sdpa.attention(q, k, v, self.d ** -0.5, bias=bias), H, W, self.w)
+            out = self.to_out(out)
+            return torch.roll(out, (s, s), (1, 2)) if self.shifted else out
         dots = q @ k.transpose(-1, -2) * self.d ** -0.5
         dots = dots + self.pos_embedding.flatten()[self.rel]
         if self.shifted:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import make_golden_fixtures as golden  # noqa: E402  (its safetensors writer)
+import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
 
 OUT_DIR = os.path.join(HERE, "..", "..", "tests", "fixtures", "models")
 golden.MAX_FIXTURE_BYTES = 100 * 1024
@@ -64,6 +65,10 @@ def eye_mask(logits):
 
 def lsa(x, p, pre, m):
     q, k, v = (split_heads(t, m["heads"]) for t in F.linear(x, p[pre + "qkv.weight"]).chunk(3, -1))
+    if sdpa.ENABLED:
+        keep = sdpa.off_diagonal(q.shape[-2], k.shape[-2], q.device)
+        out = sdpa.attention(q, k, v, p[pre + "temperature"].exp(), keep=keep)
+        return F.linear(merge_heads(out), p[pre + "proj.weight"], p[pre + "proj.bias"])
     logits = q @ k.transpose(-1, -2) * p[pre + "temperature"].exp()
     attn = attention_weights(logits, "softmax", eye_mask(logits), p, pre)
     return F.linear(merge_heads(attn @ v), p[pre + "proj.weight"], p[pre + "proj.bias"])
@@ -77,6 +82,11 @@ def ska(x, p, pre, m):
     else:  # MetaFormer STU: q is x itself, fixed d^-0.5
         q, v = split_heads(x, h), split_heads(F.linear(x, p[pre + "v.weight"]), h)
         scale, mask = d ** -0.5, False
+    if sdpa.ENABLED and m.get("activation", "softmax") == "softmax":
+        keys = p[pre + "k"]
+        keep = sdpa.off_diagonal(q.shape[-2], keys.shape[-2], q.device) if mask else None
+        out = sdpa.attention(q, keys, v, scale if m.get("scale", True) else 1.0, keep=keep)
+        return F.linear(merge_heads(out), p[pre + "proj.weight"], p.get(pre + "proj.bias"))
     logits = q @ p[pre + "k"].transpose(-1, -2)
     if m.get("scale", True):
         logits = logits * scale
