@@ -300,11 +300,14 @@ def main():
     table = tables[args.table]
     rows = table["rows"]
     if args.rows:
+        # A row is named by its config as --list prints it, or by the config's file name.
         wanted = args.rows.split(",")
-        unknown = [w for w in wanted if w not in [os.path.basename(r["config"]) for r in rows]]
+        names = lambda r: (r["config"], os.path.basename(r["config"]))  # noqa: E731
+        unknown = [w for w in wanted if not any(w in names(r) for r in rows)]
         if unknown:
-            sys.exit(f"report.py: {args.table} has no row {', '.join(unknown)}")
-        rows = [r for r in rows if os.path.basename(r["config"]) in wanted]
+            sys.exit(f"report.py: {args.table} has no row {', '.join(unknown)} "
+                     f"(rows: {', '.join(r['config'] for r in rows)})")
+        rows = [r for r in rows if any(n in wanted for n in names(r))]
     if args.list:
         print("\n".join(r["config"] for r in rows))
         return 0

@@ -3,7 +3,8 @@
 # into runs/<table>/<config>, resuming interrupted runs, then writes reports/<table>.{md,html}.
 #
 # Usage: scripts/reproduce.sh TABLE [--rows a,b] [--epochs N] [--gpus 0,1,2,3]
-#            [--nproc-per-node N] [--device cpu|cuda] [--runs DIR] [--dry-run] [--set k=v ...]
+#            [--nproc-per-node N] [--device cpu|cuda] [--runs DIR] [--reports DIR]
+#            [--data-root DATASET=PATH ...] [--dry-run] [--set k=v ...]
 #   TABLE              table1 table2 table4 table5 table8 table8-mini
 #   --rows a,b         only these configs (names as in `--list`: cifar10_vit_s,...)
 #   --epochs N         a shortened schedule: --set train.epochs=N, runs in runs/<table>-<N>ep/ and
@@ -12,17 +13,23 @@
 #                      with --nproc-per-node the runs go one after another on all these GPUs
 #   --nproc-per-node N each run data-parallel over N workers (train --nproc-per-node)
 #   --device           default: cuda when --gpus is given or nvidia-smi sees a GPU, else cpu
+#   --runs DIR         where the run folders go (default runs)
+#   --reports DIR      where the report goes (default reports)
+#   --data-root D=PATH data.root of the rows whose data.dataset is D (cifar10, cifar100, svhn,
+#                      fashion_mnist, imagenet); repeat for a table of several datasets. Without
+#                      it a row reads data/<dataset>, as train does
 #   --dry-run          print the commands, run nothing
 # Environment: SKA_BUILD (default: build) holds apps/train, apps/summary and apps/benchmark.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${SKA_BUILD:-build}"
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 fail() { echo "reproduce.sh: $*" >&2; exit 2; }
 
-TABLE="" ROWS="" EPOCHS="" GPUS="" NPROC=1 DEVICE="" RUNS="runs" DRY=0
+TABLE="" ROWS="" EPOCHS="" GPUS="" NPROC=1 DEVICE="" RUNS="runs" REPORTS="reports" DRY=0
 SETS=()
+declare -A DATA_ROOT=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage 0 ;;
@@ -32,6 +39,10 @@ while [[ $# -gt 0 ]]; do
     --nproc-per-node) NPROC="${2:?--nproc-per-node needs a value}"; shift 2 ;;
     --device) DEVICE="${2:?--device needs a value}"; shift 2 ;;
     --runs) RUNS="${2:?--runs needs a value}"; shift 2 ;;
+    --reports) REPORTS="${2:?--reports needs a value}"; shift 2 ;;
+    --data-root)
+      [[ "${2:-}" =~ ^([a-z0-9_]+)=(.+)$ ]] || fail "--data-root '${2:-}' is not DATASET=PATH"
+      DATA_ROOT[${BASH_REMATCH[1]}]="${BASH_REMATCH[2]}"; shift 2 ;;
     --set) SETS+=(--set "${2:?--set needs k=v}"); shift 2 ;;
     --dry-run) DRY=1; shift ;;
     -*) fail "unknown option '$1' (see --help)" ;;
@@ -52,12 +63,33 @@ NAME="$TABLE${EPOCHS:+-${EPOCHS}ep}"
 TRAIN="$BUILD/apps/train"
 [[ $DRY -eq 1 || -x "$TRAIN" ]] || fail "$TRAIN is not built (cmake --build $BUILD --target train summary benchmark, or set SKA_BUILD)"
 
+# data.dataset of a config file, following its include: lines ("" when none says).
+dataset_of() {
+  local file="$1" found="" inc
+  found="$(sed -n 's/^[[:space:]]*dataset:[[:space:]]*\([A-Za-z0-9_]*\).*/\1/p' "$file" | head -n 1)"
+  if [[ -z "$found" ]]; then
+    for inc in $(sed -n 's/^include:[[:space:]]*\[\{0,1\}\([^]#]*\).*/\1/p' "$file" | tr ',' ' '); do
+      [[ -f "$(dirname "$file")/$inc" ]] || continue
+      found="$(dataset_of "$(dirname "$file")/$inc")"
+      [[ -n "$found" ]] && break
+    done
+  fi
+  echo "$found"
+}
+for dataset in "${!DATA_ROOT[@]}"; do
+  case "$dataset" in cifar10|cifar100|svhn|fashion_mnist|imagenet) ;;
+    *) fail "--data-root: unknown dataset '$dataset' (cifar10, cifar100, svhn, fashion_mnist, imagenet)" ;;
+  esac
+done
+
 # The train command of one config, as an array in CMD.
 make_command() {
-  local config="$1" out="$2"
+  local config="$1" out="$2" dataset
   CMD=("$TRAIN" --config "$ROOT/configs/$config.yaml" --output "$out" --resume auto --device "$DEVICE")
   [[ "$NPROC" -gt 1 ]] && CMD+=(--nproc-per-node "$NPROC")
   [[ -n "$EPOCHS" ]] && CMD+=(--set "train.epochs=$EPOCHS")
+  dataset="$(dataset_of "$ROOT/configs/$config.yaml")"
+  [[ -n "$dataset" && -n "${DATA_ROOT[$dataset]:-}" ]] && CMD+=(--set "data.root=${DATA_ROOT[$dataset]}")
   CMD+=("${SETS[@]+"${SETS[@]}"}")
   return 0
 }
@@ -109,7 +141,8 @@ for pid in "${PIDS[@]+"${PIDS[@]}"}"; do
   wait "$pid" || FAILED=$((FAILED + 1))
 done
 
-REPORT_CMD=("${REPORT[@]}" "$TABLE" --name "$NAME" --runs "$RUNS" --build "$BUILD" ${ROWS:+--rows "$ROWS"})
+REPORT_CMD=("${REPORT[@]}" "$TABLE" --name "$NAME" --runs "$RUNS" --out "$REPORTS" --build "$BUILD"
+            ${ROWS:+--rows "$ROWS"})
 [[ ${#SETS[@]} -eq 0 ]] || REPORT_CMD+=(--overrides "${SETS[*]}")
 if [[ $DRY -eq 1 ]]; then
   printf '%q ' "${REPORT_CMD[@]}"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The reproduction harness end to end on the CPU: scripts/reproduce.sh runs two tiny rows of
+# table8-mini (one short epoch each), the report's numbers are read back and checked against the
+# runs' summary.csv, a second call skips the finished rows, and --data-root reaches the right rows.
+# Usage: test_reproduce.sh BUILD_DIR. Exit 77 (skipped) without Fashion-MNIST or python3.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || {
+  echo "skipped: /usr/share/datasets/fashion-mnist is not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "skipped: no python3"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "test_reproduce: $*" >&2; exit 1; }
+
+rows=table8_mini/vit,table8_mini/cska_vit
+run() {
+  SKA_BUILD="$build" "$src/scripts/reproduce.sh" table8-mini --rows "$rows" --epochs 1 \
+    --device cpu --runs "$tmp/runs" --reports "$tmp/reports" \
+    --set data.train_subset=2048 --set data.eval_subset=500 --set data.workers=1 "$@"
+}
+
+# --data-root reaches the rows of that dataset only (a dry run prints the commands).
+dry=$(run --dry-run --data-root fashion_mnist=/some/where --data-root cifar10=/else)
+[ "$(grep -c -- '--set data.root=/some/where' <<<"$dry")" = 2 ] || fail "data.root not set: $dry"
+grep -q -- '/else' <<<"$dry" && fail "the cifar10 root reached a Fashion-MNIST row: $dry"
+run --dry-run --data-root mnist=/x >/dev/null 2>&1 && fail "an unknown dataset was accepted"
+
+run >"$tmp/first.log" 2>&1 || { cat "$tmp/first.log"; fail "the first run failed"; }
+report=$tmp/reports/table8-mini-1ep.md
+[ -f "$report" ] && [ -f "$tmp/reports/table8-mini-1ep.html" ] || fail "no report in $tmp/reports"
+
+# Every row's best and final top-1 in the report are its summary.csv's.
+python3 - "$report" "$tmp/runs/table8-mini-1ep" <<'PY'
+import csv, os, re, sys
+report, runs = sys.argv[1], sys.argv[2]
+checked = 0
+for line in open(report):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    m = re.match(r"`table8_mini/(\w+)`", cells[1]) if len(cells) > 4 else None
+    if not m:
+        continue
+    rows = [r for r in csv.DictReader(open(os.path.join(runs, m.group(1), "summary.csv")))
+            if r["eval_top1"]]
+    best = max(float(r["eval_top1"]) for r in rows)
+    final = float(rows[-1]["eval_top1"])
+    got_best = float(re.match(r"([\d.]+) \(ep \d+\)", cells[3]).group(1))
+    got_final = float(cells[4])
+    if abs(got_best - best) > 0.005 or abs(got_final - final) > 0.005:
+        sys.exit(f"{m.group(1)}: report says best {got_best} final {got_final}, "
+                 f"summary.csv {best} {final}")
+    if not 10.0 < best <= 100.0:
+        sys.exit(f"{m.group(1)}: top-1 {best} is not a trained model's")
+    checked += 1
+if checked != 2:
+    sys.exit(f"expected 2 rows in the report, found {checked}")
+PY
+
+# A second call trains nothing: both rows are finished.
+stamp=$(stat -c %Y "$tmp/runs/table8-mini-1ep/vit/summary.csv")
+run >"$tmp/second.log" 2>&1 || { cat "$tmp/second.log"; fail "the second run failed"; }
+[ "$(grep -c 'finished already' "$tmp/second.log")" = 2 ] || { cat "$tmp/second.log"; fail "rows rerun"; }
+[ "$(stat -c %Y "$tmp/runs/table8-mini-1ep/vit/summary.csv")" = "$stamp" ] || fail "a finished run changed"
+echo "test_reproduce: ok"
