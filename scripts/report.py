@@ -11,6 +11,7 @@ import argparse
 import csv
 import datetime
 import html
+import re
 import json
 import math
 import os
@@ -242,13 +243,21 @@ def svg_plot(title, series, width=640, height=300):
     return "\n".join(out)
 
 
+def inline_markdown(text):
+    """The Markdown of the report's prose lines as HTML: `code`, **bold**, *emphasis*."""
+    out = html.escape(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])", r"<em>\1</em>", out)
+
+
 def write_html(path, table, rows, args):
     groups = {}
     for r in rows:  # one pair of plots per dataset (the config's prefix)
         config = r["config"]
         groups.setdefault(config.split("/")[0] if "/" in config else config.split("_")[0], []).append(r)
     body = [f"<h1>{html.escape(table['title'])}</h1>"]
-    body += [f"<p>{html.escape(l).replace('**', '')}</p>" for l in context_lines(table, args)]
+    body += [f"<p>{inline_markdown(l)}</p>" for l in context_lines(table, args)]
     body.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in HEADER) + "</tr>")
     for r in rows:
         body.append("<tr>" + "".join(f"<td>{html.escape(c.strip('`'))}</td>" for c in table_cells(r)) + "</tr>")
