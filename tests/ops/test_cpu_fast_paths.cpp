@@ -227,3 +227,60 @@ TEST_CASE("f32 relu and squared relu fast paths match f64, gradients included", 
     require_close(results[1][1], results[0][1], tolerance_for(DType::kF32), "grad x");
   }
 }
+
+TEST_CASE("strided copies (coalesced rows, tiled transposes) equal an element-by-element copy",
+          "[cpu]") {
+  // Each case: a permutation of a contiguous tensor (and a broadcast), copied into a contiguous
+  // one, in f64 -> f64, f32 -> f64 and f64 -> f32; the expected values come from index arithmetic.
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> perm;
+  };
+  const std::vector<Case> cases = {
+      {{64, 100}, {1, 0}},               // a 2-D transpose with a partial tile
+      {{3, 37, 41}, {0, 2, 1}},          // batched, both sides off the tile size
+      {{2, 5, 33, 7}, {0, 2, 1, 3}},     // head split: rows of 7 contiguous on both sides
+      {{2, 4, 50, 16}, {0, 1, 3, 2}},    // k^T of attention
+      {{4, 16, 50, 3}, {3, 0, 2, 1}},    // unit source stride on an inner dim
+      {{1, 9, 1, 40}, {3, 2, 1, 0}},     // size-1 dims
+      {{5, 6}, {0, 1}},                  // already contiguous
+  };
+  for (const Case& c : cases) {
+    const Tensor base = uniform(c.shape, 31);  // f64, contiguous
+    const Tensor view = base.permute(c.perm);
+    for (const auto& [from, to] : std::vector<std::pair<DType, DType>>{
+             {DType::kF64, DType::kF64}, {DType::kF32, DType::kF64}, {DType::kF64, DType::kF32}}) {
+      INFO("shape " << shape_str(c.shape) << ", " << dtype_name(from) << " -> " << dtype_name(to));
+      const Tensor src = from == DType::kF64 ? view : base.to(from).permute(c.perm);
+      Tensor dst = Tensor::empty(view.shape(), to);
+      dst.copy_(src);
+      // Expected: walk the view's logical indices through the base's strides.
+      const std::vector<double> b = base.to(from).to(DType::kF64).to_vector<double>();
+      const std::vector<double> got = dst.to(DType::kF64).to_vector<double>();
+      const Shape& vs = view.shape();
+      const Shape& st = view.strides();
+      std::vector<int64_t> index(vs.size(), 0);
+      bool equal = true;
+      for (int64_t i = 0; i < view.numel() && equal; ++i) {
+        int64_t offset = 0;
+        for (size_t k = 0; k < vs.size(); ++k) offset += index[k] * st[k];
+        const double expected = to == DType::kF32 ? static_cast<double>(static_cast<float>(b[offset]))
+                                                  : b[offset];
+        equal = got[static_cast<size_t>(i)] == expected;
+        for (size_t k = vs.size(); k-- > 0;) {
+          if (++index[k] < vs[k]) break;
+          index[k] = 0;
+        }
+      }
+      CHECK(equal);
+    }
+  }
+  // A broadcast source (stride 0) into a transposed destination.
+  const Tensor row = uniform({1, 70}, 32);
+  Tensor out = Tensor::empty({70, 40}, DType::kF64).permute({1, 0});
+  out.copy_(row.expand({40, 70}));
+  const std::vector<double> r = row.to_vector<double>();
+  const Tensor back = out.contiguous();
+  CHECK(back.select(0, 39).to_vector<double>() == r);
+  CHECK(back.select(0, 0).to_vector<double>() == r);
+}

@@ -1,7 +1,9 @@
 // CPU kernels: copy, fill, unary (+ backward), binary, where.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
@@ -11,6 +13,81 @@
 #include "backend/pointwise_math.h"
 
 namespace ska::cpu {
+
+namespace {
+
+// A copy's iteration space with size-1 dims dropped and dims merged where both tensors step
+// through them as through one (a [B, H, N, D] head split whose last two dims are contiguous on both
+// sides is one dim of N * D): fewer, longer rows.
+struct CopyLayout {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> src_strides, dst_strides;
+};
+
+CopyLayout coalesce(const Tensor& src, const Tensor& dst) {
+  CopyLayout out;
+  for (size_t d = 0; d < dst.shape().size(); ++d) {
+    const int64_t n = dst.shape()[d];
+    if (n == 1) continue;
+    if (!out.shape.empty() && out.src_strides.back() == src.strides()[d] * n &&
+        out.dst_strides.back() == dst.strides()[d] * n) {
+      out.shape.back() *= n;  // the previous dim steps over this one exactly
+      out.src_strides.back() = src.strides()[d];
+      out.dst_strides.back() = dst.strides()[d];
+      continue;
+    }
+    out.shape.push_back(n);
+    out.src_strides.push_back(src.strides()[d]);
+    out.dst_strides.push_back(dst.strides()[d]);
+  }
+  if (out.shape.empty()) {  // one element
+    out.shape = {1};
+    out.src_strides = out.dst_strides = {1};
+  }
+  return out;
+}
+
+// dst[...] = src[...] where the destination's last dim and the source's dim `p` are the unit
+// strides (a transpose of those two dims): 32 x 32 tiles, so that both sides are read and written
+// a cache line at a time. The other dims are iterated over, in parallel with the tiles.
+template <typename S, typename D>
+void copy_transposed(const S* s, D* d, const CopyLayout& l, size_t p) {
+  constexpr int64_t kTile = 32;
+  const size_t last = l.shape.size() - 1;
+  const int64_t rows = l.shape[p], cols = l.shape[last];
+  const int64_t s_col = l.src_strides[last], d_row = l.dst_strides[p];
+  std::vector<size_t> outer;
+  int64_t outer_count = 1;
+  for (size_t k = 0; k < l.shape.size(); ++k) {
+    if (k != p && k != last) {
+      outer.push_back(k);
+      outer_count *= l.shape[k];
+    }
+  }
+  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t tasks = outer_count * row_tiles * col_tiles;
+#pragma omp parallel for schedule(static) if (outer_count * rows * cols > 32768)
+  for (int64_t t = 0; t < tasks; ++t) {
+    int64_t rest = t / (row_tiles * col_tiles);
+    const int64_t tile = t % (row_tiles * col_tiles);
+    int64_t s_off = 0, d_off = 0;
+    for (size_t k = outer.size(); k-- > 0;) {
+      const int64_t i = rest % l.shape[outer[k]];
+      rest /= l.shape[outer[k]];
+      s_off += i * l.src_strides[outer[k]];
+      d_off += i * l.dst_strides[outer[k]];
+    }
+    const int64_t r0 = (tile / col_tiles) * kTile, c0 = (tile % col_tiles) * kTile;
+    const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+    for (int64_t r = r0; r < r1; ++r) {
+      const S* sp = s + s_off + r;
+      D* dp = d + d_off + r * d_row;
+      for (int64_t c = c0; c < c1; ++c) dp[c] = convert<D>(sp[c * s_col]);
+    }
+  }
+}
+
+}  // namespace
 
 void copy(const Tensor& src, const Tensor& dst) {
   SKA_CHECK(src.shape() == dst.shape(), ShapeError, "copy: source ", shape_str(src.shape()),
@@ -25,12 +102,23 @@ void copy(const Tensor& src, const Tensor& dst) {
         parallel_for(dst.numel(), [&](int64_t i) { d[i] = convert<D>(s[i]); });
         return;
       }
-      for_each_row<2>(dst.shape(), {src.strides(), dst.strides()},
+      const CopyLayout l = coalesce(src, dst);
+      const size_t last = l.shape.size() - 1;
+      if (l.dst_strides[last] == 1 && l.src_strides[last] != 1 && l.shape[last] >= 8) {
+        // A transpose: the source's unit stride is on another dim.
+        for (size_t p = 0; p < last; ++p) {
+          if (l.src_strides[p] == 1 && l.shape[p] >= 8) {
+            copy_transposed(s, d, l, p);
+            return;
+          }
+        }
+      }
+      for_each_row<2>(l.shape, {l.src_strides, l.dst_strides},
                       [&](const auto& off, int64_t n, const auto& st) {
                         const S* sp = s + off[0];
                         D* dp = d + off[1];
-                        if (st[0] == 1 && st[1] == 1) {  // rows contiguous on both sides (head
-                          if constexpr (std::is_same_v<S, D>) {  // split/merge copies)
+                        if (st[0] == 1 && st[1] == 1) {  // rows contiguous on both sides
+                          if constexpr (std::is_same_v<S, D>) {
                             std::memcpy(dp, sp, static_cast<size_t>(n) * sizeof(D));
                           } else {
                             for (int64_t j = 0; j < n; ++j) dp[j] = convert<D>(sp[j]);
