@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/optim_math.cuh"
 
 namespace ska::cuda {
 
@@ -166,14 +167,9 @@ __global__ void scale_kernel(Table<1> t, const float* __restrict__ factor) {
 
 // --- optimizer updates ---
 
-struct AdamArgs {
-  double beta1_d, beta2_d;
-  float lr, beta1, beta2, eps, l2_decay, decoupled_decay;
-};
-
 // As adam_step_kernel of optim.cu (no divisor, no update output); aux holds each tensor's count.
 template <typename T>
-__global__ void multi_adam_kernel(Table<4> t, const uint8_t* __restrict__ skip, AdamArgs s) {
+__global__ void multi_adam_kernel(Table<4> t, const uint8_t* __restrict__ skip, AdamScalars s) {
   if (skip != nullptr && *skip != 0) return;
   int64_t begin, end;
   const int i = block_tensor(t, &begin, &end);
@@ -181,19 +177,10 @@ __global__ void multi_adam_kernel(Table<4> t, const uint8_t* __restrict__ skip, 
   const T* g = static_cast<const T*>(t.ptr[1][i]);
   T* m = static_cast<T*>(t.ptr[2][i]);
   T* v = static_cast<T*>(t.ptr[3][i]);
-  const double step = static_cast<double>(*static_cast<const int64_t*>(t.aux[i]));
-  const float bias_correction1 = static_cast<float>(1.0 - pow(s.beta1_d, step));
-  const float bias_correction2_sqrt = static_cast<float>(sqrt(1.0 - pow(s.beta2_d, step)));
+  const AdamCorrections c = adam_corrections(s, *static_cast<const int64_t*>(t.aux[i]));
   for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
     const float pj = to_float(p[j]);
-    const float gj = to_float(g[j]) + s.l2_decay * pj;
-    const float mj = s.beta1 * to_float(m[j]) + (1.0f - s.beta1) * gj;
-    const float vj = s.beta2 * to_float(v[j]) + (1.0f - s.beta2) * gj * gj;
-    m[j] = from_float<T>(mj);
-    v[j] = from_float<T>(vj);
-    const float u = (mj / bias_correction1) / (sqrtf(vj) / bias_correction2_sqrt + s.eps) +
-                    s.decoupled_decay * pj;
-    p[j] = from_float<T>(pj - s.lr * u);
+    p[j] = from_float<T>(pj - s.lr * adam_direction(pj, g, m, v, j, 1.0f, s, c));
   }
 }
 
@@ -207,14 +194,7 @@ __global__ void multi_sgd_kernel(Table<3> t, bool has_momentum, const uint8_t* _
   const T* g = static_cast<const T*>(t.ptr[1][i]);
   T* buf = has_momentum ? static_cast<T*>(t.ptr[2][i]) : nullptr;
   for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
-    const float pj = to_float(p[j]);
-    float d = to_float(g[j]) + weight_decay * pj;
-    if (buf != nullptr) {
-      const float b = momentum * to_float(buf[j]) + d;
-      buf[j] = from_float<T>(b);
-      d = nesterov ? d + momentum * b : b;
-    }
-    p[j] = from_float<T>(pj - lr * d);
+    sgd_element(p, g, buf, j, lr, momentum, weight_decay, nesterov);
   }
 }
 
@@ -301,7 +281,7 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
   DeviceGuard guard(device_index(params.front()));
   const cudaStream_t stream = current_stream(device_index(params.front()));
   const uint8_t* flag = skip_flag(skip, params.front(), "multi_adam_step");
-  const AdamArgs s{beta1,
+  const AdamScalars s{beta1,
                    beta2,
                    static_cast<float>(lr),
                    static_cast<float>(beta1),

@@ -5,17 +5,13 @@
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/optim_math.cuh"
 
 namespace ska::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-struct AdamScalars {
-  double beta1_d, beta2_d;  // for the bias corrections, as the CPU twin computes them
-  float lr, beta1, beta2, eps, l2_decay, decoupled_decay;
-};
 
 // `divisor` (may be null), `step` and `skip` (may be null) are read on the device.
 template <typename T>
@@ -32,19 +28,11 @@ __global__ void adam_step_kernel(T* __restrict__ p, const T* __restrict__ g,
     }
     return;
   }
-  const double t = static_cast<double>(*step);
-  const float bias_correction1 = static_cast<float>(1.0 - pow(s.beta1_d, t));
-  const float bias_correction2_sqrt = static_cast<float>(sqrt(1.0 - pow(s.beta2_d, t)));
+  const AdamCorrections c = adam_corrections(s, *step);
   const float scale = divisor != nullptr ? 1.0f / *divisor : 1.0f;
   for (int64_t i = first; i < n; i += stride) {
     const float pi = to_float(p[i]);
-    const float gi = to_float(g[i]) * scale + s.l2_decay * pi;
-    const float mi = s.beta1 * to_float(m[i]) + (1.0f - s.beta1) * gi;
-    const float vi = s.beta2 * to_float(v[i]) + (1.0f - s.beta2) * gi * gi;
-    m[i] = from_float<T>(mi);
-    v[i] = from_float<T>(vi);
-    const float u = (mi / bias_correction1) / (sqrtf(vi) / bias_correction2_sqrt + s.eps) +
-                    s.decoupled_decay * pi;
+    const float u = adam_direction(pi, g, m, v, i, scale, s, c);
     if (u_out != nullptr) {
       u_out[i] = from_float<T>(u);
     } else {
@@ -60,14 +48,7 @@ __global__ void sgd_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* _
   if (skip != nullptr && *skip != 0) return;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float pi = to_float(p[i]);
-    float d = to_float(g[i]) + weight_decay * pi;
-    if (buf != nullptr) {
-      const float b = momentum * to_float(buf[i]) + d;
-      buf[i] = from_float<T>(b);
-      d = nesterov ? d + momentum * b : b;
-    }
-    p[i] = from_float<T>(pi - lr * d);
+    sgd_element(p, g, buf, i, lr, momentum, weight_decay, nesterov);
   }
 }
 

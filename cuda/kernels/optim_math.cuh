@@ -1,0 +1,57 @@
+// The per-element math of the optimizer kernels, shared by the single-tensor kernels (optim.cu)
+// and the multi-tensor ones (multi_tensor.cu), in f32 for f32, bf16 and f16 tensors.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/common.cuh"
+
+namespace ska::cuda {
+
+// Adam's scalars; the bias corrections come from the update count, read on the device.
+struct AdamScalars {
+  double beta1_d, beta2_d;  // for the bias corrections, as the CPU twin computes them
+  float lr, beta1, beta2, eps, l2_decay, decoupled_decay;
+};
+
+struct AdamCorrections {
+  float bias_correction1, bias_correction2_sqrt;
+};
+
+__device__ __forceinline__ AdamCorrections adam_corrections(const AdamScalars& s, int64_t step) {
+  const double t = static_cast<double>(step);
+  return {static_cast<float>(1.0 - pow(s.beta1_d, t)),
+          static_cast<float>(sqrt(1.0 - pow(s.beta2_d, t)))};
+}
+
+// Moments of element j updated in place; returns the update direction u (param -= lr * u).
+template <typename T>
+__device__ __forceinline__ float adam_direction(float pj, const T* __restrict__ g,
+                                                T* __restrict__ m, T* __restrict__ v, int64_t j,
+                                                float grad_scale, const AdamScalars& s,
+                                                const AdamCorrections& c) {
+  const float gj = to_float(g[j]) * grad_scale + s.l2_decay * pj;
+  const float mj = s.beta1 * to_float(m[j]) + (1.0f - s.beta1) * gj;
+  const float vj = s.beta2 * to_float(v[j]) + (1.0f - s.beta2) * gj * gj;
+  m[j] = from_float<T>(mj);
+  v[j] = from_float<T>(vj);
+  return (mj / c.bias_correction1) / (sqrtf(vj) / c.bias_correction2_sqrt + s.eps) +
+         s.decoupled_decay * pj;
+}
+
+// One SGD element (torch.optim.SGD with dampening 0); buf is null without momentum.
+template <typename T>
+__device__ __forceinline__ void sgd_element(T* __restrict__ p, const T* __restrict__ g,
+                                            T* __restrict__ buf, int64_t j, float lr,
+                                            float momentum, float weight_decay, bool nesterov) {
+  const float pj = to_float(p[j]);
+  float d = to_float(g[j]) + weight_decay * pj;
+  if (buf != nullptr) {
+    const float b = momentum * to_float(buf[j]) + d;
+    buf[j] = from_float<T>(b);
+    d = nesterov ? d + momentum * b : b;
+  }
+  p[j] = from_float<T>(pj - lr * d);
+}
+
+}  // namespace ska::cuda
