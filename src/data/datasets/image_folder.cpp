@@ -52,17 +52,22 @@ ImageSize header_size(const std::vector<uint8_t>& b) {
             std::abs(int64_t{static_cast<int32_t>(load_le32(&b[22]))})};
   }
   if (n >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') {  // PNM: "P6 <w> <h> ...", # comments
+    // Read as OpenCV's reader does: white space and comments (to the end of a line) before a
+    // number, and the byte that ends a number consumed with it, whatever it is ("1094U" is 1094).
     int64_t dims[2] = {0, 0};
     size_t i = 2;
     for (int64_t& d : dims) {
       while (i < n && (std::isspace(b[i]) || b[i] == '#')) {
         if (b[i] == '#') {
-          while (i < n && b[i] != '\n') ++i;  // a comment, to the end of its line
-        } else {
-          ++i;
+          while (i < n && b[i] != '\n' && b[i] != '\r') ++i;  // a comment, to the end of its line
         }
+        ++i;
       }
-      for (; i < n && std::isdigit(b[i]) && d <= kMaxImagePixels; ++i) d = d * 10 + (b[i] - '0');
+      if (i >= n || !std::isdigit(b[i])) return {};  // OpenCV refuses these
+      for (; i < n && std::isdigit(b[i]); ++i) {
+        d = std::min<int64_t>(d * 10 + (b[i] - '0'), kMaxImagePixels + 1);
+      }
+      ++i;  // the byte after the digits
     }
     return {dims[0], dims[1]};
   }
