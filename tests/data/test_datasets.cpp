@@ -663,7 +663,7 @@ TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail b
   // Found by the 10-minute fuzz_image run: OpenCV consumes the byte after a PNM number whatever
   // it is, so "1094U" is 1094 and the height 777777 follows (a 2.5 GB allocation); the header
   // walk read 1094x0.
-  const std::string pbm("P4\n1094U\n\n777777#7\n777\xdf", 22);
+  const std::string pbm("P4\n1094U\n\n777777#7\n777\xdf", 23);
   write_bytes(dir.path("odd.pbm"), pbm);
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("odd.pbm")),
                       Contains("announces 1094x777777 pixels"));
