@@ -667,6 +667,18 @@ TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail b
   write_bytes(dir.path("odd.pbm"), pbm);
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("odd.pbm")),
                       Contains("announces 1094x777777 pixels"));
+  // Found by fuzz_image: OpenCV's DICOM decoder (GDCM) aborts the process on a malformed file
+  // ("DICM" at offset 128). Only JPEG, PNG, BMP, PNM, TIFF and WebP reach OpenCV.
+  std::string dicom(133, '0');
+  dicom.replace(128, 4, "DICM");
+  for (const std::string& start : {std::string("\x01\nP6\n"), std::string("\xff\xd8\xff")}) {
+    write_bytes(dir.path("scan.png"), start + dicom.substr(start.size()));
+    REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("scan.png")),
+                        Contains("not a JPEG, PNG, BMP, PNM, TIFF or WebP file"));
+  }
+  write_bytes(dir.path("j2k.jpg"), std::string("\x00\x00\x00\x0cjP  \r\n\x87\n", 12) + "rest");
+  REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("j2k.jpg")),  // JPEG 2000, named .jpg
+                      Contains("not a JPEG, PNG, BMP, PNM, TIFF or WebP file"));
   write_bytes(dir.path("empty.png"), "");  // cv::imdecode asserts on an empty buffer
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("empty.png")),
                       Contains("cannot decode the image '" + dir.path("empty.png") + "'"));

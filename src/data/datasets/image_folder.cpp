@@ -31,6 +31,25 @@ bool is_image_file(const fs::path& path) {
                      [&](const char* e) { return ext == e; });
 }
 
+// Whether `b` starts as a JPEG, PNG, BMP, PNM, TIFF or WebP file does: the formats image datasets
+// come in. Only those reach OpenCV, whose other decoders (DICOM through GDCM, JPEG 2000, OpenEXR,
+// Radiance HDR, Sun raster, PFM) are not for training images: GDCM aborts the process on a
+// malformed file (found by fuzz_image: 133 bytes with "DICM" at offset 128). Files that also carry
+// DICOM's signature at offset 128 are refused whatever they start with, since OpenCV falls through
+// to the DICOM decoder when the first format's own check fails.
+bool is_accepted_image_format(const std::vector<uint8_t>& b) {
+  const size_t n = b.size();
+  auto starts = [&](const char* magic, size_t len) {
+    return n >= len && std::memcmp(b.data(), magic, len) == 0;
+  };
+  if (n >= 132 && std::memcmp(b.data() + 128, "DICM", 4) == 0) return false;
+  return starts("\xff\xd8\xff", 3) || starts("\x89PNG\r\n\x1a\n", 8) || starts("BM", 2) ||
+         (n >= 3 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6' && std::isspace(b[2])) ||
+         starts("II\x2a\x00", 4) || starts("MM\x00\x2a", 4) ||
+         (n >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 &&
+          std::memcmp(b.data() + 8, "WEBP", 4) == 0);
+}
+
 // The most pixels an image file may decode to: 64 Mpixel (e.g. 8192x8192), 192 MiB as RGB. A few
 // hundred bytes of header can announce gigapixels; the header is checked before decoding.
 constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
@@ -190,6 +209,8 @@ Tensor decode_image_rgb(const std::string& path, const std::string& what) {
            "apt-get install libopencv-dev)");
 #else
   const std::vector<uint8_t> bytes = read_file_bytes(path, "image");
+  SKA_CHECK(bytes.empty() || is_accepted_image_format(bytes), IOError, "image '", path, "'", where,
+            ": not a JPEG, PNG, BMP, PNM, TIFF or WebP file (by its first bytes)");
   const ImageSize size = header_size(bytes);  // sides checked first: their product cannot overflow
   SKA_CHECK(size.width <= kMaxImagePixels && size.height <= kMaxImagePixels &&
                 size.width * size.height <= kMaxImagePixels,
