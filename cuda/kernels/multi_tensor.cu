@@ -102,14 +102,6 @@ void check_lists(const char* who, const TensorList& first,
   }
 }
 
-const uint8_t* skip_flag(const Tensor& skip, const Tensor& like, const char* who) {
-  if (!skip.defined()) return nullptr;
-  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8 && skip.device() == like.device(),
-            DTypeError, "cuda ", who, ": skip must be one u8 element on ", like.device(), ", got ",
-            skip.str());
-  return static_cast<const uint8_t*>(skip.data_ptr());
-}
-
 // --- gradient statistics ---
 
 template <typename T>
@@ -280,15 +272,8 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
   }
   DeviceGuard guard(device_index(params.front()));
   const cudaStream_t stream = current_stream(device_index(params.front()));
-  const uint8_t* flag = skip_flag(skip, params.front(), "multi_adam_step");
-  const AdamScalars s{beta1,
-                   beta2,
-                   static_cast<float>(lr),
-                   static_cast<float>(beta1),
-                   static_cast<float>(beta2),
-                   static_cast<float>(eps),
-                   static_cast<float>(l2_decay),
-                   static_cast<float>(decoupled_decay)};
+  const uint8_t* flag = skip_pointer(skip, params.front(), "multi_adam_step");
+  const AdamScalars s = adam_scalars(lr, beta1, beta2, eps, l2_decay, decoupled_decay);
   dispatch_floating(params.front().dtype(), "multi_adam_step", [&](auto tag) {
     using T = decltype(tag);
     for_each_table<4>({&params, &grads, &exp_avgs, &exp_avg_sqs}, &steps,
@@ -311,7 +296,7 @@ void multi_sgd_step(const TensorList& params, const TensorList& grads,
   }
   DeviceGuard guard(device_index(params.front()));
   const cudaStream_t stream = current_stream(device_index(params.front()));
-  const uint8_t* flag = skip_flag(skip, params.front(), "multi_sgd_step");
+  const uint8_t* flag = skip_pointer(skip, params.front(), "multi_sgd_step");
   // Without momentum the third list is the grads again (never read).
   const TensorList& third = has_momentum ? momentum_bufs : grads;
   dispatch_floating(params.front().dtype(), "multi_sgd_step", [&](auto tag) {
@@ -333,7 +318,7 @@ void multi_ema_update(const TensorList& ema, const TensorList& values, double de
   check_lists("multi_ema_update", ema, {&values});
   DeviceGuard guard(device_index(ema.front()));
   const cudaStream_t stream = current_stream(device_index(ema.front()));
-  const uint8_t* flag = skip_flag(skip, ema.front(), "multi_ema_update");
+  const uint8_t* flag = skip_pointer(skip, ema.front(), "multi_ema_update");
   dispatch_floating(ema.front().dtype(), "multi_ema_update", [&](auto tag) {
     using T = decltype(tag);
     for_each_table<2>({&ema, &values}, nullptr, [&](const Table<2>& t, int blocks, int64_t) {

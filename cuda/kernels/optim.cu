@@ -75,15 +75,6 @@ __global__ void record_update_kernel(float* __restrict__ s, const float* __restr
   }
 }
 
-// The skip flag's device pointer, or null when `skip` is undefined.
-const uint8_t* skip_pointer(const Tensor& skip, const Tensor& param, const char* who) {
-  if (!skip.defined()) return nullptr;
-  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8 && skip.device() == param.device(),
-            DTypeError, "cuda ", who, ": skip must be one u8 element on ", param.device(),
-            ", got ", skip.str());
-  return static_cast<const uint8_t*>(skip.data_ptr());
-}
-
 }  // namespace
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divisor,
@@ -101,14 +92,7 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
             DTypeError, "cuda adam_step: step must be one i64 element on ", param.device(),
             ", got ", step.str());
   const uint8_t* skip_flag = skip_pointer(skip, param, "adam_step");
-  const AdamScalars s{beta1,
-                      beta2,
-                      static_cast<float>(lr),
-                      static_cast<float>(beta1),
-                      static_cast<float>(beta2),
-                      static_cast<float>(eps),
-                      static_cast<float>(l2_decay),
-                      static_cast<float>(decoupled_decay)};
+  const AdamScalars s = adam_scalars(lr, beta1, beta2, eps, l2_decay, decoupled_decay);
   const int64_t n = param.numel();
   if (n == 0) return;
   dispatch_floating(param.dtype(), "adam_step", [&](auto tag) {

@@ -1,5 +1,6 @@
 // The per-element math of the optimizer kernels, shared by the single-tensor kernels (optim.cu)
-// and the multi-tensor ones (multi_tensor.cu), in f32 for f32, bf16 and f16 tensors.
+// and the multi-tensor ones (multi_tensor.cu), in f32 for f32, bf16 and f16 tensors, and the
+// host-side helpers both use.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,27 @@ struct AdamScalars {
   double beta1_d, beta2_d;  // for the bias corrections, as the CPU twin computes them
   float lr, beta1, beta2, eps, l2_decay, decoupled_decay;
 };
+
+inline AdamScalars adam_scalars(double lr, double beta1, double beta2, double eps, double l2_decay,
+                                double decoupled_decay) {
+  return {beta1,
+          beta2,
+          static_cast<float>(lr),
+          static_cast<float>(beta1),
+          static_cast<float>(beta2),
+          static_cast<float>(eps),
+          static_cast<float>(l2_decay),
+          static_cast<float>(decoupled_decay)};
+}
+
+// The skip flag's device pointer (one u8 element on `like`'s device), or null when undefined.
+inline const uint8_t* skip_pointer(const Tensor& skip, const Tensor& like, const char* who) {
+  if (!skip.defined()) return nullptr;
+  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8 && skip.device() == like.device(),
+            DTypeError, "cuda ", who, ": skip must be one u8 element on ", like.device(), ", got ",
+            skip.str());
+  return static_cast<const uint8_t*>(skip.data_ptr());
+}
 
 struct AdamCorrections {
   float bias_correction1, bias_correction2_sqrt;

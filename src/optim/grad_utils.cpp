@@ -49,12 +49,6 @@ Tensor grad_stats(const TensorList& grads, double scale) {
 
 Tensor element(const Tensor& t, int64_t i) { return t.narrow(0, i, 1).reshape({}); }
 
-// u8 0/1: x (any shape) holds an inf or NaN; x * 0 is NaN exactly then.
-Tensor nonfinite_flag(const Tensor& x) {
-  const Tensor zero = mul(x, 0.0);
-  return ne(zero, zero);
-}
-
 // grads *= min(max_norm / (norm + 1e-6), 1), on the device.
 void scale_to_norm(const TensorList& grads, const Tensor& norm, double max_norm,
                    bool multi_tensor) {
@@ -68,6 +62,12 @@ void scale_to_norm(const TensorList& grads, const Tensor& norm, double max_norm,
 }
 
 }  // namespace
+
+Tensor nonfinite_flag(const Tensor& x) {
+  NoGradGuard no_grad;
+  const Tensor zero = mul(x, 0.0);  // NaN exactly where x is inf or NaN
+  return ne(zero, zero);
+}
 
 void zero_grad(const TensorList& params, bool set_to_none) {
   for (const Tensor& p : params) {

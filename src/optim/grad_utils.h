@@ -22,6 +22,9 @@ Tensor clip_grad_norm(const TensorList& params, double max_norm);
 // torch.nn.utils.clip_grad_value_: every grad element clamped to [-clip_value, clip_value].
 void clip_grad_value(const TensorList& params, double clip_value);
 
+// u8 0/1 of x's shape, on its device: 1 where x is inf or NaN (x * 0 is NaN exactly there).
+Tensor nonfinite_flag(const Tensor& x);
+
 // A u8 one-element tensor on the grads' device: 1 when any grad element is inf or NaN, else 0.
 Tensor grads_nonfinite(const TensorList& params);
 

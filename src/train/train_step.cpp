@@ -63,14 +63,10 @@ UpdateOutcome TrainStep::apply_update(const Tensor& local_loss_sum, double lr) {
   // The gradients are identical on every worker after the all-reduce, so are these checks. The
   // flags are u8 tensors on the device; `either` joins two of them without reading either.
   const auto either = [](const Tensor& a, const Tensor& b) { return where(a, a, b); };
-  const auto nonfinite = [](const Tensor& x) {
-    const Tensor zero = mul(x, 0.0);  // NaN exactly when x is inf or NaN
-    return ne(zero, zero);
-  };
   // One sweep over the grads: fp16's unscale, the check, the norm; a second one clips.
   const Tensor grads_flag = optim::unscale_check_clip(params_, scaler_ ? scaler_->inv_scale() : 1.0,
                                                       train_.clip_grad);
-  const Tensor skip = either(nonfinite(loss_sum), grads_flag.to(device_)).reshape({});
+  const Tensor skip = either(optim::nonfinite_flag(loss_sum), grads_flag.to(device_)).reshape({});
   // The loss scale is a host number: fp16 reads the flag here, as GradScaler does.
   if (scaler_) scaler_->update(skip.item() != 0.0);
   optimizer_.set_lr(lr);

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/skip_flag.h"
 
 namespace ska::cpu {
 
@@ -32,13 +33,6 @@ void check_lists(const char* who, const TensorList& first,
                 first[i].str());
     }
   }
-}
-
-bool skipped(const Tensor& skip, const char* who) {
-  if (!skip.defined()) return false;
-  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8, DTypeError, who,
-            ": skip must be one u8 element, got ", skip.str());
-  return *static_cast<const uint8_t*>(skip.data_ptr()) != 0;
 }
 
 }  // namespace
@@ -91,7 +85,7 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
                      const TensorList& exp_avg_sqs, const TensorList& steps, const Tensor& skip,
                      double lr, double beta1, double beta2, double eps, double l2_decay,
                      double decoupled_decay) {
-  if (params.empty() || skipped(skip, "multi_adam_step")) return;
+  if (params.empty() || read_skip(skip, "multi_adam_step")) return;
   check_lists("multi_adam_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
   SKA_CHECK(steps.size() == params.size(), ShapeError, "multi_adam_step: ", steps.size(),
             " step counts for ", params.size(), " parameters");
@@ -104,7 +98,7 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
 void multi_sgd_step(const TensorList& params, const TensorList& grads,
                     const TensorList& momentum_bufs, const Tensor& skip, double lr,
                     double momentum, double weight_decay, bool nesterov) {
-  if (params.empty() || skipped(skip, "multi_sgd_step")) return;
+  if (params.empty() || read_skip(skip, "multi_sgd_step")) return;
   if (momentum_bufs.empty()) {
     check_lists("multi_sgd_step", params, {&grads});
   } else {
@@ -118,7 +112,7 @@ void multi_sgd_step(const TensorList& params, const TensorList& grads,
 
 void multi_ema_update(const TensorList& ema, const TensorList& values, double decay,
                       const Tensor& skip) {
-  if (ema.empty() || skipped(skip, "multi_ema_update")) return;
+  if (ema.empty() || read_skip(skip, "multi_ema_update")) return;
   check_lists("multi_ema_update", ema, {&values});
   dispatch_floating(ema.front().dtype(), "multi_ema_update", [&](auto tag) {
     using T = decltype(tag);

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/skip_flag.h"
 
 namespace ska::cpu {
 
@@ -25,14 +26,6 @@ double read_divisor(const Tensor& divisor) {
     value = static_cast<double>(*static_cast<const T*>(divisor.data_ptr()));
   });
   return value;
-}
-
-// True when `skip` (undefined, or one u8 element) asks to leave the parameter alone.
-bool read_skip(const Tensor& skip, const char* who) {
-  if (!skip.defined()) return false;
-  SKA_CHECK(skip.numel() == 1 && skip.dtype() == DType::kU8, DTypeError, who,
-            ": skip must be one u8 element, got ", skip.str());
-  return *static_cast<const uint8_t*>(skip.data_ptr()) != 0;
 }
 
 // The update count `step` (one i64 element, >= 1).
