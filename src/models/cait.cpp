@@ -59,10 +59,10 @@ Tensor CaitAttention::forward(const Tensor& x) {
   SKA_CHECK(x.dim() == 3 && x.size(2) == o.dim, ShapeError, type_name(), ": expected [B, N, ",
             o.dim, "], got ", shape_str(x.shape()));
   const Tensor q = nn::split_heads((*to_q_)(o.class_query ? x.narrow(1, 0, 1) : x), o.heads);
-  Tensor logits, v;
+  Tensor logits, k, v;  // logits from a conv (cska), or k for q k^T
   if (o.logits == AttentionKind::kMhsa) {
     const TensorList kv = chunk((*to_kv_)(x), 2, -1);
-    logits = nn::dot_logits(q, nn::split_heads(kv[0], o.heads));
+    k = nn::split_heads(kv[0], o.heads);
     v = nn::split_heads(kv[1], o.heads);
   } else {
     SKA_CHECK(x.size(1) == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", x.size(1),
@@ -71,7 +71,7 @@ Tensor CaitAttention::forward(const Tensor& x) {
     if (o.logits == AttentionKind::kCska) {
       logits = nn::conv_logits(q, *to_k_, o.grid.height, o.grid.width);
     } else {
-      logits = nn::static_key_logits(q, static_key_);
+      k = static_key_;
       v = fine_values(v);
     }
   }
@@ -81,7 +81,8 @@ Tensor CaitAttention::forward(const Tensor& x) {
   attend_->configure(spec);
   spec.heads_pre = mix_pre_;  // undefined without talking heads
   spec.heads_post = mix_post_;
-  return (*drop_)((*to_out_)(nn::merge_heads(nn::attend(logits, v, spec))));
+  const Tensor out = k.defined() ? nn::attend_qk(q, k, v, spec) : nn::attend(logits, v, spec);
+  return (*drop_)((*to_out_)(nn::merge_heads(out)));
 }
 
 // Static keys on a grid f times finer than the tokens: the f x f keys inside a token's patch all

@@ -110,18 +110,19 @@ Tensor ConvAttention::forward(const Tensor& x) {
   // q on the full grid, k and v on the strided one (the class token joins each unchanged).
   const Tensor q = nn::split_heads((*proj_q_)(with_cls(cls_tok, (*conv_proj_q_)(grid))), o_.heads);
   const Tensor v = nn::split_heads((*proj_v_)(with_cls(cls_tok, (*conv_proj_v_)(grid))), o_.heads);
-  Tensor logits;
-  if (o_.kind == nn::AttentionKind::kMhsa) {
-    logits = nn::dot_logits(
-        q, nn::split_heads((*proj_k_)(with_cls(cls_tok, (*conv_proj_k_)(grid))), o_.heads));
-  } else if (o_.kind == nn::AttentionKind::kSka) {
-    logits = nn::static_key_logits(q, keys_);
-  } else {
-    logits = conv_logits(q);
-  }
   nn::AttentionSpec spec;
   spec.scale = o_.scale ? 1.0 / std::sqrt(static_cast<double>(o_.dim)) : 1.0;  // CvT: full width
-  return (*proj_)(nn::merge_heads(nn::attend(logits, v, spec)));
+  Tensor out;
+  if (o_.kind == nn::AttentionKind::kMhsa) {
+    const Tensor k =
+        nn::split_heads((*proj_k_)(with_cls(cls_tok, (*conv_proj_k_)(grid))), o_.heads);
+    out = nn::attend_qk(q, k, v, spec);
+  } else if (o_.kind == nn::AttentionKind::kSka) {
+    out = nn::attend_qk(q, keys_, v, spec);  // static keys broadcast over the batch
+  } else {
+    out = nn::attend(conv_logits(q), v, spec);
+  }
+  return (*proj_)(nn::merge_heads(out));
 }
 
 namespace {

@@ -156,7 +156,7 @@ Tensor WindowAttention::forward(const Tensor& input) {
   spec.scale = o_.scale ? 1.0 / std::sqrt(static_cast<double>(o_.head_dim)) : 1.0;
   spec.bias = window_bias(q);
   spec.windows = {o_.grid_h, o_.grid_w, o_.window, o_.shifted ? s : 0};
-  Tensor out = (*to_out_)(from_windows(nn::attend(nn::dot_logits(q, k), v, spec)));
+  Tensor out = (*to_out_)(from_windows(nn::attend_qk(q, k, v, spec)));
   return o_.shifted ? roll(out, {s, s}, {1, 2}) : out;
 }
 

@@ -1,6 +1,7 @@
 // Every differentiable op of the library in one include.
 #pragma once
 
+#include "ops/attention.h"
 #include "ops/conv.h"
 #include "ops/index.h"
 #include "ops/linear.h"

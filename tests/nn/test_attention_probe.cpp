@@ -1,5 +1,6 @@
 // Attention probes: the recorded weights equal attention computed directly from each mixer's q
-// and k (mhsa), static keys (ska) or conv logits (cska); recording changes no number; the maps
+// and k (mhsa), static keys (ska) or conv logits (cska); recording changes no number (it takes
+// the unfused path, which the fused op matches to f32 precision); the maps
 // of one query over the key grid for every attention family of the zoo (ViT, CaiT, Swin windows,
 // CvT, MetaFormer stages).
 #include <catch2/catch.hpp>
@@ -31,12 +32,17 @@ nn::ModulePtr make_mixer(const std::string& yaml, int64_t dim, const models::Tok
 }
 
 // The weights the one attention call of `mixer(x)` recorded; requires exactly one call and
-// that recording left the output unchanged.
+// that recording left the output unchanged: bit for bit against the unfused path it takes, and
+// to f32 precision against the fused op the mixer takes without a recorder.
 Tensor recorded_weights(nn::Module& mixer, const Tensor& x) {
+  nn::set_fused_attention(false);
+  const Tensor unfused = mixer(x);
+  nn::set_fused_attention(true);
   const Tensor plain = mixer(x);
   nn::AttentionRecorder recorder;
   const Tensor recorded = mixer(x);
-  test::require_close(recorded, plain, {0, 0}, "output with a recorder");
+  test::require_close(recorded, unfused, {0, 0}, "output with a recorder");
+  test::require_close(recorded, plain, test::tolerance_for(DType::kF32), "fused output");
   REQUIRE(recorder.records().size() == 1);
   return recorder.records()[0].weights;
 }

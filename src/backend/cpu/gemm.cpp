@@ -1,12 +1,12 @@
 // CPU kernel: batched GEMM on OpenBLAS (CBLAS), with transposed operands, batch broadcasting
 // (batch stride 0), alpha/beta and an optional bias added to every row of the result.
-#include <cblas.h>
 #include <cstdint>
 #include <omp.h>
 
 #include <algorithm>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/widen.h"
 
@@ -63,31 +63,6 @@ void check_gemm_args(const GemmArgs& args, OperandLayout& la, OperandLayout& lb)
               ShapeError, "gemm: bias must be a contiguous [", n, "] tensor of c's dtype, got ",
               args.bias.str());
   }
-}
-
-// One call of the typed CBLAS GEMM (row-major C).
-inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
-                      const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                      int ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha,
-                      const double* a, int lda, const double* b, int ldb, double beta, double* c,
-                      int ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-// OpenBLAS runs single-threaded and each GEMM is split over OpenMP threads below instead. The
-// pthread build of OpenBLAS keeps its worker threads spinning after a call, where they compete
-// with the OpenMP threads of the next kernel (and those with BLAS's): on a busy 2-core machine
-// a convolution (im2col regions between GEMMs) ran 15x slower with 2 threads than with 1. One
-// thread pool for everything avoids that.
-void use_single_threaded_blas() {
-  static const bool done = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
 }
 
 // How many parts each of `batch` GEMMs of m * n * k multiply-adds is split into: enough parts

@@ -61,7 +61,7 @@ Tensor Attention::forward(const Tensor& x) {
   scale_->configure(spec);
   if (diagonal_mask_) spec.mask = diagonal_mask(tokens, tokens, x.device());
   spec.dropout = attn_drop_.get();
-  const Tensor mixed = merge_heads(attend(dot_logits(q, k), v, spec));
+  const Tensor mixed = merge_heads(attend_qk(q, k, v, spec));
   return (*proj_drop_)((*proj_)(mixed));
 }
 

@@ -2,7 +2,9 @@
 #include "nn/mixers/attention_core.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
+#include <limits>
 #include <cstdint>
 #include <vector>
 
@@ -12,6 +14,10 @@
 
 namespace ska::nn {
 namespace {
+
+std::atomic<bool> g_fused_attention{true};
+// The widest head the CUDA attention kernels take (cuda/kernels/attention.cu).
+constexpr int64_t kCudaFusedMaxHeadDim = 128;
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -157,6 +163,33 @@ Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
 
 Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec) {
   return matmul(attention_weights(logits, spec), v);
+}
+
+bool fused_attention_enabled() { return g_fused_attention.load(std::memory_order_relaxed); }
+
+void set_fused_attention(bool enabled) {
+  g_fused_attention.store(enabled, std::memory_order_relaxed);
+}
+
+Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  const bool dropping = spec.dropout != nullptr && spec.dropout->p > 0.0 &&
+                        spec.dropout->is_training();
+  const bool fusable = fused_attention_enabled() && spec.normalise == Normalise::kSoftmax &&
+                       !spec.heads_pre.defined() && !spec.heads_post.defined() && !dropping &&
+                       !AttentionRecorder::active() && q.dim() >= 3 && q.dim() <= 6 &&
+                       (!q.device().is_cuda() ||
+                        std::max(q.size(-1), v.size(-1)) <= kCudaFusedMaxHeadDim);
+  if (!fusable) return attend(dot_logits(q, k), v, spec);
+  const Tensor queries = spec.temperature.defined() ? mul(q, exp(spec.temperature)) : q;
+  const double scale = spec.temperature.defined() ? 1.0 : spec.scale;
+  Tensor bias = spec.bias;
+  if (spec.mask.defined()) {
+    const Tensor excluded =
+        masked_fill(Tensor::zeros(spec.mask.shape(), q.dtype(), q.device()), spec.mask,
+                    -std::numeric_limits<double>::infinity());
+    bias = bias.defined() ? add(bias, excluded) : excluded;
+  }
+  return scaled_dot_attention(queries, k, v, scale, bias);
 }
 
 }  // namespace ska::nn

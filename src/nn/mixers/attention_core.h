@@ -19,9 +19,9 @@
 // What differs between families is only the layout, which they supply around these calls: the
 // leading dims (batch, or batch and windows in Swin), a class token (CSKA's class row from static
 // keys, CvT's class column), class attention (one query row), strided keys and values (CvT), keys
-// on a finer grid whose values repeat (SKA-CaiT), and the parameter names. A fused attention op
-// (logits -> bias/mask -> normalise -> @ v, forward and backward) replaces attend() for all of
-// them.
+// on a finer grid whose values repeat (SKA-CaiT), and the parameter names. Where the logits are
+// q k^T (mhsa, ska: every family but the cska mixers), attend_qk() runs the fused attention op
+// (ops/attention.h), which never stores the weights; cska's conv logits go through attend().
 #pragma once
 
 #include <cstdint>
@@ -102,6 +102,17 @@ struct AttentionSpec {
 Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec);
 // attention_weights(logits, spec) @ v: v [..., h, Nk, d] -> [..., h, Nq, d].
 Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec);
+// attend(dot_logits(q, k), v, spec), through the fused op (ops/attention.h: the weights are never
+// stored) when the spec allows it: softmax normalisation, no talking heads, no attention dropout
+// in training, no AttentionRecorder on this thread, fused attention enabled, and on CUDA head
+// dims up to 128 (the kernels' limit). A learnable temperature is then folded into q and the
+// boolean mask becomes an additive -inf bias (the same weights unless a row is masked entirely).
+// k's leading dims broadcast to q's (static keys).
+Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
+// Whether attend_qk may take the fused op (default true): a process-wide switch for comparisons
+// (`benchmark --attention unfused`) and for hunting a numerical difference.
+bool fused_attention_enabled();
+void set_fused_attention(bool enabled);
 // out[.., g, i, j] = sum_h x[.., h, i, j] * mix[h, g]: the talking-heads mix over dim -3.
 Tensor mix_heads(const Tensor& x, const Tensor& mix);
 

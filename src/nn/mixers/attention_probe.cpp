@@ -112,6 +112,8 @@ void AttentionRecorder::record(const Tensor& weights, const AttentionSpec& spec)
   if (t_recorder) t_recorder->records_.push_back({weights.detach(), spec.windows});
 }
 
+bool AttentionRecorder::active() { return t_recorder != nullptr; }
+
 TokenLayout infer_token_layout(int64_t tokens, const std::string& what) {
   if (tokens == 1) return {0, 0, true};
   const int64_t side = square_side(tokens);

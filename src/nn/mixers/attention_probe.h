@@ -33,6 +33,9 @@ class AttentionRecorder {
 
   // Called by attention_weights(): appends to this thread's recorder, if any.
   static void record(const Tensor& weights, const AttentionSpec& spec);
+  // Whether a recorder is alive on this thread (attention then takes the unfused path, whose
+  // weights it can record).
+  static bool active();
 
  private:
   AttentionRecorder* previous_;

@@ -45,7 +45,7 @@ Tensor Ska::forward(const Tensor& x) {
   scale_->configure(spec);
   attend_->configure(spec);
   if (options_.diagonal_mask) spec.mask = diagonal_mask(x.size(1), num_keys_, x.device());
-  const Tensor out = merge_heads(attend(static_key_logits(q, k), v, spec));
+  const Tensor out = merge_heads(attend_qk(q, k, v, spec));
   return (*proj_drop_)((*proj_)(out));
 }
 

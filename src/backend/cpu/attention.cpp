@@ -1,0 +1,322 @@
+// CPU kernel: fused attention, out = softmax(scale * q k^T + bias) v. The work is cut into blocks
+// of up to kQueryBlock query rows of one leading index; each block's scores live only in a
+// per-thread scratch of kQueryBlock x Nk values (small enough for the cache), computed by one
+// BLAS call, normalised in place and multiplied by v by a second. The backward pass recomputes
+// the weights from the saved log-sum-exp instead of reading them back, so no [Nq, Nk] tensor is
+// stored between the passes. 16-bit inputs run on f32 copies (widen.h), as a reference.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/blas.h"
+#include "backend/cpu/dispatch.h"
+#include "backend/cpu/vec_math.h"
+#include "backend/cpu/widen.h"
+
+namespace ska::cpu {
+
+namespace {
+
+constexpr int64_t kQueryBlock = 64;
+
+// One operand's rows: the element offset of leading index g, the row stride (BLAS's leading
+// dimension) and the stride along the last dim (1 for the BLAS operands; any for the bias).
+struct RowView {
+  const Tensor* t;
+  int64_t ld;
+};
+
+// The offset of leading index g (row-major over the leading dims `lead`) in view t.
+int64_t lead_offset(int64_t g, const Shape& lead, const Tensor& t) {
+  int64_t offset = 0;
+  for (int64_t i = static_cast<int64_t>(lead.size()) - 1; i >= 0; --i) {
+    offset += (g % lead[i]) * t.stride(i);
+    g /= lead[i];
+  }
+  return offset;
+}
+
+// The leading dimension BLAS reads rows of t with; ValueError unless the last dim is unit-strided
+// and rows do not overlap.
+int64_t leading_dim(const char* kernel, const char* name, const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  const bool unit = cols <= 1 || t.stride(-1) == 1;
+  const bool apart = rows <= 1 || t.stride(-2) >= cols;
+  SKA_CHECK(unit && apart, ValueError, kernel, ": ", name,
+            " needs a unit stride in its last dim and non-overlapping rows, got strides ",
+            shape_str(t.strides()));
+  return rows <= 1 ? std::max<int64_t>(cols, 1) : t.stride(-2);
+}
+
+struct Geometry {
+  Shape lead;  // the leading dims L
+  int64_t groups = 1, nq = 0, nk = 0, d = 0, dv = 0;
+};
+
+Geometry check_geometry(const char* kernel, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& bias, const Tensor& out) {
+  const int64_t rank = q.dim();
+  SKA_CHECK(rank >= 3 && rank <= 6 && k.dim() == rank && v.dim() == rank && out.dim() == rank,
+            ShapeError, kernel, ": q, k, v and out need the same rank (3 to 6), got ", q.str(),
+            ", ", k.str(), ", ", v.str(), ", ", out.str());
+  Geometry g;
+  g.lead = Shape(q.shape().begin(), q.shape().end() - 2);
+  g.groups = shape_numel(g.lead);
+  g.nq = q.size(-2);
+  g.d = q.size(-1);
+  g.nk = k.size(-2);
+  g.dv = v.size(-1);
+  SKA_CHECK(g.d >= 1, ShapeError, kernel, ": q and k need a head dim of at least 1, got ", q.str());
+  const auto lead_of = [](const Tensor& t) {
+    return Shape(t.shape().begin(), t.shape().end() - 2);
+  };
+  SKA_CHECK(lead_of(k) == g.lead && lead_of(v) == g.lead && lead_of(out) == g.lead &&
+                k.size(-1) == g.d && v.size(-2) == g.nk && out.size(-2) == g.nq &&
+                out.size(-1) == g.dv,
+            ShapeError, kernel, ": shapes do not match: q ", q.str(), ", k ", k.str(), ", v ",
+            v.str(), ", out ", out.str());
+  if (bias.defined()) {
+    Shape want = g.lead;
+    want.push_back(g.nq);
+    want.push_back(g.nk);
+    SKA_CHECK(bias.shape() == want, ShapeError, kernel, ": bias ", bias.str(), " is not ",
+              shape_str(want));
+  }
+  return g;
+}
+
+// z = scale * q k^T (already in `row`) + bias, then the row's softmax in place; returns the
+// log-sum-exp. A row without a finite maximum turns NaN, as softmax's does.
+template <typename T>
+T softmax_row(T* row, const T* bias_row, int64_t bias_stride, int64_t n) {
+  if (bias_row != nullptr) {
+    for (int64_t j = 0; j < n; ++j) row[j] += bias_row[j * bias_stride];
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const float max_z = vm::lane_max(row, n);
+    const float total = vm::lane_sum(n, [&](int64_t j) {
+      const float e = vm::exp_f32(row[j] - max_z);
+      row[j] = e;
+      return e;
+    });
+    const float inv = 1.0f / total;
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+    return max_z + std::log(total);
+  } else {
+    T max_z = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) max_z = std::fmax(max_z, row[j]);
+    T total = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] = std::exp(row[j] - max_z);
+      total += row[j];
+    }
+    for (int64_t j = 0; j < n; ++j) row[j] /= total;
+    return max_z + std::log(total);
+  }
+}
+
+// The weights of a row again: p = exp(scale * q k^T + bias - lse), from q k^T in `row`.
+template <typename T>
+void weights_row(T* row, const T* bias_row, int64_t bias_stride, int64_t n, T lse) {
+  if (bias_row != nullptr) {
+    for (int64_t j = 0; j < n; ++j) row[j] += bias_row[j * bias_stride];
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t j = 0; j < n; ++j) row[j] = vm::exp_f32(row[j] - lse);
+  } else {
+    for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - lse);
+  }
+}
+
+template <typename T>
+const T* data(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+template <typename T>
+T* mutable_data(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+int as_int(int64_t v) { return static_cast<int>(v); }
+
+template <typename T>
+void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                   double scale, const Tensor& out, const Tensor& lse, const Geometry& geo) {
+  const int64_t ldq = leading_dim("attention_forward", "q", q);
+  const int64_t ldk = leading_dim("attention_forward", "k", k);
+  const int64_t ldv = leading_dim("attention_forward", "v", v);
+  const int64_t ldo = leading_dim("attention_forward", "out", out);
+  const int64_t blocks = (geo.nq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t tasks = geo.groups * blocks;
+  const int64_t bias_rs = bias.defined() ? bias.stride(-2) : 0;
+  const int64_t bias_cs = bias.defined() ? bias.stride(-1) : 0;
+#pragma omp parallel if (tasks > 1 && geo.groups * geo.nq * geo.nk * (geo.d + geo.dv) > (1 << 16))
+  {
+    std::vector<T> scores(static_cast<size_t>(kQueryBlock * geo.nk));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t g = t / blocks, i0 = (t % blocks) * kQueryBlock;
+      const int64_t rows = std::min(kQueryBlock, geo.nq - i0);
+      const T* qp = data<T>(q) + lead_offset(g, geo.lead, q) + i0 * ldq;
+      const T* kp = data<T>(k) + lead_offset(g, geo.lead, k);
+      const T* vp = data<T>(v) + lead_offset(g, geo.lead, v);
+      T* op = mutable_data<T>(out) + lead_offset(g, geo.lead, out) + i0 * ldo;
+      T* lp = mutable_data<T>(lse) + g * geo.nq + i0;
+      const T* bp =
+          bias.defined() ? data<T>(bias) + lead_offset(g, geo.lead, bias) + i0 * bias_rs : nullptr;
+      T* s = scores.data();
+      blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.d),
+                static_cast<T>(scale), qp, as_int(ldq), kp, as_int(ldk), T(0), s, as_int(geo.nk));
+      for (int64_t r = 0; r < rows; ++r) {
+        lp[r] = softmax_row<T>(s + r * geo.nk, bp ? bp + r * bias_rs : nullptr, bias_cs, geo.nk);
+      }
+      blas_gemm(CblasNoTrans, CblasNoTrans, as_int(rows), as_int(geo.dv), as_int(geo.nk), T(1), s,
+                as_int(geo.nk), vp, as_int(ldv), T(0), op, as_int(ldo));
+    }
+  }
+}
+
+template <typename T>
+void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                    const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
+                    const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                    const Tensor& grad_bias, const Geometry& geo) {
+  const int64_t ldq = leading_dim("attention_backward", "q", q);
+  const int64_t ldk = leading_dim("attention_backward", "k", k);
+  const int64_t ldv = leading_dim("attention_backward", "v", v);
+  const int64_t ldo = leading_dim("attention_backward", "out", out);
+  const int64_t ldg = leading_dim("attention_backward", "grad_out", grad_out);
+  const int64_t bias_rs = bias.defined() ? bias.stride(-2) : 0;
+  const int64_t bias_cs = bias.defined() ? bias.stride(-1) : 0;
+  const T s = static_cast<T>(scale);
+  // One leading index per task: its dk and dv sum over every query block, so the blocks of one
+  // index run in order on one thread and the sums come out the same on every run.
+#pragma omp parallel if (geo.groups > 1 && \
+                         geo.groups * geo.nq * geo.nk * (geo.d + geo.dv) > (1 << 15))
+  {
+    std::vector<T> weights(static_cast<size_t>(kQueryBlock * geo.nk));
+    std::vector<T> grads(static_cast<size_t>(kQueryBlock * geo.nk));
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < geo.groups; ++g) {
+      const T* qg = data<T>(q) + lead_offset(g, geo.lead, q);
+      const T* kg = data<T>(k) + lead_offset(g, geo.lead, k);
+      const T* vg = data<T>(v) + lead_offset(g, geo.lead, v);
+      const T* og = data<T>(out) + lead_offset(g, geo.lead, out);
+      const T* gog = data<T>(grad_out) + lead_offset(g, geo.lead, grad_out);
+      const T* lg = data<T>(lse) + g * geo.nq;
+      const T* bg = bias.defined() ? data<T>(bias) + lead_offset(g, geo.lead, bias) : nullptr;
+      T* dq = mutable_data<T>(grad_q) + g * geo.nq * geo.d;
+      T* dk = mutable_data<T>(grad_k) + g * geo.nk * geo.d;
+      T* dv = mutable_data<T>(grad_v) + g * geo.nk * geo.dv;
+      T* dz_out = grad_bias.defined() ? mutable_data<T>(grad_bias) + g * geo.nq * geo.nk : nullptr;
+      std::fill(dk, dk + geo.nk * geo.d, T(0));
+      std::fill(dv, dv + geo.nk * geo.dv, T(0));
+      for (int64_t i0 = 0; i0 < geo.nq; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, geo.nq - i0);
+        const T* qb = qg + i0 * ldq;
+        const T* gob = gog + i0 * ldg;
+        T* p = weights.data();
+        T* dp = grads.data();
+        blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.d), s, qb,
+                  as_int(ldq), kg, as_int(ldk), T(0), p, as_int(geo.nk));
+        for (int64_t r = 0; r < rows; ++r) {
+          weights_row<T>(p + r * geo.nk, bg ? bg + (i0 + r) * bias_rs : nullptr, bias_cs, geo.nk,
+                         lg[i0 + r]);
+        }
+        // dv += p^T dO; dp = dO v^T.
+        blas_gemm(CblasTrans, CblasNoTrans, as_int(geo.nk), as_int(geo.dv), as_int(rows), T(1), p,
+                  as_int(geo.nk), gob, as_int(ldg), T(1), dv, as_int(geo.dv));
+        blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.dv), T(1), gob,
+                  as_int(ldg), vg, as_int(ldv), T(0), dp, as_int(geo.nk));
+        // dz = p * (dp - sum(dO * out)), in dp.
+        for (int64_t r = 0; r < rows; ++r) {
+          const T* o_row = og + (i0 + r) * ldo;
+          const T* go_row = gob + r * ldg;
+          T dot = 0;
+          for (int64_t c = 0; c < geo.dv; ++c) dot += go_row[c] * o_row[c];
+          T* pr = p + r * geo.nk;
+          T* dr = dp + r * geo.nk;
+          for (int64_t j = 0; j < geo.nk; ++j) dr[j] = pr[j] * (dr[j] - dot);
+          if (dz_out != nullptr) std::copy(dr, dr + geo.nk, dz_out + (i0 + r) * geo.nk);
+        }
+        // dq = scale dz k; dk += scale dz^T q.
+        blas_gemm(CblasNoTrans, CblasNoTrans, as_int(rows), as_int(geo.d), as_int(geo.nk), s, dp,
+                  as_int(geo.nk), kg, as_int(ldk), T(0), dq + i0 * geo.d, as_int(geo.d));
+        blas_gemm(CblasTrans, CblasNoTrans, as_int(geo.nk), as_int(geo.d), as_int(rows), s, dp,
+                  as_int(geo.nk), qb, as_int(ldq), T(1), dk, as_int(geo.d));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                       double scale, const Tensor& out, const Tensor& lse) {
+  const Geometry geo = check_geometry("attention_forward", q, k, v, bias, out);
+  if (out.numel() == 0 && lse.numel() == 0) return;
+  if (is_16bit_float(q.dtype())) {  // f32 math on widened copies, one rounding of out
+    const Tensor wide_out = f32_output(out);
+    attention_forward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), scale, wide_out,
+                      lse);
+    round_into(wide_out, out);
+    return;
+  }
+  use_single_threaded_blas();
+  dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
+    using T = decltype(tag);
+    SKA_CHECK(lse.dtype() == q.dtype() && lse.is_contiguous() && lse.numel() == geo.groups * geo.nq,
+              ValueError, "attention_forward: lse must be contiguous ", dtype_name(q.dtype()),
+              " with ", geo.groups * geo.nq, " elements, got ", lse.str());
+    if (geo.nk == 0) {  // nothing to attend to: zero output, lse -inf
+      fill(out, 0.0);
+      fill(lse, -std::numeric_limits<double>::infinity());
+      return;
+    }
+    forward_typed<T>(q, k, v, bias, scale, out, lse, geo);
+  });
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                        const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
+                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                        const Tensor& grad_bias) {
+  const Geometry geo = check_geometry("attention_backward", q, k, v, bias, out);
+  if (is_16bit_float(q.dtype())) {
+    const Tensor gq = f32_output(grad_q), gk = f32_output(grad_k), gv = f32_output(grad_v);
+    const Tensor gb = grad_bias.defined() ? f32_output(grad_bias) : Tensor();
+    attention_backward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), widen_f32(out),
+                       lse, widen_f32(grad_out), scale, gq, gk, gv, gb);
+    round_into(gq, grad_q);
+    round_into(gk, grad_k);
+    round_into(gv, grad_v);
+    if (gb.defined()) round_into(gb, grad_bias);
+    return;
+  }
+  for (const Tensor* t : {&grad_q, &grad_k, &grad_v, &grad_bias}) {
+    SKA_CHECK(!t->defined() || ((t->is_contiguous() || t->numel() == 0) && t->dtype() == q.dtype()),
+              ValueError, "attention_backward: gradients must be contiguous ",
+              dtype_name(q.dtype()), " tensors, got ", t->str());
+  }
+  SKA_CHECK(grad_q.shape() == q.shape() && grad_v.numel() == geo.groups * geo.nk * geo.dv &&
+                grad_k.numel() == geo.groups * geo.nk * geo.d,
+            ShapeError, "attention_backward: gradient shapes ", grad_q.str(), ", ", grad_k.str(),
+            ", ", grad_v.str(), " do not match q ", q.str(), " k ", k.str(), " v ", v.str());
+  if (grad_q.numel() + grad_k.numel() + grad_v.numel() == 0) return;
+  if (geo.nk == 0) {  // the output did not depend on q
+    fill(grad_q, 0.0);
+    return;
+  }
+  use_single_threaded_blas();
+  dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    backward_typed<T>(q, k, v, bias, out, lse, grad_out, scale, grad_q, grad_k, grad_v, grad_bias,
+                      geo);
+  });
+}
+
+}  // namespace ska::cpu

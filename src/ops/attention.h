@@ -1,0 +1,21 @@
+// Fused scaled dot-product attention, as torch's F.scaled_dot_product_attention with an additive
+// mask: softmax(scale * q k^T + bias) v in one op whose weights are never stored (the backward
+// pass recomputes them from each row's log-sum-exp).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace ska {
+
+// q [..., Nq, d], k [..., Nk, d], v [..., Nk, dv] -> [..., Nq, dv]. The leading dims of k, v and
+// bias broadcast (right-aligned) to q's, which the output keeps: static keys [h, Nk, d] serve a
+// batch of queries [B, h, Nq, d]. bias: undefined, or broadcast to [..., Nq, Nk] and added after
+// scaling; -inf excludes a pair (a row with every pair excluded gives NaN, as softmax does).
+// Gradients reach q, k, v and bias. 3 to 6 dims. Under autocast a GEMM-type op (lower
+// precision); the math inside runs in f32. The output is laid out in memory like q, so that
+// merging heads after splitting them is a view. MACs counted: Nq * Nk * (d + dv) per leading
+// index, the two products of the unfused form.
+Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                            const Tensor& bias = Tensor());
+
+}  // namespace ska

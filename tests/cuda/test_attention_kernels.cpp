@@ -1,0 +1,331 @@
+// Kernel-level tests of the CUDA fused attention against its CPU twin and a double-precision
+// reference: broadcast keys, permuted views, masked bias, class attention, long rows, determinism.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "support/test_util.h"
+
+#ifdef SKA_WITH_CUDA
+
+using namespace ska;
+using ska::test::require_close;
+using ska::test::tolerance_for;
+using ska::test::uniform;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Shape with_last(Shape lead, std::vector<int64_t> last) {
+  lead.insert(lead.end(), last.begin(), last.end());
+  return lead;
+}
+
+// The operands as the kernels get them (views of one device and dtype); bias may be undefined.
+struct Operands {
+  Tensor q, k, v, bias, grad_out, out;
+};
+
+// A case: base tensors (f64, host) and how to view them as the operands, on whatever device and
+// in whatever dtype the base tensors were moved to.
+struct Case {
+  std::string name;
+  Shape lead;
+  int64_t nq, nk, d, dv;
+  bool grad_bias;  // request dL/dz
+  std::vector<Tensor> base;
+  std::function<Operands(const std::vector<Tensor>&)> views;
+};
+
+// out as a contiguous [L..., nq, dv] tensor like q.
+Tensor empty_out(const Case& c, const Tensor& q) {
+  return Tensor::empty(with_last(c.lead, {c.nq, c.dv}), q.dtype(), q.device());
+}
+
+struct Results {
+  Tensor out, lse, grad_q, grad_k, grad_v, grad_bias;
+};
+
+// softmax(scale * q k^T + bias) v and its gradients for dL/dout = grad_out, in double, from the
+// formulas: P = exp(z - lse), dV = P^T dO, dP = dO V^T, D = rowsum(dO * O), dZ = P * (dP - D),
+// dQ = scale dZ K, dK = scale dZ^T Q. Operands on the host in f64; results contiguous f64.
+Results reference(const Case& c, const Operands& x, double scale) {
+  const std::vector<double> q = x.q.contiguous().to_vector<double>(),
+                            k = x.k.contiguous().to_vector<double>(),
+                            v = x.v.contiguous().to_vector<double>(),
+                            go = x.grad_out.contiguous().to_vector<double>();
+  const std::vector<double> bias =
+      x.bias.defined() ? x.bias.contiguous().to_vector<double>() : std::vector<double>();
+  const int64_t nq = c.nq, nk = c.nk, d = c.d, dv = c.dv, groups = shape_numel(c.lead);
+  std::vector<double> out(groups * nq * dv, 0.0), lse(groups * nq), gq(groups * nq * d, 0.0),
+      gk(groups * nk * d, 0.0), gv(groups * nk * dv, 0.0), gz(groups * nq * nk);
+  std::vector<double> p(nk), dp(nk);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t qi = (g * nq + i) * d, oi = (g * nq + i) * dv;
+      double mx = -kInf;
+      for (int64_t j = 0; j < nk; ++j) {
+        double z = 0;
+        for (int64_t e = 0; e < d; ++e) z += q[qi + e] * k[(g * nk + j) * d + e];
+        p[j] = scale * z + (bias.empty() ? 0.0 : bias[(g * nq + i) * nk + j]);
+        mx = std::max(mx, p[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < nk; ++j) sum += std::exp(p[j] - mx);
+      lse[g * nq + i] = mx + std::log(sum);
+      for (int64_t j = 0; j < nk; ++j) p[j] = std::exp(p[j] - lse[g * nq + i]);
+      for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t e = 0; e < dv; ++e) out[oi + e] += p[j] * v[(g * nk + j) * dv + e];
+      }
+      double delta = 0;
+      for (int64_t e = 0; e < dv; ++e) delta += go[oi + e] * out[oi + e];
+      for (int64_t j = 0; j < nk; ++j) {
+        dp[j] = 0;
+        for (int64_t e = 0; e < dv; ++e) {
+          dp[j] += go[oi + e] * v[(g * nk + j) * dv + e];
+          gv[(g * nk + j) * dv + e] += p[j] * go[oi + e];
+        }
+        const double dz = p[j] * (dp[j] - delta);
+        gz[(g * nq + i) * nk + j] = dz;
+        for (int64_t e = 0; e < d; ++e) {
+          gq[qi + e] += scale * dz * k[(g * nk + j) * d + e];
+          gk[(g * nk + j) * d + e] += scale * dz * q[qi + e];
+        }
+      }
+    }
+  }
+  const auto host = [](const std::vector<double>& values, const Shape& shape) {
+    return Tensor::from_vector(values, shape, DType::kF64);
+  };
+  return {host(out, with_last(c.lead, {nq, dv})), host(lse, with_last(c.lead, {nq})),
+          host(gq, with_last(c.lead, {nq, d})),   host(gk, with_last(c.lead, {nk, d})),
+          host(gv, with_last(c.lead, {nk, dv})),  host(gz, with_last(c.lead, {nq, nk}))};
+}
+
+// The forward and backward pass of one backend (ska::cuda or ska::cpu, by `on_gpu`) over x.
+Results run(const Case& c, const Operands& x, double scale, bool on_gpu) {
+  const Device dev = x.q.device();
+  const DType dt = x.q.dtype();
+  Results r;
+  r.out = x.out;
+  r.lse = Tensor::empty(with_last(c.lead, {c.nq}), DType::kF32, dev);
+  r.grad_q = Tensor::empty(with_last(c.lead, {c.nq, c.d}), dt, dev);
+  r.grad_k = Tensor::empty(with_last(c.lead, {c.nk, c.d}), dt, dev);
+  r.grad_v = Tensor::empty(with_last(c.lead, {c.nk, c.dv}), dt, dev);
+  if (c.grad_bias) r.grad_bias = Tensor::empty(with_last(c.lead, {c.nq, c.nk}), dt, dev);
+  // NaN first: an element the kernels leave unwritten fails the comparisons.
+  for (Tensor* t : {&r.out, &r.lse, &r.grad_q, &r.grad_k, &r.grad_v, &r.grad_bias}) {
+    if (t->defined()) t->fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+  const auto forward = on_gpu ? &cuda::attention_forward : &cpu::attention_forward;
+  const auto backward = on_gpu ? &cuda::attention_backward : &cpu::attention_backward;
+  forward(x.q, x.k, x.v, x.bias, scale, r.out, r.lse);
+  backward(x.q, x.k, x.v, x.bias, r.out, r.lse, x.grad_out, scale, r.grad_q, r.grad_k, r.grad_v,
+           r.grad_bias);
+  return r;
+}
+
+// The operands of case c in dtype: on the GPU, on the host (for the CPU twin), and the host ones
+// widened to f64 (for the reference: the same rounded values).
+struct Prepared {
+  Operands gpu, cpu, ref;
+};
+Prepared prepare(const Case& c, DType dtype) {
+  std::vector<Tensor> gpu, cpu, ref;
+  for (const Tensor& b : c.base) {
+    cpu.push_back(b.to(dtype));
+    gpu.push_back(cpu.back().to(kGpu));
+    ref.push_back(cpu.back().to(DType::kF64));
+  }
+  return {c.views(gpu), c.views(cpu), c.views(ref)};
+}
+
+// Compares every result of `actual` with `expected` within tol (lse, f32 in both, within the f32
+// tolerance).
+void compare(const Results& actual, const Results& expected, ska::test::Tolerance tol,
+             const std::string& what) {
+  require_close(actual.out, expected.out, tol, what + ": out");
+  require_close(actual.lse, expected.lse, tolerance_for(DType::kF32), what + ": lse");
+  require_close(actual.grad_q, expected.grad_q, tol, what + ": grad_q");
+  require_close(actual.grad_k, expected.grad_k, tol, what + ": grad_k");
+  require_close(actual.grad_v, expected.grad_v, tol, what + ": grad_v");
+  if (actual.grad_bias.defined()) {
+    require_close(actual.grad_bias, expected.grad_bias, tol, what + ": grad_bias");
+  }
+}
+
+// CUDA against the CPU twin and the double reference, by default in f32 and bf16. The 16-bit
+// results are computed in f32 from the same rounded inputs and rounded once, so
+// tolerance_for(dtype) covers them.
+void check_case(const Case& c, double scale,
+                const std::vector<DType>& dtypes = {DType::kF32, DType::kBF16}) {
+  for (const DType dtype : dtypes) {
+    INFO(c.name << ", " << dtype_name(dtype));
+    const Prepared x = prepare(c, dtype);
+    const Results gpu = run(c, x.gpu, scale, true);
+    const Results cpu = run(c, x.cpu, scale, false);
+    const Results ref = reference(c, x.ref, scale);
+    compare(gpu, cpu, tolerance_for(dtype), "cuda vs cpu");
+    compare(gpu, ref, tolerance_for(dtype), "cuda vs reference");
+  }
+}
+
+// Plain contiguous operands [lead..., n, d] without a bias; the base is q, k, v, grad_out.
+Case plain_case(const std::string& name, const Shape& lead, int64_t nq, int64_t nk, int64_t d,
+                int64_t dv, uint64_t seed) {
+  Case c{name, lead, nq, nk, d, dv, false, {}, nullptr};
+  c.base = {
+      uniform(with_last(lead, {nq, d}), seed, -2, 2), uniform(with_last(lead, {nk, d}), seed + 1),
+      uniform(with_last(lead, {nk, dv}), seed + 2), uniform(with_last(lead, {nq, dv}), seed + 3)};
+  c.views = [c](const std::vector<Tensor>& b) {
+    return Operands{b[0], b[1], b[2], Tensor(), b[3], empty_out(c, b[0])};
+  };
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention: contiguous [B, h, N, d], N = 65, d = 32", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(plain_case("plain", {2, 3}, 65, 65, 32, 32, 101), 1.0 / std::sqrt(32.0),
+             {DType::kF32, DType::kBF16, DType::kF16});
+}
+
+TEST_CASE("cuda attention: static keys broadcast over the batch with stride 0", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const int64_t b = 3, h = 2, nq = 65, nk = 16, d = 32;
+  Case c{"static keys", {b, h}, nq, nk, d, d, true, {}, nullptr};  // dL/dz without a bias
+  c.base = {uniform({b, h, nq, d}, 201, -2, 2), uniform({h, nk, d}, 202), uniform({h, nk, d}, 203),
+            uniform({b, h, nq, d}, 204)};
+  c.views = [=](const std::vector<Tensor>& t) {
+    const Tensor k = t[1].unsqueeze(0).expand({b, h, nk, d});
+    const Tensor v = t[2].unsqueeze(0).expand({b, h, nk, d});
+    REQUIRE(k.stride(0) == 0);
+    return Operands{t[0], k, v, Tensor(), t[3], empty_out(c, t[0])};
+  };
+  check_case(c, 1.0 / std::sqrt(32.0));
+}
+
+TEST_CASE("cuda attention: q, k, v, out and grad_out as permuted views of [B, N, h, d]", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const int64_t b = 2, n = 50, h = 4, d = 32;
+  Case c{"split heads", {b, h}, n, n, d, d, false, {}, nullptr};
+  c.base = {uniform({b, n, 3, h, d}, 301, -2, 2), uniform({b, n, h, d}, 302)};
+  c.views = [=](const std::vector<Tensor>& t) {
+    const auto heads = [&](int64_t which) { return t[0].select(2, which).permute({0, 2, 1, 3}); };
+    const Tensor out =
+        Tensor::empty({b, n, h, d}, t[0].dtype(), t[0].device()).permute({0, 2, 1, 3});
+    return Operands{heads(0), heads(1), heads(2), Tensor(), t[1].permute({0, 2, 1, 3}), out};
+  };
+  check_case(c, 1.0 / std::sqrt(32.0));
+}
+
+TEST_CASE("cuda attention: Swin bias broadcast over the batch with -inf shift masks", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const int64_t b = 2, windows = 4, h = 3, n = 49, d = 32;
+  // Relative position bias plus the shift mask of the odd windows: pairs across the 3 | 4 column
+  // split of a 7 x 7 window are excluded (never a whole row: a token always sees itself).
+  std::vector<double> bias = uniform({windows, h, n, n}, 401, -1, 1).to_vector<double>();
+  for (int64_t w = 1; w < windows; w += 2) {
+    for (int64_t i = 0; i < h * n * n; ++i) {
+      const int64_t qi = (i / n) % n, kj = i % n;
+      if ((qi % 7 < 3) != (kj % 7 < 3)) bias[w * h * n * n + i] = -kInf;
+    }
+  }
+  Case c{"swin bias", {b, windows, h}, n, n, d, d, true, {}, nullptr};
+  c.base = {uniform({b, windows, h, n, d}, 402, -2, 2), uniform({b, windows, h, n, d}, 403),
+            uniform({b, windows, h, n, d}, 404), uniform({b, windows, h, n, d}, 405),
+            Tensor::from_vector(bias, {windows, h, n, n}, DType::kF64)};
+  c.views = [=](const std::vector<Tensor>& t) {
+    const Tensor bias_view = t[4].unsqueeze(0).expand({b, windows, h, n, n});
+    return Operands{t[0], t[1], t[2], bias_view, t[3], empty_out(c, t[0])};
+  };
+  check_case(c, 1.0 / std::sqrt(32.0));
+}
+
+TEST_CASE("cuda attention: class attention, one query over 197 keys, d = 48", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(plain_case("class attention", {4, 8}, 1, 197, 48, 48, 501), 1.0 / std::sqrt(48.0));
+}
+
+TEST_CASE("cuda attention: long rows, N = 785, d = 64 (tile boundaries)", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(plain_case("long rows", {1, 2}, 785, 785, 64, 64, 601), 1.0 / std::sqrt(64.0));
+}
+
+TEST_CASE("cuda attention: d = 16 with dv = 40, and d = dv = 128", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(plain_case("d 16 dv 40", {3, 2}, 20, 37, 16, 40, 701), 0.25);
+  // The widest head dims: shared memory above the 48 KiB default.
+  check_case(plain_case("d 128", {2, 2}, 40, 72, 128, 128, 711), 1.0 / std::sqrt(128.0));
+}
+
+TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  Case c = plain_case("determinism", {2, 2}, 197, 197, 64, 64, 801);
+  c.grad_bias = true;
+  c.base.push_back(uniform({2, 2, 197, 197}, 805));
+  c.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  };
+  // Copied to the host before the next run (both runs write the same out tensor).
+  const auto values = [](const Results& r) {
+    return std::vector<std::vector<double>>{
+        r.out.to_vector<double>(),    r.lse.to_vector<double>(),
+        r.grad_q.to_vector<double>(), r.grad_k.to_vector<double>(),
+        r.grad_v.to_vector<double>(), r.grad_bias.to_vector<double>()};
+  };
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    INFO(dtype_name(dtype));
+    const Prepared x = prepare(c, dtype);
+    const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
+    const std::vector<std::vector<double>> second = values(run(c, x.gpu, 0.125, true));
+    for (size_t i = 0; i < first.size(); ++i) {
+      INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
+      CHECK(first[i] == second[i]);
+    }
+  }
+}
+
+TEST_CASE("cuda attention: edge cases: a fully masked row, no keys, head dims above 128",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const int64_t nq = 4, nk = 8, d = 16;
+  std::vector<double> bias(nq * nk, 0.0);
+  for (int64_t j = 0; j < nk; ++j) bias[2 * nk + j] = -kInf;  // row 2 sees no key
+  Case c = plain_case("masked row", {1, 1}, nq, nk, d, d, 901);
+  c.grad_bias = true;
+  c.base.push_back(Tensor::from_vector(bias, {1, 1, nq, nk}, DType::kF64));
+  c.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  };
+  const Prepared x = prepare(c, DType::kF32);
+  const Results gpu = run(c, x.gpu, 0.25, true);
+  compare(gpu, run(c, x.cpu, 0.25, false), tolerance_for(DType::kF32), "cuda vs cpu, NaN rows");
+  const std::vector<float> out = gpu.out.to_vector<float>();
+  for (int64_t i = 0; i < nq; ++i) {
+    for (int64_t e = 0; e < d; ++e) CHECK(std::isnan(out[i * d + e]) == (i == 2));
+  }
+
+  // No keys: zero output, lse -inf and zero grad_q, as the CPU twin's forward.
+  const Case empty = plain_case("no keys", {2, 1}, 3, 0, d, d, 911);
+  const Results none = run(empty, prepare(empty, DType::kF32).gpu, 0.25, true);
+  for (const double o : none.out.to_vector<double>()) CHECK(o == 0.0);
+  for (const double l : none.lse.to_vector<double>()) CHECK(l == -kInf);
+  for (const double g : none.grad_q.to_vector<double>()) CHECK(g == 0.0);
+
+  const Tensor q = Tensor::zeros({1, 2, 4, 160}, DType::kF32, kGpu);
+  const Tensor lse = Tensor::empty({1, 2, 4}, DType::kF32, kGpu);
+  REQUIRE_THROWS_AS(cuda::attention_forward(q, q, q, Tensor(), 1.0, q, lse), ValueError);
+  REQUIRE_THROWS_WITH(cuda::attention_forward(q, q, q, Tensor(), 1.0, q, lse),
+                      Catch::Contains("attention_forward") && Catch::Contains("d = 160"));
+}
+
+#endif  // SKA_WITH_CUDA

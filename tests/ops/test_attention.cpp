@@ -1,0 +1,205 @@
+// The fused attention op against the unfused composition (matmul, softmax, matmul) it replaces:
+// values and gradients in f64 and f32, broadcast static keys, split-head views, biases with -inf,
+// query blocks past the kernel's block size, gradients by finite differences, 16-bit inputs,
+// MAC counts, errors and CUDA parity.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "ops/autocast.h"
+#include "ops/mac_counter.h"
+#include "ops/ops.h"
+#include "support/test_util.h"
+
+using namespace ska;
+using ska::test::check_gradients;
+using ska::test::require_close;
+using ska::test::Tolerance;
+using ska::test::tolerance_for;
+using ska::test::uniform;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// softmax(scale * q k^T + bias) v the unfused way, as the models computed it before the op.
+Tensor unfused(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+               const Tensor& bias) {
+  return matmul(softmax(matmul(q, k.transpose(-2, -1)), scale, bias), v);
+}
+
+// Runs f and the unfused twin on copies of `inputs` (bias last, may be undefined), comparing the
+// outputs and every input's gradient within `tol`.
+void check_against_unfused(const TensorList& inputs, double scale, Tolerance tol) {
+  auto fresh = [&] {
+    TensorList out;
+    for (const Tensor& t : inputs) {
+      out.push_back(t.defined() ? t.detach().clone().set_requires_grad() : Tensor());
+    }
+    return out;
+  };
+  TensorList a = fresh(), b = fresh();
+  const Tensor fused = scaled_dot_attention(a[0], a[1], a[2], scale, a[3]);
+  const Tensor plain = unfused(b[0], b[1], b[2], scale, b[3]);
+  require_close(fused, plain, tol, "output");
+  const Tensor w = uniform(plain.shape(), 99, -1, 1, plain.dtype());
+  sum(mul(fused, w)).backward();
+  sum(mul(plain, w)).backward();
+  const char* names[] = {"grad q", "grad k", "grad v", "grad bias"};
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined()) require_close(a[i].grad(), b[i].grad(), tol, names[i]);
+  }
+}
+
+// u8 [n, n], 1 on the diagonal.
+Tensor nn_free_diagonal(int64_t n) {
+  std::vector<uint8_t> m(static_cast<size_t>(n * n), 0);
+  for (int64_t i = 0; i < n; ++i) m[static_cast<size_t>(i * n + i)] = 1;
+  return Tensor::from_vector(m, {n, n});
+}
+
+}  // namespace
+
+TEST_CASE("fused attention equals matmul-softmax-matmul, values and gradients", "[cpu]") {
+  const Tolerance tight{1e-12, 1e-10};
+  SECTION("plain heads, several query blocks of the kernel, with and without bias") {
+    const Tensor q = uniform({2, 3, 150, 8}, 1), k = uniform({2, 3, 70, 8}, 2);
+    const Tensor v = uniform({2, 3, 70, 5}, 3);
+    check_against_unfused({q, k, v, Tensor()}, 0.35, tight);
+    check_against_unfused({q, k, v, uniform({3, 150, 70}, 4, -2, 2)}, 0.35, tight);
+  }
+  SECTION("static keys shared by the batch (SKA): k [h, Nk, d] against q [B, h, Nq, d]") {
+    check_against_unfused(
+        {uniform({4, 2, 17, 8}, 5), uniform({2, 17, 8}, 6), uniform({4, 2, 17, 8}, 7), Tensor()},
+        0.5, tight);
+  }
+  SECTION("class attention: one query row over 197 keys") {
+    check_against_unfused({uniform({3, 4, 1, 16}, 8), uniform({3, 4, 197, 16}, 9),
+                           uniform({3, 4, 197, 16}, 10), Tensor()},
+                          0.25, tight);
+  }
+  SECTION("windows with a relative position bias and -inf shift masks (Swin)") {
+    // q [B, windows, h, 16, d]; bias [h, 16, 16] plus a mask [windows, 1, 16, 16].
+    const Tensor q = uniform({2, 4, 3, 16, 8}, 11), k = uniform({2, 4, 3, 16, 8}, 12);
+    const Tensor v = uniform({2, 4, 3, 16, 8}, 13);
+    Tensor mask = uniform({4, 1, 16, 16}, 14, 0, 1);
+    mask = masked_fill(Tensor::zeros(mask.shape(), DType::kF64),
+                       gt(mask, Tensor::full({}, 0.7, DType::kF64)), -kInf);
+    // Every row keeps its diagonal, so no row is fully masked.
+    mask = masked_fill(mask, nn_free_diagonal(16), 0.0);
+    const Tensor bias = add(uniform({3, 16, 16}, 15), mask);
+    check_against_unfused({q, k, v, bias}, 0.3, tight);
+  }
+  SECTION("f32 agrees with the unfused f32 path") {
+    check_against_unfused({uniform({2, 2, 65, 32}, 16, -1, 1, DType::kF32),
+                           uniform({2, 2, 65, 32}, 17, -1, 1, DType::kF32),
+                           uniform({2, 2, 65, 32}, 18, -1, 1, DType::kF32),
+                           uniform({2, 65, 65}, 19, -1, 1, DType::kF32)},
+                          0.17, tolerance_for(DType::kF32));
+  }
+}
+
+TEST_CASE("fused attention gradients match finite differences", "[cpu]") {
+  const Tensor q = uniform({2, 2, 5, 3}, 21).set_requires_grad();
+  const Tensor k = uniform({2, 6, 3}, 22).set_requires_grad();  // broadcast over the batch
+  const Tensor v = uniform({2, 2, 6, 4}, 23).set_requires_grad();
+  const Tensor bias = uniform({5, 6}, 24).set_requires_grad();
+  check_gradients(
+      [](const TensorList& in) { return scaled_dot_attention(in[0], in[1], in[2], 0.7, in[3]); },
+      {q, k, v, bias});
+}
+
+TEST_CASE("fused attention of split heads comes out ready to merge", "[cpu]") {
+  // q, k, v as split_heads makes them: permuted views of [B, N, h, d] slices of one qkv tensor.
+  const Tensor qkv = uniform({2, 10, 3 * 4 * 8}, 31);
+  auto head_view = [&](int64_t part) {
+    return qkv.narrow(2, part * 32, 32).reshape({2, 10, 4, 8}).permute({0, 2, 1, 3});
+  };
+  const Tensor q = head_view(0), k = head_view(1), v = head_view(2);
+  const Tensor out = scaled_dot_attention(q, k, v, 0.3);
+  CHECK(out.shape() == Shape{2, 4, 10, 8});
+  CHECK(out.permute({0, 2, 1, 3}).is_contiguous());  // [B, N, h, d] in memory
+  require_close(out, unfused(q, k, v, 0.3, Tensor()), Tolerance{1e-12, 1e-10});
+}
+
+TEST_CASE("fused attention: excluded pairs get no weight, an all-excluded row is NaN", "[cpu]") {
+  const Tensor q = uniform({1, 1, 2, 4}, 41), k = uniform({1, 1, 3, 4}, 42);
+  const Tensor v = ska::test::values({1, 10, 2, 20, 3, 30}, {1, 1, 3, 2});
+  // Row 0 sees only key 1; row 1 sees nothing.
+  const Tensor bias = ska::test::values({-kInf, 0, -kInf, -kInf, -kInf, -kInf}, {2, 3});
+  const Tensor out = scaled_dot_attention(q, k, v, 1.0, bias);
+  const std::vector<double> o = out.to_vector<double>();
+  CHECK(o[0] == 2.0);
+  CHECK(o[1] == 20.0);
+  CHECK(std::isnan(o[2]));
+  CHECK(std::isnan(o[3]));
+}
+
+TEST_CASE("fused attention in 16 bits rounds the f32 result once", "[cpu]") {
+  const Tensor q = uniform({2, 2, 33, 16}, 51, -1, 1, DType::kF32);
+  const Tensor k = uniform({2, 2, 40, 16}, 52, -1, 1, DType::kF32);
+  const Tensor v = uniform({2, 2, 40, 16}, 53, -1, 1, DType::kF32);
+  const Tensor reference = scaled_dot_attention(q, k, v, 0.25);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    const Tensor out = scaled_dot_attention(q.to(dt), k.to(dt), v.to(dt), 0.25);
+    CHECK(out.dtype() == dt);
+    require_close(out, reference, tolerance_for(dt), dtype_name(dt));
+  }
+  // Under bf16 autocast the op runs in bf16 and its gradients return to f32.
+  const Tensor qa = q.detach().clone().set_requires_grad();
+  Tensor out;
+  {
+    AutocastGuard guard(DType::kBF16);
+    out = scaled_dot_attention(qa, k, v, 0.25);
+  }
+  CHECK(out.dtype() == DType::kBF16);
+  sum(out).backward();
+  CHECK(qa.grad().dtype() == DType::kF32);
+}
+
+TEST_CASE("fused attention counts the MACs of the two products it replaces", "[cpu]") {
+  const Tensor q = uniform({2, 3, 7, 8}, 61), k = uniform({3, 9, 8}, 62);
+  const Tensor v = uniform({2, 3, 9, 5}, 63);
+  int64_t fused = 0, plain = 0;
+  {
+    MacCounter count;
+    scaled_dot_attention(q, k, v, 1.0);
+    fused = count.total();
+  }
+  {
+    MacCounter count;
+    unfused(q, k, v, 1.0, Tensor());
+    plain = count.total();
+  }
+  CHECK(fused == 2 * 3 * 7 * 9 * (8 + 5));
+  CHECK(fused == plain);
+}
+
+TEST_CASE("fused attention rejects shapes that do not fit, naming them", "[cpu]") {
+  const Tensor q = uniform({2, 3, 5, 8}, 71);
+  CHECK_THROWS_WITH(
+      scaled_dot_attention(q, uniform({2, 3, 5, 7}, 72), uniform({2, 3, 5, 8}, 73), 1.0),
+      Catch::Contains("q and k need the same last dim"));
+  CHECK_THROWS_WITH(
+      scaled_dot_attention(q, uniform({4, 3, 5, 8}, 74), uniform({4, 3, 5, 8}, 75), 1.0),
+      Catch::Contains("k Tensor[4, 3, 5, 8]") && Catch::Contains("does not broadcast"));
+  CHECK_THROWS_WITH(scaled_dot_attention(q, q, q, 1.0, uniform({5, 6}, 76)),
+                    Catch::Contains("bias"));
+  CHECK_THROWS_WITH(scaled_dot_attention(uniform({5, 8}, 77), q, q, 1.0),
+                    Catch::Contains("needs 3 to 6 dims"));
+}
+
+TEST_CASE("fused attention: CUDA matches the CPU in f32, bf16 and f16", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Tensor q = uniform({2, 3, 65, 32}, 81).set_requires_grad();
+    Tensor k = uniform({3, 65, 32}, 82).set_requires_grad();  // static keys
+    Tensor v = uniform({2, 3, 65, 32}, 83).set_requires_grad();
+    Tensor bias = uniform({3, 65, 65}, 84).set_requires_grad();
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) { return scaled_dot_attention(in[0], in[1], in[2], 0.17, in[3]); },
+        {q, k, v, bias}, dt);
+  }
+}
