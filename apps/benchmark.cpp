@@ -20,8 +20,10 @@
 #include "backend/profiler.h"
 #include "data/eval_transform.h"
 #include "ops/autocast.h"
+#include "ops/mac_counter.h"
 #include "ops/ops.h"
 #include "distributed/communicator.h"
+#include "nn/mixers/attention_core.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -42,7 +44,31 @@ struct BenchmarkOptions {
   bool json = false;
   bool profile = false;  // then `iters` more steps with every kernel timed
   int top = 25;          // kernels listed by --profile
+  std::string attention = "fused";  // or unfused: matmul, softmax, matmul (nn::attend_qk)
+  double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
 };
+
+// Model FLOPs: 2 per multiply-accumulate of one image's forward (the MAC counter's convention,
+// matmul / linear / conv2d), times 3 for training (backward = twice the forward), as MFU is
+// usually reported. What a step does beyond that (recomputed attention weights, norms,
+// elementwise work) is not counted.
+struct FlopRate {
+  double gflops_per_image = 0.0;
+  double tflops = 0.0;       // achieved: gflops_per_image * images/s
+  double peak_tflops = 0.0;  // 0: unknown
+  std::string peak_of;       // what the peak is of
+  double mfu() const { return peak_tflops > 0 ? tflops / peak_tflops : 0.0; }
+};
+
+int64_t forward_macs_per_image(ska::nn::Module& model, const ska::Tensor& images) {
+  const bool training = model.is_training();
+  model.eval();
+  ska::NoGradGuard no_grad;
+  ska::MacCounter macs;
+  model(images.narrow(0, 0, 1));
+  if (training) model.train();
+  return macs.total();
+}
 
 struct Measurement {
   double median_ms = 0.0;
@@ -166,6 +192,7 @@ int run_benchmark(BenchmarkOptions o) {
             o.dtype);
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
+  nn::set_fused_attention(o.attention == "fused");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -174,6 +201,18 @@ int run_benchmark(BenchmarkOptions o) {
   std::vector<int64_t> label_values(static_cast<size_t>(o.batch));
   for (int64_t i = 0; i < o.batch; ++i) label_values[static_cast<size_t>(i)] = i % input.num_classes;
   const Tensor labels = Tensor::from_vector(label_values, {o.batch}).to(device);
+
+  FlopRate flops;
+  flops.gflops_per_image = 2e-9 * static_cast<double>(forward_macs_per_image(*model, images)) *
+                           (o.mode == "train" ? 3.0 : 1.0);
+  if (o.peak_tflops > 0) {
+    flops.peak_tflops = o.peak_tflops;
+    flops.peak_of = "--peak-tflops";
+  } else if (device.is_cuda()) {
+    const std::string gpu = cuda_device_name(device.index);
+    flops.peak_tflops = profiler::bf16_dense_peak_tflops(gpu);
+    flops.peak_of = gpu + " bf16 dense";
+  }
 
   Measurement m;
   std::optional<Profile> profile;
@@ -220,6 +259,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.profile) profile = profile_steps(o, device, train_step);
     stats.read();
   }
+  flops.tflops = flops.gflops_per_image * m.images_per_s * 1e-3;
   const std::string name = apps::resolve_config_path(o.config.config);
   if (o.json) {
     nlohmann::json j = {{"config", name},       {"mode", o.mode},
@@ -227,7 +267,14 @@ int run_benchmark(BenchmarkOptions o) {
                         {"batch", o.batch},       {"images_per_s", m.images_per_s},
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
                         {"trainable_params", model->num_parameters(true)},
-                        {"step", step_description}};
+                        {"step", step_description}, {"attention", o.attention}};
+    j["gflops_per_image"] = flops.gflops_per_image;
+    j["tflops"] = flops.tflops;
+    if (flops.peak_tflops > 0) {
+      j["peak_tflops"] = flops.peak_tflops;
+      j["peak_of"] = flops.peak_of;
+      j["mfu"] = flops.mfu();
+    }
     if (profile) j["profile"] = profile_json(*profile, o.iters);
     std::cout << j.dump() << std::endl;
   } else {
@@ -239,7 +286,16 @@ int run_benchmark(BenchmarkOptions o) {
          << o.batch << ":  " << m.images_per_s << " images/s  (" << m.median_ms
          << " ms/step, median of " << o.iters << "), peak memory "
          << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
+    if (o.attention != "fused") line << " [" << o.attention << " attention]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
+    line.precision(3);
+    line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
+         << (o.mode == "train" ? "3 x " : "") << "2 x MACs), " << flops.tflops << " TFLOP/s";
+    if (flops.peak_tflops > 0) {
+      line.precision(1);
+      line << ", MFU " << 100.0 * flops.mfu() << "% of " << flops.peak_tflops << " TFLOP/s ("
+           << flops.peak_of << ")";
+    }
     std::cout << line.str() << std::endl;
     if (profile) print_profile(*profile, o.iters, o.top);
   }
@@ -270,5 +326,13 @@ int main(int argc, char** argv) {
                "then time every kernel over --iters more steps: where a step's time goes, by op "
                "family and by kernel (NVTX ranges name each kernel for Nsight)");
   app.add_option("--top", o.top, "kernels listed by --profile")->check(CLI::PositiveNumber);
+  app.add_option("--peak-tflops", o.peak_tflops,
+                 "the peak TFLOP/s MFU is reported against (default: the GPU's bf16 dense peak "
+                 "from a table of NVIDIA data sheets; none on the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--attention", o.attention,
+                 "fused (the fused attention op wherever the logits are q k^T) or unfused "
+                 "(matmul, softmax, matmul: the weights stored), to compare")
+      ->check(CLI::IsMember({"fused", "unfused"}));
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

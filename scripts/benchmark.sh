@@ -3,7 +3,8 @@
 # reference PyTorch models) on one config with the same batch, mode, device, warm-up, timed steps
 # and thread count, checks that both have the same trainable parameter count and prints a
 # side-by-side table: images/s, ms per step, peak memory, ratio (ours / torch), against eager
-# PyTorch (SDPA attention where the model allows) and, where PyTorch has it, torch.compile.
+# PyTorch (SDPA attention where the model allows) and, where PyTorch has it, torch.compile; then
+# each side's TFLOP/s (model FLOPs from our MAC counter) and, on a known GPU, MFU.
 # Usage: scripts/benchmark.sh CONFIG [--device cpu|cuda] [--batch N] [--mode train|infer]
 #            [--dtype f32|bf16] [--warmup N] [--iters N] [--compile auto|off] [--set key=value ...]
 #   Without --mode both modes run. --dtype bf16 (CUDA) is our bf16 autocast (f32 weights, as
@@ -102,6 +103,23 @@ for o, t, c in zip(ours, torch_rows, compiled):
           f"{o['images_per_s'] / t['images_per_s']:>6.2f} {c_ips} {c_ratio} {o['median_ms']:>9.1f} "
           f"{t['median_ms']:>9.1f} {mib(o['peak_bytes'])} {mib(t['peak_bytes'])}"
           + ("" if same else "  PARAMETER COUNTS DIFFER"))
+# Model FLOPs from our MAC counter (the same model on both sides): achieved TFLOP/s and, on a GPU
+# in the peak table (or with a known peak), MFU against its bf16 dense peak.
+for o, t, c in zip(ours, torch_rows, compiled):
+    per_image = o.get("gflops_per_image", 0.0)
+    if not per_image:
+        continue
+    peak = o.get("peak_tflops", 0.0)
+    def rate(ips):
+        tf = per_image * ips * 1e-3
+        return f"{tf:.2f} TFLOP/s" + (f" (MFU {100 * tf / peak:.1f}%)" if peak else "")
+    line = (f"{o['mode']}: {per_image:.3g} GFLOP/image; ours {rate(o['images_per_s'])}, "
+            f"torch {rate(t['images_per_s'])}")
+    if c:
+        line += f", compile {rate(c['images_per_s'])}"
+    if peak:
+        line += f"; peak {peak:g} TFLOP/s ({o.get('peak_of', '')})"
+    print(line)
 if mismatch:
     sys.exit("benchmark.sh: the two models differ in trainable parameters; not the same model")
 EOF

@@ -1,8 +1,10 @@
-// The device side of the kernel profiler: timing events from a pool, and NVTX ranges.
+// The device side of the kernel profiler: timing events from a pool, NVTX ranges, and the
+// device's name (for the peak `benchmark` reports utilisation against).
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/device_runtime.h"
@@ -64,6 +66,12 @@ double device_event_ms(void* start, void* stop) {
   release(a);
   release(b);
   return static_cast<double>(ms);
+}
+
+std::string cuda_device_name(int index) {
+  cudaDeviceProp prop{};
+  SKA_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  return prop.name;
 }
 
 void push_profile_range(const char* name) { nvtxRangePushA(name); }

@@ -2,6 +2,8 @@
 // device, and synchronisation. Built from cuda/runtime/ with CUDA; without it they throw.
 #pragma once
 
+#include <string>
+
 #include "core/tensor.h"
 
 namespace ska {
@@ -17,6 +19,9 @@ void synchronize(Device device);
 // Without CUDA these throw DeviceError.
 void* record_device_event(Device device);
 double device_event_ms(void* start, void* stop);
+// The name the driver gives CUDA device `index` ("NVIDIA H100 80GB HBM3"); DeviceError without
+// CUDA.
+std::string cuda_device_name(int index);
 // An NVTX range around a span of host code, as Nsight shows it; no-ops without CUDA.
 void push_profile_range(const char* name);
 void pop_profile_range();

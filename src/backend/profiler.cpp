@@ -60,6 +60,28 @@ std::vector<KernelTime> stop() {
   return out;
 }
 
+double bf16_dense_peak_tflops(const std::string& device_name) {
+  // First match wins, so a variant comes before its family's plain name. A pattern matches
+  // whole words only ("A10" is not "A100", "L4" not "L40S").
+  static const std::vector<std::pair<std::string, double>> peaks = {
+      {"B200", 2250.0},     {"GH200", 989.4},     {"H200 NVL", 835.5}, {"H200", 989.4},
+      {"H100 PCIe", 756.5}, {"H100 NVL", 835.5},  {"H100", 989.4},     {"H800 PCIe", 756.5},
+      {"H800", 989.4},      {"A100", 312.0},      {"A800", 312.0},     {"A30", 165.0},
+      {"A40", 149.7},       {"A10", 125.0},       {"L40S", 362.05},    {"L40", 181.05},
+      {"L4", 121.0},        {"RTX 4090", 165.2},  {"RTX 3090", 71.0},
+  };
+  const auto boundary = [&](size_t at) {
+    return at >= device_name.size() || device_name[at] == ' ' || device_name[at] == '-';
+  };
+  for (const auto& [pattern, tflops] : peaks) {
+    for (size_t at = device_name.find(pattern); at != std::string::npos;
+         at = device_name.find(pattern, at + 1)) {
+      if ((at == 0 || boundary(at - 1)) && boundary(at + pattern.size())) return tflops;
+    }
+  }
+  return 0.0;
+}
+
 std::string family_of(const std::string& kernel) {
   static const std::vector<std::pair<std::string, std::string>> prefixes = {
       {"gemm", "matmul"},
@@ -67,6 +89,7 @@ std::string family_of(const std::string& kernel) {
       {"layer_norm", "normalisation"},
       {"batch_norm", "normalisation"},
       {"softmax", "softmax"},
+      {"attention_", "attention"},
       {"unary", "elementwise"},
       {"binary", "elementwise"},
       {"where", "elementwise"},

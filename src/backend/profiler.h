@@ -35,9 +35,14 @@ struct KernelTime {
 // the longest first. A kernel called from inside another's call is counted in the outer one.
 std::vector<KernelTime> stop();
 
-// The op family of a kernel: matmul, convolution, normalisation, softmax, elementwise, copy,
-// reduction, indexing, loss, optimizer, random, data (else "other").
+// The op family of a kernel: matmul, convolution, normalisation, softmax, attention,
+// elementwise, copy, reduction, indexing, loss, optimizer, random, data (else "other").
 std::string family_of(const std::string& kernel);
+
+// The dense (no sparsity) bf16 tensor-core peak, with f32 accumulation, of a GPU named as the
+// driver names it ("NVIDIA H100 80GB HBM3" -> 989.4), in TFLOP/s, from NVIDIA's data sheets; 0
+// for a name not in the table. What `benchmark` reports model FLOP utilisation (MFU) against.
+double bf16_dense_peak_tflops(const std::string& device_name);
 
 // Times one kernel call (see SKA_KERNEL); only constructed while the profiler is active.
 class KernelScope {

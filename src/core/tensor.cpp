@@ -30,6 +30,9 @@ void* record_device_event(Device device) {
 double device_event_ms(void*, void*) {
   SKA_FAIL(DeviceError, "device events: this build has no CUDA support");
 }
+std::string cuda_device_name(int index) {
+  SKA_FAIL(DeviceError, "the name of cuda:", index, ": this build has no CUDA support");
+}
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
 #endif

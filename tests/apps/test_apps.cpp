@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app_common.h"
+#include "backend/profiler.h"
 #include "data/eval_transform.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -290,6 +291,48 @@ TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("profile: 1 steps") && Catch::Contains("family") &&
                            Catch::Contains("matmul") && Catch::Contains("kernel"));
+}
+
+TEST_CASE("apps: benchmark reports model FLOPs, TFLOP/s and MFU", "[cpu][apps]") {
+  const std::string config = std::string(SKA_SOURCE_DIR) + "/configs/quickstart.yaml";
+  const RunResult summary = run_command(SKA_SUMMARY_EXE, "--config " + config + " --json");
+  REQUIRE(summary.exit_code == 0);
+  const double macs = nlohmann::json::parse(summary.out).at("macs").get<double>();
+  REQUIRE(macs > 0);
+  for (const char* mode : {"train", "infer"}) {
+    INFO(mode);
+    const RunResult r = run_command(SKA_BENCHMARK_EXE, "--config " + config + " --mode " + mode +
+                                                           " --batch 4 --warmup 1 --iters 2 "
+                                                           "--peak-tflops 0.5 --json");
+    REQUIRE(r.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    // 2 FLOPs per MAC of the forward `summary` counts; training 3 forwards' worth.
+    const double per_image = 2e-9 * macs * (std::string(mode) == "train" ? 3.0 : 1.0);
+    CHECK(j.at("gflops_per_image").get<double>() == Approx(per_image).epsilon(1e-12));
+    const double tflops = per_image * j.at("images_per_s").get<double>() * 1e-3;
+    CHECK(j.at("tflops").get<double>() == Approx(tflops).epsilon(1e-9));
+    CHECK(j.at("mfu").get<double>() == Approx(tflops / 0.5).epsilon(1e-9));
+    CHECK(j.at("peak_of") == "--peak-tflops");
+  }
+  // On the CPU without --peak-tflops there is no peak to compare with: no MFU.
+  const RunResult plain = run_command(
+      SKA_BENCHMARK_EXE, "--config " + config + " --mode infer --batch 2 --warmup 0 --iters 1");
+  REQUIRE(plain.exit_code == 0);
+  CHECK_THAT(plain.out, Catch::Contains("GFLOP per image (2 x MACs)") &&
+                            Catch::Contains("TFLOP/s") && !Catch::Contains("MFU"));
+}
+
+TEST_CASE("the bf16 peak table matches GPU names as the driver gives them", "[cpu]") {
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA H100 80GB HBM3") == 989.4);
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA H100 PCIe") == 756.5);
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA H200") == 989.4);
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0);
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA A10") == 125.0);
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA L40S") == 362.05);
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA L4") == 121.0);
+  CHECK(profiler::bf16_dense_peak_tflops("NVIDIA GeForce RTX 4090") == 165.2);
+  CHECK(profiler::bf16_dense_peak_tflops("Tesla V100-SXM2-16GB") == 0.0);
+  CHECK(profiler::bf16_dense_peak_tflops("") == 0.0);
 }
 
 TEST_CASE("apps: a missing config lists each searched place once", "[cpu][apps][hardening]") {

@@ -178,6 +178,7 @@ TEST_CASE("the kernel profiler counts each kernel call once, outer calls only", 
   CHECK(calls.count("fill") == 0);
   CHECK(profiler::family_of("gemm") == "matmul");
   CHECK(profiler::family_of("multi_adam_step") == "optimizer");
+  CHECK(profiler::family_of("attention_backward") == "attention");
   CHECK(profiler::family_of("something_new") == "other");
   // Off again: nothing is recorded.
   matmul(a, b);

@@ -1,8 +1,10 @@
 // CPU kernels: the multi-tensor updates (gradient statistics and scaling, Adam, SGD, the weight
 // average) over lists of tensors. Twins of cuda/kernels/multi_tensor.cu; per element the same
 // math as the single-tensor kernels of optim.cpp, in the tensors' dtype (f32 or f64).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
@@ -35,6 +37,58 @@ void check_lists(const char* who, const TensorList& first,
   }
 }
 
+// The sums multi_grad_stats adds up: of the squares and of 0 * every element (NaN exactly when
+// an element is inf or NaN).
+struct ChunkSums {
+  double squares = 0.0, poison = 0.0;
+};
+
+// x[i] *= scale (unless scale is 1), and the sums of x's elements in a fixed order whatever the
+// thread count: chunks of kStatsChunk elements, each summed in kStatsLanes interleaved f64 lanes
+// (lane j takes the elements j, j + kStatsLanes, ...; the compiler keeps them in vector
+// registers), the lanes then added in order, and the chunks in order.
+constexpr int64_t kStatsChunk = 16384;
+constexpr int kStatsLanes = 8;
+
+template <typename T>
+ChunkSums scale_and_sum_squares(T* x, int64_t n, T scale) {
+  const int64_t chunks = (n + kStatsChunk - 1) / kStatsChunk;
+  std::vector<ChunkSums> per_chunk(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (n > 4 * kStatsChunk)
+  for (int64_t c = 0; c < chunks; ++c) {
+    T* xc = x + c * kStatsChunk;
+    const int64_t len = std::min(kStatsChunk, n - c * kStatsChunk);
+    if (scale != T(1)) {
+      for (int64_t i = 0; i < len; ++i) xc[i] *= scale;
+    }
+    double sq[kStatsLanes] = {}, po[kStatsLanes] = {};
+    const int64_t whole = len / kStatsLanes * kStatsLanes;
+    for (int64_t i = 0; i < whole; i += kStatsLanes) {
+      for (int j = 0; j < kStatsLanes; ++j) {
+        const double v = static_cast<double>(xc[i + j]);
+        sq[j] += v * v;
+        po[j] += v * 0.0;
+      }
+    }
+    for (int64_t i = whole; i < len; ++i) {
+      const double v = static_cast<double>(xc[i]);
+      sq[i - whole] += v * v;
+      po[i - whole] += v * 0.0;
+    }
+    ChunkSums& sums = per_chunk[static_cast<size_t>(c)];
+    for (int j = 0; j < kStatsLanes; ++j) {
+      sums.squares += sq[j];
+      sums.poison += po[j];
+    }
+  }
+  ChunkSums total;
+  for (const ChunkSums& sums : per_chunk) {
+    total.squares += sums.squares;
+    total.poison += sums.poison;
+  }
+  return total;
+}
+
 }  // namespace
 
 void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out) {
@@ -45,18 +99,10 @@ void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out
     check_lists("multi_grad_stats", tensors, {});
     dispatch_floating(tensors.front().dtype(), "multi_grad_stats", [&](auto tag) {
       using T = decltype(tag);
-      const T s = static_cast<T>(scale);
       for (const Tensor& t : tensors) {
-        T* x = t.data<T>();
-        const int64_t n = t.numel();
-        if (scale != 1.0) {
-          parallel_for(n, [&](int64_t i) { x[i] *= s; });
-        }
-        for (int64_t i = 0; i < n; ++i) {
-          const double v = static_cast<double>(x[i]);
-          squares += v * v;
-          poison += v * 0.0;
-        }
+        const ChunkSums sums = scale_and_sum_squares(t.data<T>(), t.numel(), static_cast<T>(scale));
+        squares += sums.squares;
+        poison += sums.poison;
       }
     });
   }
