@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -46,6 +48,7 @@ struct BenchmarkOptions {
   int top = 25;          // kernels listed by --profile
   std::string attention = "fused";  // or unfused: matmul, softmax, matmul (nn::attend_qk)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
+  bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
 
 // Model FLOPs: 2 per multiply-accumulate of one image's forward (the MAC counter's convention,
@@ -183,6 +186,12 @@ int run_benchmark(BenchmarkOptions o) {
             o.mode, "'");
   const Device device = Device::parse(o.device);
   const DType dtype = dtype_from_name(o.dtype);
+  SKA_CHECK(!o.cuda_graph || (device.is_cuda() && o.mode == "infer"), ValueError,
+            "--cuda-graph needs --device cuda and --mode infer (the training step is not "
+            "graph-safe yet: its learning rate and dropout draws change every step)");
+  SKA_CHECK(!(o.cuda_graph && o.profile), ValueError,
+            "--profile times each kernel call, which a CUDA Graph replay does not make: use one "
+            "or the other");
   SKA_CHECK(dtype == DType::kF32 || device.is_cuda(), ValueError, "--dtype ", o.dtype,
             " needs --device cuda (the CPU computes in f32)");
   SKA_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16", ValueError,
@@ -222,7 +231,20 @@ int run_benchmark(BenchmarkOptions o) {
     NoGradGuard no_grad;
     const AutocastGuard autocast(o.precision == "fp16" ? DType::kF16 : DType::kBF16,
                                  o.precision != "fp32");
-    const auto step = [&] { (*model)(images); };
+    std::function<void()> step = [&] { (*model)(images); };
+    std::unique_ptr<DeviceGraph> graph;
+    Tensor graph_output;  // written in place by every replay
+    if (o.cuda_graph) {
+      step();  // warm-up outside the capture: algorithm choices, constants placed on the device
+      synchronize(device);
+      try {
+        graph = std::make_unique<DeviceGraph>(device, [&] { graph_output = (*model)(images); });
+      } catch (const Error& e) {
+        SKA_FAIL(DeviceError, "--cuda-graph: the forward of ", o.config.config,
+                 " could not be captured: ", e.what());
+      }
+      step = [&] { graph->replay(); };
+    }
     m = time_steps(o, device, step);
     if (o.profile) profile = profile_steps(o, device, step);
   } else {
@@ -267,7 +289,8 @@ int run_benchmark(BenchmarkOptions o) {
                         {"batch", o.batch},       {"images_per_s", m.images_per_s},
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
                         {"trainable_params", model->num_parameters(true)},
-                        {"step", step_description}, {"attention", o.attention}};
+                        {"step", step_description}, {"attention", o.attention},
+                        {"cuda_graph", o.cuda_graph}};
     j["gflops_per_image"] = flops.gflops_per_image;
     j["tflops"] = flops.tflops;
     if (flops.peak_tflops > 0) {
@@ -287,6 +310,7 @@ int run_benchmark(BenchmarkOptions o) {
          << " ms/step, median of " << o.iters << "), peak memory "
          << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
     if (o.attention != "fused") line << " [" << o.attention << " attention]";
+    if (o.cuda_graph) line << " [CUDA Graph]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
@@ -326,6 +350,9 @@ int main(int argc, char** argv) {
                "then time every kernel over --iters more steps: where a step's time goes, by op "
                "family and by kernel (NVTX ranges name each kernel for Nsight)");
   app.add_option("--top", o.top, "kernels listed by --profile")->check(CLI::PositiveNumber);
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "infer on CUDA: capture the forward once as a CUDA Graph and time its replays "
+               "(what the kernel launches cost)");
   app.add_option("--peak-tflops", o.peak_tflops,
                  "the peak TFLOP/s MFU is reported against (default: the GPU's bf16 dense peak "
                  "from a table of NVIDIA data sheets; none on the CPU)")

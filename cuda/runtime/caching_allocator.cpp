@@ -4,8 +4,12 @@
 // Device blocks belong to the stream that was current when they were allocated: a freed block is
 // only handed out again for an allocation on the same stream, so stream order guarantees that the
 // kernels still using it have finished first. A tensor used on another stream must be synchronised
-// with its allocation stream before it is freed. Pinned blocks record an event for every
-// asynchronous copy that uses them (record_pinned_use) and wait for those events when freed.
+// with its allocation stream before it is freed. While a CUDA Graph is being captured on a stream
+// (device_graph.cpp), that stream's allocations come from a private pool of the graph instead:
+// the captured kernels keep their addresses for every replay, so no other work may be handed
+// those blocks until the graph is destroyed; then the pool's blocks return to the stream. Pinned
+// blocks record an event for every asynchronous copy that uses them (record_pinned_use) and wait
+// for those events when freed.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -55,8 +59,10 @@ class CachingAllocator : public Allocator {
     const size_t size = round_size(nbytes);
     const cudaStream_t stream = allocation_stream();
     std::lock_guard<std::mutex> lock(mu_);
+    const uintptr_t key = capture_.pool != 0 && capture_.stream == stream ? capture_.pool
+                                                                          : stream_key(stream);
     size_t block_size = size;
-    void* ptr = take_cached(stream, &block_size);
+    void* ptr = take_cached(key, &block_size);
     if (!ptr) {
       cudaError_t err = system_alloc(&ptr, size);
       if (err != cudaSuccess) {
@@ -71,7 +77,7 @@ class CachingAllocator : public Allocator {
       stats_.reserved += static_cast<int64_t>(size);
       ++stats_.num_system_allocs;
     }
-    active_[ptr] = Block{block_size, stream, {}};
+    active_[ptr] = Block{block_size, key, {}};
     stats_.allocated += static_cast<int64_t>(block_size);
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     ++stats_.num_allocs;
@@ -94,7 +100,39 @@ class CachingAllocator : public Allocator {
       (void)cudaEventDestroy(ev);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    cached_.emplace(stream_key(block.stream), block.size, ptr);
+    // A block of a destroyed graph's pool goes back to the stream it was captured on.
+    const auto retired = retired_pools_.find(block.key);
+    if (retired != retired_pools_.end()) block.key = retired->second;
+    cached_.emplace(block.key, block.size, ptr);
+  }
+
+  // Graph capture: from now on, allocations on `stream` come from pool `pool` (nonzero, never a
+  // stream's key: callers pass an odd number, streams are aligned pointers).
+  void begin_capture_pool(uintptr_t pool, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SKA_CHECK(capture_.pool == 0, ValueError, name(), ": a graph capture is already under way");
+    capture_ = {pool, stream};
+  }
+  void end_capture_pool() {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_pools_.erase(capture_.pool);
+    pools_[capture_.pool] = stream_key(capture_.stream);
+    capture_ = {};
+  }
+  // The graph of `pool` is destroyed (its work finished): its cached blocks return to the stream
+  // it was captured on, and so do its blocks still in use when they are freed.
+  void release_capture_pool(uintptr_t pool) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = pools_.find(pool);
+    if (it == pools_.end()) return;
+    const uintptr_t stream = it->second;
+    pools_.erase(it);
+    retired_pools_[pool] = stream;
+    for (auto c = cached_.lower_bound(std::make_tuple(pool, size_t{0}, nullptr));
+         c != cached_.end() && std::get<0>(*c) == pool;) {
+      cached_.emplace(stream, std::get<1>(*c), std::get<2>(*c));
+      c = cached_.erase(c);
+    }
   }
 
   MemoryStats stats() const override {
@@ -136,7 +174,7 @@ class CachingAllocator : public Allocator {
  protected:
   struct Block {
     size_t size = 0;
-    cudaStream_t stream = nullptr;
+    uintptr_t key = 0;  // the stream's key, or a graph's pool
     std::vector<cudaEvent_t> events;
   };
 
@@ -149,12 +187,12 @@ class CachingAllocator : public Allocator {
  private:
   static uintptr_t stream_key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
 
-  // The smallest cached block of `stream` that fits *size without wasting more than a quarter of
-  // it; *size becomes the block's size. nullptr when none.
-  void* take_cached(cudaStream_t stream, size_t* size_io) {
+  // The smallest cached block of `key` (a stream's or a pool's) that fits *size without wasting
+  // more than a quarter of it; *size becomes the block's size. nullptr when none.
+  void* take_cached(uintptr_t key, size_t* size_io) {
     const size_t size = *size_io;
-    auto it = cached_.lower_bound(std::make_tuple(stream_key(stream), size, nullptr));
-    if (it == cached_.end() || std::get<0>(*it) != stream_key(stream)) return nullptr;
+    auto it = cached_.lower_bound(std::make_tuple(key, size, nullptr));
+    if (it == cached_.end() || std::get<0>(*it) != key) return nullptr;
     if (std::get<1>(*it) > size + size / 4) return nullptr;
     void* ptr = std::get<2>(*it);
     *size_io = std::get<1>(*it);
@@ -178,10 +216,18 @@ class CachingAllocator : public Allocator {
              " allocated, ", format_bytes(stats_.reserved), " reserved (", reason, ")");
   }
 
+  struct Capture {
+    uintptr_t pool = 0;  // 0: no capture under way
+    cudaStream_t stream = nullptr;
+  };
+
   mutable std::mutex mu_;
   MemoryStats stats_;
   std::unordered_map<void*, Block> active_;
-  std::set<std::tuple<uintptr_t, size_t, void*>> cached_;  // (stream, size, ptr)
+  std::set<std::tuple<uintptr_t, size_t, void*>> cached_;  // (stream or pool key, size, ptr)
+  Capture capture_;
+  std::unordered_map<uintptr_t, uintptr_t> pools_;          // live graph pool -> its stream's key
+  std::unordered_map<uintptr_t, uintptr_t> retired_pools_;  // destroyed graph pool -> stream key
 };
 
 class DeviceCachingAllocator final : public CachingAllocator {
@@ -189,9 +235,16 @@ class DeviceCachingAllocator final : public CachingAllocator {
   explicit DeviceCachingAllocator(int device) : device_(device) {}
 
  protected:
+  // cudaMalloc is not a stream operation: during a graph capture it is "unsafe" for CUDA (it
+  // would invalidate the capture), though the memory it returns is what the private pool needs.
+  // Relaxed mode for the call allows it.
   cudaError_t system_alloc(void** ptr, size_t size) override {
     DeviceGuard guard(device_);
-    return cudaMalloc(ptr, size);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    const cudaError_t err = cudaMalloc(ptr, size);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    return err;
   }
   void system_free(void* ptr) override {
     DeviceGuard guard(device_);
@@ -229,6 +282,20 @@ PinnedCachingAllocator& pinned_allocator() {
 
 void record_pinned_use(const void* base, cudaStream_t stream) {
   if (cuda_is_available()) pinned_allocator().record_use(base, stream);
+}
+
+namespace {
+DeviceCachingAllocator& device_allocator(int device) {
+  return static_cast<DeviceCachingAllocator&>(allocator_for(Device::cuda(device)));
+}
+}  // namespace
+
+void begin_capture_pool(int device, uintptr_t pool, cudaStream_t stream) {
+  device_allocator(device).begin_capture_pool(pool, stream);
+}
+void end_capture_pool(int device) { device_allocator(device).end_capture_pool(); }
+void release_capture_pool(int device, uintptr_t pool) {
+  device_allocator(device).release_capture_pool(pool);
 }
 
 }  // namespace cuda

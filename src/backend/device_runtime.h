@@ -2,6 +2,8 @@
 // device, and synchronisation. Built from cuda/runtime/ with CUDA; without it they throw.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -25,5 +27,29 @@ std::string cuda_device_name(int index);
 // An NVTX range around a span of host code, as Nsight shows it; no-ops without CUDA.
 void push_profile_range(const char* name);
 void pop_profile_range();
+
+// A CUDA Graph: the device work that `fn` queues on the current stream of CUDA `device`,
+// captured once (fn runs once, its kernels are recorded, not executed) and then launched as one
+// unit by replay(). Allocations made during the capture come from a private pool of the caching
+// allocator that no other work is given until the graph is destroyed, so the tensors fn creates
+// (the outputs it hands out included) keep their memory, and every replay rewrites them in place
+// from the current contents of the tensors it read. fn must be graph-safe: the same shapes, no
+// host round trip (a synchronisation, a copy from pageable host memory, reading a value), random
+// numbers drawn on the device (a replay repeats the captured seeds and offsets). A capture that
+// fails throws the error that stopped it; DeviceError without CUDA. Not copyable.
+class DeviceGraph {
+ public:
+  DeviceGraph(Device device, const std::function<void()>& fn);
+  ~DeviceGraph();
+  DeviceGraph(const DeviceGraph&) = delete;
+  DeviceGraph& operator=(const DeviceGraph&) = delete;
+  // Queues the captured work on the stream it was captured on.
+  void replay();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace ska

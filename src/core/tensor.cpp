@@ -30,6 +30,14 @@ void* record_device_event(Device device) {
 double device_event_ms(void*, void*) {
   SKA_FAIL(DeviceError, "device events: this build has no CUDA support");
 }
+struct DeviceGraph::State {};
+DeviceGraph::DeviceGraph(Device device, const std::function<void()>&) {
+  SKA_FAIL(DeviceError, "a CUDA Graph on ", device, ": this build has no CUDA support");
+}
+DeviceGraph::~DeviceGraph() = default;
+void DeviceGraph::replay() {
+  SKA_FAIL(DeviceError, "a CUDA Graph: this build has no CUDA support");
+}
 std::string cuda_device_name(int index) {
   SKA_FAIL(DeviceError, "the name of cuda:", index, ": this build has no CUDA support");
 }

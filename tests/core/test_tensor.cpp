@@ -4,6 +4,7 @@
 #include <map>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
 #include "core/checked_math.h"
 #include "ops/ops.h"
 #include "support/test_util.h"
@@ -180,6 +181,8 @@ TEST_CASE("the kernel profiler counts each kernel call once, outer calls only", 
   CHECK(profiler::family_of("multi_adam_step") == "optimizer");
   CHECK(profiler::family_of("attention_backward") == "attention");
   CHECK(profiler::family_of("something_new") == "other");
+  // CUDA Graphs are for CUDA devices only.
+  CHECK_THROWS_AS(DeviceGraph(Device::cpu(), [] {}), DeviceError);
   // Off again: nothing is recorded.
   matmul(a, b);
   profiler::start();

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
 #include "cuda/runtime/runtime.h"
+#include "ops/ops.h"
 
 using namespace ska;
 
@@ -268,6 +269,41 @@ TEST_CASE("CUDA reduce, argmax and topk kernels match the CPU", "[cuda]") {
   cuda::topk(tg, 4, gv, gi);
   CHECK(gv.to_vector<float>() == cv.to_vector<float>());
   CHECK(gi.to_vector<int64_t>() == ci.to_vector<int64_t>());
+}
+
+TEST_CASE("CUDA Graph: a replay reruns the captured kernels on the current inputs", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4}).to(gpu);
+  const Tensor w = Tensor::from_vector(std::vector<float>{2, 2, 2, 2}, {4}).to(gpu);
+  Tensor y;
+  {
+    DeviceGraph graph(gpu, [&] { y = add(mul(x, w), 1.0); });  // a temporary freed inside
+    synchronize(gpu);
+    // Captured, not run: y is the graph's buffer until the first replay writes it.
+    graph.replay();
+    CHECK(y.to_vector<float>() == std::vector<float>{3, 5, 7, 9});
+    x.copy_(Tensor::from_vector(std::vector<float>{10, 20, 30, 40}, {4}).to(gpu));
+    graph.replay();
+    graph.replay();
+    CHECK(y.to_vector<float>() == std::vector<float>{21, 41, 61, 81});
+    // The graph's blocks are its own while it lives: a new tensor of y's size gets other memory.
+    const Tensor other = Tensor::zeros({4}, DType::kF32, gpu);
+    CHECK(other.data_ptr() != y.data_ptr());
+    graph.replay();
+    CHECK(y.to_vector<float>() == std::vector<float>{21, 41, 61, 81});
+  }
+  // Destroyed: y keeps its values; its block returns to the stream's cache when freed.
+  CHECK(y.to_vector<float>() == std::vector<float>{21, 41, 61, 81});
+}
+
+TEST_CASE("CUDA Graph: a capture that synchronises fails with a clear error", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  const Tensor x = Tensor::ones({4}, DType::kF32, gpu);
+  CHECK_THROWS_AS(DeviceGraph(gpu, [&] { (void)x.to_vector<float>(); }), Error);
+  // The stream works normally afterwards.
+  CHECK(add(x, 1.0).to_vector<float>() == std::vector<float>{2, 2, 2, 2});
 }
 
 #else
