@@ -170,16 +170,19 @@ __global__ void multi_adam_kernel(Table<4> t, const uint8_t* __restrict__ skip, 
   T* m = static_cast<T*>(t.ptr[2][i]);
   T* v = static_cast<T*>(t.ptr[3][i]);
   const AdamCorrections c = adam_corrections(s, *static_cast<const int64_t*>(t.aux[i]));
+  const float lr = static_cast<float>(*s.lr);
   for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
     const float pj = to_float(p[j]);
-    p[j] = from_float<T>(pj - s.lr * adam_direction(pj, g, m, v, j, 1.0f, s, c));
+    p[j] = from_float<T>(pj - lr * adam_direction(pj, g, m, v, j, 1.0f, s, c));
   }
 }
 
 template <typename T>
 __global__ void multi_sgd_kernel(Table<3> t, bool has_momentum, const uint8_t* __restrict__ skip,
-                                 float lr, float momentum, float weight_decay, bool nesterov) {
+                                 const double* __restrict__ lr_ptr, float momentum,
+                                 float weight_decay, bool nesterov) {
   if (skip != nullptr && *skip != 0) return;
+  const float lr = static_cast<float>(*lr_ptr);
   int64_t begin, end;
   const int i = block_tensor(t, &begin, &end);
   T* p = static_cast<T*>(t.ptr[0][i]);
@@ -258,7 +261,7 @@ void multi_scale(const TensorList& tensors, const Tensor& factor) {
 
 void multi_adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                      const TensorList& exp_avg_sqs, const TensorList& steps, const Tensor& skip,
-                     double lr, double beta1, double beta2, double eps, double l2_decay,
+                     const Tensor& lr, double beta1, double beta2, double eps, double l2_decay,
                      double decoupled_decay) {
   if (params.empty()) return;
   check_lists("multi_adam_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
@@ -273,7 +276,8 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
   DeviceGuard guard(device_index(params.front()));
   const cudaStream_t stream = current_stream(device_index(params.front()));
   const uint8_t* flag = skip_pointer(skip, params.front(), "multi_adam_step");
-  const AdamScalars s = adam_scalars(lr, beta1, beta2, eps, l2_decay, decoupled_decay);
+  const AdamScalars s = adam_scalars(lr_pointer(lr, params.front(), "multi_adam_step"), beta1,
+                                     beta2, eps, l2_decay, decoupled_decay);
   dispatch_floating(params.front().dtype(), "multi_adam_step", [&](auto tag) {
     using T = decltype(tag);
     for_each_table<4>({&params, &grads, &exp_avgs, &exp_avg_sqs}, &steps,
@@ -285,7 +289,7 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
 }
 
 void multi_sgd_step(const TensorList& params, const TensorList& grads,
-                    const TensorList& momentum_bufs, const Tensor& skip, double lr,
+                    const TensorList& momentum_bufs, const Tensor& skip, const Tensor& lr,
                     double momentum, double weight_decay, bool nesterov) {
   if (params.empty()) return;
   const bool has_momentum = !momentum_bufs.empty();
@@ -297,6 +301,7 @@ void multi_sgd_step(const TensorList& params, const TensorList& grads,
   DeviceGuard guard(device_index(params.front()));
   const cudaStream_t stream = current_stream(device_index(params.front()));
   const uint8_t* flag = skip_pointer(skip, params.front(), "multi_sgd_step");
+  const double* lr_ptr = lr_pointer(lr, params.front(), "multi_sgd_step");
   // Without momentum the third list is the grads again (never read).
   const TensorList& third = has_momentum ? momentum_bufs : grads;
   dispatch_floating(params.front().dtype(), "multi_sgd_step", [&](auto tag) {
@@ -304,9 +309,8 @@ void multi_sgd_step(const TensorList& params, const TensorList& grads,
     for_each_table<3>({&params, &grads, &third}, nullptr,
                       [&](const Table<3>& t, int blocks, int64_t) {
                         multi_sgd_kernel<T><<<blocks, kThreads, 0, stream>>>(
-                            t, has_momentum, flag, static_cast<float>(lr),
-                            static_cast<float>(momentum), static_cast<float>(weight_decay),
-                            nesterov);
+                            t, has_momentum, flag, lr_ptr, static_cast<float>(momentum),
+                            static_cast<float>(weight_decay), nesterov);
                         SKA_CUDA_CHECK_LAUNCH();
                       });
   });

@@ -29,6 +29,7 @@ __global__ void adam_step_kernel(T* __restrict__ p, const T* __restrict__ g,
     return;
   }
   const AdamCorrections c = adam_corrections(s, *step);
+  const float lr = u_out == nullptr ? static_cast<float>(*s.lr) : 0.0f;
   const float scale = divisor != nullptr ? 1.0f / *divisor : 1.0f;
   for (int64_t i = first; i < n; i += stride) {
     const float pi = to_float(p[i]);
@@ -36,16 +37,18 @@ __global__ void adam_step_kernel(T* __restrict__ p, const T* __restrict__ g,
     if (u_out != nullptr) {
       u_out[i] = from_float<T>(u);
     } else {
-      p[i] = from_float<T>(pi - s.lr * u);
+      p[i] = from_float<T>(pi - lr * u);
     }
   }
 }
 
 template <typename T>
 __global__ void sgd_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf,
-                                const uint8_t* __restrict__ skip, int64_t n, float lr,
-                                float momentum, float weight_decay, bool nesterov) {
+                                const uint8_t* __restrict__ skip, int64_t n,
+                                const double* __restrict__ lr_ptr, float momentum,
+                                float weight_decay, bool nesterov) {
   if (skip != nullptr && *skip != 0) return;
+  const float lr = static_cast<float>(*lr_ptr);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     sgd_element(p, g, buf, i, lr, momentum, weight_decay, nesterov);
@@ -79,8 +82,8 @@ __global__ void record_update_kernel(float* __restrict__ s, const float* __restr
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divisor,
                const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update,
-               const Tensor& step, const Tensor& skip, double lr, double beta1, double beta2,
-               double eps, double l2_decay, double decoupled_decay) {
+               const Tensor& step, const Tensor& skip, const Tensor& lr, double beta1,
+               double beta2, double eps, double l2_decay, double decoupled_decay) {
   DeviceGuard guard(device_index(param));
   const float* divisor = nullptr;
   if (grad_divisor.defined()) {
@@ -92,7 +95,8 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
             DTypeError, "cuda adam_step: step must be one i64 element on ", param.device(),
             ", got ", step.str());
   const uint8_t* skip_flag = skip_pointer(skip, param, "adam_step");
-  const AdamScalars s = adam_scalars(lr, beta1, beta2, eps, l2_decay, decoupled_decay);
+  const double* lr_ptr = update.defined() ? nullptr : lr_pointer(lr, param, "adam_step");
+  const AdamScalars s = adam_scalars(lr_ptr, beta1, beta2, eps, l2_decay, decoupled_decay);
   const int64_t n = param.numel();
   if (n == 0) return;
   dispatch_floating(param.dtype(), "adam_step", [&](auto tag) {
@@ -108,9 +112,11 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
 }
 
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-              const Tensor& skip, double lr, double momentum, double weight_decay, bool nesterov) {
+              const Tensor& skip, const Tensor& lr, double momentum, double weight_decay,
+              bool nesterov) {
   DeviceGuard guard(device_index(param));
   const uint8_t* skip_flag = skip_pointer(skip, param, "sgd_step");
+  const double* lr_ptr = lr_pointer(lr, param, "sgd_step");
   const int64_t n = param.numel();
   if (n == 0) return;
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
@@ -118,8 +124,7 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
     T* buf = momentum_buf.defined() ? static_cast<T*>(momentum_buf.data_ptr()) : nullptr;
     sgd_step_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream(device_index(param))>>>(
         static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()), buf, skip_flag,
-        n, static_cast<float>(lr), static_cast<float>(momentum), static_cast<float>(weight_decay),
-        nesterov);
+        n, lr_ptr, static_cast<float>(momentum), static_cast<float>(weight_decay), nesterov);
     SKA_CUDA_CHECK_LAUNCH();
   });
 }

@@ -9,22 +9,33 @@
 
 namespace ska::cuda {
 
-// Adam's scalars; the bias corrections come from the update count, read on the device.
+// Adam's scalars; the bias corrections come from the update count and the learning rate from
+// device memory, both read on the device.
 struct AdamScalars {
   double beta1_d, beta2_d;  // for the bias corrections, as the CPU twin computes them
-  float lr, beta1, beta2, eps, l2_decay, decoupled_decay;
+  const double* lr;         // null when the kernel outputs the update instead (LAMB)
+  float beta1, beta2, eps, l2_decay, decoupled_decay;
 };
 
-inline AdamScalars adam_scalars(double lr, double beta1, double beta2, double eps, double l2_decay,
-                                double decoupled_decay) {
+inline AdamScalars adam_scalars(const double* lr, double beta1, double beta2, double eps,
+                                double l2_decay, double decoupled_decay) {
   return {beta1,
           beta2,
-          static_cast<float>(lr),
+          lr,
           static_cast<float>(beta1),
           static_cast<float>(beta2),
           static_cast<float>(eps),
           static_cast<float>(l2_decay),
           static_cast<float>(decoupled_decay)};
+}
+
+// The learning rate's device pointer: `lr` must be one f64 element on `like`'s device.
+inline const double* lr_pointer(const Tensor& lr, const Tensor& like, const char* who) {
+  SKA_CHECK(lr.defined() && lr.numel() == 1 && lr.dtype() == DType::kF64 &&
+                lr.device() == like.device(),
+            DTypeError, "cuda ", who, ": lr must be one f64 element on ", like.device(), ", got ",
+            lr.defined() ? lr.str() : "an undefined tensor");
+  return static_cast<const double*>(lr.data_ptr());
 }
 
 // The skip flag's device pointer (one u8 element on `like`'s device), or null when undefined.

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "autograd/grad_mode.h"
 #include "backend/backend.h"
@@ -72,10 +74,29 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
     }
   }
   counts_ = Tensor::zeros({static_cast<int64_t>(index_.size())}, DType::kI64, device);
+  lrs_ = Tensor::zeros({static_cast<int64_t>(groups_.size())}, DType::kF64, device);
+  lrs_written_.assign(groups_.size(), std::numeric_limits<double>::quiet_NaN());
+  write_lrs();
 }
 
 void Optimizer::set_lr(double lr) {
   for (ParamGroup& group : groups_) group.lr = lr;
+  write_lrs();
+}
+
+void Optimizer::write_lrs() {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (lrs_written_[g] == groups_[g].lr) continue;
+    lrs_.narrow(0, static_cast<int64_t>(g), 1).fill_(groups_[g].lr);
+    lrs_written_[g] = groups_[g].lr;
+  }
+}
+
+Tensor Optimizer::lr_of(const ParamGroup& group) const {
+  const auto g = &group - groups_.data();
+  SKA_CHECK(g >= 0 && g < static_cast<std::ptrdiff_t>(groups_.size()), ValueError,
+            "lr_of: not one of this optimizer's groups");
+  return lrs_.narrow(0, g, 1);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -103,6 +124,7 @@ void Optimizer::step(const Tensor& skip) {
                                 skip.device() == counts_.device()),
             ValueError, name(), ": skip must be one u8 element on ", counts_.device(), ", got ",
             skip.str());
+  write_lrs();
   std::vector<std::vector<Item>> work(groups_.size());
   size_t stepping = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -224,7 +246,7 @@ void Sgd::update(const ParamGroup& group, const Tensor& param, const Tensor& gra
                  ParamState& state, const Tensor& skip) {
   const Tensor buf = momentum_ == 0.0 ? Tensor() : state.slots.at("momentum_buffer");
   SKA_KERNEL(param.device(), sgd_step)
-  (param, grad, buf, skip, group.lr, momentum_, group.weight_decay, nesterov_);
+  (param, grad, buf, skip, lr_of(group), momentum_, group.weight_decay, nesterov_);
 }
 
 void Sgd::update_group(const ParamGroup& group, const std::vector<Item>& items,
@@ -237,7 +259,7 @@ void Sgd::update_group(const ParamGroup& group, const std::vector<Item>& items,
   }
   if (!one_dtype(params)) return Optimizer::update_group(group, items, skip);
   SKA_KERNEL(params.front().device(), multi_sgd_step)
-  (params, grads, bufs, skip, group.lr, momentum_, group.weight_decay, nesterov_);
+  (params, grads, bufs, skip, lr_of(group), momentum_, group.weight_decay, nesterov_);
 }
 
 // --- Adam / AdamW ---
@@ -270,7 +292,7 @@ void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
   const double decoupled = decoupled_ ? group.weight_decay : 0.0;
   SKA_KERNEL(param.device(), adam_step)
   (param, grad, Tensor(), state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), Tensor(),
-   state.step, skip, group.lr, beta1_, beta2_, eps_, l2, decoupled);
+   state.step, skip, lr_of(group), beta1_, beta2_, eps_, l2, decoupled);
 }
 
 void Adam::update_group(const ParamGroup& group, const std::vector<Item>& items,
@@ -287,7 +309,7 @@ void Adam::update_group(const ParamGroup& group, const std::vector<Item>& items,
   const double l2 = decoupled_ ? 0.0 : group.weight_decay;
   const double decoupled = decoupled_ ? group.weight_decay : 0.0;
   SKA_KERNEL(params.front().device(), multi_adam_step)
-  (params, grads, exp_avgs, exp_avg_sqs, steps, skip, group.lr, beta1_, beta2_, eps_, l2,
+  (params, grads, exp_avgs, exp_avg_sqs, steps, skip, lr_of(group), beta1_, beta2_, eps_, l2,
    decoupled);
 }
 
@@ -321,7 +343,8 @@ void Lamb::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
   const Tensor divisor = clip_divisor_.defined() ? clip_divisor_.to(param.device()) : Tensor();
   SKA_KERNEL(param.device(), adam_step)
   (param, grad, divisor, state.slots.at("exp_avg"), state.slots.at("exp_avg_sq"), update,
-   state.step, skip, 0.0, options_.beta1, options_.beta2, options_.eps, 0.0, group.weight_decay);
+   state.step, skip, Tensor(), options_.beta1, options_.beta2, options_.eps, 0.0,
+   group.weight_decay);
   Tensor scaled = update;
   if (group.weight_decay != 0.0 || options_.always_adapt) {
     const Tensor w_norm = sqrt(sum(mul(param, param)));
@@ -332,7 +355,7 @@ void Lamb::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
     if (options_.trust_clip) trust = minimum(trust, one);
     scaled = mul(update, trust);
   }
-  Tensor(param).copy_(sub(param, mul(scaled, group.lr)));
+  Tensor(param).copy_(sub(param, mul(scaled, lr_of(group).to(param.dtype()))));
 }
 
 // --- Factory ---

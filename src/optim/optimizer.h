@@ -76,7 +76,9 @@ class Optimizer {
 
   std::vector<ParamGroup>& groups() { return groups_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
-  // Sets the lr of every group (what a schedule does each step / epoch).
+  // Sets the lr of every group (what a schedule does each step / epoch). The update kernels read
+  // each group's lr from device memory, written here (a fill, no host synchronisation); step()
+  // also writes a group whose lr was changed through groups().
   void set_lr(double lr);
   // For the next step() only: the global gradient norm over every parameter of the model, for
   // an optimizer that needs one (LAMB's clip) when this one steps only some parameters (the
@@ -117,13 +119,20 @@ class Optimizer {
 
   Tensor global_grad_norm_;  // set_global_grad_norm's value for this step; cleared after it
 
+  // The lr of `group` (one of groups()) as the kernels read it: one f64 element on the device.
+  Tensor lr_of(const ParamGroup& group) const;
+
  private:
   ParamState& state_for(const std::string& name, const Tensor& param);
+  // Writes the lr of every group whose device copy is stale.
+  void write_lrs();
 
   std::vector<ParamGroup> groups_;
   std::map<std::string, ParamState> state_;
   std::map<std::string, int64_t> index_;  // parameter name -> its element of counts_
   Tensor counts_;  // i64 [parameters] on their device: the update count of each parameter
+  Tensor lrs_;     // f64 [groups] on that device: each group's lr, as the kernels read it
+  std::vector<double> lrs_written_;  // what lrs_ holds (NaN: not written yet)
 };
 
 // torch.optim.SGD with dampening 0: momentum, Nesterov, coupled (L2) weight decay.

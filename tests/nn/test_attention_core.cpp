@@ -248,3 +248,13 @@ TEST_CASE("attention names fail with the list of known names", "[cpu][nn][attent
   REQUIRE_THROWS_WITH(build_mixer(cfg.root(), "mixer", MixerArgs{8, TokenGrid{2, 2, false}}),
                       Catch::Contains("did you mean 'cska'") && Catch::Contains("sepconv"));
 }
+
+TEST_CASE("diagonal masks are built once per shape and device", "[cpu][nn]") {
+  const Tensor a = diagonal_mask(3, 4, Device::cpu());
+  const Tensor b = diagonal_mask(3, 4, Device::cpu());
+  CHECK(a.data_ptr() == b.data_ptr());  // the same constant, not a new host copy per forward
+  CHECK(a.to_vector<uint8_t>() == std::vector<uint8_t>{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0});
+  const Tensor c = diagonal_mask(4, 3, Device::cpu());
+  CHECK(c.data_ptr() != a.data_ptr());
+  CHECK(c.to_vector<uint8_t>() == std::vector<uint8_t>{1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0});
+}

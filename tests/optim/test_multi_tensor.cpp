@@ -81,18 +81,19 @@ TEST_CASE("multi-tensor CPU twins: the single-tensor math over a list", "[cpu][o
     steps.push_back(Tensor::full({1}, static_cast<double>(1 + i % 5), DType::kI64));
   }
   TensorList p1 = clone(params), m1 = clone(m), v1 = clone(v);
-  cpu::multi_adam_step(p1, grads, m1, v1, steps, Tensor::zeros({}, DType::kU8), 0.01, 0.9, 0.999,
+  const Tensor lr = Tensor::full({1}, 0.01, DType::kF64);
+  cpu::multi_adam_step(p1, grads, m1, v1, steps, Tensor::zeros({}, DType::kU8), lr, 0.9, 0.999,
                        1e-8, 0.01, 0.05);
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor p2 = params[i].clone(), m2 = m[i].clone(), v2 = v[i].clone();
-    cpu::adam_step(p2, grads[i], Tensor(), m2, v2, Tensor(), steps[i], Tensor(), 0.01, 0.9, 0.999,
+    cpu::adam_step(p2, grads[i], Tensor(), m2, v2, Tensor(), steps[i], Tensor(), lr, 0.9, 0.999,
                    1e-8, 0.01, 0.05);
     REQUIRE(p1[i].to_vector<float>() == p2.to_vector<float>());
     REQUIRE(m1[i].to_vector<float>() == m2.to_vector<float>());
     REQUIRE(v1[i].to_vector<float>() == v2.to_vector<float>());
   }
   TensorList p3 = clone(params);
-  cpu::multi_adam_step(p3, grads, clone(m), clone(v), steps, Tensor::ones({}, DType::kU8), 0.01,
+  cpu::multi_adam_step(p3, grads, clone(m), clone(v), steps, Tensor::ones({}, DType::kU8), lr,
                        0.9, 0.999, 1e-8, 0.01, 0.05);
   CHECK(p3[20].to_vector<float>() == params[20].to_vector<float>());
 
@@ -156,11 +157,12 @@ TEST_CASE("multi-tensor kernels: CUDA matches the CPU twins, f32 and bf16", "[cu
       TensorList dp = clone(params, gpu, dtype), dm = clone(m, gpu, dtype),
                  dv = clone(v, gpu, dtype);
       TensorList hp = rounded(params), hm = rounded(m), hv = rounded(v);
+      const Tensor lr = Tensor::full({1}, 0.01, DType::kF64);
       SKA_KERNEL(gpu, multi_adam_step)(dp, clone(grads, gpu, dtype), dm, dv, dsteps,
-                            Tensor::full({}, flag, DType::kU8).to(gpu), 0.01, 0.9, 0.999, 1e-8,
-                            0.01, 0.05);
+                            Tensor::full({}, flag, DType::kU8).to(gpu), lr.to(gpu), 0.9, 0.999,
+                            1e-8, 0.01, 0.05);
       cpu::multi_adam_step(hp, rounded(grads), hm, hv, steps, Tensor::full({}, flag, DType::kU8),
-                           0.01, 0.9, 0.999, 1e-8, 0.01, 0.05);
+                           lr, 0.9, 0.999, 1e-8, 0.01, 0.05);
       require_lists_close(dp, hp, tol, "adam param");
       require_lists_close(dm, hm, tol, "adam exp_avg");
       require_lists_close(dv, hv, tol, "adam exp_avg_sq");
@@ -169,10 +171,11 @@ TEST_CASE("multi-tensor kernels: CUDA matches the CPU twins, f32 and bf16", "[cu
       for (bool momentum : {false, true}) {
         TensorList sp = clone(params, gpu, dtype), sb = momentum ? clone(m, gpu, dtype) : TensorList{};
         TensorList tp = rounded(params), tb = momentum ? rounded(m) : TensorList{};
+        const Tensor sgd_lr = Tensor::full({1}, 0.1, DType::kF64);
         SKA_KERNEL(gpu, multi_sgd_step)(sp, clone(grads, gpu, dtype), sb,
-                             Tensor::full({}, flag, DType::kU8).to(gpu), 0.1,
+                             Tensor::full({}, flag, DType::kU8).to(gpu), sgd_lr.to(gpu),
                              momentum ? 0.9 : 0.0, 0.05, momentum);
-        cpu::multi_sgd_step(tp, rounded(grads), tb, Tensor::full({}, flag, DType::kU8), 0.1,
+        cpu::multi_sgd_step(tp, rounded(grads), tb, Tensor::full({}, flag, DType::kU8), sgd_lr,
                             momentum ? 0.9 : 0.0, 0.05, momentum);
         require_lists_close(sp, tp, tol, "sgd param");
         if (momentum) require_lists_close(sb, tb, tol, "sgd momentum");

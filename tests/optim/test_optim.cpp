@@ -175,6 +175,30 @@ TEST_CASE("optim: a parameter without a grad is skipped and keeps no state", "[c
   REQUIRE_THROWS_WITH(opt->step(), Catch::Contains("grad of parameter 'a'"));
 }
 
+TEST_CASE("optim: the kernels read each group's lr as set_lr or groups() last set it",
+          "[cpu][optim]") {
+  // Plain SGD (p -= lr * g, g = 1) over two groups, so every step's lr shows in the weights.
+  Tensor a = Tensor::zeros({2}, DType::kF64).set_requires_grad(true);
+  Tensor b = Tensor::zeros({2}, DType::kF64).set_requires_grad(true);
+  Sgd opt({ParamGroup{{{"a", a}}, 0.5, 0.0}, ParamGroup{{{"b", b}}, 0.25, 0.0}}, 0.0, false);
+  const auto step = [&] {
+    a.set_grad(Tensor::ones({2}, DType::kF64));
+    b.set_grad(Tensor::ones({2}, DType::kF64));
+    opt.step();
+  };
+  step();  // the constructor's lrs: 0.5 and 0.25
+  CHECK(a.to_vector<double>() == std::vector<double>{-0.5, -0.5});
+  CHECK(b.to_vector<double>() == std::vector<double>{-0.25, -0.25});
+  opt.set_lr(0.125);
+  step();
+  CHECK(a.to_vector<double>() == std::vector<double>{-0.625, -0.625});
+  CHECK(b.to_vector<double>() == std::vector<double>{-0.375, -0.375});
+  opt.groups()[1].lr = 1.0;  // changed behind set_lr's back: step() writes it
+  step();
+  CHECK(a.to_vector<double>() == std::vector<double>{-0.75, -0.75});
+  CHECK(b.to_vector<double>() == std::vector<double>{-1.375, -1.375});
+}
+
 TEST_CASE("optim: param_groups_weight_decay splits like timm", "[cpu][optim]") {
   auto param = [](const Shape& s, bool trainable = true) {
     return Tensor::zeros(s).set_requires_grad(trainable);
@@ -249,10 +273,11 @@ TEST_CASE("optim: fused optimizer kernels: CUDA matches the CPU twin", "[cuda][o
     const Tensor dev_divisor = divisor.defined() ? divisor.to(gpu) : Tensor();
     const double l2 = lamb_mode ? 0.0 : 0.01, decoupled = lamb_mode ? 0.05 : 0.02;
     const Tensor step = Tensor::full({1}, 3.0, DType::kI64);
-    cpu::adam_step(p, g, divisor, m, v, u, step, Tensor(), 0.01, 0.9, 0.999, 1e-8, l2, decoupled);
+    const Tensor lr = Tensor::full({1}, 0.01, DType::kF64);
+    cpu::adam_step(p, g, divisor, m, v, u, step, Tensor(), lr, 0.9, 0.999, 1e-8, l2, decoupled);
     SKA_KERNEL(gpu, adam_step)
-    (dev[0], dev[1], dev_divisor, dev[2], dev[3], dev[4], step.to(gpu), Tensor(), 0.01, 0.9, 0.999,
-     1e-8, l2, decoupled);
+    (dev[0], dev[1], dev_divisor, dev[2], dev[3], dev[4], step.to(gpu), Tensor(), lr.to(gpu), 0.9,
+     0.999, 1e-8, l2, decoupled);
     require_close(dev[0], p, tol, "param");
     require_close(dev[2], m, tol, "exp_avg");
     require_close(dev[3], v, tol, "exp_avg_sq");
@@ -262,8 +287,9 @@ TEST_CASE("optim: fused optimizer kernels: CUDA matches the CPU twin", "[cuda][o
     INFO("sgd_step, nesterov " << nesterov);
     const Tensor p = f32(5, -1, 1), g = f32(6, -1, 1), buf = f32(7, -0.5, 0.5);
     const Tensor dp = p.to(gpu), dg = g.to(gpu), dbuf = buf.to(gpu);
-    cpu::sgd_step(p, g, buf, Tensor(), 0.1, 0.9, 0.05, nesterov);
-    SKA_KERNEL(gpu, sgd_step)(dp, dg, dbuf, Tensor(), 0.1, 0.9, 0.05, nesterov);
+    const Tensor lr = Tensor::full({1}, 0.1, DType::kF64);
+    cpu::sgd_step(p, g, buf, Tensor(), lr, 0.9, 0.05, nesterov);
+    SKA_KERNEL(gpu, sgd_step)(dp, dg, dbuf, Tensor(), lr.to(gpu), 0.9, 0.05, nesterov);
     require_close(dp, p, tol, "param");
     require_close(dbuf, buf, tol, "momentum buffer");
   }
@@ -276,13 +302,13 @@ TEST_CASE("optim: fused optimizer kernels: CUDA matches the CPU twin", "[cuda][o
     const Tensor dp = p.to(gpu), dm = m.to(gpu), dv = v.to(gpu), du = Tensor::full(shape, 7.0).to(gpu);
     const Tensor step = Tensor::full({1}, 2.0, DType::kI64).to(gpu);
     SKA_KERNEL(gpu, adam_step)
-    (dp, g.to(gpu), Tensor(), dm, dv, du, step, skip, 0.01, 0.9, 0.999, 1e-8, 0.0, 0.05);
+    (dp, g.to(gpu), Tensor(), dm, dv, du, step, skip, Tensor(), 0.9, 0.999, 1e-8, 0.0, 0.05);
     Tensor ep = p.clone(), em = m.clone(), ev = v.clone(), eu = Tensor::full(shape, 7.0);
     if (flag) {
       eu.fill_(0.0);
     } else {
       cpu::adam_step(ep, g, Tensor(), em, ev, eu, Tensor::full({1}, 2.0, DType::kI64), Tensor(),
-                     0.01, 0.9, 0.999, 1e-8, 0.0, 0.05);
+                     Tensor(), 0.9, 0.999, 1e-8, 0.0, 0.05);
     }
     require_close(dp, ep, tol, "param");
     require_close(dm, em, tol, "exp_avg");

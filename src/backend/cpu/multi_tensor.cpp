@@ -129,7 +129,7 @@ void multi_scale(const TensorList& tensors, const Tensor& factor) {
 
 void multi_adam_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                      const TensorList& exp_avg_sqs, const TensorList& steps, const Tensor& skip,
-                     double lr, double beta1, double beta2, double eps, double l2_decay,
+                     const Tensor& lr, double beta1, double beta2, double eps, double l2_decay,
                      double decoupled_decay) {
   if (params.empty() || read_skip(skip, "multi_adam_step")) return;
   check_lists("multi_adam_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
@@ -142,7 +142,7 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
 }
 
 void multi_sgd_step(const TensorList& params, const TensorList& grads,
-                    const TensorList& momentum_bufs, const Tensor& skip, double lr,
+                    const TensorList& momentum_bufs, const Tensor& skip, const Tensor& lr,
                     double momentum, double weight_decay, bool nesterov) {
   if (params.empty() || read_skip(skip, "multi_sgd_step")) return;
   if (momentum_bufs.empty()) {

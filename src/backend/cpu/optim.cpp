@@ -41,12 +41,13 @@ int64_t read_step(const Tensor& step) {
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divisor,
                const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update,
-               const Tensor& step, const Tensor& skip, double lr, double beta1, double beta2,
-               double eps, double l2_decay, double decoupled_decay) {
+               const Tensor& step, const Tensor& skip, const Tensor& lr, double beta1,
+               double beta2, double eps, double l2_decay, double decoupled_decay) {
   if (read_skip(skip, "adam_step")) {
     if (update.defined()) Tensor(update).fill_(0.0);
     return;
   }
+  const double lr_value = update.defined() ? 0.0 : read_lr(lr, "adam_step");
   const double t = static_cast<double>(read_step(step));
   const double bias_correction1 = 1.0 - std::pow(beta1, t);
   const double bias_correction2 = 1.0 - std::pow(beta2, t);
@@ -62,7 +63,7 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
     const T bc1 = static_cast<T>(bias_correction1);
     const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
     const T e = static_cast<T>(eps), l2 = static_cast<T>(l2_decay);
-    const T wd = static_cast<T>(decoupled_decay), step = static_cast<T>(lr);
+    const T wd = static_cast<T>(decoupled_decay), step = static_cast<T>(lr_value);
     const T scale = static_cast<T>(inv_divisor);
     parallel_for(param.numel(), [&](int64_t i) {
       const T gi = g[i] * scale + l2 * p[i];
@@ -79,15 +80,17 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
 }
 
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-              const Tensor& skip, double lr, double momentum, double weight_decay, bool nesterov) {
+              const Tensor& skip, const Tensor& lr, double momentum, double weight_decay,
+              bool nesterov) {
   if (read_skip(skip, "sgd_step")) return;
+  const double lr_value = read_lr(lr, "sgd_step");
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using T = decltype(tag);
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T* buf = momentum_buf.defined() ? momentum_buf.data<T>() : nullptr;
     const T mu = static_cast<T>(momentum), wd = static_cast<T>(weight_decay);
-    const T step = static_cast<T>(lr);
+    const T step = static_cast<T>(lr_value);
     parallel_for(param.numel(), [&](int64_t i) {
       T d = g[i] + wd * p[i];
       if (buf != nullptr) {

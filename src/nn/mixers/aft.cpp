@@ -3,7 +3,10 @@
 #include "nn/mixers/aft.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "nn/constants.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -80,15 +83,20 @@ Tensor Aft::forward(const Tensor& x) {
 Tensor Aft::outside_window_mask(Device device) const {
   const TokenGrid& g = options_.grid;
   const int64_t t = g.tokens(), first = g.cls_token ? 1 : 0;
-  std::vector<uint8_t> mask(t * t, 0);
-  for (int64_t i = first; i < t; ++i) {
-    for (int64_t j = first; j < t; ++j) {
-      const int64_t dr = (i - first) / g.width - (j - first) / g.width;
-      const int64_t dc = (i - first) % g.width - (j - first) % g.width;
-      mask[i * t + j] = std::abs(dr) >= options_.window || std::abs(dc) >= options_.window;
+  const std::string key = "aft_outside_window " + std::to_string(g.height) + "x" +
+                          std::to_string(g.width) + (g.cls_token ? "+cls" : "") + " window " +
+                          std::to_string(options_.window);
+  return device_constant(key, device, [&] {
+    std::vector<uint8_t> mask(t * t, 0);
+    for (int64_t i = first; i < t; ++i) {
+      for (int64_t j = first; j < t; ++j) {
+        const int64_t dr = (i - first) / g.width - (j - first) / g.width;
+        const int64_t dc = (i - first) % g.width - (j - first) % g.width;
+        mask[i * t + j] = std::abs(dr) >= options_.window || std::abs(dc) >= options_.window;
+      }
     }
-  }
-  return Tensor::from_vector(mask, {t, t}, device);
+    return Tensor::from_vector(mask, {t, t});
+  });
 }
 
 Tensor Aft::pair_biases() const {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "nn/constants.h"
 #include "nn/init.h"
 #include "nn/mixers/attention_probe.h"
 #include "ops/ops.h"
@@ -113,9 +114,12 @@ double lowest_finite(DType dtype) {
 }
 
 Tensor diagonal_mask(int64_t rows, int64_t cols, Device device) {
-  std::vector<uint8_t> mask(static_cast<size_t>(rows * cols), 0);
-  for (int64_t i = 0; i < std::min(rows, cols); ++i) mask[static_cast<size_t>(i * cols + i)] = 1;
-  return Tensor::from_vector(mask, {rows, cols}, device);
+  const std::string key = "diagonal_mask " + std::to_string(rows) + "x" + std::to_string(cols);
+  return device_constant(key, device, [&] {
+    std::vector<uint8_t> mask(static_cast<size_t>(rows * cols), 0);
+    for (int64_t i = 0; i < std::min(rows, cols); ++i) mask[static_cast<size_t>(i * cols + i)] = 1;
+    return Tensor::from_vector(mask, {rows, cols});
+  });
 }
 
 Tensor mix_heads(const Tensor& x, const Tensor& mix) {

@@ -69,7 +69,8 @@ Normalise normalise_kind(const std::string& name);  // ValueError listing the kn
 
 // The most negative finite value of a floating dtype (torch's -finfo(dtype).max).
 double lowest_finite(DType dtype);
-// u8 [rows, cols], 1 where row == col: a token may not attend to its own key (LSA).
+// u8 [rows, cols], 1 where row == col: a token may not attend to its own key (LSA). Built once per
+// shape and device (nn/constants.h); read-only.
 Tensor diagonal_mask(int64_t rows, int64_t cols, Device device);
 
 // Where windowed attention's windows lie (Swin): weights [..., h, windows, w*w, w*w] over a
