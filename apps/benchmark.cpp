@@ -21,6 +21,7 @@
 #include "backend/device_runtime.h"
 #include "backend/profiler.h"
 #include "data/eval_transform.h"
+#include "core/random.h"
 #include "ops/autocast.h"
 #include "ops/mac_counter.h"
 #include "ops/ops.h"
@@ -186,9 +187,7 @@ int run_benchmark(BenchmarkOptions o) {
             o.mode, "'");
   const Device device = Device::parse(o.device);
   const DType dtype = dtype_from_name(o.dtype);
-  SKA_CHECK(!o.cuda_graph || (device.is_cuda() && o.mode == "infer"), ValueError,
-            "--cuda-graph needs --device cuda and --mode infer (the training step is not "
-            "graph-safe yet: its learning rate and dropout draws change every step)");
+  SKA_CHECK(!o.cuda_graph || device.is_cuda(), ValueError, "--cuda-graph needs --device cuda");
   SKA_CHECK(!(o.cuda_graph && o.profile), ValueError,
             "--profile times each kernel call, which a CUDA Graph replay does not make: use one "
             "or the other");
@@ -274,9 +273,34 @@ int run_benchmark(BenchmarkOptions o) {
     if (train.clip_grad > 0) what << ", clip " << train.clip_grad;
     if (ema) what << ", EMA " << train.ema_decay;
     step_description = what.str();
-    const auto train_step = [&] {
+    const std::function<void()> eager_step = [&] {
       stats.record(step.apply_update(step.micro_step(images, labels, true), optim_options.lr));
     };
+    std::function<void()> train_step = eager_step;
+    std::unique_ptr<DeviceGraph> graph;
+    Generator* generator = &default_generator(device);
+    CapturedDraws draws;
+    if (o.cuda_graph) {
+      SKA_CHECK(!scaler, ValueError,
+                "--cuda-graph: fp16 reads its loss scale on the host every step; use bf16");
+      // Warm-up outside the capture: algorithm choices, optimizer state, constants on the device.
+      for (int i = 0; i < 2; ++i) eager_step();
+      synchronize(device);
+      // Dropout and drop-path draw relative to a device-side base, rewritten before each replay.
+      generator->begin_capture(device);
+      try {
+        graph = std::make_unique<DeviceGraph>(device, eager_step);
+      } catch (const Error& e) {
+        generator->end_capture();
+        SKA_FAIL(DeviceError, "--cuda-graph: the training step of ", o.config.config,
+                 " could not be captured: ", e.what());
+      }
+      draws = generator->end_capture();
+      train_step = [&] {
+        generator->before_replay(draws);
+        graph->replay();
+      };
+    }
     m = time_steps(o, device, train_step);
     if (o.profile) profile = profile_steps(o, device, train_step);
     stats.read();
@@ -351,8 +375,8 @@ int main(int argc, char** argv) {
                "family and by kernel (NVTX ranges name each kernel for Nsight)");
   app.add_option("--top", o.top, "kernels listed by --profile")->check(CLI::PositiveNumber);
   app.add_flag("--cuda-graph", o.cuda_graph,
-               "infer on CUDA: capture the forward once as a CUDA Graph and time its replays "
-               "(what the kernel launches cost)");
+               "CUDA: capture the step (infer: the forward; train: the whole training step) once "
+               "as a CUDA Graph and time its replays (what the kernel launches cost)");
   app.add_option("--peak-tflops", o.peak_tflops,
                  "the peak TFLOP/s MFU is reported against (default: the GPU's bf16 dense peak "
                  "from a table of NVIDIA data sheets; none on the CPU)")

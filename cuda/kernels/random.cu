@@ -60,7 +60,9 @@ __global__ void normal_kernel(T* __restrict__ out, int64_t n, uint64_t seed, uin
 
 template <typename T>
 __global__ void bernoulli_kernel(T* __restrict__ out, int64_t n, uint64_t seed, uint64_t offset,
-                                 float keep, float scale) {
+                                 const int64_t* __restrict__ offset_base, float keep,
+                                 float scale) {
+  if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
   const int64_t groups = (n + 3) / 4;
   const T s = from_float<T>(scale), zero = from_float<T>(0.0f);
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
@@ -104,10 +106,18 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
 }
 
 void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double keep_prob,
-                      double scale) {
+                      double scale, const Tensor& offset_base) {
+  const int64_t* base = nullptr;
+  if (offset_base.defined()) {
+    SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64 &&
+                  offset_base.device() == out.device(),
+              DTypeError, "cuda random_bernoulli: offset_base must be one i64 element on ",
+              out.device(), ", got ", offset_base.str());
+    base = static_cast<const int64_t*>(offset_base.data_ptr());
+  }
   launch_random(out, "random_bernoulli", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
     using T = std::remove_pointer_t<decltype(p)>;
-    bernoulli_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset,
+    bernoulli_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, base,
                                                   static_cast<float>(keep_prob),
                                                   static_cast<float>(scale));
   });

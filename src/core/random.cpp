@@ -22,6 +22,27 @@ uint64_t& base_seed() {
 }
 }  // namespace
 
+void Generator::begin_capture(Device device) {
+  SKA_CHECK(!capture_base_.defined(), ValueError, "a generator can capture one graph at a time");
+  capture_base_ = Tensor::zeros({1}, DType::kI64, device);
+  offset_before_capture_ = offset_;
+  offset_ = 0;
+}
+
+CapturedDraws Generator::end_capture() {
+  SKA_CHECK(capture_base_.defined(), ValueError, "end_capture without begin_capture");
+  CapturedDraws draws{capture_base_, offset_};
+  capture_base_ = Tensor();
+  offset_ = offset_before_capture_;
+  return draws;
+}
+
+void Generator::before_replay(const CapturedDraws& draws) {
+  // A fill with a double: exact for offsets below 2^53 (decades of draws).
+  Tensor(draws.base).fill_(static_cast<double>(offset_));
+  offset_ += draws.counters;
+}
+
 Generator& default_generator(Device device) {
   std::lock_guard<std::mutex> lock(generators_mutex());
   const auto key = std::make_pair(static_cast<int>(device.type), device.index);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/tensor.h"
 
 #if defined(__CUDACC__)
 #define SKA_HOST_DEVICE __host__ __device__ __forceinline__
@@ -45,6 +46,14 @@ SKA_HOST_DEVICE float philox_uniform(uint32_t word) {
   return static_cast<float>(word >> 8) * (1.0f / 16777216.0f);
 }
 
+// What a CUDA Graph's captured work draws from a generator (Generator::end_capture): its kernels
+// add the value of `base` to the offsets they were given, and `counters` is how far one replay
+// advances the generator.
+struct CapturedDraws {
+  Tensor base;  // i64 [1] on the device
+  uint64_t counters = 0;
+};
+
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
@@ -65,9 +74,22 @@ class Generator {
     return start;
   }
 
+  // Graph capture. Between begin_capture and end_capture, advance() hands out offsets relative to
+  // 0 and capture_base() is an i64 tensor on `device` the kernels add to them (random_bernoulli:
+  // dropout, drop-path). end_capture restores the offset and returns the draws; before each
+  // replay, before_replay writes the current offset into the base and advances past what the
+  // replay draws, so replays draw the numbers the same steps run eagerly would.
+  void begin_capture(Device device);
+  CapturedDraws end_capture();
+  void before_replay(const CapturedDraws& draws);
+  // Undefined unless a capture is under way.
+  const Tensor& capture_base() const { return capture_base_; }
+
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
+  Tensor capture_base_;
+  uint64_t offset_before_capture_ = 0;
 };
 
 // The default generator of a device (one per CUDA device, one for the host).

@@ -37,7 +37,8 @@ Tensor apply_keep_mask(const Tensor& x, const Shape& mask_shape, double p, Gener
   Tensor mask = Tensor::empty(mask_shape, x.dtype(), x.device());
   Generator& g = pick(gen, x.device());
   const uint64_t offset = g.advance(static_cast<uint64_t>(mask.numel()));
-  SKA_KERNEL(x.device(), random_bernoulli)(mask, g.seed(), offset, keep, 1.0 / keep);
+  SKA_KERNEL(x.device(), random_bernoulli)(mask, g.seed(), offset, keep, 1.0 / keep,
+                                           g.capture_base());
   return mul(x, mask);
 }
 

@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
+#include "backend/backend.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -27,6 +29,42 @@ TEST_CASE("a generator's state reproduces its draws", "[cpu]") {
   CHECK(b.to_vector<double>() == c.to_vector<double>());
   Generator h(42);
   CHECK(rand({10}, DType::kF32, Device::cpu(), &h).to_vector<float>() == a.to_vector<float>());
+}
+
+TEST_CASE("replays of a captured step draw the dropout masks of the eager steps", "[cpu]") {
+  // Eager: three steps, each with a dropout mask of 10 and a drop-path mask of 3 samples.
+  const Tensor x = Tensor::ones({10}), paths = Tensor::ones({3, 2});
+  Generator eager(7);
+  std::vector<std::vector<float>> masks;
+  for (int step = 0; step < 3; ++step) {
+    masks.push_back(dropout(x, 0.5, true, &eager).to_vector<float>());
+    masks.push_back(drop_path(paths, 0.5, true, &eager).to_vector<float>());
+  }
+  // Captured: the same draws once, with offsets relative to the capture base.
+  Generator g(7);
+  (void)rand({5}, DType::kF32, Device::cpu(), &g);  // state before the capture is kept
+  const uint64_t before = g.offset();
+  g.begin_capture(Device::cpu());
+  REQUIRE(g.capture_base().defined());
+  const uint64_t first = g.advance(10), second = g.advance(3);  // what dropout, drop_path take
+  const CapturedDraws draws = g.end_capture();
+  CHECK_FALSE(g.capture_base().defined());
+  CHECK(first == 0);
+  CHECK(draws.counters == 3 + 1);
+  CHECK(g.offset() == before);
+  // Replays: the kernels as the captured launches call them, the base written before each.
+  Generator r(7);
+  for (int step = 0; step < 3; ++step) {
+    r.before_replay(draws);
+    Tensor a = Tensor::empty({10}), b = Tensor::empty({3, 1});
+    cpu::random_bernoulli(a, r.seed(), first, 0.5, 2.0, draws.base);
+    cpu::random_bernoulli(b, r.seed(), second, 0.5, 2.0, draws.base);
+    CHECK(a.to_vector<float>() == masks[2 * step]);
+    const std::vector<float> kept = b.to_vector<float>(), dropped = masks[2 * step + 1];
+    for (int i = 0; i < 3; ++i) CHECK(dropped[2 * i] == kept[i]);  // x = 1: the mask itself
+  }
+  CHECK(r.offset() == eager.offset());
+  CHECK_THROWS_WITH(r.end_capture(), Catch::Contains("without begin_capture"));
 }
 
 TEST_CASE("uniform and normal draws have the right moments", "[cpu]") {

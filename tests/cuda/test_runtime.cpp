@@ -166,8 +166,8 @@ TEST_CASE("CUDA Philox draws equal the CPU's bit for bit", "[cuda]") {
     cuda::random_uniform(g, seed, offset, -2.0, 3.0);
     const std::vector<float> gu = g.to_vector<float>();
     CHECK(std::memcmp(gu.data(), c.data<float>(), static_cast<size_t>(n) * 4) == 0);
-    cpu::random_bernoulli(c, seed, offset, 0.3, 1.0 / 0.3);
-    cuda::random_bernoulli(g, seed, offset, 0.3, 1.0 / 0.3);
+    cpu::random_bernoulli(c, seed, offset, 0.3, 1.0 / 0.3, Tensor());
+    cuda::random_bernoulli(g, seed, offset, 0.3, 1.0 / 0.3, Tensor());
     const std::vector<float> gb = g.to_vector<float>();
     CHECK(std::memcmp(gb.data(), c.data<float>(), static_cast<size_t>(n) * 4) == 0);
     // Normal draws use logf/cosf/sinf, which may differ by an ulp between CUDA and glibc.

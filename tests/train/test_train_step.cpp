@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
 #include "core/random.h"
 #include "distributed/communicator.h"
 #include "models/model.h"
@@ -187,5 +188,73 @@ TEST_CASE("a checkpoint whose world_size is not a number is an error naming it",
     REQUIRE_THROWS_WITH(test::train_until(yaml, 4, dir, dir),
                         Contains("world_size '" + bad + "' is not a number of workers") &&
                             Contains(checkpoint));
+  }
+}
+
+namespace {
+
+// Five updates of a tiny ViT with dropout 0.2 on CUDA: all eager, or two eager and three
+// replays of the captured step (the images are the step's fixed input buffer).
+StepRun run_cuda_steps(const std::string& optimizer, const std::string& mixer, bool graph) {
+  const Device gpu = Device::cuda(0);
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 64, 4, 1, 0.2));
+  config.set("optim.name=" + optimizer);
+  config.set("model.mixer.type=" + mixer);
+  manual_seed(11);
+  nn::ModulePtr model = models::build_model(config.root()["model"]);
+  model->to(gpu);
+  auto opt = optim::make_optimizer(optim::OptimizerOptions::from_config(config.root()["optim"]),
+                                   model->named_parameters(true));
+  optim::ModelEma ema(*model, 0.9);
+  auto comm = dist::make_communicator(dist::World{}, gpu);
+  TrainOptions train;
+  train.clip_grad = 1.0;
+  TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
+  UpdateStats stats(gpu);
+  model->train();
+  const Tensor images = test::uniform({4, 1, 28, 28}, 100).to(gpu, DType::kF32);
+  const Tensor labels = Tensor::from_vector<int64_t>({1, 4, 7, 9}, {4}, DType::kI64).to(gpu);
+  const std::function<void()> eager = [&] {
+    stats.record(step.apply_update(step.micro_step(images, labels, true), 2e-3));
+  };
+  Generator& gen = default_generator(gpu);
+  for (int i = 0; i < 2; ++i) eager();
+  if (graph) {
+    gen.begin_capture(gpu);
+    DeviceGraph captured(gpu, eager);
+    const CapturedDraws draws = gen.end_capture();
+    for (int i = 0; i < 3; ++i) {
+      gen.before_replay(draws);
+      captured.replay();
+    }
+    synchronize(gpu);
+  } else {
+    for (int i = 0; i < 3; ++i) eager();
+  }
+  StepRun r;
+  for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.to(Device::cpu());
+  for (const auto& [name, t] : opt->state_dict()) r.optimizer[name] = t.to(Device::cpu());
+  for (const auto& [name, t] : ema.state_dict()) r.ema[name] = t.to(Device::cpu());
+  r.stats = stats.read();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA Graph: replays of the captured training step equal eager steps bit for bit",
+          "[cuda][train]") {
+  if (!test::cuda_available_or_skip()) return;
+  for (const auto& [optimizer, mixer] : std::vector<std::pair<std::string, std::string>>{
+           {"adamw", "cska"}, {"lamb", "cska"}, {"sgd", "cska"}, {"adamw", "mhsa"}}) {
+    INFO(optimizer << ", " << mixer);
+    const StepRun eager = run_cuda_steps(optimizer, mixer, false);
+    const StepRun replayed = run_cuda_steps(optimizer, mixer, true);
+    std::string diff;
+    INFO("first differing tensor: " << diff);
+    REQUIRE(test::bitwise_equal(eager.weights, replayed.weights, &diff));
+    REQUIRE(test::bitwise_equal(eager.optimizer, replayed.optimizer, &diff));
+    REQUIRE(test::bitwise_equal(eager.ema, replayed.ema, &diff));
+    CHECK(eager.stats.applied == replayed.stats.applied);
+    CHECK(eager.stats.loss_sum == replayed.stats.loss_sum);
   }
 }

@@ -67,10 +67,15 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
 }
 
 void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double keep_prob,
-                      double scale) {
+                      double scale, const Tensor& offset_base) {
+  if (offset_base.defined()) {
+    SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64, DTypeError,
+              "random_bernoulli: offset_base must be one i64 element, got ", offset_base.str());
+    offset += static_cast<uint64_t>(*static_cast<const int64_t*>(offset_base.data_ptr()));
+  }
   if (is_16bit_float(out.dtype())) {
     const Tensor result = f32_output(out);
-    random_bernoulli(result, seed, offset, keep_prob, scale);
+    random_bernoulli(result, seed, offset, keep_prob, scale, Tensor());
     return round_into(result, out);
   }
   dispatch_floating(out.dtype(), "random_bernoulli", [&](auto tag) {
