@@ -36,6 +36,9 @@ struct TrainOptions {
   double ema_decay = 0.0;          // model EMA decay; 0: off (else the EMA is evaluated too)
   // On either device (the CPU emulates 16-bit math: f32 compute, 16-bit rounding).
   Precision precision = Precision::kFP32;
+  // Capture the training step as a CUDA Graph and replay it (train/graph_step.h): "on" (an error
+  // where it cannot be), "auto" (where it can), "off".
+  std::string cuda_graph = "off";
   static TrainOptions from_config(const ConfigNode& train);
   // The autocast state of the forward pass (disabled for fp32).
   AutocastState autocast() const { return autocast_state(precision); }

@@ -24,6 +24,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// train.cuda_graph: eager updates before the step is captured (cuDNN and cuBLASLt choices made,
+// optimizer state allocated, constants placed on the device).
+constexpr int64_t kEagerUpdatesBeforeCapture = 3;
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -161,6 +165,20 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, scaler_.get(), ema_.get(), *comm_,
                                       train_, dist_, sharding_.get());
   stats_ = std::make_unique<UpdateStats>(setup_.device);
+  if (train_.cuda_graph != "off") {
+    std::string obstacle = cuda_graph_obstacle(setup_.device, comm_->world_size(), train_);
+    if (obstacle.empty() && comm_->backend() != "single") {
+      obstacle = "the step's gradients go through " + comm_->backend() +
+                 " (distributed.force_backend), which is not captured";
+    }
+    SKA_CHECK(obstacle.empty() || train_.cuda_graph == "auto", ValueError,
+              "train.cuda_graph: on, but ", obstacle, " (auto falls back to eager steps)");
+    graph_wanted_ = obstacle.empty();
+    log(graph_wanted_ ? "train.cuda_graph: the training step is captured after " +
+                            std::to_string(kEagerUpdatesBeforeCapture) +
+                            " eager updates and replayed for every full batch"
+                      : "train.cuda_graph: auto: eager steps (" + obstacle + ")");
+  }
   if (train_.precision != Precision::kFP32) {
     const std::string p = precision_name(train_.precision);
     log("train.precision " + p + ": autocast to " + p + " with f32 master weights" +
@@ -328,6 +346,28 @@ void Trainer::update(const Tensor& micro_loss_sum) {
   ++state_.step;
 }
 
+bool Trainer::replay_update(const Tensor& images, const Tensor& target) {
+  if (!graph_wanted_) return false;
+  if (!graphed_ && eager_updates_ < kEagerUpdatesBeforeCapture) {
+    ++eager_updates_;  // algorithm choices, optimizer state and constants settle first
+    return false;
+  }
+  // As update() computes it, once this batch is counted.
+  const int64_t update_in_epoch = (state_.batch + 1) / train_.accumulate;
+  const double lr = schedule_->lr(state_.epoch, update_in_epoch, steps_per_epoch_);
+  if (!graphed_) {
+    graphed_ = std::make_unique<GraphedStep>(*step_, *optimizer_, *stats_,
+                                             default_generator(setup_.device), images, target, lr);
+    log("train.cuda_graph: captured the training step at update " +
+        std::to_string(state_.step + 1) + " (images " + shape_str(images.shape()) + ")");
+  }
+  if (!graphed_->fits(images, target)) return false;  // a smaller last batch: eager
+  graphed_->run(images, target, lr);
+  state_.lr = lr;
+  ++state_.step;
+  return true;
+}
+
 void Trainer::read_update_stats() {
   const UpdateStats::Window w = stats_->read();
   for (LossSums* sums : {&epoch_loss_, &window_loss_}) {
@@ -372,12 +412,16 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
     const Tensor soft = data_.augment.apply_batch(batch.images, batch.labels, train_.seed, micro);
     const Tensor target = (soft.defined() ? soft : batch.labels).to(setup_.device);
     const bool last = (state_.batch + 1) % train_.accumulate == 0;
-    const Tensor loss = step_->micro_step(batch.images.to(setup_.device), target, last);
-    pending_loss = pending_loss.defined() ? add(pending_loss, loss) : loss;
+    const Tensor device_images = batch.images.to(setup_.device);
+    const bool replayed = replay_update(device_images, target);  // train.cuda_graph
+    if (!replayed) {
+      const Tensor loss = step_->micro_step(device_images, target, last);
+      pending_loss = pending_loss.defined() ? add(pending_loss, loss) : loss;
+    }
     images += batch.labels.numel() * world;
     ++state_.batch;
     if (!last) continue;
-    update(pending_loss);
+    if (!replayed) update(pending_loss);
     pending_loss = Tensor();
     if (state_.step % train_.log_every == 0) {  // the loop's one read of the device's values
       read_update_stats();

@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "core/device.h"
 #include "core/random.h"
+#include "train/graph_step.h"
 #include "data/datasets/dataset.h"
 #include "distributed/communicator.h"
 #include "nn/module.h"
@@ -92,6 +93,9 @@ class Trainer {
   void log(const std::string& line) const { output_->line(line); }
   void train_epoch(int64_t epoch, TrainResult& result, bool& stop);
   void update(const Tensor& micro_loss_sum);
+  // train.cuda_graph: the whole update on this batch through the captured step (captured first,
+  // after a few eager updates); false when it ran no update (the batch is then stepped eagerly).
+  bool replay_update(const Tensor& images, const Tensor& target);
   // Reads the update statistics back (see UpdateStats): the epoch's and the log window's loss,
   // the skipped updates (a warning; an error once train.max_nonfinite_steps are in a row).
   void read_update_stats();
@@ -121,6 +125,10 @@ class Trainer {
   std::unique_ptr<dist::OptimizerSharding> sharding_;  // distributed.shard_optimizer
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<UpdateStats> stats_;
+  // train.cuda_graph: whether to capture, the eager updates so far, and the captured step.
+  bool graph_wanted_ = false;
+  int64_t eager_updates_ = 0;
+  std::unique_ptr<GraphedStep> graphed_;
   std::unique_ptr<RunOutput> output_;
   std::unique_ptr<data::Dataset> train_set_, eval_set_;
   std::unique_ptr<data::DataLoader> train_loader_, eval_loader_;

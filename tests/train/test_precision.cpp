@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "support/test_util.h"
+#include "train/graph_step.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
 
@@ -31,7 +33,8 @@ struct Run {
 // Trains the tiny CSKA-ViT (256 images, batch 32: 8 updates per epoch; 100 test images) with
 // `sets` applied.
 Run train_tiny(const std::vector<std::string>& sets, const std::string& dir = "",
-               const std::string& resume = "", int64_t epochs = 1) {
+               const std::string& resume = "", int64_t epochs = 1,
+               Device device = Device::cpu()) {
   Config config = Config::parse(test::tiny_experiment_yaml(256, 100, 32, epochs, 0.1));
   for (const std::string& s : sets) config.set(s);
   Run run;
@@ -39,6 +42,7 @@ Run train_tiny(const std::vector<std::string>& sets, const std::string& dir = ""
   TrainerSetup setup;
   setup.run_dir = run.dir;
   setup.resume = resume;
+  setup.device = device;
   setup.log = [&](const std::string& line) { run.log.push_back(line); };
   Trainer trainer(config, setup);
   run.result = trainer.fit();
@@ -286,4 +290,58 @@ TEST_CASE("validate reproduces the trainer's bf16 evaluation, EMA included",
   CHECK(fp32_top1 >= 0);
   CHECK(fp32_loss > 0);
   CHECK(std::abs(fp32_loss - r.result.final_eval.loss) > 1e-6);
+}
+
+TEST_CASE("train.cuda_graph: where the step can be captured, and the choices", "[cpu][train]") {
+  TrainOptions t;
+  CHECK(cuda_graph_obstacle(Device::cpu(), 1, t) == "it needs a CUDA device");
+  CHECK(cuda_graph_obstacle(Device::cuda(0), 1, t).empty());
+  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 2, t), Contains("one worker only"));
+  t.accumulate = 2;
+  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 1, t), Contains("train.accumulate"));
+  t.accumulate = 1;
+  t.precision = Precision::kFP16;
+  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 1, t), Contains("use bf16"));
+  t.precision = Precision::kBF16;
+  CHECK(cuda_graph_obstacle(Device::cuda(0), 1, t).empty());
+
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  config.set("train.cuda_graph=yes");
+  TrainerSetup setup;
+  setup.run_dir = test::train_scratch_dir("cuda_graph_bad");
+  REQUIRE_THROWS_WITH(Trainer(config, setup), Contains("train.cuda_graph") && Contains("yes") &&
+                                                  Contains("auto"));
+}
+
+TEST_CASE("train.cuda_graph on the CPU: on is an error, auto trains eagerly like off",
+          "[cpu][train][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  REQUIRE_THROWS_WITH(train_tiny({"train.cuda_graph=on"}),
+                      Contains("train.cuda_graph: on, but it needs a CUDA device"));
+  const Run off = train_tiny({});
+  const Run autoed = train_tiny({"train.cuda_graph=auto"});
+  CHECK(mentions(autoed.log, "train.cuda_graph: auto: eager steps (it needs a CUDA device)"));
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  CHECK(test::bitwise_equal(off.weights, autoed.weights, &diff));
+}
+
+TEST_CASE("train.cuda_graph: on trains to the same weights as eager steps", "[cuda][train]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  // 8 updates with dropout 0.1: 3 eager, then the capture and 5 replays.
+  const Run eager = train_tiny({}, "", "", 1, Device::cuda(0));
+  const Run graphed = train_tiny({"train.cuda_graph=on"}, "", "", 1, Device::cuda(0));
+  CHECK(mentions(graphed.log, "train.cuda_graph: captured the training step at update 4"));
+  CHECK(graphed.result.steps == eager.result.steps);
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  CHECK(test::bitwise_equal(eager.weights, graphed.weights, &diff));
+  CHECK(graphed.result.final_eval.top1 == eager.result.final_eval.top1);
 }

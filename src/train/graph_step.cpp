@@ -1,0 +1,55 @@
+// The captured training step (see graph_step.h).
+#include "train/graph_step.h"
+
+#include "backend/device_runtime.h"
+
+namespace ska::train {
+
+std::string cuda_graph_obstacle(Device device, int world_size, const TrainOptions& train) {
+  if (!device.is_cuda()) return "it needs a CUDA device";
+  if (world_size > 1) return "data parallelism is not captured yet (one worker only)";
+  if (train.accumulate > 1) return "train.accumulate > 1 is not captured yet";
+  if (train.precision == Precision::kFP16) {
+    return "fp16 reads its loss scale on the host every step (use bf16)";
+  }
+  return "";
+}
+
+GraphedStep::GraphedStep(TrainStep& step, optim::Optimizer& optimizer, UpdateStats& stats,
+                         Generator& generator, const Tensor& images, const Tensor& target,
+                         double lr)
+    : optimizer_(optimizer),
+      generator_(generator),
+      images_(images.clone()),
+      target_(target.clone()) {
+  const Device device = images.device();
+  // Written outside the capture, so that the captured step writes no learning rate of its own.
+  optimizer_.set_lr(lr);
+  synchronize(device);
+  generator_.begin_capture(device);
+  try {
+    graph_ = std::make_unique<DeviceGraph>(device, [&] {
+      stats.record(step.apply_update(step.micro_step(images_, target_, true), lr));
+    });
+  } catch (...) {
+    generator_.end_capture();
+    throw;
+  }
+  draws_ = generator_.end_capture();
+}
+
+bool GraphedStep::fits(const Tensor& images, const Tensor& target) const {
+  return images.shape() == images_.shape() && images.dtype() == images_.dtype() &&
+         target.shape() == target_.shape() && target.dtype() == target_.dtype() &&
+         images.device() == images_.device() && target.device() == target_.device();
+}
+
+void GraphedStep::run(const Tensor& images, const Tensor& target, double lr) {
+  images_.copy_(images);
+  target_.copy_(target);
+  optimizer_.set_lr(lr);
+  generator_.before_replay(draws_);
+  graph_->replay();
+}
+
+}  // namespace ska::train

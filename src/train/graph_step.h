@@ -1,0 +1,45 @@
+// train.cuda_graph: the training step (micro-step, update and its statistics) captured once as a
+// CUDA Graph and replayed for every later batch of the same shape, so a step costs one launch
+// instead of about a thousand. The batch is copied into the captured step's own input buffers;
+// the learning rate reaches the kernels through device memory (Optimizer::set_lr) and dropout
+// draws through the generator's capture base (Generator::begin_capture), so replays compute what
+// eager steps compute.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/device_runtime.h"
+#include "core/random.h"
+#include "optim/optimizer.h"
+#include "train/options.h"
+#include "train/train_step.h"
+
+namespace ska::train {
+
+// Why the step cannot be captured under these settings ("" when it can): CUDA, one worker, no
+// gradient accumulation, not fp16 (whose loss scale is a host number read every step).
+std::string cuda_graph_obstacle(Device device, int world_size, const TrainOptions& train);
+
+class GraphedStep {
+ public:
+  // Captures one update (micro_step(images, target, last = true), apply_update at `lr`,
+  // stats.record) on copies of images and target; `generator` is the device's, which dropout
+  // draws from. Nothing runs yet: run() the same batch to train on it.
+  GraphedStep(TrainStep& step, optim::Optimizer& optimizer, UpdateStats& stats,
+              Generator& generator, const Tensor& images, const Tensor& target, double lr);
+
+  // Whether a batch can go through the captured step (the captured shapes and dtypes).
+  bool fits(const Tensor& images, const Tensor& target) const;
+  // One update on this batch at `lr`: copies, the lr and the draws' base written, one replay.
+  void run(const Tensor& images, const Tensor& target, double lr);
+
+ private:
+  optim::Optimizer& optimizer_;
+  Generator& generator_;
+  Tensor images_, target_;  // the captured step's input buffers
+  CapturedDraws draws_;
+  std::unique_ptr<DeviceGraph> graph_;
+};
+
+}  // namespace ska::train
