@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -59,8 +60,11 @@ class CachingAllocator : public Allocator {
     const size_t size = round_size(nbytes);
     const cudaStream_t stream = allocation_stream();
     std::lock_guard<std::mutex> lock(mu_);
-    const uintptr_t key = capture_.pool != 0 && capture_.stream == stream ? capture_.pool
-                                                                          : stream_key(stream);
+    // Only the capturing thread's allocations join the graph's pool: a block another thread
+    // took from it could be one the captured kernels still write on every replay.
+    const bool pooled = capture_.pool != 0 && capture_.stream == stream &&
+                        capture_.thread == std::this_thread::get_id();
+    const uintptr_t key = pooled ? capture_.pool : stream_key(stream);
     size_t block_size = size;
     void* ptr = take_cached(key, &block_size);
     if (!ptr) {
@@ -106,12 +110,12 @@ class CachingAllocator : public Allocator {
     cached_.emplace(block.key, block.size, ptr);
   }
 
-  // Graph capture: from now on, allocations on `stream` come from pool `pool` (nonzero, never a
-  // stream's key: callers pass an odd number, streams are aligned pointers).
+  // Graph capture: from now on, this thread's allocations on `stream` come from pool `pool`
+  // (nonzero, never a stream's key: callers pass an odd number, streams are aligned pointers).
   void begin_capture_pool(uintptr_t pool, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mu_);
     SKA_CHECK(capture_.pool == 0, ValueError, name(), ": a graph capture is already under way");
-    capture_ = {pool, stream};
+    capture_ = {pool, stream, std::this_thread::get_id()};
   }
   void end_capture_pool() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -219,6 +223,7 @@ class CachingAllocator : public Allocator {
   struct Capture {
     uintptr_t pool = 0;  // 0: no capture under way
     cudaStream_t stream = nullptr;
+    std::thread::id thread;
   };
 
   mutable std::mutex mu_;
