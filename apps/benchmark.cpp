@@ -31,6 +31,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "train/options.h"
+#include "train/graph_step.h"
 #include "train/train_step.h"
 
 namespace {
@@ -277,29 +278,21 @@ int run_benchmark(BenchmarkOptions o) {
       stats.record(step.apply_update(step.micro_step(images, labels, true), optim_options.lr));
     };
     std::function<void()> train_step = eager_step;
-    std::unique_ptr<DeviceGraph> graph;
-    Generator* generator = &default_generator(device);
-    CapturedDraws draws;
+    std::unique_ptr<train::GraphedStep> graphed;  // the trainer's train.cuda_graph step
     if (o.cuda_graph) {
-      SKA_CHECK(!scaler, ValueError,
-                "--cuda-graph: fp16 reads its loss scale on the host every step; use bf16");
+      const std::string obstacle = train::cuda_graph_obstacle(device, 1, comm->backend(), train);
+      SKA_CHECK(obstacle.empty(), ValueError, "--cuda-graph: ", obstacle);
       // Warm-up outside the capture: algorithm choices, optimizer state, constants on the device.
       for (int i = 0; i < 2; ++i) eager_step();
-      synchronize(device);
-      // Dropout and drop-path draw relative to a device-side base, rewritten before each replay.
-      generator->begin_capture(device);
       try {
-        graph = std::make_unique<DeviceGraph>(device, eager_step);
+        graphed = std::make_unique<train::GraphedStep>(step, *optimizer, stats,
+                                                       default_generator(device), images, labels,
+                                                       optim_options.lr);
       } catch (const Error& e) {
-        generator->end_capture();
         SKA_FAIL(DeviceError, "--cuda-graph: the training step of ", o.config.config,
                  " could not be captured: ", e.what());
       }
-      draws = generator->end_capture();
-      train_step = [&] {
-        generator->before_replay(draws);
-        graph->replay();
-      };
+      train_step = [&] { graphed->run(images, labels, optim_options.lr); };
     }
     m = time_steps(o, device, train_step);
     if (o.profile) profile = profile_steps(o, device, train_step);

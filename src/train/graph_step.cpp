@@ -5,9 +5,14 @@
 
 namespace ska::train {
 
-std::string cuda_graph_obstacle(Device device, int world_size, const TrainOptions& train) {
+std::string cuda_graph_obstacle(Device device, int world_size, const std::string& comm_backend,
+                                const TrainOptions& train) {
   if (!device.is_cuda()) return "it needs a CUDA device";
   if (world_size > 1) return "data parallelism is not captured yet (one worker only)";
+  if (comm_backend != "single") {
+    return "the step's gradients go through " + comm_backend +
+           " (distributed.force_backend), which is not captured";
+  }
   if (train.accumulate > 1) return "train.accumulate > 1 is not captured yet";
   if (train.precision == Precision::kFP16) {
     return "fp16 reads its loss scale on the host every step (use bf16)";

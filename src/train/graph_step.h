@@ -17,9 +17,11 @@
 
 namespace ska::train {
 
-// Why the step cannot be captured under these settings ("" when it can): CUDA, one worker, no
-// gradient accumulation, not fp16 (whose loss scale is a host number read every step).
-std::string cuda_graph_obstacle(Device device, int world_size, const TrainOptions& train);
+// Why the step cannot be captured under these settings ("" when it can): CUDA, one worker whose
+// gradients go through no communicator (`comm_backend` "single"), no gradient accumulation, not
+// fp16 (whose loss scale is a host number read every step).
+std::string cuda_graph_obstacle(Device device, int world_size, const std::string& comm_backend,
+                                const TrainOptions& train);
 
 class GraphedStep {
  public:

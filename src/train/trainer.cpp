@@ -166,11 +166,8 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
                                       train_, dist_, sharding_.get());
   stats_ = std::make_unique<UpdateStats>(setup_.device);
   if (train_.cuda_graph != "off") {
-    std::string obstacle = cuda_graph_obstacle(setup_.device, comm_->world_size(), train_);
-    if (obstacle.empty() && comm_->backend() != "single") {
-      obstacle = "the step's gradients go through " + comm_->backend() +
-                 " (distributed.force_backend), which is not captured";
-    }
+    const std::string obstacle =
+        cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_);
     SKA_CHECK(obstacle.empty() || train_.cuda_graph == "auto", ValueError,
               "train.cuda_graph: on, but ", obstacle, " (auto falls back to eager steps)");
     graph_wanted_ = obstacle.empty();
