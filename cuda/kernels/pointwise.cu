@@ -1,9 +1,15 @@
 // CUDA kernels: copy, fill, unary (+ backward), binary, where. Twins of backend/cpu/pointwise.cpp;
-// the scalar math is pointwise_math.h evaluated in f32 for f32, bf16 and f16.
+// the scalar math is pointwise_math.h evaluated in f32 for f32, bf16 and f16. Dims are merged
+// first (backend/elementwise.h): dense operands take 16-byte accesses, strided ones 32-bit
+// offsets by magic-number division.
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
+#include "backend/elementwise.h"
 #include "backend/pointwise_math.h"
 #include "cuda/kernels/common.cuh"
 
@@ -56,10 +62,6 @@ __device__ __forceinline__ int64_t first_index() {
 __device__ __forceinline__ int64_t grid_stride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
-// Element offset of linear index i in a view: i itself when the view is contiguous.
-__device__ __forceinline__ int64_t at(const StridedIndexer& ix, bool contiguous, int64_t i) {
-  return contiguous ? i : ix.offset(i);
-}
 
 // The device and stream a kernel on `t` launches with; keeps the device current meanwhile.
 struct LaunchOn {
@@ -69,64 +71,237 @@ struct LaunchOn {
   cudaStream_t stream;
 };
 
-template <typename S, typename D>
-__global__ void copy_kernel(const S* __restrict__ s, StridedIndexer si, bool s_contig,
-                            D* __restrict__ d, StridedIndexer di, bool d_contig, int64_t n) {
+std::atomic<bool> g_fast_paths{true};
+
+// ---- The launch machinery -------------------------------------------------------------------
+// An elementwise kernel is a body over N operands (operand order as in its layout) with
+//   kVec:                  elements per 16-byte access of its widest operand;
+//   aligned():             whether every operand's pointer allows accesses of kVec elements;
+//   at(off):               one element at per-operand element offsets (32- or 64-bit);
+//   vec<V>(i):             V elements from linear index i of operands that are all dense.
+// launch_elementwise() picks, from the coalesced layout: dense and aligned -> kVec elements per
+// access; dense -> one element per access; offsets below 2^31 -> 32-bit magic-number offsets;
+// otherwise (or with the fast paths off) 64-bit offsets over every dim of the views.
+
+// kVec consecutive T, as one aligned access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p, int64_t i) {
+  return *reinterpret_cast<const Pack<T, V>*>(p + i);
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_pack(T* p, int64_t i, const Pack<T, V>& v) {
+  *reinterpret_cast<Pack<T, V>*>(p + i) = v;
+}
+
+constexpr int vec_for(size_t widest_bytes) { return static_cast<int>(16 / widest_bytes); }
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+template <int V, typename Body>
+__global__ void dense_kernel(Body body, int64_t n) {
+  const int64_t packs = n / V;
+  for (int64_t p = first_index(); p < packs; p += grid_stride()) body.template vec<V>(p * V);
+  const int64_t tail = packs * V + first_index();  // fewer than V elements
+  if (tail < n) body.template vec<1>(tail);
+}
+
+template <size_t N, typename Calc, typename Index, typename Body>
+__global__ void strided_kernel(Calc calc, Body body, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    d[at(di, d_contig, i)] = convert<D>(s[at(si, s_contig, i)]);
+    Index off[N];
+    calc.offsets(static_cast<Index>(i), off);
+    body.at(off);
   }
 }
+
+template <size_t N, typename Body>
+void launch_elementwise(const Shape& shape, const std::array<Shape, N>& strides, const Body& body,
+                        cudaStream_t stream) {
+  const int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  if (!g_fast_paths.load(std::memory_order_relaxed)) {
+    ElementwiseLayout<N> views{shape, strides};  // every dim as it is
+    if (views.shape.empty()) {                    // a 0-dim tensor
+      views.shape = {1};
+      for (auto& st : views.strides) st = {1};
+    }
+    strided_kernel<N, OffsetCalc64<N>, int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        offset_calc64<N>(views), body, n);
+    SKA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const ElementwiseLayout<N> l = coalesce_layout<N>(shape, strides);
+  if (layout_is_dense(l)) {
+    constexpr int kVec = Body::kVec;
+    if (kVec > 1 && body.aligned()) {
+      dense_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kThreads), kThreads, 0, stream>>>(body,
+                                                                                           n);
+    } else {
+      dense_kernel<1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(body, n);
+    }
+  } else if (layout_fits_int32(l)) {
+    strided_kernel<N, OffsetCalc32<N>, uint32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        offset_calc32<N>(l), body, n);
+  } else {
+    strided_kernel<N, OffsetCalc64<N>, int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        offset_calc64<N>(l), body, n);
+  }
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+// ---- Bodies: operand 0 is always the output -------------------------------------------------
+
+template <typename S, typename D>
+struct CopyBody {
+  static constexpr int kVec = vec_for(sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
+  D* d;
+  const S* s;
+  bool aligned() const {
+    return aligned_to(d, kVec * sizeof(D)) && aligned_to(s, kVec * sizeof(S));
+  }
+  template <typename I>
+  __device__ void at(const I (&off)[2]) const {
+    d[off[0]] = convert<D>(s[off[1]]);
+  }
+  template <int V>
+  __device__ void vec(int64_t i) const {
+    const Pack<S, V> in = load_pack<V>(s, i);
+    Pack<D, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = convert<D>(in.v[j]);
+    store_pack<V>(d, i, out);
+  }
+};
 
 template <typename T>
-__global__ void fill_kernel(T* d, StridedIndexer di, bool d_contig, double value, int64_t n) {
-  const T v = convert<T>(value);
-  for (int64_t i = first_index(); i < n; i += grid_stride()) d[at(di, d_contig, i)] = v;
-}
+struct FillBody {
+  static constexpr int kVec = vec_for(sizeof(T));
+  T* d;
+  double value;
+  bool aligned() const { return aligned_to(d, kVec * sizeof(T)); }
+  template <typename I>
+  __device__ void at(const I (&off)[1]) const {
+    d[off[0]] = convert<T>(value);
+  }
+  template <int V>
+  __device__ void vec(int64_t i) const {
+    Pack<T, V> out;
+    const T v = convert<T>(value);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = v;
+    store_pack<V>(d, i, out);
+  }
+};
 
 template <UnaryOp OP, typename T>
-__global__ void unary_kernel(const T* __restrict__ x, StridedIndexer xi, bool x_contig,
-                             T* __restrict__ y, StridedIndexer yi, bool y_contig, float a, float b,
-                             int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float v = to_float(x[at(xi, x_contig, i)]);
-    y[at(yi, y_contig, i)] = from_float<T>(pm::unary_forward<OP, float>(v, a, b));
+struct UnaryBody {
+  static constexpr int kVec = vec_for(sizeof(T));
+  T* y;
+  const T* x;
+  float a, b;
+  bool aligned() const { return aligned_to(y, 16) && aligned_to(x, 16); }
+  template <typename I>
+  __device__ void at(const I (&off)[2]) const {
+    y[off[0]] = from_float<T>(pm::unary_forward<OP, float>(to_float(x[off[1]]), a, b));
   }
-}
+  template <int V>
+  __device__ void vec(int64_t i) const {
+    const Pack<T, V> in = load_pack<V>(x, i);
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      out.v[j] = from_float<T>(pm::unary_forward<OP, float>(to_float(in.v[j]), a, b));
+    }
+    store_pack<V>(y, i, out);
+  }
+};
 
 template <UnaryOp OP, typename T>
-__global__ void unary_backward_kernel(const T* __restrict__ g, const T* __restrict__ x,
-                                      T* __restrict__ dx, float a, float b, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float d = pm::unary_derivative<OP, float>(to_float(x[i]), a, b);
-    dx[i] = from_float<T>(to_float(g[i]) * d);
+struct UnaryBackwardBody {
+  static constexpr int kVec = vec_for(sizeof(T));
+  T* dx;
+  const T* g;
+  const T* x;
+  float a, b;
+  bool aligned() const { return aligned_to(dx, 16) && aligned_to(g, 16) && aligned_to(x, 16); }
+  __device__ float one(float gv, float xv) const {
+    return gv * pm::unary_derivative<OP, float>(xv, a, b);
   }
-}
+  template <typename I>
+  __device__ void at(const I (&off)[3]) const {
+    dx[off[0]] = from_float<T>(one(to_float(g[off[1]]), to_float(x[off[2]])));
+  }
+  template <int V>
+  __device__ void vec(int64_t i) const {
+    const Pack<T, V> gi = load_pack<V>(g, i), xi = load_pack<V>(x, i);
+    Pack<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_float<T>(one(to_float(gi.v[j]), to_float(xi.v[j])));
+    store_pack<V>(dx, i, out);
+  }
+};
 
 template <BinaryOp OP, typename T, typename O>
-__global__ void binary_kernel(const T* __restrict__ a, StridedIndexer ai, const T* __restrict__ b,
-                              StridedIndexer bi, O* __restrict__ out, StridedIndexer oi,
-                              bool all_contig, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float va = to_float(a[at(ai, all_contig, i)]);
-    const float vb = to_float(b[at(bi, all_contig, i)]);
+struct BinaryBody {
+  static constexpr int kVec = vec_for(sizeof(T) > sizeof(O) ? sizeof(T) : sizeof(O));
+  O* out;
+  const T* a;
+  const T* b;
+  bool aligned() const {
+    return aligned_to(out, kVec * sizeof(O)) && aligned_to(a, kVec * sizeof(T)) &&
+           aligned_to(b, kVec * sizeof(T));
+  }
+  __device__ O one(T av, T bv) const {
+    const float va = to_float(av), vb = to_float(bv);
     if constexpr (kIsComparison<OP>) {
-      out[at(oi, all_contig, i)] = pm::compare<OP, float>(va, vb) ? 1 : 0;
+      return pm::compare<OP, float>(va, vb) ? 1 : 0;
     } else {
-      out[at(oi, all_contig, i)] = from_float<T>(pm::binary_forward<OP, float>(va, vb));
+      return from_float<T>(pm::binary_forward<OP, float>(va, vb));
     }
   }
-}
+  template <typename I>
+  __device__ void at(const I (&off)[3]) const {
+    out[off[0]] = one(a[off[1]], b[off[2]]);
+  }
+  template <int V>
+  __device__ void vec(int64_t i) const {
+    const Pack<T, V> ai = load_pack<V>(a, i), bi = load_pack<V>(b, i);
+    Pack<O, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = one(ai.v[j], bi.v[j]);
+    store_pack<V>(out, i, o);
+  }
+};
 
 template <typename T>
-__global__ void where_kernel(const uint8_t* __restrict__ c, StridedIndexer ci,
-                             const T* __restrict__ a, StridedIndexer ai, const T* __restrict__ b,
-                             StridedIndexer bi, T* __restrict__ out, StridedIndexer oi,
-                             bool all_contig, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    out[at(oi, all_contig, i)] =
-        c[at(ci, all_contig, i)] ? a[at(ai, all_contig, i)] : b[at(bi, all_contig, i)];
+struct WhereBody {
+  static constexpr int kVec = vec_for(sizeof(T));
+  T* out;
+  const uint8_t* c;
+  const T* a;
+  const T* b;
+  bool aligned() const {
+    return aligned_to(out, 16) && aligned_to(c, kVec) && aligned_to(a, 16) && aligned_to(b, 16);
   }
-}
+  template <typename I>
+  __device__ void at(const I (&off)[4]) const {
+    out[off[0]] = c[off[1]] ? a[off[2]] : b[off[3]];
+  }
+  template <int V>
+  __device__ void vec(int64_t i) const {
+    const Pack<uint8_t, V> ci = load_pack<V>(c, i);
+    const Pack<T, V> ai = load_pack<V>(a, i), bi = load_pack<V>(b, i);
+    Pack<T, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = ci.v[j] ? ai.v[j] : bi.v[j];
+    store_pack<V>(out, i, o);
+  }
+};
 
 }  // namespace
 
@@ -136,54 +311,44 @@ void copy(const Tensor& src, const Tensor& dst) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   LaunchOn on(dst);
-  const bool s_contig = src.is_contiguous(), d_contig = dst.is_contiguous();
-  if (s_contig && d_contig && src.dtype() == dst.dtype()) {
+  if (src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype()) {
     SKA_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(),
                                    static_cast<size_t>(n) * dst.element_size(),
                                    cudaMemcpyDeviceToDevice, on.stream));
     return;
   }
-  const StridedIndexer si = make_indexer(src), di = make_indexer(dst);
   dispatch_all(src.dtype(), [&](auto s_tag) {
     using S = decltype(s_tag);
     dispatch_all(dst.dtype(), [&](auto d_tag) {
       using D = decltype(d_tag);
-      copy_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, on.stream>>>(
-          static_cast<const S*>(src.data_ptr()), si, s_contig, static_cast<D*>(dst.data_ptr()),
-          di, d_contig, n);
-      SKA_CUDA_CHECK_LAUNCH();
+      const CopyBody<S, D> body{static_cast<D*>(dst.data_ptr()),
+                                static_cast<const S*>(src.data_ptr())};
+      launch_elementwise<2>(dst.shape(), {dst.strides(), src.strides()}, body, on.stream);
     });
   });
 }
 
 void fill(const Tensor& dst, double value) {
-  const int64_t n = dst.numel();
-  if (n == 0) return;
+  if (dst.numel() == 0) return;
   LaunchOn on(dst);
-  const StridedIndexer di = make_indexer(dst);
-  const bool contig = dst.is_contiguous();
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    fill_kernel<T><<<grid_for(n, kThreads), kThreads, 0, on.stream>>>(
-        static_cast<T*>(dst.data_ptr()), di, contig, value, n);
-    SKA_CUDA_CHECK_LAUNCH();
+    const FillBody<T> body{static_cast<T*>(dst.data_ptr()), value};
+    launch_elementwise<1>(dst.shape(), {dst.strides()}, body, on.stream);
   });
 }
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out, double a, double b) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
+  if (x.numel() == 0) return;
   LaunchOn on(out);
-  const StridedIndexer xi = make_indexer(x), yi = make_indexer(out);
-  const bool x_contig = x.is_contiguous(), y_contig = out.is_contiguous();
   dispatch_floating(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
     pm::visit_unary_op(op, [&](auto op_c) {
       constexpr UnaryOp kOp = decltype(op_c)::value;
-      unary_kernel<kOp, T><<<grid_for(n, kThreads), kThreads, 0, on.stream>>>(
-          static_cast<const T*>(x.data_ptr()), xi, x_contig, static_cast<T*>(out.data_ptr()), yi,
-          y_contig, static_cast<float>(a), static_cast<float>(b), n);
-      SKA_CUDA_CHECK_LAUNCH();
+      const UnaryBody<kOp, T> body{static_cast<T*>(out.data_ptr()),
+                                   static_cast<const T*>(x.data_ptr()), static_cast<float>(a),
+                                   static_cast<float>(b)};
+      launch_elementwise<2>(out.shape(), {out.strides(), x.strides()}, body, on.stream);
     });
   });
 }
@@ -192,17 +357,17 @@ void unary_backward(UnaryOp op, const Tensor& grad_out, const Tensor& x, const T
                     double a, double b) {
   SKA_CHECK(grad_out.is_contiguous() && x.is_contiguous() && grad_x.is_contiguous(), ValueError,
             "cuda unary_backward: operands must be contiguous");
-  const int64_t n = x.numel();
-  if (n == 0) return;
+  if (x.numel() == 0) return;
   LaunchOn on(grad_x);
   dispatch_floating(x.dtype(), "unary_backward", [&](auto tag) {
     using T = decltype(tag);
     pm::visit_unary_op(op, [&](auto op_c) {
       constexpr UnaryOp kOp = decltype(op_c)::value;
-      unary_backward_kernel<kOp, T><<<grid_for(n, kThreads), kThreads, 0, on.stream>>>(
-          static_cast<const T*>(grad_out.data_ptr()), static_cast<const T*>(x.data_ptr()),
-          static_cast<T*>(grad_x.data_ptr()), static_cast<float>(a), static_cast<float>(b), n);
-      SKA_CUDA_CHECK_LAUNCH();
+      const UnaryBackwardBody<kOp, T> body{
+          static_cast<T*>(grad_x.data_ptr()), static_cast<const T*>(grad_out.data_ptr()),
+          static_cast<const T*>(x.data_ptr()), static_cast<float>(a), static_cast<float>(b)};
+      launch_elementwise<3>(x.shape(), {grad_x.strides(), grad_out.strides(), x.strides()}, body,
+                            on.stream);
     });
   });
 }
@@ -213,11 +378,8 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   SKA_CHECK(a.shape() == out.shape() && b.shape() == out.shape(), ShapeError,
             "cuda binary: operands ", shape_str(a.shape()), " and ", shape_str(b.shape()),
             " must be views with the output's shape ", shape_str(out.shape()));
-  const int64_t n = out.numel();
-  if (n == 0) return;
+  if (out.numel() == 0) return;
   LaunchOn on(out);
-  const StridedIndexer ai = make_indexer(a), bi = make_indexer(b), oi = make_indexer(out);
-  const bool all_contig = a.is_contiguous() && b.is_contiguous() && out.is_contiguous();
   dispatch_floating(a.dtype(), "binary", [&](auto tag) {
     using T = decltype(tag);
     pm::visit_binary_op(op, [&](auto op_c) {
@@ -226,10 +388,11 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
       SKA_CHECK(out.dtype() == (kIsComparison<kOp> ? DType::kU8 : a.dtype()),
                 DTypeError, "cuda binary ", binary_op_name(op), ": output dtype ",
                 dtype_name(out.dtype()), " is wrong");
-      binary_kernel<kOp, T, O><<<grid_for(n, kThreads), kThreads, 0, on.stream>>>(
-          static_cast<const T*>(a.data_ptr()), ai, static_cast<const T*>(b.data_ptr()), bi,
-          static_cast<O*>(out.data_ptr()), oi, all_contig, n);
-      SKA_CUDA_CHECK_LAUNCH();
+      const BinaryBody<kOp, T, O> body{static_cast<O*>(out.data_ptr()),
+                                       static_cast<const T*>(a.data_ptr()),
+                                       static_cast<const T*>(b.data_ptr())};
+      launch_elementwise<3>(out.shape(), {out.strides(), a.strides(), b.strides()}, body,
+                            on.stream);
     });
   });
 }
@@ -239,21 +402,25 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
             dtype_name(cond.dtype()));
   SKA_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), DTypeError,
             "cuda where: operands must have the output's dtype ", dtype_name(out.dtype()));
-  const int64_t n = out.numel();
-  if (n == 0) return;
+  if (out.numel() == 0) return;
   LaunchOn on(out);
-  const StridedIndexer ci = make_indexer(cond), ai = make_indexer(a), bi = make_indexer(b),
-                       oi = make_indexer(out);
-  const bool all_contig =
-      cond.is_contiguous() && a.is_contiguous() && b.is_contiguous() && out.is_contiguous();
   dispatch_all(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    where_kernel<T><<<grid_for(n, kThreads), kThreads, 0, on.stream>>>(
-        static_cast<const uint8_t*>(cond.data_ptr()), ci, static_cast<const T*>(a.data_ptr()), ai,
-        static_cast<const T*>(b.data_ptr()), bi, static_cast<T*>(out.data_ptr()), oi, all_contig,
-        n);
-    SKA_CUDA_CHECK_LAUNCH();
+    const WhereBody<T> body{static_cast<T*>(out.data_ptr()),
+                            static_cast<const uint8_t*>(cond.data_ptr()),
+                            static_cast<const T*>(a.data_ptr()),
+                            static_cast<const T*>(b.data_ptr())};
+    launch_elementwise<4>(out.shape(), {out.strides(), cond.strides(), a.strides(), b.strides()},
+                          body, on.stream);
   });
 }
 
 }  // namespace ska::cuda
+
+namespace ska {
+
+bool set_cuda_elementwise_fast_paths(bool enabled) {
+  return cuda::g_fast_paths.exchange(enabled);
+}
+
+}  // namespace ska

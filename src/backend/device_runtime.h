@@ -28,6 +28,13 @@ std::string cuda_device_name(int index);
 void push_profile_range(const char* name);
 void pop_profile_range();
 
+// The elementwise CUDA kernels (copy, fill, unary, binary, where) take fast paths: dims merged,
+// offsets in 32 bits by magic-number division, 16-byte loads and stores where every operand is
+// dense and aligned. Switched off, they index every dim of every view in 64 bits, the reference
+// the fast paths are tested against bit for bit. Returns the previous setting; for tests and
+// benchmarks. Without CUDA it only records the setting.
+bool set_cuda_elementwise_fast_paths(bool enabled);
+
 // A CUDA Graph: the device work that `fn` queues on the current stream of CUDA `device`,
 // captured once (fn runs once, its kernels are recorded, not executed) and then launched as one
 // unit by replay(). Allocations made during the capture come from a private pool of the caching

@@ -41,6 +41,12 @@ void DeviceGraph::replay() {
 std::string cuda_device_name(int index) {
   SKA_FAIL(DeviceError, "the name of cuda:", index, ": this build has no CUDA support");
 }
+bool set_cuda_elementwise_fast_paths(bool enabled) {
+  static bool setting = true;
+  const bool previous = setting;
+  setting = enabled;
+  return previous;
+}
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
 #endif

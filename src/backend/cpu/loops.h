@@ -1,18 +1,23 @@
-// Strided iteration for CPU kernels: visits every element of up to three same-shaped views,
-// row by row (innermost dim), with rows spread over OpenMP threads.
+// Strided iteration for CPU kernels: visits every element of same-shaped views row by row
+// (innermost dim of their coalesced layout), with rows spread over OpenMP threads.
 #pragma once
 
 #include <array>
 #include <cstdint>
 
+#include "backend/elementwise.h"
 #include "core/tensor.h"
 
 namespace ska::cpu {
 
 // For each innermost row: fn(offsets, length, inner_strides), where offsets[k] is the element
-// offset of the row's first element in operand k (relative to its data_ptr()).
+// offset of the row's first element in operand k (relative to its data_ptr()). Dims are merged
+// first (coalesce_layout), so a contiguous or broadcast operand gives long rows.
 template <size_t N, typename F>
-void for_each_row(const Shape& shape, const std::array<Shape, N>& strides, F&& fn) {
+void for_each_row(const Shape& view_shape, const std::array<Shape, N>& view_strides, F&& fn) {
+  const ElementwiseLayout<N> layout = coalesce_layout<N>(view_shape, view_strides);
+  const Shape& shape = layout.shape;
+  const std::array<Shape, N>& strides = layout.strides;
   const int64_t ndim = static_cast<int64_t>(shape.size());
   const int64_t inner = ndim == 0 ? 1 : shape[ndim - 1];
   std::array<int64_t, N> inner_strides{};

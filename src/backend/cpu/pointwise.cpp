@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/elementwise.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/pointwise_f32.h"
 #include "backend/cpu/widen.h"
@@ -16,36 +17,8 @@ namespace ska::cpu {
 
 namespace {
 
-// A copy's iteration space with size-1 dims dropped and dims merged where both tensors step
-// through them as through one (a [B, H, N, D] head split whose last two dims are contiguous on both
-// sides is one dim of N * D): fewer, longer rows.
-struct CopyLayout {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> src_strides, dst_strides;
-};
-
-CopyLayout coalesce(const Tensor& src, const Tensor& dst) {
-  CopyLayout out;
-  for (size_t d = 0; d < dst.shape().size(); ++d) {
-    const int64_t n = dst.shape()[d];
-    if (n == 1) continue;
-    if (!out.shape.empty() && out.src_strides.back() == src.strides()[d] * n &&
-        out.dst_strides.back() == dst.strides()[d] * n) {
-      out.shape.back() *= n;  // the previous dim steps over this one exactly
-      out.src_strides.back() = src.strides()[d];
-      out.dst_strides.back() = dst.strides()[d];
-      continue;
-    }
-    out.shape.push_back(n);
-    out.src_strides.push_back(src.strides()[d]);
-    out.dst_strides.push_back(dst.strides()[d]);
-  }
-  if (out.shape.empty()) {  // one element
-    out.shape = {1};
-    out.src_strides = out.dst_strides = {1};
-  }
-  return out;
-}
+// A copy's iteration space: operand 0 the source, 1 the destination.
+using CopyLayout = ElementwiseLayout<2>;
 
 // dst[...] = src[...] where the destination's last dim and the source's dim `p` are the unit
 // strides (a transpose of those two dims): 32 x 32 tiles, so that both sides are read and written
@@ -55,7 +28,7 @@ void copy_transposed(const S* s, D* d, const CopyLayout& l, size_t p) {
   constexpr int64_t kTile = 32;
   const size_t last = l.shape.size() - 1;
   const int64_t rows = l.shape[p], cols = l.shape[last];
-  const int64_t s_col = l.src_strides[last], d_row = l.dst_strides[p];
+  const int64_t s_col = l.strides[0][last], d_row = l.strides[1][p];
   std::vector<size_t> outer;
   int64_t outer_count = 1;
   for (size_t k = 0; k < l.shape.size(); ++k) {
@@ -74,8 +47,8 @@ void copy_transposed(const S* s, D* d, const CopyLayout& l, size_t p) {
     for (size_t k = outer.size(); k-- > 0;) {
       const int64_t i = rest % l.shape[outer[k]];
       rest /= l.shape[outer[k]];
-      s_off += i * l.src_strides[outer[k]];
-      d_off += i * l.dst_strides[outer[k]];
+      s_off += i * l.strides[0][outer[k]];
+      d_off += i * l.strides[1][outer[k]];
     }
     const int64_t r0 = (tile / col_tiles) * kTile, c0 = (tile % col_tiles) * kTile;
     const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
@@ -102,18 +75,18 @@ void copy(const Tensor& src, const Tensor& dst) {
         parallel_for(dst.numel(), [&](int64_t i) { d[i] = convert<D>(s[i]); });
         return;
       }
-      const CopyLayout l = coalesce(src, dst);
+      const CopyLayout l = coalesce_layout<2>(dst.shape(), {src.strides(), dst.strides()});
       const size_t last = l.shape.size() - 1;
-      if (l.dst_strides[last] == 1 && l.src_strides[last] != 1 && l.shape[last] >= 8) {
+      if (l.strides[1][last] == 1 && l.strides[0][last] != 1 && l.shape[last] >= 8) {
         // A transpose: the source's unit stride is on another dim.
         for (size_t p = 0; p < last; ++p) {
-          if (l.src_strides[p] == 1 && l.shape[p] >= 8) {
+          if (l.strides[0][p] == 1 && l.shape[p] >= 8) {
             copy_transposed(s, d, l, p);
             return;
           }
         }
       }
-      for_each_row<2>(l.shape, {l.src_strides, l.dst_strides},
+      for_each_row<2>(l.shape, l.strides,
                       [&](const auto& off, int64_t n, const auto& st) {
                         const S* sp = s + off[0];
                         D* dp = d + off[1];
