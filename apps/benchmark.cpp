@@ -21,6 +21,7 @@
 #include "backend/device_runtime.h"
 #include "backend/profiler.h"
 #include "data/eval_transform.h"
+#include "core/precision.h"
 #include "core/random.h"
 #include "ops/autocast.h"
 #include "ops/mac_counter.h"
@@ -49,6 +50,8 @@ struct BenchmarkOptions {
   bool profile = false;  // then `iters` more steps with every kernel timed
   int top = 25;          // kernels listed by --profile
   std::string attention = "fused";  // or unfused: matmul, softmax, matmul (nn::attend_qk)
+  std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
+  std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -202,6 +205,8 @@ int run_benchmark(BenchmarkOptions o) {
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
   nn::set_fused_attention(o.attention == "fused");
+  set_cudnn_benchmark(o.cudnn_benchmark == "on");
+  set_cuda_elementwise_fast_paths(o.elementwise == "fast");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -307,7 +312,8 @@ int run_benchmark(BenchmarkOptions o) {
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description}, {"attention", o.attention},
-                        {"cuda_graph", o.cuda_graph}};
+                        {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
+                        {"elementwise", o.elementwise}};
     j["gflops_per_image"] = flops.gflops_per_image;
     j["tflops"] = flops.tflops;
     if (flops.peak_tflops > 0) {
@@ -328,6 +334,8 @@ int run_benchmark(BenchmarkOptions o) {
          << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
     if (o.attention != "fused") line << " [" << o.attention << " attention]";
     if (o.cuda_graph) line << " [CUDA Graph]";
+    if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
+    if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
@@ -378,5 +386,13 @@ int main(int argc, char** argv) {
                  "fused (the fused attention op wherever the logits are q k^T) or unfused "
                  "(matmul, softmax, matmul: the weights stored), to compare")
       ->check(CLI::IsMember({"fused", "unfused"}));
+  app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
+                 "on: time cuDNN's convolution algorithms on the first call of each shape and "
+                 "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--elementwise", o.elementwise,
+                 "CUDA elementwise kernels: fast (merged dims, 16-byte accesses, 32-bit offsets) "
+                 "or reference (64-bit offsets over every dim), to compare")
+      ->check(CLI::IsMember({"fast", "reference"}));
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

@@ -6,19 +6,21 @@
 # PyTorch (SDPA attention where the model allows) and, where PyTorch has it, torch.compile; then
 # each side's TFLOP/s (model FLOPs from our MAC counter) and, on a known GPU, MFU.
 # Usage: scripts/benchmark.sh CONFIG [--device cpu|cuda] [--batch N] [--mode train|infer]
-#            [--dtype f32|bf16] [--warmup N] [--iters N] [--compile auto|off] [--set key=value ...]
+#            [--dtype f32|bf16] [--warmup N] [--iters N] [--compile auto|off]
+#            [--cudnn-benchmark on|off] [--set key=value ...]
 #   Without --mode both modes run. --dtype bf16 (CUDA) is our bf16 autocast (f32 weights, as
 #   train.precision: bf16) against torch's bf16 autocast. --compile auto (default) adds the
-#   torch.compile column when PyTorch has it. Environment: BUILD_DIR (default build), where
-#   benchmark was built; PYTHON.
+#   torch.compile column when PyTorch has it. --cudnn-benchmark (default on, as timm's training
+#   scripts set it) times cuDNN's convolution algorithms on both sides. Environment: BUILD_DIR
+#   (default build), where benchmark was built; PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '7,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
+usage() { sed -n '7,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 [ $# -ge 1 ] && [ "${1#-}" = "$1" ] || usage
 config=$1
 shift
-device=cpu batch=64 dtype=f32 warmup=3 iters=10 compile=auto
+device=cpu batch=64 dtype=f32 warmup=3 iters=10 compile=auto cudnn_benchmark=on
 modes=(train infer)
 sets=()
 while [ $# -gt 0 ]; do
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --iters) iters=$2 ;;
     --set) sets+=(--set "$2") ;;
     --compile) compile=$2 ;;
+    --cudnn-benchmark) cudnn_benchmark=$2 ;;
     *) echo "benchmark.sh: unknown argument '$1'" >&2; usage ;;
   esac
   shift 2
@@ -57,7 +60,7 @@ env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0]
 print(int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0)))')
 
 common=(--config "$config" --batch "$batch" --device "$device" --warmup "$warmup" --iters "$iters"
-        "${sets[@]}")
+        --cudnn-benchmark "$cudnn_benchmark" "${sets[@]}")
 for mode in "${modes[@]}"; do
   # bf16: our autocast (train.precision: bf16, f32 weights) against torch.autocast.
   precision=fp32

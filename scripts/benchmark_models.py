@@ -349,10 +349,10 @@ def run(args):
         raise ConfigError("--precision bf16 needs --device cuda (the CPU runs f32)")
     if device.type == "cuda":
         # PyTorch's defaults, which are ours too (src/core/precision.h): strict f32 matrix
-        # products, TF32 convolutions.
+        # products, TF32 convolutions; cuDNN's algorithms timed or not as on our side.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark == "on"
     sdpa.ENABLED = args.attention == "sdpa" and sdpa.available()
     torch.manual_seed(0)
     model = build_model(cfg).to(device)
@@ -453,6 +453,8 @@ def main():
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on",
+                        help="torch.backends.cudnn.benchmark (our benchmark's flag of that name)")
     parser.add_argument("--attention", choices=["sdpa", "math"], default="sdpa",
                         help="F.scaled_dot_product_attention where the math allows (default, "
                              "PyTorch >= 2.1) or the references' plain softmax(q k^T) v")

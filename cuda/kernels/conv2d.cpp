@@ -1,5 +1,7 @@
 // 2-D convolution (NCHW) on CUDA through cuDNN's legacy convolution API: RAII descriptors per
-// call, and each direction's algorithm chosen once per (shapes, params, dtype) and cached.
+// call, and each direction's algorithm chosen once per (shapes, params, dtype) and cached, by the
+// heuristics or, under cudnn_benchmark(), by timing the candidates on the first call.
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
@@ -133,17 +135,18 @@ struct AlgoChoice {
   size_t workspace;
 };
 
-using AlgoKey = std::array<int64_t, 19>;
+using AlgoKey = std::array<int64_t, 20>;
 
 // f32 data without TF32 (core/precision.h): only CUDA-core (FMA) algorithms.
 bool fma_only(DType dt) { return dt == DType::kF32 && !tf32_policy().conv; }
 
 AlgoKey algo_key(ConvDir dir, int device, DType dt, const Shape& xs, const Shape& ws,
-                 const Conv2dParams& p) {
+                 const Conv2dParams& p, bool timed) {
   return {static_cast<int64_t>(dir),
           device,
           static_cast<int64_t>(dt),
           fma_only(dt),
+          timed,
           xs[0],
           xs[1],
           xs[2],
@@ -170,8 +173,9 @@ std::map<AlgoKey, AlgoChoice>& algo_cache() {
   return cache;
 }
 
-// The first algorithm cuDNN's heuristics rank as usable, preferring one within the workspace cap.
-// With `fma` only algorithms without tensor-op math qualify.
+// The first algorithm of cuDNN's ranking (heuristic, or by measured time when timed) that
+// succeeded, preferring one within the workspace cap. With `fma` only algorithms without
+// tensor-op math qualify.
 template <typename Perf>
 AlgoChoice pick_algo(const Perf* perf, int count, bool fma, const char* kernel) {
   const Perf* fallback = nullptr;
@@ -188,16 +192,53 @@ AlgoChoice pick_algo(const Perf* perf, int count, bool fma, const char* kernel) 
   return {static_cast<int>(fallback->algo), fallback->mathType, 0};
 }
 
-// Queries the heuristics and the workspace size of the chosen algorithm (math type applied).
-AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, bool fma,
-                      const char* kernel) {
+// The operands of the call being planned, for timing algorithms on them: `a` and `b` are read,
+// `out` is overwritten (the call that follows writes it again). Forward: x, w -> y; backward
+// data: dy, w -> dx; backward filter: x, dy -> dw.
+struct ConvData {
+  const void* a;
+  const void* b;
+  void* out;
+};
+
+// Scratch for timing the heuristic candidates: the largest workspace among them within the cap,
+// or less when the device cannot spare it (down to none: then only algorithms without scratch
+// are timed).
+template <typename Perf>
+Tensor timing_workspace(int device, const Perf* perf, int count, size_t* bytes) {
+  *bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspaceBytes) {
+      *bytes = std::max(*bytes, perf[i].memory);
+    }
+  }
+  for (; *bytes > 0; *bytes /= 2) {
+    try {
+      return workspace(device, *bytes);
+    } catch (const OutOfMemoryError&) {  // algorithms with less scratch are still timed
+    }
+  }
+  return Tensor();
+}
+
+// Ranks the algorithms (heuristics, then with `timed` cuDNN's own timing of each on the call's
+// operands) and returns the pick with its workspace size; the conv descriptor gets its math type.
+AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, bool fma, int device,
+                      const ConvData* timed, const char* kernel) {
   AlgoChoice a{};
   int n = 0;
+  size_t ws_bytes = 0;
   if (fma) SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, CUDNN_FMA_MATH));
   if (dir == ConvDir::kForward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
     SKA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, c.x.d, c.w.d, c.conv.d, c.y.d,
                                                            kMaxAlgos, &n, perf));
+    if (timed) {
+      const Tensor ws = timing_workspace(device, perf, n, &ws_bytes);
+      SKA_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+          h, c.x.d, timed->a, c.w.d, timed->b, c.conv.d, c.y.d, timed->out, kMaxAlgos, &n, perf,
+          ws.defined() ? ws.data_ptr() : nullptr, ws_bytes));
+    }
     a = pick_algo(perf, n, fma, kernel);
     SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
     SKA_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
@@ -207,6 +248,12 @@ AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, bool fma,
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w.d, c.y.d, c.conv.d, c.x.d,
                                                                 kMaxAlgos, &n, perf));
+    if (timed) {
+      const Tensor ws = timing_workspace(device, perf, n, &ws_bytes);
+      SKA_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          h, c.w.d, timed->b, c.y.d, timed->a, c.conv.d, c.x.d, timed->out, kMaxAlgos, &n, perf,
+          ws.defined() ? ws.data_ptr() : nullptr, ws_bytes));
+    }
     a = pick_algo(perf, n, fma, kernel);
     SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
@@ -216,6 +263,12 @@ AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, bool fma,
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x.d, c.y.d, c.conv.d, c.w.d,
                                                                   kMaxAlgos, &n, perf));
+    if (timed) {
+      const Tensor ws = timing_workspace(device, perf, n, &ws_bytes);
+      SKA_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          h, c.x.d, timed->a, c.y.d, timed->b, c.conv.d, c.w.d, timed->out, kMaxAlgos, &n, perf,
+          ws.defined() ? ws.data_ptr() : nullptr, ws_bytes));
+    }
     a = pick_algo(perf, n, fma, kernel);
     SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, a.math));
     SKA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
@@ -225,10 +278,22 @@ AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, bool fma,
   return a;
 }
 
-// The cached choice for this key, or a fresh query; the conv descriptor gets its math type.
+// Whether work queued on `device`'s current stream is being captured into a CUDA Graph, where
+// timing algorithms (it synchronises) would break the capture.
+bool capturing(int device) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SKA_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The cached choice for this key, or a fresh query: timed on `data` under cudnn_benchmark()
+// (except during a graph capture, which gets the heuristic choice), ranked by the heuristics
+// otherwise. The conv descriptor gets the choice's math type.
 AlgoChoice choose_algo(ConvDir dir, int device, DType dt, const Shape& xs, const Shape& ws,
-                       const Conv2dParams& p, cudnnHandle_t h, const Conv& c, const char* kernel) {
-  const AlgoKey key = algo_key(dir, device, dt, xs, ws, p);
+                       const Conv2dParams& p, cudnnHandle_t h, const Conv& c,
+                       const ConvData& data, const char* kernel) {
+  const bool timed = cudnn_benchmark() && !capturing(device);
+  const AlgoKey key = algo_key(dir, device, dt, xs, ws, p, timed);
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto it = algo_cache().find(key);
@@ -237,7 +302,7 @@ AlgoChoice choose_algo(ConvDir dir, int device, DType dt, const Shape& xs, const
       return it->second;
     }
   }
-  const AlgoChoice a = query_algo(dir, h, c, fma_only(dt), kernel);
+  const AlgoChoice a = query_algo(dir, h, c, fma_only(dt), device, timed ? &data : nullptr, kernel);
   std::lock_guard<std::mutex> lock(cache_mutex());
   algo_cache().emplace(key, a);
   return a;
@@ -285,8 +350,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   if (y.numel() == 0) return;
   const Conv c(x.shape(), w.shape(), y.shape(), p, x.dtype(), kKernel);
   const cudnnHandle_t h = cudnn_handle(device);
-  const AlgoChoice a =
-      choose_algo(ConvDir::kForward, device, x.dtype(), x.shape(), w.shape(), p, h, c, kKernel);
+  const AlgoChoice a = choose_algo(ConvDir::kForward, device, x.dtype(), x.shape(), w.shape(), p,
+                                   h, c, {x.data_ptr(), w.data_ptr(), y.data_ptr()}, kKernel);
   void* ws = nullptr;
   const Tensor ws_hold = scratch(device, a.workspace, &ws);
   const float one = 1.0f, zero = 0.0f;  // f32 scaling factors for f32/bf16/f16 data
@@ -311,8 +376,9 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
     return;
   }
   const Conv c(grad_x.shape(), w.shape(), grad_y.shape(), p, grad_y.dtype(), kKernel);
-  const AlgoChoice a = choose_algo(ConvDir::kBackwardData, device, grad_y.dtype(), grad_x.shape(),
-                                   w.shape(), p, h, c, kKernel);
+  const AlgoChoice a =
+      choose_algo(ConvDir::kBackwardData, device, grad_y.dtype(), grad_x.shape(), w.shape(), p, h,
+                  c, {grad_y.data_ptr(), w.data_ptr(), grad_x.data_ptr()}, kKernel);
   void* ws = nullptr;
   const Tensor ws_hold = scratch(device, a.workspace, &ws);
   const float one = 1.0f, zero = 0.0f;
@@ -337,8 +403,9 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
     return;
   }
   const Conv c(x.shape(), grad_w.shape(), grad_y.shape(), p, grad_y.dtype(), kKernel);
-  const AlgoChoice a = choose_algo(ConvDir::kBackwardFilter, device, grad_y.dtype(), x.shape(),
-                                   grad_w.shape(), p, h, c, kKernel);
+  const AlgoChoice a =
+      choose_algo(ConvDir::kBackwardFilter, device, grad_y.dtype(), x.shape(), grad_w.shape(), p,
+                  h, c, {x.data_ptr(), grad_y.data_ptr(), grad_w.data_ptr()}, kKernel);
   void* ws = nullptr;
   const Tensor ws_hold = scratch(device, a.workspace, &ws);
   const float one = 1.0f, zero = 0.0f;

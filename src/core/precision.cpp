@@ -1,3 +1,4 @@
+// Process-wide numeric policies of the CUDA backend: TF32 and cuDNN algorithm benchmarking.
 #include "core/precision.h"
 
 #include <atomic>
@@ -6,6 +7,7 @@ namespace ska {
 namespace {
 std::atomic<bool> g_matmul{false};
 std::atomic<bool> g_conv{true};
+std::atomic<bool> g_cudnn_benchmark{false};
 }  // namespace
 
 Tf32Policy tf32_policy() { return {g_matmul.load(), g_conv.load()}; }
@@ -14,5 +16,8 @@ void set_tf32_policy(Tf32Policy policy) {
   g_matmul.store(policy.matmul);
   g_conv.store(policy.conv);
 }
+
+bool cudnn_benchmark() { return g_cudnn_benchmark.load(); }
+void set_cudnn_benchmark(bool enabled) { g_cudnn_benchmark.store(enabled); }
 
 }  // namespace ska

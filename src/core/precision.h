@@ -26,4 +26,12 @@ class Tf32Guard {
   Tf32Policy saved_;
 };
 
+// How cuDNN convolution algorithms are chosen on CUDA. Off (the default, PyTorch's
+// torch.backends.cudnn.benchmark = False): by cuDNN's heuristics. On (what timm's training
+// scripts set): the first call of each shape times every algorithm that fits the workspace cap
+// and keeps the fastest, so later calls of that shape run it. Timings can pick different
+// algorithms in different processes, and with them differently rounded results. Process-wide.
+bool cudnn_benchmark();
+void set_cudnn_benchmark(bool enabled);
+
 }  // namespace ska

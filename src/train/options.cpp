@@ -45,6 +45,7 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
   o.ema_decay = t.get_double_in("ema_decay", 0.0, 0.0, 0.999999);
   o.precision = precision_from_name(t.get_choice("precision", "fp32", {"fp32", "bf16", "fp16"}));
   o.cuda_graph = t.get_choice("cuda_graph", "off", {"auto", "on", "off"});
+  o.cudnn_benchmark = t.get<bool>("cudnn_benchmark", o.cudnn_benchmark);
   return o;
 }
 

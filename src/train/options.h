@@ -39,6 +39,9 @@ struct TrainOptions {
   // Capture the training step as a CUDA Graph and replay it (train/graph_step.h): "on" (an error
   // where it cannot be), "auto" (where it can), "off".
   std::string cuda_graph = "off";
+  // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
+  // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
+  bool cudnn_benchmark = true;
   static TrainOptions from_config(const ConfigNode& train);
   // The autocast state of the forward pass (disabled for fp32).
   AutocastState autocast() const { return autocast_state(precision); }

@@ -13,6 +13,7 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "distributed/functional.h"
 #include "models/model.h"
 #include "ops/pointwise.h"
@@ -165,6 +166,7 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, scaler_.get(), ema_.get(), *comm_,
                                       train_, dist_, sharding_.get());
   stats_ = std::make_unique<UpdateStats>(setup_.device);
+  if (setup_.device.is_cuda()) set_cudnn_benchmark(train_.cudnn_benchmark);
   if (train_.cuda_graph != "off") {
     const std::string obstacle =
         cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_);

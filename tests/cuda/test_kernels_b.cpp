@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
+#include "core/precision.h"
 #include "support/test_util.h"
 
 #ifdef SKA_WITH_CUDA
@@ -201,6 +203,47 @@ TEST_CASE("cuda conv2d: algorithm cache reused across shapes and groups", "[cuda
     check_conv({1, 4, 12, 10}, {6, 2, 2, 2}, strided_groups, 41);
     check_conv({2, 8, 14, 14}, {8, 1, 7, 7}, depthwise, 51);
     check_conv({3, 4, 5, 5}, {6, 4, 3, 3}, dense, 61);  // same params, new shape: a new key
+  }
+}
+
+TEST_CASE("cuda conv2d: timed algorithms (cudnn_benchmark), and heuristics inside a capture",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  struct Restore {
+    bool was = cudnn_benchmark();
+    ~Restore() { set_cudnn_benchmark(was); }
+  } restore;
+  set_cudnn_benchmark(true);
+  Conv2dParams stem;  // CAFormer's stem: 7x7, stride 4, padding 2
+  stem.stride_h = stem.stride_w = 4;
+  stem.pad_h = stem.pad_w = 2;
+  Conv2dParams down;  // its downsampling: 3x3, stride 2, padding 1
+  down.stride_h = down.stride_w = 2;
+  down.pad_h = down.pad_w = 1;
+  for (int pass = 0; pass < 2; ++pass) {  // timed, then the cached choice
+    INFO("pass " << pass);
+    check_conv({2, 3, 64, 64}, {16, 3, 7, 7}, stem, 81);
+    check_conv({2, 16, 16, 16}, {32, 16, 3, 3}, down, 91);
+    // Backward data and filter too, in each dtype.
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      ska::test::check_cuda_parity(
+          [down](const TensorList& in) { return conv2d(in[0], in[1], in[2], down); },
+          {uniform({2, 16, 16, 16}, 92).set_requires_grad(),
+           uniform({32, 16, 3, 3}, 93).set_requires_grad(),
+           uniform({32}, 94).set_requires_grad()},
+          dt);
+    }
+  }
+  // A shape first met while a CUDA Graph is captured: timing would synchronise and break the
+  // capture, so the heuristics choose; the replay computes the convolution.
+  const Tensor x = uniform({2, 8, 10, 10}, 101), w = uniform({8, 8, 3, 3}, 102);
+  const Tensor gx = gpu_f32(x), gw = gpu_f32(w);
+  Tensor y;
+  {
+    DeviceGraph graph(kGpu, [&] { y = conv2d(gx, gw, Tensor(), 1, 1); });
+    graph.replay();
+    synchronize(kGpu);
+    CHECK(ska::test::nmse(y, conv2d(x, w, Tensor(), 1, 1)) < 1e-5);
   }
 }
 

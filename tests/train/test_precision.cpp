@@ -313,6 +313,17 @@ TEST_CASE("train.cuda_graph: where the step can be captured, and the choices", "
                                                   Contains("auto"));
 }
 
+TEST_CASE("train.cudnn_benchmark: a boolean, on by default", "[cpu][train]") {
+  CHECK(TrainOptions{}.cudnn_benchmark);
+  Config off = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  off.set("train.cudnn_benchmark=false");
+  CHECK_FALSE(TrainOptions::from_config(off.root()["train"]).cudnn_benchmark);
+  Config bad = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  bad.set("train.cudnn_benchmark=fastest");
+  REQUIRE_THROWS_WITH(TrainOptions::from_config(bad.root()["train"]),
+                      Contains("train.cudnn_benchmark") && Contains("fastest"));
+}
+
 TEST_CASE("train.cuda_graph on the CPU: on is an error, auto trains eagerly like off",
           "[cpu][train][slow]") {
   if (!test::fashion_mnist_available()) {
