@@ -1,5 +1,6 @@
-// CUDA kernels: sum / mean / max / min over chosen dims, argmax along a dim, top-k along the last
-// dim. Twins of backend/cpu/reduce.cpp and topk.cpp; values are accumulated in f32.
+// CUDA kernels: sum / mean / max / min over chosen dims (rows of the trailing dims, or columns
+// when the leading dims are reduced), argmax along a dim, top-k along the last dim. Twins of
+// backend/cpu/reduce.cpp and topk.cpp; values are accumulated in f32.
 #include <algorithm>
 #include <cstdint>
 
@@ -128,6 +129,91 @@ void reduce_rows(const T* x, T* out, int64_t rows, int64_t len, const Tensor& li
   SKA_CUDA_CHECK_LAUNCH();
 }
 
+// Column reductions of a contiguous [rows, cols] x (the reduced dims lead: a bias gradient sums
+// [B * N, C] over its rows). Block (32, 8) per (32 columns, chunk of rows): lane x owns a column
+// (a warp reads 32 neighbouring elements of a row), the 8 y-lanes walk the chunk's rows, and
+// their 8 partials are combined in a fixed order; out is [chunks, cols] (partials when
+// chunks > 1). No transposed copy of x, and the same bits on every run.
+constexpr int kColTile = 32;
+constexpr int kColLanes = 8;
+constexpr int64_t kMinChunkRows = 64;
+constexpr int64_t kMaxColChunks = 1024;
+
+template <ReduceOp OP, typename In, typename Out>
+__global__ void reduce_cols_kernel(const In* __restrict__ x, Out* __restrict__ out, int64_t rows,
+                                   int64_t cols, int64_t chunk_rows, bool final_pass,
+                                   float count) {
+  __shared__ float part[kColLanes][kColTile + 1];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t r1 = std::min(rows, r0 + chunk_rows);
+  float acc = identity<OP>();
+  if (col < cols) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColLanes) {
+      acc = combine<OP>(acc, to_float(x[r * cols + col]));
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float v = part[0][threadIdx.x];
+#pragma unroll
+    for (int l = 1; l < kColLanes; ++l) v = combine<OP>(v, part[l][threadIdx.x]);
+    out[static_cast<int64_t>(blockIdx.y) * cols + col] = finish<OP, Out>(v, final_pass, count);
+  }
+}
+
+// Reduces the `rows` rows of a contiguous [rows, cols] x into out [cols]: one pass when the column
+// tiles alone fill the GPU, else chunks of rows into f32 partials and a second pass over those.
+template <ReduceOp OP, typename T>
+void reduce_cols(const T* x, T* out, int64_t rows, int64_t cols, const Tensor& like,
+                 cudaStream_t stream) {
+  const float count = static_cast<float>(rows);
+  const int64_t col_tiles = (cols + kColTile - 1) / kColTile;
+  const int64_t wanted = std::max<int64_t>(1, 2 * sm_count(device_index(like)) / col_tiles);
+  const int64_t most = std::max<int64_t>(1, std::min(kMaxColChunks, rows / kMinChunkRows));
+  int64_t chunks = std::min(wanted, most);
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const dim3 block(kColTile, kColLanes);
+  const auto grid = [&](int64_t y) {
+    return dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(y));
+  };
+  if (chunks == 1) {
+    reduce_cols_kernel<OP, T, T><<<grid(1), block, 0, stream>>>(x, out, rows, cols, rows, true,
+                                                                 count);
+    SKA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  Tensor partials = Tensor::empty({chunks * cols}, DType::kF32, like.device());
+  float* pp = partials.data<float>();
+  reduce_cols_kernel<OP, T, float><<<grid(chunks), block, 0, stream>>>(x, pp, rows, cols,
+                                                                       chunk_rows, false, count);
+  SKA_CUDA_CHECK_LAUNCH();
+  reduce_cols_kernel<OP, float, T><<<grid(1), block, 0, stream>>>(pp, out, chunks, cols, chunks,
+                                                                   true, count);
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+// Whether reducing `dims` of x is a column reduction: x contiguous, and every reduced dim of size
+// above 1 before every kept one (at least one of each).
+bool reduces_leading_dims(const Tensor& x, const std::vector<int64_t>& dims) {
+  if (!x.is_contiguous()) return false;
+  std::vector<char> is_reduced(static_cast<size_t>(x.dim()), 0);
+  for (int64_t d : dims) is_reduced[static_cast<size_t>(d)] = 1;
+  bool reduced = false, kept = false;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (x.shape()[static_cast<size_t>(d)] == 1) continue;
+    if (is_reduced[static_cast<size_t>(d)]) {
+      if (kept) return false;
+      reduced = true;
+    } else {
+      kept = true;
+    }
+  }
+  return reduced && kept;
+}
+
 // x viewed with the reduced dims moved last, packed contiguous: [kept..., reduced...].
 Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
   std::vector<char> is_reduced(static_cast<size_t>(x.dim()), 0);
@@ -251,9 +337,20 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
   const int64_t len = x.numel() / rows;
   dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
-    const Tensor packed = reduced_dims_last(x, dims);
     DeviceGuard guard(device_index(out));
     const cudaStream_t stream = current_stream(device_index(out));
+    if (len > 0 && reduces_leading_dims(x, dims)) {
+      const T* xp = static_cast<const T*>(x.data_ptr());
+      T* yp = static_cast<T*>(out.data_ptr());
+      switch (op) {
+        case ReduceOp::kSum: reduce_cols<ReduceOp::kSum>(xp, yp, len, rows, out, stream); break;
+        case ReduceOp::kMean: reduce_cols<ReduceOp::kMean>(xp, yp, len, rows, out, stream); break;
+        case ReduceOp::kMax: reduce_cols<ReduceOp::kMax>(xp, yp, len, rows, out, stream); break;
+        case ReduceOp::kMin: reduce_cols<ReduceOp::kMin>(xp, yp, len, rows, out, stream); break;
+      }
+      return;
+    }
+    const Tensor packed = reduced_dims_last(x, dims);
     const T* xp = static_cast<const T*>(packed.data_ptr());
     T* yp = static_cast<T*>(out.data_ptr());
     switch (op) {

@@ -1,6 +1,7 @@
 // CUDA runtime and first-half kernel tests: caching allocator, OOM errors, transfers, pinned
 // memory, streams, Philox parity with the CPU, GEMM against a host reference, reductions.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 
 #include "support/test_util.h"
@@ -269,6 +270,49 @@ TEST_CASE("CUDA reduce, argmax and topk kernels match the CPU", "[cuda]") {
   cuda::topk(tg, 4, gv, gi);
   CHECK(gv.to_vector<float>() == cv.to_vector<float>());
   CHECK(gi.to_vector<int64_t>() == ci.to_vector<int64_t>());
+}
+
+TEST_CASE("CUDA column reductions (leading dims reduced) match the CPU, chunked or not",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> dims;
+  };
+  // A bias gradient [B * N, C] at ViT sizes; few rows; many rows and few columns (chunked);
+  // two leading dims; size-1 dims between them.
+  const std::vector<Case> cases = {{{33280, 384}, {0}},  {{4160, 1536}, {0}}, {{2, 33}, {0}},
+                                   {{65, 3}, {0}},       {{100000, 5}, {0}},  {{8, 65, 97}, {0, 1}},
+                                   {{4, 1, 7, 1, 5}, {0, 2}}};
+  for (const Case& c : cases) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const Tensor x = ska::test::uniform(c.shape, 21, -2.0, 2.0, DType::kF32).to(dt);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+        INFO(shape_str(c.shape) << " " << reduce_op_name(op) << " " << dtype_name(dt));
+        Shape out_shape = c.shape;
+        for (int64_t d : c.dims) out_shape[static_cast<size_t>(d)] = 1;
+        Tensor want = Tensor::empty(out_shape, dt), got = Tensor::empty(out_shape, dt, gpu);
+        Tensor again = Tensor::empty(out_shape, dt, gpu);
+        cpu::reduce(op, x, c.dims, want);
+        cuda::reduce(op, x.to(gpu), c.dims, got);
+        cuda::reduce(op, x.to(gpu), c.dims, again);
+        // Sums of up to 33,280 terms: f32 accumulation in another order than the CPU's f64.
+        const ska::test::Tolerance tol =
+            dt == DType::kBF16 ? ska::test::tolerance_for(dt) : ska::test::Tolerance{1e-3, 1e-5};
+        ska::test::require_close(got, want, tol, "column reduction");
+        CHECK(got.to(DType::kF32).to_vector<float>() == again.to(DType::kF32).to_vector<float>());
+      }
+    }
+  }
+  // NaN propagates through max in a chunked column.
+  Tensor x = ska::test::uniform({20000, 3}, 22, -1.0, 1.0, DType::kF32);
+  x.data<float>()[12345 * 3 + 1] = NAN;
+  Tensor got = Tensor::empty({1, 3}, DType::kF32, gpu);
+  cuda::reduce(ReduceOp::kMax, x.to(gpu), {0}, got);
+  const std::vector<float> v = got.to_vector<float>();
+  CHECK(std::isnan(v[1]));
+  CHECK_FALSE(std::isnan(v[0]));
 }
 
 TEST_CASE("CUDA Graph: a replay reruns the captured kernels on the current inputs", "[cuda]") {
