@@ -41,10 +41,11 @@ echo "== [cuda] tests"
 "$tests" "[cuda]" >"$logs/cuda_tests.log" 2>&1
 tests_rc=$?
 # [oom] asks cudaMalloc for more than the GPU has on purpose: memcheck would count those as errors.
-echo "== [cuda] tests under compute-sanitizer memcheck (without [oom])"
+# [slow] (the whole zoo at full size) would take memcheck far longer than it has.
+echo "== [cuda] tests under compute-sanitizer memcheck (without [oom] and [slow])"
 sanitizer_rc=-1
 if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
-  timeout "${MEMCHECK_TIMEOUT:-1800}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 "$tests" "[cuda]~[oom]" \
+  timeout "${MEMCHECK_TIMEOUT:-1800}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 "$tests" "[cuda]~[oom]~[slow]" \
     >"$logs/memcheck.log" 2>&1
   sanitizer_rc=$?
 fi
