@@ -246,22 +246,27 @@ struct UnaryBackwardBody {
   }
 };
 
-template <BinaryOp OP, typename T, typename O>
+constexpr size_t widest(size_t a, size_t b, size_t c) {
+  return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
+// A and B differ only for mixed precision (one f32, one 16-bit): each is read in its own dtype.
+template <BinaryOp OP, typename A, typename B, typename O>
 struct BinaryBody {
-  static constexpr int kVec = vec_for(sizeof(T) > sizeof(O) ? sizeof(T) : sizeof(O));
+  static constexpr int kVec = vec_for(widest(sizeof(A), sizeof(B), sizeof(O)));
   O* out;
-  const T* a;
-  const T* b;
+  const A* a;
+  const B* b;
   bool aligned() const {
-    return aligned_to(out, kVec * sizeof(O)) && aligned_to(a, kVec * sizeof(T)) &&
-           aligned_to(b, kVec * sizeof(T));
+    return aligned_to(out, kVec * sizeof(O)) && aligned_to(a, kVec * sizeof(A)) &&
+           aligned_to(b, kVec * sizeof(B));
   }
-  __device__ O one(T av, T bv) const {
+  __device__ O one(A av, B bv) const {
     const float va = to_float(av), vb = to_float(bv);
     if constexpr (kIsComparison<OP>) {
       return pm::compare<OP, float>(va, vb) ? 1 : 0;
     } else {
-      return from_float<T>(pm::binary_forward<OP, float>(va, vb));
+      return from_float<O>(pm::binary_forward<OP, float>(va, vb));
     }
   }
   template <typename I>
@@ -270,7 +275,8 @@ struct BinaryBody {
   }
   template <int V>
   __device__ void vec(int64_t i) const {
-    const Pack<T, V> ai = load_pack<V>(a, i), bi = load_pack<V>(b, i);
+    const Pack<A, V> ai = load_pack<V>(a, i);
+    const Pack<B, V> bi = load_pack<V>(b, i);
     Pack<O, V> o;
 #pragma unroll
     for (int j = 0; j < V; ++j) o.v[j] = one(ai.v[j], bi.v[j]);
@@ -372,25 +378,46 @@ void unary_backward(UnaryOp op, const Tensor& grad_out, const Tensor& x, const T
   });
 }
 
+// Calls f(A{}, B{}) with the element types of a binary op's operands: one floating dtype, or
+// f32 with bf16/f16 either way round.
+template <typename F>
+void dispatch_binary_operands(DType a, DType b, F&& f) {
+  if (a == b) {
+    dispatch_floating(a, "binary", [&](auto t) { f(t, t); });
+    return;
+  }
+  const auto is_16bit = [](DType d) { return d == DType::kBF16 || d == DType::kF16; };
+  SKA_CHECK((a == DType::kF32 && is_16bit(b)) || (b == DType::kF32 && is_16bit(a)), DTypeError,
+            "cuda binary: operands of dtypes ", dtype_name(a), " and ", dtype_name(b),
+            " (mixed only as f32 with bf16 or f16)");
+  if (a == DType::kF32) {
+    dispatch_floating(b, "binary", [&](auto t) { f(float{}, t); });
+  } else {
+    dispatch_floating(a, "binary", [&](auto t) { f(t, float{}); });
+  }
+}
+
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  SKA_CHECK(a.dtype() == b.dtype(), DTypeError, "cuda binary: operand dtypes differ (",
-            dtype_name(a.dtype()), " vs ", dtype_name(b.dtype()), ")");
   SKA_CHECK(a.shape() == out.shape() && b.shape() == out.shape(), ShapeError,
             "cuda binary: operands ", shape_str(a.shape()), " and ", shape_str(b.shape()),
             " must be views with the output's shape ", shape_str(out.shape()));
   if (out.numel() == 0) return;
   LaunchOn on(out);
-  dispatch_floating(a.dtype(), "binary", [&](auto tag) {
-    using T = decltype(tag);
+  dispatch_binary_operands(a.dtype(), b.dtype(), [&](auto a_tag, auto b_tag) {
+    using A = decltype(a_tag);
+    using B = decltype(b_tag);
+    // The wider operand's type (they differ only as f32 with a 16-bit type).
+    using W = std::conditional_t<sizeof(A) >= sizeof(B), A, B>;
+    const DType wide = sizeof(A) >= sizeof(B) ? a.dtype() : b.dtype();
     pm::visit_binary_op(op, [&](auto op_c) {
       constexpr BinaryOp kOp = decltype(op_c)::value;
-      using O = std::conditional_t<kIsComparison<kOp>, uint8_t, T>;
-      SKA_CHECK(out.dtype() == (kIsComparison<kOp> ? DType::kU8 : a.dtype()),
-                DTypeError, "cuda binary ", binary_op_name(op), ": output dtype ",
-                dtype_name(out.dtype()), " is wrong");
-      const BinaryBody<kOp, T, O> body{static_cast<O*>(out.data_ptr()),
-                                       static_cast<const T*>(a.data_ptr()),
-                                       static_cast<const T*>(b.data_ptr())};
+      using O = std::conditional_t<kIsComparison<kOp>, uint8_t, W>;
+      SKA_CHECK(out.dtype() == (kIsComparison<kOp> ? DType::kU8 : wide), DTypeError,
+                "cuda binary ", binary_op_name(op), ": output dtype ", dtype_name(out.dtype()),
+                " is wrong");
+      const BinaryBody<kOp, A, B, O> body{static_cast<O*>(out.data_ptr()),
+                                          static_cast<const A*>(a.data_ptr()),
+                                          static_cast<const B*>(b.data_ptr())};
       launch_elementwise<3>(out.shape(), {out.strides(), a.strides(), b.strides()}, body,
                             on.stream);
     });

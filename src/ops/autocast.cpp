@@ -35,19 +35,20 @@ constexpr PolicyEntry kPolicyTable[] = {
     {"pow", AutocastPolicy::kFloat32},
     {"reciprocal", AutocastPolicy::kFloat32},
     {"rsqrt", AutocastPolicy::kFloat32},
-    // Several tensor operands: the widest dtype among them.
-    {"add", AutocastPolicy::kPromote},
-    {"sub", AutocastPolicy::kPromote},
-    {"mul", AutocastPolicy::kPromote},
-    {"div", AutocastPolicy::kPromote},
-    {"maximum", AutocastPolicy::kPromote},
-    {"minimum", AutocastPolicy::kPromote},
-    {"eq", AutocastPolicy::kPromote},
-    {"ne", AutocastPolicy::kPromote},
-    {"lt", AutocastPolicy::kPromote},
-    {"le", AutocastPolicy::kPromote},
-    {"gt", AutocastPolicy::kPromote},
-    {"ge", AutocastPolicy::kPromote},
+    // Several tensor operands: the widest dtype among them (the binary ops read f32 with a
+    // 16-bit operand themselves, so the residual x + f(x) makes no f32 copy of f(x)).
+    {"add", AutocastPolicy::kPromoteInOp},
+    {"sub", AutocastPolicy::kPromoteInOp},
+    {"mul", AutocastPolicy::kPromoteInOp},
+    {"div", AutocastPolicy::kPromoteInOp},
+    {"maximum", AutocastPolicy::kPromoteInOp},
+    {"minimum", AutocastPolicy::kPromoteInOp},
+    {"eq", AutocastPolicy::kPromoteInOp},
+    {"ne", AutocastPolicy::kPromoteInOp},
+    {"lt", AutocastPolicy::kPromoteInOp},
+    {"le", AutocastPolicy::kPromoteInOp},
+    {"gt", AutocastPolicy::kPromoteInOp},
+    {"ge", AutocastPolicy::kPromoteInOp},
     {"where", AutocastPolicy::kPromote},
     {"cat", AutocastPolicy::kPromote},
 };
@@ -85,15 +86,30 @@ std::optional<TensorList> autocast_inputs(const char* op, const TensorList& inpu
   if (!current_state.enabled) return std::nullopt;
   const std::optional<AutocastPolicy> policy = autocast_policy(op);
   if (!policy) return std::nullopt;
+  const bool promotes = *policy == AutocastPolicy::kPromote ||
+                        *policy == AutocastPolicy::kPromoteInOp;
   bool any_floating = false;
   DType widest = DType::kBF16;
+  int narrow_kinds = 0;  // how many of bf16 and f16 occur
   for (const Tensor& t : inputs) {
     if (!t.defined() || !t.is_floating()) continue;
-    if (t.dtype() == DType::kF64 && *policy != AutocastPolicy::kPromote) return std::nullopt;
+    if (t.dtype() == DType::kF64 && !promotes) return std::nullopt;
     widest = any_floating ? promoted(widest, t.dtype()) : t.dtype();
     any_floating = true;
   }
   if (!any_floating) return std::nullopt;
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    for (const Tensor& t : inputs) {
+      if (t.defined() && t.dtype() == d) {
+        ++narrow_kinds;
+        break;
+      }
+    }
+  }
+  // f32 with one 16-bit dtype: the op reads both as they are.
+  if (*policy == AutocastPolicy::kPromoteInOp && widest == DType::kF32 && narrow_kinds == 1) {
+    return std::nullopt;
+  }
   TensorList cast = inputs;
   bool changed = false;
   for (Tensor& t : cast) {
@@ -107,6 +123,7 @@ std::optional<TensorList> autocast_inputs(const char* op, const TensorList& inpu
         target = is_16bit(t.dtype()) ? DType::kF32 : t.dtype();
         break;
       case AutocastPolicy::kPromote:
+      case AutocastPolicy::kPromoteInOp:
         target = widest;
         break;
     }

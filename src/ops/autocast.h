@@ -12,6 +12,8 @@ enum class AutocastPolicy {
   kLowerPrecision,  // GEMM-type ops: f32/bf16/f16 inputs cast to the autocast dtype
   kFloat32,         // precision-sensitive ops: bf16/f16 inputs cast to f32
   kPromote,         // element-wise ops of several tensors: all cast to the widest input dtype
+  kPromoteInOp,     // binary arithmetic and comparisons: as kPromote, except that f32 with
+                    // bf16/f16 is left to the op, which reads each in its own dtype (no copy)
 };
 
 struct AutocastState {

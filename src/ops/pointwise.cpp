@@ -11,25 +11,43 @@ namespace ska {
 
 namespace {
 
+bool is_16bit(DType dt) { return dt == DType::kBF16 || dt == DType::kF16; }
+
+// The dtype a binary op computes and returns: the operands' own, or f32 for f32 with bf16/f16
+// (mixed precision, read as they are by the kernels); other mixes are a DTypeError.
+DType binary_dtype(const char* name, const Tensor& a, const Tensor& b) {
+  const bool mixed = (a.dtype() == DType::kF32 && is_16bit(b.dtype())) ||
+                     (b.dtype() == DType::kF32 && is_16bit(a.dtype()));
+  if (mixed) {
+    SKA_CHECK(a.device() == b.device(), DeviceError, name, ": operands on different devices (",
+              a.device(), " and ", b.device(), ")");
+    return DType::kF32;
+  }
+  detail::check_same_device_dtype(name, a, b);
+  return a.dtype();
+}
+
 Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
   if (auto cast = autocast_inputs(name, {a, b})) return binary_raw(op, (*cast)[0], (*cast)[1]);
-  detail::check_same_device_dtype(name, a, b);
+  const DType dtype = binary_dtype(name, a, b);
   detail::check_floating(name, a);
+  detail::check_floating(name, b);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, binary_op_is_comparison(op) ? DType::kU8 : a.dtype(), a.device());
+  Tensor out = Tensor::empty(shape, binary_op_is_comparison(op) ? DType::kU8 : dtype, a.device());
   SKA_KERNEL(a.device(), binary)(op, detail::broadcast_raw(a, shape), detail::broadcast_raw(b, shape), out);
   return out;
 }
 
-// Records a broadcasting binary op whose input grads are grad_a(g), grad_b(g) before reduction.
+// Records a broadcasting binary op whose input grads are grad_a(g), grad_b(g) before reduction
+// (g in the output's dtype; each input's gradient is returned in that input's dtype).
 template <typename GA, typename GB>
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, GA grad_a, GB grad_b) {
   Tensor out = binary_raw(op, a, b);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   autograd::record_op(binary_op_name(op), {a, b}, {out}, [=](const TensorList& g) {
-    return TensorList{need_a ? sum_to_shape(grad_a(g[0]), a.shape()) : Tensor(),
-                      need_b ? sum_to_shape(grad_b(g[0]), b.shape()) : Tensor()};
+    return TensorList{need_a ? sum_to_shape(grad_a(g[0]), a.shape()).to(a.dtype()) : Tensor(),
+                      need_b ? sum_to_shape(grad_b(g[0]), b.shape()).to(b.dtype()) : Tensor()};
   });
   return out;
 }
@@ -74,8 +92,12 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   if (auto cast = autocast_inputs("div", {a, b})) return div((*cast)[0], (*cast)[1]);
+  // b * b in the gradient's dtype (f32 when b is the 16-bit side of a mixed pair).
   return binary_op(BinaryOp::kDiv, a, b, [b](const Tensor& g) { return div(g, b); },
-                   [a, b](const Tensor& g) { return neg(div(mul(g, a), mul(b, b))); });
+                   [a, b](const Tensor& g) {
+                     const Tensor wide_b = b.to(g.dtype());
+                     return neg(div(mul(g, a), mul(wide_b, wide_b)));
+                   });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   if (auto cast = autocast_inputs("maximum", {a, b})) return maximum((*cast)[0], (*cast)[1]);

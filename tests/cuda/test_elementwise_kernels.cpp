@@ -135,6 +135,41 @@ TEST_CASE("cuda elementwise: unary, binary and where over dense, broadcast and s
   }
 }
 
+TEST_CASE("cuda elementwise: mixed precision binary ops read f32 with bf16/f16 as they are",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Tensor x = uniform({8, 65, 97}, 12, -2.0, 2.0);
+  const Tensor branch = uniform({8, 65, 97}, 13, -2.0, 2.0);
+  const Tensor keep = uniform({8, 1, 1}, 14, 0.0, 2.0);
+  for (DType narrow : {DType::kBF16, DType::kF16}) {
+    // The residual stream (f32) plus a block's output (16-bit), both ways round.
+    check_paths("f32 + 16-bit", DType::kF32, [&](Device d) {
+      return add(x.to(d, DType::kF32), branch.to(d, narrow));
+    });
+    check_paths("16-bit - f32", DType::kF32, [&](Device d) {
+      return sub(branch.to(d, narrow), x.to(d, DType::kF32));
+    });
+    // Drop-path: a 16-bit branch times an f32 per-sample factor (broadcast, strided path).
+    check_paths("16-bit * broadcast f32", DType::kF32, [&](Device d) {
+      return mul(branch.to(d, narrow), keep.to(d, DType::kF32));
+    });
+    check_paths("misaligned 16-bit / f32", DType::kF32, [&](Device d) {
+      return div(branch.to(d, narrow).flatten().narrow(0, 1, 5001),
+                 x.to(d, DType::kF32).flatten().narrow(0, 0, 5001));
+    });
+    check_paths("comparison", DType::kF32, [&](Device d) {
+      return gt(x.to(d, DType::kF32), branch.to(d, narrow));
+    });
+    check_paths("gradients of a mixed mul", DType::kF32, [&](Device d) {
+      const Tensor p = x.to(d, DType::kF32).set_requires_grad();
+      const Tensor q = branch.to(d, narrow).set_requires_grad();
+      sum(mul(p, q)).backward();
+      REQUIRE(q.grad().dtype() == narrow);
+      return cat({p.grad().flatten(), q.grad().to(DType::kF32).flatten()}, 0);
+    });
+  }
+}
+
 TEST_CASE("cuda elementwise: views with offsets past 2^31 take 64-bit offsets", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   FastPathsGuard restore;

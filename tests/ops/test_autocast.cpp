@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "autograd/node.h"
 #include "config/config.h"
 #include "models/model.h"
 #include "ops/autocast.h"
@@ -111,7 +112,11 @@ TEST_CASE("autocast policy table", "[cpu][autocast]") {
     INFO(op);
     CHECK(autocast_policy(op) == AutocastPolicy::kFloat32);
   }
-  for (const char* op : {"add", "sub", "mul", "div", "maximum", "where", "cat", "eq"}) {
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "gt"}) {
+    INFO(op);
+    CHECK(autocast_policy(op) == AutocastPolicy::kPromoteInOp);
+  }
+  for (const char* op : {"where", "cat"}) {
     INFO(op);
     CHECK(autocast_policy(op) == AutocastPolicy::kPromote);
   }
@@ -219,12 +224,50 @@ TEST_CASE("element-wise ops promote to the widest input dtype under autocast", "
   const Tensor a16 = f32_data({2, 5}, 15).to(DType::kBF16);
   const Tensor h16 = f32_data({2, 5}, 16).to(DType::kF16);
   const Tensor b32 = f32_data({5}, 17);
-  REQUIRE_THROWS_AS(add(a16, b32), DTypeError);
+  // f32 with one 16-bit dtype is read as it is, with or without autocast; other mixes are not.
+  CHECK(bitwise_equal(add(a16, b32), add(a16.to(DType::kF32), b32)));
+  CHECK_THROWS_WITH(add(a16, h16), Catch::Contains("different dtypes") &&
+                                       Catch::Contains("bf16") && Catch::Contains("f16"));
+  CHECK_THROWS_AS(add(b32, b32.to(DType::kF64)), DTypeError);
 
   AutocastGuard autocast(DType::kBF16);
   const Tensor s = add(a16, b32);
   CHECK(s.dtype() == DType::kF32);
   CHECK(bitwise_equal(s, add(a16.to(DType::kF32), b32)));
+  // No f32 copy of the bf16 operand first: the add's node takes the two operands as they are.
+  const Tensor p16 = a16.detach().set_requires_grad(), p32 = b32.detach().set_requires_grad();
+  const Tensor r = add(p16, p32);
+  REQUIRE(r.grad_fn());
+  CHECK(r.grad_fn()->name() == "add");
+  for (const autograd::Edge& e : r.grad_fn()->next_edges) {
+    REQUIRE(e.fn);
+    CHECK(e.fn->name() == "AccumulateGrad");
+  }
+  // Every binary op and its gradients agree bit for bit with the cast-first form.
+  for (int k = 0; k < 6; ++k) {
+    INFO("op " << k);
+    const auto f = [k](const Tensor& x, const Tensor& y) {
+      switch (k) {
+        case 0: return add(x, y);
+        case 1: return sub(x, y);
+        case 2: return mul(x, y);
+        case 3: return div(x, y);
+        case 4: return maximum(x, y);
+        default: return minimum(x, y);
+      }
+    };
+    const Tensor x16 = a16.detach().set_requires_grad(), y32 = b32.detach().set_requires_grad();
+    const Tensor xw = a16.detach().set_requires_grad(), yw = b32.detach().set_requires_grad();
+    const Tensor w = f32_data({2, 5}, 18);
+    sum(mul(f(x16, y32), w)).backward();
+    {
+      const AutocastGuard off(DType::kBF16, false);
+      sum(mul(f(xw.to(DType::kF32), yw), w)).backward();
+    }
+    CHECK(bitwise_equal(x16.grad(), xw.grad()));
+    CHECK(bitwise_equal(y32.grad(), yw.grad()));
+    CHECK(bitwise_equal(f(a16, b32), f(a16.to(DType::kF32), b32)));
+  }
   CHECK(mul(a16, h16).dtype() == DType::kF32);   // bf16 with f16: f32, as PyTorch
   CHECK(sub(a16, a16).dtype() == DType::kBF16);  // one dtype: unchanged
   CHECK(cat({a16, b32.unsqueeze(0)}, 0).dtype() == DType::kF32);

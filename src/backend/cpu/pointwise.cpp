@@ -177,6 +177,14 @@ void unary_backward(UnaryOp op, const Tensor& grad_out, const Tensor& x, const T
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (a.dtype() != b.dtype()) {  // f32 with bf16/f16: the 16-bit side widened exactly
+    SKA_CHECK((a.dtype() == DType::kF32 && is_16bit_float(b.dtype())) ||
+                  (b.dtype() == DType::kF32 && is_16bit_float(a.dtype())),
+              DTypeError, "binary: operands of dtypes ", dtype_name(a.dtype()), " and ",
+              dtype_name(b.dtype()), " (mixed only as f32 with bf16 or f16)");
+    return binary(op, a.dtype() == DType::kF32 ? a : widen_f32(a),
+                  b.dtype() == DType::kF32 ? b : widen_f32(b), out);
+  }
   if (is_16bit_float(a.dtype())) {
     const Tensor result = f32_output(out);  // comparisons write u8 directly
     binary(op, widen_f32(a), widen_f32(b), result);
