@@ -93,6 +93,7 @@ std::string family_of(const std::string& kernel) {
       {"unary", "elementwise"},
       {"binary", "elementwise"},
       {"where", "elementwise"},
+      {"star_relu", "elementwise"},
       {"fill", "elementwise"},
       {"copy", "copy"},
       {"reduce", "reduction"},

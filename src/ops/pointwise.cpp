@@ -147,7 +147,26 @@ Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias) {
   SKA_CHECK(scale.numel() == 1 && bias.numel() == 1, ShapeError,
             "star_relu: scale and bias must have one element, got ", shape_str(scale.shape()),
             " and ", shape_str(bias.shape()));
-  return add(mul(squared_relu(x), scale.reshape({})), bias.reshape({}));
+  detail::check_floating("star_relu", x);
+  detail::check_same_device_dtype("star_relu", scale, bias);
+  // The dtype of scale * relu(x)^2 + bias as the binary ops would give it: x's, or f32 for a
+  // 16-bit x with f32 parameters (autocast), one kernel instead of three either way.
+  const DType dtype = binary_dtype("star_relu", x, scale);
+  const Tensor xc = x.detach().contiguous();
+  const Tensor s = scale.detach().contiguous(), b = bias.detach().contiguous();
+  Tensor y = Tensor::empty(x.shape(), dtype, x.device());
+  SKA_KERNEL(x.device(), star_relu_forward)(xc, s, b, y);
+  const bool need_x = x.requires_grad(), need_s = scale.requires_grad();
+  const bool need_b = bias.requires_grad();
+  autograd::record_op("star_relu", {x, scale, bias}, {y}, [=](const TensorList& g) {
+    Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
+    Tensor gs = need_s ? Tensor::empty({1}, s.dtype(), s.device()) : Tensor();
+    Tensor gb = need_b ? Tensor::empty({1}, s.dtype(), s.device()) : Tensor();
+    SKA_KERNEL(xc.device(), star_relu_backward)(g[0].contiguous(), xc, s, gx, gs, gb);
+    return TensorList{need_x ? gx : Tensor(), need_s ? gs.reshape(scale.shape()) : Tensor(),
+                      need_b ? gb.reshape(bias.shape()) : Tensor()};
+  });
+  return y;
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

@@ -95,6 +95,38 @@ TEST_CASE("pointwise gradients match finite differences", "[cpu]") {
                   {signed_x, s, t}, kinks);
 }
 
+TEST_CASE("star_relu in one kernel equals its composition, also mixed with bf16", "[cpu]") {
+  // 3 x 7000 elements: two chunks of the parameter-gradient sums.
+  const Tensor x = uniform({3, 7000}, 31, -2.0, 2.0, DType::kF32);
+  const Tensor s = uniform({1}, 32, 0.5, 1.0, DType::kF32);
+  const Tensor b = uniform({1}, 33, -0.5, 0.5, DType::kF32);
+  const Tensor w = uniform({3, 7000}, 34, -1.0, 1.0, DType::kF32);
+  auto run = [&](bool fused, DType x_dtype) {
+    const Tensor xi = x.to(x_dtype).detach().set_requires_grad();
+    const Tensor si = s.clone().set_requires_grad(), bi = b.clone().set_requires_grad();
+    const Tensor y = fused ? star_relu(xi, si, bi) : add(mul(squared_relu(xi), si), bi);
+    sum(mul(y, w)).backward();
+    return TensorList{y, xi.grad(), si.grad(), bi.grad()};
+  };
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    INFO(dtype_name(dt));
+    const TensorList fused = run(true, dt), composed = run(false, dt);
+    REQUIRE(fused[0].dtype() == DType::kF32);  // f32 parameters: f32 out, as the composition
+    REQUIRE(fused[1].dtype() == dt);
+    // The composition rounds relu(x)^2 to bf16 first; the fused op keeps it in f32.
+    const ska::test::Tolerance tol = ska::test::tolerance_for(dt);
+    ska::test::require_close(fused[0], composed[0], tol, "y");
+    ska::test::require_close(fused[1], composed[1], tol, "grad x");
+    ska::test::require_close(fused[2], composed[2], {1e-2, 2e-3}, "grad scale (21,000 terms)");
+    ska::test::require_close(fused[3], composed[3], {1e-3, 1e-4}, "grad bias (21,000 terms)");
+    const TensorList again = run(true, dt);
+    CHECK(again[2].to_vector<float>() == fused[2].to_vector<float>());  // fixed order
+  }
+  CHECK_THROWS_WITH(star_relu(x, s.to(DType::kF64), b), Catch::Contains("star_relu"));
+  CHECK_THROWS_WITH(star_relu(x, values({1, 2}, {2}).to(DType::kF32), b),
+                    Catch::Contains("one element"));
+}
+
 TEST_CASE("where and masked_fill", "[cpu]") {
   const Tensor cond = gt(values({1, -1, 2}, {3}), values({0}, {1}));
   Tensor a = values({1, 2, 3, 4, 5, 6}, {2, 3}).set_requires_grad();
@@ -123,6 +155,13 @@ TEST_CASE("CUDA pointwise ops match the CPU", "[cuda]") {
     }
     ska::test::check_cuda_parity([](const TensorList& in) { return gelu(in[0]); }, {a}, dt);
     ska::test::check_cuda_parity([](const TensorList& in) { return gelu(in[0], true); }, {a}, dt);
+    const Tensor s = uniform({1}, 3, 0.5, 1.0).set_requires_grad();
+    const Tensor t = uniform({1}, 4, -0.5, 0.5).set_requires_grad();
+    // The parameter gradients sum 37 x 65 products: an absolute bound of their scale in 16 bits.
+    const ska::test::Tolerance sums = dt == DType::kF32 ? ska::test::tolerance_for(dt)
+                                                        : ska::test::Tolerance{0.5, 2e-2};
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) { return star_relu(in[0], in[1], in[2]); }, {a, s, t}, dt, &sums);
     // b's gradient sums 37 rows of per-element products that were rounded to `dt` first, with
     // random signs: in 16 bits its error scales with the terms (|a / b^2| up to 8), not with the
     // (cancelled) sum, so it gets an absolute bound of that order (f16 has 3 more mantissa bits).
