@@ -72,6 +72,24 @@ __global__ void bernoulli_kernel(T* __restrict__ out, int64_t n, uint64_t seed, 
   }
 }
 
+// out = x * (draw < keep ? scale : 0), scale rounded to T as random_bernoulli's mask holds it.
+template <typename T>
+__global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n,
+                               uint64_t seed, uint64_t offset,
+                               const int64_t* __restrict__ offset_base, float keep, float scale) {
+  if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
+  const int64_t groups = (n + 3) / 4;
+  const float s = to_float(from_float<T>(scale));
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const PhiloxOut r = philox4x32_10(seed, offset + static_cast<uint64_t>(g));
+    for (int k = 0; k < 4 && g * 4 + k < n; ++k) {
+      const int64_t i = g * 4 + k;
+      out[i] = from_float<T>(__fmul_rn(to_float(x[i]), philox_uniform(r.w[k]) < keep ? s : 0.0f));
+    }
+  }
+}
+
 // Launches kernel(out, n, ...) over the counters of contiguous `out`, for its floating dtype.
 template <typename Launch>
 void launch_random(const Tensor& out, const char* name, Launch&& launch) {
@@ -105,21 +123,40 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
   });
 }
 
+namespace {
+// The device pointer of a capture's offset base (null when undefined), checked.
+const int64_t* offset_base_ptr(const Tensor& offset_base, const Tensor& out, const char* kernel) {
+  if (!offset_base.defined()) return nullptr;
+  SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64 &&
+                offset_base.device() == out.device(),
+            DTypeError, "cuda ", kernel, ": offset_base must be one i64 element on ", out.device(),
+            ", got ", offset_base.str());
+  return static_cast<const int64_t*>(offset_base.data_ptr());
+}
+}  // namespace
+
 void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double keep_prob,
                       double scale, const Tensor& offset_base) {
-  const int64_t* base = nullptr;
-  if (offset_base.defined()) {
-    SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64 &&
-                  offset_base.device() == out.device(),
-              DTypeError, "cuda random_bernoulli: offset_base must be one i64 element on ",
-              out.device(), ", got ", offset_base.str());
-    base = static_cast<const int64_t*>(offset_base.data_ptr());
-  }
+  const int64_t* base = offset_base_ptr(offset_base, out, "random_bernoulli");
   launch_random(out, "random_bernoulli", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
     using T = std::remove_pointer_t<decltype(p)>;
     bernoulli_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, base,
                                                   static_cast<float>(keep_prob),
                                                   static_cast<float>(scale));
+  });
+}
+
+void dropout_apply(const Tensor& x, uint64_t seed, uint64_t offset, double keep_prob, double scale,
+                   const Tensor& offset_base, const Tensor& out) {
+  SKA_CHECK(x.is_contiguous() && x.dtype() == out.dtype() && x.numel() == out.numel(), ValueError,
+            "cuda dropout_apply: x and out must be contiguous, of one dtype and size");
+  const int64_t* base = offset_base_ptr(offset_base, out, "dropout_apply");
+  const void* xp = x.data_ptr();
+  launch_random(out, "dropout_apply", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    dropout_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(xp), p, n, seed, offset,
+                                                base, static_cast<float>(keep_prob),
+                                                static_cast<float>(scale));
   });
 }
 

@@ -109,6 +109,7 @@ std::string family_of(const std::string& kernel) {
       {"advance_counts", "optimizer"},
       {"record_update", "optimizer"},
       {"random", "random"},
+      {"dropout", "random"},
       {"augment", "data"},
   };
   for (const auto& [prefix, family] : prefixes) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "autograd/node.h"
 #include "backend/backend.h"
 #include "ops/detail.h"
 #include "ops/pointwise.h"
@@ -44,9 +45,27 @@ Tensor apply_keep_mask(const Tensor& x, const Shape& mask_shape, double p, Gener
 
 }  // namespace
 
+// Dropout without a stored mask: the kernel draws the mask as it multiplies, and the backward
+// redraws it from the same seed and offset (a capture's offset base included), so a step keeps
+// no mask tensor and moves the activation once each way.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
-  return apply_keep_mask(x, x.shape(), p, gen);
+  SKA_CHECK(p >= 0.0 && p < 1.0, ValueError, "dropout probability must be in [0, 1), got ", p);
+  detail::check_floating("dropout", x);
+  const double keep = 1.0 - p, scale = 1.0 / keep;
+  Generator& g = pick(gen, x.device());
+  const uint64_t seed = g.seed(), offset = g.advance(static_cast<uint64_t>(x.numel()));
+  const Tensor base = g.capture_base();
+  const Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  SKA_KERNEL(x.device(), dropout_apply)(xc, seed, offset, keep, scale, base, out);
+  autograd::record_op("dropout", {x}, {out}, [=](const TensorList& grad) {
+    const Tensor gc = grad[0].contiguous();
+    Tensor gx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+    SKA_KERNEL(gc.device(), dropout_apply)(gc, seed, offset, keep, scale, base, gx);
+    return TensorList{gx};
+  });
+  return out;
 }
 
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen) {

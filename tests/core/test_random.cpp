@@ -2,12 +2,21 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
 #include "support/test_util.h"
 
 using namespace ska;
+
+namespace {
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+}  // namespace
 
 TEST_CASE("philox4x32-10 matches the Random123 known-answer test", "[cpu]") {
   // Random123 kat_vectors: philox4x32 10 rounds, counter 0, key 0.
@@ -126,4 +135,49 @@ TEST_CASE("dropout gradient uses the same mask", "[cpu]") {
   const std::vector<double> yv = y.to_vector<double>(), xv = x.to_vector<double>();
   const std::vector<double> gv = x.grad().to_vector<double>();
   for (size_t i = 0; i < yv.size(); ++i) CHECK(gv[i] == (yv[i] == 0.0 ? 0.0 : 2.0));
+}
+
+TEST_CASE("dropout draws its mask in the kernel: bit for bit x times the Bernoulli mask",
+          "[cpu]") {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    INFO(dtype_name(dt));
+    Tensor x = ska::test::uniform({37, 41}, 4, -3.0, 3.0).to(dt);
+    x.narrow(0, 0, 1).narrow(1, 0, 1).fill_(INFINITY);  // x * 0 stays NaN, as a mul gives
+    Generator a(11), b(11);
+    const Tensor xi = x.detach().set_requires_grad();
+    const Tensor y = dropout(xi, 0.3, true, &a);
+    Tensor mask = Tensor::empty(x.shape(), dt);
+    cpu::random_bernoulli(mask, b.seed(), b.advance(static_cast<uint64_t>(x.numel())), 0.7,
+                          1.0 / 0.7, Tensor());
+    const Tensor want = mul(x, mask);
+    CHECK(bitwise_equal(y, want));
+    CHECK(a.offset() == b.offset());
+    const Tensor w = ska::test::uniform({37, 41}, 5).to(dt);
+    sum(mul(y, w)).backward();
+    CHECK(bitwise_equal(xi.grad(), mul(w, mask)));
+  }
+  // Inside a capture the offset comes from the base, as random_bernoulli's does.
+  const Tensor x = ska::test::uniform({9}, 6, 1.0, 2.0, DType::kF32);
+  const Tensor base = Tensor::full({1}, 5.0, DType::kI64);
+  Tensor y = Tensor::empty({9}), mask = Tensor::empty({9});
+  cpu::dropout_apply(x, 3, 2, 0.5, 2.0, base, y);
+  cpu::random_bernoulli(mask, 3, 2, 0.5, 2.0, base);
+  CHECK(bitwise_equal(y, mul(x, mask)));
+}
+
+TEST_CASE("dropout on CUDA draws the CPU's mask, bit for bit, forward and backward", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = ska::test::uniform({513, 65}, 7, -3.0, 3.0).to(dt);
+    const Tensor w = ska::test::uniform({513, 65}, 8).to(dt);
+    Generator cg(21), gg(21);
+    const Tensor xc = x.detach().set_requires_grad();
+    const Tensor xg = x.to(Device::cuda(0)).detach().set_requires_grad();
+    const Tensor yc = dropout(xc, 0.1, true, &cg), yg = dropout(xg, 0.1, true, &gg);
+    CHECK(bitwise_equal(yg, yc));
+    sum(mul(yc, w)).backward();
+    sum(mul(yg, w.to(Device::cuda(0)))).backward();
+    CHECK(bitwise_equal(xg.grad(), xc.grad()));
+  }
 }

@@ -89,4 +89,33 @@ void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double 
   });
 }
 
+void dropout_apply(const Tensor& x, uint64_t seed, uint64_t offset, double keep_prob, double scale,
+                   const Tensor& offset_base, const Tensor& out) {
+  SKA_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype() == out.dtype() &&
+                x.numel() == out.numel(),
+            ValueError, "dropout_apply: x and out must be contiguous, of one dtype and size");
+  if (offset_base.defined()) {
+    SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64, DTypeError,
+              "dropout_apply: offset_base must be one i64 element, got ", offset_base.str());
+    offset += static_cast<uint64_t>(*static_cast<const int64_t*>(offset_base.data_ptr()));
+  }
+  if (is_16bit_float(x.dtype())) {  // the mask's scale as the 16-bit mask holds it, then f32
+    const Tensor rounded = Tensor::full({1}, static_cast<float>(scale), DType::kF32).to(x.dtype());
+    const double s = rounded.to(DType::kF32).to_vector<float>()[0];
+    const Tensor result = f32_output(out);
+    dropout_apply(widen_f32(x), seed, offset, keep_prob, s, Tensor(), result);
+    return round_into(result, out);
+  }
+  dispatch_floating(x.dtype(), "dropout_apply", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    const float keep = static_cast<float>(keep_prob);
+    const T s = static_cast<T>(scale);
+    for_each_word(x.numel(), seed, offset, [&](int64_t i, uint32_t w) {
+      op[i] = xp[i] * (philox_uniform(w) < keep ? s : T(0));  // x * 0 keeps NaN, as mul does
+    });
+  });
+}
+
 }  // namespace ska::cpu
