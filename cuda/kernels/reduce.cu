@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/elementwise.h"
 #include "cuda/kernels/common.cuh"
 
 namespace ska::cuda {
@@ -195,25 +196,6 @@ void reduce_cols(const T* x, T* out, int64_t rows, int64_t cols, const Tensor& l
   SKA_CUDA_CHECK_LAUNCH();
 }
 
-// Whether reducing `dims` of x is a column reduction: x contiguous, and every reduced dim of size
-// above 1 before every kept one (at least one of each).
-bool reduces_leading_dims(const Tensor& x, const std::vector<int64_t>& dims) {
-  if (!x.is_contiguous()) return false;
-  std::vector<char> is_reduced(static_cast<size_t>(x.dim()), 0);
-  for (int64_t d : dims) is_reduced[static_cast<size_t>(d)] = 1;
-  bool reduced = false, kept = false;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (x.shape()[static_cast<size_t>(d)] == 1) continue;
-    if (is_reduced[static_cast<size_t>(d)]) {
-      if (kept) return false;
-      reduced = true;
-    } else {
-      kept = true;
-    }
-  }
-  return reduced && kept;
-}
-
 // x viewed with the reduced dims moved last, packed contiguous: [kept..., reduced...].
 Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
   std::vector<char> is_reduced(static_cast<size_t>(x.dim()), 0);
@@ -339,7 +321,7 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
     using T = decltype(tag);
     DeviceGuard guard(device_index(out));
     const cudaStream_t stream = current_stream(device_index(out));
-    if (len > 0 && reduces_leading_dims(x, dims)) {
+    if (len > 0 && x.is_contiguous() && reduces_leading_dims(x.shape(), dims)) {
       const T* xp = static_cast<const T*>(x.data_ptr());
       T* yp = static_cast<T*>(out.data_ptr());
       switch (op) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "core/shape.h"
@@ -79,6 +80,25 @@ bool layout_fits_int32(const ElementwiseLayout<N>& l) {
     }
   }
   return true;
+}
+
+// Whether reducing `dims` (sorted, unique) of a view of `shape` sums columns: every reduced dim
+// of size above 1 comes before every kept one, and at least one of each has size above 1. For a
+// contiguous view that is the reduction of [R, K] over its R rows (a bias gradient).
+inline bool reduces_leading_dims(const Shape& shape, const std::vector<int64_t>& dims) {
+  std::vector<char> is_reduced(shape.size(), 0);
+  for (int64_t d : dims) is_reduced[static_cast<size_t>(d)] = 1;
+  bool reduced = false, kept = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (is_reduced[d]) {
+      if (kept) return false;
+      reduced = true;
+    } else {
+      kept = true;
+    }
+  }
+  return reduced && kept;
 }
 
 // Unsigned division by a fixed divisor d in [1, 2^31) of dividends below 2^31, as a multiply-high,

@@ -1,7 +1,9 @@
 // Reductions: values, keepdim, gradients, strided inputs, CUDA parity.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -49,6 +51,38 @@ TEST_CASE("reduction gradients", "[cpu]") {
   Tensor t = values({1, 5, 5, 2}, {4}).set_requires_grad();
   amax(t).backward();
   CHECK(t.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0});
+}
+
+TEST_CASE("CPU column reductions (leading dims) give the packed path's bits", "[cpu]") {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    for (const Shape& shape : {Shape{3000, 7}, Shape{257, 384}, Shape{5, 2, 33}}) {
+      Tensor x = uniform(shape, 41, -2.0, 2.0).to(dt);
+      x.flatten().narrow(0, 100, 1).fill_(NAN);
+      // The same values as a non-contiguous view: reduced through a packed transposed copy.
+      const Tensor strided = x.transpose(0, 1).contiguous().transpose(0, 1);
+      REQUIRE_FALSE(strided.is_contiguous());
+      const std::vector<int64_t> dims = shape.size() == 3 ? std::vector<int64_t>{0, 1}
+                                                          : std::vector<int64_t>{0};
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+        INFO(dtype_name(dt) << " " << shape_str(shape) << " " << reduce_op_name(op));
+        Shape out_shape = shape;
+        for (int64_t d : dims) out_shape[static_cast<size_t>(d)] = 1;
+        Tensor a = Tensor::empty(out_shape, dt), b = Tensor::empty(out_shape, dt);
+        cpu::reduce(op, x, dims, a);
+        cpu::reduce(op, strided, dims, b);
+        const Tensor af = a.to(DType::kF64), bf = b.to(DType::kF64);
+        const std::vector<double> av = af.to_vector<double>(), bv = bf.to_vector<double>();
+        REQUIRE(av.size() == bv.size());
+        for (size_t i = 0; i < av.size(); ++i) {
+          if (std::isnan(bv[i])) {
+            CHECK(std::isnan(av[i]));
+          } else {
+            CHECK(av[i] == bv[i]);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("CUDA reductions match the CPU", "[cuda]") {

@@ -2,11 +2,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
+
+#include <omp.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/widen.h"
+#include "backend/elementwise.h"
 
 namespace ska::cpu {
 
@@ -32,6 +36,52 @@ Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
   return packed;
 }
 
+// The fold of one value into a column's accumulator, as the row path folds it: sums in double,
+// and the first NaN met (in row order) wins max / min.
+template <typename T>
+struct Fold {
+  ReduceOp op;
+  void operator()(double& acc, T v) const {
+    if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
+      acc += static_cast<double>(v);
+    } else if (acc == acc) {  // once NaN, kept
+      if (v != v) {
+        acc = static_cast<double>(v);
+      } else {
+        acc = op == ReduceOp::kMax ? std::max(acc, static_cast<double>(v))
+                                   : std::min(acc, static_cast<double>(v));
+      }
+    }
+  }
+};
+
+// Reduces the rows of a contiguous [rows, cols] x into out [cols] column by column, without
+// packing x transposed first: each thread owns a band of columns and walks every row in order,
+// so each column is folded in the order the row path folds it (the same bits).
+template <typename T>
+void reduce_columns(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out) {
+  const int64_t threads = std::max(1, omp_get_max_threads());
+  const int64_t band = std::max<int64_t>(16, (cols + threads - 1) / threads);
+  const int64_t bands = (cols + band - 1) / band;
+  const Fold<T> fold{op};
+  const double init = op == ReduceOp::kMax   ? -std::numeric_limits<double>::infinity()
+                      : op == ReduceOp::kMin ? std::numeric_limits<double>::infinity()
+                                             : 0.0;
+  parallel_for(bands, [&](int64_t b) {
+    const int64_t c0 = b * band, c1 = std::min(cols, c0 + band);
+    std::vector<double> acc(static_cast<size_t>(c1 - c0), init);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * cols;
+      for (int64_t c = c0; c < c1; ++c) fold(acc[static_cast<size_t>(c - c0)], row[c]);
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      double v = acc[static_cast<size_t>(c - c0)];
+      if (op == ReduceOp::kMean) v /= static_cast<double>(rows);
+      out[c] = static_cast<T>(v);
+    }
+  }, 1);
+}
+
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
@@ -42,9 +92,14 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
   }
   dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
-    const Tensor packed = reduced_dims_last(x, dims);
     const int64_t rows = out.numel();
     const int64_t len = rows == 0 ? 0 : x.numel() / rows;
+    if (len > 0 && x.is_contiguous() && reduces_leading_dims(x.shape(), dims)) {
+      reduce_columns<T>(op, static_cast<const T*>(x.data_ptr()), len, rows,
+                        static_cast<T*>(out.data_ptr()));
+      return;
+    }
+    const Tensor packed = reduced_dims_last(x, dims);
     const T* xp = static_cast<const T*>(packed.data_ptr());
     T* yp = static_cast<T*>(out.data_ptr());
     parallel_for(rows, [&](int64_t r) {
