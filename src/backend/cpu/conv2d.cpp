@@ -49,9 +49,11 @@ ConvGeometry conv_geometry(const char* kernel, const Tensor& x, const Tensor& w,
 }
 
 // col[(c, i, j), (oh, ow)] = x[c, oh * sh + i * dh - ph, ow * sw + j * dw - pw], 0 in the padding.
+// Rows of col are `ld` elements apart (default: the output area, a contiguous [k, area] matrix).
 template <typename T>
-void im2col(const T* x, const ConvGeometry& g, T* col) {
+void im2col(const T* x, const ConvGeometry& g, T* col, int64_t ld = 0) {
   const int64_t rows = g.col_rows(), cols = g.out_area();
+  if (ld == 0) ld = cols;
 #pragma omp parallel for schedule(static) if (rows * cols > 32768)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t c = r / g.kernel_area(), i = (r / g.kw) % g.kh, j = r % g.kw;
@@ -59,7 +61,7 @@ void im2col(const T* x, const ConvGeometry& g, T* col) {
     const auto [oh_lo, oh_hi] = valid_outputs(off_h, g.p.stride_h, g.h, g.h_out);
     const auto [ow_lo, ow_hi] = valid_outputs(off_w, g.p.stride_w, g.w, g.w_out);
     const T* plane = x + c * g.in_area();
-    T* dst_rows = col + r * cols;
+    T* dst_rows = col + r * ld;
     std::fill(dst_rows, dst_rows + cols, T(0));
     for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
       const T* src = plane + (oh * g.p.stride_h + off_h) * g.w + off_w;
@@ -194,10 +196,40 @@ void dense_backward_input(const Tensor& grad_y, const Tensor& w, const ConvGeome
   }
 }
 
+// grad_w of one group as one GEMM over every sample: grad_y's channels of the group as a
+// [C_out_group, N x area] matrix (grad_y packed channel-major once) times the im2col columns of
+// all samples side by side, [k, N x area] (each sample's im2col on its own thread). One large
+// product instead of N small ones accumulated in turn.
+template <typename T>
+void dense_backward_weight_batched(const Tensor& grad_y, const Tensor& x, const ConvGeometry& g,
+                                   const Tensor& grad_w) {
+  const int64_t k = g.col_rows(), cols = g.out_area(), width = g.n * cols;
+  const Tensor gy = grad_y.view({g.n, g.c_out, cols}).permute({1, 0, 2}).contiguous();
+  Tensor col = Tensor::empty({k, width}, x.dtype());
+  T* cp = static_cast<T*>(col.data_ptr());
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+#pragma omp parallel for schedule(static) if (g.n > 1 && k * width > 32768)
+    for (int64_t n = 0; n < g.n; ++n) {
+      im2col(xp + group_offset(n, g.c_in, grp, g.c_in_group, g.in_area()), g, cp + n * cols,
+             width);
+    }
+    run_gemm(matrix_view(gy, grp * g.c_out_group * width, g.c_out_group, width),
+             matrix_view(col, 0, width, k, true),
+             matrix_view(grad_w, grp * g.c_out_group * k, g.c_out_group, k), 0.0f);
+  }
+}
+
+// Elements of the batched backward-weight buffers above which the per-sample loop runs instead.
+constexpr int64_t kMaxBatchedColElements = int64_t{16} << 20;
+
 template <typename T>
 void dense_backward_weight(const Tensor& grad_y, const Tensor& x, const ConvGeometry& g,
                            const Tensor& grad_w) {
   const int64_t k = g.col_rows(), cols = g.out_area();
+  if (!g.is_pointwise() && g.n > 1 && k * g.n * cols <= kMaxBatchedColElements) {
+    return dense_backward_weight_batched<T>(grad_y, x, g, grad_w);
+  }
   Tensor col = g.is_pointwise() ? Tensor() : Tensor::empty({k, cols}, x.dtype());
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t grp = 0; grp < g.groups; ++grp) {
