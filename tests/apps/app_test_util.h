@@ -11,13 +11,16 @@
 #include <iterator>
 #include <string>
 
+#include "support/test_util.h"
+
 namespace ska::test {
 
-// <temp>/ska_test_<tag>_<pid>, created.
+// <temp>/ska_test_<tag>_<pid>, created; removed when the test process exits.
 inline std::string app_scratch_dir(const std::string& tag) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("ska_test_" + tag + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
+  remove_at_exit(dir.string());
   return dir.string();
 }
 

@@ -2,9 +2,15 @@
 #include "support/test_util.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 
@@ -127,6 +133,32 @@ void check_gradients(const std::function<Tensor(const TensorList&)>& f, const Te
     require_close(Tensor::from_vector(a, x.shape()), Tensor::from_vector(numeric, x.shape()),
                   options.tol, "gradient vs central differences");
   }
+}
+
+namespace {
+// The folders to remove when the process exits (a function-local static: destroyed at exit).
+struct ScratchDirs {
+  std::mutex mutex;
+  std::vector<std::string> dirs;
+  ~ScratchDirs() {
+    const char* keep = std::getenv("SKA_KEEP_TEST_DIRS");
+    if (keep != nullptr && std::string(keep) == "1") return;
+    for (const std::string& d : dirs) {
+      std::error_code ignored;
+      std::filesystem::remove_all(d, ignored);
+    }
+  }
+};
+ScratchDirs& scratch_dirs() {
+  static ScratchDirs dirs;
+  return dirs;
+}
+}  // namespace
+
+void remove_at_exit(const std::string& dir) {
+  ScratchDirs& s = scratch_dirs();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (std::find(s.dirs.begin(), s.dirs.end(), dir) == s.dirs.end()) s.dirs.push_back(dir);
 }
 
 bool cuda_available_or_skip() {

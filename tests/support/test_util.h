@@ -49,6 +49,10 @@ struct GradCheckOptions {
 void check_gradients(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
                      const GradCheckOptions& options = {});
 
+// Removes `dir` (recursively) when the test process exits, so that test runs leave nothing in the
+// temp folder; SKA_KEEP_TEST_DIRS=1 keeps them for a look after a failure.
+void remove_at_exit(const std::string& dir);
+
 // True when a CUDA device is usable; otherwise emits a Catch2 WARN saying why the test is skipped.
 bool cuda_available_or_skip();
 

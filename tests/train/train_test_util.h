@@ -14,11 +14,12 @@
 
 #include "config/config.h"
 #include "core/tensor.h"
+#include "support/test_util.h"
 #include "train/trainer.h"
 
 namespace ska::test {
 
-// A fresh, empty folder under the system temp dir, unique per call.
+// A fresh, empty folder under the system temp dir, unique per call, removed at exit.
 inline std::string train_scratch_dir(const std::string& tag) {
   static int counter = 0;
   const auto dir = std::filesystem::temp_directory_path() /
@@ -26,6 +27,7 @@ inline std::string train_scratch_dir(const std::string& tag) {
                     std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  remove_at_exit(dir.string());
   return dir.string();
 }
 
