@@ -3,6 +3,7 @@
 // backend/cpu/reduce.cpp and topk.cpp; values are accumulated in f32.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/backend.h"
 #include "backend/elementwise.h"
@@ -196,6 +197,17 @@ void reduce_cols(const T* x, T* out, int64_t rows, int64_t cols, const Tensor& l
   SKA_CUDA_CHECK_LAUNCH();
 }
 
+// Calls f(std::integral_constant<ReduceOp, op>{}).
+template <typename F>
+void visit_reduce_op(ReduceOp op, F&& f) {
+  switch (op) {
+    case ReduceOp::kSum: return f(std::integral_constant<ReduceOp, ReduceOp::kSum>{});
+    case ReduceOp::kMean: return f(std::integral_constant<ReduceOp, ReduceOp::kMean>{});
+    case ReduceOp::kMax: return f(std::integral_constant<ReduceOp, ReduceOp::kMax>{});
+    case ReduceOp::kMin: return f(std::integral_constant<ReduceOp, ReduceOp::kMin>{});
+  }
+}
+
 // x viewed with the reduced dims moved last, packed contiguous: [kept..., reduced...].
 Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
   std::vector<char> is_reduced(static_cast<size_t>(x.dim()), 0);
@@ -321,26 +333,18 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
     using T = decltype(tag);
     DeviceGuard guard(device_index(out));
     const cudaStream_t stream = current_stream(device_index(out));
-    if (len > 0 && x.is_contiguous() && reduces_leading_dims(x.shape(), dims)) {
-      const T* xp = static_cast<const T*>(x.data_ptr());
-      T* yp = static_cast<T*>(out.data_ptr());
-      switch (op) {
-        case ReduceOp::kSum: reduce_cols<ReduceOp::kSum>(xp, yp, len, rows, out, stream); break;
-        case ReduceOp::kMean: reduce_cols<ReduceOp::kMean>(xp, yp, len, rows, out, stream); break;
-        case ReduceOp::kMax: reduce_cols<ReduceOp::kMax>(xp, yp, len, rows, out, stream); break;
-        case ReduceOp::kMin: reduce_cols<ReduceOp::kMin>(xp, yp, len, rows, out, stream); break;
-      }
-      return;
-    }
-    const Tensor packed = reduced_dims_last(x, dims);
-    const T* xp = static_cast<const T*>(packed.data_ptr());
     T* yp = static_cast<T*>(out.data_ptr());
-    switch (op) {
-      case ReduceOp::kSum: reduce_rows<ReduceOp::kSum>(xp, yp, rows, len, out, stream); break;
-      case ReduceOp::kMean: reduce_rows<ReduceOp::kMean>(xp, yp, rows, len, out, stream); break;
-      case ReduceOp::kMax: reduce_rows<ReduceOp::kMax>(xp, yp, rows, len, out, stream); break;
-      case ReduceOp::kMin: reduce_rows<ReduceOp::kMin>(xp, yp, rows, len, out, stream); break;
-    }
+    const bool columns = len > 0 && x.is_contiguous() && reduces_leading_dims(x.shape(), dims);
+    const Tensor packed = columns ? x : reduced_dims_last(x, dims);
+    const T* xp = static_cast<const T*>(packed.data_ptr());
+    visit_reduce_op(op, [&](auto op_c) {
+      constexpr ReduceOp kOp = decltype(op_c)::value;
+      if (columns) {
+        reduce_cols<kOp>(xp, yp, len, rows, out, stream);
+      } else {
+        reduce_rows<kOp>(xp, yp, rows, len, out, stream);
+      }
+    });
   });
 }
 
