@@ -4,7 +4,8 @@
 # build-gpu/logs; $OUT when set). Dependencies missing on that machine can be carried as unpacked
 # .deb files in .deps/root (see README, "GPU check"). MEMCHECK=0 skips the sanitizer passes
 # (memcheck over every [cuda] test; racecheck and synccheck over the kernels with shared memory
-# and block barriers: the optimizer, softmax, norm and reduction tests); MEMCHECK_TIMEOUT (seconds,
+# and block barriers: the optimizer, softmax, norm, reduction, attention and StarReLU tests);
+# MEMCHECK_TIMEOUT (seconds,
 # default 1800) bounds each. It ends with `benchmark --profile` of CSKA-ViT-S (bf16, batch 512).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +54,7 @@ fi
 # RACECHECK_TESTS="[cuda]" runs them over every [cuda] test (racecheck is 10-100x slower).
 block_tests=${RACECHECK_TESTS:-"[cuda][optim],CUDA softmax matches the CPU,cuda softmax*,\
 CUDA norms match the CPU,cuda layer norm*,CUDA reductions match the CPU,cuda attention*,\
-fused attention: CUDA*"}
+fused attention: CUDA*,CUDA column reductions*,CUDA pointwise ops match the CPU"}
 racecheck_rc=-1
 synccheck_rc=-1
 if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
