@@ -5,7 +5,8 @@
 # .deb files in .deps/root (see README, "GPU check"). MEMCHECK=0 skips the sanitizer passes
 # (memcheck over every [cuda] test; racecheck and synccheck over the kernels with shared memory
 # and block barriers: the optimizer, softmax, norm, reduction, attention and StarReLU tests);
-# MEMCHECK_TIMEOUT (seconds, default 1800) bounds each. It ends with `benchmark --profile` of CSKA-ViT-S (bf16, batch 512).
+# MEMCHECK_TIMEOUT (seconds, default 1800) bounds each. It ends with `benchmark --profile` of
+# CSKA-ViT-S (bf16, batch 512).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
