@@ -49,7 +49,8 @@ struct BenchmarkOptions {
   bool json = false;
   bool profile = false;  // then `iters` more steps with every kernel timed
   int top = 25;          // kernels listed by --profile
-  std::string attention = "fused";  // or unfused: matmul, softmax, matmul (nn::attend_qk)
+  std::string attention = "fused";  // or scalar (no tensor cores), or unfused: matmul, softmax,
+                                    // matmul (nn::attend_qk)
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
@@ -204,7 +205,8 @@ int run_benchmark(BenchmarkOptions o) {
             o.dtype);
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
-  nn::set_fused_attention(o.attention == "fused");
+  nn::set_fused_attention(o.attention != "unfused");
+  set_cuda_attention_tensor_cores(o.attention == "fused");
   set_cudnn_benchmark(o.cudnn_benchmark == "on");
   set_cuda_elementwise_fast_paths(o.elementwise == "fast");
 
@@ -383,9 +385,10 @@ int main(int argc, char** argv) {
                  "from a table of NVIDIA data sheets; none on the CPU)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--attention", o.attention,
-                 "fused (the fused attention op wherever the logits are q k^T) or unfused "
-                 "(matmul, softmax, matmul: the weights stored), to compare")
-      ->check(CLI::IsMember({"fused", "unfused"}));
+                 "fused (the fused attention op wherever the logits are q k^T; on CUDA bf16/f16 "
+                 "on the tensor cores), scalar (the same op on CUDA's scalar f32-FMA kernels) "
+                 "or unfused (matmul, softmax, matmul: the weights stored), to compare")
+      ->check(CLI::IsMember({"fused", "scalar", "unfused"}));
   app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
                  "on: time cuDNN's convolution algorithms on the first call of each shape and "
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")

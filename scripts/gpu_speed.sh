@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU speed matrix of the speed issue in one go: for each CONFIG[:BATCH], our training step
 # beside eager PyTorch and torch.compile (scripts/benchmark.sh, bf16 autocast), then our step
-# with one fast path switched off at a time, to see what each is worth: --attention unfused,
-# --elementwise reference, --cudnn-benchmark off; and --cuda-graph on. Ends with one table.
+# with one fast path switched off at a time, to see what each is worth: --attention scalar (no
+# tensor cores), --attention unfused, --elementwise reference, --cudnn-benchmark off; and
+# --cuda-graph on. Ends with one table.
 # Usage: scripts/gpu_speed.sh [CONFIG[:BATCH] ...]
 #   default: cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128
 #            imagenet_cskaformer_s18:128
@@ -26,8 +27,8 @@ bench=$build/apps/benchmark
 [ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
   imagenet_cskaformer_s18:128
 
-variants=(default "--attention unfused" "--elementwise reference" "--cudnn-benchmark off"
-          "--cuda-graph")
+variants=(default "--attention scalar" "--attention unfused" "--elementwise reference"
+          "--cudnn-benchmark off" "--cuda-graph")
 rows=$logs/speed_variants.jsonl
 : >"$rows"
 for item in "$@"; do

@@ -1,7 +1,10 @@
 // Fused attention on CUDA, out = softmax(scale * q k^T + bias) v, flash-attention style: the
 // Nq x Nk weights only ever exist a tile at a time, in registers and shared memory.
 //
-// Design (first version: scalar f32 FMAs, no tensor cores). A block has 1 to 4 warps; each warp
+// Design (scalar f32 FMAs). bf16 and f16 problems with head dims that are multiples of 16 go to
+// the tensor-core kernels of attention_tc.cu instead (unless set_cuda_attention_tensor_cores
+// switched them off); these kernels serve f32 and the other head dims, and are the reference the
+// tensor-core path is tested against. A block has 1 to 4 warps; each warp
 // owns kRowsPerWarp = 8 rows of one side, and its 32 lanes walk 32-wide tiles of the other side:
 //   forward, dQ: rows are queries, lanes keys; a block per (leading index, 8 x warps queries)
 //                walks every key tile;
@@ -19,11 +22,10 @@
 // layer falls back to the unfused path). Shared memory per block: up to 31 KiB for head dims up
 // to 32, 47 KiB up to 64, 79 KiB up to 128 (opted in with cudaFuncSetAttribute above 48 KiB;
 // sm_80..sm_90 allow at least 99 KiB).
-// A tensor-core version would feed mma.sync (bf16/f16 in, f32 accumulate; tf32 for f32) with
-// fragments loaded by ldmatrix, keep Q, the accumulators and the weights in registers as
-// fragments instead of passing the weights through shared memory, stage tiles in their storage
-// dtype (half the shared memory) with cp.async double buffering, swizzle the tile layout instead
-// of padding rows, and use 64-128 row tiles per block.
+// Beyond the WMMA kernels, a faster version would use mma.sync with fragments loaded by ldmatrix
+// (a known register layout: the softmax on the accumulators, P never leaving registers), tf32
+// for f32, cp.async double buffering, a swizzled tile layout instead of padded rows, and 64-128
+// row tiles per block.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -31,59 +33,25 @@
 #include <type_traits>
 
 #include "backend/backend.h"
+#include "cuda/kernels/attention_tc.cuh"
 #include "cuda/kernels/common.cuh"
 
 namespace ska::cuda {
 namespace {
+
+using attn::BackwardArgs;
+using attn::bias_at;
+using attn::ForwardArgs;
+using attn::grid_of;
+using attn::Inputs;
+using attn::launch;
+using attn::View;
 
 constexpr int64_t kMaxHeadDim = 128;  // d and dv: at most 4 accumulator columns per lane
 constexpr int kLaneTile = 32;         // the tile the lanes walk: keys (queries for dK/dV)
 constexpr int kRowsPerWarp = 8;       // the rows a warp owns: queries (keys for dK/dV)
 constexpr int kMaxWarps = 4;          // a block owns 8 to 32 rows
 constexpr int kDeltaWarps = 8;        // D = rowsum(dO * O): one warp per row, 8 rows per block
-constexpr size_t kDefaultSmemBytes = 48 * 1024;
-
-// A [L..., n, cols] operand: element (g, i, c), g the row-major index over the leading dims L,
-// lies at lead.offset(g) + i * row + c * col.
-struct View {
-  StridedIndexer lead;
-  int64_t row;
-  int64_t col;
-};
-
-template <typename T>
-struct Inputs {
-  const T* q;
-  const T* k;
-  const T* v;
-  const T* bias;  // null: no bias
-  View qv, kv, vv, bv;
-  int nq, nk, d, dv;
-  float scale;
-};
-
-template <typename T>
-struct ForwardArgs {
-  Inputs<T> in;
-  T* out;
-  View ov;
-  float* lse;  // [groups * nq]
-  int tiles;   // query tiles per leading index
-};
-
-template <typename T>
-struct BackwardArgs {
-  Inputs<T> in;
-  const T* go;
-  View gov;
-  const float* lse;    // [groups * nq]
-  const float* delta;  // [groups * nq]: D = rowsum(dO * O)
-  T* gq;               // contiguous [groups, nq, d]
-  T* gk;               // contiguous [groups, nk, d]
-  T* gv;               // contiguous [groups, nk, dv]
-  T* gb;               // contiguous [groups, nq, nk]; null: not wanted
-  int tiles;           // query tiles (dQ kernel) or key tiles (dK/dV kernel) per leading index
-};
 
 // Shared tiles hold rows of kC * 32 f32 values (zero past the head dim, so that the float4 dot
 // products and the lane-owned columns read zeros there) kC * 32 + 4 floats apart: rows stay
@@ -154,26 +122,22 @@ __device__ __forceinline__ void accumulate(const float* w, const float* tile, in
   }
 }
 
-// The bias of pair (i, j) of one leading index (`bias` at its offset), as f32.
-template <typename T>
-__device__ __forceinline__ float bias_at(const T* bias, const View& bv, int i, int j) {
-  return to_float(bias[i * bv.row + j * bv.col]);
-}
-
-// Dynamic shared memory of each kernel, in floats, for `rows` = 8 x warps rows per block. The
-// kernels carve it in the order listed.
+// Dynamic shared memory of each kernel, in bytes, for `rows` = 8 x warps rows per block. The
+// kernels carve it (as floats) in the order listed.
 template <int kC>
-int forward_smem_floats(int rows) {  // q rows, k and v tiles, weights
-  return rows * tile_stride<kC>() + 2 * kLaneTile * tile_stride<kC>() + rows * kLaneTile;
+size_t forward_smem_bytes(int rows) {  // q rows, k and v tiles, weights
+  return sizeof(float) *
+         (rows * tile_stride<kC>() + 2 * kLaneTile * tile_stride<kC>() + rows * kLaneTile);
 }
 template <int kC>
-int grad_q_smem_floats(int rows) {  // q and dO rows, k and v tiles, dZ
-  return 2 * rows * tile_stride<kC>() + 2 * kLaneTile * tile_stride<kC>() + rows * kLaneTile;
+size_t grad_q_smem_bytes(int rows) {  // q and dO rows, k and v tiles, dZ
+  return sizeof(float) *
+         (2 * rows * tile_stride<kC>() + 2 * kLaneTile * tile_stride<kC>() + rows * kLaneTile);
 }
 template <int kC>
-int grad_kv_smem_floats(int rows) {  // k and v rows, q and dO tiles, P, dZ, bias tile, lse, D
-  return 2 * rows * tile_stride<kC>() + 2 * kLaneTile * tile_stride<kC>() + 2 * rows * kLaneTile +
-         kLaneTile * (rows + 1) + 2 * kLaneTile;
+size_t grad_kv_smem_bytes(int rows) {  // k and v rows, q and dO tiles, P, dZ, bias tile, lse, D
+  return sizeof(float) * (2 * rows * tile_stride<kC>() + 2 * kLaneTile * tile_stride<kC>() +
+                          2 * rows * kLaneTile + kLaneTile * (rows + 1) + 2 * kLaneTile);
 }
 
 // --- Forward: a block per (leading index g, tile of queries); online softmax over key tiles ---
@@ -579,28 +543,6 @@ void dispatch_columns(const Geometry& geo, F&& f) {
 // Warps per block for n rows on the warps' side: as many as have rows, at most kMaxWarps.
 int warps_for(int n) { return std::clamp((n + kRowsPerWarp - 1) / kRowsPerWarp, 1, kMaxWarps); }
 
-// Blocks for `groups` leading indices of `tiles` tiles each, checked against the grid limit.
-unsigned int grid_of(const char* kernel, int64_t groups, int64_t tiles) {
-  const int64_t blocks = groups * tiles;
-  SKA_CHECK(blocks <= INT_MAX, ShapeError, kernel, ": ", groups, " leading indices of ", tiles,
-            " tiles: too many blocks");
-  return static_cast<unsigned int>(blocks);
-}
-
-// Launches `kernel` with `floats` f32 of dynamic shared memory, opting in to more than the
-// default 48 KiB where needed (head dims above 64), and checks the launch.
-template <typename Args>
-void launch(void (*kernel)(Args), unsigned int grid, int warps, int floats, cudaStream_t stream,
-            const Args& args) {
-  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-  if (bytes > kDefaultSmemBytes) {
-    SKA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
-  }
-  kernel<<<grid, warps * 32, bytes, stream>>>(args);
-  SKA_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
@@ -618,13 +560,19 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     a.out = static_cast<T*>(out.data_ptr());
     a.ov = view_of(out, geo.nlead);
     a.lse = static_cast<float*>(lse.data_ptr());
+    if constexpr (!std::is_same_v<T, float>) {
+      if (attn::tc_supported(q.dtype(), geo.d, geo.dv, device)) {
+        attn::tc_forward(a, geo.groups, stream);
+        return;
+      }
+    }
     const int warps = warps_for(geo.nq);
     a.tiles = (geo.nq + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
     const unsigned int grid = grid_of("attention_forward", geo.groups, a.tiles);
     dispatch_columns(geo, [&](auto columns) {
       constexpr int kC = decltype(columns)::value;
       launch(attention_forward_kernel<T, kC>, grid, warps,
-             forward_smem_floats<kC>(warps * kRowsPerWarp), stream, a);
+             forward_smem_bytes<kC>(warps * kRowsPerWarp), stream, a);
     });
   });
 }
@@ -672,6 +620,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
           static_cast<float*>(delta.data_ptr()), rows, geo.nq, geo.dv);
       SKA_CUDA_CHECK_LAUNCH();
     }
+    if constexpr (!std::is_same_v<T, float>) {
+      if (attn::tc_supported(q.dtype(), geo.d, geo.dv, device)) {
+        attn::tc_backward(a, geo.groups, stream);
+        return;
+      }
+    }
     dispatch_columns(geo, [&](auto columns) {
       constexpr int kC = decltype(columns)::value;
       if (geo.nk > 0) {  // dK, dV (zero when there are no queries)
@@ -679,14 +633,14 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
         BackwardArgs<T> kv = a;
         kv.tiles = (geo.nk + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
         launch(attention_grad_kv_kernel<T, kC>, grid_of(kKernel, geo.groups, kv.tiles), warps,
-               grad_kv_smem_floats<kC>(warps * kRowsPerWarp), stream, kv);
+               grad_kv_smem_bytes<kC>(warps * kRowsPerWarp), stream, kv);
       }
       if (geo.nq > 0) {  // dQ (zero when there are no keys) and grad_bias
         const int warps = warps_for(geo.nq);
         BackwardArgs<T> qa = a;
         qa.tiles = (geo.nq + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
         launch(attention_grad_q_kernel<T, kC>, grid_of(kKernel, geo.groups, qa.tiles), warps,
-               grad_q_smem_floats<kC>(warps * kRowsPerWarp), stream, qa);
+               grad_q_smem_bytes<kC>(warps * kRowsPerWarp), stream, qa);
       }
     });
   });

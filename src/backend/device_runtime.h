@@ -35,6 +35,13 @@ void pop_profile_range();
 // benchmarks. Without CUDA it only records the setting.
 bool set_cuda_elementwise_fast_paths(bool enabled);
 
+// The fused attention kernels run bf16 and f16 problems with head dims that are multiples of 16
+// (up to 128) on the tensor cores (WMMA, f32 accumulation, P and dS rounded to the input dtype)
+// on devices of compute capability 8.0 and newer. Switched off, every problem takes the scalar
+// f32 kernels, the reference the tensor-core path is tested against. Default on; returns the
+// previous setting; for tests and benchmarks. Without CUDA it only records the setting.
+bool set_cuda_attention_tensor_cores(bool enabled);
+
 // A CUDA Graph: the device work that `fn` queues on the current stream of CUDA `device`,
 // captured once (fn runs once, its kernels are recorded, not executed) and then launched as one
 // unit by replay(). Allocations made during the capture come from a private pool of the caching

@@ -47,6 +47,12 @@ bool set_cuda_elementwise_fast_paths(bool enabled) {
   setting = enabled;
   return previous;
 }
+bool set_cuda_attention_tensor_cores(bool enabled) {
+  static bool setting = true;
+  const bool previous = setting;
+  setting = enabled;
+  return previous;
+}
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
 #endif

@@ -1,5 +1,6 @@
-// Kernel-level tests of the CUDA fused attention against its CPU twin and a double-precision
-// reference: broadcast keys, permuted views, masked bias, class attention, long rows, determinism.
+// Kernel-level tests of the CUDA fused attention (scalar and tensor-core paths) against its CPU
+// twin, a double-precision reference and each other: broadcast keys, permuted views, masked bias,
+// class attention, long rows, determinism.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
 #include "support/test_util.h"
 
 #ifdef SKA_WITH_CUDA
@@ -148,32 +150,65 @@ Prepared prepare(const Case& c, DType dtype) {
 }
 
 // Compares every result of `actual` with `expected` within tol (lse, f32 in both, within the f32
-// tolerance).
+// tolerance). by_nmse: out and the gradients by NMSE <= tol.rtol^2 instead (an RMS error within
+// the relative tolerance), for long rows, where a few elements near zero exceed atol + rtol |e|.
 void compare(const Results& actual, const Results& expected, ska::test::Tolerance tol,
-             const std::string& what) {
-  require_close(actual.out, expected.out, tol, what + ": out");
+             const std::string& what, bool by_nmse = false) {
   require_close(actual.lse, expected.lse, tolerance_for(DType::kF32), what + ": lse");
-  require_close(actual.grad_q, expected.grad_q, tol, what + ": grad_q");
-  require_close(actual.grad_k, expected.grad_k, tol, what + ": grad_k");
-  require_close(actual.grad_v, expected.grad_v, tol, what + ": grad_v");
-  if (actual.grad_bias.defined()) {
-    require_close(actual.grad_bias, expected.grad_bias, tol, what + ": grad_bias");
-  }
+  const auto close = [&](const Tensor& a, const Tensor& e, const std::string& name) {
+    if (!by_nmse) return require_close(a, e, tol, what + ": " + name);
+    INFO(what << ": " << name << " by NMSE");
+    CHECK(ska::test::nmse(a, e) <= tol.rtol * tol.rtol);
+  };
+  close(actual.out, expected.out, "out");
+  close(actual.grad_q, expected.grad_q, "grad_q");
+  close(actual.grad_k, expected.grad_k, "grad_k");
+  close(actual.grad_v, expected.grad_v, "grad_v");
+  if (actual.grad_bias.defined()) close(actual.grad_bias, expected.grad_bias, "grad_bias");
 }
 
-// CUDA against the CPU twin and the double reference, by default in f32 and bf16. The 16-bit
-// results are computed in f32 from the same rounded inputs and rounded once, so
-// tolerance_for(dtype) covers them.
+// The results copied to the host (the next run on the same operands rewrites out).
+Results on_host(const Results& r) {
+  Results h;
+  const Tensor* from[] = {&r.out, &r.lse, &r.grad_q, &r.grad_k, &r.grad_v, &r.grad_bias};
+  Tensor* to[] = {&h.out, &h.lse, &h.grad_q, &h.grad_k, &h.grad_v, &h.grad_bias};
+  for (int i = 0; i < 6; ++i) {
+    if (from[i]->defined()) *to[i] = from[i]->to(Device::cpu()).clone();
+  }
+  return h;
+}
+
+// The scalar CUDA kernels while alive (the tensor-core path switched off).
+struct ScalarAttention {
+  bool previous = set_cuda_attention_tensor_cores(false);
+  ~ScalarAttention() { set_cuda_attention_tensor_cores(previous); }
+};
+
+// Both CUDA paths against the CPU twin and the double reference, by default in f32 and bf16, and
+// against each other. bf16 and f16 with head dims that are multiples of 16 take the tensor cores
+// by default (f32 and other dims: the scalar kernels twice). The 16-bit results are computed in
+// f32 from the same rounded inputs and rounded once (the tensor-core path also rounds P and dS
+// to the dtype before its second products), so tolerance_for(dtype) covers them.
 void check_case(const Case& c, double scale,
-                const std::vector<DType>& dtypes = {DType::kF32, DType::kBF16}) {
+                const std::vector<DType>& dtypes = {DType::kF32, DType::kBF16},
+                bool by_nmse = false) {
   for (const DType dtype : dtypes) {
     INFO(c.name << ", " << dtype_name(dtype));
     const Prepared x = prepare(c, dtype);
-    const Results gpu = run(c, x.gpu, scale, true);
+    const Results fast = on_host(run(c, x.gpu, scale, true));
+    Results scalar;
+    {
+      const ScalarAttention off;
+      scalar = on_host(run(c, x.gpu, scale, true));
+    }
     const Results cpu = run(c, x.cpu, scale, false);
     const Results ref = reference(c, x.ref, scale);
-    compare(gpu, cpu, tolerance_for(dtype), "cuda vs cpu");
-    compare(gpu, ref, tolerance_for(dtype), "cuda vs reference");
+    const ska::test::Tolerance tol = tolerance_for(dtype);
+    compare(fast, cpu, tol, "cuda vs cpu", by_nmse);
+    compare(fast, ref, tol, "cuda vs reference", by_nmse);
+    compare(scalar, cpu, tol, "scalar cuda vs cpu", by_nmse);
+    compare(scalar, ref, tol, "scalar cuda vs reference", by_nmse);
+    compare(fast, scalar, tol, "cuda vs scalar cuda", by_nmse);
   }
 }
 
@@ -190,18 +225,11 @@ Case plain_case(const std::string& name, const Shape& lead, int64_t nq, int64_t 
   return c;
 }
 
-}  // namespace
-
-TEST_CASE("cuda attention: contiguous [B, h, N, d], N = 65, d = 32", "[cuda]") {
-  if (!ska::test::cuda_available_or_skip()) return;
-  check_case(plain_case("plain", {2, 3}, 65, 65, 32, 32, 101), 1.0 / std::sqrt(32.0),
-             {DType::kF32, DType::kBF16, DType::kF16});
-}
-
-TEST_CASE("cuda attention: static keys broadcast over the batch with stride 0", "[cuda]") {
-  if (!ska::test::cuda_available_or_skip()) return;
-  const int64_t b = 3, h = 2, nq = 65, nk = 16, d = 32;
-  Case c{"static keys", {b, h}, nq, nk, d, d, true, {}, nullptr};  // dL/dz without a bias
+// Static keys and values [h, nk, d] broadcast over the batch with stride 0; dL/dz requested
+// without a bias.
+Case static_keys_case(int64_t d) {
+  const int64_t b = 3, h = 2, nq = 65, nk = 16;
+  Case c{"static keys", {b, h}, nq, nk, d, d, true, {}, nullptr};
   c.base = {uniform({b, h, nq, d}, 201, -2, 2), uniform({h, nk, d}, 202), uniform({h, nk, d}, 203),
             uniform({b, h, nq, d}, 204)};
   c.views = [=](const std::vector<Tensor>& t) {
@@ -210,12 +238,12 @@ TEST_CASE("cuda attention: static keys broadcast over the batch with stride 0", 
     REQUIRE(k.stride(0) == 0);
     return Operands{t[0], k, v, Tensor(), t[3], empty_out(c, t[0])};
   };
-  check_case(c, 1.0 / std::sqrt(32.0));
+  return c;
 }
 
-TEST_CASE("cuda attention: q, k, v, out and grad_out as permuted views of [B, N, h, d]", "[cuda]") {
-  if (!ska::test::cuda_available_or_skip()) return;
-  const int64_t b = 2, n = 50, h = 4, d = 32;
+// q, k, v as slices of one [B, N, 3, h, d] projection, out and grad_out as permuted [B, N, h, d].
+Case split_heads_case(int64_t d) {
+  const int64_t b = 2, n = 50, h = 4;
   Case c{"split heads", {b, h}, n, n, d, d, false, {}, nullptr};
   c.base = {uniform({b, n, 3, h, d}, 301, -2, 2), uniform({b, n, h, d}, 302)};
   c.views = [=](const std::vector<Tensor>& t) {
@@ -224,14 +252,14 @@ TEST_CASE("cuda attention: q, k, v, out and grad_out as permuted views of [B, N,
         Tensor::empty({b, n, h, d}, t[0].dtype(), t[0].device()).permute({0, 2, 1, 3});
     return Operands{heads(0), heads(1), heads(2), Tensor(), t[1].permute({0, 2, 1, 3}), out};
   };
-  check_case(c, 1.0 / std::sqrt(32.0));
+  return c;
 }
 
-TEST_CASE("cuda attention: Swin bias broadcast over the batch with -inf shift masks", "[cuda]") {
-  if (!ska::test::cuda_available_or_skip()) return;
-  const int64_t b = 2, windows = 4, h = 3, n = 49, d = 32;
-  // Relative position bias plus the shift mask of the odd windows: pairs across the 3 | 4 column
-  // split of a 7 x 7 window are excluded (never a whole row: a token always sees itself).
+// Swin windows of 7 x 7 tokens: relative position bias [windows, h, 49, 49] broadcast over the
+// batch, plus the shift mask of the odd windows: pairs across the 3 | 4 column split of a window
+// are excluded with -inf (never a whole row: a token always sees itself). dL/dz requested.
+Case swin_case(int64_t d) {
+  const int64_t b = 2, windows = 4, h = 3, n = 49;
   std::vector<double> bias = uniform({windows, h, n, n}, 401, -1, 1).to_vector<double>();
   for (int64_t w = 1; w < windows; w += 2) {
     for (int64_t i = 0; i < h * n * n; ++i) {
@@ -247,7 +275,30 @@ TEST_CASE("cuda attention: Swin bias broadcast over the batch with -inf shift ma
     const Tensor bias_view = t[4].unsqueeze(0).expand({b, windows, h, n, n});
     return Operands{t[0], t[1], t[2], bias_view, t[3], empty_out(c, t[0])};
   };
-  check_case(c, 1.0 / std::sqrt(32.0));
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention: contiguous [B, h, N, d], N = 65, d = 32", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(plain_case("plain", {2, 3}, 65, 65, 32, 32, 101), 1.0 / std::sqrt(32.0),
+             {DType::kF32, DType::kBF16, DType::kF16});
+}
+
+TEST_CASE("cuda attention: static keys broadcast over the batch with stride 0", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(static_keys_case(32), 1.0 / std::sqrt(32.0));
+}
+
+TEST_CASE("cuda attention: q, k, v, out and grad_out as permuted views of [B, N, h, d]", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(split_heads_case(32), 1.0 / std::sqrt(32.0));
+}
+
+TEST_CASE("cuda attention: Swin bias broadcast over the batch with -inf shift masks", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(swin_case(32), 1.0 / std::sqrt(32.0));
 }
 
 TEST_CASE("cuda attention: class attention, one query over 197 keys, d = 48", "[cuda]") {
@@ -267,6 +318,37 @@ TEST_CASE("cuda attention: d = 16 with dv = 40, and d = dv = 128", "[cuda]") {
   check_case(plain_case("d 128", {2, 2}, 40, 72, 128, 128, 711), 1.0 / std::sqrt(128.0));
 }
 
+TEST_CASE("cuda attention: tensor cores, head dims 32, 48, 64 and 128, N = 65", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (const int64_t d : {32, 48, 64, 128}) {
+    check_case(plain_case("tensor cores d " + std::to_string(d), {2, 2}, 65, 65, d, d, 1001 + d),
+               1.0 / std::sqrt(static_cast<double>(d)), {DType::kBF16, DType::kF16});
+  }
+  // Unequal head dims, and queries and keys of different tile tails.
+  check_case(plain_case("tensor cores d 16 dv 48", {3, 1}, 33, 47, 16, 48, 1201), 0.25,
+             {DType::kBF16, DType::kF16});
+}
+
+TEST_CASE("cuda attention: tensor cores, views, masks and broadcasts in f16", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_case(static_keys_case(48), 1.0 / std::sqrt(48.0), {DType::kF16});
+  check_case(split_heads_case(64), 0.125, {DType::kF16});
+  check_case(swin_case(32), 1.0 / std::sqrt(32.0), {DType::kF16});
+  check_case(plain_case("class attention", {4, 8}, 1, 197, 48, 48, 501), 1.0 / std::sqrt(48.0),
+             {DType::kF16});
+}
+
+TEST_CASE("cuda attention: tensor cores, long rows by NMSE, N = 197 with bias", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  Case c = plain_case("long rows", {2, 3}, 197, 197, 64, 64, 1301);
+  c.grad_bias = true;
+  c.base.push_back(uniform({2, 3, 197, 197}, 1305, -2, 2));
+  c.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  };
+  check_case(c, 0.125, {DType::kBF16, DType::kF16}, true);
+}
+
 TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   Case c = plain_case("determinism", {2, 2}, 197, 197, 64, 64, 801);
@@ -282,7 +364,7 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
         r.grad_q.to_vector<double>(), r.grad_k.to_vector<double>(),
         r.grad_v.to_vector<double>(), r.grad_bias.to_vector<double>()};
   };
-  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
     INFO(dtype_name(dtype));
     const Prepared x = prepare(c, dtype);
     const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
