@@ -1,12 +1,20 @@
-// 2-D convolution (NCHW) on CUDA through cuDNN's legacy convolution API: RAII descriptors per
-// call, and each direction's algorithm chosen once per (shapes, params, dtype) and cached, by the
+// 2-D convolution on CUDA through cuDNN's legacy convolution API, NCHW or channels-last (NHWC, as
+// the operands come: the kernel contract's two layouts): RAII descriptors per call, and each
+// direction's algorithm chosen once per (shapes, params, dtype, layout) and cached, by the
 // heuristics or, under cudnn_benchmark(), by timing the candidates on the first call.
+// Channels-last calls describe the filter as NHWC too ([C_out, kH, kW, C_in / groups], cuDNN's
+// fast NHWC kernels want both alike): for depthwise convolutions (one input channel per group)
+// that is the stored weight's memory as it is; otherwise the weight is copied in that order
+// (and the weight gradient computed so and copied back), a small tensor next to activations.
+// A channels-last shape cuDNN has no NHWC algorithm for runs on NCHW copies (choose_nhwc_algo).
 #include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 
 #include "backend/backend.h"
 #include "core/precision.h"
@@ -47,11 +55,14 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+cudnnTensorFormat_t format_of(bool nhwc) { return nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
+
+// s is always the logical [N, C, H, W] shape; `nhwc` says how it is laid out.
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const Shape& s, cudnnDataType_t dt) {
+  TensorDesc(const Shape& s, cudnnDataType_t dt, bool nhwc) {
     SKA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    SKA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, dt, to_int(s[0], "dim"),
+    SKA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, format_of(nhwc), dt, to_int(s[0], "dim"),
                                                to_int(s[1], "dim"), to_int(s[2], "dim"),
                                                to_int(s[3], "dim")));
   }
@@ -60,11 +71,12 @@ struct TensorDesc {
   TensorDesc& operator=(const TensorDesc&) = delete;
 };
 
+// s is the logical [C_out, C_in / groups, kH, kW] shape.
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(const Shape& s, cudnnDataType_t dt) {
+  FilterDesc(const Shape& s, cudnnDataType_t dt, bool nhwc) {
     SKA_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    SKA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, dt, CUDNN_TENSOR_NCHW, to_int(s[0], "dim"),
+    SKA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, dt, format_of(nhwc), to_int(s[0], "dim"),
                                                to_int(s[1], "dim"), to_int(s[2], "dim"),
                                                to_int(s[3], "dim")));
   }
@@ -98,10 +110,10 @@ struct Conv {
   FilterDesc w;
   ConvDesc conv;
   Conv(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType dt,
-       const char* kernel)
-      : x(xs, cudnn_dtype(dt, kernel)),
-        y(ys, cudnn_dtype(dt, kernel)),
-        w(ws, cudnn_dtype(dt, kernel)),
+       bool nhwc, const char* kernel)
+      : x(xs, cudnn_dtype(dt, kernel), nhwc),
+        y(ys, cudnn_dtype(dt, kernel), nhwc),
+        w(ws, cudnn_dtype(dt, kernel), nhwc),
         conv(p) {}
 };
 
@@ -135,18 +147,19 @@ struct AlgoChoice {
   size_t workspace;
 };
 
-using AlgoKey = std::array<int64_t, 20>;
+using AlgoKey = std::array<int64_t, 21>;
 
 // f32 data without TF32 (core/precision.h): only CUDA-core (FMA) algorithms.
 bool fma_only(DType dt) { return dt == DType::kF32 && !tf32_policy().conv; }
 
-AlgoKey algo_key(ConvDir dir, int device, DType dt, const Shape& xs, const Shape& ws,
+AlgoKey algo_key(ConvDir dir, int device, DType dt, bool nhwc, const Shape& xs, const Shape& ws,
                  const Conv2dParams& p, bool timed) {
   return {static_cast<int64_t>(dir),
           device,
           static_cast<int64_t>(dt),
           fma_only(dt),
           timed,
+          nhwc,
           xs[0],
           xs[1],
           xs[2],
@@ -289,11 +302,11 @@ bool capturing(int device) {
 // The cached choice for this key, or a fresh query: timed on `data` under cudnn_benchmark()
 // (except during a graph capture, which gets the heuristic choice), ranked by the heuristics
 // otherwise. The conv descriptor gets the choice's math type.
-AlgoChoice choose_algo(ConvDir dir, int device, DType dt, const Shape& xs, const Shape& ws,
-                       const Conv2dParams& p, cudnnHandle_t h, const Conv& c,
+AlgoChoice choose_algo(ConvDir dir, int device, DType dt, bool nhwc, const Shape& xs,
+                       const Shape& ws, const Conv2dParams& p, cudnnHandle_t h, const Conv& c,
                        const ConvData& data, const char* kernel) {
   const bool timed = cudnn_benchmark() && !capturing(device);
-  const AlgoKey key = algo_key(dir, device, dt, xs, ws, p, timed);
+  const AlgoKey key = algo_key(dir, device, dt, nhwc, xs, ws, p, timed);
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto it = algo_cache().find(key);
@@ -308,6 +321,32 @@ AlgoChoice choose_algo(ConvDir dir, int device, DType dt, const Shape& xs, const
   return a;
 }
 
+std::set<AlgoKey>& nhwc_unsupported() {
+  static std::set<AlgoKey> keys;
+  return keys;
+}
+
+// choose_algo for a call that may run channels-last: nullopt when cuDNN has no NHWC algorithm
+// for it (remembered per shape); the call then runs on NCHW copies instead.
+std::optional<AlgoChoice> choose_nhwc_algo(ConvDir dir, int device, DType dt, bool nhwc,
+                                           const Shape& xs, const Shape& ws,
+                                           const Conv2dParams& p, cudnnHandle_t h, const Conv& c,
+                                           const ConvData& data, const char* kernel) {
+  if (!nhwc) return choose_algo(dir, device, dt, false, xs, ws, p, h, c, data, kernel);
+  const AlgoKey key = algo_key(dir, device, dt, true, xs, ws, p, false);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    if (nhwc_unsupported().count(key) != 0) return std::nullopt;
+  }
+  try {
+    return choose_algo(dir, device, dt, true, xs, ws, p, h, c, data, kernel);
+  } catch (const CudaError&) {  // no NHWC algorithm, or the format refused for this shape
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    nhwc_unsupported().insert(key);
+    return std::nullopt;
+  }
+}
+
 // Scratch for the algorithm; the returned tensor keeps it alive (stream-ordered reuse after).
 Tensor scratch(int device, size_t bytes, void** ptr) {
   if (bytes == 0) {
@@ -319,23 +358,49 @@ Tensor scratch(int device, size_t bytes, void** ptr) {
   return t;
 }
 
-void check_operands(std::initializer_list<const Tensor*> ts, DType dt, const char* kernel) {
-  for (const Tensor* t : ts) {
+// Checks the dtypes and the layouts and returns whether the call runs channels-last: the
+// activation-side operands `xy` (x, y or their gradients) all contiguous, or all channels-last;
+// the weight-side `w` always contiguous.
+bool check_operands(std::initializer_list<const Tensor*> xy, const Tensor& w, DType dt,
+                    const char* kernel) {
+  bool contiguous = true;
+  for (const Tensor* t : xy) contiguous = contiguous && t->is_contiguous();
+  for (const Tensor* t : xy) {
     SKA_CHECK(t->dtype() == dt, DTypeError, kernel, ": mixed dtypes (", t->dtype(), " and ", dt,
               ")");
-    SKA_CHECK(t->is_contiguous(), ValueError, kernel, ": operands must be contiguous");
+    SKA_CHECK(contiguous || t->is_channels_last(), ValueError, kernel,
+              ": x, y and their gradients must be all contiguous or all channels-last, got ",
+              t->str(), " with strides ", shape_str(t->strides()));
   }
+  SKA_CHECK(w.dtype() == dt, DTypeError, kernel, ": mixed dtypes (", w.dtype(), " and ", dt, ")");
+  SKA_CHECK(w.is_contiguous(), ValueError, kernel, ": the weight must be contiguous");
+  return !contiguous;
+}
+
+// The [C_out, C_in / groups, kH, kW] weight `w` as cuDNN's NHWC filter format lays it out
+// ([C_out, kH, kW, C_in / groups] in memory), seen with w's logical shape: `w` itself when it has
+// one input channel per group (the same memory), else a new tensor, holding w's values when
+// `fill`.
+Tensor nhwc_filter(const Tensor& w, bool fill) {
+  if (w.size(1) == 1) return w;
+  const Shape& s = w.shape();
+  const Tensor t = Tensor::empty({s[0], s[2], s[3], s[1]}, w.dtype(), w.device()).permute(
+      {0, 3, 1, 2});
+  if (fill) copy(w, t);
+  return t;
 }
 
 // y += bias broadcast over [N, C_out, H, W], through the contract's elementwise add (in place is
-// safe: each element is read and written by the same thread).
-void add_bias(const Tensor& bias, const Tensor& y) {
-  const Shape& ys = y.shape();
-  SKA_CHECK(bias.numel() == ys[1] && bias.is_contiguous() && bias.dtype() == y.dtype(), ShapeError,
-            "conv2d_forward: bias must be contiguous [", ys[1], "] of y's dtype");
+// safe: each element is read and written by the same thread). A channels-last y is added to as
+// the contiguous [N, H, W, C_out] it is.
+void add_bias(const Tensor& bias, const Tensor& y, bool nhwc) {
+  SKA_CHECK(bias.numel() == y.size(1) && bias.is_contiguous() && bias.dtype() == y.dtype(),
+            ShapeError, "conv2d_forward: bias must be contiguous [", y.size(1), "] of y's dtype");
+  const Tensor out = nhwc ? y.permute({0, 2, 3, 1}) : y;
+  const Shape bias_strides = nhwc ? Shape{0, 0, 0, 1} : Shape{0, 1, 0, 0};
   const Tensor b =
-      Tensor::make_view(bias.storage(), ys, Shape{0, 1, 0, 0}, bias.offset(), bias.dtype());
-  binary(BinaryOp::kAdd, y, b, y);
+      Tensor::make_view(bias.storage(), out.shape(), bias_strides, bias.offset(), bias.dtype());
+  binary(BinaryOp::kAdd, out, b, out);
 }
 
 }  // namespace
@@ -346,19 +411,27 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   const int device = device_of(x);
   DeviceGuard guard(device);
   check_shapes(x.shape(), w.shape(), y.shape(), p, kKernel);
-  check_operands({&x, &w, &y}, x.dtype(), kKernel);
+  const bool nhwc = check_operands({&x, &y}, w, x.dtype(), kKernel);
   if (y.numel() == 0) return;
-  const Conv c(x.shape(), w.shape(), y.shape(), p, x.dtype(), kKernel);
+  const Tensor filter = nhwc ? nhwc_filter(w, true) : w;
+  const Conv c(x.shape(), w.shape(), y.shape(), p, x.dtype(), nhwc, kKernel);
   const cudnnHandle_t h = cudnn_handle(device);
-  const AlgoChoice a = choose_algo(ConvDir::kForward, device, x.dtype(), x.shape(), w.shape(), p,
-                                   h, c, {x.data_ptr(), w.data_ptr(), y.data_ptr()}, kKernel);
+  const std::optional<AlgoChoice> plan =
+      choose_nhwc_algo(ConvDir::kForward, device, x.dtype(), nhwc, x.shape(), w.shape(), p, h, c,
+                       {x.data_ptr(), filter.data_ptr(), y.data_ptr()}, kKernel);
+  if (!plan) {  // channels-last without an NHWC algorithm: on NCHW copies
+    const Tensor out = Tensor::empty(y.shape(), y.dtype(), y.device());
+    conv2d_forward(x.contiguous(), w, bias, p, out);
+    return copy(out, y);
+  }
+  const AlgoChoice a = *plan;
   void* ws = nullptr;
   const Tensor ws_hold = scratch(device, a.workspace, &ws);
   const float one = 1.0f, zero = 0.0f;  // f32 scaling factors for f32/bf16/f16 data
-  SKA_CUDNN_CHECK(cudnnConvolutionForward(h, &one, c.x.d, x.data_ptr(), c.w.d, w.data_ptr(),
+  SKA_CUDNN_CHECK(cudnnConvolutionForward(h, &one, c.x.d, x.data_ptr(), c.w.d, filter.data_ptr(),
                                           c.conv.d, static_cast<cudnnConvolutionFwdAlgo_t>(a.algo),
                                           ws, a.workspace, &zero, c.y.d, y.data_ptr()));
-  if (bias.defined()) add_bias(bias, y);
+  if (bias.defined()) add_bias(bias, y, nhwc);
 }
 
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
@@ -367,7 +440,7 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
   const int device = device_of(grad_y);
   DeviceGuard guard(device);
   check_shapes(grad_x.shape(), w.shape(), grad_y.shape(), p, kKernel);
-  check_operands({&grad_y, &w, &grad_x}, grad_y.dtype(), kKernel);
+  const bool nhwc = check_operands({&grad_y, &grad_x}, w, grad_y.dtype(), kKernel);
   if (grad_x.numel() == 0) return;
   const cudnnHandle_t h = cudnn_handle(device);
   if (grad_y.numel() == 0 || w.numel() == 0) {  // nothing flows back
@@ -375,14 +448,21 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
                                    current_stream(device)));
     return;
   }
-  const Conv c(grad_x.shape(), w.shape(), grad_y.shape(), p, grad_y.dtype(), kKernel);
-  const AlgoChoice a =
-      choose_algo(ConvDir::kBackwardData, device, grad_y.dtype(), grad_x.shape(), w.shape(), p, h,
-                  c, {grad_y.data_ptr(), w.data_ptr(), grad_x.data_ptr()}, kKernel);
+  const Tensor filter = nhwc ? nhwc_filter(w, true) : w;
+  const Conv c(grad_x.shape(), w.shape(), grad_y.shape(), p, grad_y.dtype(), nhwc, kKernel);
+  const std::optional<AlgoChoice> plan = choose_nhwc_algo(
+      ConvDir::kBackwardData, device, grad_y.dtype(), nhwc, grad_x.shape(), w.shape(), p, h, c,
+      {grad_y.data_ptr(), filter.data_ptr(), grad_x.data_ptr()}, kKernel);
+  if (!plan) {  // channels-last without an NHWC algorithm: on NCHW copies
+    const Tensor out = grad_x.contiguous();
+    conv2d_backward_input(grad_y.contiguous(), w, p, out);
+    return copy(out, grad_x);
+  }
+  const AlgoChoice a = *plan;
   void* ws = nullptr;
   const Tensor ws_hold = scratch(device, a.workspace, &ws);
   const float one = 1.0f, zero = 0.0f;
-  SKA_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, c.w.d, w.data_ptr(), c.y.d,
+  SKA_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, c.w.d, filter.data_ptr(), c.y.d,
                                                grad_y.data_ptr(), c.conv.d,
                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
                                                ws, a.workspace, &zero, c.x.d, grad_x.data_ptr()));
@@ -394,7 +474,7 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
   const int device = device_of(grad_y);
   DeviceGuard guard(device);
   check_shapes(x.shape(), grad_w.shape(), grad_y.shape(), p, kKernel);
-  check_operands({&grad_y, &x, &grad_w}, grad_y.dtype(), kKernel);
+  const bool nhwc = check_operands({&grad_y, &x}, grad_w, grad_y.dtype(), kKernel);
   if (grad_w.numel() == 0) return;
   const cudnnHandle_t h = cudnn_handle(device);
   if (grad_y.numel() == 0 || x.numel() == 0) {  // empty batch: zero gradient
@@ -402,17 +482,25 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
                                    current_stream(device)));
     return;
   }
-  const Conv c(x.shape(), grad_w.shape(), grad_y.shape(), p, grad_y.dtype(), kKernel);
-  const AlgoChoice a =
-      choose_algo(ConvDir::kBackwardFilter, device, grad_y.dtype(), x.shape(), grad_w.shape(), p,
-                  h, c, {x.data_ptr(), grad_y.data_ptr(), grad_w.data_ptr()}, kKernel);
+  // Channels-last: computed in the NHWC filter layout, then copied into grad_w's.
+  const Tensor filter_grad = nhwc ? nhwc_filter(grad_w, false) : grad_w;
+  const Conv c(x.shape(), grad_w.shape(), grad_y.shape(), p, grad_y.dtype(), nhwc, kKernel);
+  const std::optional<AlgoChoice> plan =
+      choose_nhwc_algo(ConvDir::kBackwardFilter, device, grad_y.dtype(), nhwc, x.shape(),
+                       grad_w.shape(), p, h, c,
+                       {x.data_ptr(), grad_y.data_ptr(), filter_grad.data_ptr()}, kKernel);
+  if (!plan) {  // channels-last without an NHWC algorithm: on NCHW copies
+    return conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), p, grad_w);
+  }
+  const AlgoChoice a = *plan;
   void* ws = nullptr;
   const Tensor ws_hold = scratch(device, a.workspace, &ws);
   const float one = 1.0f, zero = 0.0f;
   SKA_CUDNN_CHECK(
       cudnnConvolutionBackwardFilter(h, &one, c.x.d, x.data_ptr(), c.y.d, grad_y.data_ptr(),
                                      c.conv.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
-                                     ws, a.workspace, &zero, c.w.d, grad_w.data_ptr()));
+                                     ws, a.workspace, &zero, c.w.d, filter_grad.data_ptr()));
+  if (!filter_grad.same_storage(grad_w)) copy(filter_grad, grad_w);
 }
 
 }  // namespace ska::cuda

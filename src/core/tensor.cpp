@@ -119,6 +119,17 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_channels_last() const {
+  if (dim() != 4) return false;
+  int64_t expected = 1;
+  for (const int d : {1, 3, 2, 0}) {  // innermost first
+    if (shape()[d] == 1) continue;
+    if (strides()[d] != expected) return false;
+    expected *= shape()[d];
+  }
+  return true;
+}
+
 std::string Tensor::str() const {
   if (!defined()) return "Tensor(undefined)";
   std::ostringstream os;

@@ -78,6 +78,10 @@ class Tensor {
   Device device() const { return impl().storage->device(); }
   size_t element_size() const { return dtype_size(impl().dtype); }
   bool is_contiguous() const;
+  // 4-D [N, C, H, W] laid out as a contiguous [N, H, W, C] (PyTorch's channels_last): what
+  // permute({0, 3, 1, 2}) of a contiguous tensor gives. Size-1 dims match any stride, so a tensor
+  // with C == 1 or H == W == 1 is both this and contiguous.
+  bool is_channels_last() const;
   bool is_floating() const { return dtype_is_floating(impl().dtype); }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   bool same_storage(const Tensor& other) const { return impl().storage == other.impl().storage; }

@@ -61,6 +61,24 @@ Shape conv_output_shape(const Tensor& x, const Tensor& w, const Tensor& bias,
   return {x.size(0), c_out, h_out, w_out};
 }
 
+// [N, C, H, W] `t` in the memory layout the call runs in: contiguous NCHW, or channels-last
+// (a contiguous [N, H, W, C] seen through a permute). A copy only when `t` is laid out otherwise.
+Tensor in_layout(const Tensor& t, bool channels_last) {
+  if (!channels_last) return t.contiguous();
+  if (t.is_channels_last()) return t;
+  return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
+
+// A new [N, C, H, W] tensor in the call's layout, zero-filled when `zero`.
+Tensor new_in_layout(const Shape& s, DType dtype, Device device, bool channels_last, bool zero) {
+  if (!channels_last) {
+    return zero ? Tensor::zeros(s, dtype, device) : Tensor::empty(s, dtype, device);
+  }
+  const Shape nhwc{s[0], s[2], s[3], s[1]};
+  const Tensor t = zero ? Tensor::zeros(nhwc, dtype, device) : Tensor::empty(nhwc, dtype, device);
+  return t.permute({0, 3, 1, 2});
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
@@ -68,22 +86,26 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     return conv2d((*cast)[0], (*cast)[1], (*cast)[2], p);
   }
   const Shape out_shape = conv_output_shape(x, weight, bias, p);
-  const Tensor xc = x.detach().contiguous(), wc = weight.detach().contiguous();
-  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  // An input laid out channels-last (as a permuted token grid [B, H, W, C] is) runs so, and its
+  // output comes out channels-last too, as in PyTorch: cuDNN's NHWC kernels then need no
+  // transposing copy on either side. Anything else runs on a contiguous NCHW copy.
+  const bool channels_last = x.is_channels_last() && !x.is_contiguous();
+  const Tensor xc = in_layout(x.detach(), channels_last), wc = weight.detach().contiguous();
+  Tensor y = new_in_layout(out_shape, x.dtype(), x.device(), channels_last, false);
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   SKA_KERNEL(x.device(), conv2d_forward)(xc, wc, bc, p, y);
   MacCounter::add(y.numel() * weight.size(1) * weight.size(2) * weight.size(3));
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
-  // Saves the contiguous raw copies only where a gradient needs them.
+  // Saves the raw operands in the call's layout only where a gradient needs them.
   const Tensor saved_x = need_w ? xc : Tensor(), saved_w = need_x ? wc : Tensor();
   const Shape x_shape = x.shape(), w_shape = weight.shape();
   autograd::record_op("conv2d", {x, weight, bias}, {y}, [=](const TensorList& g) {
-    const Tensor gy = g[0].contiguous();
+    const Tensor gy = in_layout(g[0], channels_last);
     Tensor gx, gw;
     // Zero-filled, so that a backend may either write or accumulate into them.
     if (need_x) {
-      gx = Tensor::zeros(x_shape, gy.dtype(), gy.device());
+      gx = new_in_layout(x_shape, gy.dtype(), gy.device(), channels_last, true);
       SKA_KERNEL(gy.device(), conv2d_backward_input)(gy, saved_w, p, gx);
     }
     if (need_w) {

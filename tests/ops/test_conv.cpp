@@ -1,8 +1,10 @@
 // conv2d: values against hand-computed cases and a direct-loop reference (dense, grouped,
-// depthwise, stride, padding, dilation, 1x1), gradients by finite differences, errors, CUDA parity.
+// depthwise, stride, padding, dilation, 1x1), gradients by finite differences, errors, CUDA parity,
+// and the channels-last layout against NCHW.
 #include <catch2/catch.hpp>
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -85,6 +87,12 @@ std::vector<ConvCase> reference_cases() {
       {{1, 2, 9, 8}, {2, 2, 3, 3}, asym, "asymmetric params"},
       {{1, 1, 3, 3}, {1, 1, 5, 5}, make_params(1, 2, 1, 1), "kernel larger than input"},
   };
+}
+
+// [N, C, H, W] `x` laid out channels-last (a contiguous [N, H, W, C] seen through a permute);
+// differentiable.
+Tensor channels_last(const Tensor& x) {
+  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
 }
 
 }  // namespace
@@ -191,6 +199,47 @@ TEST_CASE("conv2d rejects inconsistent shapes and params", "[cpu]") {
   CHECK_THROWS_AS(conv2d(x.to(DType::kF32), uniform({2, 4, 3, 3}, 9)), DTypeError);
 }
 
+TEST_CASE("conv2d of a channels-last input: channels-last output, NCHW values and gradients",
+          "[cpu]") {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    for (const ConvCase& c : reference_cases()) {
+      INFO(c.what << " " << dtype_name(dt));
+      const Tensor x = uniform(c.x, 41).to(dt).set_requires_grad();
+      const Tensor w = uniform(c.w, 42).to(dt).set_requires_grad();
+      const Tensor b = uniform({c.w[0]}, 43).to(dt).set_requires_grad();
+      const Tensor x_cl = channels_last(x.detach()).set_requires_grad();
+      REQUIRE(x_cl.is_channels_last());
+      if (x_cl.is_contiguous()) continue;  // one channel: both layouts are the same memory
+      const Tensor y = conv2d(x, w, b, c.p);
+      const Tensor w2 = w.detach().clone().set_requires_grad();
+      const Tensor b2 = b.detach().clone().set_requires_grad();
+      const Tensor y_cl = conv2d(x_cl, w2, b2, c.p);
+      CHECK(y_cl.is_channels_last());
+      // The same kernels run on the CPU (on NCHW copies): the same bits.
+      CHECK(y_cl.to_vector<double>() == y.to_vector<double>());
+      // A fixed, non-uniform output gradient, reaching y as NCHW and y_cl as channels-last.
+      const Tensor g = uniform(y.shape(), 44).to(dt);
+      sum(mul(y, g)).backward();
+      sum(mul(y_cl.permute({0, 2, 3, 1}), g.permute({0, 2, 3, 1}))).backward();
+      CHECK(x_cl.grad().to_vector<double>() == x.grad().to_vector<double>());
+      CHECK(w2.grad().to_vector<double>() == w.grad().to_vector<double>());
+      // The bias gradient sums the same products in another order.
+      require_close(b2.grad(), b.grad(), tolerance_for(dt), "bias gradient");
+    }
+  }
+}
+
+TEST_CASE("conv2d kernels reject operands of mixed layouts", "[cpu]") {
+  const Tensor x = channels_last(uniform({2, 3, 5, 5}, 45));
+  const Tensor w = uniform({4, 3, 3, 3}, 46);
+  const Tensor y = Tensor::empty({2, 4, 5, 5}, DType::kF64);  // NCHW: does not match x
+  const Conv2dParams p = make_params(1, 1, 1, 1);
+  REQUIRE_THROWS_WITH(cpu::conv2d_forward(x, w, Tensor(), p, y),
+                      Catch::Contains("conv2d_forward") &&
+                          Catch::Contains("all contiguous or all channels-last") &&
+                          Catch::Contains("[2, 4, 5, 5]"));
+}
+
 TEST_CASE("CUDA conv2d matches the CPU", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -215,6 +264,45 @@ TEST_CASE("CUDA conv2d matches the CPU", "[cuda]") {
         [](const TensorList& in) { return conv2d(in[0], in[1], in[2], 2, 0); },
         {uniform({2, 32, 16, 16}, 27).set_requires_grad(),
          uniform({48, 32, 2, 2}, 28).set_requires_grad(), uniform({48}, 29).set_requires_grad()},
+        dt);
+  }
+}
+
+TEST_CASE("CUDA conv2d channels-last (cuDNN NHWC) matches the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const ConvCase& c : reference_cases()) {
+      INFO(c.what);
+      const Tensor x = uniform(c.x, 31).set_requires_grad();
+      const Tensor w = uniform(c.w, 32).set_requires_grad();
+      const Tensor b = uniform({c.w[0]}, 33).set_requires_grad();
+      const Conv2dParams p = c.p;
+      // Consumed as NCHW (the output gradient is converted) and as the [N, H, W, C] it is.
+      ska::test::check_cuda_parity(
+          [p](const TensorList& in) { return conv2d(channels_last(in[0]), in[1], in[2], p); },
+          {x, w, b}, dt);
+      ska::test::check_cuda_parity(
+          [p](const TensorList& in) {
+            const Tensor y = conv2d(channels_last(in[0]), in[1], Tensor(), p);
+            if (in[0].size(1) > 1) REQUIRE(y.is_channels_last());
+            return y.permute({0, 2, 3, 1});
+          },
+          {x, w}, dt);
+    }
+    // CAFormer-S18's shapes: the depthwise 7x7 of the first stage, a downsampling conv.
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) {
+          return conv2d(channels_last(in[0]), in[1], in[2], 1, 3, 1, 128).permute({0, 2, 3, 1});
+        },
+        {uniform({2, 128, 14, 14}, 34).set_requires_grad(),
+         uniform({128, 1, 7, 7}, 35).set_requires_grad(), uniform({128}, 36).set_requires_grad()},
+        dt);
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) {
+          return conv2d(channels_last(in[0]), in[1], in[2], 2, 1).permute({0, 2, 3, 1});
+        },
+        {uniform({2, 64, 16, 16}, 37).set_requires_grad(),
+         uniform({128, 64, 3, 3}, 38).set_requires_grad(), uniform({128}, 39).set_requires_grad()},
         dt);
   }
 }

@@ -1,10 +1,11 @@
-// CPU kernels: 2-D convolution (NCHW). Dense and grouped convolutions use im2col + GEMM per sample
-// and group (col2im for the input gradient), samples spread over threads; depthwise ones the
-// direct loops of conv2d_depthwise.cpp.
+// CPU kernels: 2-D convolution (NCHW; channels-last calls run on NCHW copies). Dense and grouped
+// convolutions use im2col + GEMM per sample and group (col2im for the input gradient), samples
+// spread over threads; depthwise ones the direct loops of conv2d_depthwise.cpp.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 #include "backend/backend.h"
@@ -256,10 +257,30 @@ const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
 }
 
+// Whether a call runs channels-last (its x/y-side operands not all contiguous). The kernels here
+// work on NCHW planes, so such a call runs on contiguous copies; every operand must then be
+// channels-last.
+bool channels_last_call(const char* kernel, std::initializer_list<const Tensor*> xy) {
+  bool contiguous = true;
+  for (const Tensor* t : xy) contiguous = contiguous && t->is_contiguous();
+  if (contiguous) return false;
+  for (const Tensor* t : xy) {
+    SKA_CHECK(t->is_channels_last(), ValueError, kernel,
+              ": x, y and their gradients must be all contiguous or all channels-last, got ",
+              t->str(), " with strides ", shape_str(t->strides()));
+  }
+  return true;
+}
+
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                     const Tensor& y) {
+  if (channels_last_call("conv2d_forward", {&x, &y})) {
+    const Tensor out = Tensor::empty(y.shape(), y.dtype(), y.device());
+    conv2d_forward(x.contiguous(), w, bias, p, out);
+    return copy(out, y);
+  }
   const ConvGeometry g = conv_geometry("conv2d_forward", x, w, y, p);
   SKA_CHECK(!bias.defined() ||
                 (bias.numel() == g.c_out && bias.dtype() == y.dtype() && bias.is_contiguous()),
@@ -284,6 +305,11 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
                            const Tensor& grad_x) {
+  if (channels_last_call("conv2d_backward_input", {&grad_y, &grad_x})) {
+    const Tensor out = grad_x.contiguous();  // the kernels may accumulate into its zeros
+    conv2d_backward_input(grad_y.contiguous(), w, p, out);
+    return copy(out, grad_x);
+  }
   const ConvGeometry g = conv_geometry("conv2d_backward_input", grad_x, w, grad_y, p);
   if (grad_x.numel() == 0) return;
   if (is_16bit_float(grad_x.dtype())) {
@@ -305,6 +331,9 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
 
 void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dParams& p,
                             const Tensor& grad_w) {
+  if (channels_last_call("conv2d_backward_weight", {&grad_y, &x})) {
+    return conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), p, grad_w);
+  }
   const ConvGeometry g = conv_geometry("conv2d_backward_weight", x, grad_w, grad_y, p);
   if (grad_w.numel() == 0) return;
   if (is_16bit_float(grad_w.dtype())) {
