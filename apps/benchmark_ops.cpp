@@ -100,9 +100,13 @@ class CaseBuilder {
             2.0 * batch * m * n * k, true, [a, b] { return ska::matmul(a, b.transpose(-2, -1)); }};
   }
 
+  // `channels_last`: x (and in training the output gradient) laid out as a contiguous
+  // [N, H, W, C], as a permuted token grid is; the output comes out so.
   BenchCase conv(const std::string& name, const Shape& x_shape, int64_t c_out, int64_t kernel,
-                 int64_t stride, int64_t padding, int64_t groups, bool bias, bool train = false) {
+                 int64_t stride, int64_t padding, int64_t groups, bool bias, bool train = false,
+                 bool channels_last = false) {
     Tensor x = random(x_shape), w = random({c_out, x_shape[1] / groups, kernel, kernel});
+    if (channels_last) x = to_channels_last(x);
     Tensor b = bias ? random({c_out}) : Tensor();
     const int64_t h_out = (x_shape[2] + 2 * padding - kernel) / stride + 1;
     const int64_t w_out = (x_shape[3] + 2 * padding - kernel) / stride + 1;
@@ -113,7 +117,13 @@ class CaseBuilder {
                               std::to_string(c_out);
     BenchCase c{name, shape, flops, true,
                 [=] { return ska::conv2d(x, w, b, stride, padding, 1, groups); }};
-    return train ? with_backward(c, bias ? ska::TensorList{x, w, b} : ska::TensorList{x, w}) : c;
+    return train ? with_backward(c, bias ? ska::TensorList{x, w, b} : ska::TensorList{x, w},
+                                 channels_last)
+                 : c;
+  }
+
+  static Tensor to_channels_last(const Tensor& t) {
+    return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
   }
 
   BenchCase softmax(const std::string& name, const Shape& shape) {
@@ -143,8 +153,10 @@ class CaseBuilder {
   // operand, whose gradients are cleared first. Work: GEMM-like ops count the forward's flops
   // three times (output, input and weight gradients); bandwidth-bound ops add the backward's
   // passes (grad_y and x read, grad_x written).
-  BenchCase with_backward(BenchCase c, const ska::TensorList& leaves) {
-    const Tensor grad_y = random(c.run().shape());
+  // With `channels_last` the output gradient is laid out channels-last.
+  BenchCase with_backward(BenchCase c, const ska::TensorList& leaves, bool channels_last = false) {
+    Tensor grad_y = random(c.run().shape());
+    if (channels_last) grad_y = to_channels_last(grad_y);
     for (Tensor leaf : leaves) leaf.set_requires_grad();
     c.name += "_fwd_bwd";
     c.work = c.counts_flops ? 3.0 * c.work : c.work + 1.5 * c.work;
@@ -185,6 +197,15 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.conv("caf_down_conv3x3s2", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true);
       },
+      // The same on channels-last operands, as CAFormer's token grids give them.
+      [=](CaseBuilder& c) {
+        return c.conv("caf_dwconv7x7_cl", {bs.caformer, 128, 56, 56}, 128, 7, 1, 3, 128, false,
+                      false, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_down_conv3x3s2_cl", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true,
+                      false, true);
+      },
       [=](CaseBuilder& c) {
         return c.softmax("vit_softmax", {bs.vit * 8, 65, 65});
       },
@@ -201,6 +222,14 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       },
       [=](CaseBuilder& c) {
         return c.conv("caf_down_conv3x3s2", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_dwconv7x7_cl", {bs.caformer, 128, 56, 56}, 128, 7, 1, 3, 128, false,
+                      true, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("caf_down_conv3x3s2_cl", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true,
+                      true, true);
       },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },

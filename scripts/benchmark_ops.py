@@ -46,11 +46,13 @@ class CaseBuilder:
         return (name, f"{shape_text((batch, m, k))}@{shape_text((batch, n, k))}^T",
                 2.0 * batch * m * n * k, True, lambda: torch.matmul(a, b.transpose(-2, -1)))
 
-    def with_backward(self, case, leaves):
+    def with_backward(self, case, leaves, channels_last=False):
         """<case>_fwd_bwd: forward, then backward from a fixed output gradient into every leaf
         (gradients cleared first); the work as in apps/benchmark_ops.cpp's with_backward."""
         name, shape, work, counts_flops, forward = case
         grad_y = self.random(*forward().shape)
+        if channels_last:
+            grad_y = grad_y.contiguous(memory_format=torch.channels_last)
         for leaf in leaves:
             leaf.requires_grad_(True)
 
@@ -64,8 +66,11 @@ class CaseBuilder:
         return (name + "_fwd_bwd", shape, 3.0 * work if counts_flops else 2.5 * work, counts_flops,
                 run)
 
-    def conv(self, name, x_shape, c_out, kernel, stride, padding, groups, bias, train=False):
+    def conv(self, name, x_shape, c_out, kernel, stride, padding, groups, bias, train=False,
+             channels_last=False):
         x = self.random(*x_shape)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         w = self.random(c_out, x_shape[1] // groups, kernel, kernel)
         b = self.random(c_out) if bias else None
         h_out = (x_shape[2] + 2 * padding - kernel) // stride + 1
@@ -74,7 +79,8 @@ class CaseBuilder:
         shape = f"{shape_text(x_shape)} k{kernel}s{stride}g{groups}->{c_out}"
         case = (name, shape, flops, True,
                 lambda: F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups))
-        return self.with_backward(case, [x, w] + ([b] if bias else [])) if train else case
+        leaves = [x, w] + ([b] if bias else [])
+        return self.with_backward(case, leaves, channels_last) if train else case
 
     def bytes_of(self, t, passes):
         return float(t.numel() * t.element_size() * passes)
@@ -111,6 +117,10 @@ def case_list(bs):
         lambda c: c.conv("caf_stem_conv7x7s4", (caf, 3, 224, 224), 64, 7, 4, 2, 1, True),
         lambda c: c.conv("caf_dwconv7x7", (caf, 128, 56, 56), 128, 7, 1, 3, 128, False),
         lambda c: c.conv("caf_down_conv3x3s2", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True),
+        lambda c: c.conv("caf_dwconv7x7_cl", (caf, 128, 56, 56), 128, 7, 1, 3, 128, False, False,
+                         True),
+        lambda c: c.conv("caf_down_conv3x3s2_cl", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True, False,
+                         True),
         lambda c: c.softmax("vit_softmax", (bs["vit"] * 8, 65, 65)),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512),
@@ -120,6 +130,10 @@ def case_list(bs):
         lambda c: c.conv("caf_stem_conv7x7s4", (caf, 3, 224, 224), 64, 7, 4, 2, 1, True, True),
         lambda c: c.conv("caf_dwconv7x7", (caf, 128, 56, 56), 128, 7, 1, 3, 128, False, True),
         lambda c: c.conv("caf_down_conv3x3s2", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True, True),
+        lambda c: c.conv("caf_dwconv7x7_cl", (caf, 128, 56, 56), 128, 7, 1, 3, 128, False, True,
+                         True),
+        lambda c: c.conv("caf_down_conv3x3s2_cl", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True, True,
+                         True),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64, True),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512, True),
         lambda c: c.gelu("gelu_4M", 4 << 20, True),
