@@ -27,6 +27,7 @@
 #include "ops/mac_counter.h"
 #include "ops/ops.h"
 #include "distributed/communicator.h"
+#include "nn/layers.h"
 #include "nn/mixers/attention_core.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
@@ -53,6 +54,7 @@ struct BenchmarkOptions {
                                     // matmul (nn::attend_qk)
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
+  std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -209,6 +211,7 @@ int run_benchmark(BenchmarkOptions o) {
   set_cuda_attention_tensor_cores(o.attention == "fused");
   set_cudnn_benchmark(o.cudnn_benchmark == "on");
   set_cuda_elementwise_fast_paths(o.elementwise == "fast");
+  nn::set_norm_autocast_outputs(o.norm_output == "autocast");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -315,7 +318,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description}, {"attention", o.attention},
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
-                        {"elementwise", o.elementwise}};
+                        {"elementwise", o.elementwise}, {"norm_output", o.norm_output}};
     j["gflops_per_image"] = flops.gflops_per_image;
     j["tflops"] = flops.tflops;
     if (flops.peak_tflops > 0) {
@@ -338,6 +341,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.cuda_graph) line << " [CUDA Graph]";
     if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
     if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
+    if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
@@ -397,5 +401,9 @@ int main(int argc, char** argv) {
                  "CUDA elementwise kernels: fast (merged dims, 16-byte accesses, 32-bit offsets) "
                  "or reference (64-bit offsets over every dim), to compare")
       ->check(CLI::IsMember({"fast", "reference"}));
+  app.add_option("--norm-output", o.norm_output,
+                 "under autocast, layer norms read only by a matrix product write: autocast (its "
+                 "16-bit dtype, the same bits) or f32 (cast by the product after), to compare")
+      ->check(CLI::IsMember({"autocast", "f32"}));
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

@@ -1,5 +1,7 @@
 // Layer norm over the last dim on CUDA: one warp per row for the statistics, y and grad_x (f32
 // two-pass mean/variance); grad_weight/grad_bias by a deterministic two-stage column reduction.
+// T is x's (and the parameters') dtype, TY the output's and its gradient's: T, or bf16/f16 for
+// an f32 x (computed in f32, rounded once at the store; the gradient widened as it is read).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -16,8 +18,8 @@ constexpr int kRowLanes = 8;      // ... and rows walked in parallel (threadIdx.
 constexpr int kChunkRows = 64;    // rows per partial-sum chunk
 constexpr int kMaxChunks = 1024;  // gridDim.y bound for the partial sums
 
-template <typename T>
-__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* y, float* mean,
+template <typename T, typename TY>
+__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY* y, float* mean,
                                           float* rstd, int64_t rows, int64_t cols, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;  // warp-uniform
@@ -37,18 +39,18 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T*
     mean[row] = mu;
     rstd[row] = rs;
   }
-  T* yr = y + row * cols;
+  TY* yr = y + row * cols;
   for (int64_t c = lane; c < cols; c += 32) {
     float out = (to_float(xr[c]) - mu) * rs;
     if (w) out *= to_float(w[c]);
     if (b) out += to_float(b[c]);
-    yr[c] = from_float<T>(out);
+    yr[c] = from_float<TY>(out);
   }
 }
 
 // grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with gw = grad_y * weight.
-template <typename T>
-__global__ void layer_norm_grad_x_kernel(const T* gy, const T* x, const T* w, const float* mean,
+template <typename T, typename TY>
+__global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const T* w, const float* mean,
                                          const float* rstd, T* gx, int64_t rows, int64_t cols) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
@@ -73,8 +75,8 @@ __global__ void layer_norm_grad_x_kernel(const T* gy, const T* x, const T* w, co
 // Stage 1: block (column tile, row chunk) sums grad_y * xhat and grad_y over its chunk's rows,
 // then writes one partial per column: part_w / part_b [chunks, cols]. Fixed order everywhere,
 // so the result is bitwise reproducible (no atomics).
-template <typename T>
-__global__ void layer_norm_param_partials(const T* gy, const T* x, const float* mean,
+template <typename T, typename TY>
+__global__ void layer_norm_param_partials(const TY* gy, const T* x, const float* mean,
                                           const float* rstd, int64_t rows, int64_t cols,
                                           int64_t chunk_rows, float* part_w, float* part_b) {
   __shared__ float sw[kRowLanes][kColTile + 1];
@@ -152,7 +154,7 @@ void check_stats(const Tensor& mean, const Tensor& rstd, int64_t rows) {
 }
 
 // grad_weight / grad_bias through the two-stage reduction, scratch from the workspace.
-template <typename T>
+template <typename T, typename TY>
 void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                         const Tensor& rstd, const Tensor& grad_weight, const Tensor& grad_bias,
                         int64_t rows, int64_t cols, int device, cudaStream_t s) {
@@ -164,8 +166,8 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
   const int64_t col_tiles = (cols + kColTile - 1) / kColTile;
   SKA_CHECK(col_tiles <= INT_MAX, ShapeError, "layer_norm: too many columns (", cols, ")");
   const dim3 grid(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
-  layer_norm_param_partials<T><<<grid, dim3(kColTile, kRowLanes), 0, s>>>(
-      static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+  layer_norm_param_partials<T, TY><<<grid, dim3(kColTile, kRowLanes), 0, s>>>(
+      static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
       static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()), rows,
       cols, chunk_rows, grad_weight.defined() ? part_w : nullptr,
       grad_bias.defined() ? part_b : nullptr);
@@ -173,6 +175,18 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
   layer_norm_param_final<T><<<grid_for(cols), 256, 0, s>>>(
       part_w, part_b, chunks, cols, mutable_or_null<T>(grad_weight), mutable_or_null<T>(grad_bias));
   SKA_CUDA_CHECK_LAUNCH();
+}
+
+// Calls f(T{}, TY{}) for x's dtype T and y's (or grad_y's) dtype TY: the same, or an f32 x with a
+// bf16/f16 output.
+template <typename F>
+void dispatch_output(DType x_dtype, DType y_dtype, const char* kernel, F&& f) {
+  if (x_dtype == y_dtype) return dispatch_floating(x_dtype, kernel, [&](auto t) { f(t, t); });
+  SKA_CHECK(x_dtype == DType::kF32 && (y_dtype == DType::kBF16 || y_dtype == DType::kF16),
+            DTypeError, kernel, ": a ", dtype_name(x_dtype), " input with a ",
+            dtype_name(y_dtype), " output (gradient); expected the same, or f32 with bf16/f16");
+  if (y_dtype == DType::kBF16) return f(float{}, __nv_bfloat16{});
+  f(float{}, __half{});
 }
 
 }  // namespace
@@ -189,12 +203,13 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   check_param(weight, x, cols, "weight");
   check_param(bias, x, cols, "bias");
   check_stats(mean, rstd, rows);
-  dispatch_floating(x.dtype(), "layer_norm_forward", [&](auto tag) {
+  dispatch_output(x.dtype(), y.dtype(), "layer_norm_forward", [&](auto tag, auto out_tag) {
     using T = decltype(tag);
-    layer_norm_forward_kernel<T>
+    using TY = decltype(out_tag);
+    layer_norm_forward_kernel<T, TY>
         <<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(
             static_cast<const T*>(x.data_ptr()), data_or_null<T>(weight), data_or_null<T>(bias),
-            static_cast<T*>(y.data_ptr()), static_cast<float*>(mean.data_ptr()),
+            static_cast<TY*>(y.data_ptr()), static_cast<float*>(mean.data_ptr()),
             static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
     SKA_CUDA_CHECK_LAUNCH();
   });
@@ -213,8 +228,9 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
   check_param(grad_weight, x, cols, "grad_weight");
   check_param(grad_bias, x, cols, "grad_bias");
   check_stats(mean, rstd, rows);
-  dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
+  dispatch_output(x.dtype(), grad_y.dtype(), "layer_norm_backward", [&](auto tag, auto out_tag) {
     using T = decltype(tag);
+    using TY = decltype(out_tag);
     const cudaStream_t s = current_stream(device);
     if (rows == 0) {  // empty batch: the parameter gradients are zero
       if (grad_weight.defined())
@@ -225,15 +241,15 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
     }
     if (grad_x.defined()) {
       SKA_CHECK(grad_x.is_contiguous(), ValueError, "layer_norm_backward: grad_x not contiguous");
-      layer_norm_grad_x_kernel<T><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
-          static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+      layer_norm_grad_x_kernel<T, TY><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
+          static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
           data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
           static_cast<const float*>(rstd.data_ptr()), static_cast<T*>(grad_x.data_ptr()), rows,
           cols);
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (grad_weight.defined() || grad_bias.defined()) {
-      launch_param_grads<T>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols, device, s);
+      launch_param_grads<T, TY>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols, device, s);
     }
   });
 }

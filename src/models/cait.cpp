@@ -110,6 +110,9 @@ CaitBlock::CaitBlock(const CaitBlockOptions& o) : class_block_(o.attention.class
   mlp.drop = o.dropout;
   mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(dim, mlp));
   ls2_ = register_module("ls2", std::make_shared<nn::Scale>(dim, o.layer_scale_init));
+  // The attention reads norm1's output through two projections (to_q and to_kv / to_v), so it
+  // stays f32: its gradient sums in f32.
+  norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
 }
 
 Tensor CaitBlock::residual_mlp(const Tensor& x) { return add(x, (*ls2_)((*mlp_)((*norm2_)(x)))); }

@@ -139,6 +139,7 @@ class CvtBlock : public nn::Module {
     mlp.activation = "quick_gelu";
     mlp.init = nn::Init::kTruncNormal;
     mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(attn.dim, mlp));
+    norm2_->autocast_output = mlp_->reads_input_by_matmul_only();  // norm1 feeds convolutions
   }
   Tensor forward(const Tensor& x) override {
     Tensor y = x + (*drop_path_)((*attn_)((*norm1_)(x)));

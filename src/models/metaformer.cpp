@@ -113,6 +113,8 @@ MetaFormerBlock::MetaFormerBlock(const MixerArgs& args, nn::ModulePtr token_mixe
   mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(dim, mlp));
   drop_path2_ = register_module("drop_path2", std::make_shared<nn::DropPath>(drop_path));
   res_scale2_ = res_scale ? make_res_scale(*this, "res_scale2", dim) : identity;
+  norm1_->autocast_output = token_mixer_->reads_input_by_matmul_only();
+  norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
 }
 
 Tensor MetaFormerBlock::forward(const Tensor& x) {

@@ -173,6 +173,8 @@ class SwinBlock : public nn::Module {
     mlp.hidden = mlp_hidden;
     mlp.activation = "gelu";
     mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(attn.dim, mlp));
+    norm1_->autocast_output = attn_->reads_input_by_matmul_only();
+    norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
   }
   Tensor forward(const Tensor& x) override {
     Tensor y = x + (*attn_)((*norm1_)(x));

@@ -34,6 +34,7 @@ class WindowAttention : public nn::Module {
   explicit WindowAttention(const WindowAttentionOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override;
+  bool reads_input_by_matmul_only() const override { return true; }  // rolled, then projected
 
  private:
   Tensor to_windows(const Tensor& t) const;    // [B, H, W, h*d] -> [B, h, nw, w*w, d]

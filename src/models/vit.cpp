@@ -52,6 +52,8 @@ VitBlock::VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dro
   mlp.activation = "gelu";
   mlp.drop = dropout;
   mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(dim, mlp));
+  norm1_->autocast_output = mixer_->reads_input_by_matmul_only();
+  norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
 }
 
 Tensor VitBlock::forward(const Tensor& x) {

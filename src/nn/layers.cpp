@@ -2,9 +2,11 @@
 #include "nn/layers.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "autograd/grad_mode.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -50,9 +52,27 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool with_bias, bool channels_firs
   if (with_bias) bias = register_parameter("bias", Tensor::zeros({dim}));
 }
 
+namespace {
+std::atomic<bool> g_norm_autocast_outputs{true};
+}  // namespace
+
+bool norm_autocast_outputs_enabled() {
+  return g_norm_autocast_outputs.load(std::memory_order_relaxed);
+}
+void set_norm_autocast_outputs(bool enabled) {
+  g_norm_autocast_outputs.store(enabled, std::memory_order_relaxed);
+}
+
 Tensor LayerNorm::forward(const Tensor& x) {
-  return channels_first ? layer_norm_channels_first(x, weight, bias, eps)
-                        : layer_norm(x, weight, bias, eps);
+  if (channels_first) return layer_norm_channels_first(x, weight, bias, eps);
+  const AutocastState autocast = autocast_state();
+  // Autocast runs layer norm in f32 (f64 stays f64); its output is then cast by the matrix
+  // products that read it.
+  if (autocast_output && autocast.enabled && x.dtype() != DType::kF64 &&
+      norm_autocast_outputs_enabled()) {
+    return layer_norm(x, weight, bias, eps, autocast.dtype);
+  }
+  return layer_norm(x, weight, bias, eps);
 }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)

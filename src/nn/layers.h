@@ -45,7 +45,17 @@ class LayerNorm : public Module {
   Tensor weight, bias;  // bias undefined when bias = false
   double eps;
   bool channels_first;
+  // Set by a block whose next module reads this norm's output only through matrix products
+  // (Module::reads_input_by_matmul_only): under autocast the output is then written in the
+  // autocast dtype, rounded once from f32 as the matrix product's cast would (ops/norm.h), and
+  // its gradient comes back in that dtype. Off for channels_first norms.
+  bool autocast_output = false;
 };
+
+// Whether LayerNorm::autocast_output takes effect (default true): a process-wide switch for
+// comparisons (`benchmark --norm-output f32`) and tests.
+bool norm_autocast_outputs_enabled();
+void set_norm_autocast_outputs(bool enabled);
 
 // x [N, C, ...]; running statistics in buffers (running_mean, running_var, num_batches_tracked).
 class BatchNorm2d : public Module {
@@ -119,6 +129,7 @@ class Mlp : public Module {
   Mlp(int64_t dim, const MlpOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Mlp"; }
+  bool reads_input_by_matmul_only() const override { return true; }  // fc1 first
 
  private:
   std::shared_ptr<Linear> fc1_, fc2_;

@@ -29,6 +29,12 @@ class Module {
   virtual Tensor forward(const Tensor& x) = 0;
   // A short type name for summaries ("Linear", "CSKA", ...).
   virtual std::string type_name() const = 0;
+  // Whether forward reads its input only through one matrix product (a single linear layer, which
+  // autocast casts to its lower precision anyway), after exact rearrangements at most. A LayerNorm
+  // in front of such a module may write its output in the autocast dtype (LayerNorm::
+  // autocast_output): the same bits, without the f32 round trip. (Two products reading it would
+  // sum their gradients in 16 bits instead of f32.)
+  virtual bool reads_input_by_matmul_only() const { return false; }
   // Runs forward; when a SummaryRecorder is active, records this call (see nn/summary.h).
   Tensor operator()(const Tensor& x);
 

@@ -46,20 +46,26 @@ void check_running_stat(const char* what, const Tensor& x, const Tensor& stat, i
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                  std::optional<DType> out_dtype) {
   if (auto cast = autocast_inputs("layer_norm", {x, weight, bias})) {
-    return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps);
+    return layer_norm((*cast)[0], (*cast)[1], (*cast)[2], eps, out_dtype);
   }
   detail::check_floating("layer_norm", x);
   SKA_CHECK(x.dim() >= 1, ShapeError, "layer_norm: expected at least 1 dim, got a 0-d tensor");
   const int64_t channels = x.shape().back();
   check_channel_param("layer_norm", "weight", x, weight, channels);
   check_channel_param("layer_norm", "bias", x, bias, channels);
+  const DType y_dtype = out_dtype.value_or(x.dtype());
+  SKA_CHECK(y_dtype == x.dtype() ||
+                (x.dtype() == DType::kF32 && (y_dtype == DType::kBF16 || y_dtype == DType::kF16)),
+            DTypeError, "layer_norm: output dtype ", dtype_name(y_dtype), " for a ",
+            dtype_name(x.dtype()), " input; expected the input's dtype, or bf16/f16 for f32");
   const Tensor xc = kernel_input(x), w = kernel_input(weight), b = kernel_input(bias);
   const int64_t rows = channels == 0 ? 0 : x.numel() / channels;
   const Tensor mean = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
   const Tensor rstd = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor y = Tensor::empty(x.shape(), y_dtype, x.device());
   SKA_KERNEL(x.device(), layer_norm_forward)(xc, w, b, eps, y, mean, rstd);
 
   const bool need_w = weight.defined() && weight.requires_grad();
@@ -67,7 +73,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   autograd::record_op("layer_norm", {x, weight, bias}, {y}, [=](const TensorList& g) {
     Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
     Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
-    SKA_KERNEL(xc.device(), layer_norm_backward)(g[0].contiguous(), xc, w, mean, rstd, gx, gw, gb);
+    // The output gradient comes in y's dtype; the kernel reads it as it is.
+    const Tensor gy = g[0].dtype() == y_dtype ? g[0].contiguous() : g[0].to(y_dtype).contiguous();
+    SKA_KERNEL(xc.device(), layer_norm_backward)(gy, xc, w, mean, rstd, gx, gw, gb);
     return TensorList{gx, gw, gb};
   });
   return y;

@@ -1,12 +1,19 @@
 // Normalisation ops: layer norm over the last dim and batch norm over channels.
 #pragma once
 
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace ska {
 
-// weight and bias [C] or undefined (the MetaFormer norms have no bias).
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// weight and bias [C] or undefined (the MetaFormer norms have no bias). `out_dtype`: the output's
+// dtype, x's when undefined; an f32 x (after autocast's cast) may ask for bf16 or f16, the f32
+// result rounded once, so the same bits as casting the f32 output after, without writing and
+// reading it in f32 (nn::LayerNorm asks so under autocast when only matrix products read it, which
+// would cast it anyway). The gradient then flows back in that dtype.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
+                  std::optional<DType> out_dtype = std::nullopt);
 // Layer norm over dim 1 of x [N, C, ...] (channels-first layout).
 Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  double eps = 1e-6);

@@ -177,6 +177,20 @@ TEST_CASE("CUDA norms match the CPU", "[cuda]") {
           dt);
     }
     Tensor img = uniform({2, 8, 5, 5}, 73, -2.0, 2.0).set_requires_grad();
+    // An f32 input writing a 16-bit output (LayerNorm::autocast_output), and its 16-bit gradient.
+    if (dt != DType::kF32) {
+      const ska::test::Tolerance tol = tolerance_for(dt);
+      for (const Shape& shape : {Shape{4, 7}, Shape{3, 4097}}) {
+        const int64_t c = shape.back();
+        ska::test::check_cuda_parity(
+            [dt](const TensorList& in) {
+              return layer_norm(in[0], in[1], in[2], 1e-5, dt).to(DType::kF32);
+            },
+            {uniform(shape, 76, -2.0, 2.0).set_requires_grad(),
+             uniform({c}, 77, 0.5, 1.5).set_requires_grad(), uniform({c}, 78).set_requires_grad()},
+            DType::kF32, &tol);
+      }
+    }
     Tensor w8 = uniform({8}, 74, 0.5, 1.5).set_requires_grad();
     Tensor b8 = uniform({8}, 75).set_requires_grad();
     ska::test::check_cuda_parity(

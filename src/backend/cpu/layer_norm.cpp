@@ -2,7 +2,7 @@
 // Statistics are computed in two passes and saved in x's dtype (f32 or f64) per row: in double
 // for f64, in 16 float lanes for f32 (vectorised; the lanes keep rounding error at ~1e-7 per row).
 // The f32 backward is vectorised the same way; its weight and bias sums go through per-chunk f32
-// partials added in double.
+// partials added in double. A bf16/f16 output of an f32 input is computed in f32 and rounded once.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/vec_math.h"
+#include "backend/cpu/widen.h"
 
 namespace ska::cpu {
 
@@ -166,6 +167,14 @@ void layer_norm_param_grads_f32(const float* g, const float* x, const float* mea
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  if (y.dtype() != x.dtype()) {  // bf16/f16 output of an f32 input: f32, then one rounding
+    SKA_CHECK(x.dtype() == DType::kF32 && is_16bit_float(y.dtype()), DTypeError,
+              "layer_norm_forward: a ", dtype_name(x.dtype()), " input cannot write a ",
+              dtype_name(y.dtype()), " output");
+    const Tensor result = f32_output(y);
+    layer_norm_forward(x, weight, bias, eps, result, mean, rstd);
+    return round_into(result, y);
+  }
   dispatch_floating(x.dtype(), "layer_norm_forward", [&](auto tag) {
     using T = decltype(tag);
     const Rows shape = rows_of(x);
@@ -215,6 +224,13 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (grad_y.dtype() != x.dtype()) {  // the gradient of a bf16/f16 output: read widened
+    SKA_CHECK(x.dtype() == DType::kF32 && is_16bit_float(grad_y.dtype()), DTypeError,
+              "layer_norm_backward: a ", dtype_name(grad_y.dtype()), " output gradient for a ",
+              dtype_name(x.dtype()), " input");
+    return layer_norm_backward(widen_f32(grad_y), x, weight, mean, rstd, grad_x, grad_weight,
+                               grad_bias);
+  }
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     const Rows shape = rows_of(x);

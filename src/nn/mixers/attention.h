@@ -39,6 +39,7 @@ class Attention : public Module {
   Attention(int64_t dim, const AttentionOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Attention"; }
+  bool reads_input_by_matmul_only() const override { return true; }  // the qkv projection
 
   int64_t heads() const { return heads_; }
   int64_t head_dim() const { return head_dim_; }

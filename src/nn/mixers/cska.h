@@ -37,6 +37,7 @@ class Cska : public Module {
   Cska(int64_t dim, const TokenGrid& grid, const CskaOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "CSKA"; }
+  bool reads_input_by_matmul_only() const override { return true; }  // the qv projection
   Tensor cls_k;
 
  private:

@@ -26,6 +26,7 @@ class SepConv : public Module {
   SepConv(int64_t dim, const TokenGrid& grid, const SepConvOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "SepConv"; }
+  bool reads_input_by_matmul_only() const override { return true; }  // pwconv1 first
 
  private:
   TokenGrid grid_;

@@ -28,6 +28,8 @@ Ska::Ska(int64_t dim, int64_t num_keys, const SkaOptions& options)
   proj_drop_ = register_module("proj_drop", std::make_shared<Dropout>(options.proj_drop));
 }
 
+bool Ska::reads_input_by_matmul_only() const { return qv_ != nullptr; }
+
 Tensor Ska::forward(const Tensor& x) {
   SKA_CHECK(x.dim() == 3 && x.size(1) == num_keys_, ShapeError, "ska: expected [B, ", num_keys_,
             ", C] tokens (one per static key), got ", shape_str(x.shape()));

@@ -30,6 +30,9 @@ class Ska : public Module {
   Ska(int64_t dim, int64_t num_keys, const SkaOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "SKA"; }
+  // With query: identity the input is the query itself (scaled by a temperature, not only read
+  // by products).
+  bool reads_input_by_matmul_only() const override;
   Tensor k;  // [h, N_keys, d]
 
  private:

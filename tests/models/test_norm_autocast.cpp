@@ -1,0 +1,157 @@
+// Layer norms that write the autocast dtype (nn::LayerNorm::autocast_output): on every model
+// fixture, a forward and backward under bf16 autocast gives the same bits with the norms' 16-bit
+// outputs as with f32 outputs cast by the matrix products after; and the norms that get the
+// flag are those in front of modules reading their input by matrix products only.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/model_golden.h"
+#include "nn/layers.h"
+#include "ops/autocast.h"
+#include "support/test_util.h"
+
+using namespace ska;
+
+namespace {
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+
+// Restores the process-wide switch at scope exit.
+struct NormOutputs {
+  explicit NormOutputs(bool enabled) : saved(nn::norm_autocast_outputs_enabled()) {
+    nn::set_norm_autocast_outputs(enabled);
+  }
+  ~NormOutputs() { nn::set_norm_autocast_outputs(saved); }
+  bool saved;
+};
+
+struct Run {
+  Tensor logits;
+  std::map<std::string, Tensor> grads;
+};
+
+// Forward under bf16 autocast (eval mode: no dropout draws), a fixed weighting of the logits as
+// the loss, backward; the model is rebuilt from the same seed each time.
+Run run_fixture(const std::string& name, Device device, bool norm_outputs) {
+  const NormOutputs scope(norm_outputs);
+  manual_seed(17);
+  const nn::ModulePtr model = test::build_fixture_module(name);
+  model->to(device);
+  model->eval();
+  const Config cfg = Config::load(std::string(SKA_TEST_FIXTURES) + "/models/" + name + ".yaml");
+  const int64_t size = cfg.root().get<int64_t>("image_size");
+  const int64_t channels = cfg.root().get<int64_t>("in_channels");
+  const Tensor images =
+      test::uniform({2, channels, size, size}, 5, -1.0, 1.0, DType::kF32).to(device);
+  Run r;
+  Tensor loss;
+  {
+    AutocastGuard guard(DType::kBF16);
+    r.logits = (*model)(images);
+    const Tensor weights = test::uniform(r.logits.shape(), 6, -1.0, 1.0, DType::kF32).to(device);
+    loss = sum(mul(r.logits, weights));
+  }
+  loss.backward();
+  for (const auto& [pname, p] : model->named_parameters(true)) r.grads[pname] = p.grad();
+  return r;
+}
+
+const std::vector<std::string>& model_fixtures() {
+  static const std::vector<std::string> names = {
+      "vit_cska",  "vit_ska",   "vit_lsa",  "cait_mhsa", "cait_ska",           "cait_cska",
+      "swin_mhsa", "swin_ska",  "swin_cska", "cvt_mhsa",  "cvt_cska",          "metaformer_mixed",
+      "metaformer_caformer"};
+  return names;
+}
+
+void check_same_bits(Device device) {
+  for (const std::string& name : model_fixtures()) {
+    INFO("fixture " << name << " on " << device.str());
+    const Run with = run_fixture(name, device, true);
+    const Run without = run_fixture(name, device, false);
+    CHECK(bitwise_equal(with.logits, without.logits));
+    REQUIRE(with.grads.size() == without.grads.size());
+    for (const auto& [pname, g] : with.grads) {
+      INFO(pname);
+      REQUIRE(g.defined() == without.grads.at(pname).defined());
+      if (g.defined()) CHECK(bitwise_equal(g, without.grads.at(pname)));
+    }
+  }
+}
+
+// Names of the LayerNorms with autocast_output set.
+std::vector<std::string> flagged_norms(nn::Module& model) {
+  std::vector<std::string> out;
+  for (const auto& [name, m] : model.named_modules()) {
+    if (const auto* norm = dynamic_cast<const nn::LayerNorm*>(m); norm && norm->autocast_output)
+      out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("layer norms writing the autocast dtype give the same bits on every model fixture",
+          "[cpu][autocast]") {
+  check_same_bits(Device::cpu());
+}
+
+TEST_CASE("layer norms writing the autocast dtype: the same bits on CUDA", "[cuda][autocast]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_same_bits(Device::cuda(0));
+}
+
+TEST_CASE("only norms in front of matrix products write the autocast dtype", "[cpu][autocast]") {
+  using Names = std::vector<std::string>;
+  // ViT with CSKA: both norms of each block (the mixer reads x through its qv projection).
+  manual_seed(1);
+  CHECK(flagged_norms(*test::build_fixture_module("vit_cska")) ==
+        Names{"blocks.0.norm1", "blocks.0.norm2", "blocks.1.norm1", "blocks.1.norm2"});
+  // CvT: only the MLP's norms (the attention's input goes through convolutions first).
+  for (const std::string& name : flagged_norms(*test::build_fixture_module("cvt_mhsa"))) {
+    INFO(name);
+    CHECK(name.size() > 6);
+    CHECK(name.compare(name.size() - 6, 6, ".norm2") == 0);
+  }
+  // The MetaFormer with sepconv, mhsa, pooling and mhsa stages: every block's norm2, and norm1
+  // except in front of pooling (which subtracts its input).
+  const Names mixed = flagged_norms(*test::build_fixture_module("metaformer_mixed"));
+  CHECK(mixed == Names{"stages.0.0.norm1", "stages.0.0.norm2", "stages.1.0.norm1",
+                       "stages.1.0.norm2", "stages.2.0.norm2", "stages.3.0.norm1",
+                       "stages.3.0.norm2"});
+}
+
+TEST_CASE("layer norm with a 16-bit output: the f32 result rounded once, gradients alike",
+          "[cpu][autocast]") {
+  for (DType out : {DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(out));
+    const Tensor x0 = test::uniform({6, 40}, 1, -2.0, 2.0, DType::kF32);
+    const Tensor w0 = test::uniform({40}, 2, 0.5, 1.5, DType::kF32);
+    const Tensor b0 = test::uniform({40}, 3, -1.0, 1.0, DType::kF32);
+    const Tensor g = test::uniform({6, 40}, 4, -1.0, 1.0, DType::kF32).to(out);
+    const Tensor x1 = x0.clone().set_requires_grad(), w1 = w0.clone().set_requires_grad(),
+                 b1 = b0.clone().set_requires_grad();
+    const Tensor x2 = x0.clone().set_requires_grad(), w2 = w0.clone().set_requires_grad(),
+                 b2 = b0.clone().set_requires_grad();
+    const Tensor fused = layer_norm(x1, w1, b1, 1e-5, out);
+    const Tensor cast_after = layer_norm(x2, w2, b2, 1e-5).to(out);
+    REQUIRE(fused.dtype() == out);
+    CHECK(bitwise_equal(fused, cast_after));
+    fused.backward(g);
+    cast_after.backward(g);
+    REQUIRE(x1.grad().dtype() == DType::kF32);
+    CHECK(bitwise_equal(x1.grad(), x2.grad()));
+    CHECK(bitwise_equal(w1.grad(), w2.grad()));
+    CHECK(bitwise_equal(b1.grad(), b2.grad()));
+  }
+  CHECK_THROWS_WITH(layer_norm(test::uniform({2, 3}, 7), Tensor(), Tensor(), 1e-5, DType::kBF16),
+                    Catch::Contains("layer_norm") && Catch::Contains("f64") &&
+                        Catch::Contains("bf16"));
+}
