@@ -146,6 +146,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_forward_kernel(Forwa
   constexpr int kStride = tile_stride<kC>();
   extern __shared__ float4 smem4[];
   const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kRowsPerWarp;  // 8 x warps queries from i0 on
   const int64_t g = blockIdx.x / a.tiles;
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_forward_kernel(Forwa
       const int i = w0 + r;
       float z = -INFINITY;
       if (j < in.nk) {
-        z = in.scale * s[r];
+        z = scale * s[r];
         if (bg != nullptr && i < in.nq) z += bias_at(bg, in.bv, i, j);
       }
       const float m_new = fmaxf(m[r], warp_max(z));
@@ -257,6 +258,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
   constexpr int kStride = tile_stride<kC>();
   extern __shared__ float4 smem4[];
   const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kRowsPerWarp;  // 8 x warps queries from i0 on
   const int64_t g = blockIdx.x / a.tiles;
@@ -303,7 +305,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
       const int i = w0 + r;
       float dz = 0.0f;
       if (i < in.nq && j < in.nk) {
-        float z = in.scale * s[r];
+        float z = scale * s[r];
         if (bg != nullptr) z += bias_at(bg, in.bv, i, j);
         dz = expf(z - lse[r]) * (dp[r] - delta[r]);
         if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(dz);
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int col = lane + 32 * c;
-      if (col < in.d) a.gq[(g * in.nq + i) * in.d + col] = from_float<T>(in.scale * acc[r][c]);
+      if (col < in.d) a.gq[(g * in.nq + i) * in.d + col] = from_float<T>(scale * acc[r][c]);
     }
   }
 }
@@ -333,6 +335,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
   constexpr int kStride = tile_stride<kC>();
   extern __shared__ float4 smem4[];
   const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kRowsPerWarp;  // 8 x warps keys from j0 on
   const int64_t g = blockIdx.x / a.tiles;
@@ -392,7 +395,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
       const int j = w0 + r;
       float p = 0.0f, dz = 0.0f;
       if (i < in.nq && j < in.nk) {
-        float z = in.scale * s[r];
+        float z = scale * s[r];
         if (bg != nullptr) z += b_s[lane * (rows + 1) + warp * kRowsPerWarp + r];
         p = expf(z - lse_s[lane]);
         dz = p * (dp[r] - delta_s[lane]);
@@ -413,7 +416,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int col = lane + 32 * c;
-      if (col < in.d) a.gk[(g * in.nk + j) * in.d + col] = from_float<T>(in.scale * acc_k[r][c]);
+      if (col < in.d) a.gk[(g * in.nk + j) * in.d + col] = from_float<T>(scale * acc_k[r][c]);
       if (col < in.dv) a.gv[(g * in.nk + j) * in.dv + col] = from_float<T>(acc_v[r][c]);
     }
   }
@@ -508,7 +511,7 @@ View view_of(const Tensor& t, int64_t nlead) {
 
 template <typename T>
 Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                    double scale, const Geometry& geo) {
+                    double scale, const Tensor& scale_factor, const Geometry& geo) {
   Inputs<T> in{};
   in.q = static_cast<const T*>(q.data_ptr());
   in.k = static_cast<const T*>(k.data_ptr());
@@ -523,6 +526,13 @@ Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   in.d = geo.d;
   in.dv = geo.dv;
   in.scale = static_cast<float>(scale);
+  if (scale_factor.defined()) {
+    SKA_CHECK(scale_factor.numel() == 1 && scale_factor.dtype() == DType::kF32 &&
+                  scale_factor.device() == q.device(),
+              ValueError, "attention: scale_factor must be one f32 element on ", q.device(),
+              ", got ", scale_factor.str());
+    in.scale_factor = static_cast<const float*>(scale_factor.data_ptr());
+  }
   return in;
 }
 
@@ -546,7 +556,8 @@ int warps_for(int n) { return std::clamp((n + kRowsPerWarp - 1) / kRowsPerWarp, 
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       double scale, const Tensor& out, const Tensor& lse) {
+                       double scale, const Tensor& scale_factor, const Tensor& out,
+                       const Tensor& lse) {
   const Geometry geo = check_geometry("attention_forward", q, k, v, bias, out);
   check_stats("attention_forward", "lse", lse, geo);
   if (geo.groups == 0 || geo.nq == 0) return;
@@ -556,7 +567,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
     ForwardArgs<T> a{};
-    a.in = inputs_of<T>(q, k, v, bias, scale, geo);
+    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, geo);
     a.out = static_cast<T*>(out.data_ptr());
     a.ov = view_of(out, geo.nlead);
     a.lse = static_cast<float*>(lse.data_ptr());
@@ -579,8 +590,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                        const Tensor& grad_bias) {
+                        const Tensor& scale_factor, const Tensor& grad_q, const Tensor& grad_k,
+                        const Tensor& grad_v, const Tensor& grad_bias) {
   const char* kKernel = "attention_backward";
   const Geometry geo = check_geometry(kKernel, q, k, v, bias, out);
   check_stats(kKernel, "lse", lse, geo);
@@ -603,7 +614,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   dispatch_floating(q.dtype(), kKernel, [&](auto tag) {
     using T = decltype(tag);
     BackwardArgs<T> a{};
-    a.in = inputs_of<T>(q, k, v, bias, scale, geo);
+    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, geo);
     a.go = static_cast<const T*>(grad_out.data_ptr());
     a.gov = view_of(grad_out, geo.nlead);
     a.lse = static_cast<const float*>(lse.data_ptr());

@@ -215,6 +215,7 @@ template <typename T>
 __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kWarpRows;
   const int64_t g = blockIdx.x / a.tiles;
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<
       const int i = w0 + r;
       float z = -INFINITY;
       if (j < in.nk) {
-        z = in.scale * s_w[r * lds + lane];
+        z = scale * s_w[r * lds + lane];
         if (bg != nullptr && i < in.nq) z += bias_at(bg, in.bv, i, j);
       }
       const float m_old = __shfl_sync(0xffffffffu, m_own, r);
@@ -323,6 +324,7 @@ template <typename T, int kSteps>
 __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kWarpRows;
   const int64_t g = blockIdx.x / a.tiles;
@@ -382,7 +384,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
       const int j = w0 + r;
       float p = 0.0f, ds = 0.0f;
       if (i < in.nq && j < in.nk) {
-        float z = in.scale * s_w[r * lds + lane];
+        float z = scale * s_w[r * lds + lane];
         if (bg != nullptr) z += b_s[lane * (rows + 1) + warp * kWarpRows + r];
         p = expf(z - lse_s[lane]);
         ds = p * (dp_w[r * lds + lane] - delta_s[lane]);
@@ -395,7 +397,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
     accumulate_ab(acc_k, ds_w, ldp, q_s, ldk, dsteps);
   }
   if (!active) return;
-  write_rows(acc_k, dsteps, in.scale, s_w, lds, a.gk + g * in.nk * in.d, w0, in.nk);
+  write_rows(acc_k, dsteps, scale, s_w, lds, a.gk + g * in.nk * in.d, w0, in.nk);
   write_rows(acc_v, vsteps, 1.0f, s_w, lds, a.gv + g * in.nk * in.dv, w0, in.nk);
 }
 
@@ -405,6 +407,7 @@ template <typename T, int kSteps>
 __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kWarpRows;
   const int64_t g = blockIdx.x / a.tiles;
@@ -455,7 +458,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
       const int i = w0 + r;
       float ds = 0.0f;
       if (i < in.nq && j < in.nk) {
-        float z = in.scale * s_w[r * lds + lane];
+        float z = scale * s_w[r * lds + lane];
         if (bg != nullptr) z += bias_at(bg, in.bv, i, j);
         ds = expf(z - lse_w[r]) * (dp_w[r * lds + lane] - delta_w[r]);
         if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(ds);
@@ -466,7 +469,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
     accumulate_ab(acc, ds_w, ldp, k_s, ldk, dsteps);
   }
   if (!active) return;
-  write_rows(acc, dsteps, in.scale, s_w, lds, a.gq + g * in.nq * in.d, w0, in.nq);
+  write_rows(acc, dsteps, scale, s_w, lds, a.gq + g * in.nq * in.d, w0, in.nq);
 }
 
 // --- Host side ---

@@ -26,7 +26,15 @@ struct Inputs {
   View qv, kv, vv, bv;
   int nq, nk, d, dv;
   float scale;
+  const float* scale_factor;  // null, or one f32 on the device that multiplies scale
 };
+
+// The logits' scale of a launch: scale times the device-side factor when there is one (read
+// once per thread at the start of a kernel).
+template <typename T>
+__device__ __forceinline__ float effective_scale(const Inputs<T>& in) {
+  return in.scale_factor ? in.scale * *in.scale_factor : in.scale;
+}
 
 template <typename T>
 struct ForwardArgs {

@@ -11,6 +11,7 @@
 #include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/mac_counter.h"
+#include "ops/pointwise.h"
 #include "ops/reduce.h"
 
 namespace ska {
@@ -65,9 +66,10 @@ Tensor empty_like_layout(const Shape& shape, const Tensor& like, DType dtype) {
 }  // namespace
 
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                            const Tensor& bias) {
+                            const Tensor& bias, const Tensor& scale_factor) {
   if (auto cast = autocast_inputs(kOp, {q, k, v, bias})) {
-    return scaled_dot_attention((*cast)[0], (*cast)[1], (*cast)[2], scale, (*cast)[3]);
+    return scaled_dot_attention((*cast)[0], (*cast)[1], (*cast)[2], scale, (*cast)[3],
+                                scale_factor);
   }
   detail::check_floating(kOp, q);
   detail::check_same_device_dtype(kOp, q, k);
@@ -81,6 +83,17 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
             " do not fit: q and k need the same last dim, k and v the same number of keys");
   const int64_t nk = k.size(-2), dv = v.size(-1);
   const Shape lead(q.shape().begin(), q.shape().end() - 2);
+  const DType factor_dtype = q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  if (scale_factor.defined() && scale_factor.is_floating() && scale_factor.dtype() != factor_dtype) {
+    return scaled_dot_attention(q, k, v, scale, bias, scale_factor.to(factor_dtype));
+  }
+  if (scale_factor.defined()) {
+    SKA_CHECK(scale_factor.numel() == 1 && scale_factor.dtype() == factor_dtype &&
+                  scale_factor.device() == q.device(),
+              ValueError, kOp, ": scale_factor must be one ", dtype_name(factor_dtype),
+              " element on ", q.device(), " (for ", q.str(), "), got ", scale_factor.str());
+  }
+  const Tensor factor = scale_factor.defined() ? scale_factor.detach().contiguous() : Tensor();
 
   const Tensor qv = rows_readable(q.detach());
   const Tensor kv = rows_readable(broadcast_leading("k", k.detach(), rank, lead, nk, d));
@@ -95,14 +108,15 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
   const Tensor out = empty_like_layout(out_shape, qv, q.dtype());
   const Tensor lse =
       Tensor::empty(lse_shape, q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32, q.device());
-  SKA_KERNEL(q.device(), attention_forward)(qv, kv, vv, bv, scale, out, lse);
+  SKA_KERNEL(q.device(), attention_forward)(qv, kv, vv, bv, scale, factor, out, lse);
   MacCounter::add(shape_numel(lead) * nq * nk * (d + dv));
 
   const bool need_bias = bias.defined() && bias.requires_grad();
+  const bool need_factor = scale_factor.defined() && scale_factor.requires_grad();
   const Shape k_shape = k.shape(), v_shape = v.shape();
   const Shape bias_shape = bias.defined() ? bias.shape() : Shape();
   const Tensor saved_out = out.detach();
-  autograd::record_op(kOp, {q, k, v, bias}, {out}, [=](const TensorList& g) {
+  autograd::record_op(kOp, {q, k, v, bias, scale_factor}, {out}, [=](const TensorList& g) {
     const Tensor go = rows_readable(g[0]);
     const Device dev = qv.device();
     const DType dt = qv.dtype();
@@ -114,9 +128,16 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
     const Tensor gk = Tensor::empty(gk_shape, dt, dev);
     const Tensor gv = Tensor::empty(gv_shape, dt, dev);
     const Tensor gb = need_bias ? Tensor::empty(gb_shape, dt, dev) : Tensor();
-    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, gq, gk, gv, gb);
+    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor, gq, gk,
+                                        gv, gb);
+    // The logits are linear in the factor f: dL/df = sum(dL/dz * z) / f = sum(dL/dq * q) / f
+    // (products and sum in q's dtype, f32 accumulation).
+    Tensor gf;
+    if (need_factor) {
+      gf = div(sum(mul(gq, qv)).to(factor_dtype), factor).reshape(scale_factor.shape());
+    }
     return TensorList{gq, sum_to_shape(gk, k_shape), sum_to_shape(gv, v_shape),
-                      need_bias ? sum_to_shape(gb, bias_shape) : Tensor()};
+                      need_bias ? sum_to_shape(gb, bias_shape) : Tensor(), gf};
   });
   return out;
 }

@@ -14,8 +14,11 @@ namespace ska {
 // Gradients reach q, k, v and bias. 3 to 6 dims. Under autocast a GEMM-type op (lower
 // precision); the math inside runs in f32. The output is laid out in memory like q, so that
 // merging heads after splitting them is a view. MACs counted: Nq * Nk * (d + dv) per leading
-// index, the two products of the unfused form.
+// index, the two products of the unfused form. scale_factor: undefined, or a one-element tensor
+// (f32; f64 for f64 q) multiplying scale, read on the device and differentiable: a learnable
+// temperature (exp of LSA's parameter) without scaling q in a separate op. It must not be zero
+// (its gradient is sum(dL/dq * q) / scale_factor); autocast leaves it in f32.
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                            const Tensor& bias = Tensor());
+                            const Tensor& bias = Tensor(), const Tensor& scale_factor = Tensor());
 
 }  // namespace ska

@@ -112,9 +112,11 @@ Results reference(const Case& c, const Operands& x, double scale) {
 }
 
 // The forward and backward pass of one backend (ska::cuda or ska::cpu, by `on_gpu`) over x.
-Results run(const Case& c, const Operands& x, double scale, bool on_gpu) {
+// factor > 0: passed as the device-side scale factor (one f32 element) that multiplies scale.
+Results run(const Case& c, const Operands& x, double scale, bool on_gpu, double factor = 0.0) {
   const Device dev = x.q.device();
   const DType dt = x.q.dtype();
+  const Tensor factor_t = factor > 0.0 ? Tensor::full({1}, factor, DType::kF32, dev) : Tensor();
   Results r;
   r.out = x.out;
   r.lse = Tensor::empty(with_last(c.lead, {c.nq}), DType::kF32, dev);
@@ -128,9 +130,9 @@ Results run(const Case& c, const Operands& x, double scale, bool on_gpu) {
   }
   const auto forward = on_gpu ? &cuda::attention_forward : &cpu::attention_forward;
   const auto backward = on_gpu ? &cuda::attention_backward : &cpu::attention_backward;
-  forward(x.q, x.k, x.v, x.bias, scale, r.out, r.lse);
-  backward(x.q, x.k, x.v, x.bias, r.out, r.lse, x.grad_out, scale, r.grad_q, r.grad_k, r.grad_v,
-           r.grad_bias);
+  forward(x.q, x.k, x.v, x.bias, scale, factor_t, r.out, r.lse);
+  backward(x.q, x.k, x.v, x.bias, r.out, r.lse, x.grad_out, scale, factor_t, r.grad_q, r.grad_k,
+           r.grad_v, r.grad_bias);
   return r;
 }
 
@@ -376,6 +378,39 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
   }
 }
 
+TEST_CASE("cuda attention: a device-side scale factor equals the same scale given on the host",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // factor is an f32 value and scale a power of two, so scale * factor is the same f32 either
+  // way: both paths must give the same bits (scalar kernels in f32, tensor cores in bf16).
+  const double factor = static_cast<double>(static_cast<float>(1.3702));
+  Case c = plain_case("scale factor", {2, 2}, 65, 65, 64, 64, 901);
+  c.grad_bias = true;
+  c.base.push_back(uniform({2, 2, 65, 65}, 905));
+  c.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  };
+  const auto values = [](const Results& r) {
+    return std::vector<std::vector<double>>{
+        r.out.to_vector<double>(),    r.lse.to_vector<double>(),
+        r.grad_q.to_vector<double>(), r.grad_k.to_vector<double>(),
+        r.grad_v.to_vector<double>(), r.grad_bias.to_vector<double>()};
+  };
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    INFO(dtype_name(dtype));
+    const Prepared x = prepare(c, dtype);
+    const std::vector<std::vector<double>> host = values(run(c, x.gpu, 0.125 * factor, true));
+    const std::vector<std::vector<double>> device = values(run(c, x.gpu, 0.125, true, factor));
+    const std::vector<std::vector<double>> cpu_host = values(run(c, x.cpu, 0.125 * factor, false));
+    const std::vector<std::vector<double>> cpu_device = values(run(c, x.cpu, 0.125, false, factor));
+    for (size_t i = 0; i < host.size(); ++i) {
+      INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
+      CHECK(device[i] == host[i]);
+      CHECK(cpu_device[i] == cpu_host[i]);
+    }
+  }
+}
+
 TEST_CASE("cuda attention: edge cases: a fully masked row, no keys, head dims above 128",
           "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
@@ -405,8 +440,8 @@ TEST_CASE("cuda attention: edge cases: a fully masked row, no keys, head dims ab
 
   const Tensor q = Tensor::zeros({1, 2, 4, 160}, DType::kF32, kGpu);
   const Tensor lse = Tensor::empty({1, 2, 4}, DType::kF32, kGpu);
-  REQUIRE_THROWS_AS(cuda::attention_forward(q, q, q, Tensor(), 1.0, q, lse), ValueError);
-  REQUIRE_THROWS_WITH(cuda::attention_forward(q, q, q, Tensor(), 1.0, q, lse),
+  REQUIRE_THROWS_AS(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), q, lse), ValueError);
+  REQUIRE_THROWS_WITH(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), q, lse),
                       Catch::Contains("attention_forward") && Catch::Contains("d = 160"));
 }
 

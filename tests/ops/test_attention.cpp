@@ -111,6 +111,52 @@ TEST_CASE("fused attention gradients match finite differences", "[cpu]") {
       {q, k, v, bias});
 }
 
+TEST_CASE("fused attention with a device-side scale factor: values and gradients", "[cpu]") {
+  for (DType dt : {DType::kF64, DType::kF32}) {
+    INFO(dtype_name(dt));
+    auto leaf = [dt](const Shape& s, uint64_t seed) {
+      return uniform(s, seed, -1, 1, dt).set_requires_grad();
+    };
+    const TensorList a = {leaf({2, 3, 70, 8}, 31), leaf({3, 70, 8}, 32), leaf({2, 3, 70, 8}, 33),
+                          leaf({70, 70}, 34), Tensor::full({1}, 1.7, dt).set_requires_grad()};
+    TensorList b;
+    for (const Tensor& t : a) b.push_back(t.detach().clone().set_requires_grad());
+    // A learnable temperature as LSA uses it: logits scaled by exp(t) and by 1/sqrt(d).
+    const Tensor fused = scaled_dot_attention(a[0], a[1], a[2], 0.35, a[3], exp(a[4]));
+    const Tensor logits = mul(matmul(b[0], b[1].transpose(-2, -1)), exp(b[4]));
+    const Tensor plain = matmul(softmax(logits, 0.35, b[3]), b[2]);
+    const Tolerance tol = tolerance_for(dt);
+    require_close(fused, plain, tol, "output");
+    const Tensor w = uniform(plain.shape(), 35, -1, 1, dt);
+    sum(mul(fused, w)).backward();
+    sum(mul(plain, w)).backward();
+    const char* names[] = {"grad q", "grad k", "grad v", "grad bias", "grad temperature"};
+    for (size_t i = 0; i < a.size(); ++i) require_close(a[i].grad(), b[i].grad(), tol, names[i]);
+  }
+  check_gradients(
+      [](const TensorList& in) {
+        return scaled_dot_attention(in[0], in[1], in[2], 0.7, Tensor(), in[3]);
+      },
+      {uniform({2, 5, 3}, 36).set_requires_grad(), uniform({2, 6, 3}, 37).set_requires_grad(),
+       uniform({2, 6, 4}, 38).set_requires_grad(),
+       Tensor::full({1}, 0.8, DType::kF64).set_requires_grad()});
+  // Under autocast the factor stays f32 (bf16 q, k, v).
+  {
+    AutocastGuard guard(DType::kBF16);
+    const Tensor q = uniform({2, 9, 16}, 39, -1, 1, DType::kF32);
+    const Tensor f = Tensor::full({1}, 1.25, DType::kF32).set_requires_grad();
+    const Tensor out = scaled_dot_attention(q, q, q, 0.25, Tensor(), f);
+    CHECK(out.dtype() == DType::kBF16);
+    sum(out.to(DType::kF32)).backward();
+    CHECK(f.grad().dtype() == DType::kF32);
+  }
+  CHECK_THROWS_WITH(scaled_dot_attention(uniform({2, 4, 3}, 40), uniform({2, 4, 3}, 41),
+                                         uniform({2, 4, 3}, 42), 1.0, Tensor(),
+                                         Tensor::ones({2}, DType::kF64)),
+                    Catch::Contains("scale_factor") && Catch::Contains("one f64 element") &&
+                        Catch::Contains("[2]"));
+}
+
 TEST_CASE("fused attention of split heads comes out ready to merge", "[cpu]") {
   // q, k, v as split_heads makes them: permuted views of [B, N, h, d] slices of one qkv tensor.
   const Tensor qkv = uniform({2, 10, 3 * 4 * 8}, 31);
@@ -201,5 +247,12 @@ TEST_CASE("fused attention: CUDA matches the CPU in f32, bf16 and f16", "[cuda]"
     ska::test::check_cuda_parity(
         [](const TensorList& in) { return scaled_dot_attention(in[0], in[1], in[2], 0.17, in[3]); },
         {q, k, v, bias}, dt);
+    // A learnable temperature read on the device (the factor is cast to f32 inside the op).
+    Tensor t = Tensor::full({1}, 0.4, DType::kF64).set_requires_grad();
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) {
+          return scaled_dot_attention(in[0], in[1], in[2], 0.17, Tensor(), exp(in[3]));
+        },
+        {q, k, v, t}, dt);
   }
 }

@@ -253,16 +253,28 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   }
 }
 
+// The value of the optional one-element scale factor (1 when undefined): f32, or f64 for f64 q.
+double factor_value(const char* kernel, const Tensor& factor, const Tensor& q) {
+  if (!factor.defined()) return 1.0;
+  const DType want = q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  SKA_CHECK(factor.numel() == 1 && factor.dtype() == want, ValueError, kernel,
+            ": scale_factor must be one ", dtype_name(want), " element, got ", factor.str());
+  return want == DType::kF64 ? static_cast<double>(*static_cast<const double*>(factor.data_ptr()))
+                             : static_cast<double>(*static_cast<const float*>(factor.data_ptr()));
+}
+
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       double scale, const Tensor& out, const Tensor& lse) {
+                       double scale, const Tensor& scale_factor, const Tensor& out,
+                       const Tensor& lse) {
   const Geometry geo = check_geometry("attention_forward", q, k, v, bias, out);
   if (out.numel() == 0 && lse.numel() == 0) return;
+  scale *= factor_value("attention_forward", scale_factor, q);
   if (is_16bit_float(q.dtype())) {  // f32 math on widened copies, one rounding of out
     const Tensor wide_out = f32_output(out);
-    attention_forward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), scale, wide_out,
-                      lse);
+    attention_forward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), scale, Tensor(),
+                      wide_out, lse);
     round_into(wide_out, out);
     return;
   }
@@ -283,14 +295,15 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                        const Tensor& grad_bias) {
+                        const Tensor& scale_factor, const Tensor& grad_q, const Tensor& grad_k,
+                        const Tensor& grad_v, const Tensor& grad_bias) {
   const Geometry geo = check_geometry("attention_backward", q, k, v, bias, out);
+  scale *= factor_value("attention_backward", scale_factor, q);
   if (is_16bit_float(q.dtype())) {
     const Tensor gq = f32_output(grad_q), gk = f32_output(grad_k), gv = f32_output(grad_v);
     const Tensor gb = grad_bias.defined() ? f32_output(grad_bias) : Tensor();
     attention_backward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), widen_f32(out),
-                       lse, widen_f32(grad_out), scale, gq, gk, gv, gb);
+                       lse, widen_f32(grad_out), scale, Tensor(), gq, gk, gv, gb);
     round_into(gq, grad_q);
     round_into(gk, grad_k);
     round_into(gv, grad_v);

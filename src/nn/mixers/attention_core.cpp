@@ -184,7 +184,8 @@ Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
                        (!q.device().is_cuda() ||
                         std::max(q.size(-1), v.size(-1)) <= kCudaFusedMaxHeadDim);
   if (!fusable) return attend(dot_logits(q, k), v, spec);
-  const Tensor queries = spec.temperature.defined() ? mul(q, exp(spec.temperature)) : q;
+  // A learnable temperature scales the logits inside the op (read on the device).
+  const Tensor factor = spec.temperature.defined() ? exp(spec.temperature) : Tensor();
   const double scale = spec.temperature.defined() ? 1.0 : spec.scale;
   Tensor bias = spec.bias;
   if (spec.mask.defined()) {
@@ -193,7 +194,7 @@ Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
                     -std::numeric_limits<double>::infinity());
     bias = bias.defined() ? add(bias, excluded) : excluded;
   }
-  return scaled_dot_attention(queries, k, v, scale, bias);
+  return scaled_dot_attention(q, k, v, scale, bias, factor);
 }
 
 }  // namespace ska::nn
