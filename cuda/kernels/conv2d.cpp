@@ -454,7 +454,7 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
       ConvDir::kBackwardData, device, grad_y.dtype(), nhwc, grad_x.shape(), w.shape(), p, h, c,
       {grad_y.data_ptr(), filter.data_ptr(), grad_x.data_ptr()}, kKernel);
   if (!plan) {  // channels-last without an NHWC algorithm: on NCHW copies
-    const Tensor out = grad_x.contiguous();
+    const Tensor out = Tensor::empty(grad_x.shape(), grad_x.dtype(), grad_x.device());
     conv2d_backward_input(grad_y.contiguous(), w, p, out);
     return copy(out, grad_x);
   }

@@ -69,14 +69,10 @@ Tensor in_layout(const Tensor& t, bool channels_last) {
   return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
 }
 
-// A new [N, C, H, W] tensor in the call's layout, zero-filled when `zero`.
-Tensor new_in_layout(const Shape& s, DType dtype, Device device, bool channels_last, bool zero) {
-  if (!channels_last) {
-    return zero ? Tensor::zeros(s, dtype, device) : Tensor::empty(s, dtype, device);
-  }
-  const Shape nhwc{s[0], s[2], s[3], s[1]};
-  const Tensor t = zero ? Tensor::zeros(nhwc, dtype, device) : Tensor::empty(nhwc, dtype, device);
-  return t.permute({0, 3, 1, 2});
+// A new, uninitialised [N, C, H, W] tensor in the call's layout.
+Tensor new_in_layout(const Shape& s, DType dtype, Device device, bool channels_last) {
+  if (!channels_last) return Tensor::empty(s, dtype, device);
+  return Tensor::empty({s[0], s[2], s[3], s[1]}, dtype, device).permute({0, 3, 1, 2});
 }
 
 }  // namespace
@@ -91,7 +87,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   // transposing copy on either side. Anything else runs on a contiguous NCHW copy.
   const bool channels_last = x.is_channels_last() && !x.is_contiguous();
   const Tensor xc = in_layout(x.detach(), channels_last), wc = weight.detach().contiguous();
-  Tensor y = new_in_layout(out_shape, x.dtype(), x.device(), channels_last, false);
+  Tensor y = new_in_layout(out_shape, x.dtype(), x.device(), channels_last);
   const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   SKA_KERNEL(x.device(), conv2d_forward)(xc, wc, bc, p, y);
   MacCounter::add(y.numel() * weight.size(1) * weight.size(2) * weight.size(3));
@@ -103,13 +99,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   autograd::record_op("conv2d", {x, weight, bias}, {y}, [=](const TensorList& g) {
     const Tensor gy = in_layout(g[0], channels_last);
     Tensor gx, gw;
-    // Zero-filled, so that a backend may either write or accumulate into them.
+    // Uninitialised: the kernels write every element.
     if (need_x) {
-      gx = new_in_layout(x_shape, gy.dtype(), gy.device(), channels_last, true);
+      gx = new_in_layout(x_shape, gy.dtype(), gy.device(), channels_last);
       SKA_KERNEL(gy.device(), conv2d_backward_input)(gy, saved_w, p, gx);
     }
     if (need_w) {
-      gw = Tensor::zeros(w_shape, gy.dtype(), gy.device());
+      gw = Tensor::empty(w_shape, gy.dtype(), gy.device());
       SKA_KERNEL(gy.device(), conv2d_backward_weight)(gy, saved_x, p, gw);
     }
     return TensorList{gx, gw, need_b ? sum(gy, {0, 2, 3}) : Tensor()};

@@ -2,6 +2,7 @@
 // depthwise, stride, padding, dilation, 1x1), gradients by finite differences, errors, CUDA parity,
 // and the channels-last layout against NCHW.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 
 #include "backend/backend.h"
@@ -227,6 +228,51 @@ TEST_CASE("conv2d of a channels-last input: channels-last output, NCHW values an
       require_close(b2.grad(), b.grad(), tolerance_for(dt), "bias gradient");
     }
   }
+}
+
+namespace {
+
+using BackwardInput = void (*)(const Tensor&, const Tensor&, const Conv2dParams&, const Tensor&);
+using BackwardWeight = void (*)(const Tensor&, const Tensor&, const Conv2dParams&, const Tensor&);
+
+// The backward kernels get uninitialised outputs: filled with NaN first, every element must come
+// out equal to the gradients computed through the op (both layouts).
+void check_backward_overwrites(Device device, BackwardInput input, BackwardWeight weight) {
+  for (const ConvCase& c : reference_cases()) {
+    for (bool cl : {false, true}) {
+      INFO(c.what << (cl ? " channels-last" : ""));
+      Tensor x0 = uniform(c.x, 51).to(DType::kF32).to(device);
+      const Tensor x = (cl ? channels_last(x0) : x0).set_requires_grad();
+      const Tensor w = uniform(c.w, 52).to(DType::kF32).to(device).set_requires_grad();
+      if (cl && x.is_contiguous()) continue;
+      const Tensor y = conv2d(x, w, Tensor(), c.p);
+      const Tensor g = cl ? channels_last(uniform(y.shape(), 53).to(DType::kF32).to(device))
+                          : uniform(y.shape(), 53).to(DType::kF32).to(device);
+      y.backward(g);
+      const Tensor nan = Tensor::full(c.x, std::nan(""), DType::kF32, device);
+      const Tensor gx = cl ? channels_last(nan) : nan;
+      const Tensor gw = Tensor::full(c.w, std::nan(""), DType::kF32, device);
+      input(g, w.detach(), c.p, gx);
+      weight(g, x.detach(), c.p, gw);
+      require_close(gx, x.grad(), tolerance_for(DType::kF32), "grad_x");
+      require_close(gw, w.grad(), tolerance_for(DType::kF32), "grad_w");
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("conv2d backward kernels write every element of their outputs", "[cpu]") {
+  check_backward_overwrites(Device::cpu(), &cpu::conv2d_backward_input,
+                            &cpu::conv2d_backward_weight);
+}
+
+TEST_CASE("cuda conv2d backward kernels write every element of their outputs", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+#ifdef SKA_WITH_CUDA
+  check_backward_overwrites(Device::cuda(0), &cuda::conv2d_backward_input,
+                            &cuda::conv2d_backward_weight);
+#endif
 }
 
 TEST_CASE("conv2d kernels reject operands of mixed layouts", "[cpu]") {

@@ -306,14 +306,14 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
                            const Tensor& grad_x) {
   if (channels_last_call("conv2d_backward_input", {&grad_y, &grad_x})) {
-    const Tensor out = grad_x.contiguous();  // the kernels may accumulate into its zeros
+    const Tensor out = Tensor::empty(grad_x.shape(), grad_x.dtype(), grad_x.device());
     conv2d_backward_input(grad_y.contiguous(), w, p, out);
     return copy(out, grad_x);
   }
   const ConvGeometry g = conv_geometry("conv2d_backward_input", grad_x, w, grad_y, p);
   if (grad_x.numel() == 0) return;
   if (is_16bit_float(grad_x.dtype())) {
-    const Tensor result = widen_f32(grad_x);  // may accumulate into the zero-filled buffer
+    const Tensor result = f32_output(grad_x);
     conv2d_backward_input(widen_f32(grad_y), widen_f32(w), p, result);
     return round_into(result, grad_x);
   }
@@ -337,7 +337,7 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
   const ConvGeometry g = conv_geometry("conv2d_backward_weight", x, grad_w, grad_y, p);
   if (grad_w.numel() == 0) return;
   if (is_16bit_float(grad_w.dtype())) {
-    const Tensor result = widen_f32(grad_w);  // may accumulate into the zero-filled buffer
+    const Tensor result = f32_output(grad_w);
     conv2d_backward_weight(widen_f32(grad_y), widen_f32(x), p, result);
     return round_into(result, grad_w);
   }
