@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_forward_kernel(Forwa
   constexpr int kStride = tile_stride<kC>();
   extern __shared__ float4 smem4[];
   const Inputs<T>& in = a.in;
-  const float scale = effective_scale(in);
+  const float scale = effective_scale(in), bscale = bias_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kRowsPerWarp;  // 8 x warps queries from i0 on
   const int64_t g = blockIdx.x / a.tiles;
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_forward_kernel(Forwa
       float z = -INFINITY;
       if (j < in.nk) {
         z = scale * s[r];
-        if (bg != nullptr && i < in.nq) z += bias_at(bg, in.bv, i, j);
+        if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
       }
       const float m_new = fmaxf(m[r], warp_max(z));
       // While every z of the row so far is -inf, measure from 0: the weights stay 0, not NaN.
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
   constexpr int kStride = tile_stride<kC>();
   extern __shared__ float4 smem4[];
   const Inputs<T>& in = a.in;
-  const float scale = effective_scale(in);
+  const float scale = effective_scale(in), bscale = bias_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kRowsPerWarp;  // 8 x warps queries from i0 on
   const int64_t g = blockIdx.x / a.tiles;
@@ -306,9 +306,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
       float dz = 0.0f;
       if (i < in.nq && j < in.nk) {
         float z = scale * s[r];
-        if (bg != nullptr) z += bias_at(bg, in.bv, i, j);
+        if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
         dz = expf(z - lse[r]) * (dp[r] - delta[r]);
-        if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(dz);
+        if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(bscale * dz);
       }
       w_s[r * kLaneTile + lane] = dz;
     }
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
   constexpr int kStride = tile_stride<kC>();
   extern __shared__ float4 smem4[];
   const Inputs<T>& in = a.in;
-  const float scale = effective_scale(in);
+  const float scale = effective_scale(in), bscale = bias_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kRowsPerWarp;  // 8 x warps keys from j0 on
   const int64_t g = blockIdx.x / a.tiles;
@@ -381,7 +381,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
     if (bg != nullptr) {  // read along the keys: coalesced for a row-major bias
       for (int e = threadIdx.x; e < kLaneTile * rows; e += blockDim.x) {
         const int ti = e / rows, tj = e % rows, i = i0 + ti, j = j0 + tj;
-        b_s[ti * (rows + 1) + tj] = i < in.nq && j < in.nk ? bias_at(bg, in.bv, i, j) : 0.0f;
+        b_s[ti * (rows + 1) + tj] =
+            i < in.nq && j < in.nk ? bscale * bias_at(bg, in.bv, i, j) : 0.0f;
       }
     }
     __syncthreads();
@@ -456,7 +457,7 @@ Geometry check_geometry(const char* kernel, const Tensor& q, const Tensor& k, co
             v.str(), ", out ", out.str());
   SKA_CHECK(!bias.defined() || bias.shape() == with_last(lead, nq, nk), ShapeError, kernel,
             ": bias ", bias.str(), " is not ", shape_str(with_last(lead, nq, nk)));
-  SKA_CHECK(d >= 1, ShapeError, kernel, ": q and k need a head dim of at least 1, got ", q.str());
+  SKA_CHECK(d >= 0, ShapeError, kernel, ": q and k need a head dim of at least 0, got ", q.str());
   SKA_CHECK(d <= kMaxHeadDim && dv <= kMaxHeadDim, ValueError, kernel,
             ": the CUDA kernel supports head dims up to ", kMaxHeadDim, ", got d = ", d,
             " and dv = ", dv);
@@ -511,7 +512,8 @@ View view_of(const Tensor& t, int64_t nlead) {
 
 template <typename T>
 Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                    double scale, const Tensor& scale_factor, const Geometry& geo) {
+                    double scale, const Tensor& scale_factor, const Tensor& bias_factor,
+                    const Geometry& geo) {
   Inputs<T> in{};
   in.q = static_cast<const T*>(q.data_ptr());
   in.k = static_cast<const T*>(k.data_ptr());
@@ -526,13 +528,16 @@ Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   in.d = geo.d;
   in.dv = geo.dv;
   in.scale = static_cast<float>(scale);
-  if (scale_factor.defined()) {
-    SKA_CHECK(scale_factor.numel() == 1 && scale_factor.dtype() == DType::kF32 &&
-                  scale_factor.device() == q.device(),
-              ValueError, "attention: scale_factor must be one f32 element on ", q.device(),
-              ", got ", scale_factor.str());
-    in.scale_factor = static_cast<const float*>(scale_factor.data_ptr());
-  }
+  const auto factor = [&](const Tensor& f, const char* name) -> const float* {
+    if (!f.defined()) return nullptr;
+    SKA_CHECK(f.numel() == 1 && f.dtype() == DType::kF32 && f.device() == q.device(), ValueError,
+              "attention: ", name, " must be one f32 element on ", q.device(), ", got ", f.str());
+    return static_cast<const float*>(f.data_ptr());
+  };
+  in.scale_factor = factor(scale_factor, "scale_factor");
+  in.bias_factor = factor(bias_factor, "bias_factor");
+  SKA_CHECK(!bias_factor.defined() || bias.defined(), ValueError,
+            "attention: a bias_factor without a bias");
   return in;
 }
 
@@ -556,8 +561,8 @@ int warps_for(int n) { return std::clamp((n + kRowsPerWarp - 1) / kRowsPerWarp, 
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       double scale, const Tensor& scale_factor, const Tensor& out,
-                       const Tensor& lse) {
+                       double scale, const Tensor& scale_factor, const Tensor& bias_factor,
+                       const Tensor& out, const Tensor& lse) {
   const Geometry geo = check_geometry("attention_forward", q, k, v, bias, out);
   check_stats("attention_forward", "lse", lse, geo);
   if (geo.groups == 0 || geo.nq == 0) return;
@@ -567,7 +572,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
     ForwardArgs<T> a{};
-    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, geo);
+    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, bias_factor, geo);
     a.out = static_cast<T*>(out.data_ptr());
     a.ov = view_of(out, geo.nlead);
     a.lse = static_cast<float*>(lse.data_ptr());
@@ -590,8 +595,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& scale_factor, const Tensor& grad_q, const Tensor& grad_k,
-                        const Tensor& grad_v, const Tensor& grad_bias) {
+                        const Tensor& scale_factor, const Tensor& bias_factor,
+                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                        const Tensor& grad_bias) {
   const char* kKernel = "attention_backward";
   const Geometry geo = check_geometry(kKernel, q, k, v, bias, out);
   check_stats(kKernel, "lse", lse, geo);
@@ -614,7 +620,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   dispatch_floating(q.dtype(), kKernel, [&](auto tag) {
     using T = decltype(tag);
     BackwardArgs<T> a{};
-    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, geo);
+    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, bias_factor, geo);
     a.go = static_cast<const T*>(grad_out.data_ptr());
     a.gov = view_of(grad_out, geo.nlead);
     a.lse = static_cast<const float*>(lse.data_ptr());

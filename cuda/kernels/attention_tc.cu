@@ -215,7 +215,7 @@ template <typename T>
 __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
-  const float scale = effective_scale(in);
+  const float scale = effective_scale(in), bscale = bias_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kWarpRows;
   const int64_t g = blockIdx.x / a.tiles;
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<
       float z = -INFINITY;
       if (j < in.nk) {
         z = scale * s_w[r * lds + lane];
-        if (bg != nullptr && i < in.nq) z += bias_at(bg, in.bv, i, j);
+        if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
       }
       const float m_old = __shfl_sync(0xffffffffu, m_own, r);
       const float m_new = fmaxf(m_old, warp_max(z));
@@ -324,7 +324,7 @@ template <typename T, int kSteps>
 __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
-  const float scale = effective_scale(in);
+  const float scale = effective_scale(in), bscale = bias_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kWarpRows;
   const int64_t g = blockIdx.x / a.tiles;
@@ -370,7 +370,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
     if (bg != nullptr) {  // read along the keys: coalesced for a row-major bias
       for (int e = threadIdx.x; e < kTile * rows; e += blockDim.x) {
         const int ti = e / rows, tj = e % rows, i = i0 + ti, j = j0 + tj;
-        b_s[ti * (rows + 1) + tj] = i < in.nq && j < in.nk ? bias_at(bg, in.bv, i, j) : 0.0f;
+        b_s[ti * (rows + 1) + tj] =
+            i < in.nq && j < in.nk ? bscale * bias_at(bg, in.bv, i, j) : 0.0f;
       }
     }
     __syncthreads();
@@ -407,7 +408,7 @@ template <typename T, int kSteps>
 __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
-  const float scale = effective_scale(in);
+  const float scale = effective_scale(in), bscale = bias_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows = blockDim.x / 32 * kWarpRows;
   const int64_t g = blockIdx.x / a.tiles;
@@ -459,9 +460,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
       float ds = 0.0f;
       if (i < in.nq && j < in.nk) {
         float z = scale * s_w[r * lds + lane];
-        if (bg != nullptr) z += bias_at(bg, in.bv, i, j);
+        if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
         ds = expf(z - lse_w[r]) * (dp_w[r * lds + lane] - delta_w[r]);
-        if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(ds);
+        if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(bscale * ds);
       }
       ds_w[r * ldp + lane] = from_float<T>(ds);
     }
@@ -496,8 +497,9 @@ void dispatch_steps(int d, int dv, F&& f) {
 
 bool tc_supported(DType dtype, int d, int dv, int device) {
   const auto fits = [](int n) { return n >= kFrag && n <= kMaxHeadDim && n % kFrag == 0; };
-  return g_tensor_cores.load() && (dtype == DType::kBF16 || dtype == DType::kF16) && fits(d) &&
-         fits(dv) && compute_capability(device) >= 80;
+  // d = 0: no q k^T term (attention from given logits in the bias); the products with V remain.
+  return g_tensor_cores.load() && (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         (d == 0 || fits(d)) && fits(dv) && compute_capability(device) >= 80;
 }
 
 template <typename T>

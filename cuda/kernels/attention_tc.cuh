@@ -27,6 +27,7 @@ struct Inputs {
   int nq, nk, d, dv;
   float scale;
   const float* scale_factor;  // null, or one f32 on the device that multiplies scale
+  const float* bias_factor;   // null, or one f32 on the device that multiplies the bias
 };
 
 // The logits' scale of a launch: scale times the device-side factor when there is one (read
@@ -34,6 +35,11 @@ struct Inputs {
 template <typename T>
 __device__ __forceinline__ float effective_scale(const Inputs<T>& in) {
   return in.scale_factor ? in.scale * *in.scale_factor : in.scale;
+}
+// The bias's multiplier of a launch (1 without a factor).
+template <typename T>
+__device__ __forceinline__ float bias_scale(const Inputs<T>& in) {
+  return in.bias_factor ? *in.bias_factor : 1.0f;
 }
 
 template <typename T>

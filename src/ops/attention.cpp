@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "autograd/node.h"
@@ -66,10 +67,11 @@ Tensor empty_like_layout(const Shape& shape, const Tensor& like, DType dtype) {
 }  // namespace
 
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                            const Tensor& bias, const Tensor& scale_factor) {
+                            const Tensor& bias, const Tensor& scale_factor,
+                            const Tensor& bias_factor) {
   if (auto cast = autocast_inputs(kOp, {q, k, v, bias})) {
     return scaled_dot_attention((*cast)[0], (*cast)[1], (*cast)[2], scale, (*cast)[3],
-                                scale_factor);
+                                scale_factor, bias_factor);
   }
   detail::check_floating(kOp, q);
   detail::check_same_device_dtype(kOp, q, k);
@@ -84,16 +86,24 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
   const int64_t nk = k.size(-2), dv = v.size(-1);
   const Shape lead(q.shape().begin(), q.shape().end() - 2);
   const DType factor_dtype = q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  if (scale_factor.defined() && scale_factor.is_floating() && scale_factor.dtype() != factor_dtype) {
-    return scaled_dot_attention(q, k, v, scale, bias, scale_factor.to(factor_dtype));
+  const auto needs_cast = [&](const Tensor& f) {
+    return f.defined() && f.is_floating() && f.dtype() != factor_dtype;
+  };
+  if (needs_cast(scale_factor) || needs_cast(bias_factor)) {
+    const auto cast = [&](const Tensor& f) { return needs_cast(f) ? f.to(factor_dtype) : f; };
+    return scaled_dot_attention(q, k, v, scale, bias, cast(scale_factor), cast(bias_factor));
   }
-  if (scale_factor.defined()) {
-    SKA_CHECK(scale_factor.numel() == 1 && scale_factor.dtype() == factor_dtype &&
-                  scale_factor.device() == q.device(),
-              ValueError, kOp, ": scale_factor must be one ", dtype_name(factor_dtype),
-              " element on ", q.device(), " (for ", q.str(), "), got ", scale_factor.str());
+  for (const auto& [name, f] : {std::pair<const char*, const Tensor*>{"scale_factor", &scale_factor},
+                                {"bias_factor", &bias_factor}}) {
+    if (!f->defined()) continue;
+    SKA_CHECK(f->numel() == 1 && f->dtype() == factor_dtype && f->device() == q.device(),
+              ValueError, kOp, ": ", name, " must be one ", dtype_name(factor_dtype),
+              " element on ", q.device(), " (for ", q.str(), "), got ", f->str());
   }
+  SKA_CHECK(!bias_factor.defined() || bias.defined(), ValueError, kOp,
+            ": a bias_factor needs a bias");
   const Tensor factor = scale_factor.defined() ? scale_factor.detach().contiguous() : Tensor();
+  const Tensor bfactor = bias_factor.defined() ? bias_factor.detach().contiguous() : Tensor();
 
   const Tensor qv = rows_readable(q.detach());
   const Tensor kv = rows_readable(broadcast_leading("k", k.detach(), rank, lead, nk, d));
@@ -108,15 +118,17 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
   const Tensor out = empty_like_layout(out_shape, qv, q.dtype());
   const Tensor lse =
       Tensor::empty(lse_shape, q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32, q.device());
-  SKA_KERNEL(q.device(), attention_forward)(qv, kv, vv, bv, scale, factor, out, lse);
+  SKA_KERNEL(q.device(), attention_forward)(qv, kv, vv, bv, scale, factor, bfactor, out, lse);
   MacCounter::add(shape_numel(lead) * nq * nk * (d + dv));
 
   const bool need_bias = bias.defined() && bias.requires_grad();
   const bool need_factor = scale_factor.defined() && scale_factor.requires_grad();
+  const bool need_bfactor = bias_factor.defined() && bias_factor.requires_grad();
   const Shape k_shape = k.shape(), v_shape = v.shape();
   const Shape bias_shape = bias.defined() ? bias.shape() : Shape();
   const Tensor saved_out = out.detach();
-  autograd::record_op(kOp, {q, k, v, bias, scale_factor}, {out}, [=](const TensorList& g) {
+  autograd::record_op(kOp, {q, k, v, bias, scale_factor, bias_factor}, {out},
+                      [=](const TensorList& g) {
     const Tensor go = rows_readable(g[0]);
     const Device dev = qv.device();
     const DType dt = qv.dtype();
@@ -127,19 +139,35 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
     const Tensor gq = Tensor::empty(qv.shape(), dt, dev);
     const Tensor gk = Tensor::empty(gk_shape, dt, dev);
     const Tensor gv = Tensor::empty(gv_shape, dt, dev);
-    const Tensor gb = need_bias ? Tensor::empty(gb_shape, dt, dev) : Tensor();
-    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor, gq, gk,
-                                        gv, gb);
+    const Tensor gb = need_bias || need_bfactor ? Tensor::empty(gb_shape, dt, dev) : Tensor();
+    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor, bfactor,
+                                        gq, gk, gv, gb);
     // The logits are linear in the factor f: dL/df = sum(dL/dz * z) / f = sum(dL/dq * q) / f
     // (products and sum in q's dtype, f32 accumulation).
     Tensor gf;
     if (need_factor) {
       gf = div(sum(mul(gq, qv)).to(factor_dtype), factor).reshape(scale_factor.shape());
     }
+    // Likewise dL/dbias_factor = sum(dL/dbias * bias) / bias_factor.
+    Tensor gbf;
+    if (need_bfactor) {
+      gbf = div(sum(mul(gb, bv)).to(factor_dtype), bfactor).reshape(bias_factor.shape());
+    }
     return TensorList{gq, sum_to_shape(gk, k_shape), sum_to_shape(gv, v_shape),
-                      need_bias ? sum_to_shape(gb, bias_shape) : Tensor(), gf};
+                      need_bias ? sum_to_shape(gb, bias_shape) : Tensor(), gf, gbf};
   });
   return out;
+}
+
+Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor) {
+  SKA_CHECK(logits.dim() >= 3 && logits.dim() <= 6, ShapeError, "softmax_attend: logits ",
+            logits.str(), " need 3 to 6 dims");
+  // Queries and keys of head dim 0: the fused op's q k^T term vanishes, z = factor * logits.
+  Shape q_shape = logits.shape();
+  q_shape.back() = 0;
+  const Tensor q = Tensor::empty(q_shape, logits.dtype(), logits.device());
+  const Tensor k = Tensor::empty({logits.size(-1), 0}, logits.dtype(), logits.device());
+  return scaled_dot_attention(q, k, v, 1.0, logits, Tensor(), factor);
 }
 
 }  // namespace ska

@@ -17,8 +17,17 @@ namespace ska {
 // index, the two products of the unfused form. scale_factor: undefined, or a one-element tensor
 // (f32; f64 for f64 q) multiplying scale, read on the device and differentiable: a learnable
 // temperature (exp of LSA's parameter) without scaling q in a separate op. It must not be zero
-// (its gradient is sum(dL/dq * q) / scale_factor); autocast leaves it in f32.
+// (its gradient is sum(dL/dq * q) / scale_factor); autocast leaves it in f32. bias_factor
+// likewise multiplies the bias (a bias is then required), gradient sum(dL/dbias * bias) / factor.
+// The head dim may be 0 (q [..., Nq, 0], k [..., Nk, 0]): no q k^T term (softmax_attend).
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                            const Tensor& bias = Tensor(), const Tensor& scale_factor = Tensor());
+                            const Tensor& bias = Tensor(), const Tensor& scale_factor = Tensor(),
+                            const Tensor& bias_factor = Tensor());
+
+// softmax(factor * logits) v, the weights never stored: attention from logits formed otherwise
+// (CSKA's convolution), with the fused op's kernels (a head dim of 0, the logits as the bias).
+// logits [..., Nq, Nk] (may hold -inf), v [..., Nk, dv] broadcasting over the leading dims;
+// factor: undefined or a one-element tensor (a learnable temperature), differentiable.
+Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor = Tensor());
 
 }  // namespace ska

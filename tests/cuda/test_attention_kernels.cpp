@@ -112,11 +112,15 @@ Results reference(const Case& c, const Operands& x, double scale) {
 }
 
 // The forward and backward pass of one backend (ska::cuda or ska::cpu, by `on_gpu`) over x.
-// factor > 0: passed as the device-side scale factor (one f32 element) that multiplies scale.
-Results run(const Case& c, const Operands& x, double scale, bool on_gpu, double factor = 0.0) {
+// factor, bias_factor > 0: passed as the device-side factors (one f32 element each) that
+// multiply scale and the bias.
+Results run(const Case& c, const Operands& x, double scale, bool on_gpu, double factor = 0.0,
+            double bias_factor = 0.0) {
   const Device dev = x.q.device();
   const DType dt = x.q.dtype();
   const Tensor factor_t = factor > 0.0 ? Tensor::full({1}, factor, DType::kF32, dev) : Tensor();
+  const Tensor bias_factor_t =
+      bias_factor > 0.0 ? Tensor::full({1}, bias_factor, DType::kF32, dev) : Tensor();
   Results r;
   r.out = x.out;
   r.lse = Tensor::empty(with_last(c.lead, {c.nq}), DType::kF32, dev);
@@ -130,9 +134,9 @@ Results run(const Case& c, const Operands& x, double scale, bool on_gpu, double 
   }
   const auto forward = on_gpu ? &cuda::attention_forward : &cpu::attention_forward;
   const auto backward = on_gpu ? &cuda::attention_backward : &cpu::attention_backward;
-  forward(x.q, x.k, x.v, x.bias, scale, factor_t, r.out, r.lse);
-  backward(x.q, x.k, x.v, x.bias, r.out, r.lse, x.grad_out, scale, factor_t, r.grad_q, r.grad_k,
-           r.grad_v, r.grad_bias);
+  forward(x.q, x.k, x.v, x.bias, scale, factor_t, bias_factor_t, r.out, r.lse);
+  backward(x.q, x.k, x.v, x.bias, r.out, r.lse, x.grad_out, scale, factor_t, bias_factor_t,
+           r.grad_q, r.grad_k, r.grad_v, r.grad_bias);
   return r;
 }
 
@@ -411,6 +415,41 @@ TEST_CASE("cuda attention: a device-side scale factor equals the same scale give
   }
 }
 
+TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias factor", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // CSKA's shape: [B, h, 65, 65] logits (a diagonal of -inf), values of head dim 64.
+  const double f = 0.75;
+  Case c = plain_case("logits", {2, 3}, 65, 65, 0, 64, 1401);
+  c.grad_bias = true;
+  Tensor logits = uniform({2, 3, 65, 65}, 1405, -3, 3);
+  for (int64_t i = 0; i < 65; ++i) logits.narrow(2, i, 1).narrow(3, i, 1).fill_(-kInf);
+  c.base.push_back(logits);
+  c.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  };
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dtype));
+    const Prepared x = prepare(c, dtype);
+    const Results fast = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
+    Results scalar;
+    {
+      const ScalarAttention off;
+      scalar = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
+    }
+    const Results cpu = run(c, x.cpu, 1.0, false, 0.0, f);
+    // The reference takes f * bias as its bias; its dL/dbias is then dL/dz, ours f dL/dz.
+    Operands scaled = x.ref;
+    scaled.bias = mul(x.ref.bias, f);
+    Results ref = reference(c, scaled, 1.0);
+    ref.grad_bias = mul(ref.grad_bias, f);
+    const ska::test::Tolerance tol = tolerance_for(dtype);
+    compare(fast, cpu, tol, "cuda vs cpu");
+    compare(fast, ref, tol, "cuda vs reference");
+    compare(scalar, ref, tol, "scalar cuda vs reference");
+    CHECK(fast.grad_q.numel() == 0);
+  }
+}
+
 TEST_CASE("cuda attention: edge cases: a fully masked row, no keys, head dims above 128",
           "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
@@ -440,8 +479,9 @@ TEST_CASE("cuda attention: edge cases: a fully masked row, no keys, head dims ab
 
   const Tensor q = Tensor::zeros({1, 2, 4, 160}, DType::kF32, kGpu);
   const Tensor lse = Tensor::empty({1, 2, 4}, DType::kF32, kGpu);
-  REQUIRE_THROWS_AS(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), q, lse), ValueError);
-  REQUIRE_THROWS_WITH(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), q, lse),
+  REQUIRE_THROWS_AS(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), Tensor(), q, lse),
+                    ValueError);
+  REQUIRE_THROWS_WITH(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), Tensor(), q, lse),
                       Catch::Contains("attention_forward") && Catch::Contains("d = 160"));
 }
 

@@ -157,6 +157,48 @@ TEST_CASE("fused attention with a device-side scale factor: values and gradients
                         Catch::Contains("[2]"));
 }
 
+TEST_CASE("softmax_attend equals softmax then matmul, with a learnable temperature", "[cpu]") {
+  for (DType dt : {DType::kF64, DType::kF32}) {
+    INFO(dtype_name(dt));
+    Tensor logits0 = uniform({2, 3, 70, 66}, 61, -3, 3, dt);
+    for (int64_t i = 0; i < 66; ++i) logits0.narrow(2, i, 1).narrow(3, i, 1).fill_(-kInf);
+    const TensorList a = {logits0.set_requires_grad(),
+                          uniform({2, 3, 66, 8}, 62, -1, 1, dt).set_requires_grad(),
+                          Tensor::full({1}, -0.4, dt).set_requires_grad()};
+    TensorList b;
+    for (const Tensor& t : a) b.push_back(t.detach().clone().set_requires_grad());
+    const Tensor fused = softmax_attend(a[0], a[1], exp(a[2]));
+    const Tensor plain = matmul(softmax(mul(b[0], exp(b[2]))), b[1]);
+    const Tolerance tol = tolerance_for(dt);
+    require_close(fused, plain, tol, "output");
+    const Tensor w = uniform(plain.shape(), 63, -1, 1, dt);
+    sum(mul(fused, w)).backward();
+    sum(mul(plain, w)).backward();
+    // The masked entries get no gradient on either side (0 there, not NaN).
+    require_close(a[0].grad(), b[0].grad(), tol, "grad logits");
+    require_close(a[1].grad(), b[1].grad(), tol, "grad v");
+    require_close(a[2].grad(), b[2].grad(), tol, "grad temperature");
+  }
+  check_gradients(
+      [](const TensorList& in) { return softmax_attend(in[0], in[1], in[2]); },
+      {uniform({2, 5, 6}, 64).set_requires_grad(), uniform({2, 6, 3}, 65).set_requires_grad(),
+       Tensor::full({1}, 1.3, DType::kF64).set_requires_grad()});
+  // Under autocast: bf16 logits and values, the factor f32 with an f32 gradient.
+  {
+    AutocastGuard guard(DType::kBF16);
+    const Tensor logits = uniform({2, 9, 9}, 66, -1, 1, DType::kF32).to(DType::kBF16);
+    const Tensor f = Tensor::full({1}, 1.25, DType::kF32).set_requires_grad();
+    const Tensor out = softmax_attend(logits, uniform({2, 9, 16}, 67, -1, 1, DType::kF32), f);
+    CHECK(out.dtype() == DType::kBF16);
+    sum(out.to(DType::kF32)).backward();
+    CHECK(f.grad().dtype() == DType::kF32);
+  }
+  CHECK_THROWS_WITH(scaled_dot_attention(uniform({2, 4, 3}, 68), uniform({2, 4, 3}, 69),
+                                         uniform({2, 4, 3}, 70), 1.0, Tensor(), Tensor(),
+                                         Tensor::ones({1}, DType::kF64)),
+                    Catch::Contains("bias_factor needs a bias"));
+}
+
 TEST_CASE("fused attention of split heads comes out ready to merge", "[cpu]") {
   // q, k, v as split_heads makes them: permuted views of [B, N, h, d] slices of one qkv tensor.
   const Tensor qkv = uniform({2, 10, 3 * 4 * 8}, 31);
@@ -247,6 +289,12 @@ TEST_CASE("fused attention: CUDA matches the CPU in f32, bf16 and f16", "[cuda]"
     ska::test::check_cuda_parity(
         [](const TensorList& in) { return scaled_dot_attention(in[0], in[1], in[2], 0.17, in[3]); },
         {q, k, v, bias}, dt);
+    // Attention from given logits (head dim 0) with a temperature on them.
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) { return softmax_attend(in[0], in[1], exp(in[2])); },
+        {uniform({2, 3, 65, 65}, 85, -3, 3).set_requires_grad(), v,
+         Tensor::full({1}, -0.2, DType::kF64).set_requires_grad()},
+        dt);
     // A learnable temperature read on the device (the factor is cast to f32 inside the op).
     Tensor t = Tensor::full({1}, 0.4, DType::kF64).set_requires_grad();
     ska::test::check_cuda_parity(

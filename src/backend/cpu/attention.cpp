@@ -70,7 +70,7 @@ Geometry check_geometry(const char* kernel, const Tensor& q, const Tensor& k, co
   g.d = q.size(-1);
   g.nk = k.size(-2);
   g.dv = v.size(-1);
-  SKA_CHECK(g.d >= 1, ShapeError, kernel, ": q and k need a head dim of at least 1, got ", q.str());
+  SKA_CHECK(g.d >= 0, ShapeError, kernel, ": q and k need a head dim of at least 0, got ", q.str());
   const auto lead_of = [](const Tensor& t) {
     return Shape(t.shape().begin(), t.shape().end() - 2);
   };
@@ -169,8 +169,13 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       const T* bp =
           bias.defined() ? data<T>(bias) + lead_offset(g, geo.lead, bias) + i0 * bias_rs : nullptr;
       T* s = scores.data();
-      blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.d),
-                static_cast<T>(scale), qp, as_int(ldq), kp, as_int(ldk), T(0), s, as_int(geo.nk));
+      if (geo.d == 0) {  // no q k^T term: the logits are the bias
+        std::fill(s, s + rows * geo.nk, T(0));
+      } else {
+        blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.d),
+                  static_cast<T>(scale), qp, as_int(ldq), kp, as_int(ldk), T(0), s,
+                  as_int(geo.nk));
+      }
       for (int64_t r = 0; r < rows; ++r) {
         lp[r] = softmax_row<T>(s + r * geo.nk, bp ? bp + r * bias_rs : nullptr, bias_cs, geo.nk);
       }
@@ -221,8 +226,12 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         const T* gob = gog + i0 * ldg;
         T* p = weights.data();
         T* dp = grads.data();
-        blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.d), s, qb,
-                  as_int(ldq), kg, as_int(ldk), T(0), p, as_int(geo.nk));
+        if (geo.d == 0) {
+          std::fill(p, p + rows * geo.nk, T(0));
+        } else {
+          blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.d), s, qb,
+                    as_int(ldq), kg, as_int(ldk), T(0), p, as_int(geo.nk));
+        }
         for (int64_t r = 0; r < rows; ++r) {
           weights_row<T>(p + r * geo.nk, bg ? bg + (i0 + r) * bias_rs : nullptr, bias_cs, geo.nk,
                          lg[i0 + r]);
@@ -244,6 +253,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           if (dz_out != nullptr) std::copy(dr, dr + geo.nk, dz_out + (i0 + r) * geo.nk);
         }
         // dq = scale dz k; dk += scale dz^T q.
+        if (geo.d == 0) continue;
         blas_gemm(CblasNoTrans, CblasNoTrans, as_int(rows), as_int(geo.d), as_int(geo.nk), s, dp,
                   as_int(geo.nk), kg, as_int(ldk), T(0), dq + i0 * geo.d, as_int(geo.d));
         blas_gemm(CblasTrans, CblasNoTrans, as_int(geo.nk), as_int(geo.d), as_int(rows), s, dp,
@@ -254,29 +264,54 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 }
 
 // The value of the optional one-element scale factor (1 when undefined): f32, or f64 for f64 q.
-double factor_value(const char* kernel, const Tensor& factor, const Tensor& q) {
-  if (!factor.defined()) return 1.0;
+// Checks an optional one-element factor: f32, or f64 for f64 q.
+void check_factor(const char* kernel, const char* name, const Tensor& factor, const Tensor& q) {
+  if (!factor.defined()) return;
   const DType want = q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  SKA_CHECK(factor.numel() == 1 && factor.dtype() == want, ValueError, kernel,
-            ": scale_factor must be one ", dtype_name(want), " element, got ", factor.str());
-  return want == DType::kF64 ? static_cast<double>(*static_cast<const double*>(factor.data_ptr()))
-                             : static_cast<double>(*static_cast<const float*>(factor.data_ptr()));
+  SKA_CHECK(factor.numel() == 1 && factor.dtype() == want, ValueError, kernel, ": ", name,
+            " must be one ", dtype_name(want), " element, got ", factor.str());
+}
+
+// The value of the optional scale factor (1 when undefined).
+double factor_value(const Tensor& factor) {
+  if (!factor.defined()) return 1.0;
+  return factor.dtype() == DType::kF64
+             ? *static_cast<const double*>(factor.data_ptr())
+             : static_cast<double>(*static_cast<const float*>(factor.data_ptr()));
+}
+
+// t * factor (one element, t's dtype) into `out` (contiguous, t's shape; may be t itself).
+void scale_by(const Tensor& t, const Tensor& factor, const Tensor& out) {
+  const Tensor f = Tensor::make_view(factor.storage(), t.shape(), Shape(t.shape().size(), 0),
+                                     factor.offset(), factor.dtype());
+  binary(BinaryOp::kMul, t, f, out);
 }
 
 }  // namespace
 
+// 16-bit operands run on f32 copies (one rounding of each result); a bias factor multiplies a
+// copy of the bias, and the bias gradient, at the f32 (or f64) level.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       double scale, const Tensor& scale_factor, const Tensor& out,
-                       const Tensor& lse) {
+                       double scale, const Tensor& scale_factor, const Tensor& bias_factor,
+                       const Tensor& out, const Tensor& lse) {
   const Geometry geo = check_geometry("attention_forward", q, k, v, bias, out);
+  check_factor("attention_forward", "scale_factor", scale_factor, q);
+  check_factor("attention_forward", "bias_factor", bias_factor, q);
+  SKA_CHECK(!bias_factor.defined() || bias.defined(), ValueError,
+            "attention_forward: a bias_factor without a bias");
   if (out.numel() == 0 && lse.numel() == 0) return;
-  scale *= factor_value("attention_forward", scale_factor, q);
   if (is_16bit_float(q.dtype())) {  // f32 math on widened copies, one rounding of out
     const Tensor wide_out = f32_output(out);
-    attention_forward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), scale, Tensor(),
-                      wide_out, lse);
+    attention_forward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), scale,
+                      scale_factor, bias_factor, wide_out, lse);
     round_into(wide_out, out);
     return;
+  }
+  scale *= factor_value(scale_factor);
+  Tensor b = bias;
+  if (bias_factor.defined()) {
+    b = Tensor::empty(bias.shape(), bias.dtype(), bias.device());
+    scale_by(bias, bias_factor, b);
   }
   use_single_threaded_blas();
   dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
@@ -289,21 +324,26 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       fill(lse, -std::numeric_limits<double>::infinity());
       return;
     }
-    forward_typed<T>(q, k, v, bias, scale, out, lse, geo);
+    forward_typed<T>(q, k, v, b, scale, out, lse, geo);
   });
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& scale_factor, const Tensor& grad_q, const Tensor& grad_k,
-                        const Tensor& grad_v, const Tensor& grad_bias) {
+                        const Tensor& scale_factor, const Tensor& bias_factor,
+                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                        const Tensor& grad_bias) {
   const Geometry geo = check_geometry("attention_backward", q, k, v, bias, out);
-  scale *= factor_value("attention_backward", scale_factor, q);
+  check_factor("attention_backward", "scale_factor", scale_factor, q);
+  check_factor("attention_backward", "bias_factor", bias_factor, q);
+  SKA_CHECK(!bias_factor.defined() || bias.defined(), ValueError,
+            "attention_backward: a bias_factor without a bias");
   if (is_16bit_float(q.dtype())) {
     const Tensor gq = f32_output(grad_q), gk = f32_output(grad_k), gv = f32_output(grad_v);
     const Tensor gb = grad_bias.defined() ? f32_output(grad_bias) : Tensor();
     attention_backward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), widen_f32(out),
-                       lse, widen_f32(grad_out), scale, Tensor(), gq, gk, gv, gb);
+                       lse, widen_f32(grad_out), scale, scale_factor, bias_factor, gq, gk, gv,
+                       gb);
     round_into(gq, grad_q);
     round_into(gk, grad_k);
     round_into(gv, grad_v);
@@ -324,12 +364,20 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     fill(grad_q, 0.0);
     return;
   }
+  scale *= factor_value(scale_factor);
+  Tensor b = bias;
+  if (bias_factor.defined()) {
+    b = Tensor::empty(bias.shape(), bias.dtype(), bias.device());
+    scale_by(bias, bias_factor, b);
+  }
   use_single_threaded_blas();
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    backward_typed<T>(q, k, v, bias, out, lse, grad_out, scale, grad_q, grad_k, grad_v, grad_bias,
+    backward_typed<T>(q, k, v, b, out, lse, grad_out, scale, grad_q, grad_k, grad_v, grad_bias,
                       geo);
   });
+  // z = ... + f bias: dL/dbias = f dL/dz.
+  if (bias_factor.defined() && grad_bias.defined()) scale_by(grad_bias, bias_factor, grad_bias);
 }
 
 }  // namespace ska::cpu

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cfloat>
 #include <limits>
+#include <sstream>
 #include <cstdint>
 #include <vector>
 
@@ -165,7 +166,43 @@ Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
   return weights;
 }
 
+namespace {
+
+// Whether the fused op may replace weights-then-matmul for this spec (both attend and attend_qk):
+// softmax, no talking heads, no attention dropout in training, no AttentionRecorder, fused
+// attention enabled, and on CUDA value head dims up to the kernels' limit.
+bool fusable_spec(const AttentionSpec& spec, const Tensor& v, int64_t qk_dim) {
+  const bool dropping = spec.dropout != nullptr && spec.dropout->p > 0.0 &&
+                        spec.dropout->is_training();
+  return fused_attention_enabled() && spec.normalise == Normalise::kSoftmax &&
+         !spec.heads_pre.defined() && !spec.heads_post.defined() && !dropping &&
+         !AttentionRecorder::active() && v.dim() >= 3 && v.dim() <= 6 &&
+         (!v.device().is_cuda() || std::max(qk_dim, v.size(-1)) <= kCudaFusedMaxHeadDim);
+}
+
+}  // namespace
+
 Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec) {
+  // Fused: softmax(factor * logits) v with the weights never stored, the scale or temperature as
+  // the device-side factor. An additive bias would be scaled with the logits there: unfused.
+  if (fusable_spec(spec, v, 0) && !spec.bias.defined() && logits.dim() == v.dim()) {
+    Tensor factor;
+    if (spec.temperature.defined()) {
+      factor = exp(spec.temperature);
+    } else if (spec.scale != 1.0) {
+      // f32 (f64 for f64 logits, so that gradient checks stay exact), kept on the device.
+      const DType dt = logits.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      std::ostringstream key;
+      key.precision(17);
+      key << "attention scale " << spec.scale << " " << dtype_name(dt);
+      factor = device_constant(key.str(), v.device(),
+                               [&] { return Tensor::full({1}, spec.scale, dt); });
+    }
+    const Tensor masked = spec.mask.defined()
+                              ? masked_fill(logits, spec.mask, lowest_finite(logits.dtype()))
+                              : logits;
+    return softmax_attend(masked, v, factor);
+  }
   return matmul(attention_weights(logits, spec), v);
 }
 
@@ -176,14 +213,9 @@ void set_fused_attention(bool enabled) {
 }
 
 Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
-  const bool dropping = spec.dropout != nullptr && spec.dropout->p > 0.0 &&
-                        spec.dropout->is_training();
-  const bool fusable = fused_attention_enabled() && spec.normalise == Normalise::kSoftmax &&
-                       !spec.heads_pre.defined() && !spec.heads_post.defined() && !dropping &&
-                       !AttentionRecorder::active() && q.dim() >= 3 && q.dim() <= 6 &&
-                       (!q.device().is_cuda() ||
-                        std::max(q.size(-1), v.size(-1)) <= kCudaFusedMaxHeadDim);
-  if (!fusable) return attend(dot_logits(q, k), v, spec);
+  if (!fusable_spec(spec, v, q.size(-1)) || q.dim() < 3 || q.dim() > 6) {
+    return attend(dot_logits(q, k), v, spec);
+  }
   // A learnable temperature scales the logits inside the op (read on the device).
   const Tensor factor = spec.temperature.defined() ? exp(spec.temperature) : Tensor();
   const double scale = spec.temperature.defined() ? 1.0 : spec.scale;

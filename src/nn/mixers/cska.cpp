@@ -31,14 +31,18 @@ Cska::Cska(int64_t dim, const TokenGrid& grid, const CskaOptions& options)
   proj_drop_ = register_module("proj_drop", std::make_shared<Dropout>(options.proj_drop));
 }
 
-// q_spatial [B, h, H*W, d] -> logits [B, h, H*W, N_keys] from the grouped conv over the queries.
-Tensor Cska::spatial_logits(const Tensor& q_spatial) {
-  return conv_scale_->apply(conv_logits(q_spatial, *to_k_, grid_.height, grid_.width));
+// q_spatial [B, h, H*W, d] -> logits [B, h, H*W, N_keys] from the grouped conv over the queries,
+// scaled when `scaled`.
+Tensor Cska::spatial_logits(const Tensor& q_spatial, bool scaled) {
+  const Tensor logits = conv_logits(q_spatial, *to_k_, grid_.height, grid_.width);
+  return scaled ? conv_scale_->apply(logits) : logits;
 }
 
-// q_cls [B, h, 1, d] -> logits [B, h, 1, N_keys] against the class token's static key.
-Tensor Cska::cls_logits(const Tensor& q_cls) {
+// q_cls [B, h, 1, d] -> logits [B, h, 1, N_keys] against the class token's static key, scaled
+// when `scaled`.
+Tensor Cska::cls_logits(const Tensor& q_cls, bool scaled) {
   const Tensor logits = static_key_logits(q_cls, cls_k);
+  if (!scaled) return logits;
   return cls_scale_ ? cls_scale_->apply(logits) : conv_scale_->apply(logits);
 }
 
@@ -49,14 +53,18 @@ Tensor Cska::forward(const Tensor& x) {
   const TensorList qv = chunk((*qv_)(x), 2, -1);
   const Tensor q = split_heads(qv[0], options_.layout.heads);
   const int64_t first_spatial = grid_.cls_token ? 1 : 0;
-  // The class row (static keys) and the spatial rows (conv) may be scaled differently: each block
-  // is scaled here and attend() leaves the scale at 1.
-  Tensor logits = spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial));
+  // The class row (static keys) and the spatial rows (conv) may be scaled differently: then each
+  // block is scaled here and attend() leaves the scale at 1. With one scale for both (no class
+  // token, or a shared temperature) attend() applies it, inside the fused op when it runs.
+  const bool one_scale = cls_scale_ == nullptr;
+  Tensor logits =
+      spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial), !one_scale);
   if (grid_.cls_token) {
-    const Tensor cls = cls_logits(q.narrow(2, 0, 1));
+    const Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);
     logits = options_.authors_row_order ? cat({logits, cls}, 2) : cat({cls, logits}, 2);
   }
   AttentionSpec spec;
+  if (one_scale) conv_scale_->configure(spec);
   attend_->configure(spec);
   if (options_.diagonal_mask) spec.mask = diagonal_mask(num_keys_, num_keys_, x.device());
   const Tensor v = split_heads(qv[1], options_.layout.heads);

@@ -41,8 +41,8 @@ class Cska : public Module {
   Tensor cls_k;
 
  private:
-  Tensor spatial_logits(const Tensor& q_spatial);
-  Tensor cls_logits(const Tensor& q_cls);
+  Tensor spatial_logits(const Tensor& q_spatial, bool scaled);
+  Tensor cls_logits(const Tensor& q_cls, bool scaled);
 
   CskaOptions options_;
   TokenGrid grid_;
