@@ -9,14 +9,7 @@
 #include "support/test_util.h"
 
 using namespace ska;
-
-namespace {
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
-}
-}  // namespace
+using ska::test::bitwise_equal;
 
 TEST_CASE("philox4x32-10 matches the Random123 known-answer test", "[cpu]") {
   // Random123 kat_vectors: philox4x32 10 rounds, counter 0, key 0.

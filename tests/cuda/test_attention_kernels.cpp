@@ -173,6 +173,14 @@ void compare(const Results& actual, const Results& expected, ska::test::Toleranc
   if (actual.grad_bias.defined()) close(actual.grad_bias, expected.grad_bias, "grad_bias");
 }
 
+// Every result as host values (out, lse, grad_q, grad_k, grad_v, grad_bias), copied before the
+// next run on the same operands rewrites out.
+std::vector<std::vector<double>> values(const Results& r) {
+  return {r.out.to_vector<double>(),    r.lse.to_vector<double>(),
+          r.grad_q.to_vector<double>(), r.grad_k.to_vector<double>(),
+          r.grad_v.to_vector<double>(), r.grad_bias.to_vector<double>()};
+}
+
 // The results copied to the host (the next run on the same operands rewrites out).
 Results on_host(const Results& r) {
   Results h;
@@ -363,13 +371,7 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
   c.views = [=](const std::vector<Tensor>& t) {
     return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
   };
-  // Copied to the host before the next run (both runs write the same out tensor).
-  const auto values = [](const Results& r) {
-    return std::vector<std::vector<double>>{
-        r.out.to_vector<double>(),    r.lse.to_vector<double>(),
-        r.grad_q.to_vector<double>(), r.grad_k.to_vector<double>(),
-        r.grad_v.to_vector<double>(), r.grad_bias.to_vector<double>()};
-  };
+  // values() copies to the host before the next run (both runs write the same out tensor).
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
     INFO(dtype_name(dtype));
     const Prepared x = prepare(c, dtype);
@@ -394,19 +396,13 @@ TEST_CASE("cuda attention: a device-side scale factor equals the same scale give
   c.views = [=](const std::vector<Tensor>& t) {
     return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
   };
-  const auto values = [](const Results& r) {
-    return std::vector<std::vector<double>>{
-        r.out.to_vector<double>(),    r.lse.to_vector<double>(),
-        r.grad_q.to_vector<double>(), r.grad_k.to_vector<double>(),
-        r.grad_v.to_vector<double>(), r.grad_bias.to_vector<double>()};
-  };
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     INFO(dtype_name(dtype));
     const Prepared x = prepare(c, dtype);
-    const std::vector<std::vector<double>> host = values(run(c, x.gpu, 0.125 * factor, true));
-    const std::vector<std::vector<double>> device = values(run(c, x.gpu, 0.125, true, factor));
-    const std::vector<std::vector<double>> cpu_host = values(run(c, x.cpu, 0.125 * factor, false));
-    const std::vector<std::vector<double>> cpu_device = values(run(c, x.cpu, 0.125, false, factor));
+    const auto host = values(run(c, x.gpu, 0.125 * factor, true));
+    const auto device = values(run(c, x.gpu, 0.125, true, factor));
+    const auto cpu_host = values(run(c, x.cpu, 0.125 * factor, false));
+    const auto cpu_device = values(run(c, x.cpu, 0.125, false, factor));
     for (size_t i = 0; i < host.size(); ++i) {
       INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
       CHECK(device[i] == host[i]);

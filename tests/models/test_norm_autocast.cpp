@@ -3,7 +3,6 @@
 // outputs as with f32 outputs cast by the matrix products after; and the norms that get the
 // flag are those in front of modules reading their input by matrix products only.
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,14 +13,10 @@
 #include "support/test_util.h"
 
 using namespace ska;
+using ska::test::bitwise_equal;
 
 namespace {
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
-}
 
 // Restores the process-wide switch at scope exit.
 struct NormOutputs {

@@ -14,6 +14,7 @@
 #include "support/test_util.h"
 
 using namespace ska;
+using ska::test::bitwise_equal;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -23,11 +24,6 @@ Tensor f32_data(const Shape& shape, uint64_t seed, double lo = -1.0, double hi =
   return test::uniform(shape, seed, lo, hi, DType::kF32);
 }
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
-}
 
 // A tiny CSKA-ViT (2 blocks, width 32) on 16x16 RGB images: linear, layer norm, softmax, GELU,
 // cat, the static-key mixer and the class-token head.

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -57,6 +58,12 @@ void require_close(const Tensor& actual, const Tensor& expected, Tolerance tol,
         << a[worst] << ", expected " << e[worst];
     FAIL(msg.str());
   }
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
 }
 
 double nmse(const Tensor& actual, const Tensor& expected) {

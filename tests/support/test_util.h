@@ -31,6 +31,8 @@ void require_close(const Tensor& actual, const Tensor& expected, Tolerance tol,
                    const std::string& what = "");
 // Normalised mean squared error sum((a - e)^2) / sum(e^2): for long reductions and attention.
 double nmse(const Tensor& actual, const Tensor& expected);
+// Whether a and b (any devices) have the same dtype, shape and bytes.
+bool bitwise_equal(const Tensor& a, const Tensor& b);
 
 // Deterministic test data (f64 on the CPU unless stated), uniform in [lo, hi).
 Tensor uniform(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0,
