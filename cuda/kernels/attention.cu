@@ -595,9 +595,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& scale_factor, const Tensor& bias_factor,
-                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                        const Tensor& grad_bias) {
+                        const Tensor& scale_factor, const Tensor& bias_factor, const Tensor& grad_q,
+                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_bias) {
   const char* kKernel = "attention_backward";
   const Geometry geo = check_geometry(kKernel, q, k, v, bias, out);
   check_stats(kKernel, "lse", lse, geo);

@@ -329,9 +329,9 @@ std::set<AlgoKey>& nhwc_unsupported() {
 // choose_algo for a call that may run channels-last: nullopt when cuDNN has no NHWC algorithm
 // for it (remembered per shape); the call then runs on NCHW copies instead.
 std::optional<AlgoChoice> choose_nhwc_algo(ConvDir dir, int device, DType dt, bool nhwc,
-                                           const Shape& xs, const Shape& ws,
-                                           const Conv2dParams& p, cudnnHandle_t h, const Conv& c,
-                                           const ConvData& data, const char* kernel) {
+                                           const Shape& xs, const Shape& ws, const Conv2dParams& p,
+                                           cudnnHandle_t h, const Conv& c, const ConvData& data,
+                                           const char* kernel) {
   if (!nhwc) return choose_algo(dir, device, dt, false, xs, ws, p, h, c, data, kernel);
   const AlgoKey key = algo_key(dir, device, dt, true, xs, ws, p, false);
   {
@@ -384,8 +384,8 @@ bool check_operands(std::initializer_list<const Tensor*> xy, const Tensor& w, DT
 Tensor nhwc_filter(const Tensor& w, bool fill) {
   if (w.size(1) == 1) return w;
   const Shape& s = w.shape();
-  const Tensor t = Tensor::empty({s[0], s[2], s[3], s[1]}, w.dtype(), w.device()).permute(
-      {0, 3, 1, 2});
+  const Tensor t =
+      Tensor::empty({s[0], s[2], s[3], s[1]}, w.dtype(), w.device()).permute({0, 3, 1, 2});
   if (fill) copy(w, t);
   return t;
 }
@@ -485,10 +485,9 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
   // Channels-last: computed in the NHWC filter layout, then copied into grad_w's.
   const Tensor filter_grad = nhwc ? nhwc_filter(grad_w, false) : grad_w;
   const Conv c(x.shape(), grad_w.shape(), grad_y.shape(), p, grad_y.dtype(), nhwc, kKernel);
-  const std::optional<AlgoChoice> plan =
-      choose_nhwc_algo(ConvDir::kBackwardFilter, device, grad_y.dtype(), nhwc, x.shape(),
-                       grad_w.shape(), p, h, c,
-                       {x.data_ptr(), grad_y.data_ptr(), filter_grad.data_ptr()}, kKernel);
+  const std::optional<AlgoChoice> plan = choose_nhwc_algo(
+      ConvDir::kBackwardFilter, device, grad_y.dtype(), nhwc, x.shape(), grad_w.shape(), p, h, c,
+      {x.data_ptr(), grad_y.data_ptr(), filter_grad.data_ptr()}, kKernel);
   if (!plan) {  // channels-last without an NHWC algorithm: on NCHW copies
     return conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), p, grad_w);
   }

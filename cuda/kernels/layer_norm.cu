@@ -183,8 +183,8 @@ template <typename F>
 void dispatch_output(DType x_dtype, DType y_dtype, const char* kernel, F&& f) {
   if (x_dtype == y_dtype) return dispatch_floating(x_dtype, kernel, [&](auto t) { f(t, t); });
   SKA_CHECK(x_dtype == DType::kF32 && (y_dtype == DType::kBF16 || y_dtype == DType::kF16),
-            DTypeError, kernel, ": a ", dtype_name(x_dtype), " input with a ",
-            dtype_name(y_dtype), " output (gradient); expected the same, or f32 with bf16/f16");
+            DTypeError, kernel, ": a ", dtype_name(x_dtype), " input with a ", dtype_name(y_dtype),
+            " output (gradient); expected the same, or f32 with bf16/f16");
   if (y_dtype == DType::kBF16) return f(float{}, __nv_bfloat16{});
   f(float{}, __half{});
 }
@@ -249,7 +249,8 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (grad_weight.defined() || grad_bias.defined()) {
-      launch_param_grads<T, TY>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols, device, s);
+      launch_param_grads<T, TY>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols, device,
+                                s);
     }
   });
 }

@@ -93,8 +93,9 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
     const auto cast = [&](const Tensor& f) { return needs_cast(f) ? f.to(factor_dtype) : f; };
     return scaled_dot_attention(q, k, v, scale, bias, cast(scale_factor), cast(bias_factor));
   }
-  for (const auto& [name, f] : {std::pair<const char*, const Tensor*>{"scale_factor", &scale_factor},
-                                {"bias_factor", &bias_factor}}) {
+  using Named = std::pair<const char*, const Tensor*>;
+  for (const auto& [name, f] :
+       {Named{"scale_factor", &scale_factor}, Named{"bias_factor", &bias_factor}}) {
     if (!f->defined()) continue;
     SKA_CHECK(f->numel() == 1 && f->dtype() == factor_dtype && f->device() == q.device(),
               ValueError, kOp, ": ", name, " must be one ", dtype_name(factor_dtype),

@@ -17,7 +17,6 @@ using ska::test::bitwise_equal;
 
 namespace {
 
-
 // Restores the process-wide switch at scope exit.
 struct NormOutputs {
   explicit NormOutputs(bool enabled) : saved(nn::norm_autocast_outputs_enabled()) {
@@ -60,8 +59,8 @@ Run run_fixture(const std::string& name, Device device, bool norm_outputs) {
 
 const std::vector<std::string>& model_fixtures() {
   static const std::vector<std::string> names = {
-      "vit_cska",  "vit_ska",   "vit_lsa",  "cait_mhsa", "cait_ska",           "cait_cska",
-      "swin_mhsa", "swin_ska",  "swin_cska", "cvt_mhsa",  "cvt_cska",          "metaformer_mixed",
+      "vit_cska",           "vit_ska",  "vit_lsa",   "cait_mhsa", "cait_ska", "cait_cska",
+      "swin_mhsa",          "swin_ska", "swin_cska", "cvt_mhsa",  "cvt_cska", "metaformer_mixed",
       "metaformer_caformer"};
   return names;
 }
@@ -146,7 +145,7 @@ TEST_CASE("layer norm with a 16-bit output: the f32 result rounded once, gradien
     CHECK(bitwise_equal(w1.grad(), w2.grad()));
     CHECK(bitwise_equal(b1.grad(), b2.grad()));
   }
-  CHECK_THROWS_WITH(layer_norm(test::uniform({2, 3}, 7), Tensor(), Tensor(), 1e-5, DType::kBF16),
-                    Catch::Contains("layer_norm") && Catch::Contains("f64") &&
-                        Catch::Contains("bf16"));
+  CHECK_THROWS_WITH(
+      layer_norm(test::uniform({2, 3}, 7), Tensor(), Tensor(), 1e-5, DType::kBF16),
+      Catch::Contains("layer_norm") && Catch::Contains("f64") && Catch::Contains("bf16"));
 }

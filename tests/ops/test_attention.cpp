@@ -150,11 +150,11 @@ TEST_CASE("fused attention with a device-side scale factor: values and gradients
     sum(out.to(DType::kF32)).backward();
     CHECK(f.grad().dtype() == DType::kF32);
   }
-  CHECK_THROWS_WITH(scaled_dot_attention(uniform({2, 4, 3}, 40), uniform({2, 4, 3}, 41),
-                                         uniform({2, 4, 3}, 42), 1.0, Tensor(),
-                                         Tensor::ones({2}, DType::kF64)),
-                    Catch::Contains("scale_factor") && Catch::Contains("one f64 element") &&
-                        Catch::Contains("[2]"));
+  CHECK_THROWS_WITH(
+      scaled_dot_attention(uniform({2, 4, 3}, 40), uniform({2, 4, 3}, 41), uniform({2, 4, 3}, 42),
+                           1.0, Tensor(), Tensor::ones({2}, DType::kF64)),
+      Catch::Contains("scale_factor") && Catch::Contains("one f64 element") &&
+          Catch::Contains("[2]"));
 }
 
 TEST_CASE("softmax_attend equals softmax then matmul, with a learnable temperature", "[cpu]") {
@@ -193,10 +193,10 @@ TEST_CASE("softmax_attend equals softmax then matmul, with a learnable temperatu
     sum(out.to(DType::kF32)).backward();
     CHECK(f.grad().dtype() == DType::kF32);
   }
-  CHECK_THROWS_WITH(scaled_dot_attention(uniform({2, 4, 3}, 68), uniform({2, 4, 3}, 69),
-                                         uniform({2, 4, 3}, 70), 1.0, Tensor(), Tensor(),
-                                         Tensor::ones({1}, DType::kF64)),
-                    Catch::Contains("bias_factor needs a bias"));
+  CHECK_THROWS_WITH(
+      scaled_dot_attention(uniform({2, 4, 3}, 68), uniform({2, 4, 3}, 69), uniform({2, 4, 3}, 70),
+                           1.0, Tensor(), Tensor(), Tensor::ones({1}, DType::kF64)),
+      Catch::Contains("bias_factor needs a bias"));
 }
 
 TEST_CASE("fused attention of split heads comes out ready to merge", "[cpu]") {

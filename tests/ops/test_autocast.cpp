@@ -14,8 +14,8 @@
 #include "support/test_util.h"
 
 using namespace ska;
-using ska::test::bitwise_equal;
 using Catch::Matchers::Contains;
+using ska::test::bitwise_equal;
 
 namespace {
 
@@ -23,7 +23,6 @@ namespace {
 Tensor f32_data(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   return test::uniform(shape, seed, lo, hi, DType::kF32);
 }
-
 
 // A tiny CSKA-ViT (2 blocks, width 32) on 16x16 RGB images: linear, layer norm, softmax, GELU,
 // cat, the static-key mixer and the class-token head.

@@ -173,8 +173,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         std::fill(s, s + rows * geo.nk, T(0));
       } else {
         blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.d),
-                  static_cast<T>(scale), qp, as_int(ldq), kp, as_int(ldk), T(0), s,
-                  as_int(geo.nk));
+                  static_cast<T>(scale), qp, as_int(ldq), kp, as_int(ldk), T(0), s, as_int(geo.nk));
       }
       for (int64_t r = 0; r < rows; ++r) {
         lp[r] = softmax_row<T>(s + r * geo.nk, bp ? bp + r * bias_rs : nullptr, bias_cs, geo.nk);
@@ -330,9 +329,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                         const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& scale_factor, const Tensor& bias_factor,
-                        const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                        const Tensor& grad_bias) {
+                        const Tensor& scale_factor, const Tensor& bias_factor, const Tensor& grad_q,
+                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_bias) {
   const Geometry geo = check_geometry("attention_backward", q, k, v, bias, out);
   check_factor("attention_backward", "scale_factor", scale_factor, q);
   check_factor("attention_backward", "bias_factor", bias_factor, q);
@@ -342,8 +340,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     const Tensor gq = f32_output(grad_q), gk = f32_output(grad_k), gv = f32_output(grad_v);
     const Tensor gb = grad_bias.defined() ? f32_output(grad_bias) : Tensor();
     attention_backward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), widen_f32(out),
-                       lse, widen_f32(grad_out), scale, scale_factor, bias_factor, gq, gk, gv,
-                       gb);
+                       lse, widen_f32(grad_out), scale, scale_factor, bias_factor, gq, gk, gv, gb);
     round_into(gq, grad_q);
     round_into(gk, grad_k);
     round_into(gv, grad_v);

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
+#include <cstdint>
 #include <limits>
 #include <sstream>
-#include <cstdint>
 #include <vector>
 
 #include "nn/constants.h"
@@ -172,8 +172,8 @@ namespace {
 // softmax, no talking heads, no attention dropout in training, no AttentionRecorder, fused
 // attention enabled, and on CUDA value head dims up to the kernels' limit.
 bool fusable_spec(const AttentionSpec& spec, const Tensor& v, int64_t qk_dim) {
-  const bool dropping = spec.dropout != nullptr && spec.dropout->p > 0.0 &&
-                        spec.dropout->is_training();
+  const bool dropping =
+      spec.dropout != nullptr && spec.dropout->p > 0.0 && spec.dropout->is_training();
   return fused_attention_enabled() && spec.normalise == Normalise::kSoftmax &&
          !spec.heads_pre.defined() && !spec.heads_post.defined() && !dropping &&
          !AttentionRecorder::active() && v.dim() >= 3 && v.dim() <= 6 &&
@@ -195,8 +195,8 @@ Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec) 
       std::ostringstream key;
       key.precision(17);
       key << "attention scale " << spec.scale << " " << dtype_name(dt);
-      factor = device_constant(key.str(), v.device(),
-                               [&] { return Tensor::full({1}, spec.scale, dt); });
+      factor =
+          device_constant(key.str(), v.device(), [&] { return Tensor::full({1}, spec.scale, dt); });
     }
     const Tensor masked = spec.mask.defined()
                               ? masked_fill(logits, spec.mask, lowest_finite(logits.dtype()))

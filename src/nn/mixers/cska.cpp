@@ -57,8 +57,7 @@ Tensor Cska::forward(const Tensor& x) {
   // block is scaled here and attend() leaves the scale at 1. With one scale for both (no class
   // token, or a shared temperature) attend() applies it, inside the fused op when it runs.
   const bool one_scale = cls_scale_ == nullptr;
-  Tensor logits =
-      spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial), !one_scale);
+  Tensor logits = spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial), !one_scale);
   if (grid_.cls_token) {
     const Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);
     logits = options_.authors_row_order ? cat({logits, cls}, 2) : cat({cls, logits}, 2);
