@@ -132,6 +132,10 @@ bool contains(const std::string& text, const char* part) {
   return text.find(part) != std::string::npos;
 }
 
+bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 // A collective in flight on the communicator's thread.
 class GlooWork : public Work {
  public:
@@ -402,17 +406,28 @@ class GlooCommunicator : public Communicator {
 
   // A closed connection: a peer that died, or one that gave up after a failure of its own (which
   // it reported in the store). The pair address in Gloo's message names the peer when this rank
-  // dialled it; otherwise the peers that report nothing in the store are the dead ones.
+  // dialled it; otherwise the peers that report nothing in the store are the dead ones. A peer
+  // whose report is kUnattributed could not tell either, so its report names nobody.
   std::string closed_connection(const std::string& what, const std::string& gloo) {
     int peer = peer_in(gloo);
     if (peer >= 0) {
       std::string report = reported_failure(*store_, peer);
-      if (!report.empty()) {
+      if (report.empty()) {
+        return what + " failed: rank " + std::to_string(peer) +
+               " closed its connection (did it die?)";
+      }
+      if (!ends_with(report, kUnattributed)) {
         return what + " failed: rank " + std::to_string(peer) + " gave up first: " + report;
       }
-      return what + " failed: rank " + std::to_string(peer) + " closed its connection (did it die?)";
     }
-    report_failure(*store_, world_.rank, what + " failed: a peer closed its connection");
+    // Report, then close this rank's connections before waiting for the others' reports: a peer
+    // blocked on this rank (rather than on the dead one) fails now and reports too, instead of
+    // after its timeout, and the silent ranks are then exactly the dead ones.
+    report_failure(*store_, world_.rank, what + kUnattributed);
+    try {
+      context_->closeConnections();
+    } catch (...) {
+    }
     std::vector<int> silent = silent_ranks(*store_, world_.rank, world_.world_size);
     if (silent.empty()) {
       return what + " failed: a peer closed its connection (did it die?) [" + gloo + "]";
@@ -421,6 +436,9 @@ class GlooCommunicator : public Communicator {
            (silent.size() == 1 ? " closed its connection (did it die?)"
                                : " closed their connections (did they die?)");
   }
+
+  // The interim report of a rank that saw a connection close and does not know whose.
+  static constexpr const char* kUnattributed = " failed: a peer closed its connection";
 
   std::string seconds_text() const {
     std::ostringstream os;
