@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, configures, builds and runs the whole test suite.
 # With a CUDA compiler present the CUDA backend is built too (its [cuda] tests skip without a GPU).
-# In CI (CI=true) a second, CPU-only build (-DSKA_CUDA=OFF) is configured, built and tested as well,
-# then a third under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan), and each libFuzzer
+# In CI (CI=true) a second, CPU-only build without OpenCV (-DSKA_CUDA=OFF -DSKA_OPENCV=OFF, the
+# configuration of a GPU machine without our packages: it must build and pass too) is configured,
+# built and tested as well, then a third under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan), and each libFuzzer
 # target runs for FUZZ_SECONDS (default 30; 0 skips the stage) with scripts/fuzz.sh.
 # Environment: BUILD_DIR (default build), SKA_CUDA=ON|OFF to force, CMAKE_CUDA_ARCHITECTURES,
 # JOBS (default: all cores).
@@ -62,7 +63,7 @@ mkdir -p "${BUILD_DIR:-build}"
 build_and_test "${BUILD_DIR:-build}" "${cuda_args[@]}"
 if [ "${CI:-}" = "true" ]; then
   mkdir -p build-cpu
-  build_and_test build-cpu -DSKA_CUDA=OFF
+  build_and_test build-cpu -DSKA_CUDA=OFF -DSKA_OPENCV=OFF
   sanitizer_build_and_test
   if [ "${FUZZ_SECONDS:-30}" -gt 0 ]; then
     for target in $(scripts/fuzz.sh list); do

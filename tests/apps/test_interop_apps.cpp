@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#ifdef SKA_WITH_OPENCV
 #include <opencv2/imgcodecs.hpp>
+#endif
 
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -43,6 +45,8 @@ std::string write_model(const std::string& dir, const std::string& name, const s
 
 }  // namespace
 
+// The picture is measured, and an input image written, with OpenCV.
+#ifdef SKA_WITH_OPENCV
 TEST_CASE("apps: attention_maps draws one row per model and one cell per head", "[cpu][apps]") {
   const std::string dir = scratch_dir();
   // The reduced ViT (8x8 input, 2x2 patches: 16 tokens + cls, 2 heads) with two mixers.
@@ -81,6 +85,7 @@ TEST_CASE("apps: attention_maps draws one row per model and one cell per head", 
   REQUIRE(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("expected cls or i,j with 0 <= i, j < 8"));
 }
+#endif  // SKA_WITH_OPENCV
 
 TEST_CASE("apps: export writes the authors' SKA-CaiT names, class attention split", "[cpu][apps]") {
   const std::string dir = scratch_dir();

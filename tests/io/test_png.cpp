@@ -1,5 +1,7 @@
 // Tests of the PNG writer and the line charts: files decoded by OpenCV have the size, pixels and
 // curves we drew.
+// Built only with OpenCV (SKA_OPENCV), the independent decoder these tests need.
+#ifdef SKA_WITH_OPENCV
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <opencv2/imgcodecs.hpp>
@@ -81,3 +83,5 @@ TEST_CASE("plot_panels draws each series where its data lies", "[cpu][io][png]")
   CHECK(pixel(m, 2, 2) == io::kPlotBackground);
   std::filesystem::remove_all(dir);
 }
+
+#endif  // SKA_WITH_OPENCV

@@ -6,7 +6,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#ifdef SKA_WITH_OPENCV
 #include <opencv2/imgcodecs.hpp>
+#endif
 
 #include "io/plot.h"
 #include "io/tensorboard.h"
@@ -86,7 +88,9 @@ TEST_CASE("the run folder's event files and curves.png match metrics.jsonl and s
   CHECK(i == events.size());
   REQUIRE(epochs == 2);
 
-  // curves.png: both epochs (across the resume) at the places summary.csv's numbers give.
+  // curves.png: both epochs (across the resume) at the places summary.csv's numbers give,
+  // read back with OpenCV's decoder where the build has it.
+#ifdef SKA_WITH_OPENCV
   const cv::Mat m = cv::imread(run + "/curves.png");
   REQUIRE(m.cols == 2 * train::kCurvesPanelWidth);
   REQUIRE(m.rows == train::kCurvesHeight);
@@ -114,5 +118,11 @@ TEST_CASE("the run folder's event files and curves.png match metrics.jsonl and s
     CHECK(blue_at(frames[0].px(ep[e]), frames[0].py(loss[e])));
     CHECK(blue_at(frames[1].px(ep[e]), frames[1].py(top1[e])));
   }
+#else
+  std::ifstream png(run + "/curves.png", std::ios::binary);
+  std::string signature(8, '\0');
+  png.read(signature.data(), 8);
+  CHECK(signature == std::string("\x89PNG\r\n\x1a\n", 8));
+#endif
   fs::remove_all(run);
 }
