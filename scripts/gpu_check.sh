@@ -14,26 +14,8 @@ build=${BUILD_DIR:-build-gpu}
 logs=${LOG_DIR:-${OUT:-$build/logs}}
 mkdir -p "$build" "$logs"
 
-. scripts/gpu_env.sh  # carried Debian packages, cuDNN/NCCL from the Python wheels
-cudnn_args=()
-[ -n "${CUDNN_ROOT:-}" ] && cudnn_args+=(-DCUDNN_ROOT="$CUDNN_ROOT")
-
-# No OpenCV there (no package registry): build without image decoding; binary datasets still work.
-opencv_args=()
-if [ ! -d /usr/include/opencv4 ] && [ ! -d "${D:-/nonexistent}/include/opencv4" ]; then
-  opencv_args+=(-DSKA_OPENCV=OFF)
-fi
-
-arch=${CMAKE_CUDA_ARCHITECTURES:-native}
-echo "== configure ($build, CUDA architectures $arch)"
-if ! cmake -S . -B "$build" -G Ninja -DSKA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-     "${cudnn_args[@]}" "${opencv_args[@]}" >"$logs/configure.log" 2>&1; then
-  tail -30 "$logs/configure.log"; echo "gpu_check: configure FAILED"; exit 1
-fi
-echo "== build"
-if ! cmake --build "$build" -j "$(nproc)" -- -k 0 >"$logs/build.log" 2>&1; then
-  grep -E "error|FAILED" "$logs/build.log" | head -60; echo "gpu_check: build FAILED"; exit 1
-fi
+BUILD_DIR=$build LOG_DIR=$logs scripts/gpu_build.sh || exit 1
+. scripts/gpu_env.sh  # the same environment for the programs
 
 tests=$build/tests/ska_tests
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'

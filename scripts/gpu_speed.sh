@@ -9,8 +9,8 @@
 #            imagenet_cskaformer_s18:128
 # Environment: BUILD_DIR (default build-gpu), MODE (train|infer, default train), DEVICE (default
 # cuda; cpu runs f32, for trying the script without a GPU), COMPILE
-# (auto|off, default auto: the torch.compile column costs about a minute per model), ITERS
-# (default 20). Logs and JSON lines go to $OUT (or BUILD_DIR/logs).
+# (auto|off, default auto: the torch.compile column costs about a minute per model), TWIN
+# (on|off, default on; off: only our step and its variants, no PyTorch), ITERS (default 20). Logs and JSON lines go to $OUT (or BUILD_DIR/logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,9 +35,12 @@ for item in "$@"; do
   config=${item%%:*}
   batch=${item#*:}
   [ "$batch" = "$item" ] && batch=128
-  echo "== $config, batch $batch, $mode: ours, eager PyTorch, torch.compile"
-  BUILD_DIR=$build scripts/benchmark.sh "$config" --device "$device" --batch "$batch" --dtype "$dtype" \
-    --mode "$mode" --iters "$iters" --compile "${COMPILE:-auto}" 2>&1 | tee "$logs/speed_$config.log"
+  if [ "${TWIN:-on}" != off ]; then
+    echo "== $config, batch $batch, $mode: ours, eager PyTorch, torch.compile"
+    BUILD_DIR=$build scripts/benchmark.sh "$config" --device "$device" --batch "$batch" \
+      --dtype "$dtype" --mode "$mode" --iters "$iters" --compile "${COMPILE:-auto}" 2>&1 \
+      | tee "$logs/speed_$config.log"
+  fi
   for v in "${variants[@]}"; do
     flags=()
     [ "$v" = default ] || read -r -a flags <<<"$v"

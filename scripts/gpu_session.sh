@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# A short GPU lease in one call: the checks only a GPU can make, most important first, each under
+# a share of one deadline, so that a lease of a few minutes returns what matters and a stage that
+# hangs cannot eat the rest. On the GPU machine, from the repository root:
+#
+#   scripts/gpu_session.sh [--budget SECONDS] [STAGE ...]
+#
+# Stages (default: all, in this order; each is skipped when too little time is left):
+#   tests     every [cuda] test but the slow whole-zoo one (CUDA against the CPU, bit-exact paths)
+#   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
+#             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
+#             adds torch.compile, about a minute per model)
+#   dp        NCCL at world size 1 against no data parallelism (weights, speed), benchmark_comm,
+#             --nproc-per-node 2 (scripts/gpu_dp_check.sh, DP_STEPS steps, default 100)
+#   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512): time by op family and kernel
+#   zoo       the whole-zoo [cuda][slow] test: every model's logits and gradients against the CPU
+#   table8    scripts/reproduce.sh table8 --epochs T8_EPOCHS (default 1) when Fashion-MNIST's
+#             four .gz files are in data/fashion_mnist (carried); runs in runs/gpu_session, so a
+#             later call on the same machine resumes it; then TensorBoard reads one run folder
+#             (scripts/tensorboard_check.py)
+#   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
+#   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels
+#
+# Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh), .gpu-build.tar.xz
+# (scripts/gpu_prebuild.sh: programs built here, so no minutes go to compiling; without it, or
+# when it does not match this checkout, the programs are built there) and data/fashion_mnist.
+# Output: $OUT/summary.txt (one line per stage, and the figures) and $OUT/logs.tar.gz (every
+# log); $OUT defaults to build-gpu/session. --budget defaults to 540 s (a 600 s call).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+budget=540
+stages=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
+    *) stages+=("$1"); shift ;;
+  esac
+done
+all=(tests speed dp profile zoo table8 variants memcheck)
+[ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
+for s in "${stages[@]}"; do
+  [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
+done
+
+start=$SECONDS
+out=${OUT:-build-gpu/session}
+mkdir -p "$out"
+logs=$(mktemp -d)
+summary=$logs/summary.txt
+pack() {
+  cp "$summary" "$out/summary.txt"
+  tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null
+}
+trap pack EXIT
+say() { echo "$*" | tee -a "$summary"; }
+left() { echo $(( budget - (SECONDS - start) )); }
+
+# stage_run NAME MAX_SECONDS COMMAND...: COMMAND's output to NAME.log, under a timeout of
+# MAX_SECONDS or what is left of the budget (15 s kept for packing), whichever is less.
+stage_run() {
+  local name=$1 max=$2; shift 2
+  local avail=$(( $(left) - 15 ))
+  if (( avail < 20 )); then say "$name: skipped, $(left) s left"; return 125; fi
+  (( max > avail )) && max=$avail
+  local t0=$SECONDS rc
+  timeout --kill-after=5 "$max" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  local why=""
+  [ $rc = 124 ] || [ $rc = 137 ] && why=" (stopped at its ${max} s limit)"
+  say "$name: exit $rc in $(( SECONDS - t0 )) s$why"
+  return $rc
+}
+
+# Catch2 (console reporter): the test cases that failed, once each.
+failed_cases() {
+  awk '/^-{79}$/ { if (!inhead) { inhead = 1; name = "" } else inhead = 0; next }
+       inhead && name == "" { name = $0; next }
+       /FAILED:$|failed: / { if (name != "" && !(name in seen)) { seen[name] = 1; print "  FAILED: " name } }' "$1"
+}
+
+say "gpu_session $(date -u +%FT%TZ), budget ${budget} s, stages: ${stages[*]}"
+say "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
+say "PyTorch: $(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())' 2>/dev/null)"
+
+[ -f .deps.tar.xz ] && [ ! -d .deps/root ] && tar -xJf .deps.tar.xz
+. scripts/gpu_env.sh
+[ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+build=build-gpu
+# Programs built elsewhere (scripts/gpu_prebuild.sh), carried in .gpu-build.tar.xz or left by
+# an earlier call on this machine, when they fit this checkout; else a build here.
+use_prebuilt() {
+  if [ -f .gpu-build.tar.xz ] && [ ! -f "$build/CMakeCache.txt" ]; then
+    rm -rf "$build" && tar -xJf .gpu-build.tar.xz || return 1
+  fi
+  [ -f "$build/SOURCE_HASH" ] || { say "programs: none prebuilt"; return 1; }
+  if [ "$(cat "$build/SOURCE_HASH")" != "$(scripts/source_hash.sh)" ]; then
+    say "programs: the prebuilt ones come from other sources than this checkout's"; return 1
+  fi
+  # Configs and fixtures are found through the source path compiled in: lead it here.
+  local src
+  src=$(cat "$build/SOURCE_DIR")
+  if [ "$src" != "$PWD" ]; then
+    if [ -e "$src" ] && [ "$(cd "$src" && pwd -P)" != "$(pwd -P)" ]; then
+      say "programs: $src exists here and is not this checkout"; return 1
+    fi
+    mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src" || return 1
+  fi
+  local missing
+  missing=$(ldd "$build"/tests/ska_tests "$build"/apps/* | grep "not found" | sort -u)
+  if [ -n "$missing" ]; then say "programs: prebuilt ones lack libraries: $missing"; return 1; fi
+  "$build/tests/ska_tests" --help >/dev/null 2>&1 \
+    || { say "programs: the prebuilt ska_tests does not start"; return 1; }
+  say "programs: prebuilt from $(head -1 "$build/COMMIT")"
+}
+if ! use_prebuilt; then
+  [ -f "$build/CMakeCache.txt" ] || rm -rf "$build"
+  stage_run build 360 env BUILD_DIR="$build" LOG_DIR="$logs" \
+    TARGETS="ska_tests benchmark_comm benchmark_ops" scripts/gpu_build.sh \
+    || { say "build failed: see logs.tar.gz build.log"; exit 1; }
+fi
+tests=$build/tests/ska_tests
+
+for stage in "${stages[@]}"; do
+  case $stage in
+  tests)
+    stage_run cuda_tests 200 "$tests" "[cuda]~[slow]"
+    [ $? = 125 ] && continue
+    say "  $(grep -E '^(All tests passed|test cases:)' "$logs/cuda_tests.log" | tail -1)"
+    failed_cases "$logs/cuda_tests.log" | head -40 | tee -a "$summary" ;;
+  speed)
+    for item in cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
+                imagenet_caformer_s18:128; do
+      config=${item%%:*} batch=${item#*:}
+      stage_run "speed_$config" 120 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
+        --device cuda --batch "$batch" --dtype bf16 --mode train --iters 20 \
+        --compile "${COMPILE:-off}"
+      [ $? = 125 ] && continue
+      grep -E "^(# |mode |train)" "$logs/speed_$config.log" | sed 's/^/  /' | tee -a "$summary"
+    done ;;
+  profile)
+    stage_run profile 60 "$build/apps/benchmark" --config cifar10_cska_vit --device cuda \
+      --precision bf16 --batch 512 --warmup 5 --iters 10 --profile
+    [ $? = 125 ] && continue
+    head -45 "$logs/profile.log" | sed 's/^/  /' >>"$summary" ;;
+  dp)
+    stage_run dp 200 env OUT="$logs/dp" scripts/gpu_dp_check.sh "$build" "${DP_STEPS:-100}"
+    [ $? = 125 ] && continue
+    grep -E "^ |^==" "$logs/dp.log" | tee -a "$summary" ;;
+  zoo)
+    stage_run zoo 150 "$tests" "[cuda][slow]"
+    [ $? = 125 ] && continue
+    say "  $(grep -E '^(All tests passed|test cases:)' "$logs/zoo.log" | tail -1)"
+    failed_cases "$logs/zoo.log" | head -20 | tee -a "$summary" ;;
+  variants)
+    stage_run variants 200 env BUILD_DIR="$build" OUT="$logs/variants" TWIN=off ITERS=10 \
+      scripts/gpu_speed.sh cifar10_cska_vit:512 imagenet_cskaformer_s18:128
+    [ $? = 125 ] && continue
+    sed -n '/^config .*variant/,$p' "$logs/variants.log" | tee -a "$summary" ;;
+  table8)
+    if ls data/fashion_mnist/*.gz >/dev/null 2>&1; then
+      # Run folders hold checkpoints: kept out of the logs, but for their metrics and events; in
+      # runs/ so that a later call on the same machine resumes the rows this one did not finish.
+      runs=$PWD/runs/gpu_session
+      stage_run table8 400 env SKA_BUILD="$build" scripts/reproduce.sh table8 \
+        --epochs "${T8_EPOCHS:-1}" --gpus 0 --runs "$runs" --reports "$logs/reports" \
+        --data-root fashion_mnist="$PWD/data/fashion_mnist"
+      [ $? = 125 ] && continue
+      cp "$logs"/reports/table8-*ep.md "$logs"/reports/table8-*ep.html "$out"/ 2>/dev/null
+      grep -E "^\|" "$logs"/reports/table8-*ep.md 2>/dev/null | head -20 | tee -a "$summary"
+      (cd "$runs" && find . \( -name '*.jsonl' -o -name '*.csv' -o -name '*.log' -o -name '*.png' \
+         -o -name 'events.out.tfevents.*' \) -print0 | tar --null -czf "$logs/table8_runs.tar.gz" -T -)
+      first=$(find "$runs" -name metrics.jsonl | sort | head -1)
+      if [ -n "$first" ] && python3 -c 'import tensorboard' 2>/dev/null; then
+        stage_run tensorboard 60 python3 scripts/tensorboard_check.py "$(dirname "$first")"
+        sed 's/^/  /' "$logs/tensorboard.log" | tee -a "$summary"
+      fi
+    else
+      say "table8: skipped, no data/fashion_mnist/*.gz carried"
+    fi ;;
+  memcheck)
+    stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*"
+    [ $? = 125 ] && continue
+    say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)" ;;
+  esac
+done
+say "done in $(( SECONDS - start )) s"
