@@ -76,7 +76,7 @@ stage_run() {
 
 # Catch2 (console reporter): the test cases that failed, once each.
 failed_cases() {
-  awk '/^-{79}$/ { if (!inhead) { inhead = 1; name = "" } else inhead = 0; next }
+  awk '/^-+$/ && length($0) == 79 { if (!inhead) { inhead = 1; name = "" } else inhead = 0; next }
        inhead && name == "" { name = $0; next }
        /FAILED:$|failed: / { if (name != "" && !(name in seen)) { seen[name] = 1; print "  FAILED: " name } }' "$1"
 }
@@ -123,13 +123,18 @@ if ! use_prebuilt; then
 fi
 tests=$build/tests/ska_tests
 
+# test_stage NAME MAX_SECONDS FILTER: the Catch2 test cases FILTER selects, their count and the
+# names of those that failed.
+test_stage() {
+  stage_run "$1" "$2" "$tests" "$3"
+  [ $? = 125 ] && return
+  say "  $(grep -E '^(All tests passed|test cases:)' "$logs/$1.log" | tail -1)"
+  failed_cases "$logs/$1.log" | head -40 | tee -a "$summary"
+}
+
 for stage in "${stages[@]}"; do
   case $stage in
-  tests)
-    stage_run cuda_tests 200 "$tests" "[cuda]~[slow]"
-    [ $? = 125 ] && continue
-    say "  $(grep -E '^(All tests passed|test cases:)' "$logs/cuda_tests.log" | tail -1)"
-    failed_cases "$logs/cuda_tests.log" | head -40 | tee -a "$summary" ;;
+  tests) test_stage cuda_tests 200 "[cuda]~[slow]" ;;
   speed)
     for item in cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
                 imagenet_caformer_s18:128; do
@@ -149,11 +154,7 @@ for stage in "${stages[@]}"; do
     stage_run dp 200 env OUT="$logs/dp" scripts/gpu_dp_check.sh "$build" "${DP_STEPS:-100}"
     [ $? = 125 ] && continue
     grep -E "^ |^==" "$logs/dp.log" | tee -a "$summary" ;;
-  zoo)
-    stage_run zoo 150 "$tests" "[cuda][slow]"
-    [ $? = 125 ] && continue
-    say "  $(grep -E '^(All tests passed|test cases:)' "$logs/zoo.log" | tail -1)"
-    failed_cases "$logs/zoo.log" | head -20 | tee -a "$summary" ;;
+  zoo) test_stage zoo 150 "[cuda][slow]" ;;
   variants)
     stage_run variants 200 env BUILD_DIR="$build" OUT="$logs/variants" TWIN=off ITERS=10 \
       scripts/gpu_speed.sh cifar10_cska_vit:512 imagenet_cskaformer_s18:128
