@@ -12,7 +12,8 @@
 #             adds torch.compile, about a minute per model)
 #   dp        NCCL at world size 1 against no data parallelism (weights, speed), benchmark_comm,
 #             --nproc-per-node 2 (scripts/gpu_dp_check.sh, DP_STEPS steps, default 100)
-#   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512): time by op family and kernel
+#   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512) and CAFormer-S18 (128): time by
+#             op family and kernel
 #   zoo       the whole-zoo [cuda][slow] test: every model's logits and gradients against the CPU
 #   table8    scripts/reproduce.sh table8 --epochs T8_EPOCHS (default 1) when Fashion-MNIST's
 #             four .gz files are in data/fashion_mnist (carried); runs in runs/gpu_session, so a
@@ -34,7 +35,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -146,10 +147,13 @@ for stage in "${stages[@]}"; do
       grep -E "^(# |mode |train)" "$logs/speed_$config.log" | sed 's/^/  /' | tee -a "$summary"
     done ;;
   profile)
-    stage_run profile 60 "$build/apps/benchmark" --config cifar10_cska_vit --device cuda \
-      --precision bf16 --batch 512 --warmup 5 --iters 10 --profile
-    [ $? = 125 ] && continue
-    head -45 "$logs/profile.log" | sed 's/^/  /' >>"$summary" ;;
+    for item in cifar10_cska_vit:512 imagenet_caformer_s18:128; do
+      config=${item%%:*} batch=${item#*:}
+      stage_run "profile_$config" 60 "$build/apps/benchmark" --config "$config" --device cuda \
+        --precision bf16 --batch "$batch" --warmup 5 --iters 10 --profile
+      [ $? = 125 ] && continue
+      head -45 "$logs/profile_$config.log" | sed 's/^/  /' >>"$summary"
+    done ;;
   dp)
     stage_run dp 200 env OUT="$logs/dp" scripts/gpu_dp_check.sh "$build" "${DP_STEPS:-100}"
     [ $? = 125 ] && continue
