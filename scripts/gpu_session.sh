@@ -112,7 +112,9 @@ use_prebuilt() {
   local missing
   missing=$(ldd "$build"/tests/ska_tests "$build"/apps/* | grep "not found" | sort -u)
   if [ -n "$missing" ]; then say "programs: prebuilt ones lack libraries: $missing"; return 1; fi
-  "$build/tests/ska_tests" --help >/dev/null 2>&1 \
+  # LD_BIND_NOW: every symbol resolved at start, so that an older cuDNN or NCCL there that lacks
+  # a function we call fails here rather than in the middle of a test.
+  LD_BIND_NOW=1 "$build/tests/ska_tests" --help >/dev/null 2>&1 \
     || { say "programs: the prebuilt ska_tests does not start"; return 1; }
   say "programs: prebuilt from $(head -1 "$build/COMMIT")"
 }
