@@ -10,6 +10,9 @@ if [ -d .deps/root/usr ]; then
   export CPATH=$D/include:${CPATH:-}
 fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
+# cuBLAS and the CUDA runtime for programs built elsewhere (scripts/gpu_prebuild.sh), which carry
+# no path to them.
+[ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 
 # A wheel's package directory: nvidia.cudnn and nvidia.nccl are namespace packages (no __file__).
 ska_wheel_dir() { python3 -c "import $1; print(list($1.__path__)[0])" 2>/dev/null || true; }

@@ -10,7 +10,8 @@
 # Environment: BUILD_DIR (default build-gpu), MODE (train|infer, default train), DEVICE (default
 # cuda; cpu runs f32, for trying the script without a GPU), COMPILE
 # (auto|off, default auto: the torch.compile column costs about a minute per model), TWIN
-# (on|off, default on; off: only our step and its variants, no PyTorch), ITERS (default 20). Logs and JSON lines go to $OUT (or BUILD_DIR/logs).
+# (on|off, default on; off: only our step and its variants, no PyTorch), ITERS (default 20).
+# Logs and JSON lines go to $OUT (or BUILD_DIR/logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
