@@ -1,5 +1,5 @@
-// Fuzz target: an image file (JPEG, PNG, any format OpenCV reads) through decode_image_rgb, the
-// image-folder datasets' decode path.
+// Fuzz target: an image file through decode_image_rgb, the image-folder datasets' decode path:
+// JPEG (libjpeg) and PNG (libpng) always, BMP, PNM, TIFF and WebP with OpenCV.
 #include "data/datasets/image_folder.h"
 #include "fuzz_util.h"
 

@@ -9,7 +9,8 @@ packages=(
   libopenblas-dev                           # CPU GEMM
   nlohmann-json3-dev                        # safetensors headers
   libyaml-cpp-dev                           # YAML configs
-  libopencv-dev                             # image decoding (inference, data)
+  libjpeg-dev libpng-dev                    # JPEG and PNG decoding (ImageNet folders, inference)
+  libopencv-dev                             # BMP, PNM, TIFF, WebP decoding
   zlib1g-dev                                # gzip/zlib in the dataset readers
   libcli11-dev                              # command-line parsing (apps)
   dataset-fashion-mnist                     # quick start and the end-to-end training test

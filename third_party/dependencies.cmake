@@ -43,10 +43,17 @@ ska_require(nlohmann_json_FOUND "nlohmann-json 3" "nlohmann-json3-dev")
 find_package(yaml-cpp QUIET)
 ska_require(yaml-cpp_FOUND "yaml-cpp" "libyaml-cpp-dev")
 
-# Image decoding and resizing for `inference` and the data pipeline (src/data; private to ska).
-# SKA_OPENCV=OFF builds without it (a GPU machine with no package registry, say): image files
-# (ImageNet folders, `inference --image`) then fail with a message; binary datasets still work.
-option(SKA_OPENCV "Decode and resize image files with OpenCV" ON)
+# JPEG and PNG decoding (src/data/datasets/image_decode.cpp; private to ska): libjpeg (Debian's
+# libjpeg-turbo) and libpng, through CMake's own find modules.
+find_package(JPEG QUIET)
+ska_require(JPEG_FOUND "libjpeg" "libjpeg-dev")
+find_package(PNG QUIET)
+ska_require(PNG_FOUND "libpng" "libpng-dev")
+
+# The other image formats (BMP, PNM, TIFF, WebP) for the data pipeline and `inference` (private to
+# ska). SKA_OPENCV=OFF builds without it (a GPU machine with no package registry, say): files in
+# those formats then fail with a message; JPEG, PNG and the binary datasets still work.
+option(SKA_OPENCV "Decode BMP, PNM, TIFF and WebP files with OpenCV" ON)
 if(SKA_OPENCV)
   find_package(OpenCV QUIET COMPONENTS core imgproc imgcodecs)
   ska_require(OpenCV_FOUND "OpenCV (core, imgproc, imgcodecs)" "libopencv-dev")

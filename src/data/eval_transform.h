@@ -33,13 +33,14 @@ EvalTransform read_eval_transform(const ConfigNode& data, int64_t image_size, in
 // The side the shorter image side is resized to: floor(image_size / crop_pct), as timm.
 int64_t eval_resize_size(const EvalTransform& t);
 
-// Decodes an image file (any format OpenCV reads: PNG, JPEG, BMP, PPM/PGM, ...) and returns the
-// preprocessed [channels, image_size, image_size] float32 tensor. IOError naming the file when it
-// cannot be read or decoded.
+// Decodes an image file (JPEG, PNG; with OpenCV also BMP, PNM, TIFF, WebP: decode_image_rgb) and
+// returns the preprocessed [channels, image_size, image_size] float32 tensor, equal to timm's eval
+// transform on the Pillow image. IOError naming the file when it cannot be read or decoded.
 Tensor load_eval_image(const std::string& path, const EvalTransform& t);
 
 // The same preprocessing for pixels already in memory: `pixels` is [height, width, channels]
-// uint8 (RGB order, or grey when channels == 1), row-major.
+// uint8 (RGB order, or grey when channels == 1), row-major. Resizing and cropping are Pillow's
+// (antialiased bilinear or bicubic; crop offsets rounded half to even, as torchvision's).
 Tensor preprocess_pixels(const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
                          const EvalTransform& t);
 

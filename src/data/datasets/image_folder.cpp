@@ -1,5 +1,6 @@
 // The folder datasets (see image_folder.h): directory scans with std::filesystem, class lists
-// compared between splits, and OpenCV decoding to RGB on access.
+// compared between splits, and decoding to RGB on access (JPEG and PNG by libjpeg and libpng,
+// other formats by OpenCV).
 #include "data/datasets/image_folder.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "core/error.h"
 #include "data/datasets/file_bytes.h"
+#include "data/datasets/image_decode.h"
 
 namespace ska::data {
 namespace fs = std::filesystem;
@@ -203,28 +205,38 @@ ImageFolderDataset read_imagenet(const std::string& root, Split split) {
 
 Tensor decode_image_rgb(const std::string& path, const std::string& what) {
   const std::string where = what.empty() ? "" : " (" + what + ")";
-#ifndef SKA_WITH_OPENCV
-  SKA_FAIL(IOError, "cannot decode the image '", path, "'", where,
-           ": this build has no image decoding; reconfigure with -DSKA_OPENCV=ON (Debian/Ubuntu: ",
-           "apt-get install libopencv-dev)");
-#else
   const std::vector<uint8_t> bytes = read_file_bytes(path, "image");
-  SKA_CHECK(bytes.empty() || is_accepted_image_format(bytes), IOError, "image '", path, "'", where,
+  SKA_CHECK(!bytes.empty(), IOError, "cannot decode the image '", path, "'", where,
+            ": the file is empty");
+  SKA_CHECK(is_accepted_image_format(bytes), IOError, "image '", path, "'", where,
             ": not a JPEG, PNG, BMP, PNM, TIFF or WebP file (by its first bytes)");
   const ImageSize size = header_size(bytes);  // sides checked first: their product cannot overflow
   SKA_CHECK(size.width <= kMaxImagePixels && size.height <= kMaxImagePixels &&
                 size.width * size.height <= kMaxImagePixels,
             IOError, "image '", path, "'", where, ": its header announces ", size.width, "x",
             size.height, " pixels; expected at most ", kMaxImagePixels, " pixels");
+  if (starts_as_jpeg(bytes.data(), bytes.size())) {
+    return decode_jpeg_rgb(bytes.data(), bytes.size(), "image '" + path + "'" + where,
+                           kMaxImagePixels);
+  }
+  if (starts_as_png(bytes.data(), bytes.size())) {
+    return decode_png_rgb(bytes.data(), bytes.size(), "image '" + path + "'" + where,
+                          kMaxImagePixels);
+  }
+#ifndef SKA_WITH_OPENCV
+  SKA_FAIL(IOError, "cannot decode the image '", path, "'", where,
+           ": this build decodes JPEG and PNG files only; reconfigure with -DSKA_OPENCV=ON for ",
+           "BMP, PNM, TIFF and WebP (Debian/Ubuntu: apt-get install libopencv-dev)");
+#else
   cv::Mat bgr;
   try {
-    if (!bytes.empty()) bgr = cv::imdecode(bytes, cv::IMREAD_COLOR);  // asserts on no bytes
+    bgr = cv::imdecode(bytes, cv::IMREAD_COLOR);
   } catch (const cv::Exception& e) {
     SKA_FAIL(IOError, "cannot decode the image '", path, "'", where, ": ", e.what());
   }
   SKA_CHECK(!bgr.empty() && bgr.depth() == CV_8U && bgr.total() <= uint64_t{kMaxImagePixels},
             IOError, "cannot decode the image '", path, "'", where,
-            "; expected an 8-bit image file OpenCV reads (JPEG, PNG, ...) of at most ",
+            "; expected an 8-bit image file OpenCV reads (BMP, PNM, TIFF, WebP) of at most ",
             kMaxImagePixels, " pixels");
   Tensor out = Tensor::empty({bgr.rows, bgr.cols, 3}, DType::kU8);
   cv::Mat rgb(bgr.rows, bgr.cols, CV_8UC3, out.data<uint8_t>());  // converts into `out`

@@ -1,0 +1,246 @@
+// JPEG and PNG decoding (see image_decode.h). Both libraries report errors by calling a handler
+// that must not return; ours longjmp back to the function that called setjmp. Each setjmp sits in
+// a small function whose frame holds nothing with a destructor (only the libraries' C frames lie
+// between it and the handler), and the C++ objects (the output tensor, row buffers) live in the
+// caller, which turns a failure into an IOError after the library state is released.
+#include "data/datasets/image_decode.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+// jpeglib.h needs size_t and FILE declared first.
+#include <jerror.h>  // the message codes (JWRN_JPEG_EOF)
+#include <jpeglib.h>
+#include <png.h>
+
+#include "core/error.h"
+
+namespace ska::data {
+namespace {
+
+// --- JPEG ---
+
+// A progressive file may hold any number of scans, each a pass over the whole image; past this
+// many it is a decoding-time bomb, not a photograph (libjpeg-turbo's TurboJPEG API stops at 500).
+constexpr int kMaxJpegScans = 500;
+
+struct JpegError {
+  jpeg_error_mgr mgr;  // first: libjpeg hands us &mgr as cinfo->err
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX + 64];
+};
+
+struct JpegState {
+  jpeg_decompress_struct cinfo;
+  JpegError error;
+  jpeg_progress_mgr progress;
+  bool created = false;
+  ~JpegState() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+};
+
+[[noreturn]] void jpeg_fail(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<JpegError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+// Warnings (level -1) other than a premature end are counted and ignored, as Pillow does; trace
+// messages (level >= 0) are dropped.
+void jpeg_warn(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    auto* e = reinterpret_cast<JpegError*>(cinfo->err);
+    std::snprintf(e->message, sizeof(e->message), "truncated: the data ends before the image does");
+    std::longjmp(e->jump, 1);
+  }
+  ++cinfo->err->num_warnings;
+}
+
+void jpeg_count_scans(j_common_ptr common) {
+  auto* cinfo = reinterpret_cast<j_decompress_ptr>(common);
+  if (cinfo->is_decompressor && cinfo->progressive_mode &&
+      cinfo->input_scan_number > kMaxJpegScans) {
+    auto* e = reinterpret_cast<JpegError*>(cinfo->err);
+    std::snprintf(e->message, sizeof(e->message), "more than %d progressive scans", kMaxJpegScans);
+    std::longjmp(e->jump, 1);
+  }
+}
+
+// Reads the header and chooses the output colour space. False with the message set on failure.
+bool jpeg_open(JpegState& s, const uint8_t* data, size_t size) {
+  s.cinfo.err = jpeg_std_error(&s.error.mgr);
+  s.error.mgr.error_exit = jpeg_fail;
+  s.error.mgr.emit_message = jpeg_warn;
+  if (setjmp(s.error.jump)) return false;
+  jpeg_create_decompress(&s.cinfo);
+  s.created = true;
+  s.progress.progress_monitor = jpeg_count_scans;
+  s.cinfo.progress = &s.progress;
+  jpeg_mem_src(&s.cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&s.cinfo, TRUE);
+  switch (s.cinfo.jpeg_color_space) {
+    case JCS_GRAYSCALE:
+      s.cinfo.out_color_space = JCS_GRAYSCALE;
+      break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+      s.cinfo.out_color_space = JCS_CMYK;
+      break;
+    default:
+      s.cinfo.out_color_space = JCS_RGB;
+      break;
+  }
+  return true;
+}
+
+bool jpeg_start(JpegState& s) {
+  if (setjmp(s.error.jump)) return false;
+  jpeg_start_decompress(&s.cinfo);
+  return true;
+}
+
+// Pillow's CMYK -> RGB for one pixel, given its CMYK values as Pillow holds them.
+inline uint8_t cmyk_channel(int value, int inverse_black) {
+  const int product = value * inverse_black + 128;  // Pillow's MULDIV255
+  return static_cast<uint8_t>(inverse_black - (((product >> 8) + product) >> 8));
+}
+
+// Reads every row into `image` (H x W x 3), through `row` (W x components) when the output is not
+// RGB. False with the message set on failure.
+bool jpeg_read_rows(JpegState& s, uint8_t* image, uint8_t* row) {
+  if (setjmp(s.error.jump)) return false;
+  const JDIMENSION width = s.cinfo.output_width;
+  const bool adobe = s.cinfo.saw_Adobe_marker;
+  while (s.cinfo.output_scanline < s.cinfo.output_height) {
+    uint8_t* out = image + size_t{s.cinfo.output_scanline} * width * 3;
+    JSAMPROW target = s.cinfo.out_color_space == JCS_RGB ? out : row;
+    jpeg_read_scanlines(&s.cinfo, &target, 1);
+    if (s.cinfo.out_color_space == JCS_GRAYSCALE) {
+      for (JDIMENSION x = 0; x < width; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = row[x];
+    } else if (s.cinfo.out_color_space == JCS_CMYK) {
+      // Adobe files (Photoshop, Pillow) store inverted CMYK; Pillow reads them as "CMYK;I".
+      for (JDIMENSION x = 0; x < width; ++x) {
+        const uint8_t* p = row + 4 * x;
+        const int k = adobe ? 255 - p[3] : p[3];
+        for (int c = 0; c < 3; ++c)
+          out[3 * x + c] = cmyk_channel(adobe ? 255 - p[c] : p[c], 255 - k);
+      }
+    }
+  }
+  jpeg_finish_decompress(&s.cinfo);
+  return true;
+}
+
+// --- PNG ---
+
+struct PngState {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  const uint8_t* data = nullptr;
+  size_t size = 0, offset = 0;
+  char message[256] = {};
+  ~PngState() {
+    if (png != nullptr) png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, nullptr);
+  }
+};
+
+[[noreturn]] void png_fail(png_structp png, png_const_charp message) {
+  auto* s = static_cast<PngState*>(png_get_error_ptr(png));
+  std::snprintf(s->message, sizeof(s->message), "%s", message);
+  std::longjmp(png_jmpbuf(png), 1);
+}
+
+void png_warn(png_structp, png_const_charp) {}  // as Pillow: warnings do not fail a file
+
+void png_read_bytes(png_structp png, png_bytep out, png_size_t length) {
+  auto* s = static_cast<PngState*>(png_get_io_ptr(png));
+  if (length > s->size - s->offset)
+    png_error(png, "truncated: the data ends before the image does");
+  std::memcpy(out, s->data + s->offset, length);
+  s->offset += length;
+}
+
+// Reads the header and sets the transformations to 8-bit RGB.
+bool png_open(PngState& s) {
+  s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &s, png_fail, png_warn);
+  if (s.png == nullptr) {
+    std::snprintf(s.message, sizeof(s.message), "libpng could not start");
+    return false;
+  }
+  if (setjmp(png_jmpbuf(s.png))) return false;
+  s.info = png_create_info_struct(s.png);
+  if (s.info == nullptr) png_error(s.png, "libpng could not start");
+  png_set_read_fn(s.png, &s, png_read_bytes);
+  png_read_info(s.png, s.info);
+  const int colour = png_get_color_type(s.png, s.info);
+  const int depth = png_get_bit_depth(s.png, s.info);
+  if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(s.png);
+  if ((colour & PNG_COLOR_MASK_COLOR) == 0 && depth < 8) png_set_expand_gray_1_2_4_to_8(s.png);
+  if (depth == 16) png_set_strip_16(s.png);
+  png_set_strip_alpha(s.png);
+  if ((colour & PNG_COLOR_MASK_COLOR) == 0) png_set_gray_to_rgb(s.png);
+  png_set_interlace_handling(s.png);
+  png_read_update_info(s.png, s.info);
+  return true;
+}
+
+bool png_read_rows(PngState& s, png_bytepp rows) {
+  if (setjmp(png_jmpbuf(s.png))) return false;
+  png_read_image(s.png, rows);
+  return true;
+}
+
+}  // namespace
+
+bool starts_as_jpeg(const uint8_t* data, size_t size) {
+  return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+bool starts_as_png(const uint8_t* data, size_t size) {
+  return size >= 8 && std::memcmp(data, "\x89PNG\r\n\x1a\n", 8) == 0;
+}
+
+Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& where,
+                       int64_t max_pixels) {
+  auto state = std::make_unique<JpegState>();
+  JpegState& s = *state;
+  SKA_CHECK(jpeg_open(s, data, size), IOError, where,
+            ": cannot decode the JPEG: ", s.error.message);
+  const int64_t height = s.cinfo.image_height, width = s.cinfo.image_width;
+  SKA_CHECK(height * width <= max_pixels, IOError, where, ": the JPEG is ", width, "x", height,
+            " pixels; expected at most ", max_pixels, " pixels");
+  SKA_CHECK(jpeg_start(s), IOError, where, ": cannot decode the JPEG: ", s.error.message);
+  SKA_CHECK(s.cinfo.output_height == height && s.cinfo.output_width == width, IOError, where,
+            ": libjpeg decodes the ", width, "x", height, " JPEG at another size");
+  Tensor image = Tensor::empty({height, width, 3}, DType::kU8);
+  std::vector<uint8_t> row(static_cast<size_t>(width) * 4);
+  SKA_CHECK(jpeg_read_rows(s, image.data<uint8_t>(), row.data()), IOError, where,
+            ": cannot decode the JPEG: ", s.error.message);
+  return image;
+}
+
+Tensor decode_png_rgb(const uint8_t* data, size_t size, const std::string& where,
+                      int64_t max_pixels) {
+  PngState s;
+  s.data = data;
+  s.size = size;
+  SKA_CHECK(png_open(s), IOError, where, ": cannot decode the PNG: ", s.message);
+  const int64_t height = png_get_image_height(s.png, s.info);
+  const int64_t width = png_get_image_width(s.png, s.info);
+  SKA_CHECK(height * width <= max_pixels, IOError, where, ": the PNG is ", width, "x", height,
+            " pixels; expected at most ", max_pixels, " pixels");
+  SKA_CHECK(png_get_rowbytes(s.png, s.info) == static_cast<size_t>(width) * 3, IOError, where,
+            ": cannot decode the PNG: its rows do not convert to 8-bit RGB");
+  Tensor image = Tensor::empty({height, width, 3}, DType::kU8);
+  std::vector<png_bytep> rows(static_cast<size_t>(height));
+  for (int64_t y = 0; y < height; ++y) rows[y] = image.data<uint8_t>() + y * width * 3;
+  SKA_CHECK(png_read_rows(s, rows.data()), IOError, where, ": cannot decode the PNG: ", s.message);
+  return image;
+}
+
+}  // namespace ska::data

@@ -1,0 +1,31 @@
+// JPEG (libjpeg) and PNG (libpng) decoding to 8-bit RGB: the formats image datasets come in,
+// decoded the way Pillow does, so that the pixels equal what torchvision's and timm's loaders see
+// (Image.open(f).convert("RGB")), and without OpenCV.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace ska::data {
+
+// A JPEG file as RGB uint8 [H, W, 3]: libjpeg's default accurate integer IDCT and smooth chroma
+// upsampling (what Pillow uses), greyscale replicated, CMYK/YCCK converted as Pillow converts
+// CMYK to RGB (Adobe files store inverted values). A file that ends before its image does is an
+// error ("truncated"); libjpeg's other warnings (extraneous bytes, say) are not, as in Pillow.
+// IOError "<where>: ..." with libjpeg's message, or when the image has more than `max_pixels`.
+Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& where,
+                       int64_t max_pixels);
+
+// A PNG file as RGB uint8 [H, W, 3]: palettes expanded, 16-bit samples to their high byte, grey
+// replicated and alpha (or a tRNS colour) dropped, as Pillow's convert("RGB") does; interlaced
+// files included. Truncated or corrupt files (a bad CRC in a critical chunk) are IOErrors.
+Tensor decode_png_rgb(const uint8_t* data, size_t size, const std::string& where,
+                      int64_t max_pixels);
+
+bool starts_as_jpeg(const uint8_t* data, size_t size);  // FF D8 FF
+bool starts_as_png(const uint8_t* data, size_t size);   // the 8-byte PNG signature
+
+}  // namespace ska::data

@@ -1,0 +1,181 @@
+// JPEG and PNG decoding against Pillow: files written by Pillow (scripts/make_image_fixtures.py)
+// must decode to the pixels Pillow's Image.open(f).convert("RGB") gives, bit for bit; truncated
+// and corrupt files are IOErrors naming the file.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/datasets/file_bytes.h"
+#include "data/datasets/image_decode.h"
+#include "data/datasets/image_folder.h"
+#include "support/test_util.h"
+
+using namespace ska;
+using namespace ska::data;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kImages = std::string(SKA_TEST_FIXTURES) + "/images/";
+constexpr int64_t kManyPixels = int64_t{1} << 26;
+
+struct Expected {
+  int64_t height = 0, width = 0;
+  std::vector<uint8_t> pixels;  // HWC RGB
+};
+
+std::map<std::string, Expected> load_expected() {
+  std::ifstream in(kImages + "expected.txt");
+  REQUIRE(in.good());
+  std::map<std::string, Expected> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    int64_t channels = 0;
+    Expected e;
+    fields >> name >> e.height >> e.width >> channels;
+    REQUIRE(channels == 3);
+    for (int v; fields >> v;) e.pixels.push_back(static_cast<uint8_t>(v));
+    REQUIRE(static_cast<int64_t>(e.pixels.size()) == e.height * e.width * 3);
+    out[name] = std::move(e);
+  }
+  return out;
+}
+
+std::vector<uint8_t> fixture_bytes(const std::string& name) {
+  return read_file_bytes(kImages + name, "test");
+}
+
+Tensor decode(const std::vector<uint8_t>& bytes, const std::string& where = "test image") {
+  return starts_as_png(bytes.data(), bytes.size())
+             ? decode_png_rgb(bytes.data(), bytes.size(), where, kManyPixels)
+             : decode_jpeg_rgb(bytes.data(), bytes.size(), where, kManyPixels);
+}
+
+// Requires `image` (uint8 HWC) to equal `e` exactly, naming the first differing pixel.
+void require_pixels(const Tensor& image, const Expected& e, const std::string& name) {
+  INFO(name);
+  REQUIRE(image.shape() == Shape{e.height, e.width, 3});
+  const uint8_t* got = image.data<uint8_t>();
+  int64_t differing = 0, first = -1;
+  for (size_t i = 0; i < e.pixels.size(); ++i) {
+    if (got[i] != e.pixels[i]) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++differing;
+    }
+  }
+  if (first >= 0) {
+    FAIL(differing << " values differ; the first at (" << first / 3 / e.width << ", "
+                   << first / 3 % e.width << ") channel " << first % 3 << ": " << int{got[first]}
+                   << ", Pillow " << int{e.pixels[first]});
+  }
+}
+
+std::string scratch_file(const std::string& name, const std::vector<uint8_t>& bytes) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ska_image_decode_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  test::remove_at_exit(dir);
+  const std::string path = dir + "/" + name;
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("JPEG and PNG files decode to Pillow's RGB pixels exactly", "[cpu][data][golden]") {
+  const std::map<std::string, Expected> expected = load_expected();
+  REQUIRE(expected.size() == 8);
+  for (const auto& [name, e] : expected) {
+    require_pixels(decode(fixture_bytes(name), name), e, name);
+    // And through the image-folder datasets' entry point, which reads the file.
+    require_pixels(decode_image_rgb(kImages + name, "fixture"), e, name);
+  }
+}
+
+TEST_CASE("JPEG: trailing bytes after the image are ignored, as Pillow ignores them",
+          "[cpu][data]") {
+  std::vector<uint8_t> bytes = fixture_bytes("rgb420.jpg");
+  const std::string junk = "trailing junk after EOI";
+  bytes.insert(bytes.end(), junk.begin(), junk.end());
+  require_pixels(decode(bytes), load_expected().at("rgb420.jpg"), "rgb420.jpg + junk");
+}
+
+TEST_CASE("JPEG and PNG: truncated and corrupt files are IOErrors naming the file",
+          "[cpu][data][hardening]") {
+  for (const std::string name :
+       {"rgb420.jpg", "rgb444_progressive.jpg", "cmyk.jpg", "rgba.png", "palette.png"}) {
+    INFO(name);
+    const std::vector<uint8_t> whole = fixture_bytes(name);
+    // Cut inside the compressed data (the headers of these small files end before 60%).
+    const std::vector<uint8_t> cut(whole.begin(), whole.begin() + whole.size() * 3 / 4);
+    const std::string path = scratch_file("cut_" + name, cut);
+    REQUIRE_THROWS_AS(decode_image_rgb(path, "sample 7"), IOError);
+    REQUIRE_THROWS_WITH(decode_image_rgb(path, "sample 7"),
+                        Contains("image '" + path + "' (sample 7)") && Contains("truncated"));
+  }
+  // A PNG whose image data was damaged (zlib fails before the chunk's CRC is read), and one whose
+  // header chunk no longer matches its CRC.
+  std::vector<uint8_t> png = fixture_bytes("rgba.png");
+  const std::string idat = "IDAT";
+  const auto at = std::search(png.begin(), png.end(), idat.begin(), idat.end());
+  REQUIRE(at != png.end());
+  at[6] ^= 0x5a;
+  REQUIRE_THROWS_WITH(decode(png, "damaged.png"), Contains("damaged.png: cannot decode the PNG: "));
+  png = fixture_bytes("rgba.png");
+  png[8 + 8 + 3] ^= 0x01;  // the signature, IHDR's length and type, then the width's low byte
+  REQUIRE_THROWS_WITH(decode(png, "crc.png"),
+                      Contains("crc.png: cannot decode the PNG: ") && Contains("CRC"));
+  // A JPEG whose frame header announces an impossible component count.
+  std::vector<uint8_t> jpeg = fixture_bytes("grey.jpg");
+  for (size_t i = 2; i + 9 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0) {
+      jpeg[i + 9] = 0;  // SOF0: length, precision, height, width, then the number of components
+      break;
+    }
+  }
+  REQUIRE_THROWS_WITH(decode(jpeg, "bad.jpg"), Contains("bad.jpg: cannot decode the JPEG: "));
+}
+
+TEST_CASE("JPEG and PNG: images above the pixel limit fail before their pixels are allocated",
+          "[cpu][data][hardening]") {
+  const std::vector<uint8_t> jpeg = fixture_bytes("rgb420.jpg");  // 13 x 9
+  REQUIRE_THROWS_WITH(decode_jpeg_rgb(jpeg.data(), jpeg.size(), "big.jpg", 116),
+                      Contains("big.jpg: the JPEG is 13x9 pixels; expected at most 116 pixels"));
+  CHECK(decode_jpeg_rgb(jpeg.data(), jpeg.size(), "big.jpg", 117).shape() == Shape{9, 13, 3});
+  const std::vector<uint8_t> png = fixture_bytes("rgba.png");  // 7 x 6
+  REQUIRE_THROWS_WITH(decode_png_rgb(png.data(), png.size(), "big.png", 41),
+                      Contains("big.png: the PNG is 7x6 pixels; expected at most 41 pixels"));
+}
+
+TEST_CASE("JPEG: a progressive file with hundreds of scans is refused", "[cpu][data][hardening]") {
+  // The progressive fixture with its last scan repeated 600 times: each repeat is another pass
+  // over the whole image (libjpeg only warns about the bogus progression).
+  const std::vector<uint8_t> whole = fixture_bytes("rgb444_progressive.jpg");
+  size_t last_sos = 0;
+  for (size_t i = 2; i + 1 < whole.size(); ++i) {
+    if (whole[i] == 0xFF && whole[i + 1] == 0xDA) last_sos = i;
+  }
+  REQUIRE(last_sos > 0);
+  REQUIRE(whole[whole.size() - 2] == 0xFF);
+  REQUIRE(whole[whole.size() - 1] == 0xD9);
+  const std::vector<uint8_t> scan(whole.begin() + last_sos, whole.end() - 2);
+  std::vector<uint8_t> bomb(whole.begin(), whole.end() - 2);
+  for (int i = 0; i < 600; ++i) bomb.insert(bomb.end(), scan.begin(), scan.end());
+  bomb.push_back(0xFF);
+  bomb.push_back(0xD9);
+  REQUIRE_THROWS_WITH(decode(bomb, "scans.jpg"), Contains("more than 500 progressive scans"));
+}
