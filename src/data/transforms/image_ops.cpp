@@ -94,22 +94,29 @@ bool sample(const Image& in, double xin, double yin, Resample resample, uint8_t*
   const double dx = xin - x0, dy = yin - y0;
   auto xc = [w](int x) { return std::clamp(x, 0, w - 1); };
   auto yc = [h](int y) { return std::clamp(y, 0, h - 1); };
+  // The taps' rows and columns (clamped at the border) and weights, once per output pixel; the
+  // sums below keep the order (and so the rounding) of a per-channel double loop.
+  const int taps = resample == Resample::kBilinear ? 2 : 4,
+            first = resample == Resample::kBilinear ? 0 : -1;
+  int cols[4], rows[4];
+  double wx[4], wy[4];
+  for (int i = 0; i < taps; ++i) {
+    cols[i] = xc(x0 + first + i);
+    rows[i] = yc(y0 + first + i);
+    if (resample == Resample::kBilinear) {
+      wx[i] = i == 0 ? 1.0 - dx : dx;
+      wy[i] = i == 0 ? 1.0 - dy : dy;
+    } else {
+      wx[i] = cubic_weight(first + i - dx);
+      wy[i] = cubic_weight(first + i - dy);
+    }
+  }
+  const uint8_t* base = in.pixels.data();
   for (int c = 0; c < ch; ++c) {
     double v = 0.0;
-    if (resample == Resample::kBilinear) {
-      for (int j = 0; j < 2; ++j) {
-        const double wy = j == 0 ? 1.0 - dy : dy;
-        for (int i = 0; i < 2; ++i) {
-          const double wx = i == 0 ? 1.0 - dx : dx;
-          v += wx * wy * in.at(yc(y0 + j), xc(x0 + i), c);
-        }
-      }
-    } else {
-      for (int j = -1; j <= 2; ++j) {
-        const double wy = cubic_weight(j - dy);
-        for (int i = -1; i <= 2; ++i)
-          v += cubic_weight(i - dx) * wy * in.at(yc(y0 + j), xc(x0 + i), c);
-      }
+    for (int j = 0; j < taps; ++j) {
+      const uint8_t* r = base + static_cast<size_t>(rows[j]) * w * ch + c;
+      for (int i = 0; i < taps; ++i) v += wx[i] * wy[j] * r[static_cast<size_t>(cols[i]) * ch];
     }
     out[c] = clip8(v);  // PIL truncates
   }
@@ -362,8 +369,10 @@ AxisCoeffs resample_coeffs(int in_size, int out_size, Resample resample) {
   return c;
 }
 
-uint8_t fixed_to_u8(int64_t acc) {
-  return static_cast<uint8_t>(std::clamp<int64_t>(acc >> kPrecisionBits, 0, 255));
+constexpr int32_t kHalf = int32_t{1} << (kPrecisionBits - 1);  // rounds the fixed-point sum
+
+uint8_t fixed_to_u8(int32_t acc) {
+  return static_cast<uint8_t>(std::clamp<int32_t>(acc >> kPrecisionBits, 0, 255));
 }
 
 }  // namespace
@@ -375,7 +384,8 @@ void image_resize(Image& image, int height, int width, Resample resample) {
   if (resample == Resample::kNearest) {
     Image out = make_like(image, height, width);
     for (int y = 0; y < height; ++y) {
-      const int sy = std::min(image.height - 1, static_cast<int>((y + 0.5) * image.height / height));
+      const int sy =
+          std::min(image.height - 1, static_cast<int>((y + 0.5) * image.height / height));
       for (int x = 0; x < width; ++x) {
         const int sx = std::min(image.width - 1, static_cast<int>((x + 0.5) * image.width / width));
         std::copy_n(&image.at(sy, sx, 0), ch, &out.at(y, x, 0));
@@ -384,36 +394,56 @@ void image_resize(Image& image, int height, int width, Resample resample) {
     image = std::move(out);
     return;
   }
-  // PIL order: the horizontal pass (rounded to uint8), then the vertical one.
+  // PIL order: the horizontal pass (rounded to uint8), then the vertical one. Sums are int32 as
+  // in PIL: the weights of one output sum to 2^22, so 255 x their absolute sum stays below 2^31.
   if (width != image.width) {
     const AxisCoeffs cx = resample_coeffs(image.width, width, resample);
     Image out = make_like(image, image.height, width);
+    const size_t in_row = static_cast<size_t>(image.width) * ch,
+                 out_row = static_cast<size_t>(width) * ch;
     for (int y = 0; y < image.height; ++y) {
+      const uint8_t* src = &image.pixels[y * in_row];
+      uint8_t* dst = &out.pixels[y * out_row];
       for (int x = 0; x < width; ++x) {
-        for (int c = 0; c < ch; ++c) {
-          int64_t acc = int64_t{1} << (kPrecisionBits - 1);
-          for (int k = 0; k < cx.count[x]; ++k) {
-            acc += static_cast<int64_t>(image.at(y, cx.start[x] + k, c)) * cx.weights[x][k];
+        const int32_t* w = cx.weights[x].data();
+        const uint8_t* p = src + static_cast<size_t>(cx.start[x]) * ch;
+        const int n = cx.count[x];
+        if (ch == 3) {
+          int32_t a0 = kHalf, a1 = kHalf, a2 = kHalf;
+          for (int k = 0; k < n; ++k, p += 3) {
+            a0 += p[0] * w[k];
+            a1 += p[1] * w[k];
+            a2 += p[2] * w[k];
           }
-          out.at(y, x, c) = fixed_to_u8(acc);
+          dst[3 * x] = fixed_to_u8(a0);
+          dst[3 * x + 1] = fixed_to_u8(a1);
+          dst[3 * x + 2] = fixed_to_u8(a2);
+        } else {
+          for (int c = 0; c < ch; ++c) {
+            int32_t acc = kHalf;
+            for (int k = 0; k < n; ++k) acc += p[k * ch + c] * w[k];
+            dst[x * ch + c] = fixed_to_u8(acc);
+          }
         }
       }
     }
     image = std::move(out);
   }
   if (height != image.height) {
+    // Row by row: each output row is a weighted sum of whole input rows (contiguous, vectorised).
     const AxisCoeffs cy = resample_coeffs(image.height, height, resample);
     Image out = make_like(image, height, image.width);
+    const size_t row = static_cast<size_t>(image.width) * ch;
+    std::vector<int32_t> acc(row);
     for (int y = 0; y < height; ++y) {
-      for (int x = 0; x < image.width; ++x) {
-        for (int c = 0; c < ch; ++c) {
-          int64_t acc = int64_t{1} << (kPrecisionBits - 1);
-          for (int k = 0; k < cy.count[y]; ++k) {
-            acc += static_cast<int64_t>(image.at(cy.start[y] + k, x, c)) * cy.weights[y][k];
-          }
-          out.at(y, x, c) = fixed_to_u8(acc);
-        }
+      std::fill(acc.begin(), acc.end(), kHalf);
+      for (int k = 0; k < cy.count[y]; ++k) {
+        const uint8_t* src = &image.pixels[(cy.start[y] + k) * row];
+        const int32_t w = cy.weights[y][k];
+        for (size_t i = 0; i < row; ++i) acc[i] += src[i] * w;
       }
+      uint8_t* dst = &out.pixels[y * row];
+      for (size_t i = 0; i < row; ++i) dst[i] = fixed_to_u8(acc[i]);
     }
     image = std::move(out);
   }
