@@ -23,15 +23,6 @@ namespace {
 // The keys of `data:` that the evaluation transform reads (src/data/eval_transform.h).
 const std::vector<std::string> kEvalDataKeys = {"mean", "std", "crop_pct", "interpolation"};
 
-// Visits every key and element under `node`, so check_unused() counts them as read.
-void mark_read(const ConfigNode& node) {
-  if (node.is_map()) {
-    for (const std::string& key : node.keys()) mark_read(node[key]);
-  } else if (node.is_list()) {
-    for (size_t i = 0; i < node.size(); ++i) mark_read(node.at(i));
-  }
-}
-
 bool is_experiment(const ConfigNode& root) { return root.is_map() && root.has("model"); }
 
 // The repository's configs/ folder above the running executable (build-x/apps/summary -> repo).
@@ -173,6 +164,14 @@ std::string resolve_weights_file(const std::string& checkpoint, bool ema) {
   SKA_CHECK(fs::exists(weights), IOError, "checkpoint '", dir, "' has no ",
             weights.filename().string(), (ema ? " (trained without EMA)" : ""));
   return weights.string();
+}
+
+void mark_read(const ConfigNode& node) {
+  if (node.is_map()) {
+    for (const std::string& key : node.keys()) mark_read(node[key]);
+  } else if (node.is_list()) {
+    for (size_t i = 0; i < node.size(); ++i) mark_read(node.at(i));
+  }
 }
 
 ConfigNode model_section(const Config& config) {

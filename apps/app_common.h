@@ -52,6 +52,10 @@ void add_batch_option(CLI::App& app, int64_t& batch, const std::string& help);
 // Loads the config named by the options and applies the overrides in order.
 Config load_config(const ConfigOptions& options);
 
+// Visits every key and element under `node`, so check_unused() counts them as read (a section
+// this command does not use).
+void mark_read(const ConfigNode& node);
+
 // The model map of a config: its `model:` section for an experiment config, else the root (a
 // configs/models/*.yaml file). Sections other than model and data belong to other commands
 // (train, validate): they are marked read so check_unused() judges only what this command uses.

@@ -3,8 +3,10 @@
 # .gpu-build.tar.xz (git-ignored) for scripts/gpu_session.sh: a lease is short (minutes), and
 # compiling the kernels there would take a good part of it. The programs are built for one
 # architecture (CMAKE_CUDA_ARCHITECTURES, default 90: the H100 and H200), without OpenCV (the GPU
-# machine has none; binary datasets still load), and link the Debian libraries that
-# ../shared/tools/device-deps.sh packs and the CUDA 13 libraries that machine has.
+# machine has none; binary datasets, JPEG and PNG still load), and link the Debian libraries that
+# ../shared/tools/device-deps.sh packs (with libjpeg and libpng named too:
+#   ../shared/tools/device-deps.sh .deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
+# ) and the CUDA 13 libraries that machine has.
 # Test fixtures and configs are found through the source path compiled in (this checkout's);
 # gpu_session.sh makes that path lead to its own checkout.
 # The test program runs the other programs from the build folder compiled into it, so the build
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 build=build-gpu
 archive=.gpu-build.tar.xz
-programs=(tests/ska_tests apps/train apps/benchmark apps/benchmark_comm apps/benchmark_ops
+programs=(tests/ska_tests apps/train apps/benchmark apps/benchmark_comm apps/benchmark_ops apps/benchmark_loader
           apps/summary apps/inference apps/validate apps/attention_maps apps/export)
 
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH

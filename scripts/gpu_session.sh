@@ -14,6 +14,9 @@
 #             --nproc-per-node 2 (scripts/gpu_dp_check.sh, DP_STEPS steps, default 100)
 #   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512) and CAFormer-S18 (128): time by
 #             op family and kernel
+#   loader    benchmark_loader on that machine's cores: synthetic ImageNet-like JPEGs through the
+#             MetaFormer augmentation, images/s at 1, 2, 4, 8 and 16 workers: the CPU cores an
+#             ImageNet GPU needs
 #   zoo       the whole-zoo [cuda][slow] test: every model's logits and gradients against the CPU
 #   table8    scripts/reproduce.sh table8 --epochs T8_EPOCHS (default 1) when Fashion-MNIST's
 #             four .gz files are in data/fashion_mnist (carried); runs in runs/gpu_session, so a
@@ -22,7 +25,8 @@
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels
 #
-# Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh), .gpu-build.tar.xz
+# Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh .deps libjpeg62-turbo
+# libjpeg62-turbo-dev libpng16-16 libpng-dev), .gpu-build.tar.xz
 # (scripts/gpu_prebuild.sh: programs built here, so no minutes go to compiling; without it, or
 # when it does not match this checkout, the programs are built there) and data/fashion_mnist.
 # Output: $OUT/summary.txt (one line per stage, and the figures) and $OUT/logs.tar.gz (every
@@ -35,12 +39,12 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests speed dp profile zoo table8 variants memcheck)
+all=(tests speed dp profile loader zoo table8 variants memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -120,7 +124,7 @@ use_prebuilt() {
 if ! use_prebuilt; then
   [ -f "$build/CMakeCache.txt" ] || rm -rf "$build"
   stage_run build 360 env BUILD_DIR="$build" LOG_DIR="$logs" \
-    TARGETS="ska_tests benchmark_comm benchmark_ops" scripts/gpu_build.sh \
+    TARGETS="ska_tests benchmark_comm benchmark_ops benchmark_loader" scripts/gpu_build.sh \
     || { say "build failed: see logs.tar.gz build.log"; exit 1; }
 fi
 tests=$build/tests/ska_tests
@@ -159,6 +163,10 @@ for stage in "${stages[@]}"; do
     stage_run dp 200 env OUT="$logs/dp" scripts/gpu_dp_check.sh "$build" "${DP_STEPS:-100}"
     [ $? = 125 ] && continue
     grep -E "^ |^==" "$logs/dp.log" | tee -a "$summary" ;;
+  loader)
+    stage_run loader 90 "$build/apps/benchmark_loader" --synthetic 256 --seconds 5
+    [ $? = 125 ] && continue
+    sed 's/^/  /' "$logs/loader.log" | tee -a "$summary" ;;
   zoo) test_stage zoo 150 "[cuda][slow]" ;;
   variants)
     stage_run variants 200 env BUILD_DIR="$build" OUT="$logs/variants" TWIN=off ITERS=10 \

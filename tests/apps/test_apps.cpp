@@ -1,19 +1,19 @@
 // Tests of the commands: config lookup and sections (app_common), the summary report on a model
 // whose MACs are known by hand, and the built `summary` / `inference` executables end to end.
-#include <cstdint>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <regex>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "app_common.h"
+#include "app_test_util.h"
 #include "backend/profiler.h"
 #include "data/eval_transform.h"
 #include "io/npy.h"
@@ -21,7 +21,6 @@
 #include "io/weight_map.h"
 #include "model_summary.h"
 #include "nn/layers.h"
-#include "app_test_util.h"
 #include "support/test_util.h"
 
 namespace {
@@ -42,8 +41,8 @@ const std::string kTinyVit = std::string(SKA_TEST_FIXTURES) + "/models/tiny_vit.
 class HandCountedNet : public nn::Module {
  public:
   HandCountedNet(int64_t channels, int64_t classes) {
-    conv = register_module("conv", std::make_shared<nn::Conv2d>(channels, 4, 2,
-                                                                nn::Conv2dOptions{2, 0, 1, 1}));
+    conv = register_module(
+        "conv", std::make_shared<nn::Conv2d>(channels, 4, 2, nn::Conv2dOptions{2, 0, 1, 1}));
     head = register_module("head", std::make_shared<nn::Linear>(4, classes));
   }
   Tensor forward(const Tensor& x) override { return (*head)(mean((*conv)(x), {2, 3})); }
@@ -125,7 +124,8 @@ TEST_CASE("summary report: parameters and MACs of a hand-counted model", "[cpu][
   REQUIRE_FALSE(net.is_training());
 
   const std::string table = apps::format_summary_table(s);
-  REQUIRE_THAT(table, Contains("  conv   Conv2d          [2, 4, 4, 4]") && Contains("Trainable params:   102"));
+  REQUIRE_THAT(table, Contains("  conv   Conv2d          [2, 4, 4, 4]") &&
+                          Contains("Trainable params:   102"));
   REQUIRE_THAT(table, Contains("MACs per image:     0.0000 G (808;"));
   REQUIRE_THAT(apps::format_summary_table(s, 0), !Contains("conv"));
   const std::string json = apps::format_summary_json(s, -1, {{"config", "x.yaml"}});
@@ -139,8 +139,8 @@ TEST_CASE("summary command: table, JSON, overrides and errors", "[cpu][apps]") {
   RunResult r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --depth 1");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  REQUIRE_THAT(r.out, Contains("(model)") && Contains("Trainable params:") &&
-                          Contains("FLOPs per image:"));
+  REQUIRE_THAT(
+      r.out, Contains("(model)") && Contains("Trainable params:") && Contains("FLOPs per image:"));
   const int64_t params = build_from_file(kTinyVit)->num_parameters(true);
   REQUIRE_THAT(r.out, Contains("Trainable params:   " + apps::with_thousands(params)));
 
@@ -154,8 +154,8 @@ TEST_CASE("summary command: table, JSON, overrides and errors", "[cpu][apps]") {
 
   r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --set depht=2");
   REQUIRE(r.exit_code == 2);
-  REQUIRE_THAT(r.err, Contains("summary: error:") && Contains("depht") &&
-                          Contains("did you mean 'depth'"));
+  REQUIRE_THAT(
+      r.err, Contains("summary: error:") && Contains("depht") && Contains("did you mean 'depth'"));
   r = run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --print-config --depth 0");
   REQUIRE(r.exit_code == 0);
   REQUIRE_THAT(r.out, Contains("family: vit"));
@@ -168,9 +168,11 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
   manual_seed(3);
   nn::ModulePtr model = build_from_file(kTinyVit);
   // Non-trivial weights, saved as our checkpoint and under "model." names for the weight map.
-  for (auto& [name, p] : model->named_parameters()) p.copy_(test::uniform(p.shape(), 11, -0.5, 0.5));
+  for (auto& [name, p] : model->named_parameters())
+    p.copy_(test::uniform(p.shape(), 11, -0.5, 0.5));
   save_safetensors(dir + "/ours.safetensors", model->state_dict());
-  const WeightMap map = load_weight_map(std::string(SKA_TEST_FIXTURES) + "/models/tiny_prefix_map.yaml");
+  const WeightMap map =
+      load_weight_map(std::string(SKA_TEST_FIXTURES) + "/models/tiny_prefix_map.yaml");
   save_safetensors(dir + "/theirs.safetensors", export_weights(map, model->state_dict()));
 
   const Tensor x = test::uniform({3, 3, 8, 8}, 5, -1, 1, DType::kF32);
@@ -183,9 +185,9 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
   }
   const std::string common = "--config " + kTinyVit + " --output " + dir + "/logits.npy ";
 
-  RunResult r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir +
-                                                   "/ours.safetensors --input " + dir +
-                                                   "/x.npy --batch 2");
+  RunResult r =
+      run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --input " +
+                                         dir + "/x.npy --batch 2");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   REQUIRE_THAT(r.out, Contains("x.npy[2]: class") && Contains("wrote logits [3, 5]"));
@@ -208,8 +210,8 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
     REQUIRE(r.exit_code == 0);
     Config config = Config::load(kTinyVit);
     const auto t = data::read_eval_transform(config.root()["data"], 8, 3);
-    const Tensor image = data::preprocess_pixels(reinterpret_cast<const uint8_t*>(pixels.data()),
-                                                 12, 8, 3, t);
+    const Tensor image =
+        data::preprocess_pixels(reinterpret_cast<const uint8_t*>(pixels.data()), 12, 8, 3, t);
     NoGradGuard no_grad;
     const Tensor one = (*model)(image.unsqueeze(0));
     const Tensor logits = read_npy(dir + "/logits.npy");
@@ -219,13 +221,13 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
 #endif
   SECTION("errors name the file and what was expected") {
     write_npy(dir + "/bad.npy", Tensor::zeros({2, 3, 9, 8}));
-    r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --input " +
-                                           dir + "/bad.npy");
+    r = run_command(SKA_INFERENCE_EXE,
+                    common + "--weights " + dir + "/ours.safetensors --input " + dir + "/bad.npy");
     REQUIRE(r.exit_code == 2);
     REQUIRE_THAT(r.err, Contains("bad.npy: input of shape [2, 3, 9, 8]") &&
                             Contains("expected [N, 3, 8, 8]"));
-    r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/theirs.safetensors --input " +
-                                           dir + "/x.npy");
+    r = run_command(SKA_INFERENCE_EXE,
+                    common + "--weights " + dir + "/theirs.safetensors --input " + dir + "/x.npy");
     REQUIRE(r.exit_code == 2);
     REQUIRE_THAT(r.err, Contains("theirs.safetensors: the weights do not fit the model"));
     r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors");
@@ -238,9 +240,9 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
 TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[cpu][apps]") {
   for (const char* mode : {"train", "infer"}) {
     INFO(mode);
-    const RunResult r = run_command(
-        SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --mode " + mode +
-                               " --batch 4 --warmup 1 --iters 2 --json");
+    const RunResult r =
+        run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --mode " + mode +
+                                           " --batch 4 --warmup 1 --iters 2 --json");
     REQUIRE(r.exit_code == 0);
     const std::smatch m = [&] {
       std::smatch match;
@@ -261,9 +263,10 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
 }
 
 TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps]") {
-  const RunResult r = run_command(
-      SKA_BENCHMARK_EXE, "--config " + std::string(SKA_SOURCE_DIR) +
-                             "/configs/quickstart.yaml --batch 8 --warmup 1 --iters 2 --profile --json");
+  const RunResult r =
+      run_command(SKA_BENCHMARK_EXE,
+                  "--config " + std::string(SKA_SOURCE_DIR) +
+                      "/configs/quickstart.yaml --batch 8 --warmup 1 --iters 2 --profile --json");
   REQUIRE(r.exit_code == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j.at("step") == "adamw, clip 1");
@@ -288,9 +291,10 @@ TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps
   CHECK(calls.at("multi_adam_step") == 2);
   CHECK(calls.at("gemm") > 10);
   // The table is printed without --json.
-  const RunResult text = run_command(
-      SKA_BENCHMARK_EXE, "--config " + std::string(SKA_SOURCE_DIR) +
-                             "/configs/quickstart.yaml --batch 8 --warmup 1 --iters 1 --profile --top 3");
+  const RunResult text =
+      run_command(SKA_BENCHMARK_EXE,
+                  "--config " + std::string(SKA_SOURCE_DIR) +
+                      "/configs/quickstart.yaml --batch 8 --warmup 1 --iters 1 --profile --top 3");
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("profile: 1 steps") && Catch::Contains("family") &&
                            Catch::Contains("matmul") && Catch::Contains("kernel"));
@@ -347,7 +351,8 @@ TEST_CASE("apps: a missing config lists each searched place once", "[cpu][apps][
       const size_t start = message.find("(tried: ") + 8;
       std::vector<std::string> tried;
       std::string rest = message.substr(start, message.find(';', start) - start);
-      for (size_t comma; (comma = rest.find(", ")) != std::string::npos; rest = rest.substr(comma + 2)) {
+      for (size_t comma; (comma = rest.find(", ")) != std::string::npos;
+           rest = rest.substr(comma + 2)) {
         tried.push_back(rest.substr(0, comma));
       }
       tried.push_back(rest);
@@ -376,9 +381,8 @@ TEST_CASE("apps: --batch out of range names the option and the range", "[cpu][ap
     CHECK_THAT(r.err, Contains("--batch: value " + value +
                                " is out of range; expected an integer in [1, 65536]"));
   }
-  const RunResult r = run_command(SKA_INFERENCE_EXE, "--config " + kTinyVit +
-                                                         " --weights " + kTinyVit +
-                                                         " --output x.npy --batch abc");
+  const RunResult r = run_command(SKA_INFERENCE_EXE, "--config " + kTinyVit + " --weights " +
+                                                         kTinyVit + " --output x.npy --batch abc");
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("--batch: 'abc' is not an integer in [1, 65536]"));
 }
@@ -399,8 +403,39 @@ TEST_CASE("apps: integer weights for float parameters are a dtype error naming t
   const std::string map = std::string(SKA_TEST_FIXTURES) + "/models/tiny_prefix_map.yaml";
   save_safetensors(path, export_weights(load_weight_map(map), tensors));
   REQUIRE_THROWS_AS(apps::load_weights(*model, path, map), DTypeError);
-  REQUIRE_THROWS_WITH(apps::load_weights(*model, path, map),
-                      Contains(path) && Contains("ours '" + name + "' f32 <- theirs") &&
-                          Contains("i32"));
+  REQUIRE_THROWS_WITH(
+      apps::load_weights(*model, path, map),
+      Contains(path) && Contains("ours '" + name + "' f32 <- theirs") && Contains("i32"));
   fs::remove_all(dir);
 }
+
+#ifdef SKA_BENCHMARK_LOADER_EXE
+TEST_CASE("benchmark_loader: synthetic ImageNet JPEGs through the MetaFormer recipe's loader",
+          "[cpu][apps][data]") {
+  // Rates are not checked (speed belongs to benchmarks); what it measured and wrote is.
+  RunResult r = run_command(SKA_BENCHMARK_LOADER_EXE,
+                            "--synthetic 8 --workers 1,2 --batch 4 --seconds 0.2 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j.at("images") == 8);
+  CHECK(j.at("synthetic") == true);
+  CHECK(j.at("batch") == 4);
+  CHECK(j.at("image_size") == 224);
+  // ImageNet's sizes in rotation: 500x375, 500x333, 375x500, 500x400, 500x500, 400x500, then the
+  // first two again.
+  CHECK(j.at("mean_megapixels").get<double>() == Approx(1545500 / 8.0 / 1e6));
+  CHECK(j.at("mean_file_kb").get<double>() > 50);
+  CHECK(j.at("decode_images_per_s").get<double>() > 0);
+  CHECK(j.at("sample_images_per_s").get<double>() > 0);
+  REQUIRE(j.at("loader").size() == 2);
+  CHECK(j.at("loader")[1].at("workers") == 2);
+  CHECK(j.at("loader")[1].at("images_per_s").get<double>() > 0);
+  CHECK(j.at("workers_needed").get<int>() >= 1);
+  // A typo in the recipe it reads is rejected with its key path.
+  r = run_command(SKA_BENCHMARK_LOADER_EXE,
+                  "--synthetic 2 --workers 1 --seconds 0.1 --set data.augment.hflp=0.5");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("data.augment.hflp"));
+}
+#endif

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -178,4 +179,29 @@ TEST_CASE("JPEG: a progressive file with hundreds of scans is refused", "[cpu][d
   bomb.push_back(0xFF);
   bomb.push_back(0xD9);
   REQUIRE_THROWS_WITH(decode(bomb, "scans.jpg"), Contains("more than 500 progressive scans"));
+}
+
+TEST_CASE("JPEG: encode_jpeg_rgb writes a 4:2:0 file that decodes close to its input",
+          "[cpu][data]") {
+  const int64_t h = 37, w = 50;
+  std::vector<uint8_t> rgb(static_cast<size_t>(h * w * 3));
+  for (int64_t y = 0; y < h; ++y) {
+    for (int64_t x = 0; x < w; ++x) {
+      uint8_t* p = &rgb[static_cast<size_t>((y * w + x) * 3)];
+      p[0] = static_cast<uint8_t>(x * 5);
+      p[1] = static_cast<uint8_t>(y * 6);
+      p[2] = static_cast<uint8_t>(128 + (x - y));
+    }
+  }
+  const std::vector<uint8_t> file = encode_jpeg_rgb(rgb.data(), h, w, 95);
+  REQUIRE(starts_as_jpeg(file.data(), file.size()));
+  const Tensor back = decode(file);
+  REQUIRE(back.shape() == Shape{h, w, 3});
+  double error = 0;
+  for (size_t i = 0; i < rgb.size(); ++i) error += std::abs(back.data<uint8_t>()[i] - rgb[i]);
+  CHECK(error / static_cast<double>(rgb.size()) < 2.0);  // smooth ramps survive quality 95
+  // Lower quality, smaller file; a bad quality or size is a ValueError.
+  CHECK(encode_jpeg_rgb(rgb.data(), h, w, 30).size() < file.size());
+  REQUIRE_THROWS_AS(encode_jpeg_rgb(rgb.data(), h, w, 0), ValueError);
+  REQUIRE_THROWS_AS(encode_jpeg_rgb(rgb.data(), 0, w, 90), ValueError);
 }

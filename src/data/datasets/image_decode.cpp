@@ -1,4 +1,4 @@
-// JPEG and PNG decoding (see image_decode.h). Both libraries report errors by calling a handler
+// JPEG and PNG decoding, and JPEG encoding (see image_decode.h). Both libraries report errors by calling a handler
 // that must not return; ours longjmp back to the function that called setjmp. Each setjmp sits in
 // a small function whose frame holds nothing with a destructor (only the libraries' C frames lie
 // between it and the handler), and the C++ objects (the output tensor, row buffers) live in the
@@ -6,6 +6,7 @@
 #include "data/datasets/image_decode.h"
 
 #include <csetjmp>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -136,6 +137,41 @@ bool jpeg_read_rows(JpegState& s, uint8_t* image, uint8_t* row) {
   return true;
 }
 
+struct JpegWriter {
+  jpeg_compress_struct cinfo;
+  JpegError error;
+  unsigned char* buffer = nullptr;  // jpeg_mem_dest's output, malloc'd by libjpeg
+  unsigned long size = 0;
+  bool created = false;
+  ~JpegWriter() {
+    if (created) jpeg_destroy_compress(&cinfo);
+    std::free(buffer);
+  }
+};
+
+bool jpeg_write(JpegWriter& w, const uint8_t* rgb, JDIMENSION height, JDIMENSION width,
+                int quality) {
+  w.cinfo.err = jpeg_std_error(&w.error.mgr);
+  w.error.mgr.error_exit = jpeg_fail;
+  if (setjmp(w.error.jump)) return false;
+  jpeg_create_compress(&w.cinfo);
+  w.created = true;
+  jpeg_mem_dest(&w.cinfo, &w.buffer, &w.size);
+  w.cinfo.image_width = width;
+  w.cinfo.image_height = height;
+  w.cinfo.input_components = 3;
+  w.cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&w.cinfo);
+  jpeg_set_quality(&w.cinfo, quality, TRUE);
+  jpeg_start_compress(&w.cinfo, TRUE);
+  while (w.cinfo.next_scanline < height) {
+    JSAMPROW row = const_cast<JSAMPROW>(rgb + size_t{w.cinfo.next_scanline} * width * 3);
+    jpeg_write_scanlines(&w.cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&w.cinfo);
+  return true;
+}
+
 // --- PNG ---
 
 struct PngState {
@@ -222,6 +258,19 @@ Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& wher
   SKA_CHECK(jpeg_read_rows(s, image.data<uint8_t>(), row.data()), IOError, where,
             ": cannot decode the JPEG: ", s.error.message);
   return image;
+}
+
+std::vector<uint8_t> encode_jpeg_rgb(const uint8_t* rgb, int64_t height, int64_t width,
+                                     int quality) {
+  SKA_CHECK(height > 0 && width > 0 && height <= 65500 && width <= 65500, ValueError,
+            "encode_jpeg_rgb: a ", width, "x", height, " image; JPEG sides are 1..65500");
+  SKA_CHECK(quality >= 1 && quality <= 100, ValueError, "encode_jpeg_rgb: quality ", quality,
+            "; expected 1..100");
+  auto writer = std::make_unique<JpegWriter>();
+  SKA_CHECK(jpeg_write(*writer, rgb, static_cast<JDIMENSION>(height),
+                       static_cast<JDIMENSION>(width), quality),
+            IOError, "encode_jpeg_rgb: ", writer->error.message);
+  return std::vector<uint8_t>(writer->buffer, writer->buffer + writer->size);
 }
 
 Tensor decode_png_rgb(const uint8_t* data, size_t size, const std::string& where,

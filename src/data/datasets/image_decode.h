@@ -1,4 +1,4 @@
-// JPEG (libjpeg) and PNG (libpng) decoding to 8-bit RGB: the formats image datasets come in,
+// JPEG (libjpeg) and PNG (libpng) decoding to 8-bit RGB, and JPEG encoding: the formats image datasets come in,
 // decoded the way Pillow does, so that the pixels equal what torchvision's and timm's loaders see
 // (Image.open(f).convert("RGB")), and without OpenCV.
 #pragma once
@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -24,6 +25,12 @@ Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& wher
 // files included. Truncated or corrupt files (a bad CRC in a critical chunk) are IOErrors.
 Tensor decode_png_rgb(const uint8_t* data, size_t size, const std::string& where,
                       int64_t max_pixels);
+
+// `rgb` (uint8 [height, width, 3], row-major) as a baseline JPEG file of `quality` (1..100) with
+// 4:2:0 chroma subsampling, libjpeg's defaults: what most photographs are. For synthetic datasets
+// (benchmark_loader) and tests.
+std::vector<uint8_t> encode_jpeg_rgb(const uint8_t* rgb, int64_t height, int64_t width,
+                                     int quality);
 
 bool starts_as_jpeg(const uint8_t* data, size_t size);  // FF D8 FF
 bool starts_as_png(const uint8_t* data, size_t size);   // the 8-byte PNG signature
