@@ -17,6 +17,7 @@
 #include "backend/profiler.h"
 #include "data/eval_transform.h"
 #include "io/npy.h"
+#include "io/png.h"
 #include "io/safetensors.h"
 #include "io/weight_map.h"
 #include "model_summary.h"
@@ -199,26 +200,31 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
   REQUIRE(r.exit_code == 0);
   test::require_close(read_npy(dir + "/logits.npy"), expected, test::tolerance_for(DType::kF32));
 
-#ifdef SKA_WITH_OPENCV
   SECTION("images") {
-    // A 12x8 PPM: resized to 8 on the shorter side is itself; the centre crop takes rows 2..9.
-    std::string pixels;
-    for (int i = 0; i < 12 * 8 * 3; ++i) pixels.push_back(static_cast<char>((i * 37) % 256));
-    std::ofstream(dir + "/a.ppm", std::ios::binary) << "P6\n8 12\n255\n" << pixels;
+    // A 12x8 PNG: resized to 8 on the shorter side is itself; the centre crop takes rows 2..9.
+    io::RgbImage png(8, 12, {});
+    for (int y = 0; y < 12; ++y) {
+      for (int x = 0; x < 8; ++x) {
+        const int i = (y * 8 + x) * 3;
+        png.set(x, y,
+                {static_cast<uint8_t>(i * 37 % 256), static_cast<uint8_t>((i + 1) * 37 % 256),
+                 static_cast<uint8_t>((i + 2) * 37 % 256)});
+      }
+    }
+    const std::vector<uint8_t>& pixels = png.pixels();
+    io::write_png(dir + "/a.png", png);
     r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --image " +
-                                           dir + "/a.ppm --image " + dir + "/a.ppm");
+                                           dir + "/a.png --image " + dir + "/a.png");
     REQUIRE(r.exit_code == 0);
     Config config = Config::load(kTinyVit);
     const auto t = data::read_eval_transform(config.root()["data"], 8, 3);
-    const Tensor image =
-        data::preprocess_pixels(reinterpret_cast<const uint8_t*>(pixels.data()), 12, 8, 3, t);
+    const Tensor image = data::preprocess_pixels(pixels.data(), 12, 8, 3, t);
     NoGradGuard no_grad;
     const Tensor one = (*model)(image.unsqueeze(0));
     const Tensor logits = read_npy(dir + "/logits.npy");
     REQUIRE(logits.shape() == Shape{2, 5});
     test::require_close(logits.narrow(0, 1, 1), one, test::tolerance_for(DType::kF32));
   }
-#endif
   SECTION("errors name the file and what was expected") {
     write_npy(dir + "/bad.npy", Tensor::zeros({2, 3, 9, 8}));
     r = run_command(SKA_INFERENCE_EXE,

@@ -1,5 +1,5 @@
 // Tests of the interop commands end to end: `attention_maps` writes a PNG grid of the expected
-// size (decoded by OpenCV) from a .npy or an image file, and `export` writes our weights under
+// size (decoded by libpng) from a .npy or an image file, and `export` writes our weights under
 // another implementation's names (the authors' SKA-CaiT class attention split into to_k, to_v).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,16 +9,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#ifdef SKA_WITH_OPENCV
-#include <opencv2/imgcodecs.hpp>
-#endif
 
+#include "app_test_util.h"
+#include "data/datasets/image_folder.h"
 #include "io/npy.h"
+#include "io/png.h"
 #include "io/safetensors.h"
 #include "io/weight_map.h"
 #include "io/weight_map_fixtures.h"
 #include "models/model.h"
-#include "app_test_util.h"
 #include "support/test_util.h"
 
 namespace {
@@ -45,8 +44,7 @@ std::string write_model(const std::string& dir, const std::string& name, const s
 
 }  // namespace
 
-// The picture is measured, and an input image written, with OpenCV.
-#ifdef SKA_WITH_OPENCV
+// The picture is measured with libpng; the input image is written by our PNG writer.
 TEST_CASE("apps: attention_maps draws one row per model and one cell per head", "[cpu][apps]") {
   const std::string dir = scratch_dir();
   // The reduced ViT (8x8 input, 2x2 patches: 16 tokens + cls, 2 heads) with two mixers.
@@ -62,21 +60,20 @@ TEST_CASE("apps: attention_maps draws one row per model and one cell per head", 
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("vit_ska  layer 1/1  query cls: 2 heads over a 4x4 key grid"));
   // Columns: the input and 2 heads of 32 px, 6 px apart; rows: a 14 px label over each cell.
-  cv::Mat image = cv::imread(png, cv::IMREAD_COLOR);
-  REQUIRE(image.cols == 6 + 3 * (32 + 6));
-  REQUIRE(image.rows == 6 + 2 * (14 + 32 + 6));
+  Tensor image = data::decode_image_rgb(png);
+  REQUIRE(image.size(1) == 6 + 3 * (32 + 6));
+  REQUIRE(image.size(0) == 6 + 2 * (14 + 32 + 6));
 
   // An image file, a position query and the first layer.
-  cv::Mat picture(8, 8, CV_8UC3, cv::Scalar(10, 200, 30));
-  REQUIRE(cv::imwrite(dir + "/a.png", picture));
+  io::write_png(dir + "/a.png", io::RgbImage(8, 8, {30, 200, 10}));
   r = run_command(SKA_ATTENTION_MAPS_EXE, "--config " + ska + " --checkpoint " + dir +
                                               "/vit_ska.safetensors --image " + dir +
                                               "/a.png --query 1,6 --layer 0 --output " + png);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("layer 0/1  query row 1 col 6"));
-  image = cv::imread(png, cv::IMREAD_COLOR);
-  REQUIRE(image.cols == 6 + 3 * (128 + 6));
-  REQUIRE(image.rows == 6 + 14 + 128 + 6);
+  image = data::decode_image_rgb(png);
+  REQUIRE(image.size(1) == 6 + 3 * (128 + 6));
+  REQUIRE(image.size(0) == 6 + 14 + 128 + 6);
 
   r = run_command(SKA_ATTENTION_MAPS_EXE, models + " --input " + dir + "/x.npy --layer 5");
   REQUIRE(r.exit_code == 2);
@@ -85,7 +82,6 @@ TEST_CASE("apps: attention_maps draws one row per model and one cell per head", 
   REQUIRE(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("expected cls or i,j with 0 <= i, j < 8"));
 }
-#endif  // SKA_WITH_OPENCV
 
 TEST_CASE("apps: export writes the authors' SKA-CaiT names, class attention split", "[cpu][apps]") {
   const std::string dir = scratch_dir();

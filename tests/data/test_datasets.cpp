@@ -12,19 +12,17 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
-#ifdef SKA_WITH_OPENCV
-#include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
-#endif
 #include <string>
 #include <vector>
 
 #include "data/datasets/cifar.h"
 #include "data/datasets/factory.h"
 #include "data/datasets/idx.h"
+#include "data/datasets/image_decode.h"
 #include "data/datasets/image_folder.h"
 #include "data/datasets/mat_file.h"
 #include "data/datasets/svhn.h"
+#include "io/png.h"
 
 using namespace ska;
 using namespace ska::data;
@@ -440,7 +438,8 @@ namespace {
 std::string idx_images_header(const std::vector<uint32_t>& dims) {
   std::string out = {'\0', '\0', '\x08', '\x03'};
   for (uint32_t d : dims) {
-    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((d >> shift) & 0xff));
+    for (int shift = 24; shift >= 0; shift -= 8)
+      out.push_back(static_cast<char>((d >> shift) & 0xff));
   }
   return out;
 }
@@ -546,20 +545,26 @@ TEST_CASE("the real Fashion-MNIST files of dataset-fashion-mnist", "[cpu][data]"
   CHECK(test.label(2) == 1);
 }
 
-#ifdef SKA_WITH_OPENCV  // the fixtures are written by OpenCV
 // --- ImageNet-style folders ---
 
-// A solid-colour 8-bit image, RGB (OpenCV writes BGR).
+// A solid-colour JPEG (libjpeg, quality 95).
 void write_solid(const std::string& path, int h, int w, int r, int g, int b) {
-  REQUIRE(cv::imwrite(path, cv::Mat(h, w, CV_8UC3, cv::Scalar(b, g, r))));
+  std::vector<uint8_t> rgb(static_cast<size_t>(h) * w * 3);
+  for (size_t i = 0; i < rgb.size(); i += 3) {
+    rgb[i] = static_cast<uint8_t>(r), rgb[i + 1] = static_cast<uint8_t>(g);
+    rgb[i + 2] = static_cast<uint8_t>(b);
+  }
+  const std::vector<uint8_t> file = encode_jpeg_rgb(rgb.data(), h, w, 95);
+  write_bytes(path, std::string(file.begin(), file.end()));
 }
 
 // A PNG whose pixel (y, x) is RGB (10 y, 20 x, 7): lossless, checked value by value.
 void write_gradient_png(const std::string& path) {
-  cv::Mat m(5, 7, CV_8UC3);
+  io::RgbImage m(7, 5, {});
   for (int y = 0; y < 5; ++y)
-    for (int x = 0; x < 7; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(7, 20 * x, 10 * y);
-  REQUIRE(cv::imwrite(path, m));
+    for (int x = 0; x < 7; ++x)
+      m.set(x, y, {static_cast<uint8_t>(10 * y), static_cast<uint8_t>(20 * x), 7});
+  io::write_png(path, m);
 }
 
 // root/{train,val}/{n01,n02}/ with 3 train and 2 val images and a file that is not an image.
@@ -679,14 +684,12 @@ TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail b
   write_bytes(dir.path("j2k.jpg"), std::string("\x00\x00\x00\x0cjP  \r\n\x87\n", 12) + "rest");
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("j2k.jpg")),  // JPEG 2000, named .jpg
                       Contains("not a JPEG, PNG, BMP, PNM, TIFF or WebP file"));
-  write_bytes(dir.path("empty.png"), "");  // cv::imdecode asserts on an empty buffer
+  write_bytes(dir.path("empty.png"), "");  // refused before any decoder sees it
   REQUIRE_THROWS_WITH(decode_image_rgb(dir.path("empty.png")),
                       Contains("cannot decode the image '" + dir.path("empty.png") + "'"));
   write_solid(dir.path("small.jpg"), 3, 5, 1, 2, 3);
   CHECK(decode_image_rgb(dir.path("small.jpg")).shape() == Shape{3, 5, 3});
 }
-
-#endif  // SKA_WITH_OPENCV
 
 // --- The factory ---
 
@@ -733,8 +736,7 @@ TEST_CASE("data roots: an empty root looks in data/<name> here, then in the repo
 
   CHECK(default_data_roots("cifar10", work.string(), exe) ==
         std::vector<std::string>{here, in_repo});
-  CHECK(default_data_roots("fashion_mnist", work.string(), exe).back() ==
-        kFashionMnistDebianDir);
+  CHECK(default_data_roots("fashion_mnist", work.string(), exe).back() == kFashionMnistDebianDir);
   CHECK(default_data_roots("svhn", work.string(), "/usr/bin/train").size() == 1);  // no repo
   CHECK(default_data_roots("svhn", repo.string(), exe).size() == 1);  // the same folder once
 

@@ -11,19 +11,16 @@
 #include <set>
 #include <string>
 #include <vector>
-#ifdef SKA_WITH_OPENCV
-#include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
-#endif
 
 #include "data/datasets/factory.h"
+#include "data/datasets/image_decode.h"
 #include "data/datasets/image_folder.h"
 #include "data/eval_transform.h"
+#include "data/pipeline/loader.h"
 #include "data/transforms/augment_factory.h"
 #include "models/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "data/pipeline/loader.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
 
@@ -122,26 +119,28 @@ TEST_CASE("every configs/imagenet_*.yaml validates and carries the MetaFormer re
   }
 }
 
-#ifdef SKA_WITH_OPENCV  // the image folders are written with OpenCV
-
 namespace {
 
 const int kSizes[][2] = {{20, 28}, {40, 24}, {24, 24}, {32, 20}, {18, 36}};
 
 // A JPEG of h x w whose colours depend on the class, with a gradient and seeded noise.
 void write_image(const std::string& path, int h, int w, int label, int seed) {
-  cv::Mat m(h, w, CV_8UC3);
-  cv::RNG rng(static_cast<uint64_t>(seed) + 1);
+  std::vector<uint8_t> rgb(static_cast<size_t>(h) * w * 3);
+  uint32_t state = static_cast<uint32_t>(seed) * 2654435761u + 1;
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
-      const int noise = rng.uniform(0, 24);
-      m.at<cv::Vec3b>(y, x) =
-          cv::Vec3b(static_cast<uint8_t>((30 + 90 * label + 4 * x + noise) % 256),
-                    static_cast<uint8_t>((200 - 70 * label + 5 * y) % 256),
-                    static_cast<uint8_t>((x * y + 40 * label) % 256));
+      state = state * 1664525u + 1013904223u;  // a small LCG: the noise only has to be seeded
+      const int noise = static_cast<int>((state >> 16) % 24);
+      uint8_t* p = &rgb[(static_cast<size_t>(y) * w + x) * 3];
+      p[0] = static_cast<uint8_t>((x * y + 40 * label) % 256);
+      p[1] = static_cast<uint8_t>((200 - 70 * label + 5 * y) % 256);
+      p[2] = static_cast<uint8_t>((30 + 90 * label + 4 * x + noise) % 256);
     }
   }
-  REQUIRE(cv::imwrite(path, m));
+  const std::vector<uint8_t> file = data::encode_jpeg_rgb(rgb.data(), h, w, 95);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
+  REQUIRE(out.good());
 }
 
 // root/train/{n01,n02,n03}/ with 16 images and root/val/ with 6, sizes cycling through kSizes.
@@ -364,5 +363,3 @@ TEST_CASE("the trainer trains, evaluates and resumes exactly from an ImageNet-st
   REQUIRE_THROWS_WITH(Trainer(classes, setup),
                       Contains("model.num_classes: 4 does not match imagenet's 3 classes"));
 }
-
-#endif  // SKA_WITH_OPENCV
