@@ -7,7 +7,8 @@ if [ -d .deps/root/usr ]; then
   export CMAKE_PREFIX_PATH=$D:$D/lib/x86_64-linux-gnu/cmake:$D/share/cmake:$D/lib/cmake:${CMAKE_PREFIX_PATH:-}
   # $D/lib: Debian installs libgloo there, not under the multiarch folder.
   export LD_LIBRARY_PATH=$D/lib/x86_64-linux-gnu:$D/lib/x86_64-linux-gnu/openblas-pthread:$D/lib:${LD_LIBRARY_PATH:-}
-  export CPATH=$D/include:${CPATH:-}
+  # The multiarch folder holds libjpeg's jconfig.h (as gcc's own default path does on Debian).
+  export CPATH=$D/include:$D/include/x86_64-linux-gnu:${CPATH:-}
 fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 # cuBLAS and the CUDA runtime for programs built elsewhere (scripts/gpu_prebuild.sh), which carry
