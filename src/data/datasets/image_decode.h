@@ -22,7 +22,8 @@ Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& wher
 
 // A PNG file as RGB uint8 [H, W, 3]: palettes expanded, 16-bit samples to their high byte, grey
 // replicated and alpha (or a tRNS colour) dropped, as Pillow's convert("RGB") does; interlaced
-// files included. Truncated or corrupt files (a bad CRC in a critical chunk) are IOErrors.
+// files included. (One exception: Pillow clips 16-bit greyscale to 255 rather than keeping the
+// high byte.) Truncated or corrupt files (a bad CRC in a critical chunk) are IOErrors.
 Tensor decode_png_rgb(const uint8_t* data, size_t size, const std::string& where,
                       int64_t max_pixels);
 
