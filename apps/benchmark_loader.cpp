@@ -1,9 +1,9 @@
 // benchmark_loader: how many training images per second the input pipeline makes from JPEG
 // folders (ImageNet), per thread and with N worker threads: decoding alone, one thread's whole
-// sample (decode, the config's augmentation, normalisation), and the DataLoader at each worker
-// count. With no --images it writes a synthetic ImageNet-like folder first (JPEGs of ImageNet's
-// typical sizes and file sizes). Files are read from the page cache after the first pass, so this
-// measures CPU cost, not the disk.
+// sample (decode, the config's augmentation, normalisation), the DataLoader at each worker
+// count, and one thread's evaluation samples (the eval transform). With no --images it writes a
+// synthetic ImageNet-like folder first (JPEGs of ImageNet's typical sizes and file sizes). Files
+// are read from the page cache after the first pass, so this measures CPU cost, not the disk.
 // Usage: benchmark_loader [--config imagenet_caformer_s18] [--images DIR] [--synthetic 256]
 //                         [--workers 1,2,4,8,16] [--seconds 10] [--target 1000] [--json]
 #include <unistd.h>
@@ -172,14 +172,16 @@ int run(const LoaderBenchOptions& o) {
   }
   const double decode_rate = static_cast<double>(images.size()) / seconds_since(decode_start);
 
-  // 2. and 3. Whole training samples: one thread, then the DataLoader with each worker count.
+  // 2. and 3. Whole training samples: one thread, then the DataLoader with each worker count;
+  // 4. evaluation samples (the eval transform: shorter side to 224 / crop_pct, centre crop).
   const int max_workers = *std::max_element(o.workers.begin(), o.workers.end());
   const int64_t batch = o.batch > 0 ? o.batch : data.batch_size;
   const RepeatedDataset repeated(images,
                                  std::max<int64_t>(1, 64 * batch * max_workers / images.size()));
-  data::LoaderOptions loader = train::train_loader_options(data, repeated, 42);
-  loader.batch_size = batch;
-  auto rate_with = [&](int workers) {
+  data::LoaderOptions train_loader = train::train_loader_options(data, repeated, 42);
+  data::LoaderOptions eval_loader = train::eval_loader_options(data, repeated);
+  train_loader.batch_size = eval_loader.batch_size = batch;
+  auto rate_with = [&](data::LoaderOptions loader, int workers) {
     loader.workers = workers;
     loader.prefetch = std::max(4, workers);
     data::DataLoader pipeline(repeated, loader);
@@ -191,9 +193,10 @@ int run(const LoaderBenchOptions& o) {
     while (seconds_since(start) < o.seconds && pipeline.next(b)) made += b.images.size(0);
     return static_cast<double>(made) / seconds_since(start);
   };
-  const double sample_rate = rate_with(0);
+  const double sample_rate = rate_with(train_loader, 0);
   std::vector<Row> rows;
-  for (int w : o.workers) rows.push_back({w, rate_with(w)});
+  for (int w : o.workers) rows.push_back({w, rate_with(train_loader, w)});
+  const double eval_rate = rate_with(eval_loader, 0);
 
   const double per_worker = rows.back().images_per_s / rows.back().workers;
   const int needed = static_cast<int>(std::ceil(o.target / per_worker));
@@ -207,6 +210,7 @@ int run(const LoaderBenchOptions& o) {
                         {"cores", std::thread::hardware_concurrency()},
                         {"decode_images_per_s", decode_rate},
                         {"sample_images_per_s", sample_rate},
+                        {"eval_images_per_s", eval_rate},
                         {"target_images_per_s", o.target},
                         {"workers_needed", needed}};
     for (const Row& r : rows) {
@@ -225,6 +229,7 @@ int run(const LoaderBenchOptions& o) {
       std::printf("DataLoader, %2d workers:               %8.1f images/s (%.1f per worker)\n",
                   r.workers, r.images_per_s, r.images_per_s / r.workers);
     }
+    std::printf("evaluation (eval transform), 1 thread: %7.1f images/s\n", eval_rate);
     std::printf("workers for %.0f images/s per GPU:      %d (at %.1f images/s per worker)\n",
                 o.target, needed, per_worker);
   }

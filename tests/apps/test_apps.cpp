@@ -434,6 +434,7 @@ TEST_CASE("benchmark_loader: synthetic ImageNet JPEGs through the MetaFormer rec
   CHECK(j.at("mean_file_kb").get<double>() > 50);
   CHECK(j.at("decode_images_per_s").get<double>() > 0);
   CHECK(j.at("sample_images_per_s").get<double>() > 0);
+  CHECK(j.at("eval_images_per_s").get<double>() > 0);
   REQUIRE(j.at("loader").size() == 2);
   CHECK(j.at("loader")[1].at("workers") == 2);
   CHECK(j.at("loader")[1].at("images_per_s").get<double>() > 0);
