@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -26,6 +25,7 @@
 #include "data/datasets/image_decode.h"
 #include "data/datasets/image_folder.h"
 #include "data/pipeline/loader.h"
+#include "io/atomic_file.h"
 #include "train/options.h"
 #include "train/run_data.h"
 
@@ -99,28 +99,12 @@ double write_synthetic(const std::string& dir, int64_t count) {
     fs::create_directories(folder);
     const std::vector<uint8_t> rgb = synthetic_pixels(height, width, 1000 + i);
     const std::vector<uint8_t> file = ska::data::encode_jpeg_rgb(rgb.data(), height, width, 90);
-    std::ofstream(folder + "/" + std::to_string(i) + ".JPEG", std::ios::binary)
-        .write(reinterpret_cast<const char*>(file.data()),
-               static_cast<std::streamsize>(file.size()));
+    ska::io::write_file_atomic(folder + "/" + std::to_string(i) + ".JPEG",
+                               std::string(file.begin(), file.end()));
     bytes += static_cast<double>(file.size());
   }
   return bytes / static_cast<double>(count);
 }
-
-// The images of `base` repeated `times` times: enough batches for many workers from a small folder.
-class RepeatedDataset : public ska::data::Dataset {
- public:
-  RepeatedDataset(const ska::data::Dataset& base, int64_t times) : base_(base), times_(times) {}
-  const std::string& name() const override { return base_.name(); }
-  int64_t size() const override { return base_.size() * times_; }
-  int64_t num_classes() const override { return base_.num_classes(); }
-  int64_t label(int64_t index) const override { return base_.label(index % base_.size()); }
-  ska::data::Sample get(int64_t index) const override { return base_.get(index % base_.size()); }
-
- private:
-  const ska::data::Dataset& base_;
-  int64_t times_;
-};
 
 struct Row {
   int workers;
@@ -155,8 +139,9 @@ int run(const LoaderBenchOptions& o) {
     mean_file_bytes = write_synthetic(root, o.synthetic);
   }
   const std::string folder = fs::is_directory(root + "/train") ? root + "/train" : root;
-  const data::ImageFolderDataset images =
-      data::scan_image_folder(folder, "images", data::list_class_folders(folder));
+  auto scanned = std::make_unique<data::ImageFolderDataset>(
+      data::scan_image_folder(folder, "images", data::list_class_folders(folder)));
+  const data::ImageFolderDataset& images = *scanned;
   if (!synthetic) {
     for (const data::FolderSample& s : images.samples()) mean_file_bytes += fs::file_size(s.path);
     mean_file_bytes /= static_cast<double>(images.size());
@@ -176,8 +161,11 @@ int run(const LoaderBenchOptions& o) {
   // 4. evaluation samples (the eval transform: shorter side to 224 / crop_pct, centre crop).
   const int max_workers = *std::max_element(o.workers.begin(), o.workers.end());
   const int64_t batch = o.batch > 0 ? o.batch : data.batch_size;
-  const RepeatedDataset repeated(images,
-                                 std::max<int64_t>(1, 64 * batch * max_workers / images.size()));
+  // The folder's images repeated: enough batches for many workers from a small folder.
+  std::vector<int64_t> order(static_cast<size_t>(
+      images.size() * std::max<int64_t>(1, 64 * batch * max_workers / images.size())));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i) % images.size();
+  const data::SubsetDataset repeated(std::move(scanned), std::move(order));
   data::LoaderOptions train_loader = train::train_loader_options(data, repeated, 42);
   data::LoaderOptions eval_loader = train::eval_loader_options(data, repeated);
   train_loader.batch_size = eval_loader.batch_size = batch;

@@ -215,13 +215,12 @@ Tensor decode_image_rgb(const std::string& path, const std::string& what) {
                 size.width * size.height <= kMaxImagePixels,
             IOError, "image '", path, "'", where, ": its header announces ", size.width, "x",
             size.height, " pixels; expected at most ", kMaxImagePixels, " pixels");
+  const std::string named = "image '" + path + "'" + where;
   if (starts_as_jpeg(bytes.data(), bytes.size())) {
-    return decode_jpeg_rgb(bytes.data(), bytes.size(), "image '" + path + "'" + where,
-                           kMaxImagePixels);
+    return decode_jpeg_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels);
   }
   if (starts_as_png(bytes.data(), bytes.size())) {
-    return decode_png_rgb(bytes.data(), bytes.size(), "image '" + path + "'" + where,
-                          kMaxImagePixels);
+    return decode_png_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels);
   }
 #ifndef SKA_WITH_OPENCV
   SKA_FAIL(IOError, "cannot decode the image '", path, "'", where,
