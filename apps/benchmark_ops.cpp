@@ -6,14 +6,15 @@
 // (kTargetSeconds / time, clamped to [kMinReps, kMaxReps]); every repetition is one call between
 // two device synchronisations, and the median is reported. The PyTorch script does exactly the
 // same.
-#include <cstdint>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,16 @@ struct Options {
   std::vector<Device> devices;
   DType dtype = DType::kF32;
   bool json = false;
+  std::vector<std::string> cases;  // --cases: run only cases whose name contains one of these
 };
+
+bool selected(const std::string& name, const std::vector<std::string>& cases) {
+  if (cases.empty()) return true;
+  for (const std::string& part : cases) {
+    if (name.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
 
 std::string shape_text(const Shape& s) {
   std::string out;
@@ -206,6 +216,12 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
         return c.conv("caf_down_conv3x3s2_cl", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true,
                       false, true);
       },
+      // CSKA-ViT-S's logit convolution (8 heads of 64 over the 8x8 grid, 65 keys each; grouped
+      // 3x3), channels-last as the mixer's query view gives it.
+      [=](CaseBuilder& c) {
+        return c.conv("cska_logits_conv3x3g8", {bs.vit, 512, 8, 8}, 520, 3, 1, 1, 8, true, false,
+                      true);
+      },
       [=](CaseBuilder& c) {
         return c.softmax("vit_softmax", {bs.vit * 8, 65, 65});
       },
@@ -230,6 +246,10 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.conv("caf_down_conv3x3s2_cl", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true,
                       true, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv("cska_logits_conv3x3g8", {bs.vit, 512, 8, 8}, 520, 3, 1, 1, 8, true, true,
+                      true);
       },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },
@@ -298,6 +318,7 @@ void run_device(Device device, const Options& options) {
     try {
       const BenchCase c = make_case(builder);
       name = c.name;
+      if (!selected(c.name, options.cases)) continue;
       print_result(c, device, options.dtype, time_case(c, device), options.json);
     } catch (const std::exception& e) {
       print_failure(name, device, e, options.json);
@@ -306,9 +327,11 @@ void run_device(Device device, const Options& options) {
 }
 
 void print_usage() {
-  std::fprintf(stderr,
-               "usage: benchmark_ops [--device cpu|cuda|all] [--dtype f32|bf16] [--json]\n"
-               "  Times ViT-S / CAFormer-S18 op shapes; prints median time and GFLOP/s or GB/s.\n");
+  std::fprintf(
+      stderr,
+      "usage: benchmark_ops [--device cpu|cuda|all] [--dtype f32|bf16] [--cases A,B] [--json]\n"
+      "  Times ViT-S / CAFormer-S18 op shapes; prints median time and GFLOP/s or GB/s.\n"
+      "  --cases: only the cases whose name contains one of the comma-separated parts.\n");
 }
 
 // Returns false (after printing why) when the command line is not understood.
@@ -319,6 +342,11 @@ bool parse_options(int argc, char** argv, Options* options) {
     const bool has_value = i + 1 < argc;
     if (arg == "--json") {
       options->json = true;
+    } else if (arg == "--cases" && has_value) {
+      std::stringstream parts(argv[++i]);
+      for (std::string part; std::getline(parts, part, ',');) {
+        if (!part.empty()) options->cases.push_back(part);
+      }
     } else if (arg == "--device" && has_value) {
       device = argv[++i];
     } else if (arg == "--dtype" && has_value) {

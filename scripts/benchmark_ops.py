@@ -121,6 +121,8 @@ def case_list(bs):
                          True),
         lambda c: c.conv("caf_down_conv3x3s2_cl", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True, False,
                          True),
+        lambda c: c.conv("cska_logits_conv3x3g8", (bs["vit"], 512, 8, 8), 520, 3, 1, 1, 8, True,
+                         False, True),
         lambda c: c.softmax("vit_softmax", (bs["vit"] * 8, 65, 65)),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512),
@@ -134,6 +136,8 @@ def case_list(bs):
                          True),
         lambda c: c.conv("caf_down_conv3x3s2_cl", (caf, 64, 56, 56), 128, 3, 2, 1, 1, True, True,
                          True),
+        lambda c: c.conv("cska_logits_conv3x3g8", (bs["vit"], 512, 8, 8), 520, 3, 1, 1, 8, True,
+                         True, True),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64, True),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512, True),
         lambda c: c.gelu("gelu_4M", 4 << 20, True),
@@ -175,11 +179,13 @@ def print_result(case, device, dtype_name, median, reps, as_json):
               f"{rate:10.2f} {unit}", flush=True)
 
 
-def run_device(device, dtype_name, as_json):
+def run_device(device, dtype_name, as_json, cases):
     builder = CaseBuilder(device, DTYPES[dtype_name])
     for make_case in case_list(BATCHES[device.type]):
         try:
             case = make_case(builder)
+            if cases and not any(part in case[0] for part in cases):
+                continue
             median, reps = time_case(case[4], device)
             print_result(case, device, dtype_name, median, reps, as_json)
         except RuntimeError as e:  # e.g. an op without a kernel for this dtype
@@ -197,6 +203,8 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cases", default="",
+                        help="only the cases whose name contains one of these comma-separated parts")
     parser.add_argument("--threads", type=int, default=default_threads(),
                         help="intra-op CPU threads (default: as OpenMP in benchmark_ops chooses)")
     args = parser.parse_args()
@@ -211,7 +219,7 @@ def main():
               f"dtype {args.dtype}, median of timed calls")
     with torch.no_grad():
         for device in devices:
-            run_device(device, args.dtype, args.json)
+            run_device(device, args.dtype, args.json, [p for p in args.cases.split(",") if p])
 
 
 if __name__ == "__main__":

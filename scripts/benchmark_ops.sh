@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs apps/benchmark_ops and its PyTorch twin (scripts/benchmark_ops.py) on the same cases and
 # thread count, and prints a side-by-side table: case, ours, torch, ratio (ours / torch rate).
-# Usage: scripts/benchmark_ops.sh [--device cpu|cuda|all] [--dtype f32|bf16]
+# Usage: scripts/benchmark_ops.sh [--device cpu|cuda|all] [--dtype f32|bf16] [--cases A,B]
 # Environment: BUILD_DIR (default build), where benchmark_ops was built.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
-// Internal to the CPU convolution kernels (conv2d.cpp, conv2d_depthwise.cpp): the sizes of one
-// convolution read from its operands, and which output positions a kernel tap reaches.
+// Internal to the CPU convolution kernels (conv2d.cpp, conv2d_depthwise.cpp, conv2d_nhwc.cpp): the
+// sizes of one convolution read from its operands, and which output positions a kernel tap reaches.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,10 @@ namespace ska::cpu {
 
 // Below this many multiply-adds, threads cost more than they save.
 constexpr int64_t kConvParallelWork = 1 << 16;
+// Elements of one im2col block (1 MiB of f32) where the kernels gather the im2col matrices of
+// several small samples (a token grid has only 49 or 64 pixels) to multiply them in one GEMM:
+// small enough to stay in cache between im2col and GEMM, large enough for an efficient GEMM.
+constexpr int64_t kConvBlockElements = int64_t{1} << 18;
 
 // Sizes of one convolution, read from the input, weight and output shapes.
 struct ConvGeometry {
@@ -50,5 +54,15 @@ template <typename T>
 void depthwise_backward_input(const T* grad_y, const T* w, const ConvGeometry& g, T* grad_x);
 template <typename T>
 void depthwise_backward_weight(const T* grad_y, const T* x, const ConvGeometry& g, T* grad_w);
+
+// Dense and grouped kernels of channels-last operands (conv2d_nhwc.cpp), for f32 and f64: x and
+// grad_x [N, H, W, C_in], y and grad_y [N, Ho, Wo, C_out] in memory; w and grad_w
+// [C_out, C_in / groups, kh, kw] contiguous. grad_x and grad_w are overwritten.
+template <typename T>
+void nhwc_forward(const T* x, const T* w, const T* bias, const ConvGeometry& g, T* y);
+template <typename T>
+void nhwc_backward_input(const T* grad_y, const T* w, const ConvGeometry& g, T* grad_x);
+template <typename T>
+void nhwc_backward_weight(const T* grad_y, const T* x, const ConvGeometry& g, T* grad_w);
 
 }  // namespace ska::cpu
