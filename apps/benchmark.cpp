@@ -207,11 +207,12 @@ int run_benchmark(BenchmarkOptions o) {
             o.dtype);
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
-  nn::set_fused_attention(o.attention != "unfused");
-  set_cuda_attention_tensor_cores(o.attention == "fused");
-  set_cudnn_benchmark(o.cudnn_benchmark == "on");
-  set_cuda_elementwise_fast_paths(o.elementwise == "fast");
-  nn::set_norm_autocast_outputs(o.norm_output == "autocast");
+  train::KernelChoices kernels;
+  kernels.attention = o.attention;
+  kernels.elementwise = o.elementwise;
+  kernels.norm_output = o.norm_output;
+  kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
+  kernels.apply();
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},

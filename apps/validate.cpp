@@ -36,6 +36,7 @@ int run_validate(const ValidateCommand& cmd) {
   apps::load_weights(*model, weights);
   const Device device = Device::parse(cmd.device);
   model->to(device);
+  train_options.kernels.apply();  // train.attention etc., as the trainer chose its kernels
 
   const auto eval_set = train::load_dataset_split(data, "test", input.image_size,
                                                   input.in_channels, data.eval_subset);

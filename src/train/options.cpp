@@ -3,8 +3,12 @@
 
 #include <cstdint>
 
+#include "backend/device_runtime.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "data/datasets/factory.h"
+#include "nn/layers.h"
+#include "nn/mixers/attention_core.h"
 
 namespace ska::train {
 
@@ -45,8 +49,34 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
   o.ema_decay = t.get_double_in("ema_decay", 0.0, 0.0, 0.999999);
   o.precision = precision_from_name(t.get_choice("precision", "fp32", {"fp32", "bf16", "fp16"}));
   o.cuda_graph = t.get_choice("cuda_graph", "off", {"auto", "on", "off"});
-  o.cudnn_benchmark = t.get<bool>("cudnn_benchmark", o.cudnn_benchmark);
+  o.kernels = KernelChoices::from_config(t);
   return o;
+}
+
+KernelChoices KernelChoices::from_config(const ConfigNode& t) {
+  KernelChoices k;
+  k.attention = t.get_choice("attention", k.attention, {"fused", "scalar", "unfused"});
+  k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
+  k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
+  k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
+  return k;
+}
+
+void KernelChoices::apply() const {
+  nn::set_fused_attention(attention != "unfused");
+  set_cuda_attention_tensor_cores(attention == "fused");
+  set_cuda_elementwise_fast_paths(elementwise == "fast");
+  nn::set_norm_autocast_outputs(norm_output == "autocast");
+  set_cudnn_benchmark(cudnn_benchmark);
+}
+
+std::string KernelChoices::describe() const {
+  std::string out;
+  if (attention != "fused") out += " [" + attention + " attention]";
+  if (elementwise != "fast") out += " [reference elementwise kernels]";
+  if (norm_output != "autocast") out += " [f32 norm outputs]";
+  if (!cudnn_benchmark) out += " [cuDNN heuristics]";
+  return out;
 }
 
 DataOptions DataOptions::from_config(const ConfigNode& d, int64_t image_size, int64_t channels,

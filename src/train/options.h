@@ -22,6 +22,25 @@ const char* precision_name(Precision p);         // "fp32", "bf16", "fp16"
 Precision precision_from_name(const std::string& name);  // ValueError naming the value
 AutocastState autocast_state(Precision p);       // disabled for fp32
 
+// Which implementation the kernels with a fast path and a reference take (`train.attention`,
+// `train.elementwise`, `train.norm_output`, `train.cudnn_benchmark`): the fast ones by default;
+// the others to compare, or to work around a fast path that misbehaves on some GPU without
+// rebuilding. Process-wide switches, set by apply().
+struct KernelChoices {
+  // fused (the fused attention op, on CUDA's tensor cores for bf16/f16), scalar (the same op on
+  // CUDA's f32-FMA kernels; on the CPU the same as fused) or unfused (matmul, softmax, matmul).
+  std::string attention = "fused";
+  std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
+  std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
+  // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
+  // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
+  bool cudnn_benchmark = true;
+  static KernelChoices from_config(const ConfigNode& train);
+  void apply() const;
+  // What differs from the defaults, as " [unfused attention]" etc. for a status line; "" if none.
+  std::string describe() const;
+};
+
 // The `train:` section.
 struct TrainOptions {
   int64_t epochs = 1;              // with sched.cooldown_epochs added by the schedule
@@ -39,9 +58,7 @@ struct TrainOptions {
   // Capture the training step as a CUDA Graph and replay it (train/graph_step.h): "on" (an error
   // where it cannot be), "auto" (where it can), "off".
   std::string cuda_graph = "off";
-  // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
-  // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
-  bool cudnn_benchmark = true;
+  KernelChoices kernels;
   static TrainOptions from_config(const ConfigNode& train);
   // The autocast state of the forward pass (disabled for fp32).
   AutocastState autocast() const { return autocast_state(precision); }

@@ -166,7 +166,9 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   step_ = std::make_unique<TrainStep>(*model_, *optimizer_, scaler_.get(), ema_.get(), *comm_,
                                       train_, dist_, sharding_.get());
   stats_ = std::make_unique<UpdateStats>(setup_.device);
-  if (setup_.device.is_cuda()) set_cudnn_benchmark(train_.cudnn_benchmark);
+  train_.kernels.apply();
+  const std::string kernels = train_.kernels.describe();
+  if (!kernels.empty()) log("kernels:" + kernels + " (train.attention, train.elementwise, ...)");
   if (train_.cuda_graph != "off") {
     const std::string obstacle =
         cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_);

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/device_runtime.h"
+#include "nn/layers.h"
+#include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
 #include "train/graph_step.h"
 #include "train/trainer.h"
@@ -314,14 +317,70 @@ TEST_CASE("train.cuda_graph: where the step can be captured, and the choices", "
 }
 
 TEST_CASE("train.cudnn_benchmark: a boolean, on by default", "[cpu][train]") {
-  CHECK(TrainOptions{}.cudnn_benchmark);
+  CHECK(TrainOptions{}.kernels.cudnn_benchmark);
   Config off = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   off.set("train.cudnn_benchmark=false");
-  CHECK_FALSE(TrainOptions::from_config(off.root()["train"]).cudnn_benchmark);
+  CHECK_FALSE(TrainOptions::from_config(off.root()["train"]).kernels.cudnn_benchmark);
   Config bad = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   bad.set("train.cudnn_benchmark=fastest");
   REQUIRE_THROWS_WITH(TrainOptions::from_config(bad.root()["train"]),
                       Contains("train.cudnn_benchmark") && Contains("fastest"));
+}
+
+TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' fast paths",
+          "[cpu][train]") {
+  const KernelChoices defaults;
+  CHECK(defaults.attention == "fused");
+  CHECK(defaults.elementwise == "fast");
+  CHECK(defaults.norm_output == "autocast");
+  CHECK(defaults.describe().empty());
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  config.set("train.attention=scalar");
+  config.set("train.elementwise=reference");
+  config.set("train.norm_output=f32");
+  const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
+  CHECK(k.describe() == " [scalar attention] [reference elementwise kernels] [f32 norm outputs]");
+  // apply() sets the process-wide switches (each setter returns the previous setting).
+  k.apply();
+  CHECK(nn::fused_attention_enabled());
+  CHECK_FALSE(nn::norm_autocast_outputs_enabled());
+  CHECK_FALSE(set_cuda_attention_tensor_cores(true));
+  CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
+  KernelChoices unfused;
+  unfused.attention = "unfused";
+  unfused.apply();
+  CHECK_FALSE(nn::fused_attention_enabled());
+  defaults.apply();
+  CHECK(nn::fused_attention_enabled());
+  CHECK(nn::norm_autocast_outputs_enabled());
+  CHECK(set_cuda_attention_tensor_cores(true));
+  CHECK(set_cuda_elementwise_fast_paths(true));
+  // A value outside the choices names the key and the choices.
+  Config bad = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  bad.set("train.attention=flash");
+  REQUIRE_THROWS_WITH(TrainOptions::from_config(bad.root()["train"]),
+                      Contains("train.attention") && Contains("flash") && Contains("unfused"));
+}
+
+TEST_CASE("train.attention=unfused trains the tiny CSKA-ViT to the fused run's weights",
+          "[cpu][train][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const Run fused = train_tiny({});
+  const Run unfused = train_tiny({"train.attention=unfused"});
+  KernelChoices{}.apply();  // the switches are process-wide: back to the defaults
+  CHECK(mentions(unfused.log, "kernels: [unfused attention]"));
+  CHECK_FALSE(mentions(fused.log, "kernels:"));
+  // The same math, rounded in another order (so not the same bits: the other path did run): 8
+  // AdamW updates later the weights still agree.
+  std::string diff;
+  CHECK_FALSE(test::bitwise_equal(fused.weights, unfused.weights, &diff));
+  for (const auto& [name, w] : fused.weights) {
+    INFO(name);
+    test::require_close(unfused.weights.at(name), w, test::tolerance_for(DType::kF32), name);
+  }
 }
 
 TEST_CASE("train.cuda_graph on the CPU: on is an error, auto trains eagerly like off",
