@@ -9,6 +9,7 @@
 #include "data/eval_transform.h"
 #include "io/npy.h"
 #include "ops/ops.h"
+#include "train/options.h"
 
 namespace {
 
@@ -83,11 +84,14 @@ int run_inference(const InferenceOptions& options) {
   if (!options.images.empty() || !data.is_null()) {
     transform = data::read_eval_transform(data, input.image_size, input.in_channels);
   }
+  // train.attention etc. (an experiment config's; the defaults for a model file).
+  const train::KernelChoices kernels = train::KernelChoices::from_config(config.root()["train"]);
   config.check_unused();
 
   apps::load_weights(*model, options.weights, options.weight_map);
   const Device device = Device::parse(options.device);
   model->to(device);
+  kernels.apply();
 
   std::vector<std::string> sources = options.images;
   Tensor x;

@@ -200,6 +200,16 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
   REQUIRE(r.exit_code == 0);
   test::require_close(read_npy(dir + "/logits.npy"), expected, test::tolerance_for(DType::kF32));
 
+  // The kernels' switches (train.attention etc.) apply here too.
+  r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --input " +
+                                         dir + "/x.npy --set train.attention=unfused");
+  REQUIRE(r.exit_code == 0);
+  test::require_close(read_npy(dir + "/logits.npy"), expected, test::tolerance_for(DType::kF32));
+  r = run_command(SKA_INFERENCE_EXE, common + "--weights " + dir + "/ours.safetensors --input " +
+                                         dir + "/x.npy --set train.attention=flash");
+  REQUIRE(r.exit_code == 2);
+  REQUIRE_THAT(r.err, Contains("train.attention") && Contains("flash"));
+
   SECTION("images") {
     // A 12x8 PNG: resized to 8 on the shorter side is itself; the centre crop takes rows 2..9.
     io::RgbImage png(8, 12, {});
