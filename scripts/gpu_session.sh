@@ -21,7 +21,8 @@
 #   table8    scripts/reproduce.sh table8 --epochs T8_EPOCHS (default 1) when Fashion-MNIST's
 #             four .gz files are in data/fashion_mnist (carried); runs in runs/gpu_session, so a
 #             later call on the same machine resumes it; then TensorBoard reads one run folder
-#             (scripts/tensorboard_check.py)
+#             (scripts/tensorboard_check.py). T8_SETS="k=v ..." adds config overrides, e.g.
+#             T8_SETS=train.attention=unfused to step around a fast path the tests found broken
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels
 #
@@ -178,9 +179,11 @@ for stage in "${stages[@]}"; do
       # Run folders hold checkpoints: kept out of the logs, but for their metrics and events; in
       # runs/ so that a later call on the same machine resumes the rows this one did not finish.
       runs=$PWD/runs/gpu_session
+      sets=()
+      for kv in ${T8_SETS:-}; do sets+=(--set "$kv"); done
       stage_run table8 400 env SKA_BUILD="$build" scripts/reproduce.sh table8 \
         --epochs "${T8_EPOCHS:-1}" --gpus 0 --runs "$runs" --reports "$logs/reports" \
-        --data-root fashion_mnist="$PWD/data/fashion_mnist"
+        --data-root fashion_mnist="$PWD/data/fashion_mnist" ${sets[@]+"${sets[@]}"}
       [ $? = 125 ] && continue
       cp "$logs"/reports/table8-*ep.md "$logs"/reports/table8-*ep.html "$out"/ 2>/dev/null
       grep -E "^\|" "$logs"/reports/table8-*ep.md 2>/dev/null | head -20 | tee -a "$summary"
