@@ -4,7 +4,12 @@
 
 #include <cblas.h>
 
+#include <cstdint>
+
 namespace ska::cpu {
+
+// A size or leading dimension as CBLAS takes it.
+inline int blas_int(int64_t v) { return static_cast<int>(v); }
 
 // c = alpha * op(a) op(b) + beta * c, row-major, [m, k] x [k, n].
 inline void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,

@@ -1,8 +1,7 @@
 // CPU kernels: 2-D convolution. NCHW dense and grouped convolutions use im2col + GEMM per sample
 // and group, or per block of small samples (col2im for the input gradient), samples spread over
-// threads; channels-last ones the
-// pixel-block GEMMs of conv2d_nhwc.cpp; depthwise ones the direct loops of conv2d_depthwise.cpp
-// (channels-last depthwise calls run on NCHW copies).
+// threads; channels-last ones the pixel-block GEMMs of conv2d_nhwc.cpp; depthwise ones the direct
+// loops of conv2d_depthwise.cpp (channels-last depthwise calls run on NCHW copies).
 #include <omp.h>
 
 #include <algorithm>
@@ -170,9 +169,9 @@ void dense_forward_blocked(const T* x, const T* w, const T* bias, const ConvGeom
           im2col(x + group_offset(n0 + s, g.c_in, grp, g.c_in_group, g.in_area()), g,
                  col + s * area, width);
         }
-        blas_gemm(CblasNoTrans, CblasNoTrans, static_cast<int>(cog), static_cast<int>(count * area),
-                  static_cast<int>(k), T(1), w + grp * cog * k, static_cast<int>(k), col,
-                  static_cast<int>(width), T(0), out, static_cast<int>(width));
+        blas_gemm(CblasNoTrans, CblasNoTrans, blas_int(cog), blas_int(count * area), blas_int(k),
+                  T(1), w + grp * cog * k, blas_int(k), col, blas_int(width), T(0), out,
+                  blas_int(width));
         for (int64_t s = 0; s < count; ++s) {
           T* dst = y + group_offset(n0 + s, g.c_out, grp, cog, area);
           for (int64_t o = 0; o < cog; ++o) {
@@ -255,9 +254,9 @@ void dense_backward_input_blocked(const T* grad_y, const T* w, const ConvGeometr
             std::copy(src + o * area, src + (o + 1) * area, packed + o * width + s * area);
           }
         }
-        blas_gemm(CblasTrans, CblasNoTrans, static_cast<int>(k), static_cast<int>(count * area),
-                  static_cast<int>(cog), T(1), w + grp * cog * k, static_cast<int>(k), packed,
-                  static_cast<int>(width), T(0), col, static_cast<int>(width));
+        blas_gemm(CblasTrans, CblasNoTrans, blas_int(k), blas_int(count * area), blas_int(cog),
+                  T(1), w + grp * cog * k, blas_int(k), packed, blas_int(width), T(0), col,
+                  blas_int(width));
         for (int64_t s = 0; s < count; ++s) {
           col2im_add(col + s * area, g,
                      grad_x + group_offset(n0 + s, g.c_in, grp, g.c_in_group, g.in_area()), width);
@@ -376,25 +375,6 @@ bool channels_last_call(const char* kernel, std::initializer_list<const Tensor*>
   return true;
 }
 
-// An uninitialised tensor of t's shape and layout (contiguous or channels-last).
-Tensor empty_like_layout(const Tensor& t, DType dtype) {
-  if (t.is_contiguous()) return Tensor::empty(t.shape(), dtype, t.device());
-  return Tensor::empty({t.size(0), t.size(2), t.size(3), t.size(1)}, dtype, t.device())
-      .permute({0, 3, 1, 2});
-}
-
-// widen_f32 and f32_output (widen.h) that keep a channels-last layout.
-Tensor widen_f32_layout(const Tensor& t) {
-  if (!t.defined() || !is_16bit_float(t.dtype())) return t;
-  Tensor wide = empty_like_layout(t, DType::kF32);
-  copy(t, wide);
-  return wide;
-}
-
-Tensor f32_output_layout(const Tensor& out) {
-  return is_16bit_float(out.dtype()) ? empty_like_layout(out, DType::kF32) : out;
-}
-
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
@@ -412,8 +392,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
             "] tensor of the input's dtype, got ", bias.str());
   if (y.numel() == 0) return;
   if (is_16bit_float(y.dtype())) {
-    const Tensor result = f32_output_layout(y);
-    conv2d_forward(widen_f32_layout(x), widen_f32(w), widen_f32(bias), p, result);
+    const Tensor result = f32_output_like(y);
+    conv2d_forward(widen_f32_like(x), widen_f32(w), widen_f32(bias), p, result);
     return round_into(result, y);
   }
   dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
@@ -442,8 +422,8 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
   }
   if (grad_x.numel() == 0) return;
   if (is_16bit_float(grad_x.dtype())) {
-    const Tensor result = f32_output_layout(grad_x);
-    conv2d_backward_input(widen_f32_layout(grad_y), widen_f32(w), p, result);
+    const Tensor result = f32_output_like(grad_x);
+    conv2d_backward_input(widen_f32_like(grad_y), widen_f32(w), p, result);
     return round_into(result, grad_x);
   }
   dispatch_floating(grad_x.dtype(), "conv2d_backward_input", [&](auto tag) {
@@ -471,7 +451,7 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
   if (grad_w.numel() == 0) return;
   if (is_16bit_float(grad_w.dtype())) {
     const Tensor result = f32_output(grad_w);
-    conv2d_backward_weight(widen_f32_layout(grad_y), widen_f32_layout(x), p, result);
+    conv2d_backward_weight(widen_f32_like(grad_y), widen_f32_like(x), p, result);
     return round_into(result, grad_w);
   }
   dispatch_floating(grad_w.dtype(), "conv2d_backward_weight", [&](auto tag) {

@@ -96,8 +96,6 @@ int64_t team_size(const ConvGeometry& g) {
   return parallel ? omp_get_max_threads() : 1;
 }
 
-int blas_int(int64_t v) { return static_cast<int>(v); }
-
 }  // namespace
 
 // Blocks of output pixels go to the threads; each builds its block's im2col rows per group in its

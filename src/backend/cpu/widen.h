@@ -15,6 +15,10 @@ Tensor widen_f32(const Tensor& t);
 // An uninitialised contiguous f32 tensor of out's shape for a kernel to write; out itself when
 // out is not a 16-bit float.
 Tensor f32_output(const Tensor& out);
+// The same, keeping a channels-last layout ([N, C, H, W] laid out as a contiguous [N, H, W, C]);
+// any other layout gives a contiguous tensor, as above.
+Tensor widen_f32_like(const Tensor& t);
+Tensor f32_output_like(const Tensor& out);
 // Rounds `result` (from f32_output or widen_f32) into `out` (to nearest even); nothing when they
 // are the same tensor.
 void round_into(const Tensor& result, const Tensor& out);
