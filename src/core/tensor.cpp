@@ -110,6 +110,9 @@ int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size"
 int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  // As in PyTorch, a tensor without elements is contiguous whatever its strides (those that
+  // contiguous_strides gives a shape with a zero do not multiply out).
+  if (numel() == 0) return true;
   int64_t expected = 1;
   for (size_t i = shape().size(); i-- > 0;) {
     if (shape()[i] == 1) continue;

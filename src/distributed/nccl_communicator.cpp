@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/runtime.h"
@@ -103,6 +104,10 @@ class NcclCommunicator : public Communicator {
                    const CommOptions& options)
       : world_(world), device_(device), store_(std::move(store)), options_(options) {
     SKA_CHECK(device.is_cuda(), DeviceError, "NCCL takes CUDA tensors, not ", device);
+    const int devices = cuda_device_count();
+    SKA_CHECK(device.index < devices, DeviceError, "NCCL: rank ", world.rank, " (local rank ",
+              world.local_rank, ") computes on ", device, ", but this machine has ", devices,
+              " CUDA device(s): start one worker per GPU at most (--nproc-per-node)");
     SKA_CUDA_CHECK(cudaSetDevice(device.index));  // the device this worker computes on, too
     init_comm();
     stream_ = cuda::create_stream(device.index);

@@ -26,6 +26,18 @@ TEST_CASE("factories and metadata", "[cpu]") {
   CHECK_THROWS_AS(Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}), ShapeError);
 }
 
+TEST_CASE("tensors without elements are contiguous, whatever their strides", "[cpu]") {
+  // contiguous_strides gives a zero-sized dim's outer dims strides that do not multiply out
+  // ([1, 1, 65, 0] gets {65, 65, 1, 1}); kernels that require contiguous operands (CUDA's
+  // reductions and copies) must still take such tensors, as PyTorch's do.
+  const Tensor e = Tensor::empty({1, 1, 65, 0});
+  CHECK(e.numel() == 0);
+  CHECK(e.is_contiguous());
+  CHECK(Tensor::empty({0, 3}).transpose(0, 1).is_contiguous());
+  CHECK(sum(Tensor::empty({2, 3, 65, 0}), {0, 1}, true).shape() == Shape{1, 1, 65, 0});
+  CHECK(Tensor::empty({2, 0}).contiguous().is_contiguous());
+}
+
 TEST_CASE("views share storage and index correctly", "[cpu]") {
   Tensor x = Tensor::arange(24, DType::kF64).reshape({2, 3, 4});
   Tensor t = x.transpose(0, 2);  // [4, 3, 2]
