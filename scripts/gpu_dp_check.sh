@@ -3,9 +3,10 @@
 #  1. NCCL at world size 1 against no data parallelism: the same CIFAR training steps with and
 #     without distributed.force_backend (communicator, comm stream, buckets, overlap), images/s of
 #     both and their ratio (goal: within 3%), and the weights compared bit for bit;
-#  2. benchmark_comm: all-reduce bus bandwidth over message sizes, 2 processes (on one GPU they
-#     share it: NCCL may refuse, which the log then shows);
-#  3. --nproc-per-node N on the GPUs there are (N = 2 also on one GPU).
+#  2. benchmark_comm: all-reduce bus bandwidth over message sizes, one process per GPU;
+#  3. --nproc-per-node N on the N GPUs there are.
+# 2 and 3 need two GPUs or more (NCCL takes one GPU per worker; a second worker on a machine with
+# one GPU is refused with an error naming its rank).
 # Needs a CUDA build (scripts/gpu_check.sh makes build-gpu) and Python with NumPy for the
 # synthetic CIFAR-10 files. Usage: scripts/gpu_dp_check.sh [BUILD_DIR] [STEPS]; logs in
 # $OUT or BUILD_DIR/logs.
@@ -35,14 +36,18 @@ else
   echo "  weights: DIFFER"
 fi
 
-echo "== benchmark_comm, 2 processes"
-timeout 300 "$build/apps/benchmark_comm" --nproc-per-node 2 --device cuda --max 256M \
-  >"$logs/comm.log" 2>&1
-echo "  exit $?: $(tail -3 "$logs/comm.log" | tr '\n' ' ')"
-
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-n=$(( ngpu > 1 ? ngpu : 2 ))
-echo "== --nproc-per-node $n on $ngpu GPU(s)"
-timeout 600 "${train[@]}" --output "$data/dp$n" --nproc-per-node "$n" >"$logs/dp_n.log" 2>&1
-echo "  exit $?: $(rate "$logs/dp_n.log") ($(grep -o 'global batch [^(]*' "$logs/dp_n.log" | head -1))"
+if (( ngpu < 2 )); then
+  # NCCL takes one GPU per process: two workers cannot share the one there is.
+  echo "== benchmark_comm and --nproc-per-node: skipped, $ngpu GPU (one per worker)"
+else
+  echo "== benchmark_comm, $ngpu processes"
+  timeout 300 "$build/apps/benchmark_comm" --nproc-per-node "$ngpu" --device cuda --max 256M \
+    >"$logs/comm.log" 2>&1
+  echo "  exit $?: $(tail -3 "$logs/comm.log" | tr '\n' ' ')"
+  echo "== --nproc-per-node $ngpu"
+  timeout 600 "${train[@]}" --output "$data/dp$ngpu" --nproc-per-node "$ngpu" \
+    >"$logs/dp_n.log" 2>&1
+  echo "  exit $?: $(rate "$logs/dp_n.log") ($(grep -o 'global batch [^(]*' "$logs/dp_n.log" | head -1))"
+fi
 echo "logs: $logs"

@@ -10,10 +10,11 @@
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
 #             adds torch.compile, about a minute per model)
-#   dp        NCCL at world size 1 against no data parallelism (weights, speed), benchmark_comm,
-#             --nproc-per-node 2 (scripts/gpu_dp_check.sh, DP_STEPS steps, default 100)
+#   dp        NCCL at world size 1 against no data parallelism (weights, speed); benchmark_comm
+#             and --nproc-per-node N where there are N >= 2 GPUs (scripts/gpu_dp_check.sh,
+#             DP_STEPS steps, default 100)
 #   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512) and CAFormer-S18 (128): time by
-#             op family and kernel
+#             op family and kernel (PROFILE="CONFIG:BATCH ..." profiles others)
 #   loader    benchmark_loader on that machine's cores: synthetic ImageNet-like JPEGs through the
 #             MetaFormer augmentation, images/s at 1, 2, 4, 8 and 16 workers: the CPU cores an
 #             ImageNet GPU needs
@@ -40,7 +41,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -153,7 +154,7 @@ for stage in "${stages[@]}"; do
       grep -E "^(# |mode |train)" "$logs/speed_$config.log" | sed 's/^/  /' | tee -a "$summary"
     done ;;
   profile)
-    for item in cifar10_cska_vit:512 imagenet_caformer_s18:128; do
+    for item in ${PROFILE:-cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
       stage_run "profile_$config" 60 "$build/apps/benchmark" --config "$config" --device cuda \
         --precision bf16 --batch "$batch" --warmup 5 --iters 10 --profile

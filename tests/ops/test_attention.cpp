@@ -289,18 +289,29 @@ TEST_CASE("fused attention: CUDA matches the CPU in f32, bf16 and f16", "[cuda]"
     ska::test::check_cuda_parity(
         [](const TensorList& in) { return scaled_dot_attention(in[0], in[1], in[2], 0.17, in[3]); },
         {q, k, v, bias}, dt);
+    // The factors' gradients below sum 2 x 3 x 65 x 65 products of the logits' gradient (rounded
+    // to 16 bits, from the rounded output) with heavy cancellation: in bf16 the CPU itself lands
+    // 3% off its f32 result. They get a tolerance of their own in 16 bits; the other gradients
+    // keep the strict one.
+    const Tolerance loose = dt == DType::kF32 ? tolerance_for(dt) : Tolerance{0.15, 0.1};
     // Attention from given logits (head dim 0) with a temperature on them.
-    ska::test::check_cuda_parity(
-        [](const TensorList& in) { return softmax_attend(in[0], in[1], exp(in[2])); },
-        {uniform({2, 3, 65, 65}, 85, -3, 3).set_requires_grad(), v,
-         Tensor::full({1}, -0.2, DType::kF64).set_requires_grad()},
-        dt);
+    const Tensor logits = uniform({2, 3, 65, 65}, 85, -3, 3);
+    const auto from_logits = [](const TensorList& in) {
+      return softmax_attend(in[0], in[1], exp(in[2]));
+    };
+    const Tensor temperature = Tensor::full({1}, -0.2, DType::kF64);
+    ska::test::check_cuda_parity(from_logits,
+                                 {logits.detach().set_requires_grad(), v, temperature}, dt);
+    ska::test::check_cuda_parity(from_logits,
+                                 {logits, v.detach(), temperature.detach().set_requires_grad()},
+                                 dt, &loose);
     // A learnable temperature read on the device (the factor is cast to f32 inside the op).
-    Tensor t = Tensor::full({1}, 0.4, DType::kF64).set_requires_grad();
+    const auto scaled = [](const TensorList& in) {
+      return scaled_dot_attention(in[0], in[1], in[2], 0.17, Tensor(), exp(in[3]));
+    };
+    const Tensor t = Tensor::full({1}, 0.4, DType::kF64);
+    ska::test::check_cuda_parity(scaled, {q, k, v, t}, dt);
     ska::test::check_cuda_parity(
-        [](const TensorList& in) {
-          return scaled_dot_attention(in[0], in[1], in[2], 0.17, Tensor(), exp(in[3]));
-        },
-        {q, k, v, t}, dt);
+        scaled, {q.detach(), k.detach(), v.detach(), t.detach().set_requires_grad()}, dt, &loose);
   }
 }
