@@ -1,7 +1,9 @@
 // Every model of the zoo at full size (configs/models/*.yaml) on CUDA against the CPU: a training
 // forward (dropout and drop-path drawn from the same Philox streams on both), the logits, and the
-// gradient of every parameter, in strict f32 and under bf16 autocast.
+// gradient of every parameter, in strict f32 and under bf16 autocast, with the CPU's f64 pass as
+// the exact result where a quantity is too ill-conditioned for the two to agree closely.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,20 +29,29 @@ const std::vector<std::string> kZoo = {
 
 double sum_of_squares(const Tensor& t) {
   double s = 0.0;
-  for (float v : t.to_vector<float>()) s += static_cast<double>(v) * v;
+  for (double v : t.to_vector<double>()) s += v * v;
   return s;
 }
 
+// The Euclidean distance between a and b.
+double distance(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double s = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) s += (x[i] - y[i]) * (x[i] - y[i]);
+  return std::sqrt(s);
+}
+
 struct Pass {
-  Tensor logits;  // on the CPU, f32
-  // On the CPU, f32; undefined for parameters the pass did not reach (a layer dropped whole).
+  Tensor logits;  // on the CPU, f64
+  // On the CPU, f64; undefined for parameters the pass did not reach (a layer dropped whole).
   std::vector<std::pair<std::string, Tensor>> grads;
 };
 
 // One training-mode forward and backward of `model` on `device` (cross-entropy of two images),
 // the random draws reseeded first so that every pass draws the same masks.
 Pass run_pass(nn::Module& model, const Tensor& images, const Tensor& labels, Device device,
-              bool bf16, bool training = true) {
+              bool bf16, bool training = true, DType dtype = DType::kF32) {
   for (const auto& [name, p] : model.named_parameters(true)) p.zero_grad();
   manual_seed(123);
   // Each device has its own generator, seeded differently (as PyTorch's): give the device's the
@@ -50,14 +61,14 @@ Pass run_pass(nn::Module& model, const Tensor& images, const Tensor& labels, Dev
   Tensor logits, loss;
   {
     const AutocastGuard autocast(DType::kBF16, bf16);  // the loss too, as the trainer does
-    logits = model(images.to(device));
+    logits = model(images.to(device, dtype));
     loss = cross_entropy(logits, labels.to(device));
   }
   loss.backward();
   Pass out;
-  out.logits = logits.to(Device::cpu(), DType::kF32);
+  out.logits = logits.to(Device::cpu(), DType::kF64);
   for (const auto& [name, p] : model.named_parameters(true)) {
-    out.grads.emplace_back(name, p.grad().defined() ? p.grad().to(Device::cpu(), DType::kF32)
+    out.grads.emplace_back(name, p.grad().defined() ? p.grad().to(Device::cpu(), DType::kF64)
                                                     : Tensor());
   }
   return out;
@@ -132,9 +143,30 @@ void localize(const std::string& name, Device device, bool bf16) {
   }
 }
 
+// Whether `actual` (the device's) agrees with `cpu` (the CPU twin's, same precision), `exact`
+// being the CPU's f64 result: within the NMSE bound of the CPU's; or, where the quantity is
+// ill-conditioned in this precision (a sum that cancels: the gradient of a bias that softmax
+// ignores, or of any tensor through batch statistics of two images in bf16) and the CPU is
+// itself far from the f64 result, no further from it than 4 times the CPU (plus `floor`, a
+// negligible share of the whole gradient).
+bool agrees(const Tensor& actual, const Tensor& cpu, const Tensor& exact, double bound,
+            double floor) {
+  if (test::nmse(actual, cpu) < bound) return true;
+  const double error = distance(actual, exact), cpu_error = distance(cpu, exact);
+  UNSCOPED_INFO("NMSE against the CPU " << test::nmse(actual, cpu) << " (bound " << bound
+                << "); distance to the f64 result " << error << ", the CPU's " << cpu_error
+                << ", floor " << floor);
+  return error <= 4.0 * cpu_error + floor;
+}
+
 // Runs model `name` on the CPU and then on `device` (f32 with TF32 off, or bf16 autocast on both:
-// the CPU emulates 16-bit rounding) and compares. NMSE bounds: f32 only reorders sums; bf16 keeps
-// 8 mantissa bits, so every op rounds at about 4e-3 relative. Returns whether all agreed.
+// the CPU emulates 16-bit rounding), and on the CPU in f64 as the exact result, and compares (see
+// agrees). NMSE bounds: f32 only reorders sums; bf16 keeps 8 mantissa bits, so every op rounds at
+// about 4e-3 relative. One-element parameters (temperatures, StarReLU's scale and bias) have
+// gradients that sum a whole activation with cancellation: one such error says little (the
+// CPU's own bf16 error reaches several times the value), so where one misses the NMSE bound they
+// are judged together: the device's distance to the f64 results over all of them, against the
+// CPU's. Returns whether all agreed.
 bool compare_devices(const std::string& name, Device device, bool bf16) {
   INFO(name << (bf16 ? " under bf16 autocast" : " in f32") << " on " << device);
   const Tf32Guard strict(Tf32Policy{false, false});
@@ -142,23 +174,49 @@ bool compare_devices(const std::string& name, Device device, bool bf16) {
   const Pass cpu = run_pass(*s.model, s.images, s.labels, Device::cpu(), bf16);
   s.model->to(device);
   const Pass other = run_pass(*s.model, s.images, s.labels, device, bf16);
-  const double bound = bf16 ? 2e-3 : 1e-8;
-  bool ok = test::nmse(other.logits, cpu.logits) < bound;
-  CHECK(test::nmse(other.logits, cpu.logits) < bound);
+  s.model->to(Device::cpu());
+  s.model->to(DType::kF64);
+  const Pass exact =
+      run_pass(*s.model, s.images, s.labels, Device::cpu(), false, true, DType::kF64);
+  double total = 0.0;  // the whole gradient's norm, for the floor
+  for (const auto& [param, g] : exact.grads) total += g.defined() ? sum_of_squares(g) : 0.0;
+  const double floor = (bf16 ? 1e-6 : 1e-9) * std::sqrt(total);
+
+  const double bound = bf16 ? 2e-3 : 1e-8, grad_bound = bf16 ? 1e-2 : 1e-6;
+  bool ok = agrees(other.logits, cpu.logits, exact.logits, bound, 0.0);
+  CHECK(ok);
   REQUIRE(other.grads.size() == cpu.grads.size());
+  double scalar_error = 0.0, scalar_cpu_error = 0.0;  // sums of squared distances
+  std::string scalars_missed;
   for (size_t i = 0; i < cpu.grads.size(); ++i) {
-    INFO("gradient of " << cpu.grads[i].first);
-    REQUIRE(other.grads[i].first == cpu.grads[i].first);
-    REQUIRE(other.grads[i].second.defined() == cpu.grads[i].second.defined());
-    if (!cpu.grads[i].second.defined()) continue;
+    const std::string& param = cpu.grads[i].first;
+    const Tensor &g = other.grads[i].second, &g_cpu = cpu.grads[i].second;
+    INFO("gradient of " << param);
+    REQUIRE(other.grads[i].first == param);
+    REQUIRE(g.defined() == g_cpu.defined());
+    if (!g_cpu.defined()) continue;
     // A gradient that is exactly zero on the CPU must be zero on the other device too.
-    if (sum_of_squares(cpu.grads[i].second) == 0.0) {
-      CHECK(sum_of_squares(other.grads[i].second) == 0.0);
+    if (sum_of_squares(g_cpu) == 0.0) {
+      CHECK(sum_of_squares(g) == 0.0);
       continue;
     }
-    const double error = test::nmse(other.grads[i].second, cpu.grads[i].second);
-    ok = ok && error < (bf16 ? 1e-2 : 1e-6);
-    CHECK(error < (bf16 ? 1e-2 : 1e-6));
+    if (g.numel() == 1) {
+      scalar_error += std::pow(distance(g, exact.grads[i].second), 2);
+      scalar_cpu_error += std::pow(distance(g_cpu, exact.grads[i].second), 2);
+      if (test::nmse(g, g_cpu) >= grad_bound) scalars_missed += " " + param;
+      continue;
+    }
+    const bool grad_ok = agrees(g, g_cpu, exact.grads[i].second, grad_bound, floor);
+    ok = ok && grad_ok;
+    CHECK(grad_ok);
+  }
+  if (!scalars_missed.empty()) {
+    INFO("one-element gradients beyond the NMSE bound:" << scalars_missed);
+    INFO("distance to the f64 results over all one-element gradients " << std::sqrt(scalar_error)
+         << ", the CPU's " << std::sqrt(scalar_cpu_error) << ", floor " << floor);
+    const bool scalars_ok = std::sqrt(scalar_error) <= 4.0 * std::sqrt(scalar_cpu_error) + floor;
+    ok = ok && scalars_ok;
+    CHECK(scalars_ok);
   }
   return ok;
 }
