@@ -19,10 +19,14 @@ mkdir -p "$logs"
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 python3 scripts/make_synthetic_cifar10.py "$data" --per-file 10000 || exit 1
+# cuDNN's heuristic, deterministic algorithms: timed choices differ between processes, and some
+# backward algorithms sum with atomics; either would make the weights differ without a fault.
 train=("$build/apps/train" --config cifar10_cska_vit --set "data.root=$data" --device cuda
-       --set "train.max_steps=$steps" --set train.eval_every=1000 --set checkpoint.every_epochs=0)
+       --set "train.max_steps=$steps" --set train.eval_every=1000 --set checkpoint.every_epochs=0
+       --set train.cudnn_benchmark=false --set train.cudnn_deterministic=true)
 
-rate() { grep -oE '[0-9.]+ img/s' "$1" | tail -1; }
+# The first epoch's images/s (the whole run's figure counts the start-up too).
+rate() { grep -oE '[0-9.]+ img/s' "$1" | head -1; }
 echo "== NCCL at world size 1 vs none ($steps steps of cifar10_cska_vit, bf16)"
 "${train[@]}" --output "$data/plain" >"$logs/dp_plain.log" 2>&1
 "${train[@]}" --output "$data/nccl1" --set distributed.force_backend=true \

@@ -147,7 +147,7 @@ struct AlgoChoice {
   size_t workspace;
 };
 
-using AlgoKey = std::array<int64_t, 21>;
+using AlgoKey = std::array<int64_t, 22>;
 
 // f32 data without TF32 (core/precision.h): only CUDA-core (FMA) algorithms.
 bool fma_only(DType dt) { return dt == DType::kF32 && !tf32_policy().conv; }
@@ -159,6 +159,7 @@ AlgoKey algo_key(ConvDir dir, int device, DType dt, bool nhwc, const Shape& xs, 
           static_cast<int64_t>(dt),
           fma_only(dt),
           timed,
+          cudnn_deterministic(),
           nhwc,
           xs[0],
           xs[1],
@@ -188,20 +189,23 @@ std::map<AlgoKey, AlgoChoice>& algo_cache() {
 
 // The first algorithm of cuDNN's ranking (heuristic, or by measured time when timed) that
 // succeeded, preferring one within the workspace cap. With `fma` only algorithms without
-// tensor-op math qualify.
+// tensor-op math qualify; under cudnn_deterministic() only deterministic ones.
 template <typename Perf>
 AlgoChoice pick_algo(const Perf* perf, int count, bool fma, const char* kernel) {
+  const bool deterministic = cudnn_deterministic();
   const Perf* fallback = nullptr;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     if (fma && perf[i].mathType != CUDNN_FMA_MATH) continue;
+    if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
     if (perf[i].memory <= kMaxWorkspaceBytes) {
       return {static_cast<int>(perf[i].algo), perf[i].mathType, 0};
     }
     if (!fallback) fallback = &perf[i];
   }
-  SKA_CHECK(fallback != nullptr, CudaError, kernel,
-            ": cuDNN has no algorithm for this convolution");
+  SKA_CHECK(fallback != nullptr, CudaError, kernel, ": cuDNN has no ",
+            deterministic ? "deterministic algorithm (train.cudnn_deterministic)" : "algorithm",
+            " for this convolution");
   return {static_cast<int>(fallback->algo), fallback->mathType, 0};
 }
 

@@ -8,6 +8,7 @@ namespace {
 std::atomic<bool> g_matmul{false};
 std::atomic<bool> g_conv{true};
 std::atomic<bool> g_cudnn_benchmark{false};
+std::atomic<bool> g_cudnn_deterministic{false};
 }  // namespace
 
 Tf32Policy tf32_policy() { return {g_matmul.load(), g_conv.load()}; }
@@ -19,5 +20,8 @@ void set_tf32_policy(Tf32Policy policy) {
 
 bool cudnn_benchmark() { return g_cudnn_benchmark.load(); }
 void set_cudnn_benchmark(bool enabled) { g_cudnn_benchmark.store(enabled); }
+
+bool cudnn_deterministic() { return g_cudnn_deterministic.load(); }
+void set_cudnn_deterministic(bool enabled) { g_cudnn_deterministic.store(enabled); }
 
 }  // namespace ska

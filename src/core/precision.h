@@ -34,4 +34,12 @@ class Tf32Guard {
 bool cudnn_benchmark();
 void set_cudnn_benchmark(bool enabled);
 
+// Whether cuDNN convolutions may only run algorithms cuDNN marks deterministic (PyTorch's
+// torch.backends.cudnn.deterministic): some backward algorithms sum with atomics, so that runs
+// round differently. On: the same bits on every run of a process and across processes (with
+// cudnn_benchmark off, which otherwise times the choice); a CudaError names the convolution that
+// has no deterministic algorithm. Off by default. Process-wide.
+bool cudnn_deterministic();
+void set_cudnn_deterministic(bool enabled);
+
 }  // namespace ska

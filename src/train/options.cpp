@@ -59,6 +59,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
+  k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
   return k;
 }
 
@@ -68,6 +69,7 @@ void KernelChoices::apply() const {
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   set_cudnn_benchmark(cudnn_benchmark);
+  set_cudnn_deterministic(cudnn_deterministic);
 }
 
 std::string KernelChoices::describe() const {
@@ -76,6 +78,7 @@ std::string KernelChoices::describe() const {
   if (elementwise != "fast") out += " [reference elementwise kernels]";
   if (norm_output != "autocast") out += " [f32 norm outputs]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";
+  if (cudnn_deterministic) out += " [deterministic cuDNN]";
   return out;
 }
 

@@ -23,9 +23,9 @@ Precision precision_from_name(const std::string& name);  // ValueError naming th
 AutocastState autocast_state(Precision p);       // disabled for fp32
 
 // Which implementation the kernels with a fast path and a reference take (`train.attention`,
-// `train.elementwise`, `train.norm_output`, `train.cudnn_benchmark`): the fast ones by default;
-// the others to compare, or to work around a fast path that misbehaves on some GPU without
-// rebuilding. Process-wide switches, set by apply().
+// `train.elementwise`, `train.norm_output`, `train.cudnn_benchmark`, `train.cudnn_deterministic`):
+// the fast ones by default; the others to compare, or to work around a fast path that misbehaves
+// on some GPU without rebuilding. Process-wide switches, set by apply().
 struct KernelChoices {
   // fused (the fused attention op, on CUDA's tensor cores for bf16/f16), scalar (the same op on
   // CUDA's f32-FMA kernels; on the CPU the same as fused) or unfused (matmul, softmax, matmul).
@@ -35,6 +35,8 @@ struct KernelChoices {
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
   bool cudnn_benchmark = true;
+  // Only deterministic cuDNN algorithms (core/precision.h's cudnn_deterministic). CUDA only.
+  bool cudnn_deterministic = false;
   static KernelChoices from_config(const ConfigNode& train);
   void apply() const;
   // What differs from the defaults, as " [unfused attention]" etc. for a status line; "" if none.

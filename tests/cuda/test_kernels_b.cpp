@@ -247,6 +247,42 @@ TEST_CASE("cuda conv2d: timed algorithms (cudnn_benchmark), and heuristics insid
   }
 }
 
+TEST_CASE("cuda conv2d: deterministic algorithms repeat their gradients bit for bit",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  struct Restore {
+    bool benchmark = cudnn_benchmark(), deterministic = cudnn_deterministic();
+    ~Restore() {
+      set_cudnn_benchmark(benchmark);
+      set_cudnn_deterministic(deterministic);
+    }
+  } restore;
+  set_cudnn_deterministic(true);
+  Conv2dParams down;  // CAFormer's downsampling: 3x3, stride 2, padding 1
+  down.stride_h = down.stride_w = 2;
+  down.pad_h = down.pad_w = 1;
+  for (const bool timed : {false, true}) {
+    set_cudnn_benchmark(timed);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      INFO((timed ? "timed, " : "heuristics, ") << dtype_name(dt));
+      const auto conv = [down](const TensorList& in) { return conv2d(in[0], in[1], in[2], down); };
+      const TensorList inputs = {uniform({4, 32, 28, 28}, 111).set_requires_grad(),
+                                 uniform({64, 32, 3, 3}, 112).set_requires_grad(),
+                                 uniform({64}, 113).set_requires_grad()};
+      ska::test::check_cuda_parity(conv, inputs, dt);
+      // Two backward passes on the device: the same bits.
+      std::vector<std::vector<float>> grads[2];
+      for (auto& g : grads) {
+        TensorList xs;
+        for (const Tensor& x : inputs) xs.push_back(x.detach().to(kGpu, dt).set_requires_grad());
+        sum(conv(xs)).backward();
+        for (const Tensor& x : xs) g.push_back(x.grad().to_vector<float>());
+      }
+      CHECK(grads[0] == grads[1]);
+    }
+  }
+}
+
 TEST_CASE("cuda batch norm: running statistics and eval mode", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   const int64_t n = 4, c = 3, s = 50;

@@ -400,11 +400,16 @@ void check_forced_backend_is_exact(Device device, const std::string& tag) {
   // The whole data-parallel path at world size 1 (rendezvous, communicator thread or stream,
   // buckets filled by the grad-ready hooks during backward, the averaged copy back, the loss and
   // skip-decision all-reduces): averaging over one worker changes no bit.
-  const TensorMap plain = train_in_process(test::train_scratch_dir(tag + "_plain"), device, {}, 12);
+  // On CUDA, cuDNN's convolutions take deterministic algorithms (some backward ones sum with
+  // atomics, which round differently from run to run).
+  std::vector<std::string> sets;
+  if (device.is_cuda()) sets = {"train.cudnn_benchmark=false", "train.cudnn_deterministic=true"};
+  const TensorMap plain =
+      train_in_process(test::train_scratch_dir(tag + "_plain"), device, sets, 12);
   std::string log;
-  const TensorMap forced = train_in_process(
-      test::train_scratch_dir(tag + "_forced"), device,
-      {"distributed.force_backend=true", "distributed.bucket_mb=0.02"}, 12, &log);
+  sets.insert(sets.end(), {"distributed.force_backend=true", "distributed.bucket_mb=0.02"});
+  const TensorMap forced =
+      train_in_process(test::train_scratch_dir(tag + "_forced"), device, sets, 12, &log);
   REQUIRE_THAT(log, Contains(device.is_cuda() ? "1 workers (nccl)" : "1 workers (gloo)"));
   std::string diff;
   INFO("first differing tensor: " << diff);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/device_runtime.h"
+#include "core/precision.h"
 #include "nn/layers.h"
 #include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
@@ -325,6 +326,24 @@ TEST_CASE("train.cudnn_benchmark: a boolean, on by default", "[cpu][train]") {
   bad.set("train.cudnn_benchmark=fastest");
   REQUIRE_THROWS_WITH(TrainOptions::from_config(bad.root()["train"]),
                       Contains("train.cudnn_benchmark") && Contains("fastest"));
+}
+
+TEST_CASE("train.cudnn_deterministic: a boolean, off by default, applied process-wide",
+          "[cpu][train]") {
+  CHECK_FALSE(TrainOptions{}.kernels.cudnn_deterministic);
+  Config on = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  on.set("train.cudnn_deterministic=true");
+  const KernelChoices k = TrainOptions::from_config(on.root()["train"]).kernels;
+  CHECK(k.cudnn_deterministic);
+  CHECK_THAT(k.describe(), Contains("[deterministic cuDNN]"));
+  k.apply();
+  CHECK(cudnn_deterministic());
+  KernelChoices{}.apply();
+  CHECK_FALSE(cudnn_deterministic());
+  Config bad = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  bad.set("train.cudnn_deterministic=always");
+  REQUIRE_THROWS_WITH(TrainOptions::from_config(bad.root()["train"]),
+                      Contains("train.cudnn_deterministic") && Contains("always"));
 }
 
 TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' fast paths",
