@@ -23,7 +23,8 @@
 #             four .gz files are in data/fashion_mnist (carried); runs in runs/gpu_session, so a
 #             later call on the same machine resumes it; then TensorBoard reads one run folder
 #             (scripts/tensorboard_check.py). T8_SETS="k=v ..." adds config overrides, e.g.
-#             T8_SETS=train.attention=unfused to step around a fast path the tests found broken
+#             T8_SETS=train.attention=unfused to step around a fast path the tests found broken;
+#             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels
 #
@@ -41,7 +42,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -189,8 +190,17 @@ for stage in "${stages[@]}"; do
       runs=$PWD/runs/gpu_session
       sets=()
       for kv in ${T8_SETS:-}; do sets+=(--set "$kv"); done
+      # The Fashion-MNIST rows (SVHN is not in Debian, so never carried); T8_ROWS=all: every row.
+      rows=
+      for model in vit_s ska_vit cska_vit cait_s ska_cait cska_cait swin_t ska_swin cska_swin \
+                   cvt_13 ska_cvt cska_cvt; do
+        rows+=${rows:+,}fmnist_$model
+      done
+      rows=${T8_ROWS:-$rows}
+      [ "$rows" = all ] && rows=
       stage_run table8 400 env SKA_BUILD="$build" scripts/reproduce.sh table8 \
-        --epochs "${T8_EPOCHS:-1}" --gpus 0 --runs "$runs" --reports "$logs/reports" \
+        ${rows:+--rows "$rows"} --epochs "${T8_EPOCHS:-1}" --gpus 0 --runs "$runs" \
+        --reports "$logs/reports" \
         --data-root fashion_mnist="$PWD/data/fashion_mnist" ${sets[@]+"${sets[@]}"}
       [ $? = 125 ] && continue
       cp "$logs"/reports/table8-*ep.md "$logs"/reports/table8-*ep.html "$out"/ 2>/dev/null

@@ -42,6 +42,15 @@ bool set_cuda_elementwise_fast_paths(bool enabled);
 // previous setting; for tests and benchmarks. Without CUDA it only records the setting.
 bool set_cuda_attention_tensor_cores(bool enabled);
 
+// How the CUDA backend computes the backward-input pass of a stride-1 convolution
+// (backend/conv2d_rotated.h). kTimed, the default: under cudnn_benchmark, the first call of each
+// shape has cuDNN time its backward-data kernels against its forward kernels on the rotated
+// filter and keeps the faster form (by a fifth at least); without timing, backward-data.
+// kBackwardData and kRotatedForward force one form, for tests and benchmarks. Returns the
+// previous setting. Without CUDA it only records the setting.
+enum class ConvInputGrad { kTimed, kBackwardData, kRotatedForward };
+ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode);
+
 // A CUDA Graph: the device work that `fn` queues on the current stream of CUDA `device`,
 // captured once (fn runs once, its kernels are recorded, not executed) and then launched as one
 // unit by replay(). Allocations made during the capture come from a private pool of the caching

@@ -53,6 +53,12 @@ bool set_cuda_attention_tensor_cores(bool enabled) {
   setting = enabled;
   return previous;
 }
+ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode) {
+  static ConvInputGrad setting = ConvInputGrad::kTimed;
+  const ConvInputGrad previous = setting;
+  setting = mode;
+  return previous;
+}
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
 #endif

@@ -283,6 +283,49 @@ TEST_CASE("cuda conv2d: deterministic algorithms repeat their gradients bit for 
   }
 }
 
+TEST_CASE("cuda conv2d: backward-input as the forward pass of the rotated filter", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  struct Restore {
+    bool benchmark = cudnn_benchmark();
+    ConvInputGrad mode = set_cuda_conv_input_grad(ConvInputGrad::kTimed);
+    ~Restore() {
+      set_cudnn_benchmark(benchmark);
+      set_cuda_conv_input_grad(mode);
+    }
+  } restore;
+  // CSKA's logit convolution (groups = heads, 32 channels in, one per key out), a dense one and
+  // a non-square one; each form forced, then timed (the faster kept).
+  Conv2dParams cska;
+  cska.pad_h = cska.pad_w = 1;
+  cska.groups = 4;
+  Conv2dParams dense;
+  dense.pad_h = dense.pad_w = 1;
+  Conv2dParams wide;
+  wide.pad_w = 2;
+  wide.groups = 2;
+  struct Case {
+    Shape x, w;
+    Conv2dParams p;
+  };
+  for (const ConvInputGrad mode : {ConvInputGrad::kRotatedForward, ConvInputGrad::kBackwardData,
+                                   ConvInputGrad::kTimed}) {
+    set_cuda_conv_input_grad(mode);
+    set_cudnn_benchmark(mode == ConvInputGrad::kTimed);
+    for (const Case& c : {Case{{2, 128, 8, 8}, {4 * 64, 32, 3, 3}, cska},
+                          Case{{2, 16, 9, 9}, {24, 16, 3, 3}, dense},
+                          Case{{2, 8, 6, 10}, {6, 4, 3, 5}, wide}}) {
+      for (DType dt : {DType::kF32, DType::kBF16}) {
+        INFO("mode " << static_cast<int>(mode) << ", w " << shape_str(c.w) << ", "
+                     << dtype_name(dt));
+        const Conv2dParams p = c.p;
+        ska::test::check_cuda_parity(
+            [p](const TensorList& in) { return conv2d(in[0], in[1], Tensor(), p); },
+            {uniform(c.x, 121).set_requires_grad(), uniform(c.w, 122).set_requires_grad()}, dt);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda batch norm: running statistics and eval mode", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   const int64_t n = 4, c = 3, s = 50;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/conv2d_rotated.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -430,4 +431,50 @@ TEST_CASE("CUDA conv2d channels-last (cuDNN NHWC) matches the CPU", "[cuda]") {
          uniform({128, 64, 3, 3}, 38).set_requires_grad(), uniform({128}, 39).set_requires_grad()},
         dt);
   }
+}
+
+TEST_CASE("conv2d: a stride-1 backward-input pass equals the forward pass of the rotated filter",
+          "[cpu]") {
+  // The identity the CUDA backend relies on when it runs backward-data as a forward convolution
+  // (backend/conv2d_rotated.h), on the CPU kernels in f64: dense, grouped with more outputs than
+  // inputs per group (CSKA's logit convolution), depthwise, non-square, padding 0 to k - 1.
+  struct Case {
+    Shape x, w;
+    int64_t pad_h, pad_w, groups;
+  };
+  for (const Case& c : {Case{{2, 4, 7, 6}, {6, 4, 3, 3}, 1, 1, 1},
+                        Case{{2, 6, 5, 5}, {3 * 9, 2, 3, 3}, 1, 1, 3},
+                        Case{{1, 8, 9, 9}, {8, 1, 7, 7}, 3, 3, 8},
+                        Case{{2, 4, 6, 8}, {4, 2, 3, 5}, 0, 2, 2},
+                        Case{{1, 3, 5, 5}, {5, 3, 1, 1}, 0, 0, 1},
+                        Case{{1, 2, 6, 6}, {4, 2, 3, 3}, 2, 0, 1}}) {
+    INFO("x " << shape_str(c.x) << ", w " << shape_str(c.w) << ", padding " << c.pad_h << "x"
+              << c.pad_w << ", groups " << c.groups);
+    Conv2dParams p;
+    p.pad_h = c.pad_h;
+    p.pad_w = c.pad_w;
+    p.groups = c.groups;
+    REQUIRE(conv2d_rotatable(c.w, p));
+    const int64_t ho = c.x[2] + 2 * c.pad_h - c.w[2] + 1, wo = c.x[3] + 2 * c.pad_w - c.w[3] + 1;
+    const Tensor gy = uniform({c.x[0], c.w[0], ho, wo}, 501, -1, 1, DType::kF64);
+    const Tensor w = uniform(c.w, 502, -1, 1, DType::kF64);
+    const Tensor expected = Tensor::empty(c.x, DType::kF64);
+    cpu::conv2d_backward_input(gy, w, p, expected);
+    const Tensor rotated = conv2d_rotated_filter(w, c.groups);
+    CHECK(rotated.shape() == Shape{c.x[1], c.w[0] / c.groups, c.w[2], c.w[3]});
+    CHECK(rotated.is_contiguous());
+    const Tensor actual = Tensor::empty(c.x, DType::kF64);
+    cpu::conv2d_forward(gy, rotated, Tensor(), conv2d_rotated_params(c.w, p), actual);
+    require_close(actual, expected, {1e-12, 1e-12}, "forward of the rotated filter");
+  }
+  Conv2dParams strided;
+  strided.stride_h = 2;
+  CHECK_FALSE(conv2d_rotatable({4, 4, 3, 3}, strided));
+  Conv2dParams dilated;
+  dilated.dilation_w = 2;
+  CHECK_FALSE(conv2d_rotatable({4, 4, 3, 3}, dilated));
+  Conv2dParams wide;
+  wide.pad_h = 3;
+  CHECK_FALSE(conv2d_rotatable({4, 4, 3, 3}, wide));
+  REQUIRE_THROWS_WITH(conv2d_rotated_params({4, 4, 3, 3}, wide), Catch::Contains("padding 3x0"));
 }
