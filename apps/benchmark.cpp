@@ -117,6 +117,7 @@ struct Profile {
   double step_ms = 0.0;
   std::vector<ska::profiler::KernelTime> kernels;  // per step, the longest first
   std::vector<ska::profiler::KernelTime> families;
+  std::vector<ska::profiler::KernelTime> calls;  // per kernel and operands, per step
 };
 
 template <typename Step>
@@ -129,8 +130,9 @@ Profile profile_steps(const BenchmarkOptions& o, ska::Device device, Step step) 
   const double total_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   Profile p;
-  p.kernels = ska::profiler::stop();
+  p.kernels = ska::profiler::stop(&p.calls);
   p.step_ms = total_ms / o.iters;
+  for (ska::profiler::KernelTime& c : p.calls) c.ms /= o.iters;
   std::map<std::string, ska::profiler::KernelTime> families;
   for (ska::profiler::KernelTime& k : p.kernels) {
     k.ms /= o.iters;
@@ -164,20 +166,35 @@ void print_profile(const Profile& p, int iters, int top) {
     std::printf("%-24s %-14s %10.3f %6.1f%% %11.1f\n", k.name.c_str(), k.family.c_str(), k.ms,
                 100.0 * k.ms / p.step_ms, static_cast<double>(k.calls) / iters);
   }
+  // The same time by operands: which copy, which convolution.
+  std::printf("\n%-24s %10s %7s %11s  %s\n", "kernel", "ms/step", "share", "calls/step",
+              "operands");
+  shown = 0;
+  for (const auto& c : p.calls) {
+    if (shown++ == top) break;
+    std::printf("%-24s %10.3f %6.1f%% %11.1f  %s\n", c.name.c_str(), c.ms,
+                100.0 * c.ms / p.step_ms, static_cast<double>(c.calls) / iters,
+                c.operands.c_str());
+  }
 }
 
 nlohmann::json profile_json(const Profile& p, int iters) {
   const auto rows = [&](const std::vector<ska::profiler::KernelTime>& list) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& k : list) {
-      out.push_back({{"name", k.name},
-                     {"family", k.family},
-                     {"ms_per_step", k.ms},
-                     {"calls_per_step", static_cast<double>(k.calls) / iters}});
+      nlohmann::json row = {{"name", k.name},
+                            {"family", k.family},
+                            {"ms_per_step", k.ms},
+                            {"calls_per_step", static_cast<double>(k.calls) / iters}};
+      if (!k.operands.empty()) row["operands"] = k.operands;
+      out.push_back(std::move(row));
     }
     return out;
   };
-  return {{"step_ms", p.step_ms}, {"families", rows(p.families)}, {"kernels", rows(p.kernels)}};
+  return {{"step_ms", p.step_ms},
+          {"families", rows(p.families)},
+          {"kernels", rows(p.kernels)},
+          {"calls", rows(p.calls)}};
 }
 
 int run_benchmark(BenchmarkOptions o) {

@@ -167,7 +167,7 @@ for stage in "${stages[@]}"; do
       stage_run "profile_$config" 60 "$build/apps/benchmark" --config "$config" --device cuda \
         --precision bf16 --batch "$batch" --warmup 5 --iters 10 --profile
       [ $? = 125 ] && continue
-      head -45 "$logs/profile_$config.log" | sed 's/^/  /' >>"$summary"
+      head -60 "$logs/profile_$config.log" | sed 's/^/  /' >>"$summary"
     done ;;
   dp)
     stage_run dp 200 env OUT="$logs/dp" scripts/gpu_dp_check.sh "$build" "${DP_STEPS:-100}"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "backend/device_runtime.h"
 #include "core/error.h"
@@ -15,24 +16,40 @@ namespace {
 
 struct Pending {
   const char* name;
+  std::string operands;
   void* start;
   void* stop;
 };
 
 std::mutex records_mutex;
-std::map<std::string, KernelTime> totals;  // host-timed calls, and device calls once resolved
-std::vector<Pending> pending;              // device calls whose events are not read yet
-std::string failure;                       // a device error met while recording, for stop()
-thread_local int depth = 0;                // kernel scopes open on this thread
+// Host-timed calls, and device calls once resolved: per kernel, and per (kernel, operands).
+std::map<std::string, KernelTime> totals;
+std::map<std::pair<std::string, std::string>, KernelTime> by_operands;
+std::vector<Pending> pending;  // device calls whose events are not read yet
+std::string failure;           // a device error met while recording, for stop()
+thread_local int depth = 0;    // kernel scopes open on this thread
 
-void add(const char* name, double ms) {
-  KernelTime& t = totals[name];
+void add_to(KernelTime& t, const char* name, const std::string& operands, double ms) {
   if (t.name.empty()) {
     t.name = name;
     t.family = family_of(name);
+    t.operands = operands;
   }
   ++t.calls;
   t.ms += ms;
+}
+
+void add(const char* name, const std::string& operands, double ms) {
+  add_to(totals[name], name, std::string(), ms);
+  add_to(by_operands[{name, operands}], name, operands, ms);
+}
+
+std::vector<KernelTime> longest_first(std::vector<KernelTime> list) {
+  std::sort(list.begin(), list.end(), [](const KernelTime& a, const KernelTime& b) {
+    if (a.ms != b.ms) return a.ms > b.ms;
+    return a.name != b.name ? a.name < b.name : a.operands < b.operands;
+  });
+  return list;
 }
 
 }  // namespace
@@ -40,24 +57,25 @@ void add(const char* name, double ms) {
 void start() {
   const std::lock_guard<std::mutex> lock(records_mutex);
   totals.clear();
+  by_operands.clear();
   pending.clear();
   failure.clear();
   detail::active.store(true, std::memory_order_relaxed);
 }
 
-std::vector<KernelTime> stop() {
+std::vector<KernelTime> stop(std::vector<KernelTime>* calls_by_operands) {
   detail::active.store(false, std::memory_order_relaxed);
   const std::lock_guard<std::mutex> lock(records_mutex);
   SKA_CHECK(failure.empty(), DeviceError, "profiler: ", failure);
-  for (const Pending& p : pending) add(p.name, device_event_ms(p.start, p.stop));
+  for (const Pending& p : pending) add(p.name, p.operands, device_event_ms(p.start, p.stop));
   pending.clear();
-  std::vector<KernelTime> out;
+  std::vector<KernelTime> out, calls;
   for (auto& entry : totals) out.push_back(std::move(entry.second));
+  for (auto& entry : by_operands) calls.push_back(std::move(entry.second));
   totals.clear();
-  std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) {
-    return a.ms != b.ms ? a.ms > b.ms : a.name < b.name;
-  });
-  return out;
+  by_operands.clear();
+  if (calls_by_operands) *calls_by_operands = longest_first(std::move(calls));
+  return longest_first(std::move(out));
 }
 
 double bf16_dense_peak_tflops(const std::string& device_name) {
@@ -118,8 +136,8 @@ std::string family_of(const std::string& kernel) {
   return "other";
 }
 
-KernelScope::KernelScope(const char* name, Device device)
-    : name_(name), device_(device), outer_(depth++ == 0) {
+KernelScope::KernelScope(const char* name, Device device, std::string operands)
+    : name_(name), device_(device), operands_(std::move(operands)), outer_(depth++ == 0) {
   if (!outer_) return;
   if (device_.is_cuda()) {
     push_profile_range(name_);
@@ -144,7 +162,7 @@ KernelScope::~KernelScope() {
     try {  // a destructor must not throw: stop() reports it
       void* stop_event = record_device_event(device_);
       const std::lock_guard<std::mutex> lock(records_mutex);
-      pending.push_back({name_, start_event_, stop_event});
+      pending.push_back({name_, operands_, start_event_, stop_event});
     } catch (const std::exception& e) {
       const std::lock_guard<std::mutex> lock(records_mutex);
       if (failure.empty()) failure = e.what();
@@ -154,7 +172,7 @@ KernelScope::~KernelScope() {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
   const std::lock_guard<std::mutex> lock(records_mutex);
-  add(name_, ms);
+  add(name_, operands_, ms);
 }
 
 }  // namespace ska::profiler

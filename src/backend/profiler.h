@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "backend/kernel_types.h"
 #include "core/device.h"
+#include "core/tensor.h"
 
 namespace ska::profiler {
 
@@ -24,16 +26,25 @@ inline bool active() { return detail::active.load(std::memory_order_relaxed); }
 // Starts timing (clearing what an earlier run recorded).
 void start();
 
-// One kernel's totals over the profiled span.
+// One kernel's totals over the profiled span (or those of its calls on one set of operands).
 struct KernelTime {
   std::string name;
-  std::string family;  // family_of(name)
+  std::string family;    // family_of(name)
+  std::string operands;  // the tensor arguments' shapes and dtypes, in `calls_by_operands`
   int64_t calls = 0;
   double ms = 0.0;
 };
 // Stops timing, waits for the device's outstanding events and returns one entry per kernel,
 // the longest first. A kernel called from inside another's call is counted in the outer one.
-std::vector<KernelTime> stop();
+// With `calls_by_operands`, also one entry per kernel and operand signature (operands_of), the
+// longest first: which copy, which convolution.
+std::vector<KernelTime> stop(std::vector<KernelTime>* calls_by_operands = nullptr);
+
+// The tensor arguments of a kernel call as "[512, 8, 65, 64] bf16, [64] f32 ...", a view that is
+// not contiguous marked "(strided)", an undefined tensor "-" (a GEMM's as a, b, c and any bias);
+// other arguments are left out.
+template <typename... Args>
+std::string operands_of(const Args&... args);
 
 // The op family of a kernel: matmul, convolution, normalisation, softmax, attention,
 // elementwise, copy, reduction, indexing, loss, optimizer, random, data (else "other").
@@ -44,10 +55,39 @@ std::string family_of(const std::string& kernel);
 // for a name not in the table. What `benchmark` reports model FLOP utilisation (MFU) against.
 double bf16_dense_peak_tflops(const std::string& device_name);
 
+namespace detail {
+inline void describe(std::string& out, const Tensor& t) {
+  if (!out.empty()) out += ", ";
+  if (!t.defined()) {
+    out += "-";
+    return;
+  }
+  out += shape_str(t.shape());
+  out += " ";
+  out += dtype_name(t.dtype());
+  if (!t.is_contiguous()) out += " (strided)";
+}
+inline void describe(std::string& out, const GemmArgs& g) {  // c = alpha a b + beta c + bias
+  describe(out, g.a);
+  describe(out, g.b);
+  describe(out, g.c);
+  if (g.bias.defined()) describe(out, g.bias);
+}
+template <typename T>
+void describe(std::string&, const T&) {}
+}  // namespace detail
+
+template <typename... Args>
+std::string operands_of(const Args&... args) {
+  std::string out;
+  (detail::describe(out, args), ...);
+  return out;
+}
+
 // Times one kernel call (see SKA_KERNEL); only constructed while the profiler is active.
 class KernelScope {
  public:
-  KernelScope(const char* name, Device device);
+  KernelScope(const char* name, Device device, std::string operands = {});
   ~KernelScope();
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
@@ -55,6 +95,7 @@ class KernelScope {
  private:
   const char* name_;
   Device device_;
+  std::string operands_;
   bool outer_;  // false inside another kernel's scope
   std::chrono::steady_clock::time_point start_;
   void* start_event_ = nullptr;
@@ -70,7 +111,7 @@ struct TimedKernel {
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) const {
     if (!active()) return fn(std::forward<Args>(args)...);
-    const KernelScope scope(name, device);
+    const KernelScope scope(name, device, operands_of(args...));
     return fn(std::forward<Args>(args)...);
   }
 };

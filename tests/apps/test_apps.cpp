@@ -306,6 +306,24 @@ TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps
   CHECK(calls.at("multi_scale") == 1);
   CHECK(calls.at("multi_adam_step") == 2);
   CHECK(calls.at("gemm") > 10);
+  // The same time by kernel and operands: per kernel, the rows sum to the kernel's time and
+  // calls; the quick start's CSKA logit convolution reads [8, 64, 7, 7] (64 query channels on
+  // its 7x7 grid) with a [200, 16, 3, 3] filter (4 heads x 50 keys, 16 channels a head).
+  std::map<std::string, double> call_ms, call_count;
+  std::set<std::string> conv_operands;
+  for (const auto& c : p.at("calls")) {
+    const std::string name = c.at("name"), operands = c.at("operands");
+    call_ms[name] += c.at("ms_per_step").get<double>();
+    call_count[name] += c.at("calls_per_step").get<double>();
+    if (name == "conv2d_forward") conv_operands.insert(operands);
+  }
+  CHECK(conv_operands.count("[8, 64, 7, 7] f32, [200, 16, 3, 3] f32, [200] f32, "
+                            "[8, 200, 7, 7] f32") == 1);
+  for (const auto& k : p.at("kernels")) {
+    const std::string name = k.at("name");
+    CHECK(call_ms[name] == Approx(k.at("ms_per_step").get<double>()));
+    CHECK(call_count[name] == Approx(k.at("calls_per_step").get<double>()));
+  }
   // The table is printed without --json.
   const RunResult text =
       run_command(SKA_BENCHMARK_EXE,
@@ -313,7 +331,8 @@ TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps
                       "/configs/quickstart.yaml --batch 8 --warmup 1 --iters 1 --profile --top 3");
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("profile: 1 steps") && Catch::Contains("family") &&
-                           Catch::Contains("matmul") && Catch::Contains("kernel"));
+                           Catch::Contains("matmul") && Catch::Contains("kernel") &&
+                           Catch::Contains("operands") && Catch::Contains("] f32"));
 }
 
 TEST_CASE("apps: benchmark reports model FLOPs, TFLOP/s and MFU", "[cpu][apps]") {
