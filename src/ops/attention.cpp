@@ -2,8 +2,6 @@
 // backward node that sums the gradients of broadcast inputs.
 #include "ops/attention.h"
 
-#include <algorithm>
-#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -46,23 +44,6 @@ Tensor broadcast_leading(const char* name, const Tensor& t, int64_t rank, const 
   return detail::broadcast_raw(t.reshape(shape), want);
 }
 
-// An uninitialised tensor of `shape` whose memory order of dims follows `like`'s strides (the
-// last dim innermost): the output of split heads comes out with its heads interleaved again.
-Tensor empty_like_layout(const Shape& shape, const Tensor& like, DType dtype) {
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  std::vector<int64_t> order(static_cast<size_t>(rank - 1));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
-  order.push_back(rank - 1);
-  Shape stored(static_cast<size_t>(rank));
-  std::vector<int64_t> inverse(static_cast<size_t>(rank));
-  for (int64_t j = 0; j < rank; ++j) {
-    stored[j] = shape[order[j]];
-    inverse[order[j]] = j;
-  }
-  return Tensor::empty(stored, dtype, like.device()).permute(inverse);
-}
 
 }  // namespace
 
@@ -116,7 +97,7 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
   out_shape.push_back(dv);
   Shape lse_shape = lead;
   lse_shape.push_back(nq);
-  const Tensor out = empty_like_layout(out_shape, qv, q.dtype());
+  const Tensor out = detail::empty_like_layout(out_shape, qv, q.dtype());
   const Tensor lse =
       Tensor::empty(lse_shape, q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32, q.device());
   SKA_KERNEL(q.device(), attention_forward)(qv, kv, vv, bv, scale, factor, bfactor, out, lse);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 namespace ska::detail {
 
@@ -33,6 +34,32 @@ Tensor broadcast_raw(const Tensor& t, const Shape& shape) {
     strides[i] = t.shape()[i - lead] == 1 ? 0 : t.strides()[i - lead];
   }
   return Tensor::make_view(t.storage(), shape, strides, t.offset(), t.dtype());
+}
+
+Tensor empty_like_layout(const Shape& shape, const Tensor& like, DType dtype,
+                         bool last_innermost) {
+  SKA_CHECK(like.dim() == static_cast<int64_t>(shape.size()), ShapeError, "empty_like_layout: ",
+            shape_str(shape), " and ", like.str(), " differ in rank");
+  return empty_in_stride_order(shape, like.strides(), dtype, like.device(), last_innermost);
+}
+
+Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, DType dtype, Device device,
+                             bool last_innermost) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (rank == 0) return Tensor::empty(shape, dtype, device);
+  std::vector<int64_t> order(static_cast<size_t>(last_innermost ? rank - 1 : rank));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return strides[static_cast<size_t>(a)] > strides[static_cast<size_t>(b)];
+  });
+  if (last_innermost) order.push_back(rank - 1);
+  Shape stored(static_cast<size_t>(rank));
+  std::vector<int64_t> inverse(static_cast<size_t>(rank));
+  for (size_t j = 0; j < static_cast<size_t>(rank); ++j) {
+    stored[j] = shape[static_cast<size_t>(order[j])];
+    inverse[static_cast<size_t>(order[j])] = static_cast<int64_t>(j);
+  }
+  return Tensor::empty(stored, dtype, device).permute(inverse);
 }
 
 std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op) {

@@ -91,6 +91,32 @@ TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim
   return pieces;
 }
 
+TensorList unbind(const Tensor& x, int64_t dim) {
+  dim = wrap_dim(dim, x.dim(), "unbind");
+  const size_t d = static_cast<size_t>(dim);
+  Shape shape = x.shape(), strides = x.strides();
+  const int64_t n = shape[d], step = strides[d];
+  shape.erase(shape.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  TensorList pieces;
+  if (n == 0) return pieces;
+  for (int64_t i = 0; i < n; ++i) {
+    pieces.push_back(
+        Tensor::make_view(x.storage(), shape, strides, x.offset() + i * step, x.dtype()));
+  }
+  autograd::record_op(
+      "unbind", {x}, pieces,
+      [dim, in_shape = x.shape(), in_strides = x.strides()](const TensorList& g) {
+        const Tensor out = detail::empty_in_stride_order(in_shape, in_strides, g[0].dtype(),
+                                                         g[0].device(), false);
+        for (size_t i = 0; i < g.size(); ++i) {
+          narrow_raw(out, dim, static_cast<int64_t>(i), 1).copy_(g[i].unsqueeze(dim));
+        }
+        return TensorList{out};
+      });
+  return pieces;
+}
+
 TensorList split(const Tensor& x, int64_t piece, int64_t dim) {
   SKA_CHECK(piece > 0, ValueError, "split: piece size must be positive, got ", piece);
   const int64_t n = x.size(dim);

@@ -1,4 +1,4 @@
-// Differentiable shape ops that copy: cat, stack, split/chunk (views), constant pad, roll.
+// Differentiable shape ops that copy: cat, stack, split/chunk/unbind (views), constant pad, roll.
 // Pure views (reshape, permute, narrow, expand, ...) are Tensor methods.
 #pragma once
 
@@ -15,6 +15,11 @@ Tensor stack(const TensorList& xs, int64_t dim);
 TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
 TensorList split(const Tensor& x, int64_t piece, int64_t dim);  // last piece may be shorter
 TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim);
+// Views of every index along `dim`, that dim removed (torch.unbind): q, k and v of a projection.
+// One autograd node: the backward writes each piece's gradient into one tensor laid out in
+// memory as x is, so that the views x came from undo without a copy (where x.select() for each
+// piece would zero-fill a whole x-sized gradient per piece and add them up).
+TensorList unbind(const Tensor& x, int64_t dim);
 // pads = {last_lo, last_hi, second_last_lo, second_last_hi, ...} as torch.nn.functional.pad.
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
 // Cyclic shifts along dims, as torch.roll.

@@ -1,10 +1,15 @@
 // cat, stack, split, chunk, pad and roll: values, gradients, errors, CUDA parity.
 #include <catch2/catch.hpp>
+#include <map>
+#include <string>
+#include <vector>
 
+#include "backend/profiler.h"
 #include "support/test_util.h"
 
 using namespace ska;
 using ska::test::check_gradients;
+using ska::test::require_close;
 using ska::test::uniform;
 using ska::test::values;
 
@@ -35,6 +40,56 @@ TEST_CASE("split and chunk are views, backward fills unused pieces with zeros", 
   const std::vector<double> g = y.grad().to_vector<double>();
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 6; ++c) REQUIRE(g[r * 6 + c] == (c == 2 || c == 3 ? 2.0 : 0.0));
+}
+
+TEST_CASE("unbind: views of each index, one backward without zero-filled copies", "[cpu]") {
+  // q, k and v of a projection as the attention mixer takes them: [B, N, 3, h, d] permuted to
+  // [3, B, h, N, d], unbound along dim 0.
+  const Tensor leaf = uniform({2, 5, 3, 4, 6}, 11).set_requires_grad();
+  const Tensor x = leaf.permute({2, 0, 3, 1, 4});
+  const TensorList pieces = unbind(x, 0);
+  REQUIRE(pieces.size() == 3);
+  for (int64_t i = 0; i < 3; ++i) {
+    CHECK(pieces[static_cast<size_t>(i)].same_storage(leaf));
+    CHECK(pieces[static_cast<size_t>(i)].shape() == Shape{2, 4, 5, 6});
+    CHECK(pieces[static_cast<size_t>(i)].to_vector<double>() ==
+          x.select(0, i).contiguous().to_vector<double>());
+  }
+  CHECK(unbind(Tensor::empty({0, 3}), 0).empty());
+  // The gradient against select()'s, weights differing per piece, one piece unused.
+  const Tensor w0 = uniform({2, 4, 5, 6}, 12), w2 = uniform({2, 4, 5, 6}, 13);
+  profiler::start();
+  sum(add(mul(pieces[0], w0), mul(pieces[2], w2))).backward();
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  const Tensor via_unbind = leaf.grad().detach().clone();
+  leaf.zero_grad();
+  const Tensor again = leaf.permute({2, 0, 3, 1, 4});  // the first graph is spent
+  sum(add(mul(again.select(0, 0), w0), mul(again.select(0, 2), w2))).backward();
+  require_close(via_unbind, leaf.grad(), {0.0, 0.0}, "unbind against select");
+  // Its backward: each piece's gradient copied once into one tensor laid out as the leaf (no
+  // x-sized zero fill per piece; undoing the permute needs no copy), zeros for the unused piece.
+  int64_t piece_copies = 0, piece_fills = 0, whole_fills = 0;
+  for (const auto& c : calls) {
+    const bool piece = c.operands.rfind("[2, 4, 5, 6] f64", 0) == 0;
+    const bool whole = c.operands.rfind("[3, 2, 4, 5, 6]", 0) == 0 ||
+                       c.operands.rfind("[2, 5, 3, 4, 6]", 0) == 0;
+    if (c.name == "copy" && c.operands.rfind("[1, 2, 4, 5, 6] f64, ", 0) == 0) {
+      piece_copies += c.calls;
+    }
+    if (c.name == "fill" && piece) piece_fills += c.calls;
+    if ((c.name == "fill" || c.name == "copy") && whole) whole_fills += c.calls;
+  }
+  CHECK(piece_copies == 3);
+  CHECK(piece_fills == 1);
+  CHECK(whole_fills == 0);
+  // Gradients through unbind check against finite differences.
+  check_gradients(
+      [](const TensorList& in) {
+        const TensorList p = unbind(in[0].permute({1, 0, 2}), 0);
+        return sum(mul(mul(p[0], p[1]), p[2]));
+      },
+      {uniform({4, 3, 2}, 14).set_requires_grad()});
 }
 
 TEST_CASE("constant pad", "[cpu]") {

@@ -50,11 +50,11 @@ Tensor Sra::forward(const Tensor& x) {
   const Tensor q = (*q_)(x).reshape({b, n, h, d}).permute({0, 2, 1, 3});
   const Tensor kv = (*kv_)(reduce_context(x));
   const int64_t m = kv.size(1);
-  const Tensor kv_heads = kv.reshape({b, m, 2, h, d}).permute({2, 0, 3, 1, 4});  // [2, B, h, M, d]
+  const TensorList kv_heads =
+      unbind(kv.reshape({b, m, 2, h, d}).permute({2, 0, 3, 1, 4}), 0);  // 2 x [B, h, M, d]
   AttentionSpec spec;
   spec.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const Tensor out =
-      merge_heads(attend(dot_logits(q, kv_heads.select(0, 0)), kv_heads.select(0, 1), spec));
+  const Tensor out = merge_heads(attend(dot_logits(q, kv_heads[0]), kv_heads[1], spec));
   return (*proj_)(out);
 }
 
