@@ -119,8 +119,10 @@ Tensor CaitBlock::residual_mlp(const Tensor& x) { return add(x, (*ls2_)((*mlp_)(
 
 Tensor CaitBlock::forward(const Tensor& x) {
   if (!class_block_) return residual_mlp(add(x, (*ls1_)((*attn_)((*norm1_)(x)))));
-  const Tensor cls = x.narrow(1, 0, 1);
-  const Tensor patches = x.narrow(1, 1, x.size(1) - 1);
+  // One split node: its backward concatenates the two gradients (two narrows would each
+  // zero-fill an x-sized gradient and add them up).
+  const TensorList parts = split(x, {1, x.size(1) - 1}, 1);
+  const Tensor &cls = parts[0], &patches = parts[1];
   const Tensor context = cat({(*norm1_)(cls), patches}, 1);
   const Tensor updated = residual_mlp(add(cls, (*ls1_)((*attn_)(context))));
   return cat({updated, patches}, 1);

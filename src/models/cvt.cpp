@@ -89,10 +89,10 @@ Tensor ConvAttention::with_cls(const Tensor& cls, const Tensor& tokens) const {
 // conv; with a class token the keys are [cls, grid] and the rows [cls query, patch queries].
 Tensor ConvAttention::conv_logits(const Tensor& q) {
   const int64_t spatial = o_.grid_h * o_.grid_w;
-  const Tensor patch_q = o_.cls_token ? q.narrow(2, 1, spatial) : q;
+  if (!o_.cls_token) return nn::conv_logits(q, *to_logits_, o_.grid_h, o_.grid_w);
+  const TensorList parts = split(q, {1, spatial}, 2);  // one node for both (see forward)
+  const Tensor &cls_q = parts[0], &patch_q = parts[1];
   const Tensor grid_logits = nn::conv_logits(patch_q, *to_logits_, o_.grid_h, o_.grid_w);
-  if (!o_.cls_token) return grid_logits;
-  const Tensor cls_q = q.narrow(2, 0, 1);
   const Tensor cls_column =
       cls_key_.defined() ? nn::static_key_logits(q, cls_key_) : nn::dot_logits(q, cls_q);
   const Tensor cls_row = nn::static_key_logits(cls_q, cls_query_keys_);
@@ -104,9 +104,11 @@ Tensor ConvAttention::forward(const Tensor& x) {
   const int64_t cls = o_.cls_token ? 1 : 0;
   SKA_CHECK(x.dim() == 3 && n == spatial + cls && x.size(2) == o_.dim, ShapeError,
             "ConvAttention expects [B, ", spatial + cls, ", ", o_.dim, "], got ", x.str());
-  const Tensor cls_tok = cls ? x.narrow(1, 0, 1) : Tensor();
-  const Tensor grid =
-      x.narrow(1, cls, spatial).transpose(1, 2).reshape({b, o_.dim, o_.grid_h, o_.grid_w});
+  // With a class token one split node (its backward concatenates the two gradients, where two
+  // narrows would each zero-fill an x-sized gradient and add them up).
+  const TensorList parts = cls ? split(x, {1, spatial}, 1) : TensorList{Tensor(), x};
+  const Tensor& cls_tok = parts[0];
+  const Tensor grid = parts[1].transpose(1, 2).reshape({b, o_.dim, o_.grid_h, o_.grid_w});
   // q on the full grid, k and v on the strided one (the class token joins each unchanged).
   const Tensor q = nn::split_heads((*proj_q_)(with_cls(cls_tok, (*conv_proj_q_)(grid))), o_.heads);
   const Tensor v = nn::split_heads((*proj_v_)(with_cls(cls_tok, (*conv_proj_v_)(grid))), o_.heads);
