@@ -177,7 +177,7 @@ for stage in "${stages[@]}"; do
     stage_run loader 90 "$build/apps/benchmark_loader" --synthetic 256 --seconds 5
     [ $? = 125 ] && continue
     sed 's/^/  /' "$logs/loader.log" | tee -a "$summary" ;;
-  zoo) test_stage zoo 150 "[cuda][slow]" ;;
+  zoo) test_stage zoo 300 "[cuda][slow]" ;;
   variants)
     stage_run variants 200 env BUILD_DIR="$build" OUT="$logs/variants" TWIN=off ITERS=10 \
       scripts/gpu_speed.sh cifar10_cska_vit:512 imagenet_cskaformer_s18:128
