@@ -44,7 +44,6 @@ Tensor broadcast_leading(const char* name, const Tensor& t, int64_t rank, const 
   return detail::broadcast_raw(t.reshape(shape), want);
 }
 
-
 }  // namespace
 
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
