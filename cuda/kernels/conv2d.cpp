@@ -448,14 +448,18 @@ bool rotated_form(int device, const Tensor& grad_y, const Tensor& w, const Conv2
   const AlgoChoice data =
       choose_algo(ConvDir::kBackwardData, device, dt, false, grad_x.shape(), w.shape(), p, h, c,
                   {grad_y.data_ptr(), w.data_ptr(), grad_x.data_ptr()}, kernel);
-  const Tensor filter = conv2d_rotated_filter(w, p.groups);
-  const Conv2dParams rp = conv2d_rotated_params(w.shape(), p);
-  const Conv rc(grad_y.shape(), filter.shape(), grad_x.shape(), rp, dt, false, kernel);
-  const AlgoChoice forward =
-      choose_algo(ConvDir::kForward, device, dt, false, grad_y.shape(), filter.shape(), rp, h,
-                  rc, {grad_y.data_ptr(), filter.data_ptr(), grad_x.data_ptr()}, kernel);
-  const bool rotated =
-      data.time_ms > 0.0f && forward.time_ms >= 0.0f && forward.time_ms < 0.8f * data.time_ms;
+  bool rotated = false;
+  try {  // the forward form is an option: where it fails to plan, backward-data serves
+    const Tensor filter = conv2d_rotated_filter(w, p.groups);
+    const Conv2dParams rp = conv2d_rotated_params(w.shape(), p);
+    const Conv rc(grad_y.shape(), filter.shape(), grad_x.shape(), rp, dt, false, kernel);
+    const AlgoChoice forward =
+        choose_algo(ConvDir::kForward, device, dt, false, grad_y.shape(), filter.shape(), rp, h,
+                    rc, {grad_y.data_ptr(), filter.data_ptr(), grad_x.data_ptr()}, kernel);
+    rotated =
+        data.time_ms > 0.0f && forward.time_ms >= 0.0f && forward.time_ms < 0.8f * data.time_ms;
+  } catch (const CudaError&) {
+  }
   std::lock_guard<std::mutex> lock(cache_mutex());
   rotated_cache().emplace(key, rotated);
   return rotated;
