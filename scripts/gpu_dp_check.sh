@@ -11,7 +11,7 @@
 # synthetic CIFAR-10 files. Usage: scripts/gpu_dp_check.sh [BUILD_DIR] [STEPS]; logs in
 # $OUT or BUILD_DIR/logs.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 build=${1:-build-gpu}
 steps=${2:-300}
 logs=${OUT:-$build/logs}
@@ -52,6 +52,8 @@ else
   echo "== --nproc-per-node $ngpu"
   timeout 600 "${train[@]}" --output "$data/dp$ngpu" --nproc-per-node "$ngpu" \
     >"$logs/dp_n.log" 2>&1
-  echo "  exit $?: $(rate "$logs/dp_n.log") ($(grep -o 'global batch [^(]*' "$logs/dp_n.log" | head -1))"
+  status=$?
+  batch=$(grep -o 'global batch [^(]*' "$logs/dp_n.log" | head -1)
+  echo "  exit $status: $(rate "$logs/dp_n.log") ($batch)"
 fi
 echo "logs: $logs"

@@ -35,7 +35,7 @@
 # Output: $OUT/summary.txt (one line per stage, and the figures) and $OUT/logs.tar.gz (every
 # log); $OUT defaults to build-gpu/session. --budget defaults to 540 s (a 600 s call).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 budget=540
 stages=()
