@@ -1,6 +1,6 @@
-// CUDA kernels: the multi-tensor updates (gradient statistics and scaling, Adam, SGD, the weight
-// average). A list of tensors is cut into chunks of kChunk elements, one block per chunk, and a
-// table of up to kMaxTensors tensors travels as the kernel's argument, so a model's ~150
+// CUDA kernels: the multi-tensor updates (gradient statistics and scaling, Adam, LAMB, SGD, the
+// weight average). A list of tensors is cut into chunks of kChunk elements, one block per chunk,
+// and a table of up to kMaxTensors tensors travels as the kernel's argument, so a model's ~150
 // parameters take a handful of launches instead of several each. Twins of
 // backend/cpu/multi_tensor.cpp; f32 math for f32, bf16 and f16 tensors.
 #include <cstdint>
@@ -102,6 +102,18 @@ void check_lists(const char* who, const TensorList& first,
   }
 }
 
+// One update count per parameter: an i64 element on the parameter's device.
+void check_step_counts(const char* who, const TensorList& params, const TensorList& steps) {
+  SKA_CHECK(steps.size() == params.size(), ShapeError, "cuda ", who, ": ", steps.size(),
+            " step counts for ", params.size(), " parameters");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SKA_CHECK(steps[i].numel() == 1 && steps[i].dtype() == DType::kI64 &&
+                  steps[i].device() == params[i].device(),
+              DTypeError, "cuda ", who, ": step count ", i, " must be one i64 element on ",
+              params[i].device(), ", got ", steps[i].str());
+  }
+}
+
 // --- gradient statistics ---
 
 template <typename T>
@@ -174,6 +186,70 @@ __global__ void multi_adam_kernel(Table<4> t, const uint8_t* __restrict__ skip, 
   for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
     const float pj = to_float(p[j]);
     p[j] = from_float<T>(pj - lr * adam_direction(pj, g, m, v, j, 1.0f, s, c));
+  }
+}
+
+// LAMB, first pass: Adam's update of every element into ptr[4] (aux: each tensor's count) and,
+// with `adapt`, each block's sums of p^2 (before the update) and u^2 into partials.
+template <typename T>
+__global__ void lamb_update_kernel(Table<5> t, const uint8_t* __restrict__ skip,
+                                   const float* __restrict__ divisor, AdamScalars s, bool adapt,
+                                   float* __restrict__ partials, int64_t first_block) {
+  if (skip != nullptr && *skip != 0) return;
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  const T* p = static_cast<const T*>(t.ptr[0][i]);
+  const T* g = static_cast<const T*>(t.ptr[1][i]);
+  T* m = static_cast<T*>(t.ptr[2][i]);
+  T* v = static_cast<T*>(t.ptr[3][i]);
+  T* u = static_cast<T*>(t.ptr[4][i]);
+  const AdamCorrections c = adam_corrections(s, *static_cast<const int64_t*>(t.aux[i]));
+  const float scale = divisor != nullptr ? 1.0f / *divisor : 1.0f;
+  float w_squares = 0.0f, u_squares = 0.0f;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const float pj = to_float(p[j]);
+    const T uj = from_float<T>(adam_direction(pj, g, m, v, j, scale, s, c));
+    u[j] = uj;
+    w_squares += pj * pj;
+    u_squares += to_float(uj) * to_float(uj);
+  }
+  if (!adapt) return;
+  w_squares = block_sum(w_squares);
+  u_squares = block_sum(u_squares);
+  if (threadIdx.x == 0) {
+    partials[2 * (first_block + blockIdx.x)] = w_squares;
+    partials[2 * (first_block + blockIdx.x) + 1] = u_squares;
+  }
+}
+
+// LAMB, second pass over the same blocks: each block adds up its tensor's partial sums (in a
+// fixed order, so every block of a tensor gets the same trust ratio) and applies
+// p -= lr * (trust * u).
+template <typename T>
+__global__ void lamb_apply_kernel(Table<2> t, const uint8_t* __restrict__ skip,
+                                  const double* __restrict__ lr_ptr, bool adapt, bool trust_clip,
+                                  const float* __restrict__ partials, int64_t first_block) {
+  if (skip != nullptr && *skip != 0) return;
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  T* p = static_cast<T*>(t.ptr[0][i]);
+  const T* u = static_cast<const T*>(t.ptr[1][i]);
+  float trust = 1.0f;
+  if (adapt) {
+    const int64_t from = first_block + t.block_start[i], to = first_block + t.block_start[i + 1];
+    float w_squares = 0.0f, u_squares = 0.0f;
+    for (int64_t k = from + threadIdx.x; k < to; k += blockDim.x) {
+      w_squares += partials[2 * k];
+      u_squares += partials[2 * k + 1];
+    }
+    const float w_norm = sqrtf(block_sum(w_squares));
+    const float u_norm = sqrtf(block_sum(u_squares));
+    if (w_norm > 0.0f && u_norm > 0.0f) trust = w_norm / u_norm;
+    if (trust_clip) trust = fminf(trust, 1.0f);
+  }
+  const float lr = static_cast<float>(*lr_ptr);
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    p[j] = from_float<T>(to_float(p[j]) - lr * (trust * to_float(u[j])));
   }
 }
 
@@ -265,14 +341,7 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
                      double decoupled_decay) {
   if (params.empty()) return;
   check_lists("multi_adam_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
-  SKA_CHECK(steps.size() == params.size(), ShapeError, "cuda multi_adam_step: ", steps.size(),
-            " step counts for ", params.size(), " parameters");
-  for (size_t i = 0; i < steps.size(); ++i) {
-    SKA_CHECK(steps[i].numel() == 1 && steps[i].dtype() == DType::kI64 &&
-                  steps[i].device() == params[i].device(),
-              DTypeError, "cuda multi_adam_step: step count ", i, " must be one i64 element on ",
-              params[i].device(), ", got ", steps[i].str());
-  }
+  check_step_counts("multi_adam_step", params, steps);
   DeviceGuard guard(device_index(params.front()));
   const cudaStream_t stream = current_stream(device_index(params.front()));
   const uint8_t* flag = skip_pointer(skip, params.front(), "multi_adam_step");
@@ -283,6 +352,60 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
     for_each_table<4>({&params, &grads, &exp_avgs, &exp_avg_sqs}, &steps,
                       [&](const Table<4>& t, int blocks, int64_t) {
                         multi_adam_kernel<T><<<blocks, kThreads, 0, stream>>>(t, flag, s);
+                        SKA_CUDA_CHECK_LAUNCH();
+                      });
+  });
+}
+
+void multi_lamb_step(const TensorList& params, const TensorList& grads,
+                     const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
+                     const TensorList& steps, const Tensor& skip, const Tensor& grad_divisor,
+                     const Tensor& lr, double beta1, double beta2, double eps,
+                     double weight_decay, bool adapt, bool trust_clip) {
+  if (params.empty()) return;
+  check_lists("multi_lamb_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
+  check_step_counts("multi_lamb_step", params, steps);
+  const Device device = params.front().device();
+  const float* divisor = nullptr;
+  if (grad_divisor.defined()) {
+    SKA_CHECK(grad_divisor.numel() == 1 && grad_divisor.dtype() == DType::kF32 &&
+                  grad_divisor.device() == device,
+              DTypeError, "cuda multi_lamb_step: grad_divisor must be one f32 element on ", device,
+              ", got ", grad_divisor.str());
+    divisor = static_cast<const float*>(grad_divisor.data_ptr());
+  }
+  DeviceGuard guard(device_index(params.front()));
+  const cudaStream_t stream = current_stream(device_index(params.front()));
+  const uint8_t* flag = skip_pointer(skip, params.front(), "multi_lamb_step");
+  const double* lr_ptr = lr_pointer(lr, params.front(), "multi_lamb_step");
+  const AdamScalars s = adam_scalars(nullptr, beta1, beta2, eps, 0.0, weight_decay);
+  // The updates in one buffer, a slice per parameter; the partial sums, two per block.
+  int64_t total = 0;
+  for (const Tensor& p : params) total += p.numel();
+  const Tensor flat = Tensor::empty({total}, params.front().dtype(), device);
+  TensorList updates;
+  int64_t offset = 0;
+  for (const Tensor& p : params) {
+    updates.push_back(flat.narrow(0, offset, p.numel()));
+    offset += p.numel();
+  }
+  const int64_t chunks = total_chunks(params);
+  const Tensor partials =
+      adapt && chunks > 0 ? Tensor::empty({2 * chunks}, DType::kF32, device) : Tensor();
+  float* partial_data = partials.defined() ? static_cast<float*>(partials.data_ptr()) : nullptr;
+  // Both passes cut the lists alike (by the parameters' sizes): the same blocks, numbered alike.
+  dispatch_floating(params.front().dtype(), "multi_lamb_step", [&](auto tag) {
+    using T = decltype(tag);
+    for_each_table<5>({&params, &grads, &exp_avgs, &exp_avg_sqs, &updates}, &steps,
+                      [&](const Table<5>& t, int blocks, int64_t first) {
+                        lamb_update_kernel<T><<<blocks, kThreads, 0, stream>>>(
+                            t, flag, divisor, s, adapt, partial_data, first);
+                        SKA_CUDA_CHECK_LAUNCH();
+                      });
+    for_each_table<2>({&params, &updates}, nullptr,
+                      [&](const Table<2>& t, int blocks, int64_t first) {
+                        lamb_apply_kernel<T><<<blocks, kThreads, 0, stream>>>(
+                            t, flag, lr_ptr, adapt, trust_clip, partial_data, first);
                         SKA_CUDA_CHECK_LAUNCH();
                       });
   });

@@ -1,5 +1,6 @@
 // The optimizers: parameter grouping, the step loop with per-parameter state, the fused update
-// kernels of SGD / Adam / AdamW, LAMB's device-side global clip and trust ratio.
+// kernels of SGD / Adam / AdamW, LAMB's device-side global clip and trust ratio (one multi-tensor
+// call per group; per parameter where a group mixes dtypes).
 #include "optim/optimizer.h"
 
 #include <algorithm>
@@ -161,6 +162,18 @@ void Optimizer::update_group(const ParamGroup& group, const std::vector<Item>& i
   for (const Item& item : items) update(group, item.param, item.grad, *item.state, skip);
 }
 
+Optimizer::MomentLists Optimizer::moment_lists(const std::vector<Item>& items) {
+  MomentLists lists;
+  for (const Item& item : items) {
+    lists.params.push_back(item.param);
+    lists.grads.push_back(item.grad);
+    lists.exp_avgs.push_back(item.state->slots.at("exp_avg"));
+    lists.exp_avg_sqs.push_back(item.state->slots.at("exp_avg_sq"));
+    lists.steps.push_back(item.state->step);
+  }
+  return lists;
+}
+
 std::map<std::string, Tensor> Optimizer::state_dict() const {
   std::map<std::string, Tensor> out;
   for (const auto& [name, state] : state_) {
@@ -297,20 +310,13 @@ void Adam::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
 
 void Adam::update_group(const ParamGroup& group, const std::vector<Item>& items,
                         const Tensor& skip) {
-  TensorList params, grads, exp_avgs, exp_avg_sqs, steps;
-  for (const Item& item : items) {
-    params.push_back(item.param);
-    grads.push_back(item.grad);
-    exp_avgs.push_back(item.state->slots.at("exp_avg"));
-    exp_avg_sqs.push_back(item.state->slots.at("exp_avg_sq"));
-    steps.push_back(item.state->step);
-  }
-  if (!one_dtype(params)) return Optimizer::update_group(group, items, skip);
+  const MomentLists lists = moment_lists(items);
+  if (!one_dtype(lists.params)) return Optimizer::update_group(group, items, skip);
   const double l2 = decoupled_ ? 0.0 : group.weight_decay;
   const double decoupled = decoupled_ ? group.weight_decay : 0.0;
-  SKA_KERNEL(params.front().device(), multi_adam_step)
-  (params, grads, exp_avgs, exp_avg_sqs, steps, skip, lr_of(group), beta1_, beta2_, eps_, l2,
-   decoupled);
+  SKA_KERNEL(lists.params.front().device(), multi_adam_step)
+  (lists.params, lists.grads, lists.exp_avgs, lists.exp_avg_sqs, lists.steps, skip, lr_of(group),
+   beta1_, beta2_, eps_, l2, decoupled);
 }
 
 // --- LAMB ---
@@ -356,6 +362,18 @@ void Lamb::update(const ParamGroup& group, const Tensor& param, const Tensor& gr
     scaled = mul(update, trust);
   }
   Tensor(param).copy_(sub(param, mul(scaled, lr_of(group).to(param.dtype()))));
+}
+
+void Lamb::update_group(const ParamGroup& group, const std::vector<Item>& items,
+                        const Tensor& skip) {
+  const MomentLists lists = moment_lists(items);
+  if (!one_dtype(lists.params)) return Optimizer::update_group(group, items, skip);
+  const Device device = lists.params.front().device();
+  const Tensor divisor = clip_divisor_.defined() ? clip_divisor_.to(device) : Tensor();
+  SKA_KERNEL(device, multi_lamb_step)
+  (lists.params, lists.grads, lists.exp_avgs, lists.exp_avg_sqs, lists.steps, skip, divisor,
+   lr_of(group), options_.beta1, options_.beta2, options_.eps, group.weight_decay,
+   group.weight_decay != 0.0 || options_.always_adapt, options_.trust_clip);
 }
 
 // --- Factory ---

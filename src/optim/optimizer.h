@@ -112,6 +112,12 @@ class Optimizer {
     Tensor param, grad;
     ParamState* state;
   };
+  // The lists an Adam-family multi-tensor kernel takes: the items' parameters, grads, "exp_avg"
+  // and "exp_avg_sq" slots and update counts.
+  struct MomentLists {
+    TensorList params, grads, exp_avgs, exp_avg_sqs, steps;
+  };
+  static MomentLists moment_lists(const std::vector<Item>& items);
   // Updates the parameters of one group that have grads: update() for each, unless an optimizer
   // has a multi-tensor kernel for the whole list.
   virtual void update_group(const ParamGroup& group, const std::vector<Item>& items,
@@ -143,8 +149,8 @@ class Sgd : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override;
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-              ParamState& state, const Tensor& skip) override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+              const Tensor& skip) override;
   void update_group(const ParamGroup& group, const std::vector<Item>& items,
                     const Tensor& skip) override;
 
@@ -163,8 +169,8 @@ class Adam : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override;
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-              ParamState& state, const Tensor& skip) override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+              const Tensor& skip) override;
   void update_group(const ParamGroup& group, const std::vector<Item>& items,
                     const Tensor& skip) override;
 
@@ -192,8 +198,10 @@ class Lamb : public Optimizer {
  protected:
   std::vector<std::string> slot_names() const override;
   void begin_step() override;
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-              ParamState& state, const Tensor& skip) override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+              const Tensor& skip) override;
+  void update_group(const ParamGroup& group, const std::vector<Item>& items,
+                    const Tensor& skip) override;
 
  private:
   Options options_;

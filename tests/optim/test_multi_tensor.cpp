@@ -1,7 +1,8 @@
-// The multi-tensor kernels (gradient statistics and scaling, Adam, SGD, the weight average): the
-// CPU twins against the single-tensor math, CUDA against the CPU over lists long enough to need
-// several launches (more than 32 tensors, tensors of several chunks, an empty one), in f32 and
-// bf16, with the skip flag; the statistics have the same bits on every run.
+// The multi-tensor kernels (gradient statistics and scaling, Adam, LAMB, SGD, the weight
+// average): the CPU twins against the single-tensor math, CUDA against the CPU over lists long
+// enough to need several launches (more than 32 tensors, tensors of several chunks, an empty
+// one), in f32 and bf16, with the skip flag; the statistics have the same bits on every run.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +42,30 @@ void require_lists_close(const TensorList& actual, const TensorList& expected,
     INFO(what << " " << i);
     require_close(actual[i].to(Device::cpu(), DType::kF32), expected[i], tol, what);
   }
+}
+
+// LAMB on one tensor from the single-tensor pieces: adam_step's update (f32), then the trust
+// ratio from f64 norms and p -= lr * (trust * u).
+void lamb_reference(const Tensor& p, const Tensor& g, const Tensor& divisor, const Tensor& m,
+                    const Tensor& v, const Tensor& step, double lr, double weight_decay,
+                    bool adapt, bool trust_clip) {
+  const Tensor u = Tensor::empty(p.shape());
+  cpu::adam_step(p, g, divisor, m, v, u, step, Tensor(), Tensor(), 0.9, 0.999, 1e-6, 0.0,
+                 weight_decay);
+  const std::vector<float> pv = p.to_vector<float>(), uv = u.to_vector<float>();
+  double w_squares = 0.0, u_squares = 0.0;
+  for (size_t i = 0; i < pv.size(); ++i) {
+    w_squares += static_cast<double>(pv[i]) * pv[i];
+    u_squares += static_cast<double>(uv[i]) * uv[i];
+  }
+  float trust = 1.0f;
+  if (adapt && w_squares > 0 && u_squares > 0) {
+    trust = static_cast<float>(std::sqrt(w_squares) / std::sqrt(u_squares));
+  }
+  if (adapt && trust_clip) trust = std::min(trust, 1.0f);
+  std::vector<float> out(pv.size());
+  for (size_t i = 0; i < pv.size(); ++i) out[i] = pv[i] - (uv[i] * trust) * static_cast<float>(lr);
+  Tensor(p).copy_(Tensor::from_vector(out, p.shape()));
 }
 
 }  // namespace
@@ -96,6 +121,43 @@ TEST_CASE("multi-tensor CPU twins: the single-tensor math over a list", "[cpu][o
   cpu::multi_adam_step(p3, grads, clone(m), clone(v), steps, Tensor::ones({}, DType::kU8), lr,
                        0.9, 0.999, 1e-8, 0.01, 0.05);
   CHECK(p3[20].to_vector<float>() == params[20].to_vector<float>());
+
+  // LAMB over the list equals LAMB per tensor, with and without the trust ratio and its clip,
+  // with a gradient divisor; a zero tensor keeps a trust ratio of 1; a set skip flag changes
+  // nothing.
+  TensorList zero_first = clone(params);
+  zero_first[3].fill_(0.0);
+  for (const auto& [adapt, trust_clip] : {std::pair{false, false}, {true, false}, {true, true}}) {
+    INFO("lamb adapt " << adapt << " trust_clip " << trust_clip);
+    const Tensor divisor = Tensor::full({}, 1.7);
+    TensorList p4 = clone(zero_first), m4 = clone(m), v4 = clone(v);
+    cpu::multi_lamb_step(p4, grads, m4, v4, steps, Tensor::zeros({}, DType::kU8), divisor, lr, 0.9,
+                         0.999, 1e-6, 0.02, adapt, trust_clip);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor p5 = zero_first[i].clone(), m5 = m[i].clone(), v5 = v[i].clone();
+      lamb_reference(p5, grads[i], divisor, m5, v5, steps[i], 0.01, 0.02, adapt, trust_clip);
+      INFO("tensor " << i);
+      REQUIRE(m4[i].to_vector<float>() == m5.to_vector<float>());
+      REQUIRE(v4[i].to_vector<float>() == v5.to_vector<float>());
+      require_close(p4[i], p5, test::Tolerance{1e-7, 1e-6}, "lamb param");
+    }
+    // Where ||p|| = 0 the trust ratio is 1: the zeroed tensor still moves.
+    const std::vector<float> moved = p4[3].to_vector<float>();
+    CHECK(std::any_of(moved.begin(), moved.end(), [](float x) { return x != 0.0f; }));
+    // Against adapt off: tensor 20's ratio ||p|| / ||u|| is above 1, so it changes the step,
+    // unless clipped to 1.
+    if (adapt) {
+      TensorList plain = clone(zero_first);
+      cpu::multi_lamb_step(plain, grads, clone(m), clone(v), steps, Tensor(), divisor, lr, 0.9,
+                           0.999, 1e-6, 0.02, false, false);
+      CHECK((plain[20].to_vector<float>() == p4[20].to_vector<float>()) == trust_clip);
+    }
+  }
+  TensorList p6 = clone(params), m6 = clone(m);
+  cpu::multi_lamb_step(p6, grads, m6, clone(v), steps, Tensor::ones({}, DType::kU8), Tensor(), lr,
+                       0.9, 0.999, 1e-6, 0.02, true, false);
+  CHECK(p6[20].to_vector<float>() == params[20].to_vector<float>());
+  CHECK(m6[20].to_vector<float>() == m[20].to_vector<float>());
 
   // The weight average: each product and the sum rounded to f32.
   TensorList ema = clone(params);
@@ -179,6 +241,25 @@ TEST_CASE("multi-tensor kernels: CUDA matches the CPU twins, f32 and bf16", "[cu
                             momentum ? 0.9 : 0.0, 0.05, momentum);
         require_lists_close(sp, tp, tol, "sgd param");
         if (momentum) require_lists_close(sb, tb, tol, "sgd momentum");
+      }
+
+      // LAMB: the trust ratio off, on, and clipped; a gradient divisor read on the device.
+      for (const auto& [adapt, trust_clip] :
+           {std::pair{false, false}, {true, false}, {true, true}}) {
+        INFO("lamb adapt " << adapt << " trust_clip " << trust_clip);
+        TensorList lp = clone(params, gpu, dtype), lm = clone(m, gpu, dtype),
+                   lv = clone(v, gpu, dtype);
+        TensorList kp = rounded(params), km = rounded(m), kv = rounded(v);
+        const Tensor divisor = Tensor::full({}, 1.7);
+        SKA_KERNEL(gpu, multi_lamb_step)(lp, clone(grads, gpu, dtype), lm, lv, dsteps,
+                              Tensor::full({}, flag, DType::kU8).to(gpu), divisor.to(gpu),
+                              lr.to(gpu), 0.9, 0.999, 1e-6, 0.02, adapt, trust_clip);
+        cpu::multi_lamb_step(kp, rounded(grads), km, kv, steps,
+                             Tensor::full({}, flag, DType::kU8), divisor, lr, 0.9, 0.999, 1e-6,
+                             0.02, adapt, trust_clip);
+        require_lists_close(lp, kp, tol, "lamb param");
+        require_lists_close(lm, km, tol, "lamb exp_avg");
+        require_lists_close(lv, kv, tol, "lamb exp_avg_sq");
       }
 
       // The weight average.

@@ -1,6 +1,6 @@
-// CPU kernels: the multi-tensor updates (gradient statistics and scaling, Adam, SGD, the weight
-// average) over lists of tensors. Twins of cuda/kernels/multi_tensor.cu; per element the same
-// math as the single-tensor kernels of optim.cpp, in the tensors' dtype (f32 or f64).
+// CPU kernels: the multi-tensor updates (gradient statistics and scaling, Adam, LAMB, SGD, the
+// weight average) over lists of tensors. Twins of cuda/kernels/multi_tensor.cu; per element the
+// same math as the single-tensor kernels of optim.cpp, in the tensors' dtype (f32 or f64).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -29,10 +29,9 @@ void check_lists(const char* who, const TensorList& first,
               list->size(), " tensors");
     for (size_t i = 0; i < first.size(); ++i) {
       const Tensor& t = (*list)[i];
-      SKA_CHECK(t.is_contiguous() && t.dtype() == first[i].dtype() &&
-                    t.numel() == first[i].numel(),
-                ShapeError, who, ": tensor ", i, " is ", t.str(), ", expected the size and dtype of ",
-                first[i].str());
+      SKA_CHECK(t.is_contiguous() && t.dtype() == first[i].dtype() && t.numel() == first[i].numel(),
+                ShapeError, who, ": tensor ", i, " is ", t.str(),
+                ", expected the size and dtype of ", first[i].str());
     }
   }
 }
@@ -89,6 +88,13 @@ ChunkSums scale_and_sum_squares(T* x, int64_t n, T scale) {
   return total;
 }
 
+// The sum of the squares of x's elements, in scale_and_sum_squares's order (scale 1 writes
+// nothing).
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  return scale_and_sum_squares(const_cast<T*>(x), n, T(1)).squares;
+}
+
 }  // namespace
 
 void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out) {
@@ -141,6 +147,37 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
   }
 }
 
+void multi_lamb_step(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                     const TensorList& exp_avg_sqs, const TensorList& steps, const Tensor& skip,
+                     const Tensor& grad_divisor, const Tensor& lr, double beta1, double beta2,
+                     double eps, double weight_decay, bool adapt, bool trust_clip) {
+  if (params.empty() || read_skip(skip, "multi_lamb_step")) return;
+  check_lists("multi_lamb_step", params, {&grads, &exp_avgs, &exp_avg_sqs});
+  SKA_CHECK(steps.size() == params.size(), ShapeError, "multi_lamb_step: ", steps.size(),
+            " step counts for ", params.size(), " parameters");
+  const double lr_value = read_lr(lr, "multi_lamb_step");
+  dispatch_floating(params.front().dtype(), "multi_lamb_step", [&](auto tag) {
+    using T = decltype(tag);
+    for (size_t k = 0; k < params.size(); ++k) {
+      const Tensor update = Tensor::empty(params[k].shape(), params[k].dtype());
+      adam_step(params[k], grads[k], grad_divisor, exp_avgs[k], exp_avg_sqs[k], update, steps[k],
+                Tensor(), Tensor(), beta1, beta2, eps, 0.0, weight_decay);
+      T* p = params[k].data<T>();
+      const T* u = update.data<T>();
+      const int64_t n = params[k].numel();
+      T trust = T(1);
+      if (adapt) {
+        const double w_norm = std::sqrt(sum_squares<T>(p, n));
+        const double u_norm = std::sqrt(sum_squares(u, n));
+        if (w_norm > 0 && u_norm > 0) trust = static_cast<T>(w_norm / u_norm);
+        if (trust_clip) trust = std::min(trust, T(1));
+      }
+      const T step = static_cast<T>(lr_value);
+      parallel_for(n, [&](int64_t i) { p[i] -= (u[i] * trust) * step; });
+    }
+  });
+}
+
 void multi_sgd_step(const TensorList& params, const TensorList& grads,
                     const TensorList& momentum_bufs, const Tensor& skip, const Tensor& lr,
                     double momentum, double weight_decay, bool nesterov) {
@@ -151,8 +188,8 @@ void multi_sgd_step(const TensorList& params, const TensorList& grads,
     check_lists("multi_sgd_step", params, {&grads, &momentum_bufs});
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    sgd_step(params[i], grads[i], momentum_bufs.empty() ? Tensor() : momentum_bufs[i], Tensor(),
-             lr, momentum, weight_decay, nesterov);
+    sgd_step(params[i], grads[i], momentum_bufs.empty() ? Tensor() : momentum_bufs[i], Tensor(), lr,
+             momentum, weight_decay, nesterov);
   }
 }
 
