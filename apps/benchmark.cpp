@@ -50,7 +50,7 @@ struct BenchmarkOptions {
   bool json = false;
   bool profile = false;  // then `iters` more steps with every kernel timed
   int top = 25;          // kernels listed by --profile
-  std::string attention = "fused";  // or scalar (no tensor cores), or unfused: matmul, softmax,
+  std::string attention = "fused";  // or mma, scalar (no tensor cores), or unfused: matmul, softmax,
                                     // matmul (nn::attend_qk)
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
@@ -408,9 +408,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--attention", o.attention,
                  "fused (the fused attention op wherever the logits are q k^T; on CUDA bf16/f16 "
-                 "on the tensor cores), scalar (the same op on CUDA's scalar f32-FMA kernels) "
-                 "or unfused (matmul, softmax, matmul: the weights stored), to compare")
-      ->check(CLI::IsMember({"fused", "scalar", "unfused"}));
+                 "on the tensor cores, WMMA kernels), mma (the same with the mma.sync kernels), "
+                 "scalar (the same op on CUDA's scalar f32-FMA kernels) or unfused (matmul, "
+                 "softmax, matmul: the weights stored), to compare")
+      ->check(CLI::IsMember({"fused", "mma", "scalar", "unfused"}));
   app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
                  "on: time cuDNN's convolution algorithms on the first call of each shape and "
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")

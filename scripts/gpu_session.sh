@@ -7,6 +7,9 @@
 #
 # Stages (default: all, in this order; each is skipped when too little time is left):
 #   tests     every [cuda] test but the slow whole-zoo one (CUDA against the CPU, bit-exact paths)
+#   attention our bf16 training step with the WMMA and the mma.sync attention kernels
+#             (--attention fused / mma) back to back: cifar10_vit_s and cifar10_cska_vit at 512,
+#             imagenet_caformer_s18 at 128 (ATTN="CONFIG:BATCH ..." for others)
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
 #             adds torch.compile, about a minute per model)
@@ -42,12 +45,12 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests speed dp profile loader zoo table8 variants memcheck)
+all=(tests attention speed dp profile loader zoo table8 variants memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -151,6 +154,17 @@ test_stage() {
 for stage in "${stages[@]}"; do
   case $stage in
   tests) test_stage cuda_tests 200 "[cuda]~[slow]" ;;
+  attention)
+    for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
+      config=${item%%:*} batch=${item#*:}
+      for kernels in fused mma; do
+        stage_run "attention_${config}_$kernels" 45 "$build/apps/benchmark" --config "$config" \
+          --device cuda --precision bf16 --batch "$batch" --iters 20 --attention "$kernels"
+        [ $? = 125 ] && continue
+        grep -E "^train" "$logs/attention_${config}_$kernels.log" | sed "s/^/  $kernels: /" |
+          tee -a "$summary"
+      done
+    done ;;
   speed)
     for item in cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
                 imagenet_caformer_s18:128; do

@@ -22,10 +22,9 @@
 // layer falls back to the unfused path). Shared memory per block: up to 31 KiB for head dims up
 // to 32, 47 KiB up to 64, 79 KiB up to 128 (opted in with cudaFuncSetAttribute above 48 KiB;
 // sm_80..sm_90 allow at least 99 KiB).
-// Beyond the WMMA kernels, a faster version would use mma.sync with fragments loaded by ldmatrix
-// (a known register layout: the softmax on the accumulators, P never leaving registers), tf32
-// for f32, cp.async double buffering, a swizzled tile layout instead of padded rows, and 64-128
-// row tiles per block.
+// The mma.sync kernels of attention_mma.cu (set_cuda_attention_mma) keep the softmax on the
+// accumulators in registers; beyond them: ldmatrix, tf32 for f32, cp.async double buffering,
+// a swizzled tile layout instead of padded rows.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -578,7 +577,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     a.lse = static_cast<float*>(lse.data_ptr());
     if constexpr (!std::is_same_v<T, float>) {
       if (attn::tc_supported(q.dtype(), geo.d, geo.dv, device)) {
-        attn::tc_forward(a, geo.groups, stream);
+        if (attn::mma_enabled()) {
+          attn::mma_forward(a, geo.groups, stream);
+        } else {
+          attn::tc_forward(a, geo.groups, stream);
+        }
         return;
       }
     }
@@ -638,7 +641,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     }
     if constexpr (!std::is_same_v<T, float>) {
       if (attn::tc_supported(q.dtype(), geo.d, geo.dv, device)) {
-        attn::tc_backward(a, geo.groups, stream);
+        if (attn::mma_enabled()) {
+          attn::mma_backward(a, geo.groups, stream);
+        } else {
+          attn::tc_backward(a, geo.groups, stream);
+        }
         return;
       }
     }

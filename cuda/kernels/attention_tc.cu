@@ -23,7 +23,8 @@
 // 32/64/128 (opted in above 48 KiB; sm_80..sm_90 allow at least 99 KiB). Registers: up to 254
 // per thread in the dK/dV kernel at head dim 128 (its 16 accumulator fragments), no spills.
 // First verified on a CPU emulator of WMMA; the [cuda] tests pass on an H200 (2026-11-26). Slow:
-// 8 TFLOP/s in ViT-S training there (the softmax through shared memory between the products).
+// 8 TFLOP/s in ViT-S training there (the softmax through shared memory between the products);
+// attention_mma.cu keeps it in registers instead (set_cuda_attention_mma).
 #include <mma.h>
 
 #include <algorithm>
@@ -53,22 +54,6 @@ using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, wmma::row_m
 template <typename T, typename Layout>
 using FragB = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, T, Layout>;
 using FragC = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
-
-// Row strides of the shared tiles, in elements. Rows are padded by 16 bytes: WMMA needs strides
-// that are multiples of 16 bytes, and the padding spreads a fragment's rows over the banks.
-__host__ __device__ constexpr int ld16(int cols) { return cols + 8; }  // bf16 / f16 tiles
-__host__ __device__ constexpr int ld32(int cols) { return cols + 4; }  // f32 tiles
-
-// Carves dynamic shared memory into 128-byte aligned pieces (WMMA pointers need 32 bytes); the
-// host sizes a launch and the kernel finds its tiles with the same calls.
-struct Carver {
-  int bytes = 0;
-  __host__ __device__ int take(int n) {
-    const int at = (bytes + 127) & ~127;
-    bytes = at + n;
-    return at;
-  }
-};
 
 // The tiles of each kernel (byte offsets), for `rows` = 16 x warps rows per block. "scratch":
 // each warp's 16 x 32 f32 products; p, ds: the same in the input dtype.
@@ -119,33 +104,6 @@ struct GradQSmem {
     bytes = c.bytes;
   }
 };
-
-// Rows [row0, row0 + rows) of one leading index's operand (`base` at its offset, `v` its view),
-// `cols` columns (a multiple of 16), as dense rows of a shared tile with row stride ld; zero past
-// row n. The whole block loads: 16-byte vectors where the rows are dense and 16-byte aligned,
-// element by element otherwise (any strides).
-template <typename T>
-__device__ void load_tile(T* tile, int ld, const T* base, const View& v, int row0, int rows, int n,
-                          int cols) {
-  constexpr int kVec = 16 / sizeof(T);
-  const bool vectors =
-      v.col == 1 && v.row % kVec == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
-  if (vectors) {
-    const int per_row = cols / kVec;
-    for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
-      const int r = e / per_row, c = e % per_row * kVec, i = row0 + r;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (i < n) x = *reinterpret_cast<const uint4*>(base + i * v.row + c);
-      *reinterpret_cast<uint4*>(tile + r * ld + c) = x;
-    }
-    return;
-  }
-  const T zero = from_float<T>(0.0f);
-  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
-    const int r = e / cols, c = e % cols, i = row0 + r;
-    tile[r * ld + c] = i < n ? base[i * v.row + c * v.col] : zero;
-  }
-}
 
 // c (16 x 32 f32, row stride ldc) = a b^T: a the warp's 16 rows and b a tile's 32 rows, both
 // 16 x steps wide, row-major in shared memory (b^T is b read as a column-major matrix_b).

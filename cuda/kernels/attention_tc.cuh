@@ -1,5 +1,6 @@
 // Fused attention on CUDA: the operand structs shared by the scalar kernels (attention.cu) and the
-// tensor-core kernels (attention_tc.cu), and the entry points of the latter.
+// tensor-core kernels (WMMA: attention_tc.cu; mma.sync: attention_mma.cu), the shared-memory
+// tiles of the latter two, and their entry points.
 #pragma once
 
 #include <climits>
@@ -93,6 +94,51 @@ void launch(void (*kernel)(Args), unsigned int grid, int warps, size_t bytes, cu
   SKA_CUDA_CHECK_LAUNCH();
 }
 
+// --- Shared-memory tiles of the tensor-core kernels (WMMA and mma.sync) ---
+
+// Row strides of the shared tiles, in elements. Rows are padded by 16 bytes: WMMA needs strides
+// that are multiples of 16 bytes, and the padding spreads a fragment's rows over the banks.
+__host__ __device__ constexpr int ld16(int cols) { return cols + 8; }  // bf16 / f16 tiles
+__host__ __device__ constexpr int ld32(int cols) { return cols + 4; }  // f32 tiles
+
+// Carves dynamic shared memory into 128-byte aligned pieces (WMMA pointers need 32 bytes); the
+// host sizes a launch and the kernel finds its tiles with the same calls.
+struct Carver {
+  int bytes = 0;
+  __host__ __device__ int take(int n) {
+    const int at = (bytes + 127) & ~127;
+    bytes = at + n;
+    return at;
+  }
+};
+
+// Rows [row0, row0 + rows) of one leading index's operand (`base` at its offset, `v` its view),
+// `cols` columns (a multiple of 16), as dense rows of a shared tile with row stride ld; zero past
+// row n. The whole block loads: 16-byte vectors where the rows are dense and 16-byte aligned,
+// element by element otherwise (any strides).
+template <typename T>
+__device__ void load_tile(T* tile, int ld, const T* base, const View& v, int row0, int rows, int n,
+                          int cols) {
+  constexpr int kVec = 16 / sizeof(T);
+  const bool vectors =
+      v.col == 1 && v.row % kVec == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
+  if (vectors) {
+    const int per_row = cols / kVec;
+    for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
+      const int r = e / per_row, c = e % per_row * kVec, i = row0 + r;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (i < n) x = *reinterpret_cast<const uint4*>(base + i * v.row + c);
+      *reinterpret_cast<uint4*>(tile + r * ld + c) = x;
+    }
+    return;
+  }
+  const T zero = from_float<T>(0.0f);
+  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+    const int r = e / cols, c = e % cols, i = row0 + r;
+    tile[r * ld + c] = i < n ? base[i * v.row + c * v.col] : zero;
+  }
+}
+
 // Whether the tensor-core kernels take a problem: bf16 or f16, d and dv multiples of 16 up to
 // 128, a device of compute capability 8.0 or newer, and the process-wide switch on
 // (set_cuda_attention_tensor_cores). Otherwise the scalar kernels run.
@@ -106,5 +152,14 @@ void tc_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream);
 // computed on `stream`. Writes every element of the gradients, as the scalar kernels.
 template <typename T>
 void tc_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream);
+
+// The mma.sync kernels of attention_mma.cu: the problems tc_supported accepts, with the softmax
+// on the accumulators in registers. Taken instead of tc_forward / tc_backward while
+// set_cuda_attention_mma is on (mma_enabled).
+bool mma_enabled();
+template <typename T>
+void mma_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream);
+template <typename T>
+void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream);
 
 }  // namespace ska::cuda::attn

@@ -55,7 +55,7 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
 
 KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   KernelChoices k;
-  k.attention = t.get_choice("attention", k.attention, {"fused", "scalar", "unfused"});
+  k.attention = t.get_choice("attention", k.attention, {"fused", "mma", "scalar", "unfused"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
@@ -65,7 +65,8 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
 
 void KernelChoices::apply() const {
   nn::set_fused_attention(attention != "unfused");
-  set_cuda_attention_tensor_cores(attention == "fused");
+  set_cuda_attention_tensor_cores(attention == "fused" || attention == "mma");
+  set_cuda_attention_mma(attention == "mma");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   set_cudnn_benchmark(cudnn_benchmark);

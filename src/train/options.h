@@ -27,8 +27,9 @@ AutocastState autocast_state(Precision p);       // disabled for fp32
 // the fast ones by default; the others to compare, or to work around a fast path that misbehaves
 // on some GPU without rebuilding. Process-wide switches, set by apply().
 struct KernelChoices {
-  // fused (the fused attention op, on CUDA's tensor cores for bf16/f16), scalar (the same op on
-  // CUDA's f32-FMA kernels; on the CPU the same as fused) or unfused (matmul, softmax, matmul).
+  // fused (the fused attention op, on CUDA's tensor cores for bf16/f16), mma (the same with the
+  // mma.sync tensor-core kernels instead of WMMA; being measured), scalar (the same op on CUDA's
+  // f32-FMA kernels; on the CPU the same as fused) or unfused (matmul, softmax, matmul).
   std::string attention = "fused";
   std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
   std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16

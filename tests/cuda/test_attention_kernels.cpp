@@ -1,4 +1,4 @@
-// Kernel-level tests of the CUDA fused attention (scalar and tensor-core paths) against its CPU
+// Kernel-level tests of the CUDA fused attention (scalar, WMMA and mma.sync paths) against its CPU
 // twin, a double-precision reference and each other: broadcast keys, permuted views, masked bias,
 // class attention, long rows, determinism.
 #include <catch2/catch.hpp>
@@ -198,9 +198,16 @@ struct ScalarAttention {
   ~ScalarAttention() { set_cuda_attention_tensor_cores(previous); }
 };
 
-// Both CUDA paths against the CPU twin and the double reference, by default in f32 and bf16, and
+// The mma.sync tensor-core kernels while alive (instead of the WMMA ones).
+struct MmaAttention {
+  bool previous = set_cuda_attention_mma(true);
+  ~MmaAttention() { set_cuda_attention_mma(previous); }
+};
+
+// The CUDA paths against the CPU twin and the double reference, by default in f32 and bf16, and
 // against each other. bf16 and f16 with head dims that are multiples of 16 take the tensor cores
-// by default (f32 and other dims: the scalar kernels twice). The 16-bit results are computed in
+// by default, WMMA, and with MmaAttention the mma.sync kernels (f32 and other dims: the scalar
+// kernels every time). The 16-bit results are computed in
 // f32 from the same rounded inputs and rounded once (the tensor-core path also rounds P and dS
 // to the dtype before its second products), so tolerance_for(dtype) covers them.
 void check_case(const Case& c, double scale,
@@ -215,9 +222,16 @@ void check_case(const Case& c, double scale,
       const ScalarAttention off;
       scalar = on_host(run(c, x.gpu, scale, true));
     }
+    Results mma;
+    {
+      const MmaAttention on;
+      mma = on_host(run(c, x.gpu, scale, true));
+    }
     const Results cpu = run(c, x.cpu, scale, false);
     const Results ref = reference(c, x.ref, scale);
     const ska::test::Tolerance tol = tolerance_for(dtype);
+    compare(mma, cpu, tol, "mma cuda vs cpu", by_nmse);
+    compare(mma, ref, tol, "mma cuda vs reference", by_nmse);
     compare(fast, cpu, tol, "cuda vs cpu", by_nmse);
     compare(fast, ref, tol, "cuda vs reference", by_nmse);
     compare(scalar, cpu, tol, "scalar cuda vs cpu", by_nmse);
@@ -372,15 +386,19 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
     return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
   };
   // values() copies to the host before the next run (both runs write the same out tensor).
-  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
-    INFO(dtype_name(dtype));
-    const Prepared x = prepare(c, dtype);
-    const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
-    const std::vector<std::vector<double>> second = values(run(c, x.gpu, 0.125, true));
-    for (size_t i = 0; i < first.size(); ++i) {
-      INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
-      CHECK(first[i] == second[i]);
+  for (const bool use_mma : {false, true}) {
+    const bool previous = set_cuda_attention_mma(use_mma);
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
+      INFO(dtype_name(dtype) << (use_mma ? ", mma.sync" : ""));
+      const Prepared x = prepare(c, dtype);
+      const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
+      const std::vector<std::vector<double>> second = values(run(c, x.gpu, 0.125, true));
+      for (size_t i = 0; i < first.size(); ++i) {
+        INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
+        CHECK(first[i] == second[i]);
+      }
     }
+    set_cuda_attention_mma(previous);
   }
 }
 
@@ -432,6 +450,11 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
       const ScalarAttention off;
       scalar = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
     }
+    Results mma;
+    {
+      const MmaAttention on;
+      mma = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
+    }
     const Results cpu = run(c, x.cpu, 1.0, false, 0.0, f);
     // The reference takes f * bias as its bias; its dL/dbias is then dL/dz, ours f dL/dz.
     Operands scaled = x.ref;
@@ -442,6 +465,8 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
     compare(fast, cpu, tol, "cuda vs cpu");
     compare(fast, ref, tol, "cuda vs reference");
     compare(scalar, ref, tol, "scalar cuda vs reference");
+    compare(mma, cpu, tol, "mma cuda vs cpu");
+    compare(mma, ref, tol, "mma cuda vs reference");
     CHECK(fast.grad_q.numel() == 0);
   }
 }

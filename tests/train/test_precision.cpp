@@ -369,9 +369,16 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   unfused.attention = "unfused";
   unfused.apply();
   CHECK_FALSE(nn::fused_attention_enabled());
+  KernelChoices mma;
+  mma.attention = "mma";
+  mma.apply();
+  CHECK(nn::fused_attention_enabled());
+  CHECK(set_cuda_attention_mma(true));
+  CHECK(set_cuda_attention_tensor_cores(true));
   defaults.apply();
   CHECK(nn::fused_attention_enabled());
   CHECK(nn::norm_autocast_outputs_enabled());
+  CHECK_FALSE(set_cuda_attention_mma(false));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
   // A value outside the choices names the key and the choices.

@@ -1,0 +1,566 @@
+// Fused attention on the tensor cores with mma.sync (m16n8k16, bf16/f16 in, f32 accumulate):
+// the forward pass and the dK/dV and dQ kernels of the backward pass, for the problems the WMMA
+// kernels of attention_tc.cu take (head dims multiples of 16 up to 128, or d = 0).
+//
+// Design. Each warp owns 16 rows of one side (queries in the forward and dQ kernels, keys in the
+// dK/dV kernel) and walks tiles of the other side staged in shared memory by the whole block
+// (load_tile: padded rows, zero past the end). Unlike WMMA, the register layout of mma.sync's
+// fragments is documented (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and
+// t = lane % 4:
+//   A (16 x 16, row-major):   a[0] = (g, 2t..2t+1), a[1] = (g + 8, 2t..), a[2] = (g, 2t+8..),
+//                             a[3] = (g + 8, 2t+8..), two 16-bit elements per register;
+//   B (16 x 8, "col"):        b[0] = (k 2t..2t+1, n g), b[1] = (k 2t+8..2t+9, n g);
+//   C (16 x 8, f32):          c[0..1] = (g, 2t..2t+1), c[2..3] = (g + 8, 2t..2t+1).
+// So a thread knows which logits it holds: scale, bias, masking, the online softmax (row max
+// and sum reduced over the 4 threads of a quad by shuffles), P = exp(z - lse) and
+// dS = P (dP - D) are computed on the accumulators in registers, and the C fragments of two
+// neighbouring 8-key tiles, rounded to the input dtype, are exactly the A fragment of the
+// second product (O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K): no shared-memory round trip
+// between the products, the slow part of the WMMA kernels. Operands are read from the padded
+// shared tiles with 32-bit loads (a row's two neighbours) or, where the contraction runs down a
+// tile's rows (V, dO, Q and K as the second product's B), two 16-bit loads; the 16-byte row
+// padding keeps both free of bank conflicts.
+// Key (or query) tiles are 64 wide (32 for head dims above 64, to bound registers), and 8- or
+// 16-wide pieces of a tile past the end are skipped, so a 65-token sequence costs 80 keys, not
+// 128. Rounding P and dS to bf16/f16 before the second product is the one loss of precision
+// beyond the scalar kernels, as in the WMMA kernels. No atomics and a fixed order of summation:
+// the same bits on every run.
+//
+// Status: switched off by default (set_cuda_attention_mma); tested against the CPU twin, the
+// scalar and the WMMA kernels by tests/cuda/test_attention_kernels.cpp, which also run with it on.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/device_runtime.h"
+#include "cuda/kernels/attention_tc.cuh"
+
+namespace ska::cuda::attn {
+namespace {
+
+constexpr int kRows = 16;     // the rows a warp owns: the m of m16n8k16
+constexpr int kMaxWarps = 4;  // a block owns 16 to 64 rows
+constexpr unsigned kFull = 0xffffffffu;
+
+std::atomic<bool> g_mma{false};
+
+// The other side's tile width for head dims up to kHead: 64, or 32 above 64 (registers).
+template <int kHead>
+constexpr int tile_width() {
+  return kHead > 64 ? 32 : 64;
+}
+
+// --- Fragments ---
+
+template <typename T>
+__device__ __forceinline__ uint32_t load_pair(const T* p) {  // p[0] low, p[1] high; 4-byte aligned
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t load_pair(const T* lo, const T* hi) {
+  const uint32_t a = *reinterpret_cast<const uint16_t*>(lo);
+  const uint32_t b = *reinterpret_cast<const uint16_t*>(hi);
+  return a | (b << 16);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// c += a b on one m16n8k16 tile.
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// The A fragment of the 16 x 16 block at `m` (row-major, row stride ld).
+template <typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* m, int ld, int lane) {
+  const T* p = m + (lane >> 2) * ld + 2 * (lane & 3);
+  a[0] = load_pair(p);
+  a[1] = load_pair(p + 8 * ld);
+  a[2] = load_pair(p + 8);
+  a[3] = load_pair(p + 8 * ld + 8);
+}
+
+// The B fragment b(k, n) = m[n][k] of the 8 x 16 block at `m` (rows are B's columns: K in
+// Q K^T, dO in V dO^T ...).
+template <typename T>
+__device__ __forceinline__ void load_b_rows(uint32_t& b0, uint32_t& b1, const T* m, int ld,
+                                            int lane) {
+  const T* p = m + (lane >> 2) * ld + 2 * (lane & 3);
+  b0 = load_pair(p);
+  b1 = load_pair(p + 8);
+}
+
+// The B fragment b(k, n) = m[k][n] of the 16 x 8 block at `m` (the contraction runs down the
+// rows: V in P V, dO in P^T dO ...).
+template <typename T>
+__device__ __forceinline__ void load_b_cols(uint32_t& b0, uint32_t& b1, const T* m, int ld,
+                                            int lane) {
+  const T* p = m + 2 * (lane & 3) * ld + (lane >> 2);
+  b0 = load_pair(p, p + ld);
+  b1 = load_pair(p + 8 * ld, p + 9 * ld);
+}
+
+// The A fragment of 16 rows x 16 columns of f32 accumulators, rounded to T: tiles c0 (columns
+// 0-7) and c1 (columns 8-15) in the C layout, which lines up with A's.
+template <typename T>
+__device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c0)[4],
+                                         const float (&c1)[4]) {
+  a[0] = pack<T>(c0[0], c0[1]);
+  a[1] = pack<T>(c0[2], c0[3]);
+  a[2] = pack<T>(c1[0], c1[1]);
+  a[3] = pack<T>(c1[2], c1[3]);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFull, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(kFull, v, 1);
+  return v + __shfl_xor_sync(kFull, v, 2);
+}
+
+// acc[n] (n < 8-wide tiles covering `live` columns of the other side, at most kN) += the
+// warp's 16 rows of `a` (row stride lda) times the rows of `b` (row stride ldb) transposed,
+// over `steps` 16-wide slices of the head dim: S = Q K^T, dP = dO V^T and their transposes.
+template <typename T, int kN>
+__device__ __forceinline__ void multiply_rows(float (&acc)[kN][4], const T* a, int lda,
+                                              const T* b, int ldb, int steps, int live,
+                                              int lane) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  const int tiles = (live + 7) / 8;
+  for (int ks = 0; ks < steps; ++ks) {
+    uint32_t fa[4];
+    load_a(fa, a + ks * 16, lda, lane);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      if (n >= tiles) break;
+      uint32_t b0, b1;
+      load_b_rows(b0, b1, b + n * 8 * ldb + ks * 16, ldb, lane);
+      mma<T>(acc[n], fa, b0, b1);
+    }
+  }
+}
+
+// out[nd] (nd < 8-wide tiles of `cols` columns, at most kOut) += w b: w the 16 x (16 x kb)
+// weights held as C fragments w[0..] (their columns the contraction), b the tile's rows
+// (row stride ldb), only the 16-row pieces that hold one of `live` rows.
+template <typename T, int kN, int kOut>
+__device__ __forceinline__ void accumulate_weights(float (&out)[kOut][4], const float (&w)[kN][4],
+                                                   const T* b, int ldb, int cols, int live,
+                                                   int lane) {
+  const int pieces = (live + 15) / 16, tiles = cols / 8;
+#pragma unroll
+  for (int kb = 0; kb < kN / 2; ++kb) {
+    if (kb >= pieces) break;
+    uint32_t fa[4];
+    a_from_c<T>(fa, w[2 * kb], w[2 * kb + 1]);
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) {
+      if (nd >= tiles) break;
+      uint32_t b0, b1;
+      load_b_cols(b0, b1, b + kb * 16 * ldb + nd * 8, ldb, lane);
+      mma<T>(out[nd], fa, b0, b1);
+    }
+  }
+}
+
+// Writes scale * acc (16 rows from row0, `cols` columns) to a contiguous [n, cols] gradient.
+template <typename T, int kOut>
+__device__ __forceinline__ void write_rows(const float (&acc)[kOut][4], int cols, float scale,
+                                           T* out, int row0, int n, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nd = 0; nd < kOut; ++nd) {
+    if (nd * 8 >= cols) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = row0 + g + 8 * (e >> 1), c = nd * 8 + 2 * t + (e & 1);
+      if (i < n) out[static_cast<int64_t>(i) * cols + c] = from_float<T>(scale * acc[nd][e]);
+    }
+  }
+}
+
+// Shared memory of a kernel (byte offsets): the warps' tiles of `rows` rows (one of head dim d,
+// and one of dv where `rows_dv`), the other side's tiles of `width` rows (d and dv), and
+// `floats` f32 values. The host sizes a launch and the kernel finds its tiles with the same call.
+struct Smem {
+  int a_d, a_dv, b_d, b_dv, f, bytes;
+  __host__ __device__ Smem(int rows, bool rows_dv, int width, int d, int dv, int floats) {
+    Carver c;
+    a_d = c.take(rows * ld16(d) * 2);
+    a_dv = rows_dv ? c.take(rows * ld16(dv) * 2) : 0;
+    b_d = c.take(width * ld16(d) * 2);
+    b_dv = c.take(width * ld16(dv) * 2);
+    f = c.take(floats * 4);
+    bytes = c.bytes;
+  }
+};
+
+// --- Forward: a block per (leading index, 16 x warps queries); online softmax over key tiles ---
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kMaxWarps * 32) mma_forward_kernel(ForwardArgs<T> a) {
+  constexpr int kWidth = tile_width<kHead>(), kN = kWidth / 8, kOut = kHead / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in), bscale = bias_scale(in);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int rows = blockDim.x / 32 * kRows;
+  const int64_t grp = blockIdx.x / a.tiles;
+  const int i0 = static_cast<int>(blockIdx.x % a.tiles) * rows;
+  const int w0 = i0 + warp * kRows;  // the warp's first query
+  const int ldd = ld16(in.d), ldv = ld16(in.dv);
+  const Smem at(rows, false, kWidth, in.d, in.dv, 0);  // q [rows][d], k [width][d], v [width][dv]
+  T* q_s = reinterpret_cast<T*>(smem + at.a_d);
+  T* k_s = reinterpret_cast<T*>(smem + at.b_d);
+  T* v_s = reinterpret_cast<T*>(smem + at.b_dv);
+
+  const T* kg = in.k + in.kv.lead.offset(grp);
+  const T* vg = in.v + in.vv.lead.offset(grp);
+  const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d);
+  const bool active = w0 < in.nq;  // warp-uniform
+  const int dsteps = in.d / 16;
+  const int rows_of[2] = {w0 + g, w0 + g + 8};  // the two rows a thread holds
+
+  float o[kOut][4];
+#pragma unroll
+  for (int nd = 0; nd < kOut; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  for (int j0 = 0; j0 < in.nk; j0 += kWidth) {
+    __syncthreads();  // every warp is done with the previous tiles (and q_s is loaded)
+    load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d);
+    load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv);
+    __syncthreads();
+    if (!active) continue;
+    const int live = min(kWidth, in.nk - j0);
+    float s[kN][4];
+    multiply_rows<T, kN>(s, q_s + warp * kRows * ldd, ldd, k_s, ldd, dsteps, live, lane);
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = rows_of[e >> 1], j = j0 + n * 8 + 2 * t + (e & 1);
+        float z = -INFINITY;
+        if (j < in.nk) {
+          z = scale * s[n][e];
+          if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
+        }
+        s[n][e] = z;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], z);
+      }
+    }
+    float ref[2], alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m_run[r], quad_max(tile_max[r]));
+      // While every z of the row so far is -inf, measure from 0: the weights stay 0, not NaN.
+      ref[r] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = expf(m_run[r] - ref[r]);
+      m_run[r] = m_new;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = expf(s[n][e] - ref[e >> 1]);
+        sum[e >> 1] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + quad_sum(sum[r]);
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nd][e] *= alpha[e >> 1];
+    }
+    accumulate_weights<T, kN, kOut>(o, s, v_s, ldv, in.dv, live, lane);
+  }
+  if (!active) return;
+  T* og = a.out + a.ov.lead.offset(grp);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = rows_of[r];
+    if (i >= in.nq) continue;
+    float inv, lse;
+    if (l_run[r] > 0.0f) {
+      inv = 1.0f / l_run[r];
+      lse = m_run[r] + logf(l_run[r]);
+    } else if (in.nk == 0) {  // nothing to attend to: zeros, lse -inf (as the CPU twin)
+      inv = 0.0f;
+      lse = -INFINITY;
+    } else {  // every z is -inf (or NaN): NaN, as softmax gives
+      inv = NAN;
+      lse = NAN;
+    }
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) {
+      if (nd * 8 >= in.dv) break;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = nd * 8 + 2 * t + e;
+        og[i * a.ov.row + c * a.ov.col] = from_float<T>(o[nd][2 * r + e] * inv);
+      }
+    }
+    if (t == 0) a.lse[grp * in.nq + i] = lse;
+  }
+}
+
+// --- Backward ---
+
+// dK and dV: a block per (leading index, 16 x warps keys), walking the query tiles. The warp
+// computes S^T = K Q^T and dP^T = V dO^T for its 16 keys, then P^T and dS^T in registers:
+//   dV[j] = sum over i of P[i, j] dO[i],  dK[j] = scale * sum over i of dS[i, j] q[i].
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArgs<T> a) {
+  constexpr int kWidth = tile_width<kHead>(), kN = kWidth / 8, kOut = kHead / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in), bscale = bias_scale(in);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int rows = blockDim.x / 32 * kRows;
+  const int64_t grp = blockIdx.x / a.tiles;
+  const int j0 = static_cast<int>(blockIdx.x % a.tiles) * rows;
+  const int w0 = j0 + warp * kRows;  // the warp's first key
+  const int ldd = ld16(in.d), ldv = ld16(in.dv);
+  const Smem at(rows, true, kWidth, in.d, in.dv, 2 * kWidth);
+  T* k_s = reinterpret_cast<T*>(smem + at.a_d);
+  T* v_s = reinterpret_cast<T*>(smem + at.a_dv);
+  T* q_s = reinterpret_cast<T*>(smem + at.b_d);
+  T* go_s = reinterpret_cast<T*>(smem + at.b_dv);
+  float* lse_s = reinterpret_cast<float*>(smem + at.f);
+  float* delta_s = lse_s + kWidth;
+
+  const T* qg = in.q + in.qv.lead.offset(grp);
+  const T* gog = a.go + a.gov.lead.offset(grp);
+  const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+  load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, j0, rows, in.nk, in.d);
+  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, j0, rows, in.nk, in.dv);
+  const bool active = w0 < in.nk;
+  const int keys_of[2] = {w0 + g, w0 + g + 8};
+
+  float dk[kOut][4], dv[kOut][4];
+#pragma unroll
+  for (int nd = 0; nd < kOut; ++nd) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
+  }
+  for (int i0 = 0; i0 < in.nq; i0 += kWidth) {
+    __syncthreads();
+    load_tile(q_s, ldd, qg, in.qv, i0, kWidth, in.nq, in.d);
+    load_tile(go_s, ldv, gog, a.gov, i0, kWidth, in.nq, in.dv);
+    for (int e = threadIdx.x; e < kWidth; e += blockDim.x) {  // a block may be one warp
+      const int i = i0 + e;
+      lse_s[e] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
+      delta_s[e] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    const int live = min(kWidth, in.nq - i0);
+    float p[kN][4], ds[kN][4];
+    multiply_rows<T, kN>(p, k_s + warp * kRows * ldd, ldd, q_s, ldd, in.d / 16, live, lane);
+    multiply_rows<T, kN>(ds, v_s + warp * kRows * ldv, ldv, go_s, ldv, in.dv / 16, live, lane);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = keys_of[e >> 1], ti = n * 8 + 2 * t + (e & 1), i = i0 + ti;
+        float pe = 0.0f, dse = 0.0f;
+        if (i < in.nq && j < in.nk) {
+          float z = scale * p[n][e];
+          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+          pe = expf(z - lse_s[ti]);
+          dse = pe * (ds[n][e] - delta_s[ti]);
+        }
+        p[n][e] = pe;
+        ds[n][e] = dse;
+      }
+    }
+    accumulate_weights<T, kN, kOut>(dv, p, go_s, ldv, in.dv, live, lane);
+    accumulate_weights<T, kN, kOut>(dk, ds, q_s, ldd, in.d, live, lane);
+  }
+  if (!active) return;
+  write_rows<T, kOut>(dk, in.d, scale, a.gk + grp * in.nk * in.d, w0, in.nk, lane);
+  write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + grp * in.nk * in.dv, w0, in.nk, lane);
+}
+
+// dQ and grad_bias: a block per (leading index, 16 x warps queries), walking the key tiles.
+//   dS[i, j] = P[i, j] * (dO[i] . v[j] - D[i]),  dQ[i] = scale * sum over j of dS[i, j] k[j].
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs<T> a) {
+  constexpr int kWidth = tile_width<kHead>(), kN = kWidth / 8, kOut = kHead / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in), bscale = bias_scale(in);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int rows = blockDim.x / 32 * kRows;
+  const int64_t grp = blockIdx.x / a.tiles;
+  const int i0 = static_cast<int>(blockIdx.x % a.tiles) * rows;
+  const int w0 = i0 + warp * kRows;  // the warp's first query
+  const int ldd = ld16(in.d), ldv = ld16(in.dv);
+  const Smem at(rows, true, kWidth, in.d, in.dv, 0);
+  T* q_s = reinterpret_cast<T*>(smem + at.a_d);
+  T* go_s = reinterpret_cast<T*>(smem + at.a_dv);
+  T* k_s = reinterpret_cast<T*>(smem + at.b_d);
+  T* v_s = reinterpret_cast<T*>(smem + at.b_dv);
+
+  const T* kg = in.k + in.kv.lead.offset(grp);
+  const T* vg = in.v + in.vv.lead.offset(grp);
+  const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d);
+  load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, i0, rows, in.nq, in.dv);
+  const bool active = w0 < in.nq;
+  const int rows_of[2] = {w0 + g, w0 + g + 8};
+  float lse[2], delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool valid = rows_of[r] < in.nq;
+    lse[r] = valid ? a.lse[grp * in.nq + rows_of[r]] : 0.0f;
+    delta[r] = valid ? a.delta[grp * in.nq + rows_of[r]] : 0.0f;
+  }
+
+  float dq[kOut][4];
+#pragma unroll
+  for (int nd = 0; nd < kOut; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
+  for (int j0 = 0; j0 < in.nk; j0 += kWidth) {
+    __syncthreads();  // every warp is done with the previous tiles (and q_s, go_s are loaded)
+    load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d);
+    load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv);
+    __syncthreads();
+    if (!active) continue;
+    const int live = min(kWidth, in.nk - j0);
+    float ds[kN][4], dp[kN][4];
+    multiply_rows<T, kN>(ds, q_s + warp * kRows * ldd, ldd, k_s, ldd, in.d / 16, live, lane);
+    multiply_rows<T, kN>(dp, go_s + warp * kRows * ldv, ldv, v_s, ldv, in.dv / 16, live, lane);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, i = rows_of[r], j = j0 + n * 8 + 2 * t + (e & 1);
+        float dse = 0.0f;
+        if (i < in.nq && j < in.nk) {
+          float z = scale * ds[n][e];
+          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+          dse = expf(z - lse[r]) * (dp[n][e] - delta[r]);
+          if (a.gb != nullptr) a.gb[(grp * in.nq + i) * in.nk + j] = from_float<T>(bscale * dse);
+        }
+        ds[n][e] = dse;
+      }
+    }
+    accumulate_weights<T, kN, kOut>(dq, ds, k_s, ldd, in.d, live, lane);
+  }
+  if (!active) return;
+  write_rows<T, kOut>(dq, in.d, scale, a.gq + grp * in.nq * in.d, w0, in.nq, lane);
+}
+
+// --- Host side ---
+
+// Blocks of 16-row warps over n rows: as few blocks as kMaxWarps allows, their warps balanced
+// (65 rows: two blocks of three warps, 96 rows, rather than 64 + 64).
+struct Split {
+  int warps, tiles;
+};
+Split split_rows(int n) {
+  const int pieces = std::max(1, (n + kRows - 1) / kRows);
+  const int tiles = (pieces + kMaxWarps - 1) / kMaxWarps;
+  return {(pieces + tiles - 1) / tiles, tiles};
+}
+
+// Calls f(std::integral_constant<int, kHead>{}) with kHead covering both head dims: 32, 64, 128.
+template <typename F>
+void dispatch_head(int d, int dv, F&& f) {
+  const int widest = std::max(d, dv);
+  if (widest <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (widest <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else {
+    f(std::integral_constant<int, 128>{});
+  }
+}
+
+}  // namespace
+
+bool mma_enabled() { return g_mma.load(); }
+
+template <typename T>
+void mma_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
+  const Split split = split_rows(a.in.nq);
+  a.tiles = split.tiles;
+  const unsigned int grid = grid_of("attention_forward", groups, a.tiles);
+  dispatch_head(a.in.d, a.in.dv, [&](auto head) {
+    constexpr int kHead = decltype(head)::value, kWidth = tile_width<kHead>();
+    const Smem smem(split.warps * kRows, false, kWidth, a.in.d, a.in.dv, 0);
+    launch(mma_forward_kernel<T, kHead>, grid, split.warps, smem.bytes, stream, a);
+  });
+}
+
+template <typename T>
+void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
+  const char* kKernel = "attention_backward";
+  const Inputs<T>& in = a.in;
+  dispatch_head(in.d, in.dv, [&](auto head) {
+    constexpr int kHead = decltype(head)::value, kWidth = tile_width<kHead>();
+    if (in.nk > 0) {  // dK, dV (zero when there are no queries)
+      const Split split = split_rows(in.nk);
+      BackwardArgs<T> kv = a;
+      kv.tiles = split.tiles;
+      const Smem smem(split.warps * kRows, true, kWidth, in.d, in.dv, 2 * kWidth);
+      launch(mma_grad_kv_kernel<T, kHead>, grid_of(kKernel, groups, kv.tiles), split.warps,
+             smem.bytes, stream, kv);
+    }
+    if (in.nq > 0) {  // dQ (zero when there are no keys) and grad_bias
+      const Split split = split_rows(in.nq);
+      BackwardArgs<T> qa = a;
+      qa.tiles = split.tiles;
+      const Smem smem(split.warps * kRows, true, kWidth, in.d, in.dv, 0);
+      launch(mma_grad_q_kernel<T, kHead>, grid_of(kKernel, groups, qa.tiles), split.warps,
+             smem.bytes, stream, qa);
+    }
+  });
+}
+
+template void mma_forward<__nv_bfloat16>(ForwardArgs<__nv_bfloat16>, int64_t, cudaStream_t);
+template void mma_forward<__half>(ForwardArgs<__half>, int64_t, cudaStream_t);
+template void mma_backward<__nv_bfloat16>(BackwardArgs<__nv_bfloat16>, int64_t, cudaStream_t);
+template void mma_backward<__half>(BackwardArgs<__half>, int64_t, cudaStream_t);
+
+}  // namespace ska::cuda::attn
+
+namespace ska {
+
+bool set_cuda_attention_mma(bool enabled) { return cuda::attn::g_mma.exchange(enabled); }
+
+}  // namespace ska

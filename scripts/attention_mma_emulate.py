@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Lane-level emulation of the mma.sync attention kernels (cuda/kernels/attention_mma.cu).
+
+Checks their index arithmetic without a GPU: every fragment load, the C-to-A reuse of the
+logits, the quad reductions, the tile and tail logic and the writes are mirrored line by line
+(registers as numpy arrays over the 32 lanes of a warp), and mma is computed from the PTX
+ISA's m16n8k16 fragment layouts. Values stay float64 (no bf16 rounding of P and dS), so every
+output must match a dense float64 reference to ~1e-15; outputs start as NaN, so an element the
+kernels never write shows up. Run: /usr/bin/python3 scripts/attention_mma_emulate.py (Debian's
+python3-numpy). The [cuda] tests remain the real check on a GPU; keep this in step with the
+kernels when they change.
+"""
+import numpy as np
+L = np.arange(32); G = L >> 2; T = L & 3
+
+def ld16(c): return c + 8
+
+def mma(c, a, b0, b1):
+    # a: list of 4 arrays [32,2] (pairs), b0,b1: [32,2], c: [4][32]
+    A = np.zeros((16, 16)); B = np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        A[g, 2*t:2*t+2] = a[0][lane]; A[g+8, 2*t:2*t+2] = a[1][lane]
+        A[g, 2*t+8:2*t+10] = a[2][lane]; A[g+8, 2*t+8:2*t+10] = a[3][lane]
+        B[2*t:2*t+2, g] = b0[lane]; B[2*t+8:2*t+10, g] = b1[lane]
+    C = A @ B
+    out = [c[i].copy() for i in range(4)]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        out[0][lane] += C[g, 2*t]; out[1][lane] += C[g, 2*t+1]
+        out[2][lane] += C[g+8, 2*t]; out[3][lane] += C[g+8, 2*t+1]
+    return out
+
+def pair(m, idx):  # m flat array, idx [32] -> [32,2] of m[idx], m[idx+1]
+    return np.stack([m[idx], m[idx+1]], 1)
+def pair2(m, lo, hi): return np.stack([m[lo], m[hi]], 1)
+
+def load_a(m, base, ld):
+    p = base + G*ld + 2*T
+    return [pair(m, p), pair(m, p+8*ld), pair(m, p+8), pair(m, p+8*ld+8)]
+def load_b_rows(m, base, ld):
+    p = base + G*ld + 2*T
+    return pair(m, p), pair(m, p+8)
+def load_b_cols(m, base, ld):
+    p = base + 2*T*ld + G
+    return pair2(m, p, p+ld), pair2(m, p+8*ld, p+9*ld)
+def a_from_c(c0, c1):
+    return [np.stack([c0[0], c0[1]], 1), np.stack([c0[2], c0[3]], 1),
+            np.stack([c1[0], c1[1]], 1), np.stack([c1[2], c1[3]], 1)]
+def quad(v, f):
+    v = v.reshape(8, 4)
+    r = f(v, axis=1)
+    return np.repeat(r, 4)
+
+def load_tile(src, row0, rows, n, cols, ld):  # src [n, cols] -> flat tile
+    tile = np.zeros(rows * ld)
+    for r in range(rows):
+        i = row0 + r
+        if i < n and cols: tile[r*ld:r*ld+cols] = src[i]
+    return tile
+
+def multiply_rows(kN, a_m, a_base, lda, b_m, ldb, steps, live):
+    acc = [[np.zeros(32) for _ in range(4)] for _ in range(kN)]
+    tiles = (live + 7) // 8
+    for ks in range(steps):
+        fa = load_a(a_m, a_base + ks*16, lda)
+        for n in range(kN):
+            if n >= tiles: break
+            b0, b1 = load_b_rows(b_m, n*8*ldb + ks*16, ldb)
+            acc[n] = mma(acc[n], fa, b0, b1)
+    return acc
+
+def accumulate_weights(out, w, b_m, ldb, cols, live, kN, kOut):
+    pieces = (live + 15)//16; tiles = cols // 8
+    for kb in range(kN//2):
+        if kb >= pieces: break
+        fa = a_from_c(w[2*kb], w[2*kb+1])
+        for nd in range(kOut):
+            if nd >= tiles: break
+            b0, b1 = load_b_cols(b_m, kb*16*ldb + nd*8, ldb)
+            out[nd] = mma(out[nd], fa, b0, b1)
+
+def split_rows(n):
+    pieces = max(1, (n + 15)//16); tiles = (pieces + 3)//4
+    return (pieces + tiles - 1)//tiles, tiles
+
+def head_of(d, dv):
+    w = max(d, dv); return 32 if w <= 32 else 64 if w <= 64 else 128
+
+def forward(q, k, v, bias, scale):
+    nq, d = q.shape; nk, dv = v.shape
+    kHead = head_of(d, dv); kWidth = 32 if kHead > 64 else 64; kN = kWidth//8; kOut = kHead//8
+    warps, tiles = split_rows(nq); rows = warps*16
+    out = np.full((nq, dv), np.nan); lse_out = np.full(nq, np.nan)
+    ldd, ldv = ld16(d), ld16(dv)
+    for tile in range(tiles):
+        i0 = tile*rows
+        q_s = load_tile(q, i0, rows, nq, d, ldd)
+        for warp in range(warps):
+            w0 = i0 + warp*16
+            if w0 >= nq: continue
+            rows_of = [w0 + G, w0 + G + 8]
+            o = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
+            m_run = [np.full(32, -np.inf)]*2; l_run = [np.zeros(32)]*2
+            for j0 in range(0, nk, kWidth):
+                k_s = load_tile(k, j0, kWidth, nk, d, ldd); v_s = load_tile(v, j0, kWidth, nk, dv, ldv)
+                live = min(kWidth, nk - j0)
+                s = multiply_rows(kN, q_s, warp*16*ldd, ldd, k_s, ldd, d//16, live)
+                tmax = [np.full(32, -np.inf), np.full(32, -np.inf)]
+                for n in range(kN):
+                    for e in range(4):
+                        i = rows_of[e >> 1]; j = j0 + n*8 + 2*T + (e & 1)
+                        z = np.where(j < nk, scale*s[n][e], -np.inf)
+                        if bias is not None:
+                            ok = (j < nk) & (i < nq)
+                            z = z + np.where(ok, bias[np.minimum(i, nq-1), np.minimum(j, nk-1)], 0)
+                        s[n][e] = z; tmax[e >> 1] = np.fmax(tmax[e >> 1], z)
+                ref = [None]*2; alpha = [None]*2; m_new_l = [None]*2
+                for r in range(2):
+                    m_new = np.fmax(m_run[r], quad(tmax[r], np.max))
+                    ref[r] = np.where(m_new == -np.inf, 0.0, m_new)
+                    with np.errstate(invalid='ignore'):
+                        alpha[r] = np.exp(m_run[r] - ref[r])
+                    m_new_l[r] = m_new
+                m_run = m_new_l
+                sm = [np.zeros(32), np.zeros(32)]
+                for n in range(kN):
+                    for e in range(4):
+                        s[n][e] = np.exp(s[n][e] - ref[e >> 1]); sm[e >> 1] = sm[e >> 1] + s[n][e]
+                l_run = [l_run[r]*alpha[r] + quad(sm[r], np.sum) for r in range(2)]
+                for nd in range(kOut):
+                    for e in range(4): o[nd][e] = o[nd][e]*alpha[e >> 1]
+                accumulate_weights(o, s, v_s, ldv, dv, live, kN, kOut)
+            for r in range(2):
+                for lane in range(32):
+                    i = rows_of[r][lane]
+                    if i >= nq: continue
+                    l = l_run[r][lane]
+                    if l > 0: inv = 1/l; ls = m_run[r][lane] + np.log(l)
+                    elif nk == 0: inv = 0; ls = -np.inf
+                    else: inv = np.nan; ls = np.nan
+                    t = lane & 3
+                    for nd in range(kOut):
+                        if nd*8 >= dv: break
+                        for e in range(2):
+                            out[i, nd*8 + 2*t + e] = o[nd][2*r + e][lane]*inv
+                    if t == 0: lse_out[i] = ls
+    return out, lse_out
+
+def write_rows(acc, cols, scale, out, row0, n, kOut):
+    for nd in range(kOut):
+        if nd*8 >= cols: break
+        for e in range(4):
+            for lane in range(32):
+                i = row0 + (lane >> 2) + 8*(e >> 1); c = nd*8 + 2*(lane & 3) + (e & 1)
+                if i < n: out[i, c] = scale*acc[nd][e][lane]
+
+def backward(q, k, v, bias, scale, lse, delta, go):
+    nq, d = q.shape; nk, dv = v.shape
+    kHead = head_of(d, dv); kWidth = 32 if kHead > 64 else 64; kN = kWidth//8; kOut = kHead//8
+    ldd, ldv = ld16(d), ld16(dv)
+    gq = np.full((nq, d), np.nan); gk = np.full((nk, d), np.nan); gv = np.full((nk, dv), np.nan)
+    gb = np.full((nq, nk), np.nan)
+    def b_at(i, j): return bias[i, j] if bias is not None else 0.0
+    if nk > 0:
+        warps, tiles = split_rows(nk); rows = warps*16
+        for tile in range(tiles):
+            j0 = tile*rows
+            k_s = load_tile(k, j0, rows, nk, d, ldd); v_s = load_tile(v, j0, rows, nk, dv, ldv)
+            for warp in range(warps):
+                w0 = j0 + warp*16
+                if w0 >= nk: continue
+                keys_of = [w0 + G, w0 + G + 8]
+                dk = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
+                dvv = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
+                for i0 in range(0, nq, kWidth):
+                    q_s = load_tile(q, i0, kWidth, nq, d, ldd); go_s = load_tile(go, i0, kWidth, nq, dv, ldv)
+                    lse_s = np.array([lse[i0+e] if i0+e < nq else 0 for e in range(kWidth)])
+                    delta_s = np.array([delta[i0+e] if i0+e < nq else 0 for e in range(kWidth)])
+                    live = min(kWidth, nq - i0)
+                    p = multiply_rows(kN, k_s, warp*16*ldd, ldd, q_s, ldd, d//16, live)
+                    ds = multiply_rows(kN, v_s, warp*16*ldv, ldv, go_s, ldv, dv//16, live)
+                    for n in range(kN):
+                        for e in range(4):
+                            j = keys_of[e >> 1]; ti = n*8 + 2*T + (e & 1); i = i0 + ti
+                            pe = np.zeros(32); dse = np.zeros(32)
+                            for lane in range(32):
+                                if i[lane] < nq and j[lane] < nk:
+                                    z = scale*p[n][e][lane] + b_at(i[lane], j[lane])
+                                    pe[lane] = np.exp(z - lse_s[ti[lane]])
+                                    dse[lane] = pe[lane]*(ds[n][e][lane] - delta_s[ti[lane]])
+                            p[n][e] = pe; ds[n][e] = dse
+                    accumulate_weights(dvv, p, go_s, ldv, dv, live, kN, kOut)
+                    accumulate_weights(dk, ds, q_s, ldd, d, live, kN, kOut)
+                write_rows(dk, d, scale, gk, w0, nk, kOut)
+                write_rows(dvv, dv, 1.0, gv, w0, nk, kOut)
+    if nq > 0:
+        warps, tiles = split_rows(nq); rows = warps*16
+        for tile in range(tiles):
+            i0 = tile*rows
+            q_s = load_tile(q, i0, rows, nq, d, ldd); go_s = load_tile(go, i0, rows, nq, dv, ldv)
+            for warp in range(warps):
+                w0 = i0 + warp*16
+                if w0 >= nq: continue
+                rows_of = [w0 + G, w0 + G + 8]
+                lse_r = [np.array([lse[i] if i < nq else 0 for i in rows_of[r]]) for r in range(2)]
+                del_r = [np.array([delta[i] if i < nq else 0 for i in rows_of[r]]) for r in range(2)]
+                dq = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
+                for j0 in range(0, nk, kWidth):
+                    k_s = load_tile(k, j0, kWidth, nk, d, ldd); v_s = load_tile(v, j0, kWidth, nk, dv, ldv)
+                    live = min(kWidth, nk - j0)
+                    ds = multiply_rows(kN, q_s, warp*16*ldd, ldd, k_s, ldd, d//16, live)
+                    dp = multiply_rows(kN, go_s, warp*16*ldv, ldv, v_s, ldv, dv//16, live)
+                    for n in range(kN):
+                        for e in range(4):
+                            r = e >> 1; i = rows_of[r]; j = j0 + n*8 + 2*T + (e & 1)
+                            dse = np.zeros(32)
+                            for lane in range(32):
+                                if i[lane] < nq and j[lane] < nk:
+                                    z = scale*ds[n][e][lane] + b_at(i[lane], j[lane])
+                                    dse[lane] = np.exp(z - lse_r[r][lane])*(dp[n][e][lane] - del_r[r][lane])
+                                    gb[i[lane], j[lane]] = dse[lane]
+                            ds[n][e] = dse
+                    accumulate_weights(dq, ds, k_s, ldd, d, live, kN, kOut)
+                write_rows(dq, d, scale, gq, w0, nq, kOut)
+    return gq, gk, gv, gb
+
+def reference(q, k, v, bias, scale, go):
+    z = scale*q@k.T + (bias if bias is not None else 0)
+    m = z.max(1, keepdims=True); p = np.exp(z - m); l = p.sum(1, keepdims=True); p /= l
+    out = p@v; lse = (m + np.log(l))[:, 0]
+    dp = go@v.T; delta = (go*out).sum(1)
+    ds = p*(dp - delta[:, None])
+    return out, lse, scale*ds@k, scale*ds.T@q, p.T@go, ds, delta
+
+rng = np.random.default_rng(0)
+worst = 0.0
+for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True), (1, 197, 48, 48, False),
+                                  (33, 47, 16, 48, True), (40, 72, 128, 128, False), (65, 65, 0, 64, True),
+                                  (8, 8, 16, 16, True), (150, 100, 32, 32, True)]:
+    q = rng.uniform(-2, 2, (nq, d)); k = rng.uniform(-1, 1, (nk, d)); v = rng.uniform(-1, 1, (nk, dv))
+    go = rng.uniform(-1, 1, (nq, dv)); bias = rng.uniform(-2, 2, (nq, nk)) if use_bias else None
+    scale = 1/np.sqrt(max(d, 1))
+    out, lse = forward(q, k, v, bias, scale)
+    ro, rl, rgq, rgk, rgv, rgb, delta = reference(q, k, v, bias, scale, go)
+    gq, gk, gv, gb = backward(q, k, v, bias, scale, rl, delta, go)
+    errs = [np.abs(out-ro).max(), np.abs(lse-rl).max(), np.abs(gq-rgq).max() if d else 0,
+            np.abs(gk-rgk).max() if d else 0, np.abs(gv-rgv).max(), np.abs(gb-rgb).max()]
+    print((nq, nk, d, dv, use_bias), ["%.1e" % e for e in errs])
+    worst = max(worst, *errs)
+print("worst abs error", worst)
+raise SystemExit(0 if worst < 1e-12 else 1)
