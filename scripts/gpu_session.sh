@@ -25,7 +25,8 @@
 #   table8    scripts/reproduce.sh table8 --epochs T8_EPOCHS (default 1) when Fashion-MNIST's
 #             four .gz files are in data/fashion_mnist (carried); runs in runs/gpu_session, so a
 #             later call on the same machine resumes it; then TensorBoard reads one run folder
-#             (scripts/tensorboard_check.py). T8_SETS="k=v ..." adds config overrides, e.g.
+#             (scripts/tensorboard_check.py); T8_SLOTS runs at once (default 3, --gpus 0,0,0).
+#             T8_SETS="k=v ..." adds config overrides, e.g.
 #             T8_SETS=train.attention=unfused to step around a fast path the tests found broken;
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
@@ -45,7 +46,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -212,13 +213,16 @@ for stage in "${stages[@]}"; do
       done
       rows=${T8_ROWS:-$rows}
       [ "$rows" = all ] && rows=
+      # T8_SLOTS runs at once on the one GPU (these models leave most of it idle).
+      slots=0
+      for (( k = 1; k < ${T8_SLOTS:-3}; ++k )); do slots+=,0; done
       stage_run table8 400 env SKA_BUILD="$build" scripts/reproduce.sh table8 \
-        ${rows:+--rows "$rows"} --epochs "${T8_EPOCHS:-1}" --gpus 0 --runs "$runs" \
+        ${rows:+--rows "$rows"} --epochs "${T8_EPOCHS:-1}" --gpus "$slots" --runs "$runs" \
         --reports "$logs/reports" \
         --data-root fashion_mnist="$PWD/data/fashion_mnist" ${sets[@]+"${sets[@]}"}
       [ $? = 125 ] && continue
       cp "$logs"/reports/table8-*ep.md "$logs"/reports/table8-*ep.html "$out"/ 2>/dev/null
-      grep -E "^\|" "$logs"/reports/table8-*ep.md 2>/dev/null | head -20 | tee -a "$summary"
+      grep -E "^\| (row|Fashion)" "$logs"/reports/table8-*ep.md 2>/dev/null | tee -a "$summary"
       (cd "$runs" && find . \( -name '*.jsonl' -o -name '*.csv' -o -name '*.log' -o -name '*.png' \
          -o -name 'events.out.tfevents.*' \) -print0 | tar --null -czf "$logs/table8_runs.tar.gz" -T -)
       first=$(find "$runs" -name metrics.jsonl | sort | head -1)

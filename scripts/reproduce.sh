@@ -9,8 +9,10 @@
 #   --rows a,b         only these configs (names as in `--list`: cifar10_vit_s,...)
 #   --epochs N         a shortened schedule: --set train.epochs=N, runs in runs/<table>-<N>ep/ and
 #                      the report reports/<table>-<N>ep.* (never mixed with full-schedule runs)
-#   --gpus 0,1,..      one run per GPU at a time (CUDA_VISIBLE_DEVICES), runs in parallel;
-#                      with --nproc-per-node the runs go one after another on all these GPUs
+#   --gpus 0,1,..      one run per GPU at a time (CUDA_VISIBLE_DEVICES), runs in parallel; a GPU
+#                      named k times takes k runs at once (0,0,0: three small models that would
+#                      each leave the GPU idle between kernels); with --nproc-per-node the runs
+#                      go one after another on all these GPUs
 #   --nproc-per-node N each run data-parallel over N workers (train --nproc-per-node)
 #   --device           default: cuda when --gpus is given or nvidia-smi sees a GPU, else cpu
 #   --runs DIR         where the run folders go (default runs)
@@ -24,7 +26,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${SKA_BUILD:-build}"
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 fail() { echo "reproduce.sh: $*" >&2; exit 2; }
 
 TABLE="" ROWS="" EPOCHS="" GPUS="" NPROC=1 DEVICE="" RUNS="runs" REPORTS="reports" DRY=0
@@ -94,22 +96,23 @@ make_command() {
   return 0
 }
 
-declare -A SLOT_PID=()
-PIDS=() FAILED=0
-# Starts CMD in the background on a free GPU of --gpus (waiting for one), or runs it here.
+read -r -a SLOTS <<<"${GPUS//,/ }"  # the GPU of each slot; a GPU may have several
+SLOT_PID=() PIDS=() FAILED=0
+# Starts CMD in the background in a free slot of --gpus (waiting for one), or runs it here.
 launch() {
-  local out="$1" gpu=""
+  local out="$1" slot=""
   if [[ -n "$GPUS" && "$NPROC" -eq 1 ]]; then
-    while [[ -z "$gpu" ]]; do
-      for g in ${GPUS//,/ }; do
-        local pid="${SLOT_PID[$g]:-}"
-        if [[ -z "$pid" ]] || ! kill -0 "$pid" 2>/dev/null; then gpu="$g"; break; fi
+    while [[ -z "$slot" ]]; do
+      for s in "${!SLOTS[@]}"; do
+        local pid="${SLOT_PID[$s]:-}"
+        if [[ -z "$pid" ]] || ! kill -0 "$pid" 2>/dev/null; then slot="$s"; break; fi
       done
-      [[ -n "$gpu" ]] || sleep 5
+      [[ -n "$slot" ]] || sleep 1
     done
+    local gpu="${SLOTS[$slot]}"
     echo "reproduce.sh: $(basename "$out") on GPU $gpu (console: $out.console.log)"
     CUDA_VISIBLE_DEVICES="$gpu" "${CMD[@]}" >"$out.console.log" 2>&1 &
-    SLOT_PID[$gpu]=$!
+    SLOT_PID[$slot]=$!
     PIDS+=($!)
   else
     echo "reproduce.sh: $(basename "$out") (console: $out.console.log)"

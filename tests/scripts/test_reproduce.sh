@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The reproduction harness end to end on the CPU: scripts/reproduce.sh runs two tiny rows of
-# table8-mini (one short epoch each), the report's numbers are read back and checked against the
-# runs' summary.csv, a second call skips the finished rows, and --data-root reaches the right rows.
+# table8-mini (one short epoch each, side by side in two slots of --gpus 0,0), the report's numbers
+# are read back and checked against the runs' summary.csv, a second call skips the finished rows,
+# and --data-root reaches the right rows.
 # Usage: test_reproduce.sh BUILD_DIR. Exit 77 (skipped) without Fashion-MNIST or python3.
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -26,7 +27,9 @@ dry=$(run --dry-run --data-root fashion_mnist=/some/where --data-root cifar10=/e
 grep -q -- '/else' <<<"$dry" && fail "the cifar10 root reached a Fashion-MNIST row: $dry"
 run --dry-run --data-root mnist=/x >/dev/null 2>&1 && fail "an unknown dataset was accepted"
 
-run >"$tmp/first.log" 2>&1 || { cat "$tmp/first.log"; fail "the first run failed"; }
+# Both rows at once in two slots of one "GPU" (--gpus 0,0; on the CPU the variable is unused).
+run --gpus 0,0 >"$tmp/first.log" 2>&1 || { cat "$tmp/first.log"; fail "the first run failed"; }
+[ "$(grep -c 'on GPU 0 ' "$tmp/first.log")" = 2 ] || { cat "$tmp/first.log"; fail "not two slots"; }
 report=$tmp/reports/table8-mini-1ep.md
 [ -f "$report" ] && [ -f "$tmp/reports/table8-mini-1ep.html" ] || fail "no report in $tmp/reports"
 
