@@ -12,7 +12,7 @@
 #             imagenet_caformer_s18 at 128 (ATTN="CONFIG:BATCH ..." for others)
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
-#             adds torch.compile, about a minute per model)
+#             adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..." for others)
 #   dp        NCCL at world size 1 against no data parallelism (weights, speed); benchmark_comm
 #             and --nproc-per-node N where there are N >= 2 GPUs (scripts/gpu_dp_check.sh,
 #             DP_STEPS steps, default 100)
@@ -167,8 +167,8 @@ for stage in "${stages[@]}"; do
       done
     done ;;
   speed)
-    for item in cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
-                imagenet_caformer_s18:128; do
+    for item in ${SPEED:-cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
+                imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
       stage_run "speed_$config" 120 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
         --device cuda --batch "$batch" --dtype bf16 --mode train --iters 20 \
