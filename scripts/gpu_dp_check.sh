@@ -6,7 +6,9 @@
 #  2. benchmark_comm: all-reduce bus bandwidth over message sizes, one process per GPU;
 #  3. --nproc-per-node N on the N GPUs there are.
 # 2 and 3 need two GPUs or more (NCCL takes one GPU per worker; a second worker on a machine with
-# one GPU is refused with an error naming its rank).
+# one GPU is refused with an error naming its rank). On one GPU instead:
+#  4. two workers made to share it (torchrun-style RANK 0 / 1 with LOCAL_RANK 0): what NCCL
+#     says, and that both end within the 120 s they are given.
 # Needs a CUDA build (scripts/gpu_check.sh makes build-gpu) and Python with NumPy for the
 # synthetic CIFAR-10 files. Usage: scripts/gpu_dp_check.sh [BUILD_DIR] [STEPS]; logs in
 # $OUT or BUILD_DIR/logs.
@@ -44,6 +46,23 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 if (( ngpu < 2 )); then
   # NCCL takes one GPU per process: two workers cannot share the one there is.
   echo "== benchmark_comm and --nproc-per-node: skipped, $ngpu GPU (one per worker)"
+  # What NCCL does when two workers are made to share it anyway (a torchrun-style environment
+  # read as two nodes of one GPU each): it may refuse; either way both must end, not hang.
+  echo "== two workers on the one GPU (RANK 0 and 1, LOCAL_RANK 0 each, 20 steps)"
+  port=$((29500 + RANDOM % 1000)) t0=$SECONDS
+  pids=()
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout 120 "${train[@]}" --output "$data/shared" --set train.max_steps=20 \
+      >"$logs/dp_shared$r.log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[0]}"; s0=$?
+  wait "${pids[1]}"; s1=$?
+  echo "  exit $s0 / $s1 after $((SECONDS - t0)) s (124: still running at 120 s, a hang)"
+  for r in 0 1; do
+    echo "  rank $r: $(grep -iE 'error|nccl|duplicate|img/s' "$logs/dp_shared$r.log" | tail -2 | tr '\n' ' ')"
+  done
 else
   echo "== benchmark_comm, $ngpu processes"
   timeout 300 "$build/apps/benchmark_comm" --nproc-per-node "$ngpu" --device cuda --max 256M \
