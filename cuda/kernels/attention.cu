@@ -210,18 +210,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_forward_kernel(Forwa
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int i = w0 + r;
     if (i >= in.nq) break;  // warp-uniform
-    const float sum = warp_sum(l[r]);
-    float inv, lse;
-    if (sum > 0.0f) {
-      inv = 1.0f / sum;
-      lse = m[r] + logf(sum);
-    } else if (in.nk == 0) {  // nothing to attend to: zeros, lse -inf (as the CPU twin)
-      inv = 0.0f;
-      lse = -INFINITY;
-    } else {  // every z is -inf (or NaN): NaN, as softmax gives
-      inv = NAN;
-      lse = NAN;
-    }
+    const auto [inv, lse] = attn::row_end(warp_sum(l[r]), m[r], in.nk);
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int col = lane + 32 * c;
@@ -544,14 +533,9 @@ Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 // both head dims: 1 (up to 32), 2 (up to 64) or 4 (up to 128).
 template <typename F>
 void dispatch_columns(const Geometry& geo, F&& f) {
-  const int widest = std::max(geo.d, geo.dv);
-  if (widest <= 32) {
-    f(std::integral_constant<int, 1>{});
-  } else if (widest <= 64) {
-    f(std::integral_constant<int, 2>{});
-  } else {
-    f(std::integral_constant<int, 4>{});
-  }
+  attn::dispatch_head_dim(geo.d, geo.dv, [&](auto head) {
+    f(std::integral_constant<int, decltype(head)::value / 32>{});
+  });
 }
 
 // Warps per block for n rows on the warps' side: as many as have rows, at most kMaxWarps.

@@ -314,17 +314,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_forward_kernel(ForwardArgs
   for (int r = 0; r < 2; ++r) {
     const int i = rows_of[r];
     if (i >= in.nq) continue;
-    float inv, lse;
-    if (l_run[r] > 0.0f) {
-      inv = 1.0f / l_run[r];
-      lse = m_run[r] + logf(l_run[r]);
-    } else if (in.nk == 0) {  // nothing to attend to: zeros, lse -inf (as the CPU twin)
-      inv = 0.0f;
-      lse = -INFINITY;
-    } else {  // every z is -inf (or NaN): NaN, as softmax gives
-      inv = NAN;
-      lse = NAN;
-    }
+    const auto [inv, lse] = row_end(l_run[r], m_run[r], in.nk);
 #pragma unroll
     for (int nd = 0; nd < kOut; ++nd) {
       if (nd * 8 >= in.dv) break;
@@ -498,19 +488,6 @@ Split split_rows(int n) {
   return {(pieces + tiles - 1) / tiles, tiles};
 }
 
-// Calls f(std::integral_constant<int, kHead>{}) with kHead covering both head dims: 32, 64, 128.
-template <typename F>
-void dispatch_head(int d, int dv, F&& f) {
-  const int widest = std::max(d, dv);
-  if (widest <= 32) {
-    f(std::integral_constant<int, 32>{});
-  } else if (widest <= 64) {
-    f(std::integral_constant<int, 64>{});
-  } else {
-    f(std::integral_constant<int, 128>{});
-  }
-}
-
 }  // namespace
 
 bool mma_enabled() { return g_mma.load(); }
@@ -520,7 +497,7 @@ void mma_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
   const Split split = split_rows(a.in.nq);
   a.tiles = split.tiles;
   const unsigned int grid = grid_of("attention_forward", groups, a.tiles);
-  dispatch_head(a.in.d, a.in.dv, [&](auto head) {
+  dispatch_head_dim(a.in.d, a.in.dv, [&](auto head) {
     constexpr int kHead = decltype(head)::value, kWidth = tile_width<kHead>();
     const Smem smem(split.warps * kRows, false, kWidth, a.in.d, a.in.dv, 0);
     launch(mma_forward_kernel<T, kHead>, grid, split.warps, smem.bytes, stream, a);
@@ -531,7 +508,7 @@ template <typename T>
 void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
   const char* kKernel = "attention_backward";
   const Inputs<T>& in = a.in;
-  dispatch_head(in.d, in.dv, [&](auto head) {
+  dispatch_head_dim(in.d, in.dv, [&](auto head) {
     constexpr int kHead = decltype(head)::value, kWidth = tile_width<kHead>();
     if (in.nk > 0) {  // dK, dV (zero when there are no queries)
       const Split split = split_rows(in.nk);

@@ -255,19 +255,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<
   for (int r = 0; r < kWarpRows; ++r) {
     const int i = w0 + r;
     if (i >= in.nq) break;  // warp-uniform
-    const float l_row = __shfl_sync(0xffffffffu, l_own, r);
-    const float m_row = __shfl_sync(0xffffffffu, m_own, r);
-    float inv, lse;
-    if (l_row > 0.0f) {
-      inv = 1.0f / l_row;
-      lse = m_row + logf(l_row);
-    } else if (in.nk == 0) {  // nothing to attend to: zeros, lse -inf (as the CPU twin)
-      inv = 0.0f;
-      lse = -INFINITY;
-    } else {  // every z is -inf (or NaN): NaN, as softmax gives
-      inv = NAN;
-      lse = NAN;
-    }
+    const auto [inv, lse] = row_end(__shfl_sync(0xffffffffu, l_own, r),
+                                    __shfl_sync(0xffffffffu, m_own, r), in.nk);
     for (int c = lane; c < in.dv; c += 32) {
       og[i * a.ov.row + c * a.ov.col] = from_float<T>(o_w[r * ldo + c] * inv);
     }
@@ -442,14 +431,9 @@ int tiles_for(int n, int warps) { return (n + warps * kWarpRows - 1) / (warps * 
 // head dim: 2 (up to 32), 4 (up to 64) or 8 (up to 128).
 template <typename F>
 void dispatch_steps(int d, int dv, F&& f) {
-  const int widest = std::max(d, dv);
-  if (widest <= 32) {
-    f(std::integral_constant<int, 2>{});
-  } else if (widest <= 64) {
-    f(std::integral_constant<int, 4>{});
-  } else {
-    f(std::integral_constant<int, 8>{});
-  }
+  dispatch_head_dim(d, dv, [&](auto head) {
+    f(std::integral_constant<int, decltype(head)::value / kFrag>{});
+  });
 }
 
 }  // namespace

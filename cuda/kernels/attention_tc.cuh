@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/common.cuh"
 
@@ -43,6 +44,18 @@ __device__ __forceinline__ float bias_scale(const Inputs<T>& in) {
   return in.bias_factor ? *in.bias_factor : 1.0f;
 }
 
+// A finished row of the forward pass: its softmax sum and max give the output's factor `inv`
+// and the row's log-sum-exp. A row whose every logit is -inf (or NaN) gives NaN, as softmax
+// does; without keys (nk == 0) the output is zeros and lse -inf, as the CPU twin.
+struct RowEnd {
+  float inv, lse;
+};
+__device__ __forceinline__ RowEnd row_end(float sum, float max, int nk) {
+  if (sum > 0.0f) return {1.0f / sum, max + logf(sum)};
+  if (nk == 0) return {0.0f, -INFINITY};
+  return {NAN, NAN};
+}
+
 template <typename T>
 struct ForwardArgs {
   Inputs<T> in;
@@ -70,6 +83,20 @@ struct BackwardArgs {
 template <typename T>
 __device__ __forceinline__ float bias_at(const T* bias, const View& bv, int i, int j) {
   return to_float(bias[i * bv.row + j * bv.col]);
+}
+
+// Calls f(std::integral_constant<int, kHead>{}) with kHead the widest head dim the kernels are
+// instantiated for that covers both d and dv: 32, 64 or 128.
+template <typename F>
+void dispatch_head_dim(int d, int dv, F&& f) {
+  const int widest = d > dv ? d : dv;
+  if (widest <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (widest <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else {
+    f(std::integral_constant<int, 128>{});
+  }
 }
 
 // Blocks for `groups` leading indices of `tiles` tiles each, checked against the grid limit.
