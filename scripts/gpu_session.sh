@@ -162,8 +162,8 @@ for stage in "${stages[@]}"; do
         stage_run "attention_${config}_$kernels" 45 "$build/apps/benchmark" --config "$config" \
           --device cuda --precision bf16 --batch "$batch" --iters 20 --attention "$kernels"
         [ $? = 125 ] && continue
-        grep -E "^train" "$logs/attention_${config}_$kernels.log" | sed "s/^/  $kernels: /" |
-          tee -a "$summary"
+        grep -E "images/s|TFLOP/s" "$logs/attention_${config}_$kernels.log" |
+          sed "s/^ */  $kernels: /" | tee -a "$summary"
       done
     done ;;
   speed)
