@@ -237,7 +237,9 @@ rng = np.random.default_rng(0)
 worst = 0.0
 for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True), (1, 197, 48, 48, False),
                                   (33, 47, 16, 48, True), (40, 72, 128, 128, False), (65, 65, 0, 64, True),
-                                  (8, 8, 16, 16, True), (150, 100, 32, 32, True)]:
+                                  (8, 8, 16, 16, True), (150, 100, 32, 32, True),
+                                  (49, 49, 32, 32, True), (196, 196, 32, 32, False),
+                                  (1, 65, 48, 48, False)]:
     q = rng.uniform(-2, 2, (nq, d)); k = rng.uniform(-1, 1, (nk, d)); v = rng.uniform(-1, 1, (nk, dv))
     go = rng.uniform(-1, 1, (nq, dv)); bias = rng.uniform(-2, 2, (nq, nk)) if use_bias else None
     scale = 1/np.sqrt(max(d, 1))
