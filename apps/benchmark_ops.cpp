@@ -132,6 +132,19 @@ class CaseBuilder {
                  : c;
   }
 
+  // `c` with the CUDA backward-input pass of its convolutions forced to `mode` while it runs
+  // (set_cuda_conv_input_grad): cuDNN's backward-data kernels or the forward form on the rotated
+  // filter, to compare with the timed choice (the plain case).
+  static BenchCase with_input_grad(BenchCase c, ska::ConvInputGrad mode) {
+    c.run = [run = c.run, mode] {
+      const ska::ConvInputGrad previous = ska::set_cuda_conv_input_grad(mode);
+      Tensor y = run();
+      ska::set_cuda_conv_input_grad(previous);
+      return y;
+    };
+    return c;
+  }
+
   static Tensor to_channels_last(const Tensor& t) {
     return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
   }
@@ -248,6 +261,25 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       },
       [=](CaseBuilder& c) {
         return c.conv("cska_logits_conv3x3g8", {bs.vit, 512, 8, 8}, 520, 3, 1, 1, 8, true, true);
+      },
+      // CSKAFormer-S18's stage-3 logit convolution (20 heads of 16 over the 14x14 grid, 196 keys
+      // each), NCHW as the mixer runs it: its backward-input pass was 54% of the training step
+      // (H200, 2026-11-26). The timed choice, then each form forced.
+      [=](CaseBuilder& c) {
+        return c.conv("cskaf_logits_conv3x3g20", {bs.caformer, 320, 14, 14}, 3920, 3, 1, 1, 20,
+                      true, true);
+      },
+      [=](CaseBuilder& c) {
+        return CaseBuilder::with_input_grad(
+            c.conv("cskaf_logits_bwddata", {bs.caformer, 320, 14, 14}, 3920, 3, 1, 1, 20, true,
+                   true),
+            ska::ConvInputGrad::kBackwardData);
+      },
+      [=](CaseBuilder& c) {
+        return CaseBuilder::with_input_grad(
+            c.conv("cskaf_logits_rotated", {bs.caformer, 320, 14, 14}, 3920, 3, 1, 1, 20, true,
+                   true),
+            ska::ConvInputGrad::kRotatedForward);
       },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },

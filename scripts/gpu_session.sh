@@ -10,6 +10,9 @@
 #   attention our bf16 training step with the WMMA and the mma.sync attention kernels
 #             (--attention fused / mma) back to back: cifar10_vit_s and cifar10_cska_vit at 512,
 #             imagenet_caformer_s18 at 128 (ATTN="CONFIG:BATCH ..." for others)
+#   convs     scripts/benchmark_ops.sh (bf16, against PyTorch) on the CSKA logit convolutions:
+#             CSKAFormer-S18's stage 3 and CSKA-ViT-S's, forward and backward, with the timed
+#             backward-input choice and with each form forced (backward-data, rotated forward)
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
 #             adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..." for others)
@@ -46,12 +49,12 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests attention speed dp profile loader zoo table8 variants memcheck)
+all=(tests attention convs speed dp profile loader zoo table8 variants memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -166,6 +169,11 @@ for stage in "${stages[@]}"; do
           sed "s/^ */  $kernels: /" | tee -a "$summary"
       done
     done ;;
+  convs)
+    stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
+      --cases cskaf,cska_logits
+    [ $? = 125 ] && continue
+    grep -E "cska" "$logs/convs.log" | sed 's/^/  /' | tee -a "$summary" ;;
   speed)
     for item in ${SPEED:-cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
                 imagenet_caformer_s18:128}; do
