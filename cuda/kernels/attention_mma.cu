@@ -227,6 +227,19 @@ struct Smem {
   }
 };
 
+// Where a thread stands: its warp and lane (g = lane / 4 and t = lane % 4 in the fragment
+// layouts), the block's rows (16 x warps), leading index and first row, and its warp's first row.
+struct Place {
+  int warp, lane, g, t, rows;
+  int64_t grp;
+  int first, w0;
+};
+__device__ __forceinline__ Place place_of(int tiles) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rows = blockDim.x / 32 * kRows;
+  const int first = static_cast<int>(blockIdx.x % tiles) * rows;
+  return {warp, lane, lane >> 2, lane & 3, rows, blockIdx.x / tiles, first, first + warp * kRows};
+}
+
 // --- Forward: a block per (leading index, 16 x warps queries); online softmax over key tiles ---
 template <typename T, int kHead>
 __global__ void __launch_bounds__(kMaxWarps * 32) mma_forward_kernel(ForwardArgs<T> a) {
@@ -234,11 +247,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_forward_kernel(ForwardArgs
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
   const float scale = effective_scale(in), bscale = bias_scale(in);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int rows = blockDim.x / 32 * kRows;
-  const int64_t grp = blockIdx.x / a.tiles;
-  const int i0 = static_cast<int>(blockIdx.x % a.tiles) * rows;
-  const int w0 = i0 + warp * kRows;  // the warp's first query
+  const auto [warp, lane, g, t, rows, grp, i0, w0] = place_of(a.tiles);  // w0: first query
   const int ldd = ld16(in.d), ldv = ld16(in.dv);
   const Smem at(rows, false, kWidth, in.d, in.dv, 0);  // q [rows][d], k [width][d], v [width][dv]
   T* q_s = reinterpret_cast<T*>(smem + at.a_d);
@@ -339,11 +348,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArg
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
   const float scale = effective_scale(in), bscale = bias_scale(in);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int rows = blockDim.x / 32 * kRows;
-  const int64_t grp = blockIdx.x / a.tiles;
-  const int j0 = static_cast<int>(blockIdx.x % a.tiles) * rows;
-  const int w0 = j0 + warp * kRows;  // the warp's first key
+  const auto [warp, lane, g, t, rows, grp, j0, w0] = place_of(a.tiles);  // w0: first key
   const int ldd = ld16(in.d), ldv = ld16(in.dv);
   const Smem at(rows, true, kWidth, in.d, in.dv, 2 * kWidth);
   T* k_s = reinterpret_cast<T*>(smem + at.a_d);
@@ -414,11 +419,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
   const float scale = effective_scale(in), bscale = bias_scale(in);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int rows = blockDim.x / 32 * kRows;
-  const int64_t grp = blockIdx.x / a.tiles;
-  const int i0 = static_cast<int>(blockIdx.x % a.tiles) * rows;
-  const int w0 = i0 + warp * kRows;  // the warp's first query
+  const auto [warp, lane, g, t, rows, grp, i0, w0] = place_of(a.tiles);  // w0: first query
   const int ldd = ld16(in.d), ldv = ld16(in.dv);
   const Smem at(rows, true, kWidth, in.d, in.dv, 0);
   T* q_s = reinterpret_cast<T*>(smem + at.a_d);
