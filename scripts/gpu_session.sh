@@ -222,6 +222,9 @@ for stage in "${stages[@]}"; do
       rows=${T8_ROWS:-$rows}
       [ "$rows" = all ] && rows=
       # T8_SLOTS runs at once on the one GPU (these models leave most of it idle).
+      if ! [[ ${T8_SLOTS:-3} =~ ^[1-9][0-9]?$ ]]; then
+        say "table8: T8_SLOTS='$T8_SLOTS' is not a number of runs from 1 to 99"; continue
+      fi
       slots=0
       for (( k = 1; k < ${T8_SLOTS:-3}; ++k )); do slots+=,0; done
       stage_run table8 400 env SKA_BUILD="$build" scripts/reproduce.sh table8 \
