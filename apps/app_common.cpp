@@ -85,6 +85,22 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
       "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
+Device device_option(const std::string& text) {
+  const Device device = Device::parse(text);
+  if (device.is_cpu()) return device;
+#ifndef SKA_WITH_CUDA
+  SKA_FAIL(DeviceError, "--device ", text, ": this build has no CUDA support (configure with "
+           "-DSKA_CUDA=ON, README: Building); use --device cpu");
+#endif
+  const int visible = cuda_device_count();
+  SKA_CHECK(device.index < visible, DeviceError, "--device ", text, ": ",
+            visible == 0 ? std::string("no CUDA device is visible (no driver, or "
+                                       "CUDA_VISIBLE_DEVICES hides them all)")
+                         : std::to_string(visible) + " CUDA device(s) are visible (cuda:0 to cuda:" +
+                               std::to_string(visible - 1) + ")");
+  return device;
+}
+
 void add_batch_option(CLI::App& app, int64_t& batch, const std::string& help) {
   app.add_option("--batch", batch, help)->check(integer_in(1, kMaxBatch));
 }

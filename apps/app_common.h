@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/device.h"
 #include "models/model.h"
 
 namespace ska::apps {
@@ -48,6 +49,11 @@ CLI::Validator integer_in(int64_t lo, int64_t hi);
 
 // Adds --batch (an integer in [1, kMaxBatch]) with `help` to `app`.
 void add_batch_option(CLI::App& app, int64_t& batch, const std::string& help);
+
+// The device of a --device option ("cpu", "cuda", "cuda:N"), checked to exist here: a CUDA
+// device in a build without CUDA, or past the visible ones, is a DeviceError naming the option
+// and what there is, before any work starts.
+Device device_option(const std::string& text);
 
 // Loads the config named by the options and applies the overrides in order.
 Config load_config(const ConfigOptions& options);

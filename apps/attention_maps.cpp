@@ -118,7 +118,7 @@ Row compute_row(const MapsCommand& cmd, size_t k) {
   row.input = model_input(cmd, config, in);
   config.check_unused();
   apps::load_weights(*model, apps::resolve_weights_file(cmd.checkpoints[k]));
-  const Device device = Device::parse(cmd.device);
+  const Device device = apps::device_option(cmd.device);
   model->to(device);
   model->eval();
   NoGradGuard no_grad;

@@ -209,7 +209,7 @@ int run_benchmark(BenchmarkOptions o) {
   config.check_unused();
   SKA_CHECK(o.mode == "train" || o.mode == "infer", ValueError, "--mode must be train or infer, got '",
             o.mode, "'");
-  const Device device = Device::parse(o.device);
+  const Device device = apps::device_option(o.device);
   const DType dtype = dtype_from_name(o.dtype);
   SKA_CHECK(!o.cuda_graph || device.is_cuda(), ValueError, "--cuda-graph needs --device cuda");
   SKA_CHECK(!(o.cuda_graph && o.profile), ValueError,

@@ -97,7 +97,7 @@ void print_json(const std::vector<Row>& rows, const ska::dist::Communicator& com
 int run_worker(const CommBenchOptions& o) {
   using namespace ska;
   const dist::World world = dist::world_from_environment();
-  Device device = Device::parse(o.device);
+  Device device = apps::device_option(o.device);
   if (device.is_cuda() && o.device == "cuda") device = Device::cuda(world.local_rank);
   const int64_t min_bytes = parse_size(o.min_size), max_bytes = parse_size(o.max_size);
   SKA_CHECK(min_bytes <= max_bytes, ValueError, "--min ", o.min_size, " exceeds --max ",

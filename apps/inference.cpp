@@ -89,7 +89,7 @@ int run_inference(const InferenceOptions& options) {
   config.check_unused();
 
   apps::load_weights(*model, options.weights, options.weight_map);
-  const Device device = Device::parse(options.device);
+  const Device device = apps::device_option(options.device);
   model->to(device);
   kernels.apply();
 

@@ -28,7 +28,7 @@ int run_summary(SummaryOptions options) {
   if (!data.is_null()) data::read_eval_transform(data, input.image_size, input.in_channels);
   config.check_unused();
 
-  const Device device = Device::parse(options.device);
+  const Device device = apps::device_option(options.device);
   model->to(device);
   const apps::ModelSummary summary = apps::summarize_model(
       *model, {options.batch, input.in_channels, input.image_size, input.image_size}, device);

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "app_common.h"
@@ -92,6 +93,15 @@ bool has_checkpoint(const std::string& run_dir) {
   }
 }
 
+// Removes a run folder this command made, when the run failed before it began: the lock is
+// released first, the log announces it.
+void discard_run_folder(ska::train::TrainerSetup& setup) {
+  setup.log("train: the run failed before it began; removed its new folder " + setup.run_dir);
+  setup.lock.reset();
+  std::error_code ignored;
+  fs::remove_all(setup.run_dir, ignored);
+}
+
 int launch_workers(const TrainCommand& cmd) {
   // N workers each running as many OpenMP threads as there are cores oversubscribe the CPU many
   // times over (spinning barriers make that far slower than N-fold); share the cores instead,
@@ -112,7 +122,7 @@ int launch_workers(const TrainCommand& cmd) {
 
 // The device of this worker: cuda means the GPU of its local rank.
 ska::Device worker_device(const std::string& text, const ska::dist::World& world) {
-  const ska::Device d = ska::Device::parse(text);
+  const ska::Device d = ska::apps::device_option(text);
   if (d.is_cuda() && world.distributed() && text == "cuda") return ska::Device::cuda(world.local_rank);
   return d;
 }
@@ -142,6 +152,7 @@ int run_train(TrainCommand cmd) {
   const bool main_rank = world.rank == 0;
   // Rank 0 chooses the run folder and what to resume; every worker uses its choice.
   std::string resume = cmd.resume;
+  bool fresh_folder = false;  // the run folder is this command's own, made just now
   if (main_rank) {
     if (resume == "auto") {
       // With --output: that folder when it holds a complete checkpoint (a requeued job), else a
@@ -152,10 +163,12 @@ int run_train(TrainCommand cmd) {
     if (!resume.empty()) train::resolve_checkpoint(resume);  // fails before creating anything
     if (!cmd.output.empty()) {
       setup.run_dir = cmd.output;
+      fresh_folder = !fs::exists(setup.run_dir);
     } else if (!resume.empty()) {
       setup.run_dir = run_dir_of(resume);
     } else {
       setup.run_dir = train::make_run_dir(cmd.runs, name);
+      fresh_folder = true;
     }
     setup.lock = std::make_shared<train::RunFolderLock>(setup.run_dir);  // creates it
   }
@@ -199,7 +212,16 @@ int run_train(TrainCommand cmd) {
   if (resume.empty() && !cmd.resume.empty()) setup.log("resume auto: no earlier run of '" + name + "'; starting fresh");
 
   setup.log("run dir: " + setup.run_dir);
-  train::Trainer trainer(config, setup);
+  std::unique_ptr<train::Trainer> built;
+  try {
+    built = std::make_unique<train::Trainer>(config, setup);
+  } catch (const std::exception&) {
+    // A config, data or model error before any training: a folder made for this run holds
+    // nothing but its log, so it goes rather than cluttering --runs (the error is on stderr).
+    if (fresh_folder) discard_run_folder(setup);
+    throw;
+  }
+  train::Trainer& trainer = *built;
   setup.log("model: " + std::to_string(trainer.model().num_parameters()) +
             " trainable parameters; " + std::to_string(trainer.steps_per_epoch()) +
             " updates per epoch of global batch " + std::to_string(trainer.global_batch()) +

@@ -34,7 +34,7 @@ int run_validate(const ValidateCommand& cmd) {
 
   const std::string weights = apps::resolve_weights_file(cmd.checkpoint, cmd.ema);
   apps::load_weights(*model, weights);
-  const Device device = Device::parse(cmd.device);
+  const Device device = apps::device_option(cmd.device);
   model->to(device);
   train_options.kernels.apply();  // train.attention etc., as the trainer chose its kernels
 

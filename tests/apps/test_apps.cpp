@@ -163,6 +163,30 @@ TEST_CASE("summary command: table, JSON, overrides and errors", "[cpu][apps]") {
   REQUIRE(run_command(SKA_SUMMARY_EXE, "--bogus").exit_code == 1);  // usage error
 }
 
+TEST_CASE("apps: a --device that is not here is an error naming it and what there is",
+          "[cpu][apps][hardening]") {
+#ifdef SKA_WITH_CUDA
+  const std::string what =
+      ska::cuda_device_count() == 0 ? "no CUDA device is visible" : "CUDA device(s) are visible";
+#else
+  const std::string what = "this build has no CUDA support";
+#endif
+  const std::string dir = scratch_dir() + "/device";
+  for (const auto& [exe, name] : {std::pair{SKA_SUMMARY_EXE, "summary"},
+                                  std::pair{SKA_BENCHMARK_EXE, "benchmark"},
+                                  std::pair{SKA_TRAIN_EXE, "train"}}) {
+    const std::string runs = std::string(name) == "train" ? " --runs " + dir : "";
+    const RunResult r = run_command(exe, "--config " + kTinyVit + " --device cuda:1000" + runs);
+    INFO(name << ": " << r.out << r.err);
+    REQUIRE(r.exit_code == 2);
+    REQUIRE_THAT(r.err, Contains(std::string(name) + ": error: --device cuda:1000: ") &&
+                            Contains(what));
+  }
+  REQUIRE_FALSE(fs::exists(dir));  // train made no run folder
+  REQUIRE_THAT(run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --device gpu").err,
+               Contains("invalid device 'gpu'; expected 'cpu', 'cuda' or 'cuda:N'"));
+}
+
 TEST_CASE("inference command: npy and images in, logits out, with and without a weight map",
           "[cpu][apps]") {
   const std::string dir = scratch_dir();

@@ -1,6 +1,7 @@
 // A run folder has one writer and consistent pointers: a second `train` on the same folder fails
 // at once naming the holder, a killed holder does not block the resume, and the `last` / `best`
-// pointers are one atomic record that pruning respects and a resume repairs.
+// pointers are one atomic record that pruning respects and a resume repairs; a run that fails
+// while it is set up leaves no folder behind.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "apps/app_test_util.h"
 #include "train/checkpoint.h"
 #include "train/run_lock.h"
 #include "train_test_util.h"
@@ -155,4 +157,44 @@ TEST_CASE("checkpoint pointers: one record, pruning keeps the best, a resume rep
   CheckpointManager resumed(run, 1);
   REQUIRE(read_text((root / "last").string()) == "step-00000005");
   REQUIRE(read_text((root / "best").string()) == "step-00000001");
+}
+
+TEST_CASE("a run that fails before it begins leaves no folder behind, an existing one stays",
+          "[cpu][train][hardening]") {
+  const std::string dir = test::train_scratch_dir("failed_start");
+  const std::string config = dir + "/tiny.yaml";
+  std::ofstream(config) << test::tiny_experiment_yaml(64, 20, 16, 1, 0.0);
+  const std::string runs = dir + "/runs";
+  const auto train = [&](const std::string& args) {
+    return test::run_command(SKA_TRAIN_EXE, "--config " + config + " " + args);
+  };
+  const auto entries = [](const std::string& folder) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(folder)) n += e.exists() ? 1 : 0;
+    return n;
+  };
+  fs::create_directories(runs);
+  // A config typo and a missing dataset: both fail while the run is set up.
+  const test::RunResult typo = train("--runs " + runs + " --set train.epochz=2");
+  INFO(typo.out << typo.err);
+  REQUIRE(typo.exit_code == 2);
+  REQUIRE_THAT(typo.err, Contains("train.epochz") && Contains("did you mean 'epochs'"));
+  REQUIRE_THAT(typo.out, Contains("removed its new folder"));
+  const test::RunResult no_data = train("--runs " + runs + " --set data.root=" + dir + "/none");
+  INFO(no_data.out << no_data.err);
+  REQUIRE(no_data.exit_code == 2);
+  REQUIRE(entries(runs) == 0);
+
+  // --output naming a new folder: removed the same way.
+  const test::RunResult fresh = train("--output " + dir + "/new --set train.epochz=2");
+  REQUIRE(fresh.exit_code == 2);
+  REQUIRE_FALSE(fs::exists(dir + "/new"));
+
+  // --output naming a folder that was there: kept with what it held.
+  fs::create_directories(dir + "/mine");
+  std::ofstream(dir + "/mine/notes.txt") << "keep\n";
+  const test::RunResult existing = train("--output " + dir + "/mine --set train.epochz=2");
+  REQUIRE(existing.exit_code == 2);
+  REQUIRE_THAT(existing.out, !Contains("removed"));
+  REQUIRE(read_text(dir + "/mine/notes.txt") == "keep");
 }
