@@ -23,6 +23,7 @@
 #include "distributed/launcher.h"
 #include "distributed/optimizer_sharding.h"
 #include "distributed/world.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace {
@@ -102,6 +103,11 @@ void discard_run_folder(ska::train::TrainerSetup& setup) {
   fs::remove_all(setup.run_dir, ignored);
 }
 
+// 0, or 128 + the signal that stopped the run early (as a shell reports a command it ended).
+int exit_code_of(const ska::train::TrainResult& r) {
+  return r.stop_signal == 0 ? 0 : 128 + r.stop_signal;
+}
+
 int launch_workers(const TrainCommand& cmd) {
   // N workers each running as many OpenMP threads as there are cores oversubscribe the CPU many
   // times over (spinning barriers make that far slower than N-fold); share the cores instead,
@@ -136,6 +142,8 @@ int run_train(TrainCommand cmd) {
               world.source, "); drop --nproc-per-node under srun, mpirun or torchrun");
     return launch_workers(cmd);
   }
+  // Before any thread starts: SIGINT, SIGTERM and SIGUSR1 stop the run after a checkpoint.
+  train::watch_stop_signals(world.rank == 0);
   const ska::Config config = apps::load_config(cmd.config);
   const std::string name = fs::path(apps::resolve_config_path(cmd.config.config)).stem().string();
 
@@ -177,10 +185,10 @@ int run_train(TrainCommand cmd) {
     resume = dist::broadcast_bytes(*comm, resume, 0);
   }
   setup.resume = resume;
+  setup.stop_signal = train::stop_signal_received;
   if (!main_rank) {  // the other workers train silently; their errors still reach stderr
     train::Trainer trainer(config, setup);
-    trainer.fit();
-    return 0;
+    return exit_code_of(trainer.fit());
   }
 
   auto console = std::make_shared<spdlog::sinks::stdout_sink_mt>();
@@ -240,6 +248,15 @@ int run_train(TrainCommand cmd) {
   }
   const train::TrainResult r = trainer.fit();
   char line[512];
+  if (r.stop_signal != 0) {
+    std::snprintf(line, sizeof(line),
+                  "train: stopped by %s after %lld steps; continue with --resume %s (or "
+                  "--resume auto)",
+                  train::stop_signal_name(r.stop_signal), static_cast<long long>(r.steps),
+                  setup.run_dir.c_str());
+    setup.log(line);
+    return exit_code_of(r);
+  }
   if (r.final_eval.count == 0) {  // stopped by train.max_steps before an epoch ended
     std::snprintf(line, sizeof(line),
                   "train: stopped after %lld steps (train.max_steps) before any evaluation, %.1f s, "

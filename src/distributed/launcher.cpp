@@ -198,14 +198,16 @@ int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptio
   int result = 0;
   bool stopping = false, killed = false;
   Clock::time_point kill_at;
-  auto stop = [&](int sig) {
+  // Signals the workers; they have `grace` seconds (or less, if an earlier stop said so).
+  auto stop = [&](int sig, double grace) {
     signal_all(workers, sig);
-    if (!stopping) {
-      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(options.grace_s));
-    }
+    const Clock::time_point deadline =
+        Clock::now() +
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+    if (!stopping || deadline < kill_at) kill_at = deadline;
     stopping = true;
   };
+  int forwarded = 0;
   for (size_t running = workers.size(); running > 0;) {
     for (Worker& w : workers) {
       int status = 0;
@@ -217,16 +219,16 @@ int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptio
         result = exit_code_of(status);
         std::fprintf(stderr, "launch: rank %d (pid %d) %s; stopping the other workers\n", w.rank,
                      static_cast<int>(w.pid), how_it_ended(status).c_str());
-        stop(SIGTERM);
+        stop(SIGTERM, options.grace_s);
       }
     }
     if (int sig = g_pending_signal.exchange(0)) {
       if (result == 0) result = 128 + sig;
-      stop(sig);
+      stop(sig, ++forwarded == 1 ? options.signal_grace_s : options.grace_s);
     }
     if (stopping && !killed && running > 0 && Clock::now() >= kill_at) {
-      std::fprintf(stderr, "launch: %zu worker(s) still running %.1f s after SIGTERM; killing\n",
-                   running, options.grace_s);
+      std::fprintf(stderr, "launch: %zu worker(s) still running after their grace period; "
+                   "killing\n", running);
       signal_all(workers, SIGKILL);
       killed = true;
     }

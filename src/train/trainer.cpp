@@ -337,6 +337,31 @@ void Trainer::save(bool is_best) {
   log("checkpoint " + dir);
 }
 
+int Trainer::agreed_stop_signal(bool every_worker_here) {
+  if (!setup_.stop_signal) return 0;
+  if (comm_->backend() == "single") return setup_.stop_signal();
+  if (!every_worker_here) return 0;
+  // Every worker's request, in rank order; the first one counts (the same answer on every rank).
+  const Tensor mine = Tensor::full({1}, static_cast<double>(setup_.stop_signal()), DType::kF32,
+                                   comm_->device());
+  Tensor all = Tensor::zeros({comm_->world_size()}, DType::kF32, comm_->device());
+  comm_->all_gather(mine, all);
+  const Tensor host = all.to(Device::cpu());
+  const float* requests = host.data<float>();
+  for (int r = 0; r < comm_->world_size(); ++r) {
+    if (requests[r] != 0.0f) return static_cast<int>(requests[r]);
+  }
+  return 0;
+}
+
+void Trainer::save_for_stop() {
+  if (state_.step != last_saved_step_) save(false);
+  comm_->barrier();
+  log("stopped at epoch " + std::to_string(state_.epoch) + ", batch " +
+      std::to_string(state_.batch) + " of " + std::to_string(steps_per_epoch_ * train_.accumulate) +
+      " (update " + std::to_string(state_.step) + "); --resume continues from here");
+}
+
 void Trainer::update(const Tensor& micro_loss_sum) {
   const int64_t update_in_epoch = state_.batch / train_.accumulate;
   const double lr = schedule_->lr(state_.epoch, update_in_epoch, steps_per_epoch_);
@@ -446,6 +471,16 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
       p.lr = state_.lr;
       setup_.progress(p);
     }
+    // A stop request (the epoch's last update leaves it to the epoch's end, after evaluation).
+    const int stop_signal = state_.batch < batches
+                                ? agreed_stop_signal(state_.step % train_.log_every == 0)
+                                : 0;
+    if (stop_signal != 0) {
+      save_for_stop();
+      result.stop_signal = stop_signal;
+      stop = true;
+      break;
+    }
     const bool at_max = train_.max_steps > 0 && state_.step >= train_.max_steps;
     const bool periodic = ckpt_.every_steps > 0 && state_.step % ckpt_.every_steps == 0 &&
                           state_.step != last_saved_step_;
@@ -525,7 +560,16 @@ TrainResult Trainer::fit() {
   TrainResult result;
   const int64_t epochs = schedule_->total_epochs();
   bool stop = train_.max_steps > 0 && state_.step >= train_.max_steps;
-  while (!stop && state_.epoch < epochs) train_epoch(state_.epoch, result, stop);
+  while (!stop && state_.epoch < epochs) {
+    train_epoch(state_.epoch, result, stop);
+    if (stop || state_.epoch >= epochs) break;
+    // A request that came during the evaluation: the epoch's checkpoint may already hold it all.
+    if (const int sig = agreed_stop_signal(true)) {
+      save_for_stop();
+      result.stop_signal = sig;
+      stop = true;
+    }
+  }
   result.best_top1 = state_.best_top1;
   result.best_epoch = state_.best_epoch;
   result.best_ema_top1 = state_.best_ema_top1;

@@ -54,6 +54,11 @@ struct TrainerSetup {
   std::shared_ptr<RunFolderLock> lock;
   std::function<void(const std::string&)> log;        // one finished line (may be null)
   std::function<void(const Progress&)> progress;      // in-place progress (may be null)
+  // A request to stop early: returns a signal number (see stop_signal.h) once one came, else 0;
+  // null: never. Asked after every update by one worker, every train.log_every updates and at
+  // epoch ends by every worker of a job (they agree in one small collective). The run then writes
+  // a checkpoint and fit() returns with TrainResult::stop_signal set.
+  std::function<int()> stop_signal;
 };
 
 struct TrainResult {
@@ -68,6 +73,7 @@ struct TrainResult {
   double train_seconds = 0.0;   // wall-clock of this process's training loop (eval included)
   double images_per_s = 0.0;    // training images per second, all workers together
   std::string last_checkpoint;
+  int stop_signal = 0;          // the signal that stopped the run early (after a checkpoint); 0: none
 };
 
 class Trainer {
@@ -103,6 +109,13 @@ class Trainer {
   EvalResult evaluate_model(nn::Module& model);
   void sync_buffers(nn::Module& model);
   void save(bool is_best);
+  // The stop request every worker agrees on at this point (TrainerSetup::stop_signal): one
+  // worker asks at every call; a job only where `every_worker_here` (all workers make the same
+  // calls), in one all-gather, taking the first rank's request. 0: go on.
+  int agreed_stop_signal(bool every_worker_here);
+  // Writes a checkpoint of where the run stands (unless it has one) and waits for every worker,
+  // so that no worker exits while rank 0 still writes.
+  void save_for_stop();
   void restore(const Checkpoint& checkpoint);
   void capture_rngs();
   void seed_rank_generators();

@@ -450,3 +450,35 @@ TEST_CASE("launch_local_workers: SIGTERM is forwarded to the workers", "[cpu][di
   CHECK(code == 128 + SIGTERM);
   CHECK(seconds_since(start) < 2);
 }
+
+TEST_CASE("launch_local_workers: after a forwarded signal the workers have signal_grace_s",
+          "[cpu][distributed]") {
+  LaunchOptions options;
+  options.nproc_per_node = 2;
+  options.grace_s = 0.3;
+  options.signal_grace_s = 30;
+  const auto signal_after = [](std::vector<int> ms) {
+    return std::thread([ms] {
+      for (int t : ms) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(t));
+        ::kill(::getpid(), SIGTERM);
+      }
+    });
+  };
+  // Workers that take a second to end after SIGTERM (train writes its checkpoint): not killed.
+  const std::string slow_end = "trap 'sleep 1; kill $!; exit 143' TERM; sleep 60 & wait";
+  std::thread once = signal_after({300});
+  auto start = Clock::now();
+  CHECK(launch_local_workers({"/bin/sh", "-c", slow_end}, options) == 128 + SIGTERM);
+  once.join();
+  CHECK(seconds_since(start) > 1.2);
+  CHECK(seconds_since(start) < 10);
+
+  // Workers that ignore it: a second signal leaves them grace_s, then they are killed.
+  const std::string deaf = "trap '' TERM; exec sleep 60";  // ignored across exec
+  std::thread twice = signal_after({300, 300});
+  start = Clock::now();
+  CHECK(launch_local_workers({"/bin/sh", "-c", deaf}, options) == 128 + SIGTERM);
+  twice.join();
+  CHECK(seconds_since(start) < 5);
+}

@@ -1,7 +1,7 @@
 // Data parallelism on CPUs (Gloo over loopback), through the `train` command as users run it:
 // two workers of batch 16 give the weights of one worker of batch 32; a job killed with SIGKILL
-// resumes bit-identically at world size 2; a killed worker makes the others fail fast with a
-// message and leaves the last checkpoint loadable; evaluation sharded over workers counts exactly
+// resumes bit-identically at world size 2, and so does one stopped by SIGTERM; a killed worker
+// makes the others fail fast with a message and leaves the last checkpoint loadable; evaluation sharded over workers counts exactly
 // what one process counts; --nproc-per-node trains Fashion-MNIST to a real accuracy.
 #include <fcntl.h>
 #include <signal.h>
@@ -278,6 +278,48 @@ TEST_CASE("a data-parallel job killed with SIGKILL resumes bit-identically at wo
   const Checkpoint b = load_checkpoint(resolve_checkpoint(dir + "/killed"));
   REQUIRE(a.state.step == 24);
   REQUIRE(b.state.step == 24);
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  REQUIRE(test::bitwise_equal(a.model, b.model, &diff));
+  REQUIRE(test::bitwise_equal(a.state.optimizer, b.state.optimizer, &diff));
+}
+
+TEST_CASE("a data-parallel job stopped by SIGTERM checkpoints, and resumes bit-identically",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const std::string dir = test::train_scratch_dir("dp_sigterm");
+  const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 100, 16, 1000, 0.1));
+  // The workers agree on a stop every train.log_every updates: every update here.
+  const std::vector<std::string> common = {"--config", config, "--nproc-per-node", "2", "--set",
+                                           "train.max_steps=120", "--set", "train.log_every=1"};
+  std::vector<std::string> straight = common;
+  straight.insert(straight.end(), {"--output", dir + "/straight"});
+  run_train(straight, dir + "/straight.log");
+
+  // SIGTERM to the launcher once a few updates are done (a checkpoint every 4 shows progress);
+  // it forwards the signal, the workers write a checkpoint where they agree to stop and exit.
+  std::vector<std::string> stopped = common;
+  stopped.insert(stopped.end(), {"--output", dir + "/stopped", "--set", "checkpoint.every_steps=4"});
+  const pid_t pid = spawn_train(stopped, {}, dir + "/stopped.log");
+  REQUIRE(test::wait_for_checkpoint_step(dir + "/stopped", 8) >= 8);
+  ::kill(pid, SIGTERM);
+  const int code = wait_exit(pid, 60);
+  const std::string log = read_file(dir + "/stopped.log");
+  INFO("exit " << code << "\n" << log);
+  REQUIRE(code == 128 + SIGTERM);
+  REQUIRE_THAT(log, Contains("stopped by SIGTERM") && !Contains("killing"));
+  const Checkpoint at_stop = load_checkpoint(resolve_checkpoint(dir + "/stopped"));
+  REQUIRE(at_stop.state.step >= 8);
+  REQUIRE(at_stop.state.step < 120);
+  REQUIRE_THAT(log, Contains("(update " + std::to_string(at_stop.state.step) + ")"));
+
+  std::vector<std::string> resumed = common;
+  resumed.insert(resumed.end(), {"--output", dir + "/stopped", "--resume", "auto"});
+  run_train(resumed, dir + "/resumed.log");
+  const Checkpoint a = load_checkpoint(resolve_checkpoint(dir + "/straight"));
+  const Checkpoint b = load_checkpoint(resolve_checkpoint(dir + "/stopped"));
+  REQUIRE(a.state.step == 120);
+  REQUIRE(b.state.step == 120);
   std::string diff;
   INFO("first differing tensor: " << diff);
   REQUIRE(test::bitwise_equal(a.model, b.model, &diff));

@@ -1,6 +1,7 @@
 // Exact resume: k steps + checkpoint + a rebuilt trainer + k steps gives bit-identical weights to
 // 2k steps straight; and a training process killed with SIGKILL while it writes checkpoints
-// leaves a last good checkpoint that loads and resumes.
+// leaves a last good checkpoint that loads and resumes; a stop request (a signal) checkpoints
+// where it lands and the resumed run is bit-identical.
 #include <cstdint>
 #include <fcntl.h>
 #include <signal.h>
@@ -125,4 +126,61 @@ TEST_CASE("a run killed with SIGKILL while writing checkpoints resumes from the 
   REQUIRE(trainer.state().step == c.state.step);
   const TrainResult r = trainer.fit();
   REQUIRE(r.steps == c.state.step + 2);
+}
+
+TEST_CASE("a stop request writes a checkpoint there and the resumed run is bit-identical",
+          "[cpu][train][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  // 512 images / batch 32 = 16 updates per epoch; 40 updates straight against the same run
+  // stopped once mid-epoch (asked after update 11) and once at an epoch's end (asked after the
+  // evaluation of epoch 1, update 32), resumed each time.
+  const std::string yaml = test::tiny_experiment_yaml(512, 200, 32, 3, 0.1);
+  const int64_t total = 40;
+  const auto straight = train_until(yaml, total, test::train_scratch_dir("stop_straight"), "");
+
+  const std::string dir = test::train_scratch_dir("stop_split");
+  const auto run = [&](int64_t ask_at, const std::string& resume) {
+    Config config = Config::parse(yaml);
+    config.set("train.max_steps=" + std::to_string(total));
+    config.set("train.ema_decay=0.9");
+    TrainerSetup setup;
+    setup.run_dir = dir;
+    setup.resume = resume;
+    int64_t asked = 0;  // calls so far: one per update, plus one at each epoch's end
+    setup.stop_signal = [&] { return ++asked >= ask_at ? SIGTERM : 0; };
+    Trainer trainer(config, setup);
+    const int64_t start = trainer.state().step;
+    TrainResult r = trainer.fit();
+    return std::make_pair(r, start);
+  };
+  const auto [first, start0] = run(11, "");
+  REQUIRE(first.stop_signal == SIGTERM);
+  REQUIRE(start0 == 0);
+  REQUIRE(first.steps == 11);
+  Checkpoint c = load_checkpoint(resolve_checkpoint(dir));
+  REQUIRE(c.state.step == 11);
+  REQUIRE(c.state.epoch == 0);
+  REQUIRE(c.state.batch == 11);
+  // Resumed at update 11: asked after updates 12-15 (calls 1-4), at the end of epoch 0 (5),
+  // after 17-31 (6-20), not after 32 (an epoch's last update), at the end of epoch 1 (21).
+  const auto [second, start1] = run(21, dir);
+  REQUIRE(start1 == 11);
+  REQUIRE(second.stop_signal == SIGTERM);
+  REQUIRE(second.steps == 32);
+  REQUIRE(second.final_eval.count == 200);  // epoch 1 was evaluated before the stop
+  c = load_checkpoint(resolve_checkpoint(dir));
+  REQUIRE(c.state.step == 32);
+  REQUIRE(c.state.epoch == 2);
+  REQUIRE(c.state.batch == 0);
+  const auto [third, start2] = run(1000, dir);
+  REQUIRE(third.stop_signal == 0);
+  REQUIRE(third.steps == total);
+
+  const auto resumed = load_checkpoint(resolve_checkpoint(dir)).model;
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  REQUIRE(test::bitwise_equal(straight, resumed, &diff));
 }

@@ -1,0 +1,99 @@
+#include "train/stop_signal.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace ska::train {
+
+namespace {
+
+std::atomic<int> g_first{0};               // the first signal, 0 before any
+std::atomic<int64_t> g_first_ms{0};        // when it came (CLOCK_MONOTONIC, ms)
+std::atomic<bool> g_announce{true};
+constexpr int64_t kRepeatAfterMs = 1000;   // a repeat sooner is a copy of the same request
+
+int64_t now_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void write_stderr(const char* text) { (void)!::write(2, text, std::strlen(text)); }
+
+// Async-signal-safe: it runs in the waiting thread, or as the handler of a thread that started
+// before the signals were blocked (a library's pool).
+void on_signal(int sig) {
+  int none = 0;
+  if (g_first.compare_exchange_strong(none, sig)) {
+    g_first_ms.store(now_ms());
+    if (!g_announce.load()) return;
+    write_stderr(sig == SIGINT ? "\ntrain: interrupted; stopping after this update to write a "
+                                 "checkpoint (Ctrl-C again to quit at once)\n"
+                               : "\ntrain: signal received; stopping after this update to write "
+                                 "a checkpoint\n");
+    return;
+  }
+  if (sig == SIGUSR1 || now_ms() - g_first_ms.load() < kRepeatAfterMs) return;
+  // A second request to stop: do what the signal does by default (end the process).
+  ::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  ::pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  ::raise(sig);
+  ::_exit(128 + sig);
+}
+
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set, sig);
+  return set;
+}
+
+}  // namespace
+
+void watch_stop_signals(bool announce) {
+  g_announce.store(announce);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    action.sa_flags = SA_RESTART;
+    sigfillset(&action.sa_mask);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) ::sigaction(sig, &action, nullptr);
+    const sigset_t set = stop_set();
+    ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread([set] {
+      for (;;) {
+        int sig = 0;
+        if (::sigwait(&set, &sig) == 0) on_signal(sig);
+      }
+    }).detach();
+  });
+}
+
+int stop_signal_received() { return g_first.load(); }
+
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: {
+      static thread_local char text[24];
+      std::snprintf(text, sizeof(text), "signal %d", sig);
+      return text;
+    }
+  }
+}
+
+}  // namespace ska::train

@@ -1,0 +1,25 @@
+// Stopping a run cleanly on a signal. SIGINT (Ctrl-C), SIGTERM (kill, a scheduler preempting the
+// job) and SIGUSR1 (Slurm's warning before the time limit, sbatch --signal) ask the trainer to
+// write a checkpoint after the update it is in and return (TrainerSetup::stop_signal); the run
+// then continues with --resume. A second SIGINT or SIGTERM a second or more after the first ends
+// the process at once, as the signal would have without this (the last complete checkpoint stays
+// intact either way). Copies of one signal that arrive together (a terminal's Ctrl-C reaches
+// every worker and the launcher, which forwards it) count as one.
+#pragma once
+
+namespace ska::train {
+
+// Installs the handling for the process: the three signals are blocked in the calling thread,
+// so that every thread it starts afterwards inherits the block and no system call of ours is
+// interrupted, and one thread waits for them. Call it from main before starting other threads;
+// not in a launcher whose children must receive the signals' default actions. `announce`: say on
+// stderr that the run is stopping (one worker of a job says it for all). Idempotent.
+void watch_stop_signals(bool announce = true);
+
+// The first of the signals received since watch_stop_signals (SIGINT, SIGTERM or SIGUSR1), or 0.
+int stop_signal_received();
+
+// "SIGINT", "SIGTERM", "SIGUSR1" or "signal N".
+const char* stop_signal_name(int sig);
+
+}  // namespace ska::train
