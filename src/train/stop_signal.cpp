@@ -52,12 +52,6 @@ void on_signal(int sig) {
   ::_exit(128 + sig);
 }
 
-sigset_t stop_set() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set, sig);
-  return set;
-}
 
 }  // namespace
 
@@ -69,9 +63,21 @@ void watch_stop_signals(bool announce) {
     action.sa_handler = on_signal;
     action.sa_flags = SA_RESTART;
     sigfillset(&action.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) ::sigaction(sig, &action, nullptr);
-    const sigset_t set = stop_set();
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) {
+      // A signal the parent set to be ignored stays ignored (a shell's background job ignores
+      // SIGINT, so Ctrl-C in the terminal is not meant for it).
+      struct sigaction old {};
+      ::sigaction(sig, nullptr, &old);
+      if (old.sa_handler == SIG_IGN) continue;
+      ::sigaction(sig, &action, nullptr);
+      sigaddset(&set, sig);
+    }
     ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    bool any = false;
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) any = any || sigismember(&set, sig) == 1;
+    if (!any) return;
     std::thread([set] {
       for (;;) {
         int sig = 0;

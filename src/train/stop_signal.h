@@ -13,7 +13,8 @@ namespace ska::train {
 // so that every thread it starts afterwards inherits the block and no system call of ours is
 // interrupted, and one thread waits for them. Call it from main before starting other threads;
 // not in a launcher whose children must receive the signals' default actions. `announce`: say on
-// stderr that the run is stopping (one worker of a job says it for all). Idempotent.
+// stderr that the run is stopping (one worker of a job says it for all). A signal this process
+// inherited as ignored stays ignored. Idempotent.
 void watch_stop_signals(bool announce = true);
 
 // The first of the signals received since watch_stop_signals (SIGINT, SIGTERM or SIGUSR1), or 0.

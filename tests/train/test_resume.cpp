@@ -12,6 +12,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include "core/random.h"
@@ -183,4 +185,53 @@ TEST_CASE("a stop request writes a checkpoint there and the resumed run is bit-i
   std::string diff;
   INFO("first differing tensor: " << diff);
   REQUIRE(test::bitwise_equal(straight, resumed, &diff));
+}
+
+TEST_CASE("train on SIGTERM: a checkpoint, exit 143; a SIGINT it inherited as ignored is ignored",
+          "[cpu][train][hardening][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const std::string dir = test::train_scratch_dir("sigterm");
+  const std::string config_path = dir + "/tiny.yaml";
+  std::ofstream(config_path) << test::tiny_experiment_yaml(512, 100, 32, 1000, 0.0);
+  const std::string run = dir + "/run", log = dir + "/train.log";
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::signal(SIGINT, SIG_IGN);  // as a shell starts a background job
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(SKA_TRAIN_EXE, SKA_TRAIN_EXE, "--config", config_path.c_str(), "--output",
+            run.c_str(), "--set", "checkpoint.every_steps=2", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  REQUIRE(test::wait_for_checkpoint_step(run, 4) >= 4);
+  ::kill(pid, SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);  // still training
+  ::kill(pid, SIGTERM);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("train did not stop within 60 s of SIGTERM");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(text);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 128 + SIGTERM);
+  const Checkpoint c = load_checkpoint(resolve_checkpoint(run));
+  REQUIRE(c.state.step >= 4);
+  REQUIRE(text.find("stopped at epoch " + std::to_string(c.state.epoch) + ", batch " +
+                    std::to_string(c.state.batch)) != std::string::npos);
+  REQUIRE(text.find("train: stopped by SIGTERM after " + std::to_string(c.state.step) +
+                    " steps") != std::string::npos);
 }
