@@ -24,8 +24,9 @@ struct LaunchOptions {
 // MASTER_PORT, GROUP_RANK and NODE_RANK added to this process's environment, and waits for them.
 // SIGINT and SIGTERM received meanwhile are forwarded to the workers, which get signal_grace_s
 // to end (grace_s after a second signal). When a worker exits non-zero or by a signal, it says
-// so on stderr, SIGTERMs the others and SIGKILLs those left after grace_s. Returns 0 when every worker succeeded, else the first failure's exit code (128 +
-// signal for a signal; 128 + the forwarded signal when interrupted). ValueError for bad options.
+// so on stderr, SIGTERMs the others and SIGKILLs those left after grace_s. Returns 0 when every
+// worker succeeded, else the first failure's exit code (128 + signal for a signal; 128 + the
+// forwarded signal when interrupted). ValueError for bad options.
 // Call it before starting threads (it forks); the workers get SIGKILL if this process dies.
 int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptions& options);
 

@@ -31,14 +31,17 @@ void write_stderr(const char* text) { (void)!::write(2, text, std::strlen(text))
 // Async-signal-safe: it runs in the waiting thread, or as the handler of a thread that started
 // before the signals were blocked (a library's pool).
 void on_signal(int sig) {
+  int64_t unset = 0;
+  g_first_ms.compare_exchange_strong(unset, now_ms());  // the first signal's time, set once
   int none = 0;
   if (g_first.compare_exchange_strong(none, sig)) {
-    g_first_ms.store(now_ms());
     if (!g_announce.load()) return;
-    write_stderr(sig == SIGINT ? "\ntrain: interrupted; stopping after this update to write a "
-                                 "checkpoint (Ctrl-C again to quit at once)\n"
-                               : "\ntrain: signal received; stopping after this update to write "
-                                 "a checkpoint\n");
+    write_stderr(sig == SIGINT    ? "\ntrain: interrupted; writing a checkpoint at the next "
+                                    "update, then stopping (Ctrl-C again to quit at once)\n"
+                 : sig == SIGTERM ? "\ntrain: SIGTERM; writing a checkpoint at the next update, "
+                                    "then stopping\n"
+                                  : "\ntrain: SIGUSR1 (time limit near); writing a checkpoint at "
+                                    "the next update, then stopping\n");
     return;
   }
   if (sig == SIGUSR1 || now_ms() - g_first_ms.load() < kRepeatAfterMs) return;
