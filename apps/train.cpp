@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -103,6 +104,9 @@ void discard_run_folder(ska::train::TrainerSetup& setup) {
   fs::remove_all(setup.run_dir, ignored);
 }
 
+// The signal the launcher of --nproc-per-node forwarded to its workers (0: none).
+int g_launcher_signal = 0;
+
 // 0, or 128 + the signal that stopped the run early (as a shell reports a command it ended).
 int exit_code_of(const ska::train::TrainResult& r) {
   return r.stop_signal == 0 ? 0 : 128 + r.stop_signal;
@@ -123,7 +127,7 @@ int launch_workers(const TrainCommand& cmd) {
   o.node_rank = cmd.node_rank;
   o.master_addr = cmd.master_addr;
   o.master_port = cmd.master_port;
-  return ska::dist::launch_local_workers(worker_argv(cmd.argv), o);
+  return ska::dist::launch_local_workers(worker_argv(cmd.argv), o, &g_launcher_signal);
 }
 
 // The device of this worker: cuda means the GPU of its local rank.
@@ -310,5 +314,10 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr", cmd.master_addr, "the host of rank 0 (several nodes)");
   app.add_option("--master-port", cmd.master_port,
                  "the rendezvous port on the master (default: a free port on one node)");
-  return ska::apps::run_main(app, argc, argv, [&] { return run_train(cmd); });
+  const int code = ska::apps::run_main(app, argc, argv, [&] { return run_train(cmd); });
+  // Stopped cleanly by Ctrl-C or SIGTERM: end by that signal, so that a calling script stops
+  // too. SIGUSR1 (the time-limit warning) ends with the code 138 train.sbatch looks for.
+  const int sig = g_launcher_signal != 0 ? g_launcher_signal : ska::train::stop_signal_received();
+  if ((sig == SIGINT || sig == SIGTERM) && code == 128 + sig) ska::train::end_by_signal(sig);
+  return code;
 }

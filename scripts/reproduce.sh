@@ -97,7 +97,7 @@ make_command() {
 }
 
 read -r -a SLOTS <<<"${GPUS//,/ }"  # the GPU of each slot; a GPU may have several
-SLOT_PID=() PIDS=() FAILED=0
+SLOT_PID=() PIDS=() FAILED=0 CURRENT=""  # CURRENT: the row running in the foreground
 # Starts CMD in the background in a free slot of --gpus (waiting for one), or runs it here.
 launch() {
   local out="$1" slot=""
@@ -116,12 +116,28 @@ launch() {
     PIDS+=($!)
   else
     echo "reproduce.sh: $(basename "$out") (console: $out.console.log)"
-    if ! env ${GPUS:+CUDA_VISIBLE_DEVICES="$GPUS"} "${CMD[@]}" >"$out.console.log" 2>&1; then
+    # In the background and waited for, so that a signal reaches the trap below at once.
+    env ${GPUS:+CUDA_VISIBLE_DEVICES="$GPUS"} "${CMD[@]}" >"$out.console.log" 2>&1 &
+    CURRENT=$!
+    if ! wait "$CURRENT"; then
       echo "reproduce.sh: $(basename "$out") failed; see $out.console.log" >&2
       FAILED=$((FAILED + 1))
     fi
   fi
 }
+
+# Ctrl-C or SIGTERM: every running row writes a checkpoint and stops (train's own handling of
+# SIGTERM); the same command later continues them.
+interrupted() {
+  trap - INT TERM
+  echo "reproduce.sh: $1: stopping the running rows (each writes a checkpoint); run the same" \
+       "command again to continue" >&2
+  for pid in "${PIDS[@]+"${PIDS[@]}"}" $CURRENT; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait || true
+  exit $((128 + $(kill -l "$1")))
+}
+trap 'interrupted INT' INT
+trap 'interrupted TERM' TERM
 
 for config in $CONFIGS; do
   out="$RUNS/$NAME/$(basename "$config")"

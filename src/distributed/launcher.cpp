@@ -184,7 +184,9 @@ int find_free_port() {
   return ntohs(addr.sin_port);
 }
 
-int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptions& options) {
+int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptions& options,
+                         int* forwarded_signal) {
+  if (forwarded_signal != nullptr) *forwarded_signal = 0;
   check_options(argv, options);
   std::string program = resolve_program(argv[0]);
   int port = options.master_port > 0 ? options.master_port : find_free_port();
@@ -224,6 +226,7 @@ int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptio
     }
     if (int sig = g_pending_signal.exchange(0)) {
       if (result == 0) result = 128 + sig;
+      if (forwarded_signal != nullptr && *forwarded_signal == 0) *forwarded_signal = sig;
       stop(sig, ++forwarded == 1 ? options.signal_grace_s : options.grace_s);
     }
     if (stopping && !killed && running > 0 && Clock::now() >= kill_at) {

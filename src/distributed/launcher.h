@@ -26,9 +26,11 @@ struct LaunchOptions {
 // to end (grace_s after a second signal). When a worker exits non-zero or by a signal, it says
 // so on stderr, SIGTERMs the others and SIGKILLs those left after grace_s. Returns 0 when every
 // worker succeeded, else the first failure's exit code (128 + signal for a signal; 128 + the
-// forwarded signal when interrupted). ValueError for bad options.
-// Call it before starting threads (it forks); the workers get SIGKILL if this process dies.
-int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptions& options);
+// forwarded signal when interrupted; the first such signal in *forwarded, 0 if none).
+// ValueError for bad options. Call it before starting threads (it forks); the workers get SIGKILL
+// if this process dies.
+int launch_local_workers(const std::vector<std::string>& argv, const LaunchOptions& options,
+                         int* forwarded = nullptr);
 
 // A TCP port no socket of this host is bound to at the time of the call.
 int find_free_port();

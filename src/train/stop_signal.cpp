@@ -52,7 +52,7 @@ void on_signal(int sig) {
   sigaddset(&one, sig);
   ::pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
   ::raise(sig);
-  ::_exit(128 + sig);
+  ::_exit(128 + sig);  // in a handler the signal stays blocked until it returns: end here
 }
 
 
@@ -91,6 +91,17 @@ void watch_stop_signals(bool announce) {
 }
 
 int stop_signal_received() { return g_first.load(); }
+
+void end_by_signal(int sig) {
+  std::fflush(nullptr);
+  ::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  ::pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  ::raise(sig);
+  ::_exit(128 + sig);  // a signal whose default action does not end the process
+}
 
 const char* stop_signal_name(int sig) {
   switch (sig) {

@@ -23,4 +23,9 @@ int stop_signal_received();
 // "SIGINT", "SIGTERM", "SIGUSR1" or "signal N".
 const char* stop_signal_name(int sig);
 
+// Ends the process by `sig` with its default action, once the caller has cleaned up after the
+// stop it asked for: a shell that ran the program then sees it was interrupted and stops too
+// (as it would not for a plain exit(130)).
+[[noreturn]] void end_by_signal(int sig);
+
 }  // namespace ska::train

@@ -2,7 +2,8 @@
 # The reproduction harness end to end on the CPU: scripts/reproduce.sh runs two tiny rows of
 # table8-mini (one short epoch each, side by side in two slots of --gpus 0,0), the report's numbers
 # are read back and checked against the runs' summary.csv, a second call skips the finished rows,
-# and --data-root reaches the right rows.
+# --data-root reaches the right rows, and SIGTERM stops the rows with checkpoints that a second
+# call continues.
 # Usage: test_reproduce.sh BUILD_DIR. Exit 77 (skipped) without Fashion-MNIST or python3.
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -15,11 +16,10 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "test_reproduce: $*" >&2; exit 1; }
 
 rows=table8_mini/vit,table8_mini/cska_vit
-run() {
-  SKA_BUILD="$build" "$src/scripts/reproduce.sh" table8-mini --rows "$rows" --epochs 1 \
-    --device cpu --runs "$tmp/runs" --reports "$tmp/reports" \
-    --set data.train_subset=2048 --set data.eval_subset=500 --set data.workers=1 "$@"
-}
+command=(env SKA_BUILD="$build" "$src/scripts/reproduce.sh" table8-mini --rows "$rows" --device cpu
+         --runs "$tmp/runs" --reports "$tmp/reports" --set data.train_subset=2048
+         --set data.eval_subset=500 --set data.workers=1)
+run() { "${command[@]}" --epochs 1 "$@"; }
 
 # --data-root reaches the rows of that dataset only (a dry run prints the commands).
 dry=$(run --dry-run --data-root fashion_mnist=/some/where --data-root cifar10=/else)
@@ -64,4 +64,29 @@ stamp=$(stat -c %Y "$tmp/runs/table8-mini-1ep/vit/summary.csv")
 run >"$tmp/second.log" 2>&1 || { cat "$tmp/second.log"; fail "the second run failed"; }
 [ "$(grep -c 'finished already' "$tmp/second.log")" = 2 ] || { cat "$tmp/second.log"; fail "rows rerun"; }
 [ "$(stat -c %Y "$tmp/runs/table8-mini-1ep/vit/summary.csv")" = "$stamp" ] || fail "a finished run changed"
+# SIGTERM to reproduce.sh while both rows train: each writes a checkpoint and stops, the script
+# exits 143; the same command then continues both rows from their checkpoints to the end.
+two=$tmp/runs/table8-mini-2ep
+two_epochs=("${command[@]}" --gpus 0,0 --epochs 2 --set checkpoint.every_steps=2)
+(exec "${two_epochs[@]}" >"$tmp/stopped.log" 2>&1) &
+pid=$!  # reproduce.sh itself (env execs it)
+for _ in $(seq 1200); do
+  [ -f "$two/vit/checkpoints/pointers.json" ] && [ -f "$two/cska_vit/checkpoints/pointers.json" ] &&
+    break
+  sleep 0.1
+done
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+[ "$status" = 143 ] || { cat "$tmp/stopped.log"; fail "reproduce.sh ended with $status, not 143"; }
+for row in vit cska_vit; do
+  grep -q "stopped by SIGTERM" "$two/$row.console.log" ||
+    { cat "$two/$row.console.log"; fail "$row did not stop cleanly"; }
+done
+"${two_epochs[@]}" >"$tmp/continued.log" 2>&1 ||
+  { cat "$tmp/continued.log"; fail "the continued run failed"; }
+for row in vit cska_vit; do
+  grep -q "resumed from" "$two/$row.console.log" || fail "$row was not resumed"
+  [ "$(grep -c '^1,' "$two/$row/summary.csv")" = 1 ] || fail "$row did not finish its 2 epochs"
+done
 echo "test_reproduce: ok"
