@@ -146,7 +146,8 @@ int run_train(TrainCommand cmd) {
               world.source, "); drop --nproc-per-node under srun, mpirun or torchrun");
     return launch_workers(cmd);
   }
-  // Before any thread starts: SIGINT, SIGTERM and SIGUSR1 stop the run after a checkpoint.
+  // Before any thread starts: SIGINT, SIGTERM and SIGUSR1 will stop the run after a checkpoint
+  // (once training begins; until then they end the process as usual).
   train::watch_stop_signals(world.rank == 0);
   const ska::Config config = apps::load_config(cmd.config);
   const std::string name = fs::path(apps::resolve_config_path(cmd.config.config)).stem().string();
@@ -192,6 +193,7 @@ int run_train(TrainCommand cmd) {
   setup.stop_signal = train::stop_signal_received;
   if (!main_rank) {  // the other workers train silently; their errors still reach stderr
     train::Trainer trainer(config, setup);
+    train::defer_stop_signals();
     return exit_code_of(trainer.fit());
   }
 
@@ -250,6 +252,7 @@ int run_train(TrainCommand cmd) {
     setup.log(done);
     return 0;
   }
+  train::defer_stop_signals();  // from here a signal stops the run with a checkpoint
   const train::TrainResult r = trainer.fit();
   char line[512];
   if (r.stop_signal != 0) {
@@ -318,6 +321,9 @@ int main(int argc, char** argv) {
   // Stopped cleanly by Ctrl-C or SIGTERM: end by that signal, so that a calling script stops
   // too. SIGUSR1 (the time-limit warning) ends with the code 138 train.sbatch looks for.
   const int sig = g_launcher_signal != 0 ? g_launcher_signal : ska::train::stop_signal_received();
-  if ((sig == SIGINT || sig == SIGTERM) && code == 128 + sig) ska::train::end_by_signal(sig);
+  if ((sig == SIGINT || sig == SIGTERM) && code == 128 + sig) {
+    std::fflush(nullptr);
+    ska::train::end_by_signal(sig);
+  }
   return code;
 }

@@ -14,7 +14,7 @@ trap 'rm -rf "$out"; kill $(jobs -p) 2>/dev/null' EXIT
 run() {  # run LABEL ENV...: prints the epoch's images/s
   rm -rf "$out/run"
   local rate
-  rate=$(env "${@:2}" timeout 300 "$build/apps/train" --config quickstart --set train.epochs=1 \
+  rate=$(env "${@:2}" timeout -k 15 300 "$build/apps/train" --config quickstart --set train.epochs=1 \
            --set data.train_subset=1024 --set data.eval_subset=100 --output "$out/run" 2>&1 |
          grep -oE '[0-9.]+ img/s' | head -1)
   printf '  %-34s %s\n' "$1" "${rate:-failed}"

@@ -53,13 +53,13 @@ if (( ngpu < 2 )); then
   pids=()
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 120 "${train[@]}" --output "$data/shared" --set train.max_steps=20 \
+      timeout -k 15 120 "${train[@]}" --output "$data/shared" --set train.max_steps=20 \
       >"$logs/dp_shared$r.log" 2>&1 &
     pids+=($!)
   done
   wait "${pids[0]}"; s0=$?
   wait "${pids[1]}"; s1=$?
-  echo "  exit $s0 / $s1 after $((SECONDS - t0)) s (124: still running at 120 s, a hang)"
+  echo "  exit $s0 / $s1 after $((SECONDS - t0)) s (124 or 137: still running at 120 s, a hang)"
   for r in 0 1; do
     echo "  rank $r: $(grep -iE 'error|nccl|duplicate|img/s' "$logs/dp_shared$r.log" | tail -2 | tr '\n' ' ')"
   done
@@ -69,7 +69,7 @@ else
     >"$logs/comm.log" 2>&1
   echo "  exit $?: $(tail -3 "$logs/comm.log" | tr '\n' ' ')"
   echo "== --nproc-per-node $ngpu"
-  timeout 600 "${train[@]}" --output "$data/dp$ngpu" --nproc-per-node "$ngpu" \
+  timeout -k 30 600 "${train[@]}" --output "$data/dp$ngpu" --nproc-per-node "$ngpu" \
     >"$logs/dp_n.log" 2>&1
   status=$?
   batch=$(grep -o 'global batch [^(]*' "$logs/dp_n.log" | head -1)

@@ -18,6 +18,7 @@ namespace {
 std::atomic<int> g_first{0};               // the first signal, 0 before any
 std::atomic<int64_t> g_first_ms{0};        // when it came (CLOCK_MONOTONIC, ms)
 std::atomic<bool> g_announce{true};
+std::atomic<bool> g_deferred{false};       // signals ask for a clean stop (training has begun)
 constexpr int64_t kRepeatAfterMs = 1000;   // a repeat sooner is a copy of the same request
 
 int64_t now_ms() {
@@ -31,6 +32,7 @@ void write_stderr(const char* text) { (void)!::write(2, text, std::strlen(text))
 // Async-signal-safe: it runs in the waiting thread, or as the handler of a thread that started
 // before the signals were blocked (a library's pool).
 void on_signal(int sig) {
+  if (!g_deferred.load()) end_by_signal(sig);  // still setting up: nothing to save
   int64_t unset = 0;
   g_first_ms.compare_exchange_strong(unset, now_ms());  // the first signal's time, set once
   int none = 0;
@@ -45,14 +47,7 @@ void on_signal(int sig) {
     return;
   }
   if (sig == SIGUSR1 || now_ms() - g_first_ms.load() < kRepeatAfterMs) return;
-  // A second request to stop: do what the signal does by default (end the process).
-  ::signal(sig, SIG_DFL);
-  sigset_t one;
-  sigemptyset(&one);
-  sigaddset(&one, sig);
-  ::pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
-  ::raise(sig);
-  ::_exit(128 + sig);  // in a handler the signal stays blocked until it returns: end here
+  end_by_signal(sig);  // a second request to stop: what the signal does by default
 }
 
 
@@ -90,17 +85,20 @@ void watch_stop_signals(bool announce) {
   });
 }
 
+void defer_stop_signals() { g_deferred.store(true); }
+
 int stop_signal_received() { return g_first.load(); }
 
 void end_by_signal(int sig) {
-  std::fflush(nullptr);
   ::signal(sig, SIG_DFL);
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
   ::pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
   ::raise(sig);
-  ::_exit(128 + sig);  // a signal whose default action does not end the process
+  // Still here: the signal is blocked until a handler returns (a library thread's), or its
+  // default action does not end the process.
+  ::_exit(128 + sig);
 }
 
 const char* stop_signal_name(int sig) {

@@ -9,6 +9,10 @@
 
 namespace ska::train {
 
+// Until defer_stop_signals() is called (when training begins) the signals keep their default
+// action: a run being set up (reading data, meeting its peers) has nothing to save, and may be
+// waiting for something that never comes.
+//
 // Installs the handling for the process: the three signals are blocked in the calling thread,
 // so that every thread it starts afterwards inherits the block and no system call of ours is
 // interrupted, and one thread waits for them. Call it from main before starting other threads;
@@ -17,7 +21,10 @@ namespace ska::train {
 // inherited as ignored stays ignored. Idempotent.
 void watch_stop_signals(bool announce = true);
 
-// The first of the signals received since watch_stop_signals (SIGINT, SIGTERM or SIGUSR1), or 0.
+// From now on the signals ask for a clean stop (stop_signal_received) instead of ending the process.
+void defer_stop_signals();
+
+// The first of the signals received since defer_stop_signals (SIGINT, SIGTERM or SIGUSR1), or 0.
 int stop_signal_received();
 
 // "SIGINT", "SIGTERM", "SIGUSR1" or "signal N".
