@@ -8,7 +8,10 @@
 # 2 and 3 need two GPUs or more (NCCL takes one GPU per worker; a second worker on a machine with
 # one GPU is refused with an error naming its rank). On one GPU instead:
 #  4. two workers made to share it (torchrun-style RANK 0 / 1 with LOCAL_RANK 0): what NCCL
-#     says, and that both end within the 120 s they are given.
+#     says, and that both end within the 120 s they are given;
+#  5. SIGTERM through NCCL at world size 1: the workers' stop agreement (an all-gather on the GPU
+#     every train.log_every updates) writes a checkpoint where they stop, and train ends by
+#     SIGTERM (exit 143).
 # Needs a CUDA build (scripts/gpu_check.sh makes build-gpu) and Python with NumPy for the
 # synthetic CIFAR-10 files. Usage: scripts/gpu_dp_check.sh [BUILD_DIR] [STEPS]; logs in
 # $OUT or BUILD_DIR/logs.
@@ -75,4 +78,17 @@ else
   batch=$(grep -o 'global batch [^(]*' "$logs/dp_n.log" | head -1)
   echo "  exit $status: $(rate "$logs/dp_n.log") ($batch)"
 fi
+echo "== SIGTERM through NCCL (world size 1)"
+"${train[@]}" --output "$data/stop" --set distributed.force_backend=true --set train.log_every=10 \
+  --set train.max_steps=1000000 >"$logs/dp_stop.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do  # until the first step record (update 10), at most 60 s
+  grep -q '"kind":"step"' "$data/stop/metrics.jsonl" 2>/dev/null && break
+  sleep 0.1
+done
+kill -TERM "$pid"
+for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$pid" 2>/dev/null && echo "  still running 60 s after SIGTERM: killed"
+wait "$pid"
+echo "  exit $? (143 expected): $(grep -E 'stopped (at|by)' "$logs/dp_stop.log" | tr '\n' ' ')"
 echo "logs: $logs"
