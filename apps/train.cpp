@@ -113,6 +113,14 @@ int exit_code_of(const ska::train::TrainResult& r) {
 }
 
 int launch_workers(const TrainCommand& cmd) {
+  // What every worker would find out on its own, said once before any starts.
+  const ska::Device device = ska::apps::device_option(cmd.device);
+  if (device.is_cuda() && cmd.device == "cuda") {
+    const int visible = ska::cuda_device_count();
+    SKA_CHECK(cmd.nproc_per_node <= visible, ska::DeviceError, "--nproc-per-node ",
+              cmd.nproc_per_node, " with --device cuda starts one worker per GPU, but ", visible,
+              " CUDA device(s) are visible");
+  }
   // N workers each running as many OpenMP threads as there are cores oversubscribe the CPU many
   // times over (spinning barriers make that far slower than N-fold); share the cores instead,
   // unless the user chose (torchrun sets 1).

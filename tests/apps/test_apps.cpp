@@ -183,6 +183,13 @@ TEST_CASE("apps: a --device that is not here is an error naming it and what ther
                             Contains(what));
   }
   REQUIRE_FALSE(fs::exists(dir));  // train made no run folder
+  // With --nproc-per-node the launcher says it once, before any worker starts.
+  const RunResult launched = run_command(
+      SKA_TRAIN_EXE, "--config " + kTinyVit + " --device cuda:1000 --nproc-per-node 2");
+  INFO(launched.err);
+  REQUIRE(launched.exit_code == 2);
+  REQUIRE_THAT(launched.err, Contains("train: error: --device cuda:1000: ") &&
+                                 !Contains("launch:") && !Contains("rank"));
   REQUIRE_THAT(run_command(SKA_SUMMARY_EXE, "--config " + kTinyVit + " --device gpu").err,
                Contains("invalid device 'gpu'; expected 'cpu', 'cuda' or 'cuda:N'"));
 }
