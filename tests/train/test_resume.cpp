@@ -187,7 +187,7 @@ TEST_CASE("a stop request writes a checkpoint there and the resumed run is bit-i
   REQUIRE(test::bitwise_equal(straight, resumed, &diff));
 }
 
-TEST_CASE("train on SIGTERM: a checkpoint, then it ends by SIGTERM; an ignored SIGINT stays so",
+TEST_CASE("train on SIGTERM: a checkpoint, then it ends by SIGTERM, and an ignored SIGINT stays so",
           "[cpu][train][hardening][slow]") {
   if (!test::fashion_mnist_available()) {
     WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
