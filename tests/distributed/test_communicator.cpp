@@ -465,9 +465,10 @@ TEST_CASE("launch_local_workers: after a forwarded signal the workers have signa
       }
     });
   };
-  // Workers that take a second to end after SIGTERM (train writes its checkpoint): not killed.
+  // Workers that take a second to end after SIGTERM (train writes its checkpoint): not killed
+  // (that would end it 0.8 s after the start, not 1.5 s).
   const std::string slow_end = "trap 'sleep 1; kill $!; exit 143' TERM; sleep 60 & wait";
-  std::thread once = signal_after({300});
+  std::thread once = signal_after({500});
   auto start = Clock::now();
   CHECK(launch_local_workers({"/bin/sh", "-c", slow_end}, options) == 128 + SIGTERM);
   once.join();
