@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -38,18 +39,16 @@ void on_signal(int sig) {
   int none = 0;
   if (g_first.compare_exchange_strong(none, sig)) {
     if (!g_announce.load()) return;
-    write_stderr(sig == SIGINT    ? "\ntrain: interrupted; writing a checkpoint at the next "
-                                    "update, then stopping (Ctrl-C again to quit at once)\n"
-                 : sig == SIGTERM ? "\ntrain: SIGTERM; writing a checkpoint at the next update, "
-                                    "then stopping\n"
-                                  : "\ntrain: SIGUSR1 (time limit near); writing a checkpoint at "
-                                    "the next update, then stopping\n");
+    write_stderr(sig == SIGINT    ? "\ntrain: interrupted; stopping with a checkpoint (Ctrl-C "
+                                    "again to quit at once)\n"
+                 : sig == SIGTERM ? "\ntrain: SIGTERM; stopping with a checkpoint\n"
+                                  : "\ntrain: SIGUSR1 (time limit near); stopping with a "
+                                    "checkpoint\n");
     return;
   }
   if (sig == SIGUSR1 || now_ms() - g_first_ms.load() < kRepeatAfterMs) return;
   end_by_signal(sig);  // a second request to stop: what the signal does by default
 }
-
 
 }  // namespace
 
