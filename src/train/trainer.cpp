@@ -354,12 +354,16 @@ int Trainer::agreed_stop_signal(bool every_worker_here) {
   return 0;
 }
 
-void Trainer::save_for_stop() {
+bool Trainer::stop_if_asked(bool every_worker_here, TrainResult& result) {
+  const int sig = agreed_stop_signal(every_worker_here);
+  if (sig == 0) return false;
   if (state_.step != last_saved_step_) save(false);
-  comm_->barrier();
+  comm_->barrier();  // no worker exits while rank 0 still writes
   log("stopped at epoch " + std::to_string(state_.epoch) + ", batch " +
       std::to_string(state_.batch) + " of " + std::to_string(steps_per_epoch_ * train_.accumulate) +
       " (update " + std::to_string(state_.step) + "); --resume continues from here");
+  result.stop_signal = sig;
+  return true;
 }
 
 void Trainer::update(const Tensor& micro_loss_sum) {
@@ -472,12 +476,7 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
       setup_.progress(p);
     }
     // A stop request (the epoch's last update leaves it to the epoch's end, after evaluation).
-    const int stop_signal = state_.batch < batches
-                                ? agreed_stop_signal(state_.step % train_.log_every == 0)
-                                : 0;
-    if (stop_signal != 0) {
-      save_for_stop();
-      result.stop_signal = stop_signal;
+    if (state_.batch < batches && stop_if_asked(state_.step % train_.log_every == 0, result)) {
       stop = true;
       break;
     }
@@ -564,11 +563,7 @@ TrainResult Trainer::fit() {
     train_epoch(state_.epoch, result, stop);
     if (stop || state_.epoch >= epochs) break;
     // A request that came during the evaluation: the epoch's checkpoint may already hold it all.
-    if (const int sig = agreed_stop_signal(true)) {
-      save_for_stop();
-      result.stop_signal = sig;
-      stop = true;
-    }
+    stop = stop_if_asked(true, result);
   }
   result.best_top1 = state_.best_top1;
   result.best_epoch = state_.best_epoch;

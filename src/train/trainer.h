@@ -113,9 +113,9 @@ class Trainer {
   // worker asks at every call; a job only where `every_worker_here` (all workers make the same
   // calls), in one all-gather, taking the first rank's request. 0: go on.
   int agreed_stop_signal(bool every_worker_here);
-  // Writes a checkpoint of where the run stands (unless it has one) and waits for every worker,
-  // so that no worker exits while rank 0 still writes.
-  void save_for_stop();
+  // When the workers agree on a stop here (agreed_stop_signal): writes a checkpoint of where the
+  // run stands (unless it has one), waits for every worker, sets result.stop_signal; true.
+  bool stop_if_asked(bool every_worker_here, TrainResult& result);
   void restore(const Checkpoint& checkpoint);
   void capture_rngs();
   void seed_rank_generators();

@@ -57,17 +57,9 @@ pid_t spawn_train(const std::vector<std::string>& args, const std::vector<std::s
 
 // Waits for `pid` up to `limit_s`; the exit code (128 + signal), or -1 on time-out (then killed).
 int wait_exit(pid_t pid, double limit_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const std::optional<int> status = test::wait_status(pid, limit_s);
+  if (!status) return -1;
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
 }
 
 std::string read_file(const std::string& path) {

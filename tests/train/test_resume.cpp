@@ -214,15 +214,9 @@ TEST_CASE("train on SIGTERM: a checkpoint, then it ends by SIGTERM, and an ignor
   int status = 0;
   REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);  // still training
   ::kill(pid, SIGTERM);
-  const auto t0 = std::chrono::steady_clock::now();
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      FAIL("train did not stop within 60 s of SIGTERM");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const std::optional<int> ended = test::wait_status(pid, 60);
+  if (!ended) FAIL("train did not stop within 60 s of SIGTERM");
+  status = *ended;
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   INFO(text);

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -92,6 +95,22 @@ inline std::map<std::string, Tensor> train_until(const std::string& yaml, int64_
   const train::TrainResult r = trainer.fit();
   if (result) *result = r;
   return trainer.model().state_dict();
+}
+
+// Waits for the child `pid` up to `limit_s` seconds: its wait status (waitpid's), or nullopt when
+// it was still running (then it is killed and reaped).
+inline std::optional<int> wait_status(pid_t pid, double limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return status;
 }
 
 // Polls `run_dir` until its last complete checkpoint has reached `step` (or `limit_s` passed);
