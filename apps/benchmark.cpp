@@ -55,6 +55,7 @@ struct BenchmarkOptions {
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
+  std::string conv_logits = "conv";      // or gemm (nn::set_conv_logits_form)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -228,6 +229,7 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.attention = o.attention;
   kernels.elementwise = o.elementwise;
   kernels.norm_output = o.norm_output;
+  kernels.conv_logits = o.conv_logits;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   kernels.apply();
 
@@ -336,7 +338,8 @@ int run_benchmark(BenchmarkOptions o) {
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description}, {"attention", o.attention},
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
-                        {"elementwise", o.elementwise}, {"norm_output", o.norm_output}};
+                        {"elementwise", o.elementwise}, {"norm_output", o.norm_output},
+                        {"conv_logits", o.conv_logits}};
     j["gflops_per_image"] = flops.gflops_per_image;
     j["tflops"] = flops.tflops;
     if (flops.peak_tflops > 0) {
@@ -360,6 +363,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
     if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
     if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
+    if (o.conv_logits != "conv") line << " [" << o.conv_logits << " conv logits]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
@@ -424,5 +428,9 @@ int main(int argc, char** argv) {
                  "under autocast, layer norms read only by a matrix product write: autocast (its "
                  "16-bit dtype, the same bits) or f32 (cast by the product after), to compare")
       ->check(CLI::IsMember({"autocast", "f32"}));
+  app.add_option("--conv-logits", o.conv_logits,
+                 "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA) or gemm (each "
+                 "query's 3x3 neighbourhood times the filters: im2col + batched GEMM), to compare")
+      ->check(CLI::IsMember({"conv", "gemm"}));
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

@@ -20,6 +20,8 @@
 
 #include "autograd/grad_mode.h"
 #include "backend/device_runtime.h"
+#include "nn/layers.h"
+#include "nn/mixers/attention_core.h"
 #include "ops/ops.h"
 
 namespace {
@@ -145,6 +147,26 @@ class CaseBuilder {
     return c;
   }
 
+  // CSKA's logits as the mixer computes them (nn::conv_logits, forward and backward): queries
+  // [B, h, H*W, d] as split_heads leaves them (a strided view) through the grouped 3x3 conv of
+  // `keys` outputs per head, in `form` (the convolution on an NCHW copy, or im2col + GEMM).
+  BenchCase conv_logits(const std::string& name, int64_t batch, int64_t heads, int64_t head_dim,
+                        int64_t grid, int64_t keys, ska::nn::ConvLogitsForm form) {
+    const Tensor tokens = random({batch, grid * grid, heads * head_dim});
+    auto conv = ska::nn::make_conv_logits(heads * head_dim, heads, keys);
+    conv->to(device_);
+    conv->to(dtype_);
+    const double flops = 2.0 * batch * heads * keys * grid * grid * head_dim * 9;
+    const std::string shape = shape_text({batch, heads, grid * grid, head_dim}) + " k3g" +
+                              std::to_string(heads) + "->" + std::to_string(heads * keys);
+    BenchCase c{name, shape, flops, true, [=] {
+                  const ska::nn::ConvLogitsFormGuard guard(form);
+                  return ska::nn::conv_logits(ska::nn::split_heads(tokens, heads), *conv, grid,
+                                              grid);
+                }};
+    return with_backward(c, {tokens, conv->weight, conv->bias});
+  }
+
   static Tensor to_channels_last(const Tensor& t) {
     return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
   }
@@ -262,24 +284,42 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.conv("cska_logits_conv3x3g8", {bs.vit, 512, 8, 8}, 520, 3, 1, 1, 8, true, true);
       },
-      // CSKAFormer-S18's stage-3 logit convolution (20 heads of 16 over the 14x14 grid, 196 keys
+      // CSKAFormer-S18's logit convolution (stage 2: 8 heads of 16 over the 28x28 grid, 784 keys
       // each), NCHW as the mixer runs it: its backward-input pass was 54% of the training step
       // (H200, 2026-11-26). The timed choice, then each form forced.
       [=](CaseBuilder& c) {
-        return c.conv("cskaf_logits_conv3x3g20", {bs.caformer, 320, 14, 14}, 3920, 3, 1, 1, 20,
+        return c.conv("cskaf_logits_conv3x3g8", {bs.caformer, 128, 28, 28}, 6272, 3, 1, 1, 8,
                       true, true);
       },
       [=](CaseBuilder& c) {
         return CaseBuilder::with_input_grad(
-            c.conv("cskaf_logits_bwddata", {bs.caformer, 320, 14, 14}, 3920, 3, 1, 1, 20, true,
+            c.conv("cskaf_logits_bwddata", {bs.caformer, 128, 28, 28}, 6272, 3, 1, 1, 8, true,
                    true),
             ska::ConvInputGrad::kBackwardData);
       },
       [=](CaseBuilder& c) {
         return CaseBuilder::with_input_grad(
-            c.conv("cskaf_logits_rotated", {bs.caformer, 320, 14, 14}, 3920, 3, 1, 1, 20, true,
+            c.conv("cskaf_logits_rotated", {bs.caformer, 128, 28, 28}, 6272, 3, 1, 1, 8, true,
                    true),
             ska::ConvInputGrad::kRotatedForward);
+      },
+      // The same two logit convolutions as the mixers run them (queries in, logits out), through
+      // the convolution and as im2col + GEMM (train.conv_logits). Ours only.
+      [=](CaseBuilder& c) {
+        return c.conv_logits("cska_conv_logits_conv", bs.vit, 8, 64, 8, 65,
+                             ska::nn::ConvLogitsForm::kConv);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv_logits("cska_conv_logits_gemm", bs.vit, 8, 64, 8, 65,
+                             ska::nn::ConvLogitsForm::kGemm);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv_logits("cskaf_conv_logits_conv", bs.caformer, 8, 16, 28, 784,
+                             ska::nn::ConvLogitsForm::kConv);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv_logits("cskaf_conv_logits_gemm", bs.caformer, 8, 16, 28, 784,
+                             ska::nn::ConvLogitsForm::kGemm);
       },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },

@@ -137,7 +137,7 @@ def case_list(bs):
                          True),
         lambda c: c.conv("cska_logits_conv3x3g8", (bs["vit"], 512, 8, 8), 520, 3, 1, 1, 8, True,
                          True),
-        lambda c: c.conv("cskaf_logits_conv3x3g20", (caf, 320, 14, 14), 3920, 3, 1, 1, 20, True,
+        lambda c: c.conv("cskaf_logits_conv3x3g8", (caf, 128, 28, 28), 6272, 3, 1, 1, 8, True,
                          True),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64, True),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512, True),

@@ -10,9 +10,13 @@
 #   attention our bf16 training step with the WMMA and the mma.sync attention kernels
 #             (--attention fused / mma) back to back: cifar10_vit_s and cifar10_cska_vit at 512,
 #             imagenet_caformer_s18 at 128 (ATTN="CONFIG:BATCH ..." for others)
+#   logits    our bf16 training step with CSKA's logit convolution as a convolution and as
+#             im2col + GEMM (--conv-logits conv / gemm) back to back: imagenet_cskaformer_s18 at
+#             128, cifar10_cska_vit at 512 (LOGITS="CONFIG:BATCH ..." for others)
 #   convs     scripts/benchmark_ops.sh (bf16, against PyTorch) on the CSKA logit convolutions:
-#             CSKAFormer-S18's stage 3 and CSKA-ViT-S's, forward and backward, with the timed
-#             backward-input choice and with each form forced (backward-data, rotated forward)
+#             CSKAFormer-S18's (stage 2) and CSKA-ViT-S's, forward and backward, with the timed
+#             backward-input choice and with each form forced (backward-data, rotated forward),
+#             and as the mixers run them in both train.conv_logits forms
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
 #             adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..." for others)
@@ -54,7 +58,7 @@ while [ $# -gt 0 ]; do
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests attention convs speed dp profile loader zoo table8 variants memcheck)
+all=(tests attention logits convs speed dp profile loader zoo table8 variants memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -169,9 +173,20 @@ for stage in "${stages[@]}"; do
           sed "s/^ */  $kernels: /" | tee -a "$summary"
       done
     done ;;
+  logits)
+    for item in ${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}; do
+      config=${item%%:*} batch=${item#*:}
+      for form in conv gemm; do
+        stage_run "logits_${config}_$form" 60 "$build/apps/benchmark" --config "$config" \
+          --device cuda --precision bf16 --batch "$batch" --iters 10 --conv-logits "$form"
+        [ $? = 125 ] && continue
+        grep -E "images/s" "$logs/logits_${config}_$form.log" |
+          sed "s/^ */  $form: /" | tee -a "$summary"
+      done
+    done ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
-      --cases cskaf,cska_logits
+      --cases cskaf,cska_logits,cska_conv_logits
     [ $? = 125 ] && continue
     grep -E "cska" "$logs/convs.log" | sed 's/^/  /' | tee -a "$summary" ;;
   speed)

@@ -1,9 +1,11 @@
 // Shape ops that assemble or cut tensors: cat, stack, split/chunk, constant pad, roll.
 #include "ops/shape_ops.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "autograd/node.h"
+#include "backend/backend.h"
 #include "ops/autocast.h"
 #include "ops/detail.h"
 
@@ -16,6 +18,36 @@ Tensor narrow_raw(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   shape[dim] = length;
   return Tensor::make_view(t.storage(), shape, t.strides(), t.offset() + start * t.strides()[dim],
                            t.dtype());
+}
+
+// Tap (ky, kx) of a k x k neighbourhood on an H x W grid: output rows [y0, y1) read grid rows
+// [y0 + dy, y1 + dy), output columns [x0, x1) grid columns [x0 + dx, x1 + dx); the rest reads
+// zeros.
+struct TapRegion {
+  int64_t y0, y1, x0, x1, dy, dx;
+  bool empty() const { return y0 >= y1 || x0 >= x1; }
+};
+
+TapRegion tap_region(int64_t h, int64_t w, int64_t k, int64_t ky, int64_t kx) {
+  const int64_t dy = ky - k / 2, dx = kx - k / 2;
+  return {std::max<int64_t>(0, -dy), std::min(h, h - dy), std::max<int64_t>(0, -dx),
+          std::min(w, w - dx), dy, dx};
+}
+
+// cols [..., H, W, k*k, C] -> tap `tap`'s [..., H, W, C] (a raw view: no autograd).
+Tensor tap_of(const Tensor& cols, int64_t tap) {
+  Shape shape = cols.shape(), strides = cols.strides();
+  const auto d = static_cast<std::ptrdiff_t>(shape.size()) - 2;
+  const int64_t offset = cols.offset() + tap * strides[static_cast<size_t>(d)];
+  shape.erase(shape.begin() + d);
+  strides.erase(strides.begin() + d);
+  return Tensor::make_view(cols.storage(), shape, strides, offset, cols.dtype());
+}
+
+// t [..., H, W, C] -> grid rows [r0, r0 + rows) and columns [c0, c0 + cols) (a raw view).
+Tensor grid_window(const Tensor& t, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  const int64_t d = t.dim() - 3;
+  return narrow_raw(narrow_raw(t, d, r0, rows), d + 1, c0, cols);
 }
 
 }  // namespace
@@ -169,6 +201,41 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
     if (s == 0) continue;
     out = cat({out.narrow(d, n - s, s), out.narrow(d, 0, n - s)}, d);
   }
+  return out;
+}
+
+Tensor grid_neighbourhoods(const Tensor& x, int64_t kernel) {
+  SKA_CHECK(kernel >= 1 && kernel % 2 == 1, ValueError,
+            "grid_neighbourhoods: the kernel must be odd and positive, got ", kernel);
+  SKA_CHECK(x.dim() >= 3, ShapeError, "grid_neighbourhoods: expected [..., H, W, C], got ",
+            shape_str(x.shape()));
+  const int64_t h = x.size(-3), w = x.size(-2);
+  Shape shape = x.shape();
+  shape.insert(shape.end() - 1, kernel * kernel);
+  Tensor out = Tensor::zeros(shape, x.dtype(), x.device());
+  for (int64_t ky = 0; ky < kernel; ++ky) {
+    for (int64_t kx = 0; kx < kernel; ++kx) {
+      const TapRegion r = tap_region(h, w, kernel, ky, kx);
+      if (r.empty()) continue;
+      const int64_t rows = r.y1 - r.y0, cols = r.x1 - r.x0;
+      grid_window(tap_of(out, ky * kernel + kx), r.y0, rows, r.x0, cols)
+          .copy_(grid_window(x, r.y0 + r.dy, rows, r.x0 + r.dx, cols));
+    }
+  }
+  autograd::record_op("grid_neighbourhoods", {x}, {out}, [=, in = x.shape()](const TensorList& g) {
+    const Tensor gx = Tensor::zeros(in, g[0].dtype(), g[0].device());
+    for (int64_t ky = 0; ky < kernel; ++ky) {
+      for (int64_t kx = 0; kx < kernel; ++kx) {
+        const TapRegion r = tap_region(h, w, kernel, ky, kx);
+        if (r.empty()) continue;
+        const int64_t rows = r.y1 - r.y0, cols = r.x1 - r.x0;
+        const Tensor dst = grid_window(gx, r.y0 + r.dy, rows, r.x0 + r.dx, cols);
+        const Tensor src = grid_window(tap_of(g[0], ky * kernel + kx), r.y0, rows, r.x0, cols);
+        SKA_KERNEL(gx.device(), binary)(BinaryOp::kAdd, dst, src, dst);  // in place, elementwise
+      }
+    }
+    return TensorList{gx};
+  });
   return out;
 }
 

@@ -1,4 +1,5 @@
-// Differentiable shape ops that copy: cat, stack, split/chunk/unbind (views), constant pad, roll.
+// Differentiable shape ops that copy: cat, stack, split/chunk/unbind (views), constant pad, roll,
+// grid neighbourhoods (im2col).
 // Pure views (reshape, permute, narrow, expand, ...) are Tensor methods.
 #pragma once
 
@@ -24,5 +25,12 @@ TensorList unbind(const Tensor& x, int64_t dim);
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
 // Cyclic shifts along dims, as torch.roll.
 Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims);
+// The k x k neighbourhood (k odd, zero outside the grid) of every position of a channels-last
+// grid, taps before channels: x [..., H, W, C] -> [..., H, W, k*k, C] with
+//   out[..., y, x, ky*k + kx, c] = x[..., y + ky - k/2, x + kx - k/2, c]   (0 off the grid).
+// Flattened to [..., H*W, k*k*C] it is im2col, so a stride-1 "same" convolution becomes a matrix
+// product with the weight [C_out, C, k, k] reordered to [C_out, k, k, C]. Backward sums each
+// tap's gradient back onto the positions it read. Copies only (k*k strided copies each way).
+Tensor grid_neighbourhoods(const Tensor& x, int64_t kernel);
 
 }  // namespace ska

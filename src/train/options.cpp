@@ -58,6 +58,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.attention = t.get_choice("attention", k.attention, {"fused", "mma", "scalar", "unfused"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
+  k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
   return k;
@@ -69,6 +70,8 @@ void KernelChoices::apply() const {
   set_cuda_attention_mma(attention == "mma");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
+  nn::set_conv_logits_form(conv_logits == "gemm" ? nn::ConvLogitsForm::kGemm
+                                                 : nn::ConvLogitsForm::kConv);
   set_cudnn_benchmark(cudnn_benchmark);
   set_cudnn_deterministic(cudnn_deterministic);
 }
@@ -78,6 +81,7 @@ std::string KernelChoices::describe() const {
   if (attention != "fused") out += " [" + attention + " attention]";
   if (elementwise != "fast") out += " [reference elementwise kernels]";
   if (norm_output != "autocast") out += " [f32 norm outputs]";
+  if (conv_logits != "conv") out += " [" + conv_logits + " conv logits]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";
   if (cudnn_deterministic) out += " [deterministic cuDNN]";
   return out;

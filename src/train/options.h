@@ -33,6 +33,9 @@ struct KernelChoices {
   std::string attention = "fused";
   std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
   std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
+  // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA) or gemm
+  // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM).
+  std::string conv_logits = "conv";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
   bool cudnn_benchmark = true;

@@ -10,7 +10,9 @@
 #include "models/model.h"
 #include "models/metaformer.h"
 #include "models/model_golden.h"
+#include "models/swin_cvt_golden.h"
 #include "models/vit.h"
+#include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -133,6 +135,18 @@ TEST_CASE("MetaFormer-flavour ska/cska match the PyTorch reference in f64",
   }
 }
 
+TEST_CASE("cska models match the PyTorch references with conv logits as a matrix product",
+          "[cpu][mixers][golden]") {
+  const nn::ConvLogitsFormGuard gemm(nn::ConvLogitsForm::kGemm);
+  for (const char* name : {"mixer_cska_metaformer", "mixer_cska_metaformer_starrelu", "vit_cska",
+                           "vit_cska_authors_order", "cait_cska"}) {
+    SECTION(name) { test::check_model_golden(name); }
+  }
+  for (const char* name : {"swin_cska", "cvt_cska", "cvt_cska_static"}) {
+    SECTION(name) { test::require_golden_model(name); }
+  }
+}
+
 TEST_CASE("lsa, ska and cska gradients match central differences", "[cpu][mixers]") {
   struct GradCase {
     std::string mixer;
@@ -180,6 +194,13 @@ TEST_CASE("static-key mixers agree on CUDA and CPU", "[cuda][mixers]") {
   };
   for (const ParityCase& c : cases) {
     SECTION(std::string(c.mixer) + " " + c.family) {
+      test::check_module_cuda_parity(
+          [&] { return make_mixer(c.mixer, 32, c.grid, c.family); },
+          test::uniform({2, c.grid.tokens(), 32}, 23, -1.0, 1.0, DType::kF32));
+    }
+    if (std::string(c.mixer).find("cska") == std::string::npos) continue;
+    SECTION(std::string(c.mixer) + " " + c.family + ", conv logits as a matrix product") {
+      const nn::ConvLogitsFormGuard gemm(nn::ConvLogitsForm::kGemm);
       test::check_module_cuda_parity(
           [&] { return make_mixer(c.mixer, 32, c.grid, c.family); },
           test::uniform({2, c.grid.tokens(), 32}, 23, -1.0, 1.0, DType::kF32));

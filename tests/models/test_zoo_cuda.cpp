@@ -249,3 +249,22 @@ TEST_CASE("zoo on CUDA: logits and every parameter gradient of every model match
     }
   }
 }
+
+TEST_CASE("zoo on CUDA: cska models with conv logits as a matrix product match the CPU",
+          "[cuda][models][slow]") {
+  if (!test::cuda_available_or_skip()) return;
+  // train.conv_logits: gemm on both devices (the CPU's equality with the convolution is tested in
+  // f64 on the CPU), against the same exact f64 result.
+  KernelChoices gemm;
+  gemm.conv_logits = "gemm";
+  gemm.apply();
+  for (const char* name :
+       {"cska_vit_s", "cska_cait_s", "cska_swin_t", "cska_cvt_13", "cskaformer_s18"}) {
+    for (const bool bf16 : {false, true}) {
+      bool ok = false;
+      CHECK_NOTHROW(ok = compare_devices(name, Device::cuda(0), bf16));
+      CHECK(ok);
+    }
+  }
+  KernelChoices{}.apply();
+}

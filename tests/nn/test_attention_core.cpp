@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "autograd/node.h"
 #include "nn/mixers/attention_core.h"
 #include "nn/mixers/mixer.h"
+#include "ops/autocast.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -236,6 +238,110 @@ TEST_CASE("logit builders: q k^T, static keys, conv logits", "[cpu][nn][attentio
           return add(static_key_logits(x[0], x[1]), conv_logits(x[0], *conv, 2, 3));
         },
         inputs);
+  }
+}
+
+namespace {
+
+// Whether the autograd graph of `t` records an op named `name`.
+bool graph_has(const Tensor& t, const std::string& name) {
+  std::vector<std::shared_ptr<autograd::Node>> todo = {t.grad_fn()};
+  while (!todo.empty()) {
+    const std::shared_ptr<autograd::Node> node = todo.back();
+    todo.pop_back();
+    if (!node) continue;
+    if (node->name() == name) return true;
+    for (const autograd::Edge& e : node->next_edges) todo.push_back(e.fn);
+  }
+  return false;
+}
+
+// conv_logits(q, conv) and the gradients of sum(logits * w) for q, the weight and the bias; checks
+// that the form asked for computed them (`product`: the form runs as a matrix product).
+TensorList conv_logits_and_grads(const Tensor& q_in, Conv2d& conv, int64_t h, int64_t w,
+                                 ConvLogitsForm form, bool product = true) {
+  ConvLogitsFormGuard guard(form);
+  const Tensor q = q_in.clone().set_requires_grad(true);
+  conv.weight.zero_grad();
+  if (conv.bias.defined()) conv.bias.zero_grad();
+  const Tensor logits = conv_logits(q, conv, h, w);
+  const bool as_product = form == ConvLogitsForm::kGemm && product;
+  CHECK(graph_has(logits, "grid_neighbourhoods") == as_product);
+  CHECK(graph_has(logits, "conv2d") == !as_product);
+  const Tensor weights = test::uniform(logits.shape(), 99, -1.0, 1.0, logits.dtype());
+  sum(logits * weights).backward();
+  TensorList out = {logits.detach(), q.grad(), conv.weight.grad()};
+  if (conv.bias.defined()) out.push_back(conv.bias.grad());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("conv logits as one matrix product per head equal the convolution",
+          "[cpu][nn][attention]") {
+  // q [B, h, H*W, d] as split_heads leaves it (a strided view), on a 4x5 grid.
+  const int64_t heads = 3, d = 4, keys = 7, gh = 4, gw = 5;
+  const Tensor q_in = split_heads(test::uniform({2, gh * gw, heads * d}, 21), heads);
+  const char* names[] = {"logits", "q grad", "weight grad", "bias grad"};
+  for (int64_t k : {3, 5}) {
+    for (bool bias : {true, false}) {
+      DYNAMIC_SECTION(k << "x" << k << (bias ? " with" : " without") << " bias") {
+        Conv2dOptions o;
+        o.padding = k / 2;
+        o.groups = heads;
+        o.bias = bias;
+        Conv2d conv(heads * d, heads * keys, k, o);
+        conv.to(DType::kF64);
+        const TensorList by_conv = conv_logits_and_grads(q_in, conv, gh, gw, ConvLogitsForm::kConv);
+        const TensorList by_gemm = conv_logits_and_grads(q_in, conv, gh, gw, ConvLogitsForm::kGemm);
+        REQUIRE(by_gemm.size() == by_conv.size());
+        for (size_t i = 0; i < by_conv.size(); ++i) {
+          test::require_close(by_gemm[i], by_conv[i], test::tolerance_for(DType::kF64), names[i]);
+        }
+        ConvLogitsFormGuard gemm(ConvLogitsForm::kGemm);
+        TensorList inputs = {q_in.clone().set_requires_grad(true), conv.weight};
+        if (bias) inputs.push_back(conv.bias);
+        test::check_gradients([&](const TensorList& x) { return conv_logits(x[0], conv, gh, gw); },
+                              inputs);
+      }
+    }
+  }
+  SECTION("f32, and bf16 autocast, agree with the convolution") {
+    std::shared_ptr<Conv2d> conv = make_conv_logits(heads * d, heads, keys);
+    const Tensor q32 = q_in.to(DType::kF32);
+    const TensorList by_conv = conv_logits_and_grads(q32, *conv, gh, gw, ConvLogitsForm::kConv);
+    const TensorList by_gemm = conv_logits_and_grads(q32, *conv, gh, gw, ConvLogitsForm::kGemm);
+    for (size_t i = 0; i < by_conv.size(); ++i) {
+      test::require_close(by_gemm[i], by_conv[i], test::tolerance_for(DType::kF32), names[i]);
+    }
+    AutocastGuard autocast(DType::kBF16);
+    const Tensor logits_gemm = [&] {
+      ConvLogitsFormGuard gemm(ConvLogitsForm::kGemm);
+      return conv_logits(q32, *conv, gh, gw);
+    }();
+    const Tensor logits_conv = conv_logits(q32, *conv, gh, gw);
+    CHECK(logits_gemm.dtype() == DType::kBF16);
+    CHECK(logits_conv.dtype() == DType::kBF16);
+    test::require_close(logits_gemm, logits_conv, test::tolerance_for(DType::kBF16));
+  }
+  SECTION("1x1 filters, and a dilated convolution (which stays a convolution)") {
+    Conv2dOptions o;
+    o.groups = heads;
+    Conv2d conv(heads * d, heads * keys, 1, o);  // padding 0 = k/2: the product applies
+    conv.to(DType::kF64);
+    Conv2dOptions dilated = o;
+    dilated.padding = 2;
+    dilated.dilation = 2;
+    Conv2d conv_dilated(heads * d, heads * keys, 3, dilated);  // keeps the grid; not a product
+    conv_dilated.to(DType::kF64);
+    for (Conv2d* c : {&conv, &conv_dilated}) {
+      const TensorList by_conv = conv_logits_and_grads(q_in, *c, gh, gw, ConvLogitsForm::kConv);
+      const TensorList by_gemm =
+          conv_logits_and_grads(q_in, *c, gh, gw, ConvLogitsForm::kGemm, c == &conv);
+      for (size_t i = 0; i < by_conv.size(); ++i) {
+        test::require_close(by_gemm[i], by_conv[i], test::tolerance_for(DType::kF64), names[i]);
+      }
+    }
   }
 }
 

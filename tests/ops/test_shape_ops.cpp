@@ -1,4 +1,5 @@
-// cat, stack, split, chunk, pad and roll: values, gradients, errors, CUDA parity.
+// cat, stack, split, chunk, pad, roll and grid neighbourhoods: values, gradients, errors, CUDA
+// parity.
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
@@ -110,6 +111,46 @@ TEST_CASE("roll matches torch.roll", "[cpu]") {
   CHECK(roll(x, {8}, {1}).to_vector<double>() == x.to_vector<double>());
 }
 
+// grid_neighbourhoods by its definition, element by element: [L, H, W, C] -> [L, H, W, k*k, C].
+std::vector<double> neighbourhoods_by_definition(const Tensor& x, int64_t k) {
+  const int64_t l = x.size(0), h = x.size(1), w = x.size(2), c = x.size(3);
+  const std::vector<double> in = x.contiguous().to_vector<double>();
+  std::vector<double> out;
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t xx = 0; xx < w; ++xx)
+        for (int64_t ky = 0; ky < k; ++ky)
+          for (int64_t kx = 0; kx < k; ++kx)
+            for (int64_t ch = 0; ch < c; ++ch) {
+              const int64_t sy = y + ky - k / 2, sx = xx + kx - k / 2;
+              const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+              out.push_back(inside ? in[static_cast<size_t>(((i * h + sy) * w + sx) * c + ch)]
+                                   : 0.0);
+            }
+  return out;
+}
+
+TEST_CASE("grid neighbourhoods: every tap of every position, zeros off the grid", "[cpu]") {
+  const Tensor x = uniform({2, 4, 5, 3}, 11);
+  for (int64_t k : {1, 3, 5, 7}) {  // 7: taps that miss a 4-row grid entirely
+    const Tensor y = grid_neighbourhoods(x, k);
+    CHECK(y.shape() == Shape{2, 4, 5, k * k, 3});
+    CHECK(y.to_vector<double>() == neighbourhoods_by_definition(x, k));
+  }
+  // A strided view (channels last of a channels-first tensor) reads as its values.
+  const Tensor xt = uniform({2, 3, 4, 5}, 12).permute({0, 2, 3, 1});
+  CHECK(grid_neighbourhoods(xt, 3).to_vector<double>() == neighbourhoods_by_definition(xt, 3));
+  // The 3x3 "same" convolution of [C_out, C, 3, 3] filters as a product with [C_out, 9 * C].
+  const Tensor image = uniform({2, 3, 4, 5}, 13), weight = uniform({6, 3, 3, 3}, 14);
+  const Tensor cols = grid_neighbourhoods(image.permute({0, 2, 3, 1}), 3).reshape({2, 20, 27});
+  const Tensor filters = weight.permute({0, 2, 3, 1}).reshape({6, 27});
+  const Tensor product = matmul(cols, filters.transpose(0, 1));  // [2, 20 positions, 6]
+  require_close(product.transpose(1, 2).reshape({2, 6, 4, 5}),
+                conv2d(image, weight, Tensor(), 1, 1), ska::test::tolerance_for(DType::kF64));
+  CHECK_THROWS_WITH(grid_neighbourhoods(x, 2), Catch::Contains("odd"));
+  CHECK_THROWS_AS(grid_neighbourhoods(x.reshape({40, 3}), 3), ShapeError);
+}
+
 TEST_CASE("shape op gradients", "[cpu]") {
   Tensor a = uniform({2, 3}, 1).set_requires_grad();
   Tensor b = uniform({2, 2}, 2).set_requires_grad();
@@ -121,6 +162,16 @@ TEST_CASE("shape op gradients", "[cpu]") {
   }, {a});
   check_gradients([](const TensorList& in) { return pad(in[0], {2, 1, 0, 3}, 0.5); }, {a});
   check_gradients([](const TensorList& in) { return roll(in[0], {1, -2}, {0, 1}) * in[0]; }, {a});
+  Tensor grid = uniform({2, 3, 4, 2}, 3).set_requires_grad();
+  for (int64_t k : {1, 3, 5}) {
+    check_gradients([k](const TensorList& in) { return grid_neighbourhoods(in[0], k); }, {grid});
+  }
+  check_gradients(  // a strided input, read twice
+      [](const TensorList& in) {
+        const Tensor t = in[0].transpose(1, 2);
+        return grid_neighbourhoods(t, 3) * grid_neighbourhoods(t * t, 3);
+      },
+      {grid});
 }
 
 TEST_CASE("CUDA shape ops match the CPU", "[cuda]") {
@@ -135,5 +186,10 @@ TEST_CASE("CUDA shape ops match the CPU", "[cuda]") {
                                  {a}, dt);
     ska::test::check_cuda_parity([](const TensorList& in) { return roll(in[0], {2, -3}, {1, 2}); },
                                  {a}, dt);
+    ska::test::check_cuda_parity(  // channels last of a channels-first tensor, as CSKA reads q
+        [](const TensorList& in) {
+          return grid_neighbourhoods(in[0].reshape({4, 7, 3, 3}).permute({0, 2, 3, 1}), 3);
+        },
+        {a}, dt);
   }
 }

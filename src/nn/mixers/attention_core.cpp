@@ -18,6 +18,7 @@ namespace ska::nn {
 namespace {
 
 std::atomic<bool> g_fused_attention{true};
+std::atomic<ConvLogitsForm> g_conv_logits_form{ConvLogitsForm::kConv};
 // The widest head the CUDA attention kernels take (cuda/kernels/attention.cu).
 constexpr int64_t kCudaFusedMaxHeadDim = 128;
 
@@ -82,13 +83,55 @@ Tensor static_key_logits(const Tensor& q, const Tensor& keys) {
   return dot_logits(q, keys);
 }
 
+namespace {
+
+// conv_logits as one matrix product per head: every query's k x k neighbourhood of its head's
+// channels (grid_neighbourhoods, im2col with taps before channels), [h, B*H*W, k*k*d], times the
+// head's filters reordered to [h, K, k*k*d]. The heads lead, so the weight gradient is one
+// product per head over the whole batch (no per-sample products summed after).
+Tensor conv_logits_gemm(const Tensor& q, const Conv2d& conv, int64_t height, int64_t width) {
+  const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2), d = q.size(3);
+  const int64_t k = conv.weight.size(2), keys = conv.weight.size(0) / heads;
+  const Tensor grid = q.transpose(0, 1).reshape({heads, batch, height, width, d});
+  const Tensor cols = grid_neighbourhoods(grid, k).reshape({heads, batch * tokens, k * k * d});
+  const Tensor filters = conv.weight.reshape({heads, keys, d, k * k})
+                             .transpose(-1, -2)
+                             .contiguous()
+                             .reshape({heads, keys, k * k * d});
+  const Tensor logits = matmul(cols, filters.transpose(-1, -2))  // [h, B*H*W, K]
+                            .reshape({heads, batch, tokens, keys})
+                            .transpose(0, 1);
+  if (!conv.bias.defined()) return logits;
+  return logits + conv.bias.to(logits.dtype()).reshape({1, heads, 1, keys});
+}
+
+// Whether conv_logits_gemm computes what `conv` does: a square k x k "same" convolution (k odd,
+// padding k/2, stride and dilation 1) with one group per head.
+bool gemm_form_applies(const Conv2d& conv, int64_t heads) {
+  const Conv2dOptions& o = conv.options;
+  const int64_t k = conv.weight.size(2);
+  return conv.weight.size(3) == k && k % 2 == 1 && o.padding == k / 2 && o.stride == 1 &&
+         o.dilation == 1 && o.groups == heads;
+}
+
+}  // namespace
+
 Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width) {
   const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2);
   SKA_CHECK(q.dim() == 4 && tokens == height * width, ShapeError, "conv_logits: queries ", q.str(),
             " for a ", height, "x", width, " grid");
+  if (conv_logits_form() == ConvLogitsForm::kGemm && gemm_form_applies(conv, heads)) {
+    return conv_logits_gemm(q, conv, height, width);
+  }
   const Tensor image = q.transpose(-1, -2).reshape({batch, heads * q.size(3), height, width});
   const Tensor out = conv(image);  // [B, h * K, H, W], channel = head * K + key
   return out.reshape({batch, heads, out.size(1) / heads, tokens}).transpose(2, 3);
+}
+
+ConvLogitsForm conv_logits_form() { return g_conv_logits_form.load(std::memory_order_relaxed); }
+
+void set_conv_logits_form(ConvLogitsForm form) {
+  g_conv_logits_form.store(form, std::memory_order_relaxed);
 }
 
 Tensor init_static_keys(const Shape& shape) { return init_normal(shape, 0.0, 1.0); }

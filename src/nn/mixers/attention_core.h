@@ -52,7 +52,30 @@ Tensor static_key_logits(const Tensor& q, const Tensor& keys);
 // q [B, h, H*W, d] (row-major positions) laid out as an image [B, h*d, H, W] with channels grouped
 // by head -> conv -> [B, h*K, H, W]; output channel head * K + key at a position is that query's
 // logit over the key -> [B, h, H*W, K].
+// Computed as `conv` runs it, or (ConvLogitsForm::kGemm) as one matrix product per head over the
+// queries' neighbourhoods: the same numbers up to the order of the sums.
 Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width);
+// How conv_logits computes (`train.conv_logits`, `benchmark --conv-logits`): kConv through the
+// convolution (cuDNN on CUDA); kGemm as im2col + batched GEMM (cuBLAS on CUDA), which steps
+// around cuDNN's slow backward-data kernels for grouped convolutions with many outputs per group.
+// A convolution the product does not express (dilated, strided) stays a convolution.
+// Process-wide; default kConv.
+enum class ConvLogitsForm { kConv, kGemm };
+ConvLogitsForm conv_logits_form();
+void set_conv_logits_form(ConvLogitsForm form);
+// Sets the form for a scope (tests, benchmarks).
+class ConvLogitsFormGuard {
+ public:
+  explicit ConvLogitsFormGuard(ConvLogitsForm form) : saved_(conv_logits_form()) {
+    set_conv_logits_form(form);
+  }
+  ~ConvLogitsFormGuard() { set_conv_logits_form(saved_); }
+  ConvLogitsFormGuard(const ConvLogitsFormGuard&) = delete;
+  ConvLogitsFormGuard& operator=(const ConvLogitsFormGuard&) = delete;
+
+ private:
+  ConvLogitsForm saved_;
+};
 
 // Static keys [h, Nk, d] (or any shape): randn, as in every reference.
 Tensor init_static_keys(const Shape& shape);
