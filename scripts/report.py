@@ -5,6 +5,7 @@
 #
 #   scripts/report.py table8-mini                  # runs/table8-mini/<config>/ -> reports/table8-mini.*
 #   scripts/report.py table1 --name table1-2ep     # a shortened schedule's folders and report
+#   scripts/report.py table8-mini --seeds 1,2,3    # runs/table8-mini/<config>-seed<S>/: mean, std
 #   scripts/report.py --list table1                # the table's configs, one a line
 #   scripts/report.py --status RUN_DIR             # finished | partial | none
 import argparse
@@ -16,6 +17,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -106,28 +108,75 @@ def throughput(build, config_path, run_dir, device, batch):
     return None, err
 
 
+def collect_run(run_dir):
+    """One run folder's figures: curves, best and final evaluation, epochs, training time."""
+    rows, recs = summary_rows(run_dir), epoch_records(run_dir)
+    evaluated = [r for r in rows if r.get("eval_top1") is not None]
+    return {
+        "run_dir": run_dir, "status": run_status(run_dir), "has_rows": bool(rows),
+        "curve_epochs": [r["epoch"] for r in rows],
+        "curve_loss": [r.get("train_loss") for r in rows],
+        "curve_top1": [r.get("eval_top1") for r in rows],
+        "best": max(evaluated, key=lambda r: r["eval_top1"]) if evaluated else None,
+        "final": evaluated[-1] if evaluated else None,
+        "epochs_run": len(rows),
+        "epochs_planned": recs[-1].get("epochs") if recs else None,
+        "train_seconds": sum(r.get("seconds", 0.0) for r in recs) if recs else None,
+    }
+
+
+def mean_curve(runs, key):
+    """The mean over the runs of `key` at each epoch that every run has evaluated."""
+    per_run = [dict(zip(r["curve_epochs"], r[key])) for r in runs]
+    epochs = sorted(set.intersection(*(set(e for e, v in p.items() if v is not None) for p in per_run)))
+    return epochs, [statistics.fmean(p[e] for p in per_run) for e in epochs]
+
+
+def spread(values):
+    """(mean, sample standard deviation, n) of the values that are there; None when none are."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values)
+
+
+def combine_seeds(runs, seeds):
+    """One row's figures over its seeds: each seed's run, and their mean and spread."""
+    out = {"seed_runs": list(zip(seeds, runs)),
+           "run_dir": os.path.join(os.path.dirname(runs[0]["run_dir"]),
+                                   os.path.basename(runs[0]["run_dir"]).rsplit("-seed", 1)[0]
+                                   + "-seed{" + ",".join(map(str, seeds)) + "}")}
+    statuses = {r["status"] for r in runs}
+    out["status"] = statuses.pop() if len(statuses) == 1 else "partial"
+    out["has_rows"] = any(r["has_rows"] for r in runs)
+    out["best_stats"] = spread([r["best"]["eval_top1"] if r["best"] else None for r in runs])
+    out["final_stats"] = spread([r["final"]["eval_top1"] if r["final"] else None for r in runs])
+    out["top5_stats"] = spread([r["final"]["eval_top5"] if r["final"] else None for r in runs])
+    out["epochs_run"] = min(r["epochs_run"] for r in runs)
+    out["epochs_planned"] = next((r["epochs_planned"] for r in runs if r["epochs_planned"]), None)
+    times = [r["train_seconds"] for r in runs if r["train_seconds"] is not None]
+    out["train_seconds"] = statistics.fmean(times) if times else None
+    out["curve_epochs"], out["curve_loss"] = mean_curve(runs, "curve_loss")
+    out["curve_top1"] = mean_curve(runs, "curve_top1")[1]
+    return out
+
+
 def collect(row, args):
     name = os.path.basename(row["config"])
-    run_dir = os.path.join(args.runs, args.name, name)
-    run_config = os.path.join(run_dir, "config.yaml")
-    config_path = run_config if os.path.exists(run_config) else os.path.join(ROOT, "configs", row["config"] + ".yaml")
-    out = dict(row, run_dir=run_dir, status=run_status(run_dir), problems=[])
+    folders = ([os.path.join(args.runs, args.name, f"{name}-seed{s}") for s in args.seeds]
+               if args.seeds else [os.path.join(args.runs, args.name, name)])
+    run_configs = [os.path.join(d, "config.yaml") for d in folders if os.path.exists(os.path.join(d, "config.yaml"))]
+    config_path = run_configs[0] if run_configs else os.path.join(ROOT, "configs", row["config"] + ".yaml")
+    runs = [collect_run(d) for d in folders]
+    out = dict(row, problems=[])
+    out.update(combine_seeds(runs, args.seeds) if args.seeds else runs[0])
     out["params"], out["gmacs"], err = model_numbers(args.build, config_path)
     if err:
         out["problems"].append("parameters: " + err)
-    rows, recs = summary_rows(run_dir), epoch_records(run_dir)
-    out["curve_epochs"] = [r["epoch"] for r in rows]
-    out["curve_loss"] = [r.get("train_loss") for r in rows]
-    out["curve_top1"] = [r.get("eval_top1") for r in rows]
-    evaluated = [r for r in rows if r.get("eval_top1") is not None]
-    out["best"] = max(evaluated, key=lambda r: r["eval_top1"]) if evaluated else None
-    out["final"] = evaluated[-1] if evaluated else None
-    out["epochs_run"] = len(rows)
-    out["epochs_planned"] = recs[-1].get("epochs") if recs else None
-    out["train_seconds"] = sum(r.get("seconds", 0.0) for r in recs) if recs else None
     out["tp"] = None
-    if args.tp_device != "none" and rows:
-        out["tp"], err = throughput(args.build, config_path, run_dir, args.tp_device, args.tp_batch)
+    measured = next((r["run_dir"] for r in runs if r["has_rows"]), None)
+    if args.tp_device != "none" and measured:
+        out["tp"], err = throughput(args.build, config_path, measured, args.tp_device, args.tp_batch)
         if err:
             out["problems"].append("throughput: " + err)
     return out
@@ -144,13 +193,28 @@ def fmt_time(s):
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def fmt_spread(stats):
+    """mean ± std (n) of a spread(), or — without values."""
+    if stats is None:
+        return "—"
+    mean, std, n = stats
+    return f"{mean:.2f} ± {std:.2f} (n={n})"
+
+
 def table_cells(r):
-    best, final = r["best"], r["final"]
-    diff = best["eval_top1"] - r["paper_top1"] if best and r["paper_top1"] is not None else None
     planned = r["epochs_planned"]
-    return [r["label"], f"`{r['config']}`", fmt(r["paper_top1"], 1),
-            f"{fmt(best['eval_top1'])} (ep {int(best['epoch'])})" if best else "—",
-            fmt(final["eval_top1"]) if final else "—", fmt(final["eval_top5"]) if final else "—",
+    if "seed_runs" in r:  # several seeds: means with their spread
+        best_mean = r["best_stats"][0] if r["best_stats"] else None
+        diff = best_mean - r["paper_top1"] if best_mean is not None and r["paper_top1"] is not None else None
+        evaluation = [fmt_spread(r["best_stats"]), fmt_spread(r["final_stats"]),
+                      fmt(r["top5_stats"][0]) if r["top5_stats"] else "—"]
+    else:
+        best, final = r["best"], r["final"]
+        diff = best["eval_top1"] - r["paper_top1"] if best and r["paper_top1"] is not None else None
+        evaluation = [f"{fmt(best['eval_top1'])} (ep {int(best['epoch'])})" if best else "—",
+                      fmt(final["eval_top1"]) if final else "—",
+                      fmt(final["eval_top5"]) if final else "—"]
+    return [r["label"], f"`{r['config']}`", fmt(r["paper_top1"], 1)] + evaluation + [
             ("+" if diff is not None and diff >= 0 else "") + fmt(diff),
             fmt(r["paper_params_m"], 1), f"{r['params']:,}" if r["params"] else "—",
             f"{r['gmacs']:.4g}" if r["gmacs"] is not None else "—", fmt(r["tp"], 0), fmt(r["paper_tp"], 0, none="—"),
@@ -164,8 +228,15 @@ HEADER = ["row", "config", "paper top-1", "ours best top-1", "final top-1", "fin
 
 
 def context_lines(table, args):
+    seeds = ",".join(map(str, args.seeds or []))
     lines = [f"Generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by `scripts/report.py "
-             f"{args.table}{' --name ' + args.name if args.name != args.table else ''}` from `{args.runs}/{args.name}/`."]
+             f"{args.table}{' --name ' + args.name if args.name != args.table else ''}"
+             f"{' --seeds ' + seeds if seeds else ''}` from `{args.runs}/{args.name}/`."]
+    if seeds:
+        lines.append(f"Every row trained once per seed ({seeds}; `train.seed`, which sets the weights' "
+                     "initialisation, the data order and every random draw): top-1 cells are the mean "
+                     "± the sample standard deviation over the seeds that have evaluated (n); "
+                     "top-5, train time and the curves are means; each seed's figures are in the notes.")
     if args.overrides:
         lines.append(f"Every run of this report trained with the overrides `{args.overrides}`.")
     if args.name != args.table:
@@ -180,11 +251,29 @@ def context_lines(table, args):
     return lines + [f"Note: {n}" for n in table.get("notes", [])]
 
 
+def seed_note(r):
+    """Each seed's best (epoch) and final top-1 of a row trained with several seeds."""
+    parts = []
+    for seed, run in r["seed_runs"]:
+        if run["best"]:
+            parts.append(f"seed {seed}: best {run['best']['eval_top1']:.2f} (ep {int(run['best']['epoch'])}), "
+                         f"final {run['final']['eval_top1']:.2f}")
+        else:
+            parts.append(f"seed {seed}: not evaluated yet")
+    return "; ".join(parts)
+
+
+def row_notes(r):
+    """The notes of a row: the paper's caveat, each seed's figures, problems met."""
+    return (([r["note"]] if r.get("note") else []) + ([seed_note(r)] if "seed_runs" in r else [])
+            + r["problems"])
+
+
 def write_markdown(path, table, rows, args):
     out = [f"# {table['title']}", ""] + [l + "\n" for l in context_lines(table, args)]
     out += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     out += ["| " + " | ".join(table_cells(r)) + " |" for r in rows]
-    notes = [(r["label"], n) for r in rows for n in ([r["note"]] if r.get("note") else []) + r["problems"]]
+    notes = [(r["label"], n) for r in rows for n in row_notes(r)]
     words = {"none": "not run yet", "partial": "interrupted or still running (reproduce.sh resumes it)"}
     status = [(r["label"], words[r["status"]]) for r in rows if r["status"] in words]
     if notes or status:
@@ -263,11 +352,13 @@ def write_html(path, table, rows, args):
         body.append("<tr>" + "".join(f"<td>{html.escape(c.strip('`'))}</td>" for c in table_cells(r)) + "</tr>")
     body.append("</table><ul>")
     body += [f"<li><b>{html.escape(r['label'])}</b>: {html.escape(n)}</li>"
-             for r in rows for n in ([r["note"]] if r.get("note") else []) + r["problems"]]
+             for r in rows for n in row_notes(r)]
     body.append("</ul>")
     for group, members in groups.items():
         colours = [PALETTE[i % len(PALETTE)] for i in range(len(members))]
         for key, title in (("curve_loss", "train loss"), ("curve_top1", "test top-1 (%)")):
+            if args.seeds:
+                title += f", mean of {len(args.seeds)} seeds"
             series = [(m["label"], c, m["curve_epochs"], m[key]) for m, c in zip(members, colours)]
             body.append(svg_plot(f"{group}: {title}", series))
     style = ("body{font-family:sans-serif;margin:24px;max-width:1400px}table{border-collapse:collapse;"
@@ -294,6 +385,7 @@ def main():
     p.add_argument("--build", default=os.environ.get("SKA_BUILD", os.path.join(ROOT, "build")))
     p.add_argument("--results", default=os.path.join(ROOT, "configs", "paper_results.json"))
     p.add_argument("--rows", help="only these configs (comma-separated names)")
+    p.add_argument("--seeds", help="rows trained once per seed (comma-separated), in <config>-seed<S>")
     p.add_argument("--overrides", default="", help="the --set options the runs had (printed in the report)")
     p.add_argument("--tp-device", help="device of the Tp measurement: cpu, cuda, or none (default: cuda if present)")
     p.add_argument("--tp-batch", type=int, help="batch of the Tp measurement (default 256 on cuda, 64 on cpu)")
@@ -321,6 +413,10 @@ def main():
         print("\n".join(r["config"] for r in rows))
         return 0
     args.name = args.name or args.table
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    except ValueError:
+        sys.exit(f"report.py: --seeds '{args.seeds}' is not a comma-separated list of integers")
     args.tp_device = args.tp_device or default_tp_device()
     args.tp_batch = args.tp_batch or (256 if args.tp_device == "cuda" else 64)
     collected = [collect(r, args) for r in rows]

@@ -2,13 +2,15 @@
 # One command per table of the paper: trains every config of TABLE (configs/paper_results.json)
 # into runs/<table>/<config>, resuming interrupted runs, then writes reports/<table>.{md,html}.
 #
-# Usage: scripts/reproduce.sh TABLE [--rows a,b] [--epochs N] [--gpus 0,1,2,3]
+# Usage: scripts/reproduce.sh TABLE [--rows a,b] [--epochs N] [--seeds S,S,..] [--gpus 0,1,2,3]
 #            [--nproc-per-node N] [--device cpu|cuda] [--runs DIR] [--reports DIR]
 #            [--data-root DATASET=PATH ...] [--dry-run] [--set k=v ...]
 #   TABLE              table1 table2 table4 table5 table8 table8-mini
 #   --rows a,b         only these configs (names as in `--list`: cifar10_vit_s,...)
 #   --epochs N         a shortened schedule: --set train.epochs=N, runs in runs/<table>-<N>ep/ and
 #                      the report reports/<table>-<N>ep.* (never mixed with full-schedule runs)
+#   --seeds 1,2,3      each row once per seed (train.seed), in <config>-seed<S>; the report gives
+#                      the mean and standard deviation over the seeds and each seed's figure
 #   --gpus 0,1,..      one run per GPU at a time (CUDA_VISIBLE_DEVICES), runs in parallel; a GPU
 #                      named k times takes k runs at once (0,0,0: three small models that would
 #                      each leave the GPU idle between kernels); with --nproc-per-node the runs
@@ -26,10 +28,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${SKA_BUILD:-build}"
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 fail() { echo "reproduce.sh: $*" >&2; exit 2; }
 
-TABLE="" ROWS="" EPOCHS="" GPUS="" NPROC=1 DEVICE="" RUNS="runs" REPORTS="reports" DRY=0
+TABLE="" ROWS="" EPOCHS="" SEEDS="" GPUS="" NPROC=1 DEVICE="" RUNS="runs" REPORTS="reports" DRY=0
 SETS=()
 declare -A DATA_ROOT=()
 while [[ $# -gt 0 ]]; do
@@ -37,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     -h|--help) usage 0 ;;
     --rows) ROWS="${2:?--rows needs a value}"; shift 2 ;;
     --epochs) EPOCHS="${2:?--epochs needs a value}"; shift 2 ;;
+    --seeds) SEEDS="${2:?--seeds needs a value}"; shift 2 ;;
     --gpus) GPUS="${2:?--gpus needs a value}"; shift 2 ;;
     --nproc-per-node) NPROC="${2:?--nproc-per-node needs a value}"; shift 2 ;;
     --device) DEVICE="${2:?--device needs a value}"; shift 2 ;;
@@ -53,6 +56,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n "$TABLE" ]] || usage 2
 [[ -z "$EPOCHS" || "$EPOCHS" =~ ^[1-9][0-9]*$ ]] || fail "--epochs '$EPOCHS' is not a positive integer"
+[[ -z "$SEEDS" || "$SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || fail "--seeds '$SEEDS' is not a list like 1,2,3"
+[[ -z "$SEEDS" || -z "$(tr ',' '\n' <<<"$SEEDS" | sort | uniq -d)" ]] || fail "--seeds '$SEEDS' repeats a seed"
 [[ "$NPROC" =~ ^[1-9][0-9]*$ ]] || fail "--nproc-per-node '$NPROC' is not a positive integer"
 [[ -z "$GPUS" || "$GPUS" =~ ^[0-9]+(,[0-9]+)*$ ]] || fail "--gpus '$GPUS' is not a list like 0,1,2"
 if [[ -z "$DEVICE" ]]; then
@@ -84,12 +89,13 @@ for dataset in "${!DATA_ROOT[@]}"; do
   esac
 done
 
-# The train command of one config, as an array in CMD.
+# The train command of one config (and seed, or "" for the config's own), as an array in CMD.
 make_command() {
-  local config="$1" out="$2" dataset
+  local config="$1" out="$2" seed="$3" dataset
   CMD=("$TRAIN" --config "$ROOT/configs/$config.yaml" --output "$out" --resume auto --device "$DEVICE")
   [[ "$NPROC" -gt 1 ]] && CMD+=(--nproc-per-node "$NPROC")
   [[ -n "$EPOCHS" ]] && CMD+=(--set "train.epochs=$EPOCHS")
+  [[ -n "$seed" ]] && CMD+=(--set "train.seed=$seed")
   dataset="$(dataset_of "$ROOT/configs/$config.yaml")"
   [[ -n "$dataset" && -n "${DATA_ROOT[$dataset]:-}" ]] && CMD+=(--set "data.root=${DATA_ROOT[$dataset]}")
   CMD+=("${SETS[@]+"${SETS[@]}"}")
@@ -139,29 +145,33 @@ interrupted() {
 trap 'interrupted INT' INT
 trap 'interrupted TERM' TERM
 
+read -r -a SEED_LIST <<<"${SEEDS//,/ }"
+[[ ${#SEED_LIST[@]} -gt 0 ]] || SEED_LIST=("")
 for config in $CONFIGS; do
-  out="$RUNS/$NAME/$(basename "$config")"
-  status="$("${REPORT[@]}" --status "$out")"
-  if [[ "$status" == finished ]]; then
-    echo "reproduce.sh: $(basename "$out") finished already ($out); skipped"
-    continue
-  fi
-  make_command "$config" "$out"
-  if [[ $DRY -eq 1 ]]; then
-    printf '%s' "${GPUS:+CUDA_VISIBLE_DEVICES=<one of $GPUS> }"
-    printf '%q ' "${CMD[@]}"
-    echo "  # $status"
-    continue
-  fi
-  mkdir -p "$RUNS/$NAME"
-  launch "$out"
+  for seed in "${SEED_LIST[@]}"; do
+    out="$RUNS/$NAME/$(basename "$config")${seed:+-seed$seed}"
+    status="$("${REPORT[@]}" --status "$out")"
+    if [[ "$status" == finished ]]; then
+      echo "reproduce.sh: $(basename "$out") finished already ($out); skipped"
+      continue
+    fi
+    make_command "$config" "$out" "$seed"
+    if [[ $DRY -eq 1 ]]; then
+      printf '%s' "${GPUS:+CUDA_VISIBLE_DEVICES=<one of $GPUS> }"
+      printf '%q ' "${CMD[@]}"
+      echo "  # $status"
+      continue
+    fi
+    mkdir -p "$RUNS/$NAME"
+    launch "$out"
+  done
 done
 for pid in "${PIDS[@]+"${PIDS[@]}"}"; do
   wait "$pid" || FAILED=$((FAILED + 1))
 done
 
 REPORT_CMD=("${REPORT[@]}" "$TABLE" --name "$NAME" --runs "$RUNS" --out "$REPORTS" --build "$BUILD"
-            ${ROWS:+--rows "$ROWS"})
+            ${ROWS:+--rows "$ROWS"} ${SEEDS:+--seeds "$SEEDS"})
 [[ ${#SETS[@]} -eq 0 ]] || REPORT_CMD+=(--overrides "${SETS[*]}")
 if [[ $DRY -eq 1 ]]; then
   printf '%q ' "${REPORT_CMD[@]}"

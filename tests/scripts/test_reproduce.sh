@@ -2,8 +2,8 @@
 # The reproduction harness end to end on the CPU: scripts/reproduce.sh runs two tiny rows of
 # table8-mini (one short epoch each, side by side in two slots of --gpus 0,0), the report's numbers
 # are read back and checked against the runs' summary.csv, a second call skips the finished rows,
-# --data-root reaches the right rows, and SIGTERM stops the rows with checkpoints that a second
-# call continues.
+# --data-root reaches the right rows, --seeds trains a row once per seed and reports their mean and
+# spread, and SIGTERM stops the rows with checkpoints that a second call continues.
 # Usage: test_reproduce.sh BUILD_DIR. Exit 77 (skipped) without Fashion-MNIST or python3.
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -57,6 +57,40 @@ for line in open(report):
     checked += 1
 if checked != 2:
     sys.exit(f"expected 2 rows in the report, found {checked}")
+PY
+
+# --seeds: one row twice, with seeds 1 and 2, in <row>-seed1 and <row>-seed2; the report's cells
+# are the mean and sample standard deviation of the two runs' summary.csv, each seed's figure is in
+# the notes, and the seeds took effect (the two runs differ).
+run --rows table8_mini/vit --seeds 1,2 --gpus 0,0 >"$tmp/seeds.log" 2>&1 ||
+  { cat "$tmp/seeds.log"; fail "the seeded runs failed"; }
+run --dry-run --seeds 1,1 >/dev/null 2>&1 && fail "a repeated seed was accepted"
+python3 - "$tmp/reports/table8-mini-1ep.md" "$tmp/runs/table8-mini-1ep" <<'PY'
+import csv, os, re, statistics, sys
+report, runs = sys.argv[1], sys.argv[2]
+bests, finals = [], []
+for seed in (1, 2):
+    rows = [r for r in csv.DictReader(open(os.path.join(runs, f"vit-seed{seed}", "summary.csv")))
+            if r["eval_top1"]]
+    bests.append(max(float(r["eval_top1"]) for r in rows))
+    finals.append(float(rows[-1]["eval_top1"]))
+if bests[0] == bests[1] and finals[0] == finals[1]:
+    sys.exit(f"seeds 1 and 2 trained the same model: {bests}")
+text = open(report).read()
+row = next(l for l in text.splitlines() if "`table8_mini/vit`" in l)
+cells = [c.strip() for c in row.strip().strip("|").split("|")]
+for cell, values in ((cells[3], bests), (cells[4], finals)):
+    m = re.fullmatch(r"([\d.]+) ± ([\d.]+) \(n=2\)", cell)
+    if not m:
+        sys.exit(f"cell '{cell}' is not 'mean ± std (n=2)'")
+    mean, std = float(m.group(1)), float(m.group(2))
+    if abs(mean - statistics.fmean(values)) > 0.006 or abs(std - statistics.stdev(values)) > 0.006:
+        sys.exit(f"cell '{cell}' is not the mean and spread of {values}")
+for seed, best in zip((1, 2), bests):
+    if f"seed {seed}: best {best:.2f}" not in text:
+        sys.exit(f"the notes lack seed {seed}'s best {best:.2f}")
+if "vit-seed{1,2}" not in row:
+    sys.exit(f"the row does not name its run folders: {row}")
 PY
 
 # A second call trains nothing: both rows are finished.
