@@ -30,7 +30,8 @@ bench=$build/apps/benchmark
 [ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
   imagenet_cskaformer_s18:128
 
-variants=(default "--attention mma" "--conv-logits gemm" "--attention scalar" "--attention unfused" "--elementwise reference"
+variants=(default "--attention mma" "--conv-logits gemm" "--attention scalar" "--attention unfused"
+          "--elementwise reference"
           "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")
 rows=$logs/speed_variants.jsonl
 : >"$rows"

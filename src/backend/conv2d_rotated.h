@@ -3,8 +3,8 @@
 // rotated(w) swaps each group's input and output channels and reverses the kernel taps:
 //   rotated[g * Cin_g + ci, co, a, b] = w[g * Cout_g + co, ci, kH - 1 - a, kW - 1 - b].
 // cuDNN's backward-data kernels for grouped convolutions with many more output than input
-// channels per group (CSKA's logit convolution: 16 to 64 channels in, one per key out, per head) are
-// far slower than its forward kernels; the CUDA backend times both forms and keeps the faster
+// channels per group (CSKA's logit convolution: 16 to 64 channels in, one per key out, per head)
+// are far slower than its forward kernels; the CUDA backend times both forms and keeps the faster
 // (cuda/kernels/conv2d.cpp). Shared by both backends, so that the CPU checks the identity.
 #pragma once
 

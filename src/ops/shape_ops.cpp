@@ -1,4 +1,5 @@
-// Shape ops that assemble or cut tensors: cat, stack, split/chunk, constant pad, roll.
+// Shape ops that assemble or cut tensors: cat, stack, split/chunk, constant pad, roll, grid
+// neighbourhoods.
 #include "ops/shape_ops.h"
 
 #include <algorithm>
