@@ -55,7 +55,7 @@ struct BenchmarkOptions {
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
-  std::string conv_logits = "conv";      // or gemm (nn::set_conv_logits_form)
+  std::string conv_logits = "conv";      // or gemm, auto (nn::set_conv_logits_form)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -340,6 +340,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
                         {"elementwise", o.elementwise}, {"norm_output", o.norm_output},
                         {"conv_logits", o.conv_logits}};
+    j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
     j["tflops"] = flops.tflops;
     if (flops.peak_tflops > 0) {
@@ -372,6 +373,9 @@ int run_benchmark(BenchmarkOptions o) {
       line.precision(1);
       line << ", MFU " << 100.0 * flops.mfu() << "% of " << flops.peak_tflops << " TFLOP/s ("
            << flops.peak_of << ")";
+    }
+    for (const std::string& choice : ska::nn::conv_logits_auto_choices()) {
+      line << "\n  " << choice;
     }
     std::cout << line.str() << std::endl;
     if (profile) print_profile(*profile, o.iters, o.top);
@@ -429,8 +433,10 @@ int main(int argc, char** argv) {
                  "16-bit dtype, the same bits) or f32 (cast by the product after), to compare")
       ->check(CLI::IsMember({"autocast", "f32"}));
   app.add_option("--conv-logits", o.conv_logits,
-                 "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA) or gemm (each "
-                 "query's 3x3 neighbourhood times the filters: im2col + batched GEMM), to compare")
-      ->check(CLI::IsMember({"conv", "gemm"}));
+                 "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
+                 "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "
+                 "CUDA with --cudnn-benchmark on, the faster for each shape, timed on its first "
+                 "call; the choices are printed), to compare")
+      ->check(CLI::IsMember({"conv", "gemm", "auto"}));
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

@@ -10,9 +10,10 @@
 #   attention our bf16 training step with the WMMA and the mma.sync attention kernels
 #             (--attention fused / mma) back to back: cifar10_vit_s and cifar10_cska_vit at 512,
 #             imagenet_caformer_s18 at 128 (ATTN="CONFIG:BATCH ..." for others)
-#   logits    our bf16 training step with CSKA's logit convolution as a convolution and as
-#             im2col + GEMM (--conv-logits conv / gemm) back to back: imagenet_cskaformer_s18 at
-#             128, cifar10_cska_vit at 512 (LOGITS="CONFIG:BATCH ..." for others)
+#   logits    our bf16 training step with CSKA's logit convolution as a convolution, as
+#             im2col + GEMM, and the faster of the two per shape (--conv-logits conv / gemm / auto,
+#             which prints its timings) back to back: imagenet_cskaformer_s18 at 128,
+#             cifar10_cska_vit at 512 (LOGITS="CONFIG:BATCH ..." for others)
 #   convs     scripts/benchmark_ops.sh (bf16, against PyTorch) on the CSKA logit convolutions:
 #             CSKAFormer-S18's (stage 2) and CSKA-ViT-S's, forward and backward, with the timed
 #             backward-input choice and with each form forced (backward-data, rotated forward),
@@ -176,11 +177,11 @@ for stage in "${stages[@]}"; do
   logits)
     for item in ${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}; do
       config=${item%%:*} batch=${item#*:}
-      for form in conv gemm; do
+      for form in conv gemm auto; do
         stage_run "logits_${config}_$form" 60 "$build/apps/benchmark" --config "$config" \
           --device cuda --precision bf16 --batch "$batch" --iters 10 --conv-logits "$form"
         [ $? = 125 ] && continue
-        grep -E "images/s" "$logs/logits_${config}_$form.log" |
+        grep -E "images/s|conv logits \[" "$logs/logits_${config}_$form.log" |
           sed "s/^ */  $form: /" | tee -a "$summary"
       done
     done ;;

@@ -91,4 +91,12 @@ void synchronize(Device device) {
   SKA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+bool capturing(Device device) {
+  if (device.is_cpu()) return false;
+  cuda::DeviceGuard guard(device.index);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SKA_CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(device.index), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace ska

@@ -15,6 +15,9 @@ namespace ska {
 void copy_between_devices(const Tensor& src, const Tensor& dst);
 // Waits for all work queued on `device` (no-op for the CPU).
 void synchronize(Device device);
+// Whether the work queued on the current stream of CUDA `device` is being captured into a CUDA
+// Graph (where nothing may synchronise); false for the CPU and without CUDA.
+bool capturing(Device device);
 
 // For the kernel profiler (profiler.h). An event recorded on the current stream of the CUDA
 // `device`; the milliseconds between two of them, waiting for the later one (both are released).

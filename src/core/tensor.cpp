@@ -24,6 +24,7 @@ void copy_between_devices(const Tensor& src, const Tensor& dst) {
            ": this build has no CUDA support");
 }
 void synchronize(Device) {}
+bool capturing(Device) { return false; }
 void* record_device_event(Device device) {
   SKA_FAIL(DeviceError, "timing work on ", device, ": this build has no CUDA support");
 }

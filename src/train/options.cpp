@@ -58,7 +58,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.attention = t.get_choice("attention", k.attention, {"fused", "mma", "scalar", "unfused"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
-  k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm"});
+  k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
   return k;
@@ -70,8 +70,9 @@ void KernelChoices::apply() const {
   set_cuda_attention_mma(attention == "mma");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
-  nn::set_conv_logits_form(conv_logits == "gemm" ? nn::ConvLogitsForm::kGemm
-                                                 : nn::ConvLogitsForm::kConv);
+  nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
+                           : conv_logits == "auto" ? nn::ConvLogitsForm::kAuto
+                                                   : nn::ConvLogitsForm::kConv);
   set_cudnn_benchmark(cudnn_benchmark);
   set_cudnn_deterministic(cudnn_deterministic);
 }

@@ -33,8 +33,9 @@ struct KernelChoices {
   std::string attention = "fused";
   std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
   std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
-  // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA) or gemm
-  // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM).
+  // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
+  // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
+  // under cudnn_benchmark, the faster of the two for each shape, timed on its first call).
   std::string conv_logits = "conv";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.

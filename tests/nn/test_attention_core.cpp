@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -343,6 +344,49 @@ TEST_CASE("conv logits as one matrix product per head equal the convolution",
       }
     }
   }
+}
+
+TEST_CASE("conv logits auto: the convolution on the CPU, and timing touches no graph or gradient",
+          "[cpu][nn][attention]") {
+  const int64_t heads = 2, d = 3, keys = 5, gh = 3, gw = 4;
+  const Tensor q_in = split_heads(test::uniform({2, gh * gw, heads * d}, 31), heads);
+  std::shared_ptr<Conv2d> conv = make_conv_logits(heads * d, heads, keys);
+  conv->to(DType::kF64);
+  // On the CPU auto never times (runs stay repeatable): the convolution, the same numbers.
+  const TensorList by_auto =
+      conv_logits_and_grads(q_in, *conv, gh, gw, ConvLogitsForm::kAuto, /*product=*/false);
+  const TensorList by_conv = conv_logits_and_grads(q_in, *conv, gh, gw, ConvLogitsForm::kConv);
+  for (size_t i = 0; i < by_conv.size(); ++i) CHECK(test::bitwise_equal(by_auto[i], by_conv[i]));
+  for (const std::string& line : conv_logits_auto_choices()) {
+    CHECK(line.find("cpu") == std::string::npos);
+  }
+  // The timing itself, with and without backward: both forms timed, on detached operands.
+  conv->weight.zero_grad();
+  conv->bias.zero_grad();
+  const Tensor q = q_in.clone().set_requires_grad(true);
+  const Tensor y = add(q, 0.0);  // a graph the timing must leave alone
+  for (const bool grad : {true, false}) {
+    INFO("grad mode " << grad);
+    std::optional<NoGradGuard> no_grad;
+    if (!grad) no_grad.emplace();
+    const ConvLogitsTiming t = time_conv_logits(y, *conv, gh, gw, 2);
+    CHECK(t.conv_ms > 0.0);
+    CHECK(t.gemm_ms > 0.0);
+    CHECK(t.conv_ms < 1e4);
+    CHECK(t.gemm_ms < 1e4);
+  }
+  CHECK_FALSE(conv->weight.grad().defined());
+  CHECK_FALSE(conv->bias.grad().defined());
+  CHECK_FALSE(q.grad().defined());
+  sum(y).backward();  // the caller's graph still works, and only it reaches q
+  test::require_close(q.grad(), Tensor::ones(q.shape(), DType::kF64),
+                      test::tolerance_for(DType::kF64));
+  Conv2dOptions dilated;
+  dilated.padding = 2;
+  dilated.dilation = 2;
+  dilated.groups = heads;
+  Conv2d conv_dilated(heads * d, heads * keys, 3, dilated);
+  REQUIRE_THROWS_AS(time_conv_logits(q_in.to(DType::kF32), conv_dilated, gh, gw), ValueError);
 }
 
 TEST_CASE("attention names fail with the list of known names", "[cpu][nn][attention]") {

@@ -4,14 +4,21 @@
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
+#include <chrono>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
+#include "autograd/grad_mode.h"
+#include "backend/device_runtime.h"
+#include "core/precision.h"
 #include "nn/constants.h"
 #include "nn/init.h"
 #include "nn/mixers/attention_probe.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -85,27 +92,38 @@ Tensor static_key_logits(const Tensor& q, const Tensor& keys) {
 
 namespace {
 
+// conv_logits through the convolution: q laid out as an image [B, h*d, H, W].
+Tensor logits_by_conv(const Tensor& q, const Tensor& weight, const Tensor& bias,
+                      const Conv2dOptions& o, int64_t height, int64_t width) {
+  const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2);
+  const Tensor image = q.transpose(-1, -2).reshape({batch, heads * q.size(3), height, width});
+  const Tensor out = conv2d(image, weight, bias, o.stride, o.padding, o.dilation, o.groups);
+  // [B, h * K, H, W], channel = head * K + key
+  return out.reshape({batch, heads, out.size(1) / heads, tokens}).transpose(2, 3);
+}
+
 // conv_logits as one matrix product per head: every query's k x k neighbourhood of its head's
 // channels (grid_neighbourhoods, im2col with taps before channels), [h, B*H*W, k*k*d], times the
 // head's filters reordered to [h, K, k*k*d]. The heads lead, so the weight gradient is one
 // product per head over the whole batch (no per-sample products summed after).
-Tensor conv_logits_gemm(const Tensor& q, const Conv2d& conv, int64_t height, int64_t width) {
+Tensor logits_by_gemm(const Tensor& q, const Tensor& weight, const Tensor& bias, int64_t height,
+                      int64_t width) {
   const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2), d = q.size(3);
-  const int64_t k = conv.weight.size(2), keys = conv.weight.size(0) / heads;
+  const int64_t k = weight.size(2), keys = weight.size(0) / heads;
   const Tensor grid = q.transpose(0, 1).reshape({heads, batch, height, width, d});
   const Tensor cols = grid_neighbourhoods(grid, k).reshape({heads, batch * tokens, k * k * d});
-  const Tensor filters = conv.weight.reshape({heads, keys, d, k * k})
+  const Tensor filters = weight.reshape({heads, keys, d, k * k})
                              .transpose(-1, -2)
                              .contiguous()
                              .reshape({heads, keys, k * k * d});
   const Tensor logits = matmul(cols, filters.transpose(-1, -2))  // [h, B*H*W, K]
                             .reshape({heads, batch, tokens, keys})
                             .transpose(0, 1);
-  if (!conv.bias.defined()) return logits;
-  return logits + conv.bias.to(logits.dtype()).reshape({1, heads, 1, keys});
+  if (!bias.defined()) return logits;
+  return logits + bias.to(logits.dtype()).reshape({1, heads, 1, keys});
 }
 
-// Whether conv_logits_gemm computes what `conv` does: a square k x k "same" convolution (k odd,
+// Whether logits_by_gemm computes what `conv` does: a square k x k "same" convolution (k odd,
 // padding k/2, stride and dilation 1) with one group per head.
 bool gemm_form_applies(const Conv2d& conv, int64_t heads) {
   const Conv2dOptions& o = conv.options;
@@ -114,18 +132,108 @@ bool gemm_form_applies(const Conv2d& conv, int64_t heads) {
          o.dilation == 1 && o.groups == heads;
 }
 
+// The forms ConvLogitsForm::kAuto chose, by what the timing saw, and their descriptions.
+using AutoKey = std::vector<int64_t>;
+struct AutoChoices {
+  std::mutex mutex;
+  std::map<AutoKey, ConvLogitsForm> forms;
+  std::vector<std::string> lines;
+};
+AutoChoices& auto_choices() {
+  static AutoChoices choices;
+  return choices;
+}
+
+std::string fixed_ms(double ms) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(ms < 10.0 ? 3 : 1);
+  out << ms << " ms";
+  return out.str();
+}
+
+// kAuto's form for this call (see set_conv_logits_form).
+ConvLogitsForm auto_form(const Tensor& q, const Conv2d& conv, int64_t height, int64_t width) {
+  if (!q.device().is_cuda() || !cudnn_benchmark()) return ConvLogitsForm::kConv;
+  const bool backward = GradMode::is_enabled();
+  const AutocastState autocast = autocast_state();
+  AutoKey key = {q.device().index, static_cast<int64_t>(q.dtype()), autocast.enabled,
+                 static_cast<int64_t>(autocast.dtype), backward};
+  key.insert(key.end(), q.shape().begin(), q.shape().end());
+  key.insert(key.end(), conv.weight.shape().begin(), conv.weight.shape().end());
+  AutoChoices& choices = auto_choices();
+  {
+    std::lock_guard<std::mutex> lock(choices.mutex);
+    const auto it = choices.forms.find(key);
+    if (it != choices.forms.end()) return it->second;
+  }
+  if (capturing(q.device())) return ConvLogitsForm::kConv;  // timing would synchronise
+  const ConvLogitsTiming t = time_conv_logits(q, conv, height, width);
+  const ConvLogitsForm form = t.gemm_ms < t.conv_ms ? ConvLogitsForm::kGemm : ConvLogitsForm::kConv;
+  std::ostringstream line;
+  line << "conv logits " << q.str() << " -> " << conv.weight.size(0) / q.size(1)
+       << " keys on " << q.device() << (backward ? " (forward + backward)" : " (forward)")
+       << ": conv " << fixed_ms(t.conv_ms) << ", gemm " << fixed_ms(t.gemm_ms) << ": "
+       << (form == ConvLogitsForm::kGemm ? "gemm" : "conv");
+  std::lock_guard<std::mutex> lock(choices.mutex);
+  choices.forms.emplace(key, form);
+  choices.lines.push_back(line.str());
+  return form;
+}
+
 }  // namespace
 
 Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width) {
-  const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2);
+  const int64_t heads = q.size(1), tokens = q.size(2);
   SKA_CHECK(q.dim() == 4 && tokens == height * width, ShapeError, "conv_logits: queries ", q.str(),
             " for a ", height, "x", width, " grid");
-  if (conv_logits_form() == ConvLogitsForm::kGemm && gemm_form_applies(conv, heads)) {
-    return conv_logits_gemm(q, conv, height, width);
+  ConvLogitsForm form = gemm_form_applies(conv, heads) ? conv_logits_form() : ConvLogitsForm::kConv;
+  if (form == ConvLogitsForm::kAuto) form = auto_form(q, conv, height, width);
+  return form == ConvLogitsForm::kGemm
+             ? logits_by_gemm(q, conv.weight, conv.bias, height, width)
+             : logits_by_conv(q, conv.weight, conv.bias, conv.options, height, width);
+}
+
+ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t height,
+                                  int64_t width, int reps) {
+  SKA_CHECK(gemm_form_applies(conv, q.size(1)), ValueError,
+            "time_conv_logits: the convolution has no matrix-product form");
+  const bool backward = GradMode::is_enabled();
+  // One call of a form on detached operands, so that neither the caller's graph nor the
+  // parameters' gradients see it.
+  const auto run = [&](bool gemm) {
+    Tensor x = q.detach(), w = conv.weight.detach(), b;
+    if (conv.bias.defined()) b = conv.bias.detach();
+    if (backward) {
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      if (b.defined()) b.set_requires_grad(true);
+    }
+    const Tensor y = gemm ? logits_by_gemm(x, w, b, height, width)
+                          : logits_by_conv(x, w, b, conv.options, height, width);
+    if (backward) y.backward(Tensor::ones(y.shape(), y.dtype(), y.device()));
+  };
+  const Device device = q.device();
+  ConvLogitsTiming t{1e300, 1e300};
+  for (int i = -1; i < reps; ++i) {  // i = -1: a warm-up call of each (cuDNN's own timing)
+    for (const bool gemm : {false, true}) {
+      synchronize(device);
+      const auto start = std::chrono::steady_clock::now();
+      run(gemm);
+      synchronize(device);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (i >= 0) (gemm ? t.gemm_ms : t.conv_ms) = std::min(gemm ? t.gemm_ms : t.conv_ms, ms);
+    }
   }
-  const Tensor image = q.transpose(-1, -2).reshape({batch, heads * q.size(3), height, width});
-  const Tensor out = conv(image);  // [B, h * K, H, W], channel = head * K + key
-  return out.reshape({batch, heads, out.size(1) / heads, tokens}).transpose(2, 3);
+  return t;
+}
+
+std::vector<std::string> conv_logits_auto_choices() {
+  AutoChoices& choices = auto_choices();
+  std::lock_guard<std::mutex> lock(choices.mutex);
+  return choices.lines;
 }
 
 ConvLogitsForm conv_logits_form() { return g_conv_logits_form.load(std::memory_order_relaxed); }

@@ -57,12 +57,28 @@ Tensor static_key_logits(const Tensor& q, const Tensor& keys);
 Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width);
 // How conv_logits computes (`train.conv_logits`, `benchmark --conv-logits`): kConv through the
 // convolution (cuDNN on CUDA); kGemm as im2col + batched GEMM (cuBLAS on CUDA), which steps
-// around cuDNN's slow backward-data kernels for grouped convolutions with many outputs per group.
-// A convolution the product does not express (dilated, strided) stays a convolution.
-// Process-wide; default kConv.
-enum class ConvLogitsForm { kConv, kGemm };
+// around cuDNN's slow backward-data kernels for grouped convolutions with many outputs per group;
+// kAuto on CUDA under cudnn_benchmark() (core/precision.h): the first call of each shape, dtype
+// and grad mode times both forms (time_conv_logits) and keeps the faster, as cuDNN's timed
+// algorithms; elsewhere (the CPU, cuDNN's heuristics, inside a CUDA Graph capture) kConv, so that
+// CPU runs stay bit for bit repeatable. A convolution the product does not express (dilated,
+// strided) stays a convolution. Process-wide; default kConv.
+enum class ConvLogitsForm { kConv, kGemm, kAuto };
 ConvLogitsForm conv_logits_form();
 void set_conv_logits_form(ConvLogitsForm form);
+// The best of `reps` timed calls (after one warm-up call) of each form of conv_logits(q, conv, H,
+// W), in milliseconds with the device synchronised around each call: forward and backward (a
+// gradient of ones) when grad mode is on, else forward alone. Runs on detached operands: the
+// caller's graph and the parameters' gradients are untouched. ValueError for a convolution the
+// product does not express.
+struct ConvLogitsTiming {
+  double conv_ms, gemm_ms;
+};
+ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t height,
+                                  int64_t width, int reps = 3);
+// What kAuto chose so far in this process, a line per shape ("conv logits [...] -> 784 keys on
+// cuda:0 (forward + backward): conv 84.2 ms, gemm 3.1 ms: gemm"), for logs.
+std::vector<std::string> conv_logits_auto_choices();
 // Sets the form for a scope (tests, benchmarks).
 class ConvLogitsFormGuard {
  public:
