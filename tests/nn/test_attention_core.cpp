@@ -11,6 +11,8 @@
 #include "autograd/node.h"
 #include "nn/mixers/attention_core.h"
 #include "nn/mixers/mixer.h"
+#include "nn/summary.h"
+#include "ops/mac_counter.h"
 #include "ops/autocast.h"
 #include "support/test_util.h"
 
@@ -324,6 +326,25 @@ TEST_CASE("conv logits as one matrix product per head equal the convolution",
     CHECK(logits_gemm.dtype() == DType::kBF16);
     CHECK(logits_conv.dtype() == DType::kBF16);
     test::require_close(logits_gemm, logits_conv, test::tolerance_for(DType::kBF16));
+  }
+  SECTION("the convolution runs as its module (summary's layer row); the product's MACs match") {
+    std::shared_ptr<Conv2d> conv = make_conv_logits(heads * d, heads, keys);
+    conv->to(DType::kF64);
+    const int64_t macs = 2 * heads * keys * gh * gw * d * 9;  // batch 2
+    for (const ConvLogitsForm form : {ConvLogitsForm::kConv, ConvLogitsForm::kGemm}) {
+      ConvLogitsFormGuard guard(form);
+      SummaryRecorder recorder(*conv);
+      MacCounter counter;
+      conv_logits(q_in, *conv, gh, gw);
+      CHECK(counter.total() == macs);
+      if (form == ConvLogitsForm::kConv) {
+        REQUIRE(recorder.rows().size() == 1);
+        CHECK(recorder.rows()[0].type == "Conv2d");
+        CHECK(recorder.rows()[0].macs == macs);
+      } else {
+        CHECK(recorder.rows().empty());  // the product has no module of its own
+      }
+    }
   }
   SECTION("1x1 filters, and a dilated convolution (which stays a convolution)") {
     Conv2dOptions o;

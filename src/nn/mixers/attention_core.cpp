@@ -92,13 +92,13 @@ Tensor static_key_logits(const Tensor& q, const Tensor& keys) {
 
 namespace {
 
-// conv_logits through the convolution: q laid out as an image [B, h*d, H, W].
-Tensor logits_by_conv(const Tensor& q, const Tensor& weight, const Tensor& bias,
-                      const Conv2dOptions& o, int64_t height, int64_t width) {
+// conv_logits through the convolution `conv_of` (image -> output): q laid out as an image
+// [B, h*d, H, W], the output [B, h * K, H, W] (channel = head * K + key) read as logits.
+template <typename ConvOf>
+Tensor logits_by_conv(const Tensor& q, int64_t height, int64_t width, ConvOf&& conv_of) {
   const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2);
   const Tensor image = q.transpose(-1, -2).reshape({batch, heads * q.size(3), height, width});
-  const Tensor out = conv2d(image, weight, bias, o.stride, o.padding, o.dilation, o.groups);
-  // [B, h * K, H, W], channel = head * K + key
+  const Tensor out = conv_of(image);
   return out.reshape({batch, heads, out.size(1) / heads, tokens}).transpose(2, 3);
 }
 
@@ -189,9 +189,11 @@ Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width)
             " for a ", height, "x", width, " grid");
   ConvLogitsForm form = gemm_form_applies(conv, heads) ? conv_logits_form() : ConvLogitsForm::kConv;
   if (form == ConvLogitsForm::kAuto) form = auto_form(q, conv, height, width);
-  return form == ConvLogitsForm::kGemm
-             ? logits_by_gemm(q, conv.weight, conv.bias, height, width)
-             : logits_by_conv(q, conv.weight, conv.bias, conv.options, height, width);
+  if (form == ConvLogitsForm::kGemm) {
+    return logits_by_gemm(q, conv.weight, conv.bias, height, width);
+  }
+  // Through the module, so that `summary` sees the layer.
+  return logits_by_conv(q, height, width, [&](const Tensor& image) { return conv(image); });
 }
 
 ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t height,
@@ -209,8 +211,12 @@ ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t h
       w.set_requires_grad(true);
       if (b.defined()) b.set_requires_grad(true);
     }
-    const Tensor y = gemm ? logits_by_gemm(x, w, b, height, width)
-                          : logits_by_conv(x, w, b, conv.options, height, width);
+    const Conv2dOptions& o = conv.options;
+    const Tensor y =
+        gemm ? logits_by_gemm(x, w, b, height, width)
+             : logits_by_conv(x, height, width, [&](const Tensor& image) {
+                 return conv2d(image, w, b, o.stride, o.padding, o.dilation, o.groups);
+               });
     if (backward) y.backward(Tensor::ones(y.shape(), y.dtype(), y.device()));
   };
   const Device device = q.device();
