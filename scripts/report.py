@@ -140,12 +140,11 @@ def spread(values):
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values)
 
 
-def combine_seeds(runs, seeds):
-    """One row's figures over its seeds: each seed's run, and their mean and spread."""
+def combine_seeds(runs, seeds, base):
+    """One row's figures over its seeds (runs in <base>-seed<S>): each seed's run, and their mean
+    and spread."""
     out = {"seed_runs": list(zip(seeds, runs)),
-           "run_dir": os.path.join(os.path.dirname(runs[0]["run_dir"]),
-                                   os.path.basename(runs[0]["run_dir"]).rsplit("-seed", 1)[0]
-                                   + "-seed{" + ",".join(map(str, seeds)) + "}")}
+           "run_dir": base + "-seed{" + ",".join(map(str, seeds)) + "}"}
     statuses = {r["status"] for r in runs}
     out["status"] = statuses.pop() if len(statuses) == 1 else "partial"
     out["has_rows"] = any(r["has_rows"] for r in runs)
@@ -162,14 +161,13 @@ def combine_seeds(runs, seeds):
 
 
 def collect(row, args):
-    name = os.path.basename(row["config"])
-    folders = ([os.path.join(args.runs, args.name, f"{name}-seed{s}") for s in args.seeds]
-               if args.seeds else [os.path.join(args.runs, args.name, name)])
+    base = os.path.join(args.runs, args.name, os.path.basename(row["config"]))
+    folders = [f"{base}-seed{s}" for s in args.seeds] if args.seeds else [base]
     run_configs = [os.path.join(d, "config.yaml") for d in folders if os.path.exists(os.path.join(d, "config.yaml"))]
     config_path = run_configs[0] if run_configs else os.path.join(ROOT, "configs", row["config"] + ".yaml")
     runs = [collect_run(d) for d in folders]
     out = dict(row, problems=[])
-    out.update(combine_seeds(runs, args.seeds) if args.seeds else runs[0])
+    out.update(combine_seeds(runs, args.seeds, base) if args.seeds else runs[0])
     out["params"], out["gmacs"], err = model_numbers(args.build, config_path)
     if err:
         out["problems"].append("parameters: " + err)

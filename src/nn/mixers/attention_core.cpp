@@ -230,7 +230,8 @@ ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t h
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
-      if (i >= 0) (gemm ? t.gemm_ms : t.conv_ms) = std::min(gemm ? t.gemm_ms : t.conv_ms, ms);
+      double& best = gemm ? t.gemm_ms : t.conv_ms;
+      if (i >= 0) best = std::min(best, ms);
     }
   }
   return t;
