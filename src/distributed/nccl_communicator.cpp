@@ -11,7 +11,11 @@
 #include <deque>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include <unistd.h>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -28,6 +32,24 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
 constexpr auto kInProgressPoll = std::chrono::microseconds(100);
 constexpr const char* kUniqueIdKey = "ska/nccl/unique_id";
+constexpr const char* kGpuKeyPrefix = "ska/nccl/gpu/";  // + rank: "<uuid> cuda:<index> on <host>"
+
+// This worker's GPU as kGpuKeyPrefix's value: its UUID (what NCCL tells GPUs apart by), then
+// where it sits for a person to read.
+std::string gpu_identity(int device) {
+  cudaDeviceProp prop{};
+  SKA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::ostringstream out;
+  out << std::hex;
+  for (const char byte : prop.uuid.bytes) {
+    out << ((static_cast<unsigned>(static_cast<unsigned char>(byte)) >> 4) & 0xf)
+        << (static_cast<unsigned>(static_cast<unsigned char>(byte)) & 0xf);
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  out << std::dec << " cuda:" << device << " on " << (host[0] ? host : "?");
+  return out.str();
+}
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -204,6 +226,9 @@ class NcclCommunicator : public Communicator {
   // Rank 0 makes the unique id and publishes it; everybody joins with a non-blocking config, so
   // that a rank that never arrives is a timeout here rather than a hang.
   void init_comm() {
+    // Each rank's GPU, read back only to explain a failed join (NCCL refuses two ranks on one).
+    const std::string gpu = gpu_identity(device_.index);
+    store_->set(kGpuKeyPrefix + std::to_string(world_.rank), Bytes(gpu.begin(), gpu.end()));
     ncclUniqueId id;
     if (world_.rank == 0) {
       SKA_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -224,8 +249,28 @@ class NcclCommunicator : public Communicator {
     if (result != ncclSuccess) {
       if (comm_) ncclCommAbort(comm_);
       SKA_FAIL(CommError, "rank ", world_.rank, " could not join the NCCL communicator of ",
-               world_.world_size, " ranks: ", nccl_text(result));
+               world_.world_size, " ranks: ", nccl_text(result), shared_gpu(gpu));
     }
+  }
+
+  // After a failed join: "; rank R computes on the same GPU (...)" where another rank that has
+  // published its GPU uses this one's, which NCCL does not allow; "" otherwise. Reads only the
+  // keys already set, without waiting.
+  std::string shared_gpu(const std::string& gpu) const {
+    const std::string uuid = gpu.substr(0, gpu.find(' '));
+    for (int r = 0; r < world_.world_size; ++r) {
+      const std::string key = kGpuKeyPrefix + std::to_string(r);
+      if (r == world_.rank || !store_->check({key})) continue;
+      const Bytes other = store_->get(key);
+      const std::string theirs(other.begin(), other.end());
+      if (theirs.substr(0, theirs.find(' ')) != uuid) continue;
+      std::ostringstream out;
+      out << "; rank " << r << " computes on the same GPU (" << gpu
+          << "): NCCL takes one GPU per rank, so start at most as many workers on a machine as "
+             "it has GPUs (--nproc-per-node, LOCAL_RANK)";
+      return out.str();
+    }
+    return "";
   }
 
   Clock::time_point timeout_s_point() const {
