@@ -50,12 +50,12 @@ struct BenchmarkOptions {
   bool json = false;
   bool profile = false;  // then `iters` more steps with every kernel timed
   int top = 25;          // kernels listed by --profile
-  std::string attention = "fused";  // or mma, scalar (no tensor cores), or unfused: matmul, softmax,
+  std::string attention = "fused";  // or wmma, scalar (no tensor cores), or unfused: matmul, softmax,
                                     // matmul (nn::attend_qk)
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
-  std::string conv_logits = "conv";      // or gemm, auto (nn::set_conv_logits_form)
+  std::string conv_logits = "auto";      // or conv, gemm (nn::set_conv_logits_form)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -364,7 +364,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
     if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
     if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
-    if (o.conv_logits != "conv") line << " [" << o.conv_logits << " conv logits]";
+    if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
@@ -416,10 +416,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--attention", o.attention,
                  "fused (the fused attention op wherever the logits are q k^T; on CUDA bf16/f16 "
-                 "on the tensor cores, WMMA kernels), mma (the same with the mma.sync kernels), "
+                 "on the tensor cores, mma.sync kernels), wmma (the same with the WMMA kernels), "
                  "scalar (the same op on CUDA's scalar f32-FMA kernels) or unfused (matmul, "
                  "softmax, matmul: the weights stored), to compare")
-      ->check(CLI::IsMember({"fused", "mma", "scalar", "unfused"}));
+      ->check(CLI::IsMember({"fused", "wmma", "scalar", "unfused"}));
   app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
                  "on: time cuDNN's convolution algorithms on the first call of each shape and "
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")
@@ -436,7 +436,7 @@ int main(int argc, char** argv) {
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
                  "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "
                  "CUDA with --cudnn-benchmark on, the faster for each shape, timed on its first "
-                 "call; the choices are printed), to compare")
+                 "call, the default; the choices are printed; conv elsewhere), to compare")
       ->check(CLI::IsMember({"conv", "gemm", "auto"}));
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

@@ -8,7 +8,7 @@
 # Stages (default: all, in this order; each is skipped when too little time is left):
 #   tests     every [cuda] test but the slow whole-zoo one (CUDA against the CPU, bit-exact paths)
 #   attention our bf16 training step with the WMMA and the mma.sync attention kernels
-#             (--attention fused / mma) back to back: cifar10_vit_s and cifar10_cska_vit at 512,
+#             (--attention wmma / fused) back to back: cifar10_vit_s and cifar10_cska_vit at 512,
 #             imagenet_caformer_s18 at 128 (ATTN="CONFIG:BATCH ..." for others)
 #   logits    our bf16 training step with CSKA's logit convolution as a convolution, as
 #             im2col + GEMM, and the faster of the two per shape (--conv-logits conv / gemm / auto,
@@ -166,7 +166,7 @@ for stage in "${stages[@]}"; do
   attention)
     for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
-      for kernels in fused mma; do
+      for kernels in wmma fused; do
         stage_run "attention_${config}_$kernels" 45 "$build/apps/benchmark" --config "$config" \
           --device cuda --precision bf16 --batch "$batch" --iters 20 --attention "$kernels"
         [ $? = 125 ] && continue

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU speed matrix of the speed issue in one go: for each CONFIG[:BATCH], our training step
 # beside eager PyTorch and torch.compile (scripts/benchmark.sh, bf16 autocast), then our step
-# with one fast path switched off at a time, to see what each is worth: --attention mma (the
-# mma.sync attention kernels instead of WMMA), --conv-logits gemm (CSKA's logit convolution as
-# im2col + GEMM), --attention scalar (no tensor cores),
+# with one fast path switched off at a time, to see what each is worth: --attention wmma (the
+# WMMA attention kernels instead of mma.sync), --conv-logits conv / gemm (CSKA's logit
+# convolution always as a convolution or always as im2col + GEMM instead of the faster per
+# shape), --attention scalar (no tensor cores),
 # --attention unfused, --elementwise reference, --cudnn-benchmark off, --norm-output f32; and
 # --cuda-graph on. Ends with one table.
 # Usage: scripts/gpu_speed.sh [CONFIG[:BATCH] ...]
@@ -30,8 +31,8 @@ bench=$build/apps/benchmark
 [ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
   imagenet_cskaformer_s18:128
 
-variants=(default "--attention mma" "--conv-logits gemm" "--attention scalar" "--attention unfused"
-          "--elementwise reference"
+variants=(default "--attention wmma" "--conv-logits conv" "--conv-logits gemm" "--attention scalar"
+          "--attention unfused" "--elementwise reference"
           "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")
 rows=$logs/speed_variants.jsonl
 : >"$rows"

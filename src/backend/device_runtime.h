@@ -44,10 +44,10 @@ bool set_cuda_elementwise_fast_paths(bool enabled);
 // f32 kernels, the reference the tensor-core path is tested against. Default on; returns the
 // previous setting; for tests and benchmarks. Without CUDA it only records the setting.
 bool set_cuda_attention_tensor_cores(bool enabled);
-// Which tensor-core kernels those problems take: off (the default until measured on a GPU), the
-// WMMA kernels; on, the mma.sync kernels that keep the softmax in registers between the two
-// products (cuda/kernels/attention_mma.cu). Returns the previous setting; for tests, benchmarks and
-// train.kernels.attention: mma. Without CUDA it only records the setting.
+// Which tensor-core kernels those problems take: on (the default), the mma.sync kernels that keep
+// the softmax in registers between the two products (cuda/kernels/attention_mma.cu); off, the
+// WMMA kernels (train.attention: wmma). Returns the previous setting; for tests, benchmarks and
+// KernelChoices. Without CUDA it only records the setting.
 bool set_cuda_attention_mma(bool enabled);
 
 // How the CUDA backend computes the backward-input pass of a stride-1 convolution

@@ -55,7 +55,7 @@ bool set_cuda_attention_tensor_cores(bool enabled) {
   return previous;
 }
 bool set_cuda_attention_mma(bool enabled) {
-  static bool setting = false;
+  static bool setting = true;
   const bool previous = setting;
   setting = enabled;
   return previous;

@@ -12,6 +12,9 @@ thread_local MacCounter* innermost = nullptr;
 MacCounter::MacCounter() : outer_(innermost) { innermost = this; }
 MacCounter::~MacCounter() { innermost = outer_; }
 
+MacCountingPause::MacCountingPause() : saved_(innermost) { innermost = nullptr; }
+MacCountingPause::~MacCountingPause() { innermost = saved_; }
+
 void MacCounter::add(int64_t macs) {
   for (MacCounter* c = innermost; c != nullptr; c = c->outer_) c->total_ += macs;
 }

@@ -24,4 +24,17 @@ class MacCounter {
   MacCounter* outer_;
 };
 
+// While alive, the counted ops add nothing to this thread's counters: for work that is not part
+// of the computation being counted (nn::time_conv_logits timing both forms of an op).
+class MacCountingPause {
+ public:
+  MacCountingPause();
+  ~MacCountingPause();
+  MacCountingPause(const MacCountingPause&) = delete;
+  MacCountingPause& operator=(const MacCountingPause&) = delete;
+
+ private:
+  MacCounter* saved_;
+};
+
 }  // namespace ska

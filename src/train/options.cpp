@@ -55,7 +55,7 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
 
 KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   KernelChoices k;
-  k.attention = t.get_choice("attention", k.attention, {"fused", "mma", "scalar", "unfused"});
+  k.attention = t.get_choice("attention", k.attention, {"fused", "wmma", "scalar", "unfused"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
@@ -66,8 +66,8 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
 
 void KernelChoices::apply() const {
   nn::set_fused_attention(attention != "unfused");
-  set_cuda_attention_tensor_cores(attention == "fused" || attention == "mma");
-  set_cuda_attention_mma(attention == "mma");
+  set_cuda_attention_tensor_cores(attention == "fused" || attention == "wmma");
+  set_cuda_attention_mma(attention == "fused");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
@@ -82,7 +82,7 @@ std::string KernelChoices::describe() const {
   if (attention != "fused") out += " [" + attention + " attention]";
   if (elementwise != "fast") out += " [reference elementwise kernels]";
   if (norm_output != "autocast") out += " [f32 norm outputs]";
-  if (conv_logits != "conv") out += " [" + conv_logits + " conv logits]";
+  if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";
   if (cudnn_deterministic) out += " [deterministic cuDNN]";
   return out;

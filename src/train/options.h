@@ -27,16 +27,18 @@ AutocastState autocast_state(Precision p);       // disabled for fp32
 // the fast ones by default; the others to compare, or to work around a fast path that misbehaves
 // on some GPU without rebuilding. Process-wide switches, set by apply().
 struct KernelChoices {
-  // fused (the fused attention op, on CUDA's tensor cores for bf16/f16), mma (the same with the
-  // mma.sync tensor-core kernels instead of WMMA; being measured), scalar (the same op on CUDA's
-  // f32-FMA kernels; on the CPU the same as fused) or unfused (matmul, softmax, matmul).
+  // fused (the fused attention op; on CUDA bf16/f16 on the tensor cores, the mma.sync kernels),
+  // wmma (the same on the WMMA tensor-core kernels), scalar (the same op on CUDA's f32-FMA
+  // kernels; on the CPU wmma and scalar are the same as fused) or unfused (matmul, softmax,
+  // matmul).
   std::string attention = "fused";
   std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
   std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
   // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
-  // under cudnn_benchmark, the faster of the two for each shape, timed on its first call).
-  std::string conv_logits = "conv";
+  // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv
+  // elsewhere).
+  std::string conv_logits = "auto";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
   bool cudnn_benchmark = true;

@@ -198,15 +198,15 @@ struct ScalarAttention {
   ~ScalarAttention() { set_cuda_attention_tensor_cores(previous); }
 };
 
-// The mma.sync tensor-core kernels while alive (instead of the WMMA ones).
-struct MmaAttention {
-  bool previous = set_cuda_attention_mma(true);
-  ~MmaAttention() { set_cuda_attention_mma(previous); }
+// The WMMA tensor-core kernels while alive (instead of the mma.sync ones, the default).
+struct WmmaAttention {
+  bool previous = set_cuda_attention_mma(false);
+  ~WmmaAttention() { set_cuda_attention_mma(previous); }
 };
 
 // The CUDA paths against the CPU twin and the double reference, by default in f32 and bf16, and
 // against each other. bf16 and f16 with head dims that are multiples of 16 take the tensor cores
-// by default, WMMA, and with MmaAttention the mma.sync kernels (f32 and other dims: the scalar
+// by default, mma.sync, and with WmmaAttention the WMMA kernels (f32 and other dims: the scalar
 // kernels every time). The 16-bit results are computed in
 // f32 from the same rounded inputs and rounded once (the tensor-core path also rounds P and dS
 // to the dtype before its second products), so tolerance_for(dtype) covers them.
@@ -222,16 +222,16 @@ void check_case(const Case& c, double scale,
       const ScalarAttention off;
       scalar = on_host(run(c, x.gpu, scale, true));
     }
-    Results mma;
+    Results wmma;
     {
-      const MmaAttention on;
-      mma = on_host(run(c, x.gpu, scale, true));
+      const WmmaAttention on;
+      wmma = on_host(run(c, x.gpu, scale, true));
     }
     const Results cpu = run(c, x.cpu, scale, false);
     const Results ref = reference(c, x.ref, scale);
     const ska::test::Tolerance tol = tolerance_for(dtype);
-    compare(mma, cpu, tol, "mma cuda vs cpu", by_nmse);
-    compare(mma, ref, tol, "mma cuda vs reference", by_nmse);
+    compare(wmma, cpu, tol, "wmma cuda vs cpu", by_nmse);
+    compare(wmma, ref, tol, "wmma cuda vs reference", by_nmse);
     compare(fast, cpu, tol, "cuda vs cpu", by_nmse);
     compare(fast, ref, tol, "cuda vs reference", by_nmse);
     compare(scalar, cpu, tol, "scalar cuda vs cpu", by_nmse);
@@ -450,10 +450,10 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
       const ScalarAttention off;
       scalar = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
     }
-    Results mma;
+    Results wmma;
     {
-      const MmaAttention on;
-      mma = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
+      const WmmaAttention on;
+      wmma = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
     }
     const Results cpu = run(c, x.cpu, 1.0, false, 0.0, f);
     // The reference takes f * bias as its bias; its dL/dbias is then dL/dz, ours f dL/dz.
@@ -465,8 +465,8 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
     compare(fast, cpu, tol, "cuda vs cpu");
     compare(fast, ref, tol, "cuda vs reference");
     compare(scalar, ref, tol, "scalar cuda vs reference");
-    compare(mma, cpu, tol, "mma cuda vs cpu");
-    compare(mma, ref, tol, "mma cuda vs reference");
+    compare(wmma, cpu, tol, "wmma cuda vs cpu");
+    compare(wmma, ref, tol, "wmma cuda vs reference");
     CHECK(fast.grad_q.numel() == 0);
   }
 }

@@ -263,6 +263,22 @@ TEST_CASE("fused attention counts the MACs of the two products it replaces", "[c
   }
   CHECK(fused == 2 * 3 * 7 * 9 * (8 + 5));
   CHECK(fused == plain);
+  // Nested counters both count; a pause hides the ops from every one, and ends.
+  MacCounter outer;
+  {
+    MacCounter inner;
+    {
+      const MacCountingPause pause;
+      scaled_dot_attention(q, k, v, 1.0);
+      MacCounter inside_pause;  // a counter made during a pause counts on its own
+      scaled_dot_attention(q, k, v, 1.0);
+      CHECK(inside_pause.total() == fused);
+    }
+    CHECK(inner.total() == 0);
+    scaled_dot_attention(q, k, v, 1.0);
+    CHECK(inner.total() == fused);
+  }
+  CHECK(outer.total() == fused);
 }
 
 TEST_CASE("fused attention rejects shapes that do not fit, naming them", "[cpu]") {

@@ -352,19 +352,19 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(defaults.attention == "fused");
   CHECK(defaults.elementwise == "fast");
   CHECK(defaults.norm_output == "autocast");
-  CHECK(defaults.conv_logits == "conv");
+  CHECK(defaults.conv_logits == "auto");
   CHECK(defaults.describe().empty());
   Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   config.set("train.attention=scalar");
   config.set("train.elementwise=reference");
   config.set("train.norm_output=f32");
-  config.set("train.conv_logits=auto");
+  config.set("train.conv_logits=conv");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
   CHECK(k.describe() == " [scalar attention] [reference elementwise kernels] [f32 norm outputs]"
-                        " [auto conv logits]");
+                        " [conv logits: conv]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
-  CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kAuto);
+  CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
   CHECK(nn::fused_attention_enabled());
   CHECK_FALSE(nn::norm_autocast_outputs_enabled());
   CHECK_FALSE(set_cuda_attention_tensor_cores(true));
@@ -373,21 +373,21 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   unfused.attention = "unfused";
   unfused.apply();
   CHECK_FALSE(nn::fused_attention_enabled());
-  KernelChoices mma;
-  mma.attention = "mma";
-  mma.apply();
+  KernelChoices wmma;
+  wmma.attention = "wmma";
+  wmma.apply();
   CHECK(nn::fused_attention_enabled());
-  CHECK(set_cuda_attention_mma(true));
+  CHECK_FALSE(set_cuda_attention_mma(false));
   CHECK(set_cuda_attention_tensor_cores(true));
   KernelChoices gemm;
   gemm.conv_logits = "gemm";
   gemm.apply();
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kGemm);
   defaults.apply();
-  CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
+  CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kAuto);
   CHECK(nn::fused_attention_enabled());
   CHECK(nn::norm_autocast_outputs_enabled());
-  CHECK_FALSE(set_cuda_attention_mma(false));
+  CHECK(set_cuda_attention_mma(true));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
   // A value outside the choices names the key and the choices.

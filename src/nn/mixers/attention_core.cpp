@@ -19,13 +19,14 @@
 #include "nn/init.h"
 #include "nn/mixers/attention_probe.h"
 #include "ops/autocast.h"
+#include "ops/mac_counter.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
 namespace {
 
 std::atomic<bool> g_fused_attention{true};
-std::atomic<ConvLogitsForm> g_conv_logits_form{ConvLogitsForm::kConv};
+std::atomic<ConvLogitsForm> g_conv_logits_form{ConvLogitsForm::kAuto};
 // The widest head the CUDA attention kernels take (cuda/kernels/attention.cu).
 constexpr int64_t kCudaFusedMaxHeadDim = 128;
 
@@ -220,6 +221,7 @@ ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t h
     if (backward) y.backward(Tensor::ones(y.shape(), y.dtype(), y.device()));
   };
   const Device device = q.device();
+  const MacCountingPause not_counted;  // a model's MACs are counted in the call that times
   ConvLogitsTiming t{1e300, 1e300};
   for (int i = -1; i < reps; ++i) {  // i = -1: a warm-up call of each (cuDNN's own timing)
     for (const bool gemm : {false, true}) {
