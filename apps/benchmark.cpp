@@ -52,6 +52,7 @@ struct BenchmarkOptions {
   int top = 25;          // kernels listed by --profile
   std::string attention = "fused";  // or wmma, scalar (no tensor cores), or unfused: matmul, softmax,
                                     // matmul (nn::attend_qk)
+  std::string attention_backward = "split";  // or one_block (device_runtime.h)
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
@@ -227,6 +228,7 @@ int run_benchmark(BenchmarkOptions o) {
   if (dtype != DType::kF32) model->to(dtype);
   train::KernelChoices kernels;
   kernels.attention = o.attention;
+  kernels.attention_backward = o.attention_backward;
   kernels.elementwise = o.elementwise;
   kernels.norm_output = o.norm_output;
   kernels.conv_logits = o.conv_logits;
@@ -337,6 +339,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description}, {"attention", o.attention},
+                        {"attention_backward", o.attention_backward},
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
                         {"elementwise", o.elementwise}, {"norm_output", o.norm_output},
                         {"conv_logits", o.conv_logits}};
@@ -360,6 +363,9 @@ int run_benchmark(BenchmarkOptions o) {
          << " ms/step, median of " << o.iters << "), peak memory "
          << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
     if (o.attention != "fused") line << " [" << o.attention << " attention]";
+    if (o.attention_backward != "split") {
+      line << " [" << o.attention_backward << " attention backward]";
+    }
     if (o.cuda_graph) line << " [CUDA Graph]";
     if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
     if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
@@ -420,6 +426,10 @@ int main(int argc, char** argv) {
                  "scalar (the same op on CUDA's scalar f32-FMA kernels) or unfused (matmul, "
                  "softmax, matmul: the weights stored), to compare")
       ->check(CLI::IsMember({"fused", "wmma", "scalar", "unfused"}));
+  app.add_option("--attention-backward", o.attention_backward,
+                 "the mma.sync attention's backward for up to 80 tokens and head dims up to 64: "
+                 "split (a dK/dV and a dQ kernel) or one_block (one block per head), to compare")
+      ->check(CLI::IsMember({"split", "one_block"}));
   app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
                  "on: time cuDNN's convolution algorithms on the first call of each shape and "
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")

@@ -50,6 +50,12 @@ constexpr int kMaxWarps = 4;  // a block owns 16 to 64 rows
 constexpr unsigned kFull = 0xffffffffu;
 
 std::atomic<bool> g_mma{true};
+std::atomic<bool> g_one_block{false};
+
+// The one-block backward (mma_one_block_backward_kernel): sequences of at most kShortRows queries
+// and keys, head dims up to 64.
+constexpr int kShortRows = 80;  // 5 warps of 16 rows; 65 tokens (a CIFAR ViT) fit
+constexpr int kShortWarps = kShortRows / kRows;
 
 // The other side's tile width for head dims up to kHead: 64, or 32 above 64 (registers).
 template <int kHead>
@@ -478,6 +484,104 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
   write_rows<T, kOut>(dq, in.d, scale, a.gq + grp * in.nq * in.d, w0, in.nq, lane);
 }
 
+// The whole backward of one leading index in one block, for short sequences (at most
+// kShortRows queries and keys, head dims up to 64): the block loads q, k, v, dO, lse and D once;
+// then warp w computes dK and dV for keys [16w, 16w + 16) as mma_grad_kv_kernel does with every
+// query in one tile, and dQ (and grad_bias) for queries [16w, 16w + 16) as mma_grad_q_kernel does
+// with every key in one tile. No barrier after the loads, no atomics, and one launch instead of
+// two of blocks that each load their other side tile by tile (for 65 tokens: two 64-row tiles,
+// the second with one live row).
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kShortWarps * 32)
+    mma_one_block_backward_kernel(BackwardArgs<T> a) {
+  constexpr int kN = kShortRows / 8, kOut = kHead / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in), bscale = bias_scale(in);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int64_t grp = blockIdx.x;
+  const int w0 = warp * kRows;  // the warp's first key (dK, dV) and first query (dQ)
+  const int ldd = ld16(in.d), ldv = ld16(in.dv);
+  const Smem at(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows);
+  T* q_s = reinterpret_cast<T*>(smem + at.a_d);
+  T* go_s = reinterpret_cast<T*>(smem + at.a_dv);
+  T* k_s = reinterpret_cast<T*>(smem + at.b_d);
+  T* v_s = reinterpret_cast<T*>(smem + at.b_dv);
+  float* lse_s = reinterpret_cast<float*>(smem + at.f);
+  float* delta_s = lse_s + kShortRows;
+
+  const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d);
+  load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv);
+  load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d);
+  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv);
+  for (int i = threadIdx.x; i < kShortRows; i += blockDim.x) {
+    lse_s[i] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
+    delta_s[i] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;
+  }
+  __syncthreads();
+
+  float w[kN][4], dw[kN][4];  // this warp's weights and their gradients, in turn for both passes
+  if (w0 < in.nk) {
+    // dK, dV: S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys over every query.
+    const int keys_of[2] = {w0 + g, w0 + g + 8};
+    multiply_rows<T, kN>(w, k_s + w0 * ldd, ldd, q_s, ldd, in.d / 16, in.nq, lane);
+    multiply_rows<T, kN>(dw, v_s + w0 * ldv, ldv, go_s, ldv, in.dv / 16, in.nq, lane);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = keys_of[e >> 1], i = n * 8 + 2 * t + (e & 1);
+        float pe = 0.0f, dse = 0.0f;
+        if (i < in.nq && j < in.nk) {
+          float z = scale * w[n][e];
+          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+          pe = expf(z - lse_s[i]);
+          dse = pe * (dw[n][e] - delta_s[i]);
+        }
+        w[n][e] = pe;
+        dw[n][e] = dse;
+      }
+    }
+    float dk[kOut][4], dv[kOut][4];
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
+    }
+    accumulate_weights<T, kN, kOut>(dv, w, go_s, ldv, in.dv, in.nq, lane);
+    accumulate_weights<T, kN, kOut>(dk, dw, q_s, ldd, in.d, in.nq, lane);
+    write_rows<T, kOut>(dk, in.d, scale, a.gk + grp * in.nk * in.d, w0, in.nk, lane);
+    write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + grp * in.nk * in.dv, w0, in.nk, lane);
+  }
+  if (w0 < in.nq) {
+    // dQ and grad_bias: S = Q K^T and dP = dO V^T for the warp's 16 queries over every key.
+    const int rows_of[2] = {w0 + g, w0 + g + 8};
+    multiply_rows<T, kN>(w, q_s + w0 * ldd, ldd, k_s, ldd, in.d / 16, in.nk, lane);
+    multiply_rows<T, kN>(dw, go_s + w0 * ldv, ldv, v_s, ldv, in.dv / 16, in.nk, lane);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = rows_of[e >> 1], j = n * 8 + 2 * t + (e & 1);
+        float dse = 0.0f;
+        if (i < in.nq && j < in.nk) {
+          float z = scale * w[n][e];
+          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+          dse = expf(z - lse_s[i]) * (dw[n][e] - delta_s[i]);
+          if (a.gb != nullptr) a.gb[(grp * in.nq + i) * in.nk + j] = from_float<T>(bscale * dse);
+        }
+        w[n][e] = dse;
+      }
+    }
+    float dq[kOut][4];
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
+    accumulate_weights<T, kN, kOut>(dq, w, k_s, ldd, in.d, in.nk, lane);
+    write_rows<T, kOut>(dq, in.d, scale, a.gq + grp * in.nq * in.d, w0, in.nq, lane);
+  }
+}
+
 // --- Host side ---
 
 // Blocks of 16-row warps over n rows: as few blocks as kMaxWarps allows, their warps balanced
@@ -513,6 +617,15 @@ void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
   const Inputs<T>& in = a.in;
   dispatch_head_dim(in.d, in.dv, [&](auto head) {
     constexpr int kHead = decltype(head)::value, kWidth = tile_width<kHead>();
+    if constexpr (kHead <= 64) {
+      if (g_one_block.load() && in.nq <= kShortRows && in.nk <= kShortRows) {
+        const int pieces = (std::max(std::max(in.nq, in.nk), 1) + kRows - 1) / kRows;
+        const Smem smem(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows);
+        launch(mma_one_block_backward_kernel<T, kHead>, grid_of(kKernel, groups, 1), pieces,
+               smem.bytes, stream, a);
+        return;
+      }
+    }
     if (in.nk > 0) {  // dK, dV (zero when there are no queries)
       const Split split = split_rows(in.nk);
       BackwardArgs<T> kv = a;
@@ -542,5 +655,8 @@ template void mma_backward<__half>(BackwardArgs<__half>, int64_t, cudaStream_t);
 namespace ska {
 
 bool set_cuda_attention_mma(bool enabled) { return cuda::attn::g_mma.exchange(enabled); }
+bool set_cuda_attention_one_block_backward(bool enabled) {
+  return cuda::attn::g_one_block.exchange(enabled);
+}
 
 }  // namespace ska

@@ -49,6 +49,12 @@ bool set_cuda_attention_tensor_cores(bool enabled);
 // WMMA kernels (train.attention: wmma). Returns the previous setting; for tests, benchmarks and
 // KernelChoices. Without CUDA it only records the setting.
 bool set_cuda_attention_mma(bool enabled);
+// With the mma.sync kernels, the backward pass of a problem of at most 80 queries and 80 keys
+// with head dims up to 64 (ViT-S and CaiT-S on 32x32 images, Swin's 7x7 windows) in one block
+// per leading index that loads every operand once and computes dK, dV and dQ, instead of a dK/dV
+// kernel and a dQ kernel whose blocks each walk the other side tile by tile. Off by default
+// until measured on a GPU (train.attention_backward: one_block). Returns the previous setting.
+bool set_cuda_attention_one_block_backward(bool enabled);
 
 // How the CUDA backend computes the backward-input pass of a stride-1 convolution
 // (backend/conv2d_rotated.h). kTimed, the default: under cudnn_benchmark, the first call of each

@@ -56,6 +56,8 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
 KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   KernelChoices k;
   k.attention = t.get_choice("attention", k.attention, {"fused", "wmma", "scalar", "unfused"});
+  k.attention_backward =
+      t.get_choice("attention_backward", k.attention_backward, {"split", "one_block"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
@@ -68,6 +70,7 @@ void KernelChoices::apply() const {
   nn::set_fused_attention(attention != "unfused");
   set_cuda_attention_tensor_cores(attention == "fused" || attention == "wmma");
   set_cuda_attention_mma(attention == "fused");
+  set_cuda_attention_one_block_backward(attention_backward == "one_block");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
@@ -80,6 +83,7 @@ void KernelChoices::apply() const {
 std::string KernelChoices::describe() const {
   std::string out;
   if (attention != "fused") out += " [" + attention + " attention]";
+  if (attention_backward != "split") out += " [" + attention_backward + " attention backward]";
   if (elementwise != "fast") out += " [reference elementwise kernels]";
   if (norm_output != "autocast") out += " [f32 norm outputs]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";

@@ -32,6 +32,10 @@ struct KernelChoices {
   // kernels; on the CPU wmma and scalar are the same as fused) or unfused (matmul, softmax,
   // matmul).
   std::string attention = "fused";
+  // The mma.sync kernels' backward pass for sequences of at most 80 tokens with head dims up to
+  // 64: split (a dK/dV kernel and a dQ kernel) or one_block (one block per head that loads every
+  // operand once; set_cuda_attention_one_block_backward, not yet measured on a GPU).
+  std::string attention_backward = "split";
   std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
   std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm

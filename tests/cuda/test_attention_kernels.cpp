@@ -204,9 +204,17 @@ struct WmmaAttention {
   ~WmmaAttention() { set_cuda_attention_mma(previous); }
 };
 
+// The mma.sync kernels' one-block backward (problems of up to 80 queries and keys, head dims up
+// to 64; others keep the two kernels) while alive.
+struct OneBlockBackward {
+  bool previous = set_cuda_attention_one_block_backward(true);
+  ~OneBlockBackward() { set_cuda_attention_one_block_backward(previous); }
+};
+
 // The CUDA paths against the CPU twin and the double reference, by default in f32 and bf16, and
 // against each other. bf16 and f16 with head dims that are multiples of 16 take the tensor cores
-// by default, mma.sync, and with WmmaAttention the WMMA kernels (f32 and other dims: the scalar
+// by default, mma.sync (also with OneBlockBackward), and with WmmaAttention the WMMA kernels
+// (f32 and other dims: the scalar
 // kernels every time). The 16-bit results are computed in
 // f32 from the same rounded inputs and rounded once (the tensor-core path also rounds P and dS
 // to the dtype before its second products), so tolerance_for(dtype) covers them.
@@ -227,9 +235,16 @@ void check_case(const Case& c, double scale,
       const WmmaAttention on;
       wmma = on_host(run(c, x.gpu, scale, true));
     }
+    Results one_block;
+    {
+      const OneBlockBackward on;
+      one_block = on_host(run(c, x.gpu, scale, true));
+    }
     const Results cpu = run(c, x.cpu, scale, false);
     const Results ref = reference(c, x.ref, scale);
     const ska::test::Tolerance tol = tolerance_for(dtype);
+    compare(one_block, cpu, tol, "one-block backward cuda vs cpu", by_nmse);
+    compare(one_block, ref, tol, "one-block backward cuda vs reference", by_nmse);
     compare(wmma, cpu, tol, "wmma cuda vs cpu", by_nmse);
     compare(wmma, ref, tol, "wmma cuda vs reference", by_nmse);
     compare(fast, cpu, tol, "cuda vs cpu", by_nmse);
@@ -379,26 +394,67 @@ TEST_CASE("cuda attention: tensor cores, long rows by NMSE, N = 197 with bias", 
 
 TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
-  Case c = plain_case("determinism", {2, 2}, 197, 197, 64, 64, 801);
-  c.grad_bias = true;
-  c.base.push_back(uniform({2, 2, 197, 197}, 805));
-  c.views = [=](const std::vector<Tensor>& t) {
-    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  // N = 197 takes the two-kernel backward, N = 65 the one-block one where it is switched on.
+  for (const int64_t n : {197, 65}) {
+    Case c = plain_case("determinism", {2, 2}, n, n, 64, 64, 801);
+    c.grad_bias = true;
+    c.base.push_back(uniform({2, 2, n, n}, 805));
+    c.views = [=](const std::vector<Tensor>& t) {
+      return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+    };
+    // values() copies to the host before the next run (both runs write the same out tensor).
+    for (const int mode : {0, 1, 2}) {  // WMMA, mma.sync, mma.sync with the one-block backward
+      const bool use_mma = mode > 0;
+      const bool previous = set_cuda_attention_mma(use_mma);
+      const bool previous_one_block = set_cuda_attention_one_block_backward(mode == 2);
+      for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
+        INFO("N = " << n << ", " << dtype_name(dtype) << (use_mma ? ", mma.sync" : "")
+                    << (mode == 2 ? ", one block" : ""));
+        const Prepared x = prepare(c, dtype);
+        const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
+        const std::vector<std::vector<double>> second = values(run(c, x.gpu, 0.125, true));
+        for (size_t i = 0; i < first.size(); ++i) {
+          INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
+          CHECK(first[i] == second[i]);
+        }
+      }
+      set_cuda_attention_mma(previous);
+      set_cuda_attention_one_block_backward(previous_one_block);
+    }
+  }
+}
+
+TEST_CASE("cuda attention: the one-block backward gives the two kernels' bits", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // Both sum the same products in the same order (query or key pieces of 16 in turn, the tiles
+  // zero past the end), so for up to 80 tokens their gradients agree to the bit: ViT-S on CIFAR
+  // (65 tokens, d = 64, a class token), Swin's windows with their bias (49, d = 32), and CSKA's
+  // logits (d = 0, all from the bias).
+  struct Problem {
+    int64_t nq, nk, d, dv;
   };
-  // values() copies to the host before the next run (both runs write the same out tensor).
-  for (const bool use_mma : {false, true}) {
-    const bool previous = set_cuda_attention_mma(use_mma);
-    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
-      INFO(dtype_name(dtype) << (use_mma ? ", mma.sync" : ""));
+  for (const Problem s : {Problem{65, 65, 64, 64}, Problem{49, 49, 32, 32},
+                          Problem{65, 65, 0, 64}, Problem{80, 17, 48, 64}}) {
+    Case c = plain_case("one block", {3, 2}, s.nq, s.nk, s.d, s.dv, 1701);
+    c.grad_bias = true;
+    c.base.push_back(uniform({3, 2, s.nq, s.nk}, 1705, -2, 2));
+    c.views = [=](const std::vector<Tensor>& t) {
+      return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+    };
+    for (const DType dtype : {DType::kBF16, DType::kF16}) {
+      INFO(s.nq << " x " << s.nk << ", d " << s.d << ", dv " << s.dv << ", " << dtype_name(dtype));
       const Prepared x = prepare(c, dtype);
-      const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
-      const std::vector<std::vector<double>> second = values(run(c, x.gpu, 0.125, true));
-      for (size_t i = 0; i < first.size(); ++i) {
+      const std::vector<std::vector<double>> split = values(run(c, x.gpu, 0.125, true));
+      std::vector<std::vector<double>> one_block;
+      {
+        const OneBlockBackward on;
+        one_block = values(run(c, x.gpu, 0.125, true));
+      }
+      for (size_t i = 0; i < split.size(); ++i) {
         INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
-        CHECK(first[i] == second[i]);
+        CHECK(one_block[i] == split[i]);
       }
     }
-    set_cuda_attention_mma(previous);
   }
 }
 
@@ -455,6 +511,11 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
       const WmmaAttention on;
       wmma = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
     }
+    Results one_block;
+    {
+      const OneBlockBackward on;
+      one_block = on_host(run(c, x.gpu, 1.0, true, 0.0, f));
+    }
     const Results cpu = run(c, x.cpu, 1.0, false, 0.0, f);
     // The reference takes f * bias as its bias; its dL/dbias is then dL/dz, ours f dL/dz.
     Operands scaled = x.ref;
@@ -465,6 +526,8 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
     compare(fast, cpu, tol, "cuda vs cpu");
     compare(fast, ref, tol, "cuda vs reference");
     compare(scalar, ref, tol, "scalar cuda vs reference");
+    compare(one_block, cpu, tol, "one-block backward cuda vs cpu");
+    compare(one_block, ref, tol, "one-block backward cuda vs reference");
     compare(wmma, cpu, tol, "wmma cuda vs cpu");
     compare(wmma, ref, tol, "wmma cuda vs reference");
     CHECK(fast.grad_q.numel() == 0);

@@ -350,17 +350,20 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
           "[cpu][train]") {
   const KernelChoices defaults;
   CHECK(defaults.attention == "fused");
+  CHECK(defaults.attention_backward == "split");
   CHECK(defaults.elementwise == "fast");
   CHECK(defaults.norm_output == "autocast");
   CHECK(defaults.conv_logits == "auto");
   CHECK(defaults.describe().empty());
   Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   config.set("train.attention=scalar");
+  config.set("train.attention_backward=one_block");
   config.set("train.elementwise=reference");
   config.set("train.norm_output=f32");
   config.set("train.conv_logits=conv");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
-  CHECK(k.describe() == " [scalar attention] [reference elementwise kernels] [f32 norm outputs]"
+  CHECK(k.describe() == " [scalar attention] [one_block attention backward]"
+                        " [reference elementwise kernels] [f32 norm outputs]"
                         " [conv logits: conv]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
@@ -369,6 +372,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(nn::norm_autocast_outputs_enabled());
   CHECK_FALSE(set_cuda_attention_tensor_cores(true));
   CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
+  CHECK(set_cuda_attention_one_block_backward(true));
   KernelChoices unfused;
   unfused.attention = "unfused";
   unfused.apply();
@@ -388,6 +392,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(nn::fused_attention_enabled());
   CHECK(nn::norm_autocast_outputs_enabled());
   CHECK(set_cuda_attention_mma(true));
+  CHECK_FALSE(set_cuda_attention_one_block_backward(false));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
   // A value outside the choices names the key and the choices.
