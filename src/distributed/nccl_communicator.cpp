@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -254,21 +255,25 @@ class NcclCommunicator : public Communicator {
   }
 
   // After a failed join: "; rank R computes on the same GPU (...)" where another rank that has
-  // published its GPU uses this one's, which NCCL does not allow; "" otherwise. Reads only the
-  // keys already set, without waiting.
+  // published its GPU uses this one's, which NCCL does not allow; "" otherwise, and when the
+  // store cannot answer (NCCL's own error is the one to report). Reads only the keys already
+  // set, without waiting.
   std::string shared_gpu(const std::string& gpu) const {
     const std::string uuid = gpu.substr(0, gpu.find(' '));
-    for (int r = 0; r < world_.world_size; ++r) {
-      const std::string key = kGpuKeyPrefix + std::to_string(r);
-      if (r == world_.rank || !store_->check({key})) continue;
-      const Bytes other = store_->get(key);
-      const std::string theirs(other.begin(), other.end());
-      if (theirs.substr(0, theirs.find(' ')) != uuid) continue;
-      std::ostringstream out;
-      out << "; rank " << r << " computes on the same GPU (" << gpu
-          << "): NCCL takes one GPU per rank, so start at most as many workers on a machine as "
-             "it has GPUs (--nproc-per-node, LOCAL_RANK)";
-      return out.str();
+    try {
+      for (int r = 0; r < world_.world_size; ++r) {
+        const std::string key = kGpuKeyPrefix + std::to_string(r);
+        if (r == world_.rank || !store_->check({key})) continue;
+        const Bytes other = store_->get(key);
+        const std::string theirs(other.begin(), other.end());
+        if (theirs.substr(0, theirs.find(' ')) != uuid) continue;
+        std::ostringstream out;
+        out << "; rank " << r << " computes on the same GPU (" << gpu
+            << "): NCCL takes one GPU per rank, so start at most as many workers on a machine "
+               "as it has GPUs (--nproc-per-node, LOCAL_RANK)";
+        return out.str();
+      }
+    } catch (const std::exception&) {
     }
     return "";
   }

@@ -221,7 +221,7 @@ ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t h
     if (backward) y.backward(Tensor::ones(y.shape(), y.dtype(), y.device()));
   };
   const Device device = q.device();
-  const MacCountingPause not_counted;  // a model's MACs are counted in the call that times
+  const MacCountingPause not_counted;  // the timing calls are no part of a model's MAC count
   ConvLogitsTiming t{1e300, 1e300};
   for (int i = -1; i < reps; ++i) {  // i = -1: a warm-up call of each (cuDNN's own timing)
     for (const bool gemm : {false, true}) {
