@@ -297,10 +297,13 @@ def nice_ticks(lo, hi, integer=False):
     return ticks, step
 
 
-def svg_plot(title, series, width=640, height=300):
-    """One SVG line chart: series = [(label, colour, xs, ys)]; a legend to the right."""
+def svg_plot(title, series, plot_width=470, height=300):
+    """One SVG line chart: series = [(label, colour, xs, ys)]; a legend to the right, as wide as
+    its longest label (about 6.5 px a character at font size 11)."""
     pts = [(x, y) for _, _, xs, ys in series for x, y in zip(xs, ys) if y is not None]
-    left, right, top, bottom = 56, width - 170, 28, height - 40
+    legend = 46 + math.ceil(6.5 * max((len(label) for label, _, _, _ in series), default=0))
+    width = plot_width + legend
+    left, right, top, bottom = 56, plot_width, 28, height - 40
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="18" font-size="14">{html.escape(title)}</text>']
