@@ -56,6 +56,7 @@ struct BenchmarkOptions {
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
+  std::string norm_backward = "split";   // or fused (set_cuda_layer_norm_fused_backward)
   std::string conv_logits = "auto";      // or conv, gemm (nn::set_conv_logits_form)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
@@ -234,6 +235,7 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.conv_logits = o.conv_logits;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   kernels.apply();
+  set_cuda_layer_norm_fused_backward(o.norm_backward == "fused");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -342,6 +344,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"attention_backward", o.attention_backward},
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
                         {"elementwise", o.elementwise}, {"norm_output", o.norm_output},
+                        {"norm_backward", o.norm_backward},
                         {"conv_logits", o.conv_logits}};
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
@@ -370,6 +373,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
     if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
     if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
+    if (device.is_cuda() && o.norm_backward != "split") line << " [fused norm backward]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
@@ -442,6 +446,11 @@ int main(int argc, char** argv) {
                  "under autocast, layer norms read only by a matrix product write: autocast (its "
                  "16-bit dtype, the same bits) or f32 (cast by the product after), to compare")
       ->check(CLI::IsMember({"autocast", "f32"}));
+  app.add_option("--norm-backward", o.norm_backward,
+                 "CUDA layer norm backward for rows of up to 768 columns: split (a grad_x kernel "
+                 "and a column reduction) or fused (one pass that reads grad_y and x once), to "
+                 "compare")
+      ->check(CLI::IsMember({"split", "fused"}));
   app.add_option("--conv-logits", o.conv_logits,
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
                  "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "

@@ -7,10 +7,11 @@
 #
 # Stages (default: all, in this order; each is skipped when too little time is left):
 #   tests     every [cuda] test but the slow whole-zoo one (CUDA against the CPU, bit-exact paths)
-#   attention our bf16 training step with the WMMA and the mma.sync attention kernels, and the
-#             latter with the one-block backward (--attention wmma / fused, --attention-backward
-#             one_block) back to back: cifar10_vit_s and cifar10_cska_vit at 512,
-#             imagenet_caformer_s18 at 128 (ATTN="CONFIG:BATCH ..." for others)
+#   attention our bf16 training step with the WMMA and the mma.sync attention kernels, the
+#             latter with the one-block backward, and with the fused layer norm backward
+#             (--attention wmma / fused, --attention-backward one_block, --norm-backward fused)
+#             back to back: cifar10_vit_s and cifar10_cska_vit at 512, imagenet_caformer_s18 at
+#             128 (ATTN="CONFIG:BATCH ..." for others)
 #   logits    our bf16 training step with CSKA's logit convolution as a convolution, as
 #             im2col + GEMM, and the faster of the two per shape (--conv-logits conv / gemm / auto,
 #             which prints its timings) back to back: imagenet_cskaformer_s18 at 128,
@@ -55,7 +56,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -167,9 +168,10 @@ for stage in "${stages[@]}"; do
   attention)
     for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
-      for kernels in wmma fused one_block; do
+      for kernels in wmma fused one_block norm_fused; do
         flags=(--attention "$kernels")
         [ "$kernels" = one_block ] && flags=(--attention fused --attention-backward one_block)
+        [ "$kernels" = norm_fused ] && flags=(--attention fused --norm-backward fused)
         stage_run "attention_${config}_$kernels" 45 "$build/apps/benchmark" --config "$config" \
           --device cuda --precision bf16 --batch "$batch" --iters 20 "${flags[@]}"
         [ $? = 125 ] && continue

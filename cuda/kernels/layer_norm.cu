@@ -1,12 +1,17 @@
 // Layer norm over the last dim on CUDA: one warp per row for the statistics, y and grad_x (f32
 // two-pass mean/variance); grad_weight/grad_bias by a deterministic two-stage column reduction.
+// set_cuda_layer_norm_fused_backward: rows of up to 768 columns take one backward kernel that
+// keeps each row in registers and sums the parameter gradients on the way (one read of grad_y
+// and x instead of three).
 // T is x's (and the parameters') dtype, TY the output's and its gradient's: T, or bf16/f16 for
 // an f32 x (computed in f32, rounded once at the store; the gradient widened as it is read).
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
 #include "cuda/kernels/common.cuh"
 
 namespace ska::cuda {
@@ -17,6 +22,9 @@ constexpr int kColTile = 32;      // parameter-gradient partials: columns per bl
 constexpr int kRowLanes = 8;      // ... and rows walked in parallel (threadIdx.y)
 constexpr int kChunkRows = 64;    // rows per partial-sum chunk
 constexpr int kMaxChunks = 1024;  // gridDim.y bound for the partial sums
+constexpr int kFusedMaxCols = 768;  // the fused backward: 24 columns a lane
+
+std::atomic<bool> g_fused_backward{false};
 
 template <typename T, typename TY>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY* y, float* mean,
@@ -123,6 +131,79 @@ __global__ void layer_norm_param_final(const float* part_w, const float* part_b,
   }
 }
 
+// The whole backward in one pass (rows of at most 32 x kPerLane columns): block b takes rows
+// [b * chunk_rows, (b + 1) * chunk_rows), each warp every kRowWarps-th of them. A warp holds its
+// row's grad_y and x - mean in registers, forms grad_x as layer_norm_grad_x_kernel does (the
+// same operations in the same order, so the same bits), and adds grad_y * xhat and grad_y into
+// per-lane column sums; at the end the block adds its warps' sums in warp order into one
+// partial per column (part_w / part_b [blocks, cols]), which layer_norm_param_final reduces.
+// grad_y and x are read once, where the two-kernel path reads them three times.
+template <typename T, typename TY, int kPerLane>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    layer_norm_backward_fused_kernel(const TY* gy, const T* x, const T* w, const float* mean,
+                                     const float* rstd, T* gx, int64_t rows, int64_t cols,
+                                     int64_t chunk_rows, float* part_w, float* part_b) {
+  extern __shared__ float red[];  // [kRowWarps][cols]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * chunk_rows;
+  const int64_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+  float wv[kPerLane], acc_w[kPerLane], acc_b[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    wv[k] = w && c < cols ? to_float(w[c]) : 1.0f;
+    acc_w[k] = acc_b[k] = 0.0f;
+  }
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  for (int64_t row = r0 + warp; row < r1; row += kRowWarps) {
+    const int64_t base = row * cols;
+    const float mu = mean[row], rs = rstd[row];
+    float g[kPerLane], xd[kPerLane];
+    float sum_gw = 0.0f, sum_gwx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t c = lane + 32 * k;
+      g[k] = xd[k] = 0.0f;
+      if (c < cols) {
+        g[k] = to_float(gy[base + c]);
+        xd[k] = to_float(x[base + c]) - mu;
+        const float gw = g[k] * wv[k];
+        sum_gw += gw;
+        sum_gwx += gw * xd[k] * rs;
+        acc_w[k] += g[k] * xd[k] * rs;
+        acc_b[k] += g[k];
+      }
+    }
+    const float mean_gw = warp_sum(sum_gw) * inv_cols, mean_gwx = warp_sum(sum_gwx) * inv_cols;
+    if (gx != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int64_t c = lane + 32 * k;
+        if (c < cols) {
+          const float xhat = xd[k] * rs;
+          gx[base + c] = from_float<T>(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx));
+        }
+      }
+    }
+  }
+  for (int which = 0; which < 2; ++which) {  // grad_weight's partials, then grad_bias's
+    float* part = which == 0 ? part_w : part_b;
+    if (part == nullptr) continue;  // the same for the whole block
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int64_t c = lane + 32 * k;
+      if (c < cols) red[warp * cols + c] = which == 0 ? acc_w[k] : acc_b[k];
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      float s = 0.0f;
+      for (int i = 0; i < kRowWarps; ++i) s += red[i * cols + c];
+      part[static_cast<int64_t>(blockIdx.x) * cols + c] = s;
+    }
+    __syncthreads();
+  }
+}
+
 unsigned int row_warp_blocks(int64_t rows) {
   const int64_t blocks = (rows + kRowWarps - 1) / kRowWarps;
   SKA_CHECK(blocks <= INT_MAX, ShapeError, "layer_norm: too many rows (", rows, ")");
@@ -175,6 +256,48 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
   layer_norm_param_final<T><<<grid_for(cols), 256, 0, s>>>(
       part_w, part_b, chunks, cols, mutable_or_null<T>(grad_weight), mutable_or_null<T>(grad_bias));
   SKA_CUDA_CHECK_LAUNCH();
+}
+
+// The fused backward (layer_norm_backward_fused_kernel) for rows of at most kFusedMaxCols
+// columns: grad_x where wanted, and grad_weight / grad_bias through its block partials.
+template <typename T, typename TY>
+void launch_fused_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias, int64_t rows,
+                           int64_t cols, int device, cudaStream_t s) {
+  const int64_t chunks = std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  const bool params = grad_weight.defined() || grad_bias.defined();
+  const Tensor ws = params ? workspace(device, 2 * chunks * cols * sizeof(float)) : Tensor();
+  float* part_w = params && grad_weight.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
+  float* part_b =
+      params && grad_bias.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * cols : nullptr;
+  const size_t smem = static_cast<size_t>(kRowWarps) * cols * sizeof(float);
+  const auto run = [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    layer_norm_backward_fused_kernel<T, TY, kPerLane>
+        <<<static_cast<unsigned int>(chunks), kRowWarps * 32, smem, s>>>(
+            static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+            data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
+            static_cast<const float*>(rstd.data_ptr()), mutable_or_null<T>(grad_x), rows, cols,
+            chunk_rows, part_w, part_b);
+    SKA_CUDA_CHECK_LAUNCH();
+  };
+  if (cols <= 128) {
+    run(std::integral_constant<int, 4>{});
+  } else if (cols <= 256) {
+    run(std::integral_constant<int, 8>{});
+  } else if (cols <= 512) {
+    run(std::integral_constant<int, 16>{});
+  } else {
+    run(std::integral_constant<int, kFusedMaxCols / 32>{});
+  }
+  if (params) {
+    layer_norm_param_final<T><<<grid_for(cols), 256, 0, s>>>(
+        part_w, part_b, chunks, cols, mutable_or_null<T>(grad_weight),
+        mutable_or_null<T>(grad_bias));
+    SKA_CUDA_CHECK_LAUNCH();
+  }
 }
 
 // Calls f(T{}, TY{}) for x's dtype T and y's (or grad_y's) dtype TY: the same, or an f32 x with a
@@ -241,6 +364,13 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
     }
     if (grad_x.defined()) {
       SKA_CHECK(grad_x.is_contiguous(), ValueError, "layer_norm_backward: grad_x not contiguous");
+    }
+    if (g_fused_backward.load() && cols <= kFusedMaxCols) {
+      launch_fused_backward<T, TY>(grad_y, x, weight, mean, rstd, grad_x, grad_weight, grad_bias,
+                                   rows, cols, device, s);
+      return;
+    }
+    if (grad_x.defined()) {
       layer_norm_grad_x_kernel<T, TY><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
           static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
           data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
@@ -256,3 +386,11 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
 }
 
 }  // namespace ska::cuda
+
+namespace ska {
+
+bool set_cuda_layer_norm_fused_backward(bool enabled) {
+  return cuda::g_fused_backward.exchange(enabled);
+}
+
+}  // namespace ska

@@ -56,6 +56,14 @@ bool set_cuda_attention_mma(bool enabled);
 // until measured on a GPU (train.attention_backward: one_block). Returns the previous setting.
 bool set_cuda_attention_one_block_backward(bool enabled);
 
+// Layer norm's backward pass on CUDA for rows of at most 768 columns (every zoo model's): on, one
+// kernel that reads grad_y and x once, keeps each row in registers and sums the parameter
+// gradients per block on the way (grad_x the same bits as the two-kernel path); off (the default
+// until measured on a GPU), a grad_x kernel and a two-stage column reduction that read them
+// again. Returns the previous setting; `benchmark --norm-backward fused`. Without CUDA it only
+// records the setting.
+bool set_cuda_layer_norm_fused_backward(bool enabled);
+
 // How the CUDA backend computes the backward-input pass of a stride-1 convolution
 // (backend/conv2d_rotated.h). kTimed, the default: under cudnn_benchmark, the first call of each
 // shape has cuDNN time its backward-data kernels against its forward kernels on the rotated

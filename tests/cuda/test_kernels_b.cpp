@@ -86,14 +86,18 @@ TEST_CASE("cuda softmax: long rows, cached and uncached, with a broadcast mask",
   }
 }
 
-TEST_CASE("cuda layer norm: C = 768 over 3136 rows, forward and backward", "[cuda]") {
-  if (!ska::test::cuda_available_or_skip()) return;
-  const int64_t rows = 3136, cols = 768;
+namespace {
+
+// Layer norm of [rows, cols] forward and backward against a double reference, with or without
+// a weight, on the path set_cuda_layer_norm_fused_backward selects.
+void check_layer_norm(int64_t rows, int64_t cols, bool with_weight) {
   const Tensor x = uniform({rows, cols}, 21, -3, 5);
   const Tensor w = uniform({cols}, 22, 0.5, 1.5), b = uniform({cols}, 23);
   const Tensor gy = uniform({rows, cols}, 24);
-  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>(),
-                            bv = b.to_vector<double>(), gv = gy.to_vector<double>();
+  const std::vector<double> xv = x.to_vector<double>(), bv = b.to_vector<double>(),
+                            gv = gy.to_vector<double>();
+  const std::vector<double> wv =
+      with_weight ? w.to_vector<double>() : std::vector<double>(static_cast<size_t>(cols), 1.0);
   std::vector<double> y(rows * cols), gx(rows * cols), gw(cols, 0.0), gb(cols, 0.0), mu(rows),
       rs(rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -116,7 +120,7 @@ TEST_CASE("cuda layer norm: C = 768 over 3136 rows, forward and backward", "[cud
       gx[i] = rs[r] * (gv[i] * wv[c] - s - (xv[i] - m) * rs[r] * a);
     }
   }
-  const Tensor xg = gpu_f32(x), wg = gpu_f32(w);
+  const Tensor xg = gpu_f32(x), wg = with_weight ? gpu_f32(w) : Tensor();
   const Tensor yg = Tensor::empty({rows, cols}, DType::kF32, kGpu);
   const Tensor mg = Tensor::empty({rows}, DType::kF32, kGpu),
                rg = Tensor::empty({rows}, DType::kF32, kGpu);
@@ -130,13 +134,73 @@ TEST_CASE("cuda layer norm: C = 768 over 3136 rows, forward and backward", "[cud
                gbg = Tensor::empty({cols}, DType::kF32, kGpu);
   cuda::layer_norm_backward(gpu_f32(gy), xg, wg, mg, rg, gxg, gwg, gbg);
   require_close(gxg, host_f64(gx, {rows, cols}), tol, "layer_norm grad_x");
-  // Sums over 3136 rows: compare by normalised error.
+  // Sums over thousands of rows: compare by normalised error.
   CHECK(ska::test::nmse(gwg, host_f64(gw, {cols})) < 1e-9);
   CHECK(ska::test::nmse(gbg, host_f64(gb, {cols})) < 1e-9);
-  // Deterministic: the same inputs give bitwise the same parameter gradients.
+  // Deterministic: the same inputs give bitwise the same parameter gradients, also when only
+  // some of the gradients are wanted.
   const Tensor gw2 = Tensor::empty({cols}, DType::kF32, kGpu);
   cuda::layer_norm_backward(gpu_f32(gy), xg, wg, mg, rg, Tensor(), gw2, Tensor());
   CHECK(gw2.to_vector<float>() == gwg.to_vector<float>());
+  const Tensor gb2 = Tensor::empty({cols}, DType::kF32, kGpu);
+  cuda::layer_norm_backward(gpu_f32(gy), xg, wg, mg, rg, Tensor(), Tensor(), gb2);
+  CHECK(gb2.to_vector<float>() == gbg.to_vector<float>());
+  const Tensor gx2 = Tensor::empty({rows, cols}, DType::kF32, kGpu);
+  cuda::layer_norm_backward(gpu_f32(gy), xg, wg, mg, rg, gx2, Tensor(), Tensor());
+  CHECK(gx2.to_vector<float>() == gxg.to_vector<float>());
+}
+
+// The layer norm backward's fused path while alive.
+struct FusedNormBackward {
+  bool previous = set_cuda_layer_norm_fused_backward(true);
+  ~FusedNormBackward() { set_cuda_layer_norm_fused_backward(previous); }
+};
+
+}  // namespace
+
+TEST_CASE("cuda layer norm: C = 768 over 3136 rows, forward and backward", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  check_layer_norm(3136, 768, true);
+}
+
+TEST_CASE("cuda layer norm: the fused backward, every column count up to 768 and past it",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const FusedNormBackward fused;
+  // 64 to 768: each register width of the kernel, with tails (100, 500, 700); 1000 takes the
+  // two-kernel path; 70,000 rows: more than kMaxChunks blocks of kChunkRows.
+  for (const int64_t cols : {64, 100, 256, 384, 500, 512, 700, 768, 1000}) {
+    for (const bool with_weight : {true, false}) {
+      INFO("cols " << cols << (with_weight ? "" : ", no weight"));
+      check_layer_norm(cols == 100 ? 70000 : 1000, cols, with_weight);
+    }
+  }
+}
+
+TEST_CASE("cuda layer norm: the fused backward gives the two kernels' grad_x bits", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // An f32 x with a bf16 gradient (autocast's layer norm feeding a bf16 matmul), ViT-S's shape.
+  const int64_t rows = 4160, cols = 512;
+  const Tensor x = gpu_f32(uniform({rows, cols}, 31, -3, 5));
+  const Tensor w = gpu_f32(uniform({cols}, 32, 0.5, 1.5)), b = gpu_f32(uniform({cols}, 33));
+  const Tensor gy = uniform({rows, cols}, 34).to(kGpu, DType::kBF16);
+  const Tensor y = Tensor::empty({rows, cols}, DType::kBF16, kGpu);
+  const Tensor m = Tensor::empty({rows}, DType::kF32, kGpu);
+  const Tensor r = Tensor::empty({rows}, DType::kF32, kGpu);
+  cuda::layer_norm_forward(x, w, b, 1e-6, y, m, r);
+  Tensor gx[2], gw[2], gb[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    const bool previous = set_cuda_layer_norm_fused_backward(fused == 1);
+    gx[fused] = Tensor::empty({rows, cols}, DType::kF32, kGpu);
+    gw[fused] = Tensor::empty({cols}, DType::kF32, kGpu);
+    gb[fused] = Tensor::empty({cols}, DType::kF32, kGpu);
+    cuda::layer_norm_backward(gy, x, w, m, r, gx[fused], gw[fused], gb[fused]);
+    set_cuda_layer_norm_fused_backward(previous);
+  }
+  CHECK(gx[1].to_vector<float>() == gx[0].to_vector<float>());
+  // The parameter gradients sum in another order: equal to f32 rounding.
+  require_close(gw[1], gw[0].to(Device::cpu(), DType::kF64), tolerance_for(DType::kF32), "grad_w");
+  require_close(gb[1], gb[0].to(Device::cpu(), DType::kF64), tolerance_for(DType::kF32), "grad_b");
 }
 
 namespace {
