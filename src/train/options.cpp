@@ -55,7 +55,10 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
 
 KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   KernelChoices k;
-  k.attention = t.get_choice("attention", k.attention, {"fused", "wmma", "scalar", "unfused"});
+  // "mma": the mma.sync kernels' name while they were not yet the default (run folders of then).
+  k.attention =
+      t.get_choice("attention", k.attention, {"fused", "wmma", "scalar", "unfused", "mma"});
+  if (k.attention == "mma") k.attention = "fused";
   k.attention_backward =
       t.get_choice("attention_backward", k.attention_backward, {"split", "one_block"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});

@@ -377,6 +377,9 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   unfused.attention = "unfused";
   unfused.apply();
   CHECK_FALSE(nn::fused_attention_enabled());
+  Config old_name = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  old_name.set("train.attention=mma");  // the mma.sync kernels' name before they were the default
+  CHECK(TrainOptions::from_config(old_name.root()["train"]).kernels.attention == "fused");
   KernelChoices wmma;
   wmma.attention = "wmma";
   wmma.apply();
