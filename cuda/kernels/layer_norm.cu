@@ -269,9 +269,8 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& x, const Tensor& 
   const int64_t chunk_rows = (rows + chunks - 1) / chunks;
   const bool params = grad_weight.defined() || grad_bias.defined();
   const Tensor ws = params ? workspace(device, 2 * chunks * cols * sizeof(float)) : Tensor();
-  float* part_w = params && grad_weight.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
-  float* part_b =
-      params && grad_bias.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * cols : nullptr;
+  float* part_w = grad_weight.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
+  float* part_b = grad_bias.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * cols : nullptr;
   const size_t smem = static_cast<size_t>(kRowWarps) * cols * sizeof(float);
   const auto run = [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;

@@ -41,14 +41,14 @@ std::string gpu_identity(int device) {
   cudaDeviceProp prop{};
   SKA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   std::ostringstream out;
-  out << std::hex;
   for (const char byte : prop.uuid.bytes) {
-    out << ((static_cast<unsigned>(static_cast<unsigned char>(byte)) >> 4) & 0xf)
-        << (static_cast<unsigned>(static_cast<unsigned char>(byte)) & 0xf);
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", static_cast<unsigned>(static_cast<unsigned char>(byte)));
+    out << hex;
   }
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  out << std::dec << " cuda:" << device << " on " << (host[0] ? host : "?");
+  out << " cuda:" << device << " on " << (host[0] ? host : "?");
   return out.str();
 }
 
