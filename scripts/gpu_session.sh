@@ -40,7 +40,8 @@
 #             T8_SETS=train.attention=unfused to step around a fast path the tests found broken;
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
-#   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels
+#   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
+#             elementwise, reductions, dropout, layer norm)
 #
 # Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh .deps libjpeg62-turbo
 # libjpeg62-turbo-dev libpng16-16 libpng-dev), .gpu-build.tar.xz
@@ -56,7 +57,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -268,7 +269,7 @@ for stage in "${stages[@]}"; do
   memcheck)
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
     stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*"
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)" ;;
   esac
