@@ -304,6 +304,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
     accumulate<kC>(w_s, k_s, tile_rows4(in.nk, j0), acc);
   }
   if (!active) return;
+  T* gq = a.gq + a.gqv.lead.offset(g);
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int i = w0 + r;
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int col = lane + 32 * c;
-      if (col < in.d) a.gq[(g * in.nq + i) * in.d + col] = from_float<T>(scale * acc[r][c]);
+      if (col < in.d) gq[i * a.gqv.row + col] = from_float<T>(scale * acc[r][c]);
     }
   }
 }
@@ -398,6 +399,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
     accumulate<kC>(dz_w, q_s, n4, acc_k);
   }
   if (!active) return;
+  T* gk = a.gk + a.gkv.lead.offset(g);
+  T* gv = a.gv + a.gvv.lead.offset(g);
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int j = w0 + r;
@@ -405,8 +408,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int col = lane + 32 * c;
-      if (col < in.d) a.gk[(g * in.nk + j) * in.d + col] = from_float<T>(scale * acc_k[r][c]);
-      if (col < in.dv) a.gv[(g * in.nk + j) * in.dv + col] = from_float<T>(acc_v[r][c]);
+      if (col < in.d) gk[j * a.gkv.row + col] = from_float<T>(scale * acc_k[r][c]);
+      if (col < in.dv) gv[j * a.gvv.row + col] = from_float<T>(acc_v[r][c]);
     }
   }
 }
@@ -478,11 +481,19 @@ void check_stats(const char* kernel, const char* name, const Tensor& t, const Ge
             " elements, got ", t.defined() ? t.str() : "an undefined tensor");
 }
 
-void check_grad(const char* name, const Tensor& grad, const Tensor& like, const Shape& shape) {
-  SKA_CHECK(grad.defined() && dense(grad) && grad.dtype() == like.dtype() &&
-                grad.shape() == shape && grad.device() == like.device(),
-            ValueError, "attention_backward: ", name, " must be a contiguous ",
-            dtype_name(like.dtype()), " tensor of shape ", shape_str(shape), " on ", like.device(),
+// A gradient the kernels write: contiguous, or (`strided`) any view with a unit column stride
+// whose rows do not overlap.
+void check_grad(const char* name, const Tensor& grad, const Tensor& like, const Shape& shape,
+                bool strided) {
+  const auto rows_apart = [&] {
+    const int64_t rows = grad.size(-2), cols = grad.size(-1);
+    return (cols <= 1 || grad.stride(-1) == 1) && (rows <= 1 || grad.stride(-2) >= cols);
+  };
+  SKA_CHECK(grad.defined() && grad.dtype() == like.dtype() && grad.shape() == shape &&
+                grad.device() == like.device() && (strided ? rows_apart() : dense(grad)),
+            ValueError, "attention_backward: ", name, " must be a ",
+            strided ? "unit-column-strided view" : "contiguous tensor", " of ",
+            dtype_name(like.dtype()), " and shape ", shape_str(shape), " on ", like.device(),
             ", got ", grad.defined() ? grad.str() : "an undefined tensor");
 }
 
@@ -592,10 +603,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
             ValueError, kKernel, ": grad_out must be a view like out ", out.str(), ", got ",
             grad_out.defined() ? grad_out.str() : "an undefined tensor");
   const Shape lead(q.shape().begin(), q.shape().end() - 2);
-  check_grad("grad_q", grad_q, q, q.shape());
-  check_grad("grad_k", grad_k, q, with_last(lead, geo.nk, geo.d));
-  check_grad("grad_v", grad_v, q, with_last(lead, geo.nk, geo.dv));
-  if (grad_bias.defined()) check_grad("grad_bias", grad_bias, q, with_last(lead, geo.nq, geo.nk));
+  check_grad("grad_q", grad_q, q, q.shape(), true);
+  check_grad("grad_k", grad_k, q, with_last(lead, geo.nk, geo.d), true);
+  check_grad("grad_v", grad_v, q, with_last(lead, geo.nk, geo.dv), true);
+  if (grad_bias.defined()) {
+    check_grad("grad_bias", grad_bias, q, with_last(lead, geo.nq, geo.nk), false);
+  }
   if (geo.groups == 0) return;
   const int device = device_index(q);
   DeviceGuard guard(device);
@@ -614,6 +627,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     a.gq = static_cast<T*>(grad_q.data_ptr());
     a.gk = static_cast<T*>(grad_k.data_ptr());
     a.gv = static_cast<T*>(grad_v.data_ptr());
+    a.gqv = view_of(grad_q, geo.nlead);
+    a.gkv = view_of(grad_k, geo.nlead);
+    a.gvv = view_of(grad_v, geo.nlead);
     a.gb = grad_bias.defined() ? static_cast<T*>(grad_bias.data_ptr()) : nullptr;
     if (geo.nq > 0) {
       const int64_t rows = geo.groups * geo.nq;

@@ -203,10 +203,11 @@ __device__ __forceinline__ void accumulate_weights(float (&out)[kOut][4], const 
   }
 }
 
-// Writes scale * acc (16 rows from row0, `cols` columns) to a contiguous [n, cols] gradient.
+// Writes scale * acc (16 rows from row0, `cols` columns) to an [n, cols] gradient whose rows lie
+// `ld` elements apart.
 template <typename T, int kOut>
 __device__ __forceinline__ void write_rows(const float (&acc)[kOut][4], int cols, float scale,
-                                           T* out, int row0, int n, int lane) {
+                                           T* out, int64_t ld, int row0, int n, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nd = 0; nd < kOut; ++nd) {
@@ -214,7 +215,7 @@ __device__ __forceinline__ void write_rows(const float (&acc)[kOut][4], int cols
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = row0 + g + 8 * (e >> 1), c = nd * 8 + 2 * t + (e & 1);
-      if (i < n) out[static_cast<int64_t>(i) * cols + c] = from_float<T>(scale * acc[nd][e]);
+      if (i < n) out[i * ld + c] = from_float<T>(scale * acc[nd][e]);
     }
   }
 }
@@ -415,8 +416,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArg
     accumulate_weights<T, kN, kOut>(dk, ds, q_s, ldd, in.d, live, lane);
   }
   if (!active) return;
-  write_rows<T, kOut>(dk, in.d, scale, a.gk + grp * in.nk * in.d, w0, in.nk, lane);
-  write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + grp * in.nk * in.dv, w0, in.nk, lane);
+  write_rows<T, kOut>(dk, in.d, scale, a.gk + a.gkv.lead.offset(grp), a.gkv.row, w0, in.nk, lane);
+  write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + a.gvv.lead.offset(grp), a.gvv.row, w0, in.nk, lane);
 }
 
 // dQ and grad_bias: a block per (leading index, 16 x warps queries), walking the key tiles.
@@ -481,7 +482,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
     accumulate_weights<T, kN, kOut>(dq, ds, k_s, ldd, in.d, live, lane);
   }
   if (!active) return;
-  write_rows<T, kOut>(dq, in.d, scale, a.gq + grp * in.nq * in.d, w0, in.nq, lane);
+  write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
 }
 
 // The whole backward of one leading index in one block, for short sequences (at most
@@ -551,8 +552,8 @@ __global__ void __launch_bounds__(kShortWarps * 32)
     }
     accumulate_weights<T, kN, kOut>(dv, w, go_s, ldv, in.dv, in.nq, lane);
     accumulate_weights<T, kN, kOut>(dk, dw, q_s, ldd, in.d, in.nq, lane);
-    write_rows<T, kOut>(dk, in.d, scale, a.gk + grp * in.nk * in.d, w0, in.nk, lane);
-    write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + grp * in.nk * in.dv, w0, in.nk, lane);
+    write_rows<T, kOut>(dk, in.d, scale, a.gk + a.gkv.lead.offset(grp), a.gkv.row, w0, in.nk, lane);
+    write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + a.gvv.lead.offset(grp), a.gvv.row, w0, in.nk, lane);
   }
   if (w0 < in.nq) {
     // dQ and grad_bias: S = Q K^T and dP = dO V^T for the warp's 16 queries over every key.
@@ -578,7 +579,7 @@ __global__ void __launch_bounds__(kShortWarps * 32)
 #pragma unroll
     for (int nd = 0; nd < kOut; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
     accumulate_weights<T, kN, kOut>(dq, w, k_s, ldd, in.d, in.nk, lane);
-    write_rows<T, kOut>(dq, in.d, scale, a.gq + grp * in.nq * in.d, w0, in.nq, lane);
+    write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
   }
 }
 

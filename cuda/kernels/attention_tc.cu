@@ -148,12 +148,13 @@ __device__ void accumulate_ab(FragC (&acc)[kSteps], const T* a, int lda, const T
   }
 }
 
-// Writes scale * acc, the warp's 16 rows from row0 on (rows >= n skipped), to a contiguous
-// [n, 16 x steps] gradient, each fragment staged through the warp's f32 scratch.
+// Writes scale * acc, the warp's 16 rows from row0 on (rows >= n skipped), to an
+// [n, 16 x steps] gradient whose rows lie `ld` elements apart, each fragment staged through the
+// warp's f32 scratch.
 template <typename T, int kSteps>
 __device__ void write_rows(FragC (&acc)[kSteps], int steps, float scale, float* scratch, int lds,
-                           T* out, int row0, int n) {
-  const int lane = threadIdx.x % 32, cols = steps * kFrag;
+                           T* out, int64_t ld, int row0, int n) {
+  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int nb = 0; nb < kSteps; ++nb) {
     if (nb >= steps) break;
@@ -162,8 +163,7 @@ __device__ void write_rows(FragC (&acc)[kSteps], int steps, float scale, float* 
     __syncwarp();
     for (int e = lane; e < kFrag * kFrag; e += 32) {
       const int r = e / kFrag, c = e % kFrag, i = row0 + r;
-      if (i < n) out[static_cast<int64_t>(i) * cols + nb * kFrag + c] =
-          from_float<T>(scratch[r * lds + c]);
+      if (i < n) out[i * ld + nb * kFrag + c] = from_float<T>(scratch[r * lds + c]);
     }
     __syncwarp();
   }
@@ -346,8 +346,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
     accumulate_ab(acc_k, ds_w, ldp, q_s, ldk, dsteps);
   }
   if (!active) return;
-  write_rows(acc_k, dsteps, scale, s_w, lds, a.gk + g * in.nk * in.d, w0, in.nk);
-  write_rows(acc_v, vsteps, 1.0f, s_w, lds, a.gv + g * in.nk * in.dv, w0, in.nk);
+  write_rows(acc_k, dsteps, scale, s_w, lds, a.gk + a.gkv.lead.offset(g), a.gkv.row, w0, in.nk);
+  write_rows(acc_v, vsteps, 1.0f, s_w, lds, a.gv + a.gvv.lead.offset(g), a.gvv.row, w0, in.nk);
 }
 
 // dQ and grad_bias: a block per (leading index g, 16 x warps queries), walking the key tiles.
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
     accumulate_ab(acc, ds_w, ldp, k_s, ldk, dsteps);
   }
   if (!active) return;
-  write_rows(acc, dsteps, scale, s_w, lds, a.gq + g * in.nq * in.d, w0, in.nq);
+  write_rows(acc, dsteps, scale, s_w, lds, a.gq + a.gqv.lead.offset(g), a.gqv.row, w0, in.nq);
 }
 
 // --- Host side ---

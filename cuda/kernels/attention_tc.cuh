@@ -72,9 +72,10 @@ struct BackwardArgs {
   View gov;
   const float* lse;    // [groups * nq]
   const float* delta;  // [groups * nq]: D = rowsum(dO * O)
-  T* gq;               // contiguous [groups, nq, d]
-  T* gk;               // contiguous [groups, nk, d]
-  T* gv;               // contiguous [groups, nk, dv]
+  T* gq;               // [groups, nq, d] as gqv lays it out (column stride 1)
+  T* gk;               // [groups, nk, d] as gkv lays it out (column stride 1)
+  T* gv;               // [groups, nk, dv] as gvv lays it out (column stride 1)
+  View gqv, gkv, gvv;
   T* gb;               // contiguous [groups, nq, nk]; null: not wanted
   int tiles;           // query tiles (dQ kernel) or key tiles (dK/dV kernel) per leading index
 };

@@ -1,5 +1,6 @@
-// The fused attention op: shape checks, broadcast views, the output laid out like q, and the
-// backward node that sums the gradients of broadcast inputs.
+// The fused attention ops: shape checks, broadcast views, the output laid out like q, and the
+// backward nodes: scaled_dot_attention's sums the gradients of broadcast inputs, qkv_attention's
+// writes the packed projection's gradient in place.
 #include "ops/attention.h"
 
 #include <utility>
@@ -28,20 +29,70 @@ Tensor rows_readable(const Tensor& t) {
 }
 
 // t with `rank` dims (size-1 dims in front), broadcast to `lead` + its last two dims.
-Tensor broadcast_leading(const char* name, const Tensor& t, int64_t rank, const Shape& lead,
-                         int64_t rows, int64_t cols) {
+Tensor broadcast_leading(const char* op, const char* name, const Tensor& t, int64_t rank,
+                         const Shape& lead, int64_t rows, int64_t cols) {
   Shape shape = t.shape();
-  SKA_CHECK(t.dim() >= 2 && t.dim() <= rank, ShapeError, kOp, ": ", name, " ", t.str(),
+  SKA_CHECK(t.dim() >= 2 && t.dim() <= rank, ShapeError, op, ": ", name, " ", t.str(),
             " needs 2 to ", rank, " dims (q has ", rank, ")");
   Shape want = lead;
   want.push_back(rows);
   want.push_back(cols);
   shape.insert(shape.begin(), static_cast<size_t>(rank - t.dim()), 1);
   for (size_t i = 0; i < shape.size(); ++i) {
-    SKA_CHECK(shape[i] == want[i] || shape[i] == 1, ShapeError, kOp, ": ", name, " ", t.str(),
+    SKA_CHECK(shape[i] == want[i] || shape[i] == 1, ShapeError, op, ": ", name, " ", t.str(),
               " does not broadcast to ", shape_str(want));
   }
   return detail::broadcast_raw(t.reshape(shape), want);
+}
+
+// The dtype of the scale and bias factors for q: f32, f64 for f64 q.
+DType factor_dtype_of(const Tensor& q) {
+  return q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+}
+
+// Whether `f` is a floating factor the op must first cast to `want`.
+bool needs_cast(const Tensor& f, DType want) {
+  return f.defined() && f.is_floating() && f.dtype() != want;
+}
+
+// ValueError unless each defined factor is one element of `want` on q's device.
+void check_factors(const char* op, const Tensor& q, DType want, const Tensor& scale_factor,
+                   const Tensor& bias_factor) {
+  using Named = std::pair<const char*, const Tensor*>;
+  for (const auto& [name, f] :
+       {Named{"scale_factor", &scale_factor}, Named{"bias_factor", &bias_factor}}) {
+    if (!f->defined()) continue;
+    SKA_CHECK(f->numel() == 1 && f->dtype() == want && f->device() == q.device(), ValueError, op,
+              ": ", name, " must be one ", dtype_name(want), " element on ", q.device(), " (for ",
+              q.str(), "), got ", f->str());
+  }
+}
+
+// The forward kernel on prepared views (qv, kv, vv rows readable, all with q's leading dims;
+// bv broadcast): the output laid out like qv and each row's log-sum-exp. Counts the MACs.
+struct Forward {
+  Tensor out, lse;
+};
+Forward run_forward(const Tensor& qv, const Tensor& kv, const Tensor& vv, const Tensor& bv,
+                    double scale, const Tensor& factor, const Tensor& bfactor) {
+  const Shape lead(qv.shape().begin(), qv.shape().end() - 2);
+  const int64_t nq = qv.size(-2), nk = kv.size(-2);
+  Shape out_shape = lead, lse_shape = lead;
+  out_shape.insert(out_shape.end(), {nq, vv.size(-1)});
+  lse_shape.push_back(nq);
+  Forward f;
+  f.out = detail::empty_like_layout(out_shape, qv, qv.dtype());
+  f.lse = Tensor::empty(lse_shape, factor_dtype_of(qv), qv.device());
+  SKA_KERNEL(qv.device(), attention_forward)(qv, kv, vv, bv, scale, factor, bfactor, f.out, f.lse);
+  MacCounter::add(shape_numel(lead) * nq * nk * (qv.size(-1) + vv.size(-1)));
+  return f;
+}
+
+// The logits are linear in the scale factor f: dL/df = sum(dL/dz * z) / f = sum(dL/dq * q) / f
+// (products and sum in q's dtype, f32 accumulation); likewise for the bias factor with the bias.
+Tensor factor_grad(const Tensor& grad, const Tensor& value, const Tensor& factor,
+                   const Shape& shape) {
+  return div(sum(mul(grad, value)).to(factor.dtype()), factor).reshape(shape);
 }
 
 }  // namespace
@@ -65,79 +116,110 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
             " do not fit: q and k need the same last dim, k and v the same number of keys");
   const int64_t nk = k.size(-2), dv = v.size(-1);
   const Shape lead(q.shape().begin(), q.shape().end() - 2);
-  const DType factor_dtype = q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  const auto needs_cast = [&](const Tensor& f) {
-    return f.defined() && f.is_floating() && f.dtype() != factor_dtype;
-  };
-  if (needs_cast(scale_factor) || needs_cast(bias_factor)) {
-    const auto cast = [&](const Tensor& f) { return needs_cast(f) ? f.to(factor_dtype) : f; };
+  const DType factor_dtype = factor_dtype_of(q);
+  if (needs_cast(scale_factor, factor_dtype) || needs_cast(bias_factor, factor_dtype)) {
+    const auto cast = [&](const Tensor& f) {
+      return needs_cast(f, factor_dtype) ? f.to(factor_dtype) : f;
+    };
     return scaled_dot_attention(q, k, v, scale, bias, cast(scale_factor), cast(bias_factor));
   }
-  using Named = std::pair<const char*, const Tensor*>;
-  for (const auto& [name, f] :
-       {Named{"scale_factor", &scale_factor}, Named{"bias_factor", &bias_factor}}) {
-    if (!f->defined()) continue;
-    SKA_CHECK(f->numel() == 1 && f->dtype() == factor_dtype && f->device() == q.device(),
-              ValueError, kOp, ": ", name, " must be one ", dtype_name(factor_dtype),
-              " element on ", q.device(), " (for ", q.str(), "), got ", f->str());
-  }
+  check_factors(kOp, q, factor_dtype, scale_factor, bias_factor);
   SKA_CHECK(!bias_factor.defined() || bias.defined(), ValueError, kOp,
             ": a bias_factor needs a bias");
   const Tensor factor = scale_factor.defined() ? scale_factor.detach().contiguous() : Tensor();
   const Tensor bfactor = bias_factor.defined() ? bias_factor.detach().contiguous() : Tensor();
 
   const Tensor qv = rows_readable(q.detach());
-  const Tensor kv = rows_readable(broadcast_leading("k", k.detach(), rank, lead, nk, d));
-  const Tensor vv = rows_readable(broadcast_leading("v", v.detach(), rank, lead, nk, dv));
+  const Tensor kv = rows_readable(broadcast_leading(kOp, "k", k.detach(), rank, lead, nk, d));
+  const Tensor vv = rows_readable(broadcast_leading(kOp, "v", v.detach(), rank, lead, nk, dv));
   const Tensor bv =
-      bias.defined() ? broadcast_leading("bias", bias.detach(), rank, lead, nq, nk) : Tensor();
-  Shape out_shape = lead;
-  out_shape.push_back(nq);
-  out_shape.push_back(dv);
-  Shape lse_shape = lead;
-  lse_shape.push_back(nq);
-  const Tensor out = detail::empty_like_layout(out_shape, qv, q.dtype());
-  const Tensor lse =
-      Tensor::empty(lse_shape, q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32, q.device());
-  SKA_KERNEL(q.device(), attention_forward)(qv, kv, vv, bv, scale, factor, bfactor, out, lse);
-  MacCounter::add(shape_numel(lead) * nq * nk * (d + dv));
+      bias.defined() ? broadcast_leading(kOp, "bias", bias.detach(), rank, lead, nq, nk) : Tensor();
+  const Forward fwd = run_forward(qv, kv, vv, bv, scale, factor, bfactor);
 
   const bool need_bias = bias.defined() && bias.requires_grad();
   const bool need_factor = scale_factor.defined() && scale_factor.requires_grad();
   const bool need_bfactor = bias_factor.defined() && bias_factor.requires_grad();
   const Shape k_shape = k.shape(), v_shape = v.shape();
   const Shape bias_shape = bias.defined() ? bias.shape() : Shape();
-  const Tensor saved_out = out.detach();
-  autograd::record_op(kOp, {q, k, v, bias, scale_factor, bias_factor}, {out},
-                      [=](const TensorList& g) {
+  const Shape factor_shape = need_factor ? scale_factor.shape() : Shape();
+  const Shape bfactor_shape = need_bfactor ? bias_factor.shape() : Shape();
+  const Tensor saved_out = fwd.out.detach(), lse = fwd.lse;
+  autograd::record_op(
+      kOp, {q, k, v, bias, scale_factor, bias_factor}, {fwd.out}, [=](const TensorList& g) {
+        const Tensor go = rows_readable(g[0]);
+        const Device dev = qv.device();
+        const DType dt = qv.dtype();
+        Shape gk_shape = lead, gv_shape = lead, gb_shape = lead;
+        gk_shape.insert(gk_shape.end(), {nk, d});
+        gv_shape.insert(gv_shape.end(), {nk, dv});
+        gb_shape.insert(gb_shape.end(), {nq, nk});
+        const Tensor gq = Tensor::empty(qv.shape(), dt, dev);
+        const Tensor gk = Tensor::empty(gk_shape, dt, dev);
+        const Tensor gv = Tensor::empty(gv_shape, dt, dev);
+        const Tensor gb = need_bias || need_bfactor ? Tensor::empty(gb_shape, dt, dev) : Tensor();
+        SKA_KERNEL(dev, attention_backward)
+        (qv, kv, vv, bv, saved_out, lse, go, scale, factor, bfactor, gq, gk, gv, gb);
+        return TensorList{gq,
+                          sum_to_shape(gk, k_shape),
+                          sum_to_shape(gv, v_shape),
+                          need_bias ? sum_to_shape(gb, bias_shape) : Tensor(),
+                          need_factor ? factor_grad(gq, qv, factor, factor_shape) : Tensor(),
+                          need_bfactor ? factor_grad(gb, bv, bfactor, bfactor_shape) : Tensor()};
+      });
+  return fwd.out;
+}
+
+Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& bias,
+                     const Tensor& scale_factor) {
+  constexpr const char* kQkv = "qkv_attention";
+  if (auto cast = autocast_inputs(kQkv, {qkv, bias})) {
+    return qkv_attention((*cast)[0], heads, scale, (*cast)[1], scale_factor);
+  }
+  detail::check_floating(kQkv, qkv);
+  if (bias.defined()) detail::check_same_device_dtype(kQkv, qkv, bias);
+  SKA_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0, ShapeError, kQkv,
+            ": qkv ", qkv.str(), " must be [B, N, 3 * heads * head_dim] for ", heads, " heads");
+  const DType factor_dtype = factor_dtype_of(qkv);
+  if (needs_cast(scale_factor, factor_dtype)) {
+    return qkv_attention(qkv, heads, scale, bias, scale_factor.to(factor_dtype));
+  }
+  check_factors(kQkv, qkv, factor_dtype, scale_factor, Tensor());
+  const int64_t batch = qkv.size(0), tokens = qkv.size(1), d = qkv.size(2) / (3 * heads);
+  const Shape packed_shape = {batch, tokens, 3, heads, d};
+  // Part i (0: q, 1: k, 2: v) of a packed [B, N, 3, h, d] tensor as [B, h, N, d].
+  const auto part = [](const Tensor& packed, int64_t i) {
+    return packed.select(2, i).permute({0, 2, 1, 3});
+  };
+  const Tensor packed = qkv.detach().contiguous().view(packed_shape);
+  const Tensor qv = part(packed, 0), kv = part(packed, 1), vv = part(packed, 2);
+  const Shape lead = {batch, heads};
+  const Tensor bv = bias.defined()
+                        ? broadcast_leading(kQkv, "bias", bias.detach(), 4, lead, tokens, tokens)
+                        : Tensor();
+  const Tensor factor = scale_factor.defined() ? scale_factor.detach().contiguous() : Tensor();
+  const Forward fwd = run_forward(qv, kv, vv, bv, scale, factor, Tensor());
+
+  const bool need_bias = bias.defined() && bias.requires_grad();
+  const bool need_factor = scale_factor.defined() && scale_factor.requires_grad();
+  const Shape qkv_shape = qkv.shape();
+  const Shape bias_shape = bias.defined() ? bias.shape() : Shape();
+  const Shape factor_shape = need_factor ? scale_factor.shape() : Shape();
+  const Tensor saved_out = fwd.out.detach(), lse = fwd.lse;
+  autograd::record_op(kQkv, {qkv, bias, scale_factor}, {fwd.out}, [=](const TensorList& g) {
     const Tensor go = rows_readable(g[0]);
     const Device dev = qv.device();
     const DType dt = qv.dtype();
-    Shape gk_shape = lead, gv_shape = lead, gb_shape = lead;
-    gk_shape.insert(gk_shape.end(), {nk, d});
-    gv_shape.insert(gv_shape.end(), {nk, dv});
-    gb_shape.insert(gb_shape.end(), {nq, nk});
-    const Tensor gq = Tensor::empty(qv.shape(), dt, dev);
-    const Tensor gk = Tensor::empty(gk_shape, dt, dev);
-    const Tensor gv = Tensor::empty(gv_shape, dt, dev);
-    const Tensor gb = need_bias || need_bfactor ? Tensor::empty(gb_shape, dt, dev) : Tensor();
-    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor, bfactor,
-                                        gq, gk, gv, gb);
-    // The logits are linear in the factor f: dL/df = sum(dL/dz * z) / f = sum(dL/dq * q) / f
-    // (products and sum in q's dtype, f32 accumulation).
-    Tensor gf;
-    if (need_factor) {
-      gf = div(sum(mul(gq, qv)).to(factor_dtype), factor).reshape(scale_factor.shape());
-    }
-    // Likewise dL/dbias_factor = sum(dL/dbias * bias) / bias_factor.
-    Tensor gbf;
-    if (need_bfactor) {
-      gbf = div(sum(mul(gb, bv)).to(factor_dtype), bfactor).reshape(bias_factor.shape());
-    }
-    return TensorList{gq, sum_to_shape(gk, k_shape), sum_to_shape(gv, v_shape),
-                      need_bias ? sum_to_shape(gb, bias_shape) : Tensor(), gf, gbf};
+    // The kernels write the three gradients straight into their places in dL/dqkv.
+    const Tensor grad = Tensor::empty(packed_shape, dt, dev);
+    const Tensor gq = part(grad, 0);
+    const Tensor gb = need_bias ? Tensor::empty({batch, heads, tokens, tokens}, dt, dev) : Tensor();
+    SKA_KERNEL(dev, attention_backward)
+    (qv, kv, vv, bv, saved_out, lse, go, scale, factor, Tensor(), gq, part(grad, 1), part(grad, 2),
+     gb);
+    return TensorList{grad.view(qkv_shape), need_bias ? sum_to_shape(gb, bias_shape) : Tensor(),
+                      need_factor ? factor_grad(gq, qv, factor, factor_shape) : Tensor()};
   });
-  return out;
+  return fwd.out;
 }
 
 Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor) {

@@ -22,6 +22,7 @@ constexpr PolicyEntry kPolicyTable[] = {
     {"matmul", AutocastPolicy::kLowerPrecision},
     {"conv2d", AutocastPolicy::kLowerPrecision},
     {"scaled_dot_attention", AutocastPolicy::kLowerPrecision},
+    {"qkv_attention", AutocastPolicy::kLowerPrecision},
     // Large reductions, exponentials and statistics: f32.
     {"softmax", AutocastPolicy::kFloat32},
     {"log_softmax", AutocastPolicy::kFloat32},

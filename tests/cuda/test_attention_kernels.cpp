@@ -44,6 +44,9 @@ struct Case {
   bool grad_bias;  // request dL/dz
   std::vector<Tensor> base;
   std::function<Operands(const std::vector<Tensor>&)> views;
+  // grad_q, grad_k, grad_v as the kernels write them for qkv_attention: views of one
+  // [B, N, 3, h, d] gradient (lead {B, h}, nq = nk, d = dv) instead of contiguous tensors.
+  bool packed_grads = false;
 };
 
 // out as a contiguous [L..., nq, dv] tensor like q.
@@ -124,9 +127,19 @@ Results run(const Case& c, const Operands& x, double scale, bool on_gpu, double 
   Results r;
   r.out = x.out;
   r.lse = Tensor::empty(with_last(c.lead, {c.nq}), DType::kF32, dev);
-  r.grad_q = Tensor::empty(with_last(c.lead, {c.nq, c.d}), dt, dev);
-  r.grad_k = Tensor::empty(with_last(c.lead, {c.nk, c.d}), dt, dev);
-  r.grad_v = Tensor::empty(with_last(c.lead, {c.nk, c.dv}), dt, dev);
+  if (c.packed_grads) {
+    REQUIRE((c.lead.size() == 2 && c.nq == c.nk && c.d == c.dv));
+    Tensor packed = Tensor::empty({c.lead[0], c.nq, 3, c.lead[1], c.d}, dt, dev);
+    packed.fill_(std::numeric_limits<double>::quiet_NaN());  // gaps between the parts too
+    const auto part = [&](int64_t i) { return packed.select(2, i).permute({0, 2, 1, 3}); };
+    r.grad_q = part(0);
+    r.grad_k = part(1);
+    r.grad_v = part(2);
+  } else {
+    r.grad_q = Tensor::empty(with_last(c.lead, {c.nq, c.d}), dt, dev);
+    r.grad_k = Tensor::empty(with_last(c.lead, {c.nk, c.d}), dt, dev);
+    r.grad_v = Tensor::empty(with_last(c.lead, {c.nk, c.dv}), dt, dev);
+  }
   if (c.grad_bias) r.grad_bias = Tensor::empty(with_last(c.lead, {c.nq, c.nk}), dt, dev);
   // NaN first: an element the kernels leave unwritten fails the comparisons.
   for (Tensor* t : {&r.out, &r.lse, &r.grad_q, &r.grad_k, &r.grad_v, &r.grad_bias}) {
@@ -284,10 +297,12 @@ Case static_keys_case(int64_t d) {
   return c;
 }
 
-// q, k, v as slices of one [B, N, 3, h, d] projection, out and grad_out as permuted [B, N, h, d].
+// q, k, v as slices of one [B, N, 3, h, d] projection, out and grad_out as permuted [B, N, h, d];
+// the gradients of q, k and v written into one [B, N, 3, h, d] tensor likewise (qkv_attention).
 Case split_heads_case(int64_t d) {
   const int64_t b = 2, n = 50, h = 4;
   Case c{"split heads", {b, h}, n, n, d, d, false, {}, nullptr};
+  c.packed_grads = true;
   c.base = {uniform({b, n, 3, h, d}, 301, -2, 2), uniform({b, n, h, d}, 302)};
   c.views = [=](const std::vector<Tensor>& t) {
     const auto heads = [&](int64_t which) { return t[0].select(2, which).permute({0, 2, 1, 3}); };
@@ -334,7 +349,8 @@ TEST_CASE("cuda attention: static keys broadcast over the batch with stride 0", 
   check_case(static_keys_case(32), 1.0 / std::sqrt(32.0));
 }
 
-TEST_CASE("cuda attention: q, k, v, out and grad_out as permuted views of [B, N, h, d]", "[cuda]") {
+TEST_CASE("cuda attention: q, k, v, out, grad_out and the gradients as views of [B, N, h, d]",
+          "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   check_case(split_heads_case(32), 1.0 / std::sqrt(32.0));
 }

@@ -1,7 +1,7 @@
 // The fused attention op against the unfused composition (matmul, softmax, matmul) it replaces:
 // values and gradients in f64 and f32, broadcast static keys, split-head views, biases with -inf,
 // query blocks past the kernel's block size, gradients by finite differences, 16-bit inputs,
-// MAC counts, errors and CUDA parity.
+// MAC counts, errors and CUDA parity; qkv_attention (one packed projection) against the split form.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -212,6 +212,93 @@ TEST_CASE("fused attention of split heads comes out ready to merge", "[cpu]") {
   require_close(out, unfused(q, k, v, 0.3, Tensor()), Tolerance{1e-12, 1e-10});
 }
 
+namespace {
+
+// The heads of a packed [B, N, 3 * h * d] projection: part 0 (q), 1 (k) or 2 (v) as [B, h, N, d].
+Tensor packed_part(const Tensor& qkv, int64_t heads, int64_t part) {
+  const int64_t d = qkv.size(2) / (3 * heads);
+  return qkv.view({qkv.size(0), qkv.size(1), 3, heads, d}).select(2, part).permute({0, 2, 1, 3});
+}
+
+// qkv_attention against scaled_dot_attention on the three head-split parts of a copy of qkv:
+// the output and the gradients of qkv, the bias and the scale factor (each given or not).
+void check_qkv_against_split(const Tensor& qkv, int64_t heads, double scale, const Tensor& bias,
+                             const Tensor& factor, Tolerance tol) {
+  const auto leaf = [](const Tensor& t) {
+    return t.defined() ? t.detach().clone().set_requires_grad() : Tensor();
+  };
+  const TensorList a = {leaf(qkv), leaf(bias), leaf(factor)};
+  const TensorList b = {leaf(qkv), leaf(bias), leaf(factor)};
+  const Tensor packed = qkv_attention(a[0], heads, scale, a[1], a[2]);
+  const Tensor split =
+      scaled_dot_attention(packed_part(b[0], heads, 0), packed_part(b[0], heads, 1),
+                           packed_part(b[0], heads, 2), scale, b[1], b[2]);
+  REQUIRE(packed.shape() == split.shape());
+  CHECK(packed.permute({0, 2, 1, 3}).is_contiguous());  // ready for merge_heads
+  require_close(packed, split, tol, "output");
+  const Tensor w = uniform(split.shape(), 97, -1, 1, split.dtype());
+  sum(mul(packed, w)).backward();
+  sum(mul(split, w)).backward();
+  REQUIRE(a[0].grad().shape() == qkv.shape());
+  require_close(a[0].grad(), b[0].grad(), tol, "grad qkv");
+  if (bias.defined()) require_close(a[1].grad(), b[1].grad(), tol, "grad bias");
+  if (factor.defined()) require_close(a[2].grad(), b[2].grad(), tol, "grad factor");
+}
+
+}  // namespace
+
+TEST_CASE("qkv_attention equals the fused op on the split heads, gradients in qkv's layout",
+          "[cpu]") {
+  // A diagonal mask as LSA's -inf bias; several query blocks of the CPU kernel (N = 70).
+  Tensor diagonal = Tensor::zeros({70, 70}, DType::kF64);
+  diagonal = masked_fill(diagonal, nn_free_diagonal(70), -kInf);
+  for (DType dt : {DType::kF64, DType::kF32}) {
+    INFO(dtype_name(dt));
+    const Tolerance tol = dt == DType::kF64 ? Tolerance{1e-12, 1e-10} : tolerance_for(dt);
+    const Tensor qkv = uniform({2, 70, 3 * 4 * 8}, 301, -1, 1, dt);
+    check_qkv_against_split(qkv, 4, 0.35, Tensor(), Tensor(), tol);
+    check_qkv_against_split(qkv, 4, 0.35, diagonal.to(dt), Tensor::full({1}, 1.3, dt), tol);
+    check_qkv_against_split(uniform({3, 17, 3 * 2 * 5}, 302, -1, 1, dt), 2, 0.5,
+                            uniform({2, 17, 17}, 303, -1, 1, dt), Tensor(), tol);
+  }
+  check_gradients(
+      [](const TensorList& in) { return qkv_attention(in[0], 2, 0.7, in[1], in[2]); },
+      {uniform({2, 5, 3 * 2 * 3}, 304).set_requires_grad(),
+       uniform({5, 5}, 305).set_requires_grad(),
+       Tensor::full({1}, 0.8, DType::kF64).set_requires_grad()});
+  // Under bf16 autocast: bf16 operands (the CPU kernel widens them and rounds each gradient into
+  // its place in dL/dqkv), the gradient back in f32, the same values as the split form.
+  const Tensor x = uniform({2, 33, 3 * 2 * 16}, 306, -1, 1, DType::kF32);
+  const Tensor xa = x.detach().clone().set_requires_grad();
+  const Tensor xb = x.detach().clone().set_requires_grad();
+  Tensor packed, split;
+  {
+    AutocastGuard guard(DType::kBF16);
+    packed = qkv_attention(xa, 2, 0.25);
+    split = scaled_dot_attention(packed_part(xb, 2, 0), packed_part(xb, 2, 1),
+                                 packed_part(xb, 2, 2), 0.25);
+  }
+  CHECK(packed.dtype() == DType::kBF16);
+  CHECK(packed.to_vector<double>() == split.to_vector<double>());
+  sum(packed.to(DType::kF32)).backward();
+  sum(split.to(DType::kF32)).backward();
+  CHECK(xa.grad().dtype() == DType::kF32);
+  CHECK(xa.grad().to_vector<double>() == xb.grad().to_vector<double>());
+  // MACs as the split form.
+  int64_t macs = 0;
+  {
+    MacCounter count;
+    qkv_attention(uniform({2, 7, 3 * 3 * 4}, 307), 3, 1.0);
+    macs = count.total();
+  }
+  CHECK(macs == 2 * 3 * 7 * 7 * (4 + 4));
+  CHECK_THROWS_WITH(qkv_attention(uniform({2, 7, 35}, 308), 3, 1.0),
+                    Catch::Contains("qkv_attention") && Catch::Contains("[2, 7, 35]") &&
+                        Catch::Contains("3 heads"));
+  CHECK_THROWS_WITH(qkv_attention(uniform({2, 7, 36}, 309), 3, 1.0, uniform({6, 7}, 310)),
+                    Catch::Contains("qkv_attention: bias"));
+}
+
 TEST_CASE("fused attention: excluded pairs get no weight, an all-excluded row is NaN", "[cpu]") {
   const Tensor q = uniform({1, 1, 2, 4}, 41), k = uniform({1, 1, 3, 4}, 42);
   const Tensor v = ska::test::values({1, 10, 2, 20, 3, 30}, {1, 1, 3, 2});
@@ -293,6 +380,27 @@ TEST_CASE("fused attention rejects shapes that do not fit, naming them", "[cpu]"
                     Catch::Contains("bias"));
   CHECK_THROWS_WITH(scaled_dot_attention(uniform({5, 8}, 77), q, q, 1.0),
                     Catch::Contains("needs 3 to 6 dims"));
+}
+
+TEST_CASE("qkv_attention: CUDA matches the CPU in f32, bf16 and f16", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // ViT-S on CIFAR (65 tokens, d = 64: the one-block backward's size), 197 tokens (the two
+  // kernels), and LSA's diagonal mask with a learnable temperature.
+  Tensor diagonal = Tensor::zeros({65, 65}, DType::kF64);
+  diagonal = masked_fill(diagonal, nn_free_diagonal(65), -kInf);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dt));
+    for (const int64_t n : {65, 197}) {
+      ska::test::check_cuda_parity(
+          [](const TensorList& in) { return qkv_attention(in[0], 4, 0.125); },
+          {uniform({2, n, 3 * 4 * 64}, 91 + n).set_requires_grad()}, dt);
+    }
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) { return qkv_attention(in[0], 2, 1.0, in[1], exp(in[2])); },
+        {uniform({3, 65, 3 * 2 * 32}, 95).set_requires_grad(), diagonal,
+         Tensor::full({1}, -1.5, DType::kF64)},
+        dt);
+  }
 }
 
 TEST_CASE("fused attention: CUDA matches the CPU in f32, bf16 and f16", "[cuda]") {

@@ -194,6 +194,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const int64_t ldv = leading_dim("attention_backward", "v", v);
   const int64_t ldo = leading_dim("attention_backward", "out", out);
   const int64_t ldg = leading_dim("attention_backward", "grad_out", grad_out);
+  const int64_t ldgq = leading_dim("attention_backward", "grad_q", grad_q);
+  const int64_t ldgk = leading_dim("attention_backward", "grad_k", grad_k);
+  const int64_t ldgv = leading_dim("attention_backward", "grad_v", grad_v);
   const int64_t bias_rs = bias.defined() ? bias.stride(-2) : 0;
   const int64_t bias_cs = bias.defined() ? bias.stride(-1) : 0;
   const T s = static_cast<T>(scale);
@@ -213,12 +216,14 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       const T* gog = data<T>(grad_out) + lead_offset(g, geo.lead, grad_out);
       const T* lg = data<T>(lse) + g * geo.nq;
       const T* bg = bias.defined() ? data<T>(bias) + lead_offset(g, geo.lead, bias) : nullptr;
-      T* dq = mutable_data<T>(grad_q) + g * geo.nq * geo.d;
-      T* dk = mutable_data<T>(grad_k) + g * geo.nk * geo.d;
-      T* dv = mutable_data<T>(grad_v) + g * geo.nk * geo.dv;
+      T* dq = mutable_data<T>(grad_q) + lead_offset(g, geo.lead, grad_q);
+      T* dk = mutable_data<T>(grad_k) + lead_offset(g, geo.lead, grad_k);
+      T* dv = mutable_data<T>(grad_v) + lead_offset(g, geo.lead, grad_v);
       T* dz_out = grad_bias.defined() ? mutable_data<T>(grad_bias) + g * geo.nq * geo.nk : nullptr;
-      std::fill(dk, dk + geo.nk * geo.d, T(0));
-      std::fill(dv, dv + geo.nk * geo.dv, T(0));
+      for (int64_t j = 0; j < geo.nk; ++j) {
+        std::fill(dk + j * ldgk, dk + j * ldgk + geo.d, T(0));
+        std::fill(dv + j * ldgv, dv + j * ldgv + geo.dv, T(0));
+      }
       for (int64_t i0 = 0; i0 < geo.nq; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, geo.nq - i0);
         const T* qb = qg + i0 * ldq;
@@ -237,7 +242,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         }
         // dv += p^T dO; dp = dO v^T.
         blas_gemm(CblasTrans, CblasNoTrans, as_int(geo.nk), as_int(geo.dv), as_int(rows), T(1), p,
-                  as_int(geo.nk), gob, as_int(ldg), T(1), dv, as_int(geo.dv));
+                  as_int(geo.nk), gob, as_int(ldg), T(1), dv, as_int(ldgv));
         blas_gemm(CblasNoTrans, CblasTrans, as_int(rows), as_int(geo.nk), as_int(geo.dv), T(1), gob,
                   as_int(ldg), vg, as_int(ldv), T(0), dp, as_int(geo.nk));
         // dz = p * (dp - sum(dO * out)), in dp.
@@ -254,9 +259,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         // dq = scale dz k; dk += scale dz^T q.
         if (geo.d == 0) continue;
         blas_gemm(CblasNoTrans, CblasNoTrans, as_int(rows), as_int(geo.d), as_int(geo.nk), s, dp,
-                  as_int(geo.nk), kg, as_int(ldk), T(0), dq + i0 * geo.d, as_int(geo.d));
+                  as_int(geo.nk), kg, as_int(ldk), T(0), dq + i0 * ldgq, as_int(ldgq));
         blas_gemm(CblasTrans, CblasNoTrans, as_int(geo.nk), as_int(geo.d), as_int(rows), s, dp,
-                  as_int(geo.nk), qb, as_int(ldq), T(1), dk, as_int(geo.d));
+                  as_int(geo.nk), qb, as_int(ldq), T(1), dk, as_int(ldgk));
       }
     }
   }
@@ -347,13 +352,19 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     if (gb.defined()) round_into(gb, grad_bias);
     return;
   }
-  for (const Tensor* t : {&grad_q, &grad_k, &grad_v, &grad_bias}) {
-    SKA_CHECK(!t->defined() || ((t->is_contiguous() || t->numel() == 0) && t->dtype() == q.dtype()),
-              ValueError, "attention_backward: gradients must be contiguous ",
-              dtype_name(q.dtype()), " tensors, got ", t->str());
+  for (const Tensor* t : {&grad_q, &grad_k, &grad_v}) {
+    SKA_CHECK(t->defined() && t->dtype() == q.dtype(), ValueError,
+              "attention_backward: grad_q, grad_k and grad_v must be ", dtype_name(q.dtype()),
+              " views, got ", t->defined() ? t->str() : "an undefined tensor");
   }
-  SKA_CHECK(grad_q.shape() == q.shape() && grad_v.numel() == geo.groups * geo.nk * geo.dv &&
-                grad_k.numel() == geo.groups * geo.nk * geo.d,
+  SKA_CHECK(!grad_bias.defined() || ((grad_bias.is_contiguous() || grad_bias.numel() == 0) &&
+                                     grad_bias.dtype() == q.dtype()),
+            ValueError, "attention_backward: grad_bias must be contiguous ", dtype_name(q.dtype()),
+            ", got ", grad_bias.str());
+  Shape k_shape = geo.lead, v_shape = geo.lead;
+  k_shape.insert(k_shape.end(), {geo.nk, geo.d});
+  v_shape.insert(v_shape.end(), {geo.nk, geo.dv});
+  SKA_CHECK(grad_q.shape() == q.shape() && grad_k.shape() == k_shape && grad_v.shape() == v_shape,
             ShapeError, "attention_backward: gradient shapes ", grad_q.str(), ", ", grad_k.str(),
             ", ", grad_v.str(), " do not match q ", q.str(), " k ", k.str(), " v ", v.str());
   if (grad_q.numel() + grad_k.numel() + grad_v.numel() == 0) return;

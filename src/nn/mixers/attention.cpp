@@ -52,17 +52,12 @@ Attention::Attention(int64_t dim, const AttentionOptions& o)
 
 Tensor Attention::forward(const Tensor& x) {
   SKA_CHECK(x.dim() == 3, ShapeError, "Attention: expected [B, N, C] tokens, got ", x.str());
-  const int64_t batch = x.size(0), tokens = x.size(1);
-  const TensorList qkv = unbind((*qkv_)(x)
-                                    .view({batch, tokens, 3, heads_, head_dim_})
-                                    .permute({2, 0, 3, 1, 4}),  // [3, B, heads, N, head_dim]
-                                0);
-  const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
+  const int64_t tokens = x.size(1);
   AttentionSpec spec;
   scale_->configure(spec);
   if (diagonal_mask_) spec.mask = diagonal_mask(tokens, tokens, x.device());
   spec.dropout = attn_drop_.get();
-  const Tensor mixed = merge_heads(attend_qk(q, k, v, spec));
+  const Tensor mixed = merge_heads(attend_qkv((*qkv_)(x), heads_, spec));
   return (*proj_drop_)((*proj_)(mixed));
 }
 

@@ -372,6 +372,18 @@ void set_fused_attention(bool enabled) {
   g_fused_attention.store(enabled, std::memory_order_relaxed);
 }
 
+namespace {
+
+// The fused ops' additive bias for a spec: its bias, with the boolean mask as -inf added.
+Tensor fused_bias(const AttentionSpec& spec, DType dtype, Device device) {
+  if (!spec.mask.defined()) return spec.bias;
+  const Tensor excluded = masked_fill(Tensor::zeros(spec.mask.shape(), dtype, device), spec.mask,
+                                      -std::numeric_limits<double>::infinity());
+  return spec.bias.defined() ? add(spec.bias, excluded) : excluded;
+}
+
+}  // namespace
+
 Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   if (!fusable_spec(spec, v, q.size(-1)) || q.dim() < 3 || q.dim() > 6) {
     return attend(dot_logits(q, k), v, spec);
@@ -379,14 +391,24 @@ Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   // A learnable temperature scales the logits inside the op (read on the device).
   const Tensor factor = spec.temperature.defined() ? exp(spec.temperature) : Tensor();
   const double scale = spec.temperature.defined() ? 1.0 : spec.scale;
-  Tensor bias = spec.bias;
-  if (spec.mask.defined()) {
-    const Tensor excluded =
-        masked_fill(Tensor::zeros(spec.mask.shape(), q.dtype(), q.device()), spec.mask,
-                    -std::numeric_limits<double>::infinity());
-    bias = bias.defined() ? add(bias, excluded) : excluded;
+  return scaled_dot_attention(q, k, v, scale, fused_bias(spec, q.dtype(), q.device()), factor);
+}
+
+Tensor attend_qkv(const Tensor& qkv, int64_t heads, const AttentionSpec& spec) {
+  SKA_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0, ShapeError,
+            "attend_qkv: qkv ", qkv.str(), " must be [B, N, 3 * heads * head_dim] for ", heads,
+            " heads");
+  const int64_t batch = qkv.size(0), tokens = qkv.size(1), head_dim = qkv.size(2) / (3 * heads);
+  const Tensor heads_view = qkv.view({batch, tokens, 3, heads, head_dim});
+  // v's shape and device, without recording a view that the fused op would not use.
+  const Tensor v_like = heads_view.detach().select(2, 2).permute({0, 2, 1, 3});
+  if (!fusable_spec(spec, v_like, head_dim)) {
+    const TensorList parts = unbind(heads_view.permute({2, 0, 3, 1, 4}), 0);  // [3, B, h, N, d]
+    return attend_qk(parts[0], parts[1], parts[2], spec);
   }
-  return scaled_dot_attention(q, k, v, scale, bias, factor);
+  const Tensor factor = spec.temperature.defined() ? exp(spec.temperature) : Tensor();
+  const double scale = spec.temperature.defined() ? 1.0 : spec.scale;
+  return qkv_attention(qkv, heads, scale, fused_bias(spec, qkv.dtype(), qkv.device()), factor);
 }
 
 }  // namespace ska::nn

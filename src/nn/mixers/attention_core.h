@@ -3,8 +3,9 @@
 //
 // The common shape of the computation, in every family (ViT, CaiT, Swin, CvT, MetaFormer):
 //
-//   q, v      the mixer's projections of the tokens, split into heads: [..., h, Nq, d], [..., h,
-//   Nk, d] logits    [..., h, Nq, Nk] from one builder:
+//   q, v      the mixer's projections of the tokens, split into heads: [..., h, Nq, d] and
+//             [..., h, Nk, d]
+//   logits    [..., h, Nq, Nk] from one builder:
 //               dot_logits(q, k)           k projected from the tokens        (mhsa, lsa, sra)
 //               static_key_logits(q, K)    K a parameter [h, Nk, d]            (ska)
 //               conv_logits(q, conv, H, W) a grouped 3x3 conv over the queries
@@ -150,6 +151,11 @@ Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec);
 // boolean mask becomes an additive -inf bias (the same weights unless a row is masked entirely).
 // k's leading dims broadcast to q's (static keys).
 Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
+// attend_qk on the heads of one packed projection qkv [B, N, 3 * heads * d] (q, k, v side by
+// side, as Linear(dim, 3 * heads * d) writes them): the same numbers, but where the fused op runs
+// it is qkv_attention (ops/attention.h), whose backward pass writes dL/dqkv in place instead of
+// copying three head-split gradients into it. -> [B, heads, N, d], laid out for merge_heads.
+Tensor attend_qkv(const Tensor& qkv, int64_t heads, const AttentionSpec& spec);
 // Whether attend_qk may take the fused op (default true): a process-wide switch for comparisons
 // (`benchmark --attention unfused`) and for hunting a numerical difference.
 bool fused_attention_enabled();
