@@ -90,6 +90,109 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int
   }
 }
 
+// Eight consecutive elements as f32 from x + i (16-byte loads where `vectors`: 16-bit T, or
+// f32 read as two halves), and back.
+template <typename T>
+__device__ __forceinline__ void load8(const T* x, float (&v)[8], bool vectors) {
+  if constexpr (sizeof(T) <= 4) {
+    if (vectors) {
+      constexpr int kPer = 16 / sizeof(T);  // elements per 16-byte load
+      alignas(16) T tmp[8];
+#pragma unroll
+      for (int h = 0; h < 8 / kPer; ++h) {
+        reinterpret_cast<uint4*>(tmp)[h] = reinterpret_cast<const uint4*>(x)[h];
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = to_float(tmp[k]);
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = to_float(x[k]);
+}
+template <typename T>
+__device__ __forceinline__ void store8(T* out, const float (&v)[8], bool vectors) {
+  if constexpr (sizeof(T) <= 4) {
+    if (vectors) {
+      constexpr int kPer = 16 / sizeof(T);
+      alignas(16) T tmp[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) tmp[k] = from_float<T>(v[k]);
+#pragma unroll
+      for (int h = 0; h < 8 / kPer; ++h) {
+        reinterpret_cast<uint4*>(out)[h] = reinterpret_cast<const uint4*>(tmp)[h];
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = from_float<T>(v[k]);
+}
+
+// dropout_kernel with the mask kept as bits: a thread per byte of `bits`, that is per 8 elements
+// (counters offset + 2j and offset + 2j + 1), loaded and stored 16 bytes at a time where the
+// pointers allow (`vectors`) and the 8 elements are all there.
+template <typename T>
+__global__ void dropout_forward_kernel(const T* __restrict__ x, T* __restrict__ out,
+                                       uint8_t* __restrict__ bits, int64_t n, uint64_t seed,
+                                       uint64_t offset, const int64_t* __restrict__ offset_base,
+                                       float keep, float scale, bool vectors) {
+  if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
+  const int64_t bytes = (n + 7) / 8;
+  const float s = to_float(from_float<T>(scale));
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < bytes;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i0 = 8 * j;
+    const PhiloxOut r0 = philox4x32_10(seed, offset + static_cast<uint64_t>(2 * j));
+    const PhiloxOut r1 = philox4x32_10(seed, offset + static_cast<uint64_t>(2 * j + 1));
+    uint32_t byte = 0;
+    if (i0 + 8 <= n) {
+      float v[8];
+      load8(x + i0, v, vectors);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const bool kept = philox_uniform(k < 4 ? r0.w[k] : r1.w[k - 4]) < keep;
+        v[k] = __fmul_rn(v[k], kept ? s : 0.0f);
+        byte |= static_cast<uint32_t>(kept) << k;
+      }
+      store8(out + i0, v, vectors);
+    } else {
+      for (int k = 0; i0 + k < n; ++k) {
+        const bool kept = philox_uniform(k < 4 ? r0.w[k] : r1.w[k - 4]) < keep;
+        out[i0 + k] = from_float<T>(__fmul_rn(to_float(x[i0 + k]), kept ? s : 0.0f));
+        byte |= static_cast<uint32_t>(kept) << k;
+      }
+    }
+    bits[j] = static_cast<uint8_t>(byte);
+  }
+}
+
+// grad_x = grad * (bit ? scale : 0): a thread per byte of `bits`, as dropout_forward_kernel.
+template <typename T>
+__global__ void dropout_backward_kernel(const T* __restrict__ grad,
+                                        const uint8_t* __restrict__ bits, T* __restrict__ grad_x,
+                                        int64_t n, float scale, bool vectors) {
+  const int64_t bytes = (n + 7) / 8;
+  const float s = to_float(from_float<T>(scale));
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < bytes;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i0 = 8 * j;
+    const uint32_t byte = bits[j];
+    if (i0 + 8 <= n) {
+      float v[8];
+      load8(grad + i0, v, vectors);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(v[k], (byte >> k) & 1 ? s : 0.0f);
+      store8(grad_x + i0, v, vectors);
+    } else {
+      for (int k = 0; i0 + k < n; ++k) {
+        grad_x[i0 + k] =
+            from_float<T>(__fmul_rn(to_float(grad[i0 + k]), (byte >> k) & 1 ? s : 0.0f));
+      }
+    }
+  }
+}
+
 // Launches kernel(out, n, ...) over the counters of contiguous `out`, for its floating dtype.
 template <typename Launch>
 void launch_random(const Tensor& out, const char* name, Launch&& launch) {
@@ -157,6 +260,70 @@ void dropout_apply(const Tensor& x, uint64_t seed, uint64_t offset, double keep_
     dropout_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(xp), p, n, seed, offset,
                                                 base, static_cast<float>(keep_prob),
                                                 static_cast<float>(scale));
+  });
+}
+
+namespace {
+
+void check_dropout(const char* kernel, const Tensor& x, const Tensor& out, const Tensor& bits) {
+  SKA_CHECK(x.is_contiguous() && out.is_contiguous() && x.dtype() == out.dtype() &&
+                x.numel() == out.numel() && x.device() == out.device(),
+            ValueError, "cuda ", kernel,
+            ": input and output must be contiguous, of one dtype, size and device, got ", x.str(),
+            " and ", out.str());
+  SKA_CHECK(bits.dtype() == DType::kU8 && bits.is_contiguous() &&
+                bits.numel() == (x.numel() + 7) / 8 && bits.device() == x.device(),
+            ValueError, "cuda ", kernel, ": bits must be ", (x.numel() + 7) / 8,
+            " contiguous u8 bytes on ", x.device(), ", got ", bits.str());
+}
+
+// Whether both pointers allow 16-byte accesses at every 8-element group.
+bool vectors_fit(const Tensor& a, const Tensor& b) {
+  const auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  return aligned(a) && aligned(b);
+}
+
+}  // namespace
+
+void dropout_forward(const Tensor& x, uint64_t seed, uint64_t offset, double keep_prob,
+                     double scale, const Tensor& offset_base, const Tensor& out,
+                     const Tensor& bits) {
+  check_dropout("dropout_forward", x, out, bits);
+  const int64_t* base = offset_base_ptr(offset_base, out, "dropout_forward");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const int device = device_index(out);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const unsigned grid = grid_for((n + 7) / 8, kThreads);
+  const bool vectors = vectors_fit(x, out);
+  dispatch_floating(x.dtype(), "dropout_forward", [&](auto tag) {
+    using T = decltype(tag);
+    dropout_forward_kernel<T><<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+        static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
+        static_cast<float>(keep_prob), static_cast<float>(scale), vectors);
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void dropout_backward(const Tensor& grad, const Tensor& bits, double scale, const Tensor& grad_x) {
+  check_dropout("dropout_backward", grad, grad_x, bits);
+  const int64_t n = grad.numel();
+  if (n == 0) return;
+  const int device = device_index(grad);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const unsigned grid = grid_for((n + 7) / 8, kThreads);
+  const bool vectors = vectors_fit(grad, grad_x);
+  dispatch_floating(grad.dtype(), "dropout_backward", [&](auto tag) {
+    using T = decltype(tag);
+    dropout_backward_kernel<T><<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(grad.data_ptr()), static_cast<const uint8_t*>(bits.data_ptr()),
+        static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale), vectors);
+    SKA_CUDA_CHECK_LAUNCH();
   });
 }
 

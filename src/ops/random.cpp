@@ -45,9 +45,9 @@ Tensor apply_keep_mask(const Tensor& x, const Shape& mask_shape, double p, Gener
 
 }  // namespace
 
-// Dropout without a stored mask: the kernel draws the mask as it multiplies, and the backward
-// redraws it from the same seed and offset (a capture's offset base included), so a step keeps
-// no mask tensor and moves the activation once each way.
+// Dropout draws its mask in the kernel as it multiplies. When autograd records the op, the
+// kernel also keeps the mask as bits (one per element: 1/16 of a bf16 activation), so that the
+// backward pass reads them instead of drawing the mask again; without a graph nothing is kept.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
   SKA_CHECK(p >= 0.0 && p < 1.0, ValueError, "dropout probability must be in [0, 1), got ", p);
@@ -55,14 +55,19 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const double keep = 1.0 - p, scale = 1.0 / keep;
   Generator& g = pick(gen, x.device());
   const uint64_t seed = g.seed(), offset = g.advance(static_cast<uint64_t>(x.numel()));
-  const Tensor base = g.capture_base();
   const Tensor xc = x.detach().contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  SKA_KERNEL(x.device(), dropout_apply)(xc, seed, offset, keep, scale, base, out);
+  if (!autograd::needs_grad({x})) {
+    SKA_KERNEL(x.device(), dropout_apply)(xc, seed, offset, keep, scale, g.capture_base(), out);
+    return out;
+  }
+  const Tensor bits = Tensor::empty({(x.numel() + 7) / 8}, DType::kU8, x.device());
+  SKA_KERNEL(x.device(), dropout_forward)
+  (xc, seed, offset, keep, scale, g.capture_base(), out, bits);
   autograd::record_op("dropout", {x}, {out}, [=](const TensorList& grad) {
     const Tensor gc = grad[0].contiguous();
     Tensor gx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
-    SKA_KERNEL(gc.device(), dropout_apply)(gc, seed, offset, keep, scale, base, gx);
+    SKA_KERNEL(gc.device(), dropout_backward)(gc, bits, scale, gx);
     return TensorList{gx};
   });
   return out;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "backend/backend.h"
 #include "support/test_util.h"
 
@@ -152,10 +153,55 @@ TEST_CASE("dropout draws its mask in the kernel: bit for bit x times the Bernoul
   // Inside a capture the offset comes from the base, as random_bernoulli's does.
   const Tensor x = ska::test::uniform({9}, 6, 1.0, 2.0, DType::kF32);
   const Tensor base = Tensor::full({1}, 5.0, DType::kI64);
-  Tensor y = Tensor::empty({9}), mask = Tensor::empty({9});
+  Tensor y = Tensor::empty({9}), y_bits = Tensor::empty({9}), mask = Tensor::empty({9});
   cpu::dropout_apply(x, 3, 2, 0.5, 2.0, base, y);
+  cpu::dropout_forward(x, 3, 2, 0.5, 2.0, base, y_bits, Tensor::empty({2}, DType::kU8));
   cpu::random_bernoulli(mask, 3, 2, 0.5, 2.0, base);
   CHECK(bitwise_equal(y, mul(x, mask)));
+  CHECK(bitwise_equal(y_bits, y));
+}
+
+TEST_CASE("dropout in training keeps its mask as bits, the draws' own", "[cpu]") {
+  // 1,517 elements: a last byte of 5 bits.
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = ska::test::uniform({37, 41}, 4, -3.0, 3.0).to(dt);
+    const int64_t n = x.numel();
+    Tensor mask = Tensor::empty(x.shape(), dt);
+    cpu::random_bernoulli(mask, 11, 6, 0.7, 1.0 / 0.7, Tensor());
+    Tensor y = Tensor::empty(x.shape(), dt), bits = Tensor::empty({(n + 7) / 8}, DType::kU8);
+    bits.fill_(170.0);  // every byte written: none keeps this pattern by chance below
+    cpu::dropout_forward(x, 11, 6, 0.7, 1.0 / 0.7, Tensor(), y, bits);
+    Tensor y_apply = Tensor::empty(x.shape(), dt);
+    cpu::dropout_apply(x, 11, 6, 0.7, 1.0 / 0.7, Tensor(), y_apply);
+    CHECK(bitwise_equal(y, y_apply));
+    const std::vector<double> m = mask.to_vector<double>();
+    const std::vector<uint8_t> b = bits.to_vector<uint8_t>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += ((b[i / 8] >> (i % 8)) & 1) != (m[i] != 0.0);
+    CHECK(wrong == 0);
+    CHECK((b.back() >> 5) == 0);  // past the end: no bits
+    // The backward from the bits is dropout_apply on the gradient with the same draws.
+    const Tensor g = ska::test::uniform({37, 41}, 5).to(dt);
+    Tensor gx = Tensor::empty(x.shape(), dt), gx_apply = Tensor::empty(x.shape(), dt);
+    cpu::dropout_backward(g, bits, 1.0 / 0.7, gx);
+    cpu::dropout_apply(g, 11, 6, 0.7, 1.0 / 0.7, Tensor(), gx_apply);
+    CHECK(bitwise_equal(gx, gx_apply));
+  }
+  // Without a graph to record (no_grad, or no input needing a gradient) the op keeps no bits and
+  // draws the same values.
+  Generator a(13), b(13);
+  const Tensor x = ska::test::uniform({100}, 7);
+  const Tensor with_grad = dropout(x.detach().set_requires_grad(), 0.25, true, &a);
+  Tensor without;
+  {
+    const NoGradGuard no_grad;
+    without = dropout(x.detach().set_requires_grad(), 0.25, true, &b);
+  }
+  CHECK_FALSE(without.requires_grad());
+  CHECK(bitwise_equal(with_grad, without));
+  CHECK_THROWS_WITH(cpu::dropout_backward(x, Tensor::empty({12}, DType::kU8), 2.0, x.clone()),
+                    Catch::Contains("13 contiguous u8 bytes"));
 }
 
 TEST_CASE("dropout on CUDA draws the CPU's mask, bit for bit, forward and backward", "[cuda]") {
@@ -172,5 +218,28 @@ TEST_CASE("dropout on CUDA draws the CPU's mask, bit for bit, forward and backwa
     sum(mul(yc, w)).backward();
     sum(mul(yg, w.to(Device::cuda(0)))).backward();
     CHECK(bitwise_equal(xg.grad(), xc.grad()));
+#ifdef SKA_WITH_CUDA
+    // The kernels themselves: the kept bits, and the scalar path of views that are not 16-byte
+    // aligned (one element in), against the CPU twin.
+    for (const int64_t skip : {0, 1}) {
+      INFO("skip " << skip);
+      const int64_t n = x.numel() - skip;
+      const Tensor xs = x.reshape({-1}).narrow(0, skip, n), gs = w.reshape({-1}).narrow(0, skip, n);
+      const Tensor xsg = x.to(Device::cuda(0)).reshape({-1}).narrow(0, skip, n);
+      const Tensor gsg = w.to(Device::cuda(0)).reshape({-1}).narrow(0, skip, n);
+      Tensor yc_k = Tensor::empty({n}, dt), bc = Tensor::empty({(n + 7) / 8}, DType::kU8);
+      Tensor yg_k = Tensor::empty({n}, dt, Device::cuda(0));
+      Tensor bg = Tensor::empty({(n + 7) / 8}, DType::kU8, Device::cuda(0));
+      const Tensor base = Tensor::full({1}, 3.0, DType::kI64);
+      cpu::dropout_forward(xs, 5, 9, 0.8, 1.25, base, yc_k, bc);
+      cuda::dropout_forward(xsg, 5, 9, 0.8, 1.25, base.to(Device::cuda(0)), yg_k, bg);
+      CHECK(bitwise_equal(yg_k, yc_k));
+      CHECK(bg.to_vector<uint8_t>() == bc.to_vector<uint8_t>());
+      Tensor gc_k = Tensor::empty({n}, dt), gg_k = Tensor::empty({n}, dt, Device::cuda(0));
+      cpu::dropout_backward(gs, bc, 1.25, gc_k);
+      cuda::dropout_backward(gsg, bg, 1.25, gg_k);
+      CHECK(bitwise_equal(gg_k, gc_k));
+    }
+#endif
   }
 }
