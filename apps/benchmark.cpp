@@ -53,6 +53,7 @@ struct BenchmarkOptions {
   std::string attention = "fused";  // or wmma, scalar (no tensor cores), or unfused: matmul, softmax,
                                     // matmul (nn::attend_qk)
   std::string attention_backward = "split";  // or one_block (device_runtime.h)
+  std::string attention_forward = "tiled";   // or one_block (device_runtime.h)
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
@@ -230,6 +231,7 @@ int run_benchmark(BenchmarkOptions o) {
   train::KernelChoices kernels;
   kernels.attention = o.attention;
   kernels.attention_backward = o.attention_backward;
+  kernels.attention_forward = o.attention_forward;
   kernels.elementwise = o.elementwise;
   kernels.norm_output = o.norm_output;
   kernels.conv_logits = o.conv_logits;
@@ -342,6 +344,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description}, {"attention", o.attention},
                         {"attention_backward", o.attention_backward},
+                        {"attention_forward", o.attention_forward},
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
                         {"elementwise", o.elementwise}, {"norm_output", o.norm_output},
                         {"norm_backward", o.norm_backward},
@@ -368,6 +371,9 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.attention != "fused") line << " [" << o.attention << " attention]";
     if (o.attention_backward != "split") {
       line << " [" << o.attention_backward << " attention backward]";
+    }
+    if (o.attention_forward != "tiled") {
+      line << " [" << o.attention_forward << " attention forward]";
     }
     if (o.cuda_graph) line << " [CUDA Graph]";
     if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
@@ -434,6 +440,11 @@ int main(int argc, char** argv) {
                  "the mma.sync attention's backward for up to 80 tokens and head dims up to 64: "
                  "split (a dK/dV and a dQ kernel) or one_block (one block per head), to compare")
       ->check(CLI::IsMember({"split", "one_block"}));
+  app.add_option("--attention-forward", o.attention_forward,
+                 "the mma.sync attention's forward for 65 to 80 tokens and head dims up to 64: "
+                 "tiled (blocks of 64 queries, key tiles of 64) or one_block (one block per head, "
+                 "one key tile), to compare")
+      ->check(CLI::IsMember({"tiled", "one_block"}));
   app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
                  "on: time cuDNN's convolution algorithms on the first call of each shape and "
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")

@@ -4,7 +4,8 @@
 Checks their index arithmetic without a GPU: every fragment load, the C-to-A reuse of the
 logits, the quad reductions, the tile and tail logic and the writes are mirrored line by line
 (registers as numpy arrays over the 32 lanes of a warp), and mma is computed from the PTX
-ISA's m16n8k16 fragment layouts. Values stay float64 (no bf16 rounding of P and dS), so every
+ISA's m16n8k16 fragment layouts; the forward tiled and, where it applies, in its one-block form,
+the backward as two kernels and in one block. Values stay float64 (no bf16 rounding of P and dS), so every
 output must match a dense float64 reference to ~1e-15; outputs start as NaN, so an element the
 kernels never write shows up. Run: /usr/bin/python3 scripts/attention_mma_emulate.py (Debian's
 python3-numpy). The [cuda] tests remain the real check on a GPU; keep this in step with the
@@ -87,10 +88,16 @@ def split_rows(n):
 def head_of(d, dv):
     w = max(d, dv); return 32 if w <= 32 else 64 if w <= 64 else 128
 
-def forward(q, k, v, bias, scale):
+def one_block_forward_fits(nq, nk, d, dv):  # mma_forward's one-block form
+    return head_of(d, dv) <= 64 and 64 < max(nq, nk) <= 80
+
+def forward(q, k, v, bias, scale, one_block=False):
     nq, d = q.shape; nk, dv = v.shape
     kHead = head_of(d, dv); kWidth = 32 if kHead > 64 else 64; kN = kWidth//8; kOut = kHead//8
     warps, tiles = split_rows(nq); rows = warps*16
+    if one_block:  # one block of up to 5 warps per leading index, every key in an 80-wide tile
+        assert one_block_forward_fits(nq, nk, d, dv)
+        kWidth = 80; kN = kWidth//8; warps = max(1, (nq + 15)//16); tiles = 1; rows = warps*16
     out = np.full((nq, dv), np.nan); lse_out = np.full(nq, np.nan)
     ldd, ldv = ld16(d), ld16(dv)
     for tile in range(tiles):
@@ -294,7 +301,8 @@ for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True
                                   (33, 47, 16, 48, True), (40, 72, 128, 128, False), (65, 65, 0, 64, True),
                                   (8, 8, 16, 16, True), (150, 100, 32, 32, True),
                                   (49, 49, 32, 32, True), (196, 196, 32, 32, False),
-                                  (1, 65, 48, 48, False), (80, 80, 64, 64, True), (65, 1, 32, 32, False)]:
+                                  (1, 65, 48, 48, False), (80, 80, 64, 64, True), (65, 1, 32, 32, False),
+                                  (72, 17, 48, 48, True)]:
     q = rng.uniform(-2, 2, (nq, d)); k = rng.uniform(-1, 1, (nk, d)); v = rng.uniform(-1, 1, (nk, dv))
     go = rng.uniform(-1, 1, (nq, dv)); bias = rng.uniform(-2, 2, (nq, nk)) if use_bias else None
     scale = 1/np.sqrt(max(d, 1))
@@ -303,6 +311,9 @@ for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True
     gq, gk, gv, gb = backward(q, k, v, bias, scale, rl, delta, go)
     errs = [np.abs(out-ro).max(), np.abs(lse-rl).max(), np.abs(gq-rgq).max() if d else 0,
             np.abs(gk-rgk).max() if d else 0, np.abs(gv-rgv).max(), np.abs(gb-rgb).max()]
+    if one_block_forward_fits(nq, nk, d, dv):
+        out1, lse1 = forward(q, k, v, bias, scale, one_block=True)
+        errs += [np.abs(out1-ro).max(), np.abs(lse1-rl).max()]
     if nq <= 80 and nk <= 80 and head_of(d, dv) <= 64:  # the one-block backward's problems
         gq, gk, gv, gb = backward_one_block(q, k, v, bias, scale, rl, delta, go)
         errs += [np.abs(gq-rgq).max() if d else 0, np.abs(gk-rgk).max() if d else 0,

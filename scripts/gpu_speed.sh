@@ -3,7 +3,8 @@
 # beside eager PyTorch and torch.compile (scripts/benchmark.sh, bf16 autocast), then our step
 # with one fast path switched off at a time, to see what each is worth: --attention wmma (the
 # WMMA attention kernels instead of mma.sync), --attention-backward one_block (its backward in
-# one block per head for up to 80 tokens), --norm-backward fused (layer norm's backward in one
+# one block per head for up to 80 tokens), --attention-forward one_block (its forward likewise,
+# for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
 # pass), --conv-logits conv / gemm (CSKA's logit
 # convolution always as a convolution or always as im2col + GEMM instead of the faster per
 # shape), --attention scalar (no tensor cores),
@@ -33,7 +34,8 @@ bench=$build/apps/benchmark
 [ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
   imagenet_cskaformer_s18:128
 
-variants=(default "--attention wmma" "--attention-backward one_block" "--norm-backward fused"
+variants=(default "--attention wmma" "--attention-backward one_block"
+          "--attention-forward one_block" "--norm-backward fused"
           "--conv-logits conv" "--conv-logits gemm" "--attention scalar" "--attention unfused"
           "--elementwise reference" "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")
 rows=$logs/speed_variants.jsonl

@@ -51,6 +51,7 @@ constexpr unsigned kFull = 0xffffffffu;
 
 std::atomic<bool> g_mma{true};
 std::atomic<bool> g_one_block{false};
+std::atomic<bool> g_one_block_forward{false};
 
 // The one-block backward (mma_one_block_backward_kernel): sequences of at most kShortRows queries
 // and keys, head dims up to 64.
@@ -250,9 +251,13 @@ __device__ __forceinline__ Place place_of(int tiles) {
 }
 
 // --- Forward: a block per (leading index, 16 x warps queries); online softmax over key tiles ---
-template <typename T, int kHead>
-__global__ void __launch_bounds__(kMaxWarps * 32) mma_forward_kernel(ForwardArgs<T> a) {
-  constexpr int kWidth = tile_width<kHead>(), kN = kWidth / 8, kOut = kHead / 8;
+// kWidth: keys per tile, tile_width<kHead>() with up to kMaxWarps warps; or, for a problem of at
+// most kShortRows queries and keys (mma_forward's one-block form), kShortRows with up to
+// kShortWarps warps: one block per leading index, every key in one tile.
+template <typename T, int kHead, int kWidth>
+__global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarps) * 32)
+    mma_forward_kernel(ForwardArgs<T> a) {
+  constexpr int kN = kWidth / 8, kOut = kHead / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
   const float scale = effective_scale(in), bscale = bias_scale(in);
@@ -602,13 +607,28 @@ bool mma_enabled() { return g_mma.load(); }
 
 template <typename T>
 void mma_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
-  const Split split = split_rows(a.in.nq);
-  a.tiles = split.tiles;
-  const unsigned int grid = grid_of("attention_forward", groups, a.tiles);
+  const char* kKernel = "attention_forward";
   dispatch_head_dim(a.in.d, a.in.dv, [&](auto head) {
     constexpr int kHead = decltype(head)::value, kWidth = tile_width<kHead>();
+    if constexpr (kHead <= 64) {
+      // One block per leading index and every key in one tile where the queries and keys fit
+      // and a tiled launch would take two tiles of either (65 tokens: 2 x 3 warps, and a second
+      // key tile holding one key).
+      const int longest = std::max(a.in.nq, a.in.nk);
+      if (g_one_block_forward.load() && longest > kWidth && longest <= kShortRows) {
+        const int warps = std::max(1, (a.in.nq + kRows - 1) / kRows);
+        a.tiles = 1;
+        const Smem smem(warps * kRows, false, kShortRows, a.in.d, a.in.dv, 0);
+        launch(mma_forward_kernel<T, kHead, kShortRows>, grid_of(kKernel, groups, 1), warps,
+               smem.bytes, stream, a);
+        return;
+      }
+    }
+    const Split split = split_rows(a.in.nq);
+    a.tiles = split.tiles;
     const Smem smem(split.warps * kRows, false, kWidth, a.in.d, a.in.dv, 0);
-    launch(mma_forward_kernel<T, kHead>, grid, split.warps, smem.bytes, stream, a);
+    launch(mma_forward_kernel<T, kHead, kWidth>, grid_of(kKernel, groups, a.tiles), split.warps,
+           smem.bytes, stream, a);
   });
 }
 
@@ -658,6 +678,9 @@ namespace ska {
 bool set_cuda_attention_mma(bool enabled) { return cuda::attn::g_mma.exchange(enabled); }
 bool set_cuda_attention_one_block_backward(bool enabled) {
   return cuda::attn::g_one_block.exchange(enabled);
+}
+bool set_cuda_attention_one_block_forward(bool enabled) {
+  return cuda::attn::g_one_block_forward.exchange(enabled);
 }
 
 }  // namespace ska

@@ -55,6 +55,12 @@ bool set_cuda_attention_mma(bool enabled);
 // kernel and a dQ kernel whose blocks each walk the other side tile by tile. Off by default
 // until measured on a GPU (train.attention_backward: one_block). Returns the previous setting.
 bool set_cuda_attention_one_block_backward(bool enabled);
+// With the mma.sync kernels, the forward pass of a problem whose longer side has 65 to 80 rows
+// (ViT-S's 65 tokens) in one block per leading index with every key in one 80-wide tile, instead
+// of two blocks per index each walking two 64-wide key tiles (the second holding one key). The
+// same kernel otherwise. Off by default until measured on a GPU (train.attention_forward:
+// one_block). Returns the previous setting.
+bool set_cuda_attention_one_block_forward(bool enabled);
 
 // Layer norm's backward pass on CUDA for rows of at most 768 columns (every zoo model's): on, one
 // kernel that reads grad_y and x once, keeps each row in registers and sums the parameter

@@ -72,6 +72,12 @@ bool set_cuda_attention_one_block_backward(bool enabled) {
   setting = enabled;
   return previous;
 }
+bool set_cuda_attention_one_block_forward(bool enabled) {
+  static bool setting = false;
+  const bool previous = setting;
+  setting = enabled;
+  return previous;
+}
 ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode) {
   static ConvInputGrad setting = ConvInputGrad::kTimed;
   const ConvInputGrad previous = setting;

@@ -61,6 +61,8 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   if (k.attention == "mma") k.attention = "fused";
   k.attention_backward =
       t.get_choice("attention_backward", k.attention_backward, {"split", "one_block"});
+  k.attention_forward =
+      t.get_choice("attention_forward", k.attention_forward, {"tiled", "one_block"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
@@ -74,6 +76,7 @@ void KernelChoices::apply() const {
   set_cuda_attention_tensor_cores(attention == "fused" || attention == "wmma");
   set_cuda_attention_mma(attention == "fused");
   set_cuda_attention_one_block_backward(attention_backward == "one_block");
+  set_cuda_attention_one_block_forward(attention_forward == "one_block");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
@@ -87,6 +90,7 @@ std::string KernelChoices::describe() const {
   std::string out;
   if (attention != "fused") out += " [" + attention + " attention]";
   if (attention_backward != "split") out += " [" + attention_backward + " attention backward]";
+  if (attention_forward != "tiled") out += " [" + attention_forward + " attention forward]";
   if (elementwise != "fast") out += " [reference elementwise kernels]";
   if (norm_output != "autocast") out += " [f32 norm outputs]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";

@@ -36,6 +36,10 @@ struct KernelChoices {
   // 64: split (a dK/dV kernel and a dQ kernel) or one_block (one block per head that loads every
   // operand once; set_cuda_attention_one_block_backward, not yet measured on a GPU).
   std::string attention_backward = "split";
+  // The mma.sync attention's forward where the longer side has 65 to 80 rows (ViT-S's 65 tokens):
+  // tiled (blocks of up to 64 queries, key tiles of 64) or one_block (one block per head, every
+  // key in one tile; set_cuda_attention_one_block_forward, not yet measured on a GPU).
+  std::string attention_forward = "tiled";
   std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
   std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm

@@ -224,9 +224,17 @@ struct OneBlockBackward {
   ~OneBlockBackward() { set_cuda_attention_one_block_backward(previous); }
 };
 
+// The mma.sync kernels' one-block forward (problems whose longer side has 65 to 80 rows, head dims
+// up to 64; others keep the tiled launch) while alive.
+struct OneBlockForward {
+  bool previous = set_cuda_attention_one_block_forward(true);
+  ~OneBlockForward() { set_cuda_attention_one_block_forward(previous); }
+};
+
 // The CUDA paths against the CPU twin and the double reference, by default in f32 and bf16, and
 // against each other. bf16 and f16 with head dims that are multiples of 16 take the tensor cores
-// by default, mma.sync (also with OneBlockBackward), and with WmmaAttention the WMMA kernels
+// by default, mma.sync (also with OneBlockBackward, and with OneBlockForward and OneBlockBackward
+// together), and with WmmaAttention the WMMA kernels
 // (f32 and other dims: the scalar
 // kernels every time). The 16-bit results are computed in
 // f32 from the same rounded inputs and rounded once (the tensor-core path also rounds P and dS
@@ -253,10 +261,18 @@ void check_case(const Case& c, double scale,
       const OneBlockBackward on;
       one_block = on_host(run(c, x.gpu, scale, true));
     }
+    Results one_block_both;
+    {
+      const OneBlockForward forward;
+      const OneBlockBackward backward;
+      one_block_both = on_host(run(c, x.gpu, scale, true));
+    }
     const Results cpu = run(c, x.cpu, scale, false);
     const Results ref = reference(c, x.ref, scale);
     const ska::test::Tolerance tol = tolerance_for(dtype);
     compare(one_block, cpu, tol, "one-block backward cuda vs cpu", by_nmse);
+    compare(one_block_both, cpu, tol, "one-block forward and backward cuda vs cpu", by_nmse);
+    compare(one_block_both, ref, tol, "one-block forward and backward cuda vs reference", by_nmse);
     compare(one_block, ref, tol, "one-block backward cuda vs reference", by_nmse);
     compare(wmma, cpu, tol, "wmma cuda vs cpu", by_nmse);
     compare(wmma, ref, tol, "wmma cuda vs reference", by_nmse);
@@ -419,13 +435,16 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
       return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
     };
     // values() copies to the host before the next run (both runs write the same out tensor).
-    for (const int mode : {0, 1, 2}) {  // WMMA, mma.sync, mma.sync with the one-block backward
+    // WMMA, mma.sync, mma.sync with the one-block backward, and with the one-block forward too
+    for (const int mode : {0, 1, 2, 3}) {
       const bool use_mma = mode > 0;
       const bool previous = set_cuda_attention_mma(use_mma);
-      const bool previous_one_block = set_cuda_attention_one_block_backward(mode == 2);
+      const bool previous_one_block = set_cuda_attention_one_block_backward(mode >= 2);
+      const bool previous_forward = set_cuda_attention_one_block_forward(mode == 3);
       for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
         INFO("N = " << n << ", " << dtype_name(dtype) << (use_mma ? ", mma.sync" : "")
-                    << (mode == 2 ? ", one block" : ""));
+                    << (mode >= 2 ? ", one-block backward" : "")
+                    << (mode == 3 ? ", one-block forward" : ""));
         const Prepared x = prepare(c, dtype);
         const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
         const std::vector<std::vector<double>> second = values(run(c, x.gpu, 0.125, true));
@@ -436,6 +455,7 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
       }
       set_cuda_attention_mma(previous);
       set_cuda_attention_one_block_backward(previous_one_block);
+      set_cuda_attention_one_block_forward(previous_forward);
     }
   }
 }
@@ -471,6 +491,29 @@ TEST_CASE("cuda attention: the one-block backward gives the two kernels' bits", 
         CHECK(one_block[i] == split[i]);
       }
     }
+  }
+}
+
+TEST_CASE("cuda attention: the one-block forward for 65 to 80 rows, against the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // ViT-S's 65 tokens with LSA's bias, class attention over 65 keys, the 80-row limit, queries
+  // and keys of different lengths, and CSKA's logits given as the bias (d = 0); check_case runs
+  // each tiled and in one block, against the CPU twin and the f64 reference.
+  struct Problem {
+    int64_t nq, nk, d, dv;
+  };
+  for (const Problem s : {Problem{65, 65, 64, 64}, Problem{1, 65, 64, 64}, Problem{80, 80, 32, 32},
+                          Problem{72, 17, 48, 48}, Problem{65, 65, 0, 64}}) {
+    Case c = plain_case("one-block forward " + std::to_string(s.nq) + " x " + std::to_string(s.nk) +
+                            ", d " + std::to_string(s.d),
+                        {3, 2}, s.nq, s.nk, s.d, s.dv, 1901);
+    c.grad_bias = true;
+    c.base.push_back(uniform({3, 2, s.nq, s.nk}, 1905, -2, 2));
+    c.views = [=](const std::vector<Tensor>& t) {
+      return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+    };
+    check_case(c, s.d > 0 ? 1.0 / std::sqrt(static_cast<double>(s.d)) : 1.0,
+               {DType::kBF16, DType::kF16});
   }
 }
 

@@ -351,6 +351,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   const KernelChoices defaults;
   CHECK(defaults.attention == "fused");
   CHECK(defaults.attention_backward == "split");
+  CHECK(defaults.attention_forward == "tiled");
   CHECK(defaults.elementwise == "fast");
   CHECK(defaults.norm_output == "autocast");
   CHECK(defaults.conv_logits == "auto");
@@ -358,13 +359,15 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   config.set("train.attention=scalar");
   config.set("train.attention_backward=one_block");
+  config.set("train.attention_forward=one_block");
   config.set("train.elementwise=reference");
   config.set("train.norm_output=f32");
   config.set("train.conv_logits=conv");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
-  CHECK(k.describe() == " [scalar attention] [one_block attention backward]"
-                        " [reference elementwise kernels] [f32 norm outputs]"
-                        " [conv logits: conv]");
+  CHECK(k.describe() ==
+        " [scalar attention] [one_block attention backward]"
+        " [one_block attention forward] [reference elementwise kernels]"
+        " [f32 norm outputs] [conv logits: conv]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
@@ -373,6 +376,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(set_cuda_attention_tensor_cores(true));
   CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
   CHECK(set_cuda_attention_one_block_backward(true));
+  CHECK(set_cuda_attention_one_block_forward(true));
   KernelChoices unfused;
   unfused.attention = "unfused";
   unfused.apply();
@@ -396,6 +400,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(nn::norm_autocast_outputs_enabled());
   CHECK(set_cuda_attention_mma(true));
   CHECK_FALSE(set_cuda_attention_one_block_backward(false));
+  CHECK_FALSE(set_cuda_attention_one_block_forward(false));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
   // A value outside the choices names the key and the choices.
