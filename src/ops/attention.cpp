@@ -144,28 +144,28 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
   const Shape factor_shape = need_factor ? scale_factor.shape() : Shape();
   const Shape bfactor_shape = need_bfactor ? bias_factor.shape() : Shape();
   const Tensor saved_out = fwd.out.detach(), lse = fwd.lse;
-  autograd::record_op(
-      kOp, {q, k, v, bias, scale_factor, bias_factor}, {fwd.out}, [=](const TensorList& g) {
-        const Tensor go = rows_readable(g[0]);
-        const Device dev = qv.device();
-        const DType dt = qv.dtype();
-        Shape gk_shape = lead, gv_shape = lead, gb_shape = lead;
-        gk_shape.insert(gk_shape.end(), {nk, d});
-        gv_shape.insert(gv_shape.end(), {nk, dv});
-        gb_shape.insert(gb_shape.end(), {nq, nk});
-        const Tensor gq = Tensor::empty(qv.shape(), dt, dev);
-        const Tensor gk = Tensor::empty(gk_shape, dt, dev);
-        const Tensor gv = Tensor::empty(gv_shape, dt, dev);
-        const Tensor gb = need_bias || need_bfactor ? Tensor::empty(gb_shape, dt, dev) : Tensor();
-        SKA_KERNEL(dev, attention_backward)
-        (qv, kv, vv, bv, saved_out, lse, go, scale, factor, bfactor, gq, gk, gv, gb);
-        return TensorList{gq,
-                          sum_to_shape(gk, k_shape),
-                          sum_to_shape(gv, v_shape),
-                          need_bias ? sum_to_shape(gb, bias_shape) : Tensor(),
-                          need_factor ? factor_grad(gq, qv, factor, factor_shape) : Tensor(),
-                          need_bfactor ? factor_grad(gb, bv, bfactor, bfactor_shape) : Tensor()};
-      });
+  autograd::record_op(kOp, {q, k, v, bias, scale_factor, bias_factor}, {fwd.out},
+                      [=](const TensorList& g) {
+    const Tensor go = rows_readable(g[0]);
+    const Device dev = qv.device();
+    const DType dt = qv.dtype();
+    Shape gk_shape = lead, gv_shape = lead, gb_shape = lead;
+    gk_shape.insert(gk_shape.end(), {nk, d});
+    gv_shape.insert(gv_shape.end(), {nk, dv});
+    gb_shape.insert(gb_shape.end(), {nq, nk});
+    const Tensor gq = Tensor::empty(qv.shape(), dt, dev);
+    const Tensor gk = Tensor::empty(gk_shape, dt, dev);
+    const Tensor gv = Tensor::empty(gv_shape, dt, dev);
+    const Tensor gb = need_bias || need_bfactor ? Tensor::empty(gb_shape, dt, dev) : Tensor();
+    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor, bfactor,
+                                        gq, gk, gv, gb);
+    return TensorList{gq,
+                      sum_to_shape(gk, k_shape),
+                      sum_to_shape(gv, v_shape),
+                      need_bias ? sum_to_shape(gb, bias_shape) : Tensor(),
+                      need_factor ? factor_grad(gq, qv, factor, factor_shape) : Tensor(),
+                      need_bfactor ? factor_grad(gb, bv, bfactor, bfactor_shape) : Tensor()};
+  });
   return fwd.out;
 }
 
@@ -213,9 +213,8 @@ Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tenso
     const Tensor grad = Tensor::empty(packed_shape, dt, dev);
     const Tensor gq = part(grad, 0);
     const Tensor gb = need_bias ? Tensor::empty({batch, heads, tokens, tokens}, dt, dev) : Tensor();
-    SKA_KERNEL(dev, attention_backward)
-    (qv, kv, vv, bv, saved_out, lse, go, scale, factor, Tensor(), gq, part(grad, 1), part(grad, 2),
-     gb);
+    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor,
+                                        Tensor(), gq, part(grad, 1), part(grad, 2), gb);
     return TensorList{grad.view(qkv_shape), need_bias ? sum_to_shape(gb, bias_shape) : Tensor(),
                       need_factor ? factor_grad(gq, qv, factor, factor_shape) : Tensor()};
   });

@@ -62,8 +62,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     return out;
   }
   const Tensor bits = Tensor::empty({(x.numel() + 7) / 8}, DType::kU8, x.device());
-  SKA_KERNEL(x.device(), dropout_forward)
-  (xc, seed, offset, keep, scale, g.capture_base(), out, bits);
+  SKA_KERNEL(x.device(), dropout_forward)(xc, seed, offset, keep, scale, g.capture_base(), out,
+                                          bits);
   autograd::record_op("dropout", {x}, {out}, [=](const TensorList& grad) {
     const Tensor gc = grad[0].contiguous();
     Tensor gx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
