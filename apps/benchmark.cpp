@@ -88,7 +88,8 @@ int64_t forward_macs_per_image(ska::nn::Module& model, const ska::Tensor& images
 struct Measurement {
   double median_ms = 0.0;
   double images_per_s = 0.0;
-  int64_t peak_bytes = 0;
+  int64_t peak_bytes = 0;            // the allocator's blocks (MemoryStats::peak_allocated)
+  int64_t peak_requested_bytes = 0;  // the tensors' own bytes (MemoryStats::peak_requested)
 };
 
 // Times `iters` calls of `step` after `warmup` untimed ones; the device is synchronised around
@@ -111,7 +112,9 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
   Measurement m;
   m.median_ms = ms[ms.size() / 2];
   m.images_per_s = static_cast<double>(o.batch) * 1000.0 / m.median_ms;
-  m.peak_bytes = allocator.stats().peak_allocated;
+  const ska::MemoryStats stats = allocator.stats();
+  m.peak_bytes = stats.peak_allocated;
+  m.peak_requested_bytes = stats.peak_requested;
   return m;
 }
 
@@ -341,6 +344,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"device", device.str()}, {"dtype", o.dtype}, {"precision", o.precision},
                         {"batch", o.batch},       {"images_per_s", m.images_per_s},
                         {"median_ms", m.median_ms}, {"peak_bytes", m.peak_bytes},
+                        {"peak_requested_bytes", m.peak_requested_bytes},
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description}, {"attention", o.attention},
                         {"attention_backward", o.attention_backward},
@@ -367,7 +371,8 @@ int run_benchmark(BenchmarkOptions o) {
          << (o.precision == "fp32" ? o.dtype : o.precision + " autocast") << "  batch "
          << o.batch << ":  " << m.images_per_s << " images/s  (" << m.median_ms
          << " ms/step, median of " << o.iters << "), peak memory "
-         << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB";
+         << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB (tensors "
+         << static_cast<double>(m.peak_requested_bytes) / (1024.0 * 1024.0) << " MiB)";
     if (o.attention != "fused") line << " [" << o.attention << " attention]";
     if (o.attention_backward != "split") {
       line << " [" << o.attention_backward << " attention backward]";

@@ -2,7 +2,8 @@
 # Runs apps/benchmark and its PyTorch twin (scripts/benchmark_models.py: the same model from our
 # reference PyTorch models) on one config with the same batch, mode, device, warm-up, timed steps
 # and thread count, checks that both have the same trainable parameter count and prints a
-# side-by-side table: images/s, ms per step, peak memory, ratio (ours / torch), against eager
+# side-by-side table: images/s, ms per step, peak memory (ours: the allocator's blocks, and the
+# tensors' own bytes, which is what torch's max_memory_allocated counts), ratio (ours / torch), against eager
 # PyTorch (SDPA attention where the model allows) and, where PyTorch has it, torch.compile; then
 # each side's TFLOP/s (model FLOPs from our MAC counter) and, on a known GPU, MFU.
 # Usage: scripts/benchmark.sh CONFIG [--device cpu|cuda] [--batch N] [--mode train|infer]
@@ -94,7 +95,7 @@ print(f"# {first['config']}: {first['device']}, {first['precision']}, batch {fir
       f"faster); compile = torch.compile, default mode")
 print(f"{'mode':<6} {'params ours':>12} {'params torch':>12} {'ours img/s':>11} "
       f"{'torch img/s':>11} {'ratio':>6} {'compile img/s':>13} {'ratio':>6} {'ours ms':>9} "
-      f"{'torch ms':>9} {'ours MiB':>9} {'torch MiB':>9}")
+      f"{'torch ms':>9} {'ours MiB':>9} {'tensors':>9} {'torch MiB':>9}")
 mismatch = False
 for o, t, c in zip(ours, torch_rows, compiled):
     same = o["trainable_params"] == t["trainable_params"]
@@ -104,7 +105,8 @@ for o, t, c in zip(ours, torch_rows, compiled):
     print(f"{o['mode']:<6} {o['trainable_params']:>12,} {t['trainable_params']:>12,} "
           f"{o['images_per_s']:>11.1f} {t['images_per_s']:>11.1f} "
           f"{o['images_per_s'] / t['images_per_s']:>6.2f} {c_ips} {c_ratio} {o['median_ms']:>9.1f} "
-          f"{t['median_ms']:>9.1f} {mib(o['peak_bytes'])} {mib(t['peak_bytes'])}"
+          f"{t['median_ms']:>9.1f} {mib(o['peak_bytes'])} {mib(o.get('peak_requested_bytes', 0))} "
+          f"{mib(t['peak_bytes'])}"
           + ("" if same else "  PARAMETER COUNTS DIFFER"))
 # Model FLOPs from our MAC counter (the same model on both sides): achieved TFLOP/s and, on a GPU
 # in the peak table (or with a known peak), MFU against its bf16 dense peak.

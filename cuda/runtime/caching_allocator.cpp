@@ -81,9 +81,11 @@ class CachingAllocator : public Allocator {
       stats_.reserved += static_cast<int64_t>(size);
       ++stats_.num_system_allocs;
     }
-    active_[ptr] = Block{block_size, key, {}};
+    active_[ptr] = Block{block_size, nbytes, key, {}};
     stats_.allocated += static_cast<int64_t>(block_size);
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+    stats_.requested += static_cast<int64_t>(nbytes);
+    stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
     ++stats_.num_allocs;
     return ptr;
   }
@@ -98,6 +100,7 @@ class CachingAllocator : public Allocator {
       block = std::move(it->second);
       active_.erase(it);
       stats_.allocated -= static_cast<int64_t>(block.size);
+      stats_.requested -= static_cast<int64_t>(block.requested);
     }
     for (cudaEvent_t ev : block.events) {  // pinned blocks: wait for copies still reading them
       (void)cudaEventSynchronize(ev);
@@ -147,6 +150,7 @@ class CachingAllocator : public Allocator {
   void reset_peak() override {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.peak_allocated = stats_.allocated;
+    stats_.peak_requested = stats_.requested;
   }
 
   void empty_cache() override {
@@ -178,6 +182,7 @@ class CachingAllocator : public Allocator {
  protected:
   struct Block {
     size_t size = 0;
+    size_t requested = 0;  // what the caller asked for (size: the block handed out)
     uintptr_t key = 0;  // the stream's key, or a graph's pool
     std::vector<cudaEvent_t> events;
   };

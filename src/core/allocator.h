@@ -15,6 +15,12 @@ struct MemoryStats {
   int64_t reserved = 0;        // bytes held from the system (allocated + cached)
   int64_t num_allocs = 0;      // allocation calls served
   int64_t num_system_allocs = 0;  // of those, how many went to the system (cudaMalloc/malloc)
+  // The bytes callers asked for, before rounding and before a cached block larger than the
+  // request was handed out whole: what the tensors themselves hold. `allocated` minus this is
+  // the allocator's slack. PyTorch's max_memory_allocated counts its blocks, which it splits down
+  // to the request rounded to 512 bytes, so its figure compares with peak_requested.
+  int64_t requested = 0;
+  int64_t peak_requested = 0;  // high-water mark of `requested` since the last reset
 };
 
 class Allocator {

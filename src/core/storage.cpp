@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -47,8 +48,10 @@ class HostAllocator : public Allocator {
                 " bytes failed (", stats_.allocated, " bytes held)");
       ++stats_.num_system_allocs;
     }
-    sizes_[p] = rounded;
+    sizes_[p] = {rounded, nbytes};
     stats_.allocated += static_cast<int64_t>(rounded);
+    stats_.requested += static_cast<int64_t>(nbytes);
+    stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
     stats_.reserved = stats_.allocated + static_cast<int64_t>(cached_bytes_);
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     ++stats_.num_allocs;
@@ -60,8 +63,9 @@ class HostAllocator : public Allocator {
     size_t size = 0;
     auto it = sizes_.find(ptr);
     if (it != sizes_.end()) {
-      size = it->second;
+      size = it->second.first;
       stats_.allocated -= static_cast<int64_t>(size);
+      stats_.requested -= static_cast<int64_t>(it->second.second);
       sizes_.erase(it);
     }
     if (size >= kLargeBlock && cached_bytes_ + size <= kMaxCachedBytes) {
@@ -79,6 +83,7 @@ class HostAllocator : public Allocator {
   void reset_peak() override {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.peak_allocated = stats_.allocated;
+    stats_.peak_requested = stats_.requested;
   }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -102,7 +107,7 @@ class HostAllocator : public Allocator {
   }
 
   mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> sizes_;
+  std::unordered_map<void*, std::pair<size_t, size_t>> sizes_;  // block size, bytes requested
   std::unordered_map<size_t, std::vector<void*>> cached_;  // free large blocks by size
   size_t cached_bytes_ = 0;
   MemoryStats stats_;

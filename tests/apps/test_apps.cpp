@@ -300,6 +300,11 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
     CHECK(std::stod(m[1].str()) > 0.0);
     CHECK_THAT(r.out, Catch::Contains("\"mode\":\"" + std::string(mode) + "\""));
     CHECK_THAT(r.out, Catch::Contains("\"peak_bytes\":"));
+    // The tensors' own bytes, under the allocator's blocks (64-byte and 1 MiB rounding).
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const int64_t blocks = j.at("peak_bytes"), tensors = j.at("peak_requested_bytes");
+    CHECK(tensors > 0);
+    CHECK(tensors <= blocks);
   }
   const RunResult bad = run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --dtype bf16");
   CHECK(bad.exit_code == 2);

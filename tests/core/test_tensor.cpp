@@ -118,6 +118,19 @@ TEST_CASE("host allocator statistics track live and peak bytes", "[cpu]") {
   }
   CHECK(a.stats().allocated == before.allocated);
   CHECK(a.stats().peak_allocated - before.allocated >= 4 * 1024 * 1024);
+  // Requested bytes: the tensor's own, where the block is rounded up (to 1 MiB here).
+  a.reset_peak();
+  const MemoryStats start = a.stats();
+  CHECK(start.peak_requested == start.requested);
+  {
+    Tensor t = Tensor::empty({1000, 1001});  // 4,004,000 bytes: a block of 4 MiB
+    const MemoryStats during = a.stats();
+    CHECK(during.requested - start.requested == 4004000);
+    CHECK(during.allocated - start.allocated == 4 * 1024 * 1024);
+  }
+  const MemoryStats after = a.stats();
+  CHECK(after.requested == start.requested);
+  CHECK(after.peak_requested - start.requested == 4004000);
 }
 
 TEST_CASE("host allocator caches large blocks for the next request of their size", "[cpu]") {

@@ -69,6 +69,15 @@ TEST_CASE("CUDA caching allocator reuses blocks and tracks statistics", "[cuda]"
   CHECK(s3.allocated == base);
   CHECK(s3.peak_allocated >= base + (int64_t{12} << 20));
   CHECK(s3.reserved >= s3.peak_allocated);
+  // Requested bytes: the callers' own, under the blocks (rounded to 2 MiB, or a larger cached one).
+  alloc.reset_peak();
+  const int64_t asked = alloc.stats().requested;
+  void* odd = alloc.allocate(3000001);
+  CHECK(alloc.stats().requested - asked == 3000001);
+  CHECK(alloc.stats().allocated - base >= int64_t{4} << 20);
+  alloc.deallocate(odd);
+  CHECK(alloc.stats().requested == asked);
+  CHECK(alloc.stats().peak_requested - asked == 3000001);
   alloc.empty_cache();
   CHECK(alloc.stats().reserved == alloc.stats().allocated);
 }
