@@ -285,6 +285,22 @@ bool vectors_fit(const Tensor& a, const Tensor& b) {
   return aligned(a) && aligned(b);
 }
 
+// Calls launch(tag, n, grid, stream) for a kernel with a thread per byte of a bit mask over
+// `like`'s n elements (T of `like`'s floating dtype), on its device's current stream.
+template <typename Launch>
+void launch_per_byte(const Tensor& like, const char* name, Launch&& launch) {
+  const int64_t n = like.numel();
+  if (n == 0) return;
+  const int device = device_index(like);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const unsigned grid = grid_for((n + 7) / 8, kThreads);
+  dispatch_floating(like.dtype(), name, [&](auto tag) {
+    launch(tag, n, grid, stream);
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace
 
 void dropout_forward(const Tensor& x, uint64_t seed, uint64_t offset, double keep_prob,
@@ -292,38 +308,25 @@ void dropout_forward(const Tensor& x, uint64_t seed, uint64_t offset, double kee
                      const Tensor& bits) {
   check_dropout("dropout_forward", x, out, bits);
   const int64_t* base = offset_base_ptr(offset_base, out, "dropout_forward");
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  const int device = device_index(out);
-  DeviceGuard guard(device);
-  const cudaStream_t stream = current_stream(device);
-  const unsigned grid = grid_for((n + 7) / 8, kThreads);
   const bool vectors = vectors_fit(x, out);
-  dispatch_floating(x.dtype(), "dropout_forward", [&](auto tag) {
+  launch_per_byte(x, "dropout_forward", [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
     using T = decltype(tag);
-    dropout_forward_kernel<T><<<grid, kThreads, 0, stream>>>(
+    dropout_forward_kernel<T><<<grid, kThreads, 0, s>>>(
         static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
         static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
         static_cast<float>(keep_prob), static_cast<float>(scale), vectors);
-    SKA_CUDA_CHECK_LAUNCH();
   });
 }
 
 void dropout_backward(const Tensor& grad, const Tensor& bits, double scale, const Tensor& grad_x) {
   check_dropout("dropout_backward", grad, grad_x, bits);
-  const int64_t n = grad.numel();
-  if (n == 0) return;
-  const int device = device_index(grad);
-  DeviceGuard guard(device);
-  const cudaStream_t stream = current_stream(device);
-  const unsigned grid = grid_for((n + 7) / 8, kThreads);
   const bool vectors = vectors_fit(grad, grad_x);
-  dispatch_floating(grad.dtype(), "dropout_backward", [&](auto tag) {
+  launch_per_byte(grad, "dropout_backward", [&](auto tag, int64_t n, unsigned grid,
+                                                cudaStream_t s) {
     using T = decltype(tag);
-    dropout_backward_kernel<T><<<grid, kThreads, 0, stream>>>(
+    dropout_backward_kernel<T><<<grid, kThreads, 0, s>>>(
         static_cast<const T*>(grad.data_ptr()), static_cast<const uint8_t*>(bits.data_ptr()),
         static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale), vectors);
-    SKA_CUDA_CHECK_LAUNCH();
   });
 }
 
