@@ -374,12 +374,21 @@ void set_fused_attention(bool enabled) {
 
 namespace {
 
-// The fused ops' additive bias for a spec: its bias, with the boolean mask as -inf added.
-Tensor fused_bias(const AttentionSpec& spec, DType dtype, Device device) {
-  if (!spec.mask.defined()) return spec.bias;
-  const Tensor excluded = masked_fill(Tensor::zeros(spec.mask.shape(), dtype, device), spec.mask,
-                                      -std::numeric_limits<double>::infinity());
-  return spec.bias.defined() ? add(spec.bias, excluded) : excluded;
+// What the fused ops take from a spec: the scale, or a learnable temperature as the device-side
+// factor (read by the kernels), and the additive bias, with the boolean mask as -inf added.
+struct FusedArgs {
+  double scale;
+  Tensor factor, bias;
+};
+FusedArgs fused_args(const AttentionSpec& spec, DType dtype, Device device) {
+  FusedArgs a{spec.temperature.defined() ? 1.0 : spec.scale,
+              spec.temperature.defined() ? exp(spec.temperature) : Tensor(), spec.bias};
+  if (spec.mask.defined()) {
+    const Tensor excluded = masked_fill(Tensor::zeros(spec.mask.shape(), dtype, device),
+                                        spec.mask, -std::numeric_limits<double>::infinity());
+    a.bias = a.bias.defined() ? add(a.bias, excluded) : excluded;
+  }
+  return a;
 }
 
 }  // namespace
@@ -388,10 +397,8 @@ Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   if (!fusable_spec(spec, v, q.size(-1)) || q.dim() < 3 || q.dim() > 6) {
     return attend(dot_logits(q, k), v, spec);
   }
-  // A learnable temperature scales the logits inside the op (read on the device).
-  const Tensor factor = spec.temperature.defined() ? exp(spec.temperature) : Tensor();
-  const double scale = spec.temperature.defined() ? 1.0 : spec.scale;
-  return scaled_dot_attention(q, k, v, scale, fused_bias(spec, q.dtype(), q.device()), factor);
+  const FusedArgs a = fused_args(spec, q.dtype(), q.device());
+  return scaled_dot_attention(q, k, v, a.scale, a.bias, a.factor);
 }
 
 Tensor attend_qkv(const Tensor& qkv, int64_t heads, const AttentionSpec& spec) {
@@ -406,9 +413,8 @@ Tensor attend_qkv(const Tensor& qkv, int64_t heads, const AttentionSpec& spec) {
     const TensorList parts = unbind(heads_view.permute({2, 0, 3, 1, 4}), 0);  // [3, B, h, N, d]
     return attend_qk(parts[0], parts[1], parts[2], spec);
   }
-  const Tensor factor = spec.temperature.defined() ? exp(spec.temperature) : Tensor();
-  const double scale = spec.temperature.defined() ? 1.0 : spec.scale;
-  return qkv_attention(qkv, heads, scale, fused_bias(spec, qkv.dtype(), qkv.device()), factor);
+  const FusedArgs a = fused_args(spec, qkv.dtype(), qkv.device());
+  return qkv_attention(qkv, heads, a.scale, a.bias, a.factor);
 }
 
 }  // namespace ska::nn

@@ -147,9 +147,9 @@ Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec);
 // attend(dot_logits(q, k), v, spec), through the fused op (ops/attention.h: the weights are never
 // stored) when the spec allows it: softmax normalisation, no talking heads, no attention dropout
 // in training, no AttentionRecorder on this thread, fused attention enabled, and on CUDA head
-// dims up to 128 (the kernels' limit). A learnable temperature is then folded into q and the
-// boolean mask becomes an additive -inf bias (the same weights unless a row is masked entirely).
-// k's leading dims broadcast to q's (static keys).
+// dims up to 128 (the kernels' limit). A learnable temperature is then a factor the kernels read
+// on the device, and the boolean mask becomes an additive -inf bias (the same weights unless a
+// row is masked entirely). k's leading dims broadcast to q's (static keys).
 Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 // attend_qk on the heads of one packed projection qkv [B, N, 3 * heads * d] (q, k, v side by
 // side, as Linear(dim, 3 * heads * d) writes them): the same numbers, but where the fused op runs
