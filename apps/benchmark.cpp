@@ -58,6 +58,7 @@ struct BenchmarkOptions {
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
   std::string norm_backward = "split";   // or fused (set_cuda_layer_norm_fused_backward)
+  std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
   std::string conv_logits = "auto";      // or conv, gemm (nn::set_conv_logits_form)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
@@ -237,6 +238,7 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.attention_forward = o.attention_forward;
   kernels.elementwise = o.elementwise;
   kernels.norm_output = o.norm_output;
+  kernels.residual_norm = o.residual_norm;
   kernels.conv_logits = o.conv_logits;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   kernels.apply();
@@ -351,7 +353,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"attention_forward", o.attention_forward},
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
                         {"elementwise", o.elementwise}, {"norm_output", o.norm_output},
-                        {"norm_backward", o.norm_backward},
+                        {"norm_backward", o.norm_backward}, {"residual_norm", o.residual_norm},
                         {"conv_logits", o.conv_logits}};
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
@@ -385,6 +387,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
     if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
     if (device.is_cuda() && o.norm_backward != "split") line << " [fused norm backward]";
+    if (o.residual_norm != "unfused") line << " [fused residual norm]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
@@ -467,6 +470,10 @@ int main(int argc, char** argv) {
                  "and a column reduction) or fused (one pass that reads grad_y and x once), to "
                  "compare")
       ->check(CLI::IsMember({"split", "fused"}));
+  app.add_option("--residual-norm", o.residual_norm,
+                 "a pre-norm block's residual add and the layer norm after it: unfused (two ops) "
+                 "or fused (one kernel forward and one backward; the same bits), to compare")
+      ->check(CLI::IsMember({"unfused", "fused"}));
   app.add_option("--conv-logits", o.conv_logits,
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
                  "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "

@@ -5,7 +5,8 @@
 # WMMA attention kernels instead of mma.sync), --attention-backward one_block (its backward in
 # one block per head for up to 80 tokens), --attention-forward one_block (its forward likewise,
 # for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
-# pass), --conv-logits conv / gemm (CSKA's logit
+# pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
+# --conv-logits conv / gemm (CSKA's logit
 # convolution always as a convolution or always as im2col + GEMM instead of the faster per
 # shape), --attention scalar (no tensor cores),
 # --attention unfused, --elementwise reference, --cudnn-benchmark off, --norm-output f32; and
@@ -35,7 +36,7 @@ bench=$build/apps/benchmark
   imagenet_cskaformer_s18:128
 
 variants=(default "--attention wmma" "--attention-backward one_block"
-          "--attention-forward one_block" "--norm-backward fused"
+          "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
           "--conv-logits conv" "--conv-logits gemm" "--attention scalar" "--attention unfused"
           "--elementwise reference" "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")
 rows=$logs/speed_variants.jsonl

@@ -3,6 +3,7 @@
 // set_cuda_layer_norm_fused_backward: rows of up to 768 columns take one backward kernel that
 // keeps each row in registers and sums the parameter gradients on the way (one read of grad_y
 // and x instead of three).
+// add_layer_norm_forward / _backward fold a pre-norm block's residual add into the same passes.
 // T is x's (and the parameters') dtype, TY the output's and its gradient's: T, or bf16/f16 for
 // an f32 x (computed in f32, rounded once at the store; the gradient widened as it is read).
 #include <algorithm>
@@ -25,6 +26,14 @@ constexpr int kMaxChunks = 1024;  // gridDim.y bound for the partial sums
 constexpr int kFusedMaxCols = 768;  // the fused backward: 24 columns a lane
 
 std::atomic<bool> g_fused_backward{false};
+
+// a + b as the binary add kernel computes it: in f32, rounded once. __fadd_rn keeps the compiler
+// from contracting it with a product before it (the layer-norm gradient) into one FMA, which
+// would round differently from the unfused ops.
+template <typename T, typename TR>
+__device__ __forceinline__ T residual_add(T a, TR b) {
+  return from_float<T>(__fadd_rn(to_float(a), to_float(b)));
+}
 
 template <typename T, typename TY>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY* y, float* mean,
@@ -56,10 +65,59 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY
   }
 }
 
+// layer_norm_forward_kernel on sum = x + y, which it writes as it reads it: the same sums in the
+// same order, so the same bits as the add kernel followed by the layer norm. Each lane reads back
+// only the elements it wrote itself.
+template <typename T, typename TR, typename TY>
+__global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, const T* w, const T* b,
+                                              T* sum, TY* out, float* mean, float* rstd,
+                                              int64_t rows, int64_t cols, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  if (row >= rows) return;  // warp-uniform
+  const int lane = threadIdx.x & 31;
+  const int64_t base = row * cols;
+  T* sr = sum + base;
+  float s = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const T v = residual_add(x[base + c], y[base + c]);
+    sr[c] = v;
+    s += to_float(v);
+  }
+  const float mu = warp_sum(s) / static_cast<float>(cols);
+  float v = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float d = to_float(sr[c]) - mu;
+    v += d * d;
+  }
+  const float rs = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(cols) + eps);
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+  TY* yr = out + base;
+  for (int64_t c = lane; c < cols; c += 32) {
+    float o = (to_float(sr[c]) - mu) * rs;
+    if (w) o *= to_float(w[c]);
+    if (b) o += to_float(b[c]);
+    yr[c] = from_float<TY>(o);
+  }
+}
+
+// Stores one element of grad_x: the layer-norm gradient g rounded to T, plus the residual
+// gradient where there is one (add_layer_norm_backward), and its 16-bit copy where wanted.
+template <typename T, typename TY>
+__device__ __forceinline__ void store_grad_x(float g, const T* res, T* gx, TY* low, int64_t i) {
+  T out = from_float<T>(g);
+  if (res) out = residual_add(out, res[i]);
+  gx[i] = out;
+  if (low) low[i] = from_float<TY>(to_float(out));
+}
+
 // grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with gw = grad_y * weight.
 template <typename T, typename TY>
 __global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const T* w, const float* mean,
-                                         const float* rstd, T* gx, int64_t rows, int64_t cols) {
+                                         const float* rstd, const T* res, T* gx, TY* low,
+                                         int64_t rows, int64_t cols) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
@@ -76,7 +134,7 @@ __global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const T* w, c
   for (int64_t c = lane; c < cols; c += 32) {
     const float gw = to_float(gy[base + c]) * (w ? to_float(w[c]) : 1.0f);
     const float xhat = (to_float(x[base + c]) - mu) * rs;
-    gx[base + c] = from_float<T>(rs * (gw - mean_gw - xhat * mean_gwx));
+    store_grad_x(rs * (gw - mean_gw - xhat * mean_gwx), res, gx, low, base + c);
   }
 }
 
@@ -141,8 +199,9 @@ __global__ void layer_norm_param_final(const float* part_w, const float* part_b,
 template <typename T, typename TY, int kPerLane>
 __global__ void __launch_bounds__(kRowWarps * 32)
     layer_norm_backward_fused_kernel(const TY* gy, const T* x, const T* w, const float* mean,
-                                     const float* rstd, T* gx, int64_t rows, int64_t cols,
-                                     int64_t chunk_rows, float* part_w, float* part_b) {
+                                     const float* rstd, const T* res, T* gx, TY* low, int64_t rows,
+                                     int64_t cols, int64_t chunk_rows, float* part_w,
+                                     float* part_b) {
   extern __shared__ float red[];  // [kRowWarps][cols]
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * chunk_rows;
@@ -181,7 +240,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
         const int64_t c = lane + 32 * k;
         if (c < cols) {
           const float xhat = xd[k] * rs;
-          gx[base + c] = from_float<T>(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx));
+          store_grad_x(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx), res, gx, low, base + c);
         }
       }
     }
@@ -259,10 +318,12 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
 }
 
 // The fused backward (layer_norm_backward_fused_kernel) for rows of at most kFusedMaxCols
-// columns: grad_x where wanted, and grad_weight / grad_bias through its block partials.
+// columns: grad_x where wanted (plus grad_sum, and its 16-bit copy, where given), and
+// grad_weight / grad_bias through its block partials.
 template <typename T, typename TY>
-void launch_fused_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                           const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
+                           const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& grad_x, const Tensor& grad_x_low,
                            const Tensor& grad_weight, const Tensor& grad_bias, int64_t rows,
                            int64_t cols, int device, cudaStream_t s) {
   const int64_t chunks = std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
@@ -278,8 +339,9 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& x, const Tensor& 
         <<<static_cast<unsigned int>(chunks), kRowWarps * 32, smem, s>>>(
             static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
             data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
-            static_cast<const float*>(rstd.data_ptr()), mutable_or_null<T>(grad_x), rows, cols,
-            chunk_rows, part_w, part_b);
+            static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
+            mutable_or_null<T>(grad_x), mutable_or_null<TY>(grad_x_low), rows, cols, chunk_rows,
+            part_w, part_b);
     SKA_CUDA_CHECK_LAUNCH();
   };
   if (cols <= 128) {
@@ -337,20 +399,38 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   });
 }
 
-void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
-                         const Tensor& grad_weight, const Tensor& grad_bias) {
+namespace {
+
+// layer_norm_backward and add_layer_norm_backward (grad_sum and grad_x_low undefined in the
+// first): one body, so that the two write grad_x with the same kernels.
+void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
+              const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+              const Tensor& grad_x_low, const Tensor& grad_weight, const Tensor& grad_bias) {
   const int device = device_index(x);
   DeviceGuard guard(device);
   const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  SKA_CHECK(x.is_contiguous() && grad_y.is_contiguous(), ValueError,
-            "layer_norm_backward: x and grad_y must be contiguous");
+  SKA_CHECK(x.is_contiguous() && grad_y.is_contiguous(), ValueError, kernel,
+            ": x and grad_y must be contiguous");
   check_param(weight, x, cols, "weight");
   check_param(grad_weight, x, cols, "grad_weight");
   check_param(grad_bias, x, cols, "grad_bias");
   check_stats(mean, rstd, rows);
-  dispatch_output(x.dtype(), grad_y.dtype(), "layer_norm_backward", [&](auto tag, auto out_tag) {
+  if (grad_x.defined()) {
+    SKA_CHECK(grad_x.is_contiguous() && grad_x.dtype() == x.dtype(), ValueError, kernel,
+              ": grad_x must be contiguous, of x's dtype");
+  }
+  for (const Tensor* t : {&grad_sum, &grad_x_low}) {
+    if (!t->defined()) continue;
+    SKA_CHECK(grad_x.defined() && t->is_contiguous() && t->numel() == x.numel(), ValueError,
+              kernel, ": grad_sum and grad_x_low need grad_x and x's size, contiguous");
+  }
+  SKA_CHECK(!grad_sum.defined() || grad_sum.dtype() == x.dtype(), DTypeError, kernel,
+            ": grad_sum must have x's dtype ", dtype_name(x.dtype()));
+  SKA_CHECK(!grad_x_low.defined() ||
+                (grad_x_low.dtype() == grad_y.dtype() && grad_y.dtype() != x.dtype()),
+            DTypeError, kernel, ": grad_x_low must have grad_y's 16-bit dtype");
+  dispatch_output(x.dtype(), grad_y.dtype(), kernel, [&](auto tag, auto out_tag) {
     using T = decltype(tag);
     using TY = decltype(out_tag);
     const cudaStream_t s = current_stream(device);
@@ -361,20 +441,17 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
         SKA_CUDA_CHECK(cudaMemsetAsync(grad_bias.data_ptr(), 0, cols * sizeof(T), s));
       return;
     }
-    if (grad_x.defined()) {
-      SKA_CHECK(grad_x.is_contiguous(), ValueError, "layer_norm_backward: grad_x not contiguous");
-    }
     if (g_fused_backward.load() && cols <= kFusedMaxCols) {
-      launch_fused_backward<T, TY>(grad_y, x, weight, mean, rstd, grad_x, grad_weight, grad_bias,
-                                   rows, cols, device, s);
+      launch_fused_backward<T, TY>(grad_y, grad_sum, x, weight, mean, rstd, grad_x, grad_x_low,
+                                   grad_weight, grad_bias, rows, cols, device, s);
       return;
     }
     if (grad_x.defined()) {
       layer_norm_grad_x_kernel<T, TY><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
           static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
           data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
-          static_cast<const float*>(rstd.data_ptr()), static_cast<T*>(grad_x.data_ptr()), rows,
-          cols);
+          static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
+          static_cast<T*>(grad_x.data_ptr()), mutable_or_null<TY>(grad_x_low), rows, cols);
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (grad_weight.defined() || grad_bias.defined()) {
@@ -382,6 +459,63 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
                                 s);
     }
   });
+}
+
+}  // namespace
+
+void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
+  backward("layer_norm_backward", grad_y, Tensor(), x, weight, mean, rstd, grad_x, Tensor(),
+           grad_weight, grad_bias);
+}
+
+void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight,
+                            const Tensor& bias, double eps, const Tensor& sum, const Tensor& normed,
+                            const Tensor& mean, const Tensor& rstd) {
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  if (rows == 0) return;
+  SKA_CHECK(x.is_contiguous() && y.is_contiguous() && sum.is_contiguous() &&
+                normed.is_contiguous() && y.numel() == x.numel() && sum.numel() == x.numel() &&
+                normed.numel() == x.numel() && sum.dtype() == x.dtype(),
+            ValueError,
+            "add_layer_norm_forward: x, y, sum and normed must be contiguous, of one size, the "
+            "sum of x's dtype");
+  check_param(weight, x, cols, "weight");
+  check_param(bias, x, cols, "bias");
+  check_stats(mean, rstd, rows);
+  dispatch_output(x.dtype(), normed.dtype(), "add_layer_norm_forward", [&](auto tag, auto out_tag) {
+    using T = decltype(tag);
+    using TY = decltype(out_tag);
+    const auto run = [&](auto residual_tag) {
+      using TR = decltype(residual_tag);
+      add_layer_norm_forward_kernel<T, TR, TY>
+          <<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(
+              static_cast<const T*>(x.data_ptr()), static_cast<const TR*>(y.data_ptr()),
+              data_or_null<T>(weight), data_or_null<T>(bias), static_cast<T*>(sum.data_ptr()),
+              static_cast<TY*>(normed.data_ptr()), static_cast<float*>(mean.data_ptr()),
+              static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
+      SKA_CUDA_CHECK_LAUNCH();
+    };
+    if (y.dtype() == x.dtype()) return run(T{});
+    SKA_CHECK(y.dtype() == normed.dtype(), DTypeError, "add_layer_norm_forward: y of dtype ",
+              dtype_name(y.dtype()), " for x ", dtype_name(x.dtype()), " and output ",
+              dtype_name(normed.dtype()), "; expected x's dtype or the output's");
+    run(TY{});
+  });
+}
+
+void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
+                             const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& grad_x, const Tensor& grad_x_low,
+                             const Tensor& grad_weight, const Tensor& grad_bias) {
+  SKA_CHECK(!grad_x.defined() || grad_sum.defined(), ValueError,
+            "add_layer_norm_backward: grad_sum is required with grad_x");
+  backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, mean, rstd, grad_x, grad_x_low,
+           grad_weight, grad_bias);
 }
 
 }  // namespace ska::cuda

@@ -144,8 +144,8 @@ class CvtBlock : public nn::Module {
     norm2_->autocast_output = mlp_->reads_input_by_matmul_only();  // norm1 feeds convolutions
   }
   Tensor forward(const Tensor& x) override {
-    Tensor y = x + (*drop_path_)((*attn_)((*norm1_)(x)));
-    return y + (*drop_path_)((*mlp_)((*norm2_)(y)));
+    const ResidualNorm y = norm2_->forward_residual(x, (*drop_path_)((*attn_)((*norm1_)(x))));
+    return y.sum + (*drop_path_)((*mlp_)(y.normed));
   }
   std::string type_name() const override { return "CvtBlock"; }
 

@@ -122,8 +122,9 @@ Tensor MetaFormerBlock::forward(const Tensor& x) {
             "MetaFormerBlock: expected [B, ", grid_.height, ", ", grid_.width, ", C], got ",
             x.str());
   const Tensor tokens = x.reshape({x.size(0), grid_.tokens(), x.size(3)});  // a view
-  Tensor y = (*res_scale1_)(tokens) + (*drop_path1_)((*token_mixer_)((*norm1_)(tokens)));
-  y = (*res_scale2_)(y) + (*drop_path2_)((*mlp_)((*norm2_)(y)));
+  const ResidualNorm mixed = norm2_->forward_residual(
+      (*res_scale1_)(tokens), (*drop_path1_)((*token_mixer_)((*norm1_)(tokens))));
+  const Tensor y = (*res_scale2_)(mixed.sum) + (*drop_path2_)((*mlp_)(mixed.normed));
   return y.view(x.shape());
 }
 

@@ -177,8 +177,8 @@ class SwinBlock : public nn::Module {
     norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
   }
   Tensor forward(const Tensor& x) override {
-    Tensor y = x + (*attn_)((*norm1_)(x));
-    return y + (*mlp_)((*norm2_)(y));
+    const ResidualNorm y = norm2_->forward_residual(x, (*attn_)((*norm1_)(x)));
+    return y.sum + (*mlp_)(y.normed);
   }
   std::string type_name() const override { return "SwinBlock"; }
 

@@ -57,8 +57,8 @@ VitBlock::VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dro
 }
 
 Tensor VitBlock::forward(const Tensor& x) {
-  const Tensor mixed = add(x, (*mixer_)((*norm1_)(x)));
-  return add(mixed, (*mlp_)((*norm2_)(mixed)));
+  const ResidualNorm mixed = norm2_->forward_residual(x, (*mixer_)((*norm1_)(x)));
+  return add(mixed.sum, (*mlp_)(mixed.normed));
 }
 
 MixerArgs vit_mixer_args(int64_t dim, TokenGrid grid) {

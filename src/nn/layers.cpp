@@ -7,6 +7,7 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/autocast.h"
+#include "nn/summary.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -63,16 +64,39 @@ void set_norm_autocast_outputs(bool enabled) {
   g_norm_autocast_outputs.store(enabled, std::memory_order_relaxed);
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
-  if (channels_first) return layer_norm_channels_first(x, weight, bias, eps);
+namespace {
+std::atomic<bool> g_fused_residual_norm{false};
+}  // namespace
+
+bool fused_residual_norm_enabled() { return g_fused_residual_norm.load(std::memory_order_relaxed); }
+void set_fused_residual_norm(bool enabled) {
+  g_fused_residual_norm.store(enabled, std::memory_order_relaxed);
+}
+
+std::optional<DType> LayerNorm::output_dtype(const Tensor& x) const {
   const AutocastState autocast = autocast_state();
   // Autocast runs layer norm in f32 (f64 stays f64); its output is then cast by the matrix
   // products that read it.
   if (autocast_output && autocast.enabled && x.dtype() != DType::kF64 &&
       norm_autocast_outputs_enabled()) {
-    return layer_norm(x, weight, bias, eps, autocast.dtype);
+    return autocast.dtype;
   }
-  return layer_norm(x, weight, bias, eps);
+  return std::nullopt;
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  if (channels_first) return layer_norm_channels_first(x, weight, bias, eps);
+  return layer_norm(x, weight, bias, eps, output_dtype(x));
+}
+
+ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch) {
+  // The model summary records this norm as a module of its own, so it takes the unfused form.
+  if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active()) {
+    Tensor sum = add(x, branch);
+    Tensor normed = (*this)(sum);
+    return {std::move(sum), std::move(normed)};
+  }
+  return add_layer_norm(x, branch, weight, bias, eps, output_dtype(x));
 }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)

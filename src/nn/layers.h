@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "nn/init.h"
 #include "nn/module.h"
+#include "ops/norm.h"
 
 namespace ska::nn {
 
@@ -41,6 +43,10 @@ class LayerNorm : public Module {
  public:
   LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, bool channels_first = false);
   Tensor forward(const Tensor& x) override;
+  // A pre-norm block's `sum = x + branch; normed = norm(sum)`: add_layer_norm's one kernel
+  // (ops/norm.h) where set_fused_residual_norm allows it, else the two ops; the same values and
+  // gradients either way.
+  ResidualNorm forward_residual(const Tensor& x, const Tensor& branch);
   std::string type_name() const override { return "LayerNorm"; }
   Tensor weight, bias;  // bias undefined when bias = false
   double eps;
@@ -50,12 +56,20 @@ class LayerNorm : public Module {
   // autocast dtype, rounded once from f32 as the matrix product's cast would (ops/norm.h), and
   // its gradient comes back in that dtype. Off for channels_first norms.
   bool autocast_output = false;
+
+ private:
+  std::optional<DType> output_dtype(const Tensor& x) const;  // layer_norm's out_dtype for x
 };
 
 // Whether LayerNorm::autocast_output takes effect (default true): a process-wide switch for
 // comparisons (`benchmark --norm-output f32`) and tests.
 bool norm_autocast_outputs_enabled();
 void set_norm_autocast_outputs(bool enabled);
+
+// Whether LayerNorm::forward_residual runs the residual add and the norm as one op (default
+// false until the CUDA kernels are timed; `train.residual_norm`, `benchmark --residual-norm`).
+bool fused_residual_norm_enabled();
+void set_fused_residual_norm(bool enabled);
 
 // x [N, C, ...]; running statistics in buffers (running_mean, running_var, num_batches_tracked).
 class BatchNorm2d : public Module {

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "ops/autocast.h"
 #include "ops/detail.h"
+#include "ops/pointwise.h"
 
 namespace ska {
 
@@ -79,6 +80,73 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     return TensorList{gx, gw, gb};
   });
   return y;
+}
+
+namespace {
+
+// Whether add_layer_norm's one kernel computes what add followed by layer_norm computes (else it
+// runs those two ops, which also give the errors for bad input).
+bool residual_norm_fusable(const Tensor& x, const Tensor& y, const Tensor& weight,
+                           const Tensor& bias, DType out_dtype) {
+  const auto param_ok = [&](const Tensor& p) {
+    return !p.defined() || (p.dtype() == x.dtype() && p.device() == x.device() && p.dim() == 1 &&
+                            p.shape()[0] == x.shape().back());
+  };
+  if (!x.defined() || !y.defined() || !x.is_floating() || x.dim() == 0 ||
+      x.shape() != y.shape() || y.device() != x.device() || !param_ok(weight) || !param_ok(bias)) {
+    return false;
+  }
+  const bool wide_x = x.dtype() == DType::kF32 || x.dtype() == DType::kF64;
+  if (autocast_state().enabled && !wide_x) return false;  // autocast would cast the sum to f32
+  const bool out_ok = out_dtype == x.dtype() ||
+                      (x.dtype() == DType::kF32 &&
+                       (out_dtype == DType::kBF16 || out_dtype == DType::kF16));
+  return out_ok && (y.dtype() == x.dtype() || (x.dtype() == DType::kF32 && y.dtype() == out_dtype));
+}
+
+}  // namespace
+
+ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight,
+                            const Tensor& bias, double eps, std::optional<DType> out_dtype) {
+  const DType normed_dtype = out_dtype.value_or(x.dtype());
+  if (!residual_norm_fusable(x, y, weight, bias, normed_dtype)) {
+    Tensor sum = add(x, y);
+    Tensor normed = layer_norm(sum, weight, bias, eps, out_dtype);
+    return {std::move(sum), std::move(normed)};
+  }
+  const Tensor xc = kernel_input(x), yc = kernel_input(y);
+  const Tensor w = kernel_input(weight), b = kernel_input(bias);
+  const int64_t channels = x.shape().back();
+  const int64_t rows = channels == 0 ? 0 : x.numel() / channels;
+  const Tensor mean = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
+  const Tensor rstd = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
+  Tensor sum = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor normed = Tensor::empty(x.shape(), normed_dtype, x.device());
+  SKA_KERNEL(x.device(), add_layer_norm_forward)(xc, yc, w, b, eps, sum, normed, mean, rstd);
+
+  const bool need_x = x.requires_grad(), need_y = y.requires_grad();
+  const bool need_w = weight.defined() && weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  const DType y_dtype = y.dtype();
+  const Tensor saved_sum = sum.detach();
+  autograd::record_op(
+      "add_layer_norm", {x, y, weight, bias}, {sum, normed}, [=](const TensorList& g) {
+        // g[0] reaches the sum along the residual path, g[1] through the norm (zeros for an
+        // output nobody used).
+        const Tensor grad_normed = g[1].to(normed_dtype).contiguous();
+        Tensor gx = grad_buffer(need_x || need_y, saved_sum);
+        const Tensor grad_sum = gx.defined() ? g[0].to(saved_sum.dtype()).contiguous() : Tensor();
+        // y's 16-bit gradient, written by the same kernel where y is of the output's dtype.
+        Tensor gy_low = need_y && y_dtype != saved_sum.dtype()
+                            ? Tensor::empty(saved_sum.shape(), y_dtype, saved_sum.device())
+                            : Tensor();
+        Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
+        SKA_KERNEL(saved_sum.device(), add_layer_norm_backward)(
+            grad_normed, grad_sum, saved_sum, w, mean, rstd, gx, gy_low, gw, gb);
+        Tensor gy = need_y ? (gy_low.defined() ? gy_low : gx) : Tensor();
+        return TensorList{need_x ? gx : Tensor(), gy, gw, gb};
+      });
+  return {std::move(sum), std::move(normed)};
 }
 
 Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,

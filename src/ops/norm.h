@@ -14,6 +14,20 @@ namespace ska {
 // would cast it anyway). The gradient then flows back in that dtype.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
                   std::optional<DType> out_dtype = std::nullopt);
+// A pre-norm block's residual add and the layer norm after it: sum = x + y, normed =
+// layer_norm(sum, weight, bias, eps, out_dtype), both differentiable, with the values (and the
+// gradients) of add followed by layer_norm, bit for bit. Where it can, one kernel writes sum and
+// normed, and in the backward pass one kernel adds the gradient reaching sum directly to the one
+// through the norm and writes y's 16-bit copy of it: x, y of one shape, y of x's dtype or (f32 x)
+// of the output's 16-bit dtype, the parameters of x's dtype, and no autocast cast needed.
+// Otherwise it runs the two ops.
+struct ResidualNorm {
+  Tensor sum;
+  Tensor normed;
+};
+ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight,
+                            const Tensor& bias, double eps = 1e-5,
+                            std::optional<DType> out_dtype = std::nullopt);
 // Layer norm over dim 1 of x [N, C, ...] (channels-first layout).
 Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  double eps = 1e-6);

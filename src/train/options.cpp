@@ -65,6 +65,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
       t.get_choice("attention_forward", k.attention_forward, {"tiled", "one_block"});
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
+  k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
@@ -79,6 +80,7 @@ void KernelChoices::apply() const {
   set_cuda_attention_one_block_forward(attention_forward == "one_block");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
+  nn::set_fused_residual_norm(residual_norm == "fused");
   nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
                            : conv_logits == "auto" ? nn::ConvLogitsForm::kAuto
                                                    : nn::ConvLogitsForm::kConv);
@@ -93,6 +95,7 @@ std::string KernelChoices::describe() const {
   if (attention_forward != "tiled") out += " [" + attention_forward + " attention forward]";
   if (elementwise != "fast") out += " [reference elementwise kernels]";
   if (norm_output != "autocast") out += " [f32 norm outputs]";
+  if (residual_norm != "unfused") out += " [" + residual_norm + " residual norm]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";
   if (cudnn_deterministic) out += " [deterministic cuDNN]";

@@ -23,7 +23,8 @@ Precision precision_from_name(const std::string& name);  // ValueError naming th
 AutocastState autocast_state(Precision p);       // disabled for fp32
 
 // Which implementation the kernels with a fast path and a reference take (`train.attention`,
-// `train.elementwise`, `train.norm_output`, `train.cudnn_benchmark`, `train.cudnn_deterministic`):
+// `train.elementwise`, `train.norm_output`, `train.residual_norm`, `train.cudnn_benchmark`,
+// `train.cudnn_deterministic`):
 // the fast ones by default; the others to compare, or to work around a fast path that misbehaves
 // on some GPU without rebuilding. Process-wide switches, set by apply().
 struct KernelChoices {
@@ -42,6 +43,10 @@ struct KernelChoices {
   std::string attention_forward = "tiled";
   std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
   std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
+  // A pre-norm block's residual add and the norm after it: unfused (two ops) or fused (one
+  // kernel each way, add_layer_norm; the same bits; nn::set_fused_residual_norm, not yet measured
+  // on a GPU).
+  std::string residual_norm = "unfused";
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
   // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
   // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv

@@ -1,12 +1,16 @@
 // Layer norms that write the autocast dtype (nn::LayerNorm::autocast_output): on every model
 // fixture, a forward and backward under bf16 autocast gives the same bits with the norms' 16-bit
 // outputs as with f32 outputs cast by the matrix products after; and the norms that get the
-// flag are those in front of modules reading their input by matrix products only.
+// flag are those in front of modules reading their input by matrix products only. Likewise the
+// blocks' residual add fused with the layer norm after it (nn::set_fused_residual_norm), with
+// and without autocast.
 #include <catch2/catch.hpp>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "autograd/node.h"
 #include "models/model_golden.h"
 #include "nn/layers.h"
 #include "ops/autocast.h"
@@ -17,24 +21,52 @@ using ska::test::bitwise_equal;
 
 namespace {
 
-// Restores the process-wide switch at scope exit.
-struct NormOutputs {
-  explicit NormOutputs(bool enabled) : saved(nn::norm_autocast_outputs_enabled()) {
-    nn::set_norm_autocast_outputs(enabled);
+// How a fixture runs: the process-wide switches (restored at scope exit) and autocast.
+struct Switches {
+  bool norm_outputs = true;
+  bool fused_residual_norm = false;
+  bool autocast = true;
+};
+struct SwitchScope {
+  explicit SwitchScope(const Switches& s)
+      : norm_outputs(nn::norm_autocast_outputs_enabled()),
+        fused_residual_norm(nn::fused_residual_norm_enabled()) {
+    nn::set_norm_autocast_outputs(s.norm_outputs);
+    nn::set_fused_residual_norm(s.fused_residual_norm);
   }
-  ~NormOutputs() { nn::set_norm_autocast_outputs(saved); }
-  bool saved;
+  ~SwitchScope() {
+    nn::set_norm_autocast_outputs(norm_outputs);
+    nn::set_fused_residual_norm(fused_residual_norm);
+  }
+  bool norm_outputs, fused_residual_norm;
 };
 
 struct Run {
   Tensor logits;
   std::map<std::string, Tensor> grads;
+  int fused_nodes = 0;  // add_layer_norm nodes in the graph
 };
 
-// Forward under bf16 autocast (eval mode: no dropout draws), a fixed weighting of the logits as
-// the loss, backward; the model is rebuilt from the same seed each time.
-Run run_fixture(const std::string& name, Device device, bool norm_outputs) {
-  const NormOutputs scope(norm_outputs);
+// The nodes named `name` reachable from `root`'s grad_fn.
+int count_nodes(const Tensor& root, const std::string& name) {
+  std::vector<autograd::Node*> stack = {root.grad_fn().get()};
+  std::set<autograd::Node*> seen;
+  int count = 0;
+  while (!stack.empty()) {
+    autograd::Node* n = stack.back();
+    stack.pop_back();
+    if (n == nullptr || !seen.insert(n).second) continue;
+    if (n->name() == name) ++count;
+    for (const autograd::Edge& e : n->next_edges) stack.push_back(e.fn.get());
+  }
+  return count;
+}
+
+// Forward (under bf16 autocast unless switched off; eval mode: no dropout draws), a fixed
+// weighting of the logits as the loss, backward; the model is rebuilt from the same seed each
+// time.
+Run run_fixture(const std::string& name, Device device, const Switches& switches) {
+  const SwitchScope scope(switches);
   manual_seed(17);
   const nn::ModulePtr model = test::build_fixture_module(name);
   model->to(device);
@@ -47,8 +79,9 @@ Run run_fixture(const std::string& name, Device device, bool norm_outputs) {
   Run r;
   Tensor loss;
   {
-    AutocastGuard guard(DType::kBF16);
+    AutocastGuard guard(DType::kBF16, switches.autocast);
     r.logits = (*model)(images);
+    r.fused_nodes = count_nodes(r.logits, "add_layer_norm");
     const Tensor weights = test::uniform(r.logits.shape(), 6, -1.0, 1.0, DType::kF32).to(device);
     loss = sum(mul(r.logits, weights));
   }
@@ -65,17 +98,42 @@ const std::vector<std::string>& model_fixtures() {
   return names;
 }
 
+void check_same_bits(const Run& with, const Run& without) {
+  CHECK(bitwise_equal(with.logits, without.logits));
+  REQUIRE(with.grads.size() == without.grads.size());
+  for (const auto& [pname, g] : with.grads) {
+    INFO(pname);
+    REQUIRE(g.defined() == without.grads.at(pname).defined());
+    if (g.defined()) CHECK(bitwise_equal(g, without.grads.at(pname)));
+  }
+}
+
 void check_same_bits(Device device) {
   for (const std::string& name : model_fixtures()) {
     INFO("fixture " << name << " on " << device.str());
-    const Run with = run_fixture(name, device, true);
-    const Run without = run_fixture(name, device, false);
-    CHECK(bitwise_equal(with.logits, without.logits));
-    REQUIRE(with.grads.size() == without.grads.size());
-    for (const auto& [pname, g] : with.grads) {
-      INFO(pname);
-      REQUIRE(g.defined() == without.grads.at(pname).defined());
-      if (g.defined()) CHECK(bitwise_equal(g, without.grads.at(pname)));
+    Switches off;
+    off.norm_outputs = false;
+    check_same_bits(run_fixture(name, device, Switches{}), run_fixture(name, device, off));
+  }
+}
+
+// Every fixture's blocks fuse their residual add with the norm after it, and the logits and
+// gradients keep their bits, under autocast (a 16-bit branch into an f32 stream) and in f32.
+void check_fused_residual_norm(Device device) {
+  for (const std::string& name : model_fixtures()) {
+    for (const bool autocast : {true, false}) {
+      INFO("fixture " << name << " on " << device.str() << (autocast ? ", bf16 autocast" : ""));
+      Switches fused, unfused;
+      fused.fused_residual_norm = true;
+      fused.autocast = unfused.autocast = autocast;
+      const Run with = run_fixture(name, device, fused);
+      const Run without = run_fixture(name, device, unfused);
+      // Swin's stream is bf16 under autocast (its patch merging is a Linear), which layer_norm
+      // casts to f32 first: the two ops then, by design.
+      const bool stream_16bit = autocast && name.rfind("swin", 0) == 0;
+      CHECK((with.fused_nodes > 0) == !stream_16bit);
+      CHECK(without.fused_nodes == 0);
+      check_same_bits(with, without);
     }
   }
 }
@@ -100,6 +158,17 @@ TEST_CASE("layer norms writing the autocast dtype give the same bits on every mo
 TEST_CASE("layer norms writing the autocast dtype: the same bits on CUDA", "[cuda][autocast]") {
   if (!test::cuda_available_or_skip()) return;
   check_same_bits(Device::cuda(0));
+}
+
+TEST_CASE("the blocks' fused residual add + layer norm gives the same bits on every fixture",
+          "[cpu][autocast]") {
+  check_fused_residual_norm(Device::cpu());
+}
+
+TEST_CASE("the blocks' fused residual add + layer norm: the same bits on CUDA",
+          "[cuda][autocast]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_fused_residual_norm(Device::cuda(0));
 }
 
 TEST_CASE("only norms in front of matrix products write the autocast dtype", "[cpu][autocast]") {

@@ -3,7 +3,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
 
+#include "autograd/node.h"
+#include "ops/autocast.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -121,6 +126,133 @@ TEST_CASE("layer norm gradients match finite differences", "[cpu]") {
                   {x3});
 }
 
+namespace {
+
+// Both outputs of x + y followed by a layer norm, concatenated (f32 for a 16-bit norm output), so
+// that one loss reaches both.
+Tensor residual_norm_outputs(const ResidualNorm& r) {
+  const DType dt = r.sum.dtype();
+  return cat({r.sum.flatten(), r.normed.to(dt).flatten()}, 0);
+}
+
+struct ResidualNormRun {
+  Tensor sum, normed, gx, gy, gw, gb;
+  std::string node;  // the op that made the sum
+};
+
+// add_layer_norm (fused) or add then layer_norm, then backward from a fixed weighting of the sum
+// (when use_sum) and of the normed output (when use_normed).
+ResidualNormRun run_residual_norm(bool fused, DType x_dtype, DType y_dtype,
+                                  std::optional<DType> out_dtype, bool use_sum, bool use_normed,
+                                  bool with_bias) {
+  const Shape shape{6, 37};
+  Tensor x = uniform(shape, 80, -2.0, 2.0).to(x_dtype).set_requires_grad();
+  Tensor y = uniform(shape, 81, -2.0, 2.0).to(y_dtype).set_requires_grad();
+  Tensor w = uniform({37}, 82, 0.5, 1.5).to(x_dtype).set_requires_grad();
+  Tensor b = with_bias ? uniform({37}, 83).to(x_dtype).set_requires_grad() : Tensor();
+  ResidualNorm r;
+  if (fused) {
+    r = add_layer_norm(x, y, w, b, 1e-5, out_dtype);
+  } else {
+    r.sum = add(x, y);
+    r.normed = layer_norm(r.sum, w, b, 1e-5, out_dtype);
+  }
+  Tensor loss = Tensor::zeros({}, x_dtype);
+  if (use_sum) loss = add(loss, sum(mul(r.sum, uniform(shape, 84).to(x_dtype))));
+  if (use_normed) loss = add(loss, sum(mul(r.normed, uniform(shape, 85).to(x_dtype))));
+  loss.backward();
+  return {r.sum,  r.normed, x.grad(), y.grad(), w.grad(), with_bias ? b.grad() : Tensor(),
+          r.sum.grad_fn()->name()};
+}
+
+}  // namespace
+
+TEST_CASE("add_layer_norm: the values and gradients of add then layer_norm, bit for bit",
+          "[cpu]") {
+  using ska::test::bitwise_equal;
+  struct Case {
+    DType x, y;
+    std::optional<DType> out;
+  };
+  // f64; f32; an f32 residual stream with a bf16 / f16 branch and a 16-bit norm output (autocast).
+  for (const Case& c : {Case{DType::kF64, DType::kF64, std::nullopt},
+                        Case{DType::kF32, DType::kF32, std::nullopt},
+                        Case{DType::kF32, DType::kBF16, DType::kBF16},
+                        Case{DType::kF32, DType::kF16, DType::kF16}}) {
+    for (const auto& [use_sum, use_normed] : {std::pair{true, true}, std::pair{false, true},
+                                              std::pair{true, false}}) {
+      for (const bool with_bias : {true, false}) {
+        INFO(dtype_name(c.x) << " + " << dtype_name(c.y) << ", sum used " << use_sum
+                             << ", normed used " << use_normed << ", bias " << with_bias);
+        const ResidualNormRun f =
+            run_residual_norm(true, c.x, c.y, c.out, use_sum, use_normed, with_bias);
+        const ResidualNormRun u =
+            run_residual_norm(false, c.x, c.y, c.out, use_sum, use_normed, with_bias);
+        CHECK(f.node == "add_layer_norm");
+        CHECK(u.node == "add");
+        CHECK(f.sum.dtype() == c.x);
+        CHECK(f.normed.dtype() == c.out.value_or(c.x));
+        CHECK(f.gy.dtype() == c.y);
+        CHECK(bitwise_equal(f.sum, u.sum));
+        CHECK(bitwise_equal(f.normed, u.normed));
+        CHECK(bitwise_equal(f.gx, u.gx));
+        CHECK(bitwise_equal(f.gy, u.gy));
+        if (use_normed) {
+          CHECK(bitwise_equal(f.gw, u.gw));
+          if (with_bias) CHECK(bitwise_equal(f.gb, u.gb));
+        } else {  // the norm is never reached unfused; the fused node gives zeros
+          CHECK_FALSE(u.gw.defined());
+          CHECK(amax(abs(f.gw)).item() == 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("add_layer_norm gradients match finite differences", "[cpu]") {
+  Tensor x = uniform({3, 5}, 86, -2.0, 2.0).set_requires_grad();
+  Tensor y = uniform({3, 5}, 87, -2.0, 2.0).set_requires_grad();
+  Tensor w = uniform({5}, 88, 0.5, 1.5).set_requires_grad();
+  Tensor b = uniform({5}, 89).set_requires_grad();
+  check_gradients(
+      [](const TensorList& in) {
+        return residual_norm_outputs(add_layer_norm(in[0], in[1], in[2], in[3]));
+      },
+      {x, y, w, b});
+  // The residual input alone, and the parameters alone.
+  check_gradients(
+      [](const TensorList& in) {
+        return residual_norm_outputs(add_layer_norm(in[0], in[1], in[2], Tensor()));
+      },
+      {x.detach(), y, w.detach()});
+  check_gradients(
+      [](const TensorList& in) {
+        return residual_norm_outputs(add_layer_norm(in[0], in[1], in[2], in[3]));
+      },
+      {x.detach(), y.detach(), w, b});
+}
+
+TEST_CASE("add_layer_norm takes the two ops where one kernel cannot", "[cpu]") {
+  const Tensor x = uniform({4, 6}, 90), w = uniform({6}, 91, 0.5, 1.5);
+  Tensor y = uniform({6}, 92).set_requires_grad();  // broadcast over the rows
+  const ResidualNorm r = add_layer_norm(x, y, w, Tensor());
+  CHECK(r.sum.grad_fn()->name() == "add");
+  ska::test::require_close(r.normed, layer_norm(add(x, y), w, Tensor()), kExact);
+  // Under autocast a bf16 residual stream is normalised in f32, as layer_norm would.
+  {
+    AutocastGuard autocast(DType::kBF16);
+    const Tensor x16 = x.to(DType::kBF16).set_requires_grad();
+    const ResidualNorm a = add_layer_norm(x16, x16, w.to(DType::kF32), Tensor());
+    CHECK(a.sum.grad_fn()->name() == "add");
+    CHECK(a.normed.dtype() == DType::kF32);
+  }
+  // Bad parameters get layer_norm's error.
+  CHECK_THROWS_WITH(add_layer_norm(x, x, uniform({4}, 93), Tensor()),
+                    Catch::Contains("layer_norm") && Catch::Contains("[6]") &&
+                        Catch::Contains("[4]"));
+  CHECK_THROWS_AS(add_layer_norm(x, uniform({4, 5}, 94), w, Tensor()), ShapeError);
+}
+
 TEST_CASE("batch norm gradients match finite differences", "[cpu]") {
   Tensor x = uniform({3, 2, 2, 2}, 50, -2.0, 2.0).set_requires_grad();
   Tensor w = uniform({2}, 51, 0.5, 1.5).set_requires_grad();
@@ -160,6 +292,35 @@ TEST_CASE("norms reject bad arguments", "[cpu]") {
                     Catch::Contains("more than 1 value") && Catch::Contains("[1, 3]"));
   CHECK_THROWS_AS(batch_norm(x, Tensor(), Tensor(), Tensor::zeros({4}, DType::kF64),
                              Tensor::ones({3}, DType::kF64), true), ShapeError);
+}
+
+TEST_CASE("CUDA add_layer_norm matches the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Shape& shape : {Shape{4, 7}, Shape{2, 65, 384}, Shape{3, 4097}}) {
+      INFO(dtype_name(dt) << " " << shape_str(shape));
+      const int64_t c = shape.back();
+      Tensor x = uniform(shape, 95, -2.0, 2.0).set_requires_grad();
+      Tensor y = uniform(shape, 96, -2.0, 2.0).set_requires_grad();
+      Tensor w = uniform({c}, 97, 0.5, 1.5).set_requires_grad();
+      Tensor b = uniform({c}, 98).set_requires_grad();
+      ska::test::check_cuda_parity(
+          [](const TensorList& in) {
+            return residual_norm_outputs(add_layer_norm(in[0], in[1], in[2], in[3]));
+          },
+          {x, y, w, b}, dt);
+      if (dt == DType::kF32) continue;
+      // The autocast form: an f32 stream, a 16-bit branch and a 16-bit norm output.
+      const ska::test::Tolerance tol = tolerance_for(dt);
+      ska::test::check_cuda_parity(
+          [dt](const TensorList& in) {
+            const ResidualNorm r = add_layer_norm(in[0], in[1].to(dt), in[2], Tensor(), 1e-6, dt);
+            CHECK(r.sum.grad_fn()->name() == "add_layer_norm");
+            return residual_norm_outputs(r);
+          },
+          {x, y, w}, DType::kF32, &tol);
+    }
+  }
 }
 
 TEST_CASE("CUDA norms match the CPU", "[cuda]") {

@@ -289,3 +289,27 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
 }
 
 }  // namespace ska::cpu
+
+namespace ska::cpu {
+
+// The reference composes the two kernels the unfused ops run, so its bits are theirs.
+void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight,
+                            const Tensor& bias, double eps, const Tensor& sum, const Tensor& normed,
+                            const Tensor& mean, const Tensor& rstd) {
+  binary(BinaryOp::kAdd, x, y, sum);
+  layer_norm_forward(sum, weight, bias, eps, normed, mean, rstd);
+}
+
+void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
+                             const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& grad_x, const Tensor& grad_x_low,
+                             const Tensor& grad_weight, const Tensor& grad_bias) {
+  const Tensor norm_grad =
+      grad_x.defined() ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+  layer_norm_backward(grad_y, x, weight, mean, rstd, norm_grad, grad_weight, grad_bias);
+  if (!grad_x.defined()) return;
+  binary(BinaryOp::kAdd, norm_grad, grad_sum, grad_x);
+  if (grad_x_low.defined()) copy(grad_x, grad_x_low);
+}
+
+}  // namespace ska::cpu
