@@ -34,6 +34,11 @@ class VitBlock : public nn::Module {
   VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dropout);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "VitBlock"; }
+  // The same block in a chain whose residual adds are fused with the norms after them
+  // (nn::LayerNorm::forward_residual): `in` is the stream x and norm1(x); the result is the
+  // block's output and next's norm1 of it (one op), or, without a next block, the output alone.
+  ResidualNorm forward_chained(const ResidualNorm& in, VitBlock* next);
+  nn::LayerNorm& norm1() { return *norm1_; }
 
  private:
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;

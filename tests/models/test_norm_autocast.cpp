@@ -26,6 +26,7 @@ struct Switches {
   bool norm_outputs = true;
   bool fused_residual_norm = false;
   bool autocast = true;
+  bool training = false;  // train mode: dropout and drop path draw
 };
 struct SwitchScope {
   explicit SwitchScope(const Switches& s)
@@ -62,7 +63,7 @@ int count_nodes(const Tensor& root, const std::string& name) {
   return count;
 }
 
-// Forward (under bf16 autocast unless switched off; eval mode: no dropout draws), a fixed
+// Forward (under bf16 autocast unless switched off; eval mode unless asked), a fixed
 // weighting of the logits as the loss, backward; the model is rebuilt from the same seed each
 // time.
 Run run_fixture(const std::string& name, Device device, const Switches& switches) {
@@ -70,7 +71,7 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
   manual_seed(17);
   const nn::ModulePtr model = test::build_fixture_module(name);
   model->to(device);
-  model->eval();
+  model->train(switches.training);
   const Config cfg = Config::load(std::string(SKA_TEST_FIXTURES) + "/models/" + name + ".yaml");
   const int64_t size = cfg.root().get<int64_t>("image_size");
   const int64_t channels = cfg.root().get<int64_t>("in_channels");
@@ -132,8 +133,14 @@ void check_fused_residual_norm(Device device) {
       // casts to f32 first: the two ops then, by design.
       const bool stream_16bit = autocast && name.rfind("swin", 0) == 0;
       CHECK((with.fused_nodes > 0) == !stream_16bit);
+      // ViT chains its blocks: the fixtures' two blocks fuse each block's middle add and block
+      // 0's last add with block 1's first norm.
+      if (name.rfind("vit", 0) == 0) CHECK(with.fused_nodes == 3);
       CHECK(without.fused_nodes == 0);
       check_same_bits(with, without);
+      // In training, dropout and drop path draw in the same order either way.
+      fused.training = unfused.training = true;
+      check_same_bits(run_fixture(name, device, fused), run_fixture(name, device, unfused));
     }
   }
 }
