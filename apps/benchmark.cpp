@@ -59,6 +59,7 @@ struct BenchmarkOptions {
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
   std::string norm_backward = "split";   // or fused (set_cuda_layer_norm_fused_backward)
   std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
+  std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
   std::string conv_logits = "auto";      // or conv, gemm (nn::set_conv_logits_form)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
@@ -239,6 +240,7 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.elementwise = o.elementwise;
   kernels.norm_output = o.norm_output;
   kernels.residual_norm = o.residual_norm;
+  kernels.gelu_dropout = o.gelu_dropout;
   kernels.conv_logits = o.conv_logits;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   kernels.apply();
@@ -354,6 +356,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"cuda_graph", o.cuda_graph}, {"cudnn_benchmark", o.cudnn_benchmark},
                         {"elementwise", o.elementwise}, {"norm_output", o.norm_output},
                         {"norm_backward", o.norm_backward}, {"residual_norm", o.residual_norm},
+                        {"gelu_dropout", o.gelu_dropout},
                         {"conv_logits", o.conv_logits}};
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
@@ -388,6 +391,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
     if (device.is_cuda() && o.norm_backward != "split") line << " [fused norm backward]";
     if (o.residual_norm != "unfused") line << " [fused residual norm]";
+    if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
@@ -473,6 +477,10 @@ int main(int argc, char** argv) {
   app.add_option("--residual-norm", o.residual_norm,
                  "a pre-norm block's residual add and the layer norm after it: unfused (two ops) "
                  "or fused (one kernel forward and one backward; the same bits), to compare")
+      ->check(CLI::IsMember({"unfused", "fused"}));
+  app.add_option("--gelu-dropout", o.gelu_dropout,
+                 "an MLP's GELU and the dropout after it in training: unfused (two ops) or fused "
+                 "(one kernel forward and one backward; the same bits), to compare")
       ->check(CLI::IsMember({"unfused", "fused"}));
   app.add_option("--conv-logits", o.conv_logits,
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "

@@ -9,9 +9,10 @@
 #   tests     every [cuda] test but the slow whole-zoo one (CUDA against the CPU, bit-exact paths)
 #   attention our bf16 training step with the WMMA and the mma.sync attention kernels, the
 #             latter with the one-block backward, with the one-block forward and backward, with
-#             the fused layer norm backward and with the fused residual add + layer norm
-#             (--attention wmma / fused, --attention-backward one_block, --attention-forward
-#             one_block, --norm-backward fused, --residual-norm fused) back to back:
+#             the fused layer norm backward, with the fused residual add + layer norm, and with
+#             that and the fused GELU + dropout (--attention wmma / fused, --attention-backward
+#             one_block, --attention-forward one_block, --norm-backward fused, --residual-norm
+#             fused, --gelu-dropout fused) back to back:
 #             cifar10_vit_s and cifar10_cska_vit at 512, imagenet_caformer_s18 at 128
 #             (ATTN="CONFIG:BATCH ..." for others)
 #   logits    our bf16 training step with CSKA's logit convolution as a convolution, as
@@ -171,13 +172,15 @@ for stage in "${stages[@]}"; do
   attention)
     for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
-      for kernels in wmma fused one_block one_block_both norm_fused residual_fused; do
+      for kernels in wmma fused one_block one_block_both norm_fused residual_fused gelu_fused; do
         flags=(--attention "$kernels")
         [ "$kernels" = one_block ] && flags=(--attention fused --attention-backward one_block)
         [ "$kernels" = one_block_both ] &&
           flags=(--attention fused --attention-backward one_block --attention-forward one_block)
         [ "$kernels" = norm_fused ] && flags=(--attention fused --norm-backward fused)
         [ "$kernels" = residual_fused ] && flags=(--attention fused --residual-norm fused)
+        [ "$kernels" = gelu_fused ] &&
+          flags=(--attention fused --residual-norm fused --gelu-dropout fused)
         stage_run "attention_${config}_$kernels" 45 "$build/apps/benchmark" --config "$config" \
           --device cuda --precision bf16 --batch "$batch" --iters 20 "${flags[@]}"
         [ $? = 125 ] && continue

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/pointwise_math.h"
 #include "core/random.h"
 #include "cuda/kernels/common.cuh"
 
@@ -129,14 +130,36 @@ __device__ __forceinline__ void store8(T* out, const float (&v)[8], bool vectors
   for (int k = 0; k < 8; ++k) out[k] = from_float<T>(v[k]);
 }
 
+// What the dropout kernels apply before dropping (forward) and after (backward): nothing, for
+// dropout itself...
+struct NoActivation {
+  static constexpr bool kReadsX = false;  // whether there is a backward, at the activation's input
+  __device__ float forward(float v) const { return v; }
+};
+
+// ... or a unary activation, computed as the unary kernels compute it (pointwise.cu's UnaryBody
+// and UnaryBackwardBody) and rounded to T where they store it: the same bits as the two kernels.
+template <UnaryOp OP, typename T>
+struct UnaryActivation {
+  static constexpr bool kReadsX = true;
+  float a, b;
+  __device__ float forward(float v) const {
+    return to_float(from_float<T>(pm::unary_forward<OP, float>(v, a, b)));
+  }
+  // g: the dropped gradient, already rounded to T.
+  __device__ float backward(float g, float x) const {
+    return g * pm::unary_derivative<OP, float>(x, a, b);
+  }
+};
+
 // dropout_kernel with the mask kept as bits: a thread per byte of `bits`, that is per 8 elements
 // (counters offset + 2j and offset + 2j + 1), loaded and stored 16 bytes at a time where the
-// pointers allow (`vectors`) and the 8 elements are all there.
-template <typename T>
+// pointers allow (`vectors`) and the 8 elements are all there. `act` is applied to x first.
+template <typename T, typename Act = NoActivation>
 __global__ void dropout_forward_kernel(const T* __restrict__ x, T* __restrict__ out,
                                        uint8_t* __restrict__ bits, int64_t n, uint64_t seed,
                                        uint64_t offset, const int64_t* __restrict__ offset_base,
-                                       float keep, float scale, bool vectors) {
+                                       float keep, float scale, bool vectors, Act act = {}) {
   if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
   const int64_t bytes = (n + 7) / 8;
   const float s = to_float(from_float<T>(scale));
@@ -152,14 +175,14 @@ __global__ void dropout_forward_kernel(const T* __restrict__ x, T* __restrict__ 
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const bool kept = philox_uniform(k < 4 ? r0.w[k] : r1.w[k - 4]) < keep;
-        v[k] = __fmul_rn(v[k], kept ? s : 0.0f);
+        v[k] = __fmul_rn(act.forward(v[k]), kept ? s : 0.0f);
         byte |= static_cast<uint32_t>(kept) << k;
       }
       store8(out + i0, v, vectors);
     } else {
       for (int k = 0; i0 + k < n; ++k) {
         const bool kept = philox_uniform(k < 4 ? r0.w[k] : r1.w[k - 4]) < keep;
-        out[i0 + k] = from_float<T>(__fmul_rn(to_float(x[i0 + k]), kept ? s : 0.0f));
+        out[i0 + k] = from_float<T>(__fmul_rn(act.forward(to_float(x[i0 + k])), kept ? s : 0.0f));
         byte |= static_cast<uint32_t>(kept) << k;
       }
     }
@@ -167,11 +190,14 @@ __global__ void dropout_forward_kernel(const T* __restrict__ x, T* __restrict__ 
   }
 }
 
-// grad_x = grad * (bit ? scale : 0): a thread per byte of `bits`, as dropout_forward_kernel.
-template <typename T>
+// grad_x = grad * (bit ? scale : 0): a thread per byte of `bits`, as dropout_forward_kernel;
+// with an activation, that rounded to T and then through act.backward at x (the activation's
+// input; null without one).
+template <typename T, typename Act = NoActivation>
 __global__ void dropout_backward_kernel(const T* __restrict__ grad,
                                         const uint8_t* __restrict__ bits, T* __restrict__ grad_x,
-                                        int64_t n, float scale, bool vectors) {
+                                        int64_t n, float scale, bool vectors,
+                                        const T* __restrict__ x = nullptr, Act act = {}) {
   const int64_t bytes = (n + 7) / 8;
   const float s = to_float(from_float<T>(scale));
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < bytes;
@@ -183,11 +209,18 @@ __global__ void dropout_backward_kernel(const T* __restrict__ grad,
       load8(grad + i0, v, vectors);
 #pragma unroll
       for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(v[k], (byte >> k) & 1 ? s : 0.0f);
+      if constexpr (Act::kReadsX) {
+        float xv[8];
+        load8(x + i0, xv, vectors);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = act.backward(to_float(from_float<T>(v[k])), xv[k]);
+      }
       store8(grad_x + i0, v, vectors);
     } else {
       for (int k = 0; i0 + k < n; ++k) {
-        grad_x[i0 + k] =
-            from_float<T>(__fmul_rn(to_float(grad[i0 + k]), (byte >> k) & 1 ? s : 0.0f));
+        float g = __fmul_rn(to_float(grad[i0 + k]), (byte >> k) & 1 ? s : 0.0f);
+        if constexpr (Act::kReadsX) g = act.backward(to_float(from_float<T>(g)), to_float(x[i0 + k]));
+        grad_x[i0 + k] = from_float<T>(g);
       }
     }
   }
@@ -315,6 +348,61 @@ void dropout_forward(const Tensor& x, uint64_t seed, uint64_t offset, double kee
         static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
         static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
         static_cast<float>(keep_prob), static_cast<float>(scale), vectors);
+  });
+}
+
+// Calls f(std::integral_constant<UnaryOp, op>) for an activation the fused dropout kernels take.
+template <typename F>
+void visit_dropout_activation(UnaryOp op, const char* kernel, F&& f) {
+  switch (op) {
+    case UnaryOp::kGelu: return f(std::integral_constant<UnaryOp, UnaryOp::kGelu>{});
+    case UnaryOp::kGeluTanh: return f(std::integral_constant<UnaryOp, UnaryOp::kGeluTanh>{});
+    case UnaryOp::kQuickGelu: return f(std::integral_constant<UnaryOp, UnaryOp::kQuickGelu>{});
+    case UnaryOp::kRelu: return f(std::integral_constant<UnaryOp, UnaryOp::kRelu>{});
+    case UnaryOp::kSilu: return f(std::integral_constant<UnaryOp, UnaryOp::kSilu>{});
+    default:
+      SKA_CHECK(false, ValueError, "cuda ", kernel, ": ", unary_op_name(op),
+                " is not an activation it fuses (gelu, gelu_tanh, quick_gelu, relu, silu)");
+  }
+}
+
+void unary_dropout_forward(UnaryOp op, const Tensor& x, double a, double b, uint64_t seed,
+                           uint64_t offset, double keep_prob, double scale,
+                           const Tensor& offset_base, const Tensor& out, const Tensor& bits) {
+  check_dropout("unary_dropout_forward", x, out, bits);
+  const int64_t* base = offset_base_ptr(offset_base, out, "unary_dropout_forward");
+  const bool vectors = vectors_fit(x, out);
+  visit_dropout_activation(op, "unary_dropout_forward", [&](auto op_c) {
+    constexpr UnaryOp kOp = decltype(op_c)::value;
+    launch_per_byte(x, "unary_dropout_forward",
+                    [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
+                      using T = decltype(tag);
+                      dropout_forward_kernel<T><<<grid, kThreads, 0, s>>>(
+                          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+                          static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
+                          static_cast<float>(keep_prob), static_cast<float>(scale), vectors,
+                          UnaryActivation<kOp, T>{static_cast<float>(a), static_cast<float>(b)});
+                    });
+  });
+}
+
+void unary_dropout_backward(UnaryOp op, const Tensor& grad, const Tensor& bits, double scale,
+                            const Tensor& x, double a, double b, const Tensor& grad_x) {
+  check_dropout("unary_dropout_backward", grad, grad_x, bits);
+  check_dropout("unary_dropout_backward", x, grad_x, bits);
+  const bool vectors = vectors_fit(grad, grad_x) && vectors_fit(x, x);
+  visit_dropout_activation(op, "unary_dropout_backward", [&](auto op_c) {
+    constexpr UnaryOp kOp = decltype(op_c)::value;
+    launch_per_byte(grad, "unary_dropout_backward",
+                    [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
+                      using T = decltype(tag);
+                      dropout_backward_kernel<T><<<grid, kThreads, 0, s>>>(
+                          static_cast<const T*>(grad.data_ptr()),
+                          static_cast<const uint8_t*>(bits.data_ptr()),
+                          static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale),
+                          vectors, static_cast<const T*>(x.data_ptr()),
+                          UnaryActivation<kOp, T>{static_cast<float>(a), static_cast<float>(b)});
+                    });
   });
 }
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "autograd/grad_mode.h"
-#include "ops/autocast.h"
 #include "nn/summary.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -66,7 +66,13 @@ void set_norm_autocast_outputs(bool enabled) {
 
 namespace {
 std::atomic<bool> g_fused_residual_norm{false};
+std::atomic<bool> g_fused_gelu_dropout{false};
 }  // namespace
+
+bool fused_gelu_dropout_enabled() { return g_fused_gelu_dropout.load(std::memory_order_relaxed); }
+void set_fused_gelu_dropout(bool enabled) {
+  g_fused_gelu_dropout.store(enabled, std::memory_order_relaxed);
+}
 
 bool fused_residual_norm_enabled() { return g_fused_residual_norm.load(std::memory_order_relaxed); }
 void set_fused_residual_norm(bool enabled) {
@@ -189,7 +195,17 @@ Mlp::Mlp(int64_t dim, const MlpOptions& o) {
 }
 
 Tensor Mlp::forward(const Tensor& x) {
-  return (*drop_)((*fc2_)((*drop_)((*act_)((*fc1_)(x)))));
+  const Tensor hidden = (*fc1_)(x);
+  const std::string& act = act_->kind();
+  Tensor activated;
+  // The model summary records the activation and the dropout as modules of their own.
+  if (fused_gelu_dropout_enabled() && (act == "gelu" || act == "gelu_tanh") && drop_->p > 0.0 &&
+      drop_->is_training() && !SummaryRecorder::active()) {
+    activated = gelu_dropout(hidden, drop_->p, true, act == "gelu_tanh");
+  } else {
+    activated = (*drop_)((*act_)(hidden));
+  }
+  return (*drop_)((*fc2_)(activated));
 }
 
 }  // namespace ska::nn

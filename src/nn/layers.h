@@ -71,6 +71,12 @@ void set_norm_autocast_outputs(bool enabled);
 bool fused_residual_norm_enabled();
 void set_fused_residual_norm(bool enabled);
 
+// Whether Mlp runs its GELU and the dropout after it as one op in training (gelu_dropout,
+// ops/random.h; default false until the CUDA kernels are timed; `train.gelu_dropout`,
+// `benchmark --gelu-dropout`).
+bool fused_gelu_dropout_enabled();
+void set_fused_gelu_dropout(bool enabled);
+
 // x [N, C, ...]; running statistics in buffers (running_mean, running_var, num_batches_tracked).
 class BatchNorm2d : public Module {
  public:
@@ -114,6 +120,7 @@ class Activation : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return kind_ == "starrelu" ? "StarReLU" : "Activation"; }
   static const std::vector<std::string>& names();
+  const std::string& kind() const { return kind_; }  // one of names()
   Tensor scale, bias;  // starrelu only, shape [1]
 
  private:

@@ -5,6 +5,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/pointwise.h"
 
@@ -68,6 +69,35 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     const Tensor gc = grad[0].contiguous();
     Tensor gx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
     SKA_KERNEL(gc.device(), dropout_backward)(gc, bits, scale, gx);
+    return TensorList{gx};
+  });
+  return out;
+}
+
+Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approximation,
+                    Generator* gen) {
+  const char* name = tanh_approximation ? "gelu_tanh" : "gelu";
+  if (auto cast = autocast_inputs(name, {x})) {
+    return gelu_dropout((*cast)[0], p, training, tanh_approximation, gen);
+  }
+  if (!training || p == 0.0 || !autograd::needs_grad({x})) {
+    return dropout(gelu(x, tanh_approximation), p, training, gen);
+  }
+  SKA_CHECK(p >= 0.0 && p < 1.0, ValueError, "dropout probability must be in [0, 1), got ", p);
+  detail::check_floating(name, x);
+  const UnaryOp op = tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGelu;
+  const double keep = 1.0 - p, scale = 1.0 / keep;
+  Generator& g = pick(gen, x.device());
+  const uint64_t seed = g.seed(), offset = g.advance(static_cast<uint64_t>(x.numel()));
+  const Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Tensor bits = Tensor::empty({(x.numel() + 7) / 8}, DType::kU8, x.device());
+  SKA_KERNEL(x.device(), unary_dropout_forward)(op, xc, 0.0, 0.0, seed, offset, keep, scale,
+                                                g.capture_base(), out, bits);
+  autograd::record_op("gelu_dropout", {x}, {out}, [=](const TensorList& grad) {
+    const Tensor gc = grad[0].contiguous();
+    Tensor gx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+    SKA_KERNEL(gc.device(), unary_dropout_backward)(op, gc, bits, scale, xc, 0.0, 0.0, gx);
     return TensorList{gx};
   });
   return out;

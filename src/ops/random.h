@@ -12,6 +12,12 @@ Tensor randn(const Shape& shape, DType dtype = DType::kF32, Device device = Devi
              Generator* gen = nullptr);
 // Zeroes elements with probability p and scales the rest by 1 / (1 - p); identity unless training.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+// dropout(gelu(x, tanh_approximation), p, training): an MLP's hidden activation and its dropout.
+// In training, with a gradient to compute, one kernel each way (the two ops' values, draws and
+// gradient, bit for bit: the forward stores no GELU output, the backward writes no dropped
+// gradient); otherwise the two ops.
+Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approximation = false,
+                    Generator* gen = nullptr);
 // Drops whole samples (dim 0) with probability p, scaling survivors by 1 / (1 - p).
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 

@@ -66,6 +66,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
+  k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
@@ -81,6 +82,7 @@ void KernelChoices::apply() const {
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   nn::set_fused_residual_norm(residual_norm == "fused");
+  nn::set_fused_gelu_dropout(gelu_dropout == "fused");
   nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
                            : conv_logits == "auto" ? nn::ConvLogitsForm::kAuto
                                                    : nn::ConvLogitsForm::kConv);
@@ -96,6 +98,7 @@ std::string KernelChoices::describe() const {
   if (elementwise != "fast") out += " [reference elementwise kernels]";
   if (norm_output != "autocast") out += " [f32 norm outputs]";
   if (residual_norm != "unfused") out += " [" + residual_norm + " residual norm]";
+  if (gelu_dropout != "unfused") out += " [" + gelu_dropout + " GELU dropout]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";
   if (cudnn_deterministic) out += " [deterministic cuDNN]";

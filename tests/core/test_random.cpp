@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "backend/backend.h"
 #include "support/test_util.h"
 
@@ -240,6 +242,107 @@ TEST_CASE("dropout on CUDA draws the CPU's mask, bit for bit, forward and backwa
       cuda::dropout_backward(gsg, bg, 1.25, gg_k);
       CHECK(bitwise_equal(gg_k, gc_k));
     }
+#endif
+  }
+}
+
+namespace {
+
+// gelu_dropout and the two ops it fuses, from generators of one seed, on `device`: the outputs
+// and the input gradients of a fixed weighting of them.
+struct GeluDropoutRun {
+  Tensor y, grad;
+  std::string node;
+  float next_draw;  // the generator's next draw: both advanced alike
+};
+GeluDropoutRun run_gelu_dropout(bool fused, const Tensor& x, bool tanh, Device device) {
+  Generator gen(31);
+  const Tensor xd = x.to(device).detach().set_requires_grad();
+  const Tensor y = fused ? gelu_dropout(xd, 0.2, true, tanh, &gen)
+                         : dropout(gelu(xd, tanh), 0.2, true, &gen);
+  const Tensor w = ska::test::uniform(x.shape(), 9).to(device, x.dtype());
+  sum(mul(y, w)).backward();
+  const float next = static_cast<float>(rand({1}, DType::kF32, Device::cpu(), &gen).item());
+  return {y, xd.grad(), y.grad_fn()->name(), next};
+}
+
+}  // namespace
+
+TEST_CASE("gelu_dropout: the values, draws and gradient of gelu then dropout, bit for bit",
+          "[cpu]") {
+  // 1,517 elements: a last byte of 5 bits.
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    for (const bool tanh : {false, true}) {
+      INFO(dtype_name(dt) << (tanh ? ", tanh approximation" : ""));
+      const Tensor x = ska::test::uniform({37, 41}, 4, -3.0, 3.0).to(dt);
+      const GeluDropoutRun f = run_gelu_dropout(true, x, tanh, Device::cpu());
+      const GeluDropoutRun u = run_gelu_dropout(false, x, tanh, Device::cpu());
+      CHECK(f.node == "gelu_dropout");
+      CHECK(u.node == "dropout");
+      CHECK(bitwise_equal(f.y, u.y));
+      CHECK(bitwise_equal(f.grad, u.grad));
+      CHECK(f.next_draw == u.next_draw);
+    }
+  }
+  // Eval mode, p = 0 and no gradient to record: the two ops (GELU alone without dropout).
+  const Tensor x = ska::test::uniform({10}, 5, -3.0, 3.0);
+  CHECK(bitwise_equal(gelu_dropout(x, 0.3, false), gelu(x)));
+  CHECK(bitwise_equal(gelu_dropout(x.detach().set_requires_grad(), 0.0, true), gelu(x)));
+  Generator a(3), b(3);
+  CHECK(bitwise_equal(gelu_dropout(x, 0.3, true, false, &a), dropout(gelu(x), 0.3, true, &b)));
+  CHECK_THROWS_WITH(gelu_dropout(x.detach().set_requires_grad(), 1.0, true),
+                    Catch::Contains("[0, 1)"));
+}
+
+TEST_CASE("gelu_dropout on CUDA: the bits of the GELU and dropout kernels, the CPU's mask",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const bool tanh : {false, true}) {
+      INFO(dtype_name(dt) << (tanh ? ", tanh approximation" : ""));
+      const Tensor x = ska::test::uniform({513, 65}, 7, -3.0, 3.0).to(dt);
+      const GeluDropoutRun f = run_gelu_dropout(true, x, tanh, Device::cuda(0));
+      const GeluDropoutRun u = run_gelu_dropout(false, x, tanh, Device::cuda(0));
+      CHECK(f.node == "gelu_dropout");
+      CHECK(bitwise_equal(f.y, u.y));
+      CHECK(bitwise_equal(f.grad, u.grad));
+      CHECK(f.next_draw == u.next_draw);
+      // Against the CPU: the same mask; GELU's erf / tanh may differ in the last bit.
+      const GeluDropoutRun c = run_gelu_dropout(true, x, tanh, Device::cpu());
+      const ska::test::Tolerance tol = ska::test::tolerance_for(dt);
+      ska::test::require_close(f.y, c.y.to(DType::kF64), tol, "gelu_dropout forward");
+      ska::test::require_close(f.grad, c.grad.to(DType::kF64), tol, "gelu_dropout backward");
+      CHECK(bitwise_equal(ne(f.y.to(Device::cpu()), Tensor::zeros({}, dt)),
+                          ne(c.y, Tensor::zeros({}, dt))));
+    }
+#ifdef SKA_WITH_CUDA
+    // The kernels: the kept bits against the CPU twin, with and without 16-byte alignment.
+    const Tensor x = ska::test::uniform({513, 65}, 7, -3.0, 3.0).to(dt);
+    const Tensor w = ska::test::uniform({513, 65}, 8).to(dt);
+    for (const int64_t skip : {0, 1}) {
+      INFO("skip " << skip);
+      const int64_t n = x.numel() - skip;
+      const Tensor xs = x.reshape({-1}).narrow(0, skip, n), gs = w.reshape({-1}).narrow(0, skip, n);
+      const Tensor xsg = x.to(Device::cuda(0)).reshape({-1}).narrow(0, skip, n);
+      const Tensor gsg = w.to(Device::cuda(0)).reshape({-1}).narrow(0, skip, n);
+      Tensor yc = Tensor::empty({n}, dt), bc = Tensor::empty({(n + 7) / 8}, DType::kU8);
+      Tensor yg = Tensor::empty({n}, dt, Device::cuda(0));
+      Tensor bg = Tensor::empty({(n + 7) / 8}, DType::kU8, Device::cuda(0));
+      cpu::unary_dropout_forward(UnaryOp::kGelu, xs, 0, 0, 5, 9, 0.8, 1.25, Tensor(), yc, bc);
+      cuda::unary_dropout_forward(UnaryOp::kGelu, xsg, 0, 0, 5, 9, 0.8, 1.25, Tensor(), yg, bg);
+      CHECK(bg.to_vector<uint8_t>() == bc.to_vector<uint8_t>());
+      ska::test::require_close(yg, yc.to(DType::kF64), ska::test::tolerance_for(dt), "forward");
+      Tensor gc = Tensor::empty({n}, dt), gg = Tensor::empty({n}, dt, Device::cuda(0));
+      cpu::unary_dropout_backward(UnaryOp::kGelu, gs, bc, 1.25, xs, 0, 0, gc);
+      cuda::unary_dropout_backward(UnaryOp::kGelu, gsg, bg, 1.25, xsg, 0, 0, gg);
+      ska::test::require_close(gg, gc.to(DType::kF64), ska::test::tolerance_for(dt), "backward");
+    }
+    CHECK_THROWS_WITH(cuda::unary_dropout_forward(UnaryOp::kExp, x.to(Device::cuda(0)), 0, 0, 5,
+                                                  9, 0.8, 1.25, Tensor(),
+                                                  x.to(Device::cuda(0)).clone(),
+                                                  Tensor::empty({(x.numel() + 7) / 8}, DType::kU8,
+                                                                Device::cpu()).to(Device::cuda(0))),
+                      Catch::Contains("not an activation"));
 #endif
   }
 }

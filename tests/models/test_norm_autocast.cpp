@@ -3,7 +3,7 @@
 // outputs as with f32 outputs cast by the matrix products after; and the norms that get the
 // flag are those in front of modules reading their input by matrix products only. Likewise the
 // blocks' residual add fused with the layer norm after it (nn::set_fused_residual_norm), with
-// and without autocast.
+// and without autocast, and the MLPs' GELU fused with their dropout (nn::set_fused_gelu_dropout).
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -25,27 +25,32 @@ namespace {
 struct Switches {
   bool norm_outputs = true;
   bool fused_residual_norm = false;
+  bool fused_gelu_dropout = false;
   bool autocast = true;
   bool training = false;  // train mode: dropout and drop path draw
 };
 struct SwitchScope {
   explicit SwitchScope(const Switches& s)
       : norm_outputs(nn::norm_autocast_outputs_enabled()),
-        fused_residual_norm(nn::fused_residual_norm_enabled()) {
+        fused_residual_norm(nn::fused_residual_norm_enabled()),
+        fused_gelu_dropout(nn::fused_gelu_dropout_enabled()) {
     nn::set_norm_autocast_outputs(s.norm_outputs);
     nn::set_fused_residual_norm(s.fused_residual_norm);
+    nn::set_fused_gelu_dropout(s.fused_gelu_dropout);
   }
   ~SwitchScope() {
     nn::set_norm_autocast_outputs(norm_outputs);
     nn::set_fused_residual_norm(fused_residual_norm);
+    nn::set_fused_gelu_dropout(fused_gelu_dropout);
   }
-  bool norm_outputs, fused_residual_norm;
+  bool norm_outputs, fused_residual_norm, fused_gelu_dropout;
 };
 
 struct Run {
   Tensor logits;
   std::map<std::string, Tensor> grads;
-  int fused_nodes = 0;  // add_layer_norm nodes in the graph
+  int fused_nodes = 0;        // add_layer_norm nodes in the graph
+  int gelu_dropout_nodes = 0;  // gelu_dropout nodes
 };
 
 // The nodes named `name` reachable from `root`'s grad_fn.
@@ -83,6 +88,7 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
     AutocastGuard guard(DType::kBF16, switches.autocast);
     r.logits = (*model)(images);
     r.fused_nodes = count_nodes(r.logits, "add_layer_norm");
+    r.gelu_dropout_nodes = count_nodes(r.logits, "gelu_dropout");
     const Tensor weights = test::uniform(r.logits.shape(), 6, -1.0, 1.0, DType::kF32).to(device);
     loss = sum(mul(r.logits, weights));
   }
@@ -138,9 +144,14 @@ void check_fused_residual_norm(Device device) {
       if (name.rfind("vit", 0) == 0) CHECK(with.fused_nodes == 3);
       CHECK(without.fused_nodes == 0);
       check_same_bits(with, without);
-      // In training, dropout and drop path draw in the same order either way.
+      // In training, dropout and drop path draw in the same order either way, also with the
+      // MLPs' GELU and dropout fused (where the MLP has a dropout: ViT's and CaiT's fixtures).
       fused.training = unfused.training = true;
-      check_same_bits(run_fixture(name, device, fused), run_fixture(name, device, unfused));
+      fused.fused_gelu_dropout = true;
+      const Run trained = run_fixture(name, device, fused);
+      const bool mlp_dropout = name.rfind("vit", 0) == 0 || name.rfind("cait", 0) == 0;
+      CHECK((trained.gelu_dropout_nodes > 0) == mlp_dropout);
+      check_same_bits(trained, run_fixture(name, device, unfused));
     }
   }
 }

@@ -204,4 +204,20 @@ void dropout_backward(const Tensor& grad, const Tensor& bits, double scale, cons
   });
 }
 
+// The reference composes the two kernels the unfused ops run, so its bits are theirs.
+void unary_dropout_forward(UnaryOp op, const Tensor& x, double a, double b, uint64_t seed,
+                           uint64_t offset, double keep_prob, double scale,
+                           const Tensor& offset_base, const Tensor& out, const Tensor& bits) {
+  const Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  unary(op, x, y, a, b);
+  dropout_forward(y, seed, offset, keep_prob, scale, offset_base, out, bits);
+}
+
+void unary_dropout_backward(UnaryOp op, const Tensor& grad, const Tensor& bits, double scale,
+                            const Tensor& x, double a, double b, const Tensor& grad_x) {
+  const Tensor dropped = Tensor::empty(grad.shape(), grad.dtype(), grad.device());
+  dropout_backward(grad, bits, scale, dropped);
+  unary_backward(op, dropped, x, grad_x, a, b);
+}
+
 }  // namespace ska::cpu
