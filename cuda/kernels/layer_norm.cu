@@ -6,6 +6,9 @@
 // add_layer_norm_forward / _backward fold a pre-norm block's residual add into the same passes.
 // T is x's (and the parameters') dtype, TY the output's and its gradient's: T, or bf16/f16 for
 // an f32 x (computed in f32, rounded once at the store; the gradient widened as it is read).
+// The add_layer_norm entry points also take a bf16/f16 x with f32 parameters (P, the parameters'
+// and their gradients' dtype; T otherwise) and a 16-bit or f32 output: autocast's 16-bit stream,
+// normalised in f32 as layer_norm normalises autocast's f32 copy of it.
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -68,8 +71,8 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY
 // layer_norm_forward_kernel on sum = x + y, which it writes as it reads it: the same sums in the
 // same order, so the same bits as the add kernel followed by the layer norm. Each lane reads back
 // only the elements it wrote itself.
-template <typename T, typename TR, typename TY>
-__global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, const T* w, const T* b,
+template <typename T, typename TR, typename P, typename TY>
+__global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, const P* w, const P* b,
                                               T* sum, TY* out, float* mean, float* rstd,
                                               int64_t rows, int64_t cols, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
@@ -114,8 +117,8 @@ __device__ __forceinline__ void store_grad_x(float g, const T* res, T* gx, TY* l
 }
 
 // grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with gw = grad_y * weight.
-template <typename T, typename TY>
-__global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const T* w, const float* mean,
+template <typename T, typename P, typename TY>
+__global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const P* w, const float* mean,
                                          const float* rstd, const T* res, T* gx, TY* low,
                                          int64_t rows, int64_t cols) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
@@ -174,9 +177,9 @@ __global__ void layer_norm_param_partials(const TY* gy, const T* x, const float*
 }
 
 // Stage 2: sums the chunk partials of each column in chunk order.
-template <typename T>
+template <typename P>
 __global__ void layer_norm_param_final(const float* part_w, const float* part_b, int64_t chunks,
-                                       int64_t cols, T* gw, T* gb) {
+                                       int64_t cols, P* gw, P* gb) {
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float aw = 0.0f, ab = 0.0f;
@@ -184,8 +187,8 @@ __global__ void layer_norm_param_final(const float* part_w, const float* part_b,
       if (gw) aw += part_w[k * cols + c];
       if (gb) ab += part_b[k * cols + c];
     }
-    if (gw) gw[c] = from_float<T>(aw);
-    if (gb) gb[c] = from_float<T>(ab);
+    if (gw) gw[c] = from_float<P>(aw);
+    if (gb) gb[c] = from_float<P>(ab);
   }
 }
 
@@ -196,9 +199,9 @@ __global__ void layer_norm_param_final(const float* part_w, const float* part_b,
 // per-lane column sums; at the end the block adds its warps' sums in warp order into one
 // partial per column (part_w / part_b [blocks, cols]), which layer_norm_param_final reduces.
 // grad_y and x are read once, where the two-kernel path reads them three times.
-template <typename T, typename TY, int kPerLane>
+template <typename T, typename P, typename TY, int kPerLane>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    layer_norm_backward_fused_kernel(const TY* gy, const T* x, const T* w, const float* mean,
+    layer_norm_backward_fused_kernel(const TY* gy, const T* x, const P* w, const float* mean,
                                      const float* rstd, const T* res, T* gx, TY* low, int64_t rows,
                                      int64_t cols, int64_t chunk_rows, float* part_w,
                                      float* part_b) {
@@ -278,10 +281,10 @@ T* mutable_or_null(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
-void check_param(const Tensor& p, const Tensor& x, int64_t cols, const char* what) {
+void check_param(const Tensor& p, DType dtype, int64_t cols, const char* what) {
   if (!p.defined()) return;
-  SKA_CHECK(p.dtype() == x.dtype(), DTypeError, "layer_norm: ", what, " dtype ", p.dtype(),
-            " differs from x's ", x.dtype());
+  SKA_CHECK(p.dtype() == dtype, DTypeError, "layer_norm: ", what, " dtype ", p.dtype(),
+            " differs from ", dtype);
   SKA_CHECK(p.numel() == cols && p.is_contiguous(), ShapeError, "layer_norm: ", what,
             " must be contiguous with ", cols, " elements");
 }
@@ -294,7 +297,7 @@ void check_stats(const Tensor& mean, const Tensor& rstd, int64_t rows) {
 }
 
 // grad_weight / grad_bias through the two-stage reduction, scratch from the workspace.
-template <typename T, typename TY>
+template <typename T, typename P, typename TY>
 void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                         const Tensor& rstd, const Tensor& grad_weight, const Tensor& grad_bias,
                         int64_t rows, int64_t cols, int device, cudaStream_t s) {
@@ -312,15 +315,15 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
       cols, chunk_rows, grad_weight.defined() ? part_w : nullptr,
       grad_bias.defined() ? part_b : nullptr);
   SKA_CUDA_CHECK_LAUNCH();
-  layer_norm_param_final<T><<<grid_for(cols), 256, 0, s>>>(
-      part_w, part_b, chunks, cols, mutable_or_null<T>(grad_weight), mutable_or_null<T>(grad_bias));
+  layer_norm_param_final<P><<<grid_for(cols), 256, 0, s>>>(
+      part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight), mutable_or_null<P>(grad_bias));
   SKA_CUDA_CHECK_LAUNCH();
 }
 
 // The fused backward (layer_norm_backward_fused_kernel) for rows of at most kFusedMaxCols
 // columns: grad_x where wanted (plus grad_sum, and its 16-bit copy, where given), and
 // grad_weight / grad_bias through its block partials.
-template <typename T, typename TY>
+template <typename T, typename P, typename TY>
 void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                            const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& grad_x, const Tensor& grad_x_low,
@@ -335,10 +338,10 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
   const size_t smem = static_cast<size_t>(kRowWarps) * cols * sizeof(float);
   const auto run = [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;
-    layer_norm_backward_fused_kernel<T, TY, kPerLane>
+    layer_norm_backward_fused_kernel<T, P, TY, kPerLane>
         <<<static_cast<unsigned int>(chunks), kRowWarps * 32, smem, s>>>(
             static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-            data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
+            data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
             static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
             mutable_or_null<T>(grad_x), mutable_or_null<TY>(grad_x_low), rows, cols, chunk_rows,
             part_w, part_b);
@@ -354,9 +357,9 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
     run(std::integral_constant<int, kFusedMaxCols / 32>{});
   }
   if (params) {
-    layer_norm_param_final<T><<<grid_for(cols), 256, 0, s>>>(
-        part_w, part_b, chunks, cols, mutable_or_null<T>(grad_weight),
-        mutable_or_null<T>(grad_bias));
+    layer_norm_param_final<P><<<grid_for(cols), 256, 0, s>>>(
+        part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight),
+        mutable_or_null<P>(grad_bias));
     SKA_CUDA_CHECK_LAUNCH();
   }
 }
@@ -373,6 +376,35 @@ void dispatch_output(DType x_dtype, DType y_dtype, const char* kernel, F&& f) {
   f(float{}, __half{});
 }
 
+// Calls f(T{}, P{}, TY{}): dispatch_output's pairs with P = T, or, for parameters of another
+// dtype (add_layer_norm's entry points), a bf16/f16 x with f32 parameters and a TY of x's dtype or
+// f32.
+template <typename F>
+void dispatch_norm(DType x_dtype, DType param_dtype, DType y_dtype, const char* kernel, F&& f) {
+  if (param_dtype == x_dtype) {
+    return dispatch_output(x_dtype, y_dtype, kernel,
+                           [&](auto t, auto ty) { f(t, decltype(t){}, ty); });
+  }
+  SKA_CHECK(param_dtype == DType::kF32 && (x_dtype == DType::kBF16 || x_dtype == DType::kF16) &&
+                (y_dtype == x_dtype || y_dtype == DType::kF32),
+            DTypeError, kernel, ": a ", dtype_name(x_dtype), " input with ",
+            dtype_name(param_dtype), " parameters and a ", dtype_name(y_dtype),
+            " output (gradient); expected the input's dtype throughout, or a bf16/f16 input with "
+            "f32 parameters and an output of the input's dtype or f32");
+  const auto with_x = [&](auto t) {
+    using T = decltype(t);
+    if (y_dtype == x_dtype) return f(t, float{}, t);
+    f(t, float{}, float{});
+  };
+  if (x_dtype == DType::kBF16) return with_x(__nv_bfloat16{});
+  with_x(__half{});
+}
+
+// The dtype of the parameters: weight's, else bias's, else x's.
+DType param_dtype_of(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return weight.defined() ? weight.dtype() : bias.defined() ? bias.dtype() : x.dtype();
+}
+
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
@@ -384,8 +416,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   if (rows == 0) return;
   SKA_CHECK(x.is_contiguous() && y.is_contiguous(), ValueError,
             "layer_norm_forward: x and y must be contiguous");
-  check_param(weight, x, cols, "weight");
-  check_param(bias, x, cols, "bias");
+  check_param(weight, x.dtype(), cols, "weight");
+  check_param(bias, x.dtype(), cols, "bias");
   check_stats(mean, rstd, rows);
   dispatch_output(x.dtype(), y.dtype(), "layer_norm_forward", [&](auto tag, auto out_tag) {
     using T = decltype(tag);
@@ -404,17 +436,18 @@ namespace {
 // layer_norm_backward and add_layer_norm_backward (grad_sum and grad_x_low undefined in the
 // first): one body, so that the two write grad_x with the same kernels.
 void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
-              const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
-              const Tensor& grad_x_low, const Tensor& grad_weight, const Tensor& grad_bias) {
+              const Tensor& weight, DType param_dtype, const Tensor& mean, const Tensor& rstd,
+              const Tensor& grad_x, const Tensor& grad_x_low, const Tensor& grad_weight,
+              const Tensor& grad_bias) {
   const int device = device_index(x);
   DeviceGuard guard(device);
   const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   SKA_CHECK(x.is_contiguous() && grad_y.is_contiguous(), ValueError, kernel,
             ": x and grad_y must be contiguous");
-  check_param(weight, x, cols, "weight");
-  check_param(grad_weight, x, cols, "grad_weight");
-  check_param(grad_bias, x, cols, "grad_bias");
+  check_param(weight, param_dtype, cols, "weight");
+  check_param(grad_weight, param_dtype, cols, "grad_weight");
+  check_param(grad_bias, param_dtype, cols, "grad_bias");
   check_stats(mean, rstd, rows);
   if (grad_x.defined()) {
     SKA_CHECK(grad_x.is_contiguous() && grad_x.dtype() == x.dtype(), ValueError, kernel,
@@ -430,33 +463,35 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
   SKA_CHECK(!grad_x_low.defined() ||
                 (grad_x_low.dtype() == grad_y.dtype() && grad_y.dtype() != x.dtype()),
             DTypeError, kernel, ": grad_x_low must have grad_y's 16-bit dtype");
-  dispatch_output(x.dtype(), grad_y.dtype(), kernel, [&](auto tag, auto out_tag) {
+  dispatch_norm(x.dtype(), param_dtype, grad_y.dtype(), kernel, [&](auto tag, auto param_tag,
+                                                                      auto out_tag) {
     using T = decltype(tag);
+    using P = decltype(param_tag);
     using TY = decltype(out_tag);
     const cudaStream_t s = current_stream(device);
     if (rows == 0) {  // empty batch: the parameter gradients are zero
       if (grad_weight.defined())
-        SKA_CUDA_CHECK(cudaMemsetAsync(grad_weight.data_ptr(), 0, cols * sizeof(T), s));
+        SKA_CUDA_CHECK(cudaMemsetAsync(grad_weight.data_ptr(), 0, cols * sizeof(P), s));
       if (grad_bias.defined())
-        SKA_CUDA_CHECK(cudaMemsetAsync(grad_bias.data_ptr(), 0, cols * sizeof(T), s));
+        SKA_CUDA_CHECK(cudaMemsetAsync(grad_bias.data_ptr(), 0, cols * sizeof(P), s));
       return;
     }
     if (g_fused_backward.load() && cols <= kFusedMaxCols) {
-      launch_fused_backward<T, TY>(grad_y, grad_sum, x, weight, mean, rstd, grad_x, grad_x_low,
-                                   grad_weight, grad_bias, rows, cols, device, s);
+      launch_fused_backward<T, P, TY>(grad_y, grad_sum, x, weight, mean, rstd, grad_x, grad_x_low,
+                                      grad_weight, grad_bias, rows, cols, device, s);
       return;
     }
     if (grad_x.defined()) {
-      layer_norm_grad_x_kernel<T, TY><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
+      layer_norm_grad_x_kernel<T, P, TY><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
           static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-          data_or_null<T>(weight), static_cast<const float*>(mean.data_ptr()),
+          data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
           static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
           static_cast<T*>(grad_x.data_ptr()), mutable_or_null<TY>(grad_x_low), rows, cols);
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (grad_weight.defined() || grad_bias.defined()) {
-      launch_param_grads<T, TY>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols, device,
-                                s);
+      launch_param_grads<T, P, TY>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols,
+                                   device, s);
     }
   });
 }
@@ -466,8 +501,8 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
 void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias) {
-  backward("layer_norm_backward", grad_y, Tensor(), x, weight, mean, rstd, grad_x, Tensor(),
-           grad_weight, grad_bias);
+  backward("layer_norm_backward", grad_y, Tensor(), x, weight, x.dtype(), mean, rstd, grad_x,
+           Tensor(), grad_weight, grad_bias);
 }
 
 void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight,
@@ -484,18 +519,25 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weig
             ValueError,
             "add_layer_norm_forward: x, y, sum and normed must be contiguous, of one size, the "
             "sum of x's dtype");
-  check_param(weight, x, cols, "weight");
-  check_param(bias, x, cols, "bias");
+  const DType param_dtype = param_dtype_of(x, weight, bias);
+  check_param(weight, param_dtype, cols, "weight");
+  check_param(bias, param_dtype, cols, "bias");
   check_stats(mean, rstd, rows);
-  dispatch_output(x.dtype(), normed.dtype(), "add_layer_norm_forward", [&](auto tag, auto out_tag) {
+  SKA_CHECK(param_dtype == x.dtype() || y.dtype() == x.dtype(), DTypeError,
+            "add_layer_norm_forward: a ", dtype_name(x.dtype()), " x with ",
+            dtype_name(param_dtype), " parameters needs y of its dtype, got ",
+            dtype_name(y.dtype()));
+  dispatch_norm(x.dtype(), param_dtype, normed.dtype(), "add_layer_norm_forward",
+                [&](auto tag, auto param_tag, auto out_tag) {
     using T = decltype(tag);
+    using P = decltype(param_tag);
     using TY = decltype(out_tag);
     const auto run = [&](auto residual_tag) {
       using TR = decltype(residual_tag);
-      add_layer_norm_forward_kernel<T, TR, TY>
+      add_layer_norm_forward_kernel<T, TR, P, TY>
           <<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(
               static_cast<const T*>(x.data_ptr()), static_cast<const TR*>(y.data_ptr()),
-              data_or_null<T>(weight), data_or_null<T>(bias), static_cast<T*>(sum.data_ptr()),
+              data_or_null<P>(weight), data_or_null<P>(bias), static_cast<T*>(sum.data_ptr()),
               static_cast<TY*>(normed.data_ptr()), static_cast<float*>(mean.data_ptr()),
               static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
       SKA_CUDA_CHECK_LAUNCH();
@@ -514,8 +556,12 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
                              const Tensor& grad_weight, const Tensor& grad_bias) {
   SKA_CHECK(!grad_x.defined() || grad_sum.defined(), ValueError,
             "add_layer_norm_backward: grad_sum is required with grad_x");
-  backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, mean, rstd, grad_x, grad_x_low,
-           grad_weight, grad_bias);
+  const DType param_dtype = weight.defined()        ? weight.dtype()
+                            : grad_weight.defined() ? grad_weight.dtype()
+                            : grad_bias.defined()   ? grad_bias.dtype()
+                                                    : x.dtype();
+  backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, param_dtype, mean, rstd, grad_x,
+           grad_x_low, grad_weight, grad_bias);
 }
 
 }  // namespace ska::cuda

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/block_chain.h"
 #include "models/stage_mixers.h"
 #include "ops/ops.h"
 
@@ -129,7 +130,7 @@ Tensor ConvAttention::forward(const Tensor& x) {
 
 namespace {
 
-class CvtBlock : public nn::Module {
+class CvtBlock : public ChainedBlock {
  public:
   CvtBlock(const ConvAttentionOptions& attn, int64_t mlp_hidden, double drop_path) {
     norm1_ = register_module("norm1", std::make_shared<nn::LayerNorm>(attn.dim, 1e-5));
@@ -146,6 +147,13 @@ class CvtBlock : public nn::Module {
   Tensor forward(const Tensor& x) override {
     const ResidualNorm y = norm2_->forward_residual(x, (*drop_path_)((*attn_)((*norm1_)(x))));
     return y.sum + (*drop_path_)((*mlp_)(y.normed));
+  }
+  nn::LayerNorm& first_norm() override { return *norm1_; }
+  ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override {
+    const ResidualNorm y = norm2_->forward_residual(in.sum, (*drop_path_)((*attn_)(in.normed)));
+    const Tensor branch = (*drop_path_)((*mlp_)(y.normed));
+    if (next != nullptr) return next->first_norm().forward_residual(y.sum, branch);
+    return {y.sum + branch, Tensor()};
   }
   std::string type_name() const override { return "CvtBlock"; }
 
@@ -201,7 +209,7 @@ class CvtStage : public nn::Module {
   Tensor forward(const Tensor& image) override {
     Tensor x = (*embed_)(image);
     if (cls_token_.defined()) x = cat({cls_token_.expand({x.size(0), 1, o_.attn.dim}), x}, 1);
-    return (*blocks_)(x);
+    return run_block_chain(*blocks_, x);
   }
   // The spatial tokens of this stage's output as an image [B, C, H, W].
   Tensor to_image(const Tensor& tokens) const {

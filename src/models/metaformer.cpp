@@ -117,10 +117,28 @@ MetaFormerBlock::MetaFormerBlock(const MixerArgs& args, nn::ModulePtr token_mixe
   norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
 }
 
-Tensor MetaFormerBlock::forward(const Tensor& x) {
+void MetaFormerBlock::check_input(const Tensor& x) const {
   SKA_CHECK(x.dim() == 4 && x.size(1) == grid_.height && x.size(2) == grid_.width, ShapeError,
             "MetaFormerBlock: expected [B, ", grid_.height, ", ", grid_.width, ", C], got ",
             x.str());
+}
+
+ResidualNorm MetaFormerBlock::forward_chained(const ResidualNorm& in, ChainedBlock* next) {
+  const Tensor& x = in.sum;
+  check_input(x);
+  const Shape tokens_shape{x.size(0), grid_.tokens(), x.size(3)};
+  const ResidualNorm mixed = norm2_->forward_residual(
+      (*res_scale1_)(x.reshape(tokens_shape)),
+      (*drop_path1_)((*token_mixer_)(in.normed.reshape(tokens_shape))));
+  const Tensor kept = (*res_scale2_)(mixed.sum);
+  const Tensor branch = (*drop_path2_)((*mlp_)(mixed.normed));
+  if (next == nullptr) return {(kept + branch).view(x.shape()), Tensor()};
+  const ResidualNorm out = next->first_norm().forward_residual(kept, branch);
+  return {out.sum.view(x.shape()), out.normed.view(x.shape())};
+}
+
+Tensor MetaFormerBlock::forward(const Tensor& x) {
+  check_input(x);
   const Tensor tokens = x.reshape({x.size(0), grid_.tokens(), x.size(3)});  // a view
   const ResidualNorm mixed = norm2_->forward_residual(
       (*res_scale1_)(tokens), (*drop_path1_)((*token_mixer_)((*norm1_)(tokens))));
@@ -187,7 +205,7 @@ Tensor MetaFormer::forward(const Tensor& x) {
   Tensor h = x;
   for (size_t s = 0; s < stages_->size(); ++s) {
     h = downsample_layers_->at(s)(h);
-    h = stages_->at(s)(h);
+    h = run_block_chain(static_cast<nn::Sequential&>(stages_->at(s)), h);
   }
   return (*head_)((*norm_)(mean(h, {1, 2})));
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "models/block_chain.h"
 #include "models/model.h"
 #include "nn/layers.h"
 
@@ -51,14 +52,18 @@ class Downsampling : public nn::Module {
 
 // x [B, H, W, C] -> [B, H, W, C]:
 //   x = rs1(x) + drop_path(mixer(norm1(x)));  x = rs2(x) + drop_path(mlp(norm2(x))).
-class MetaFormerBlock : public nn::Module {
+class MetaFormerBlock : public ChainedBlock {
  public:
   MetaFormerBlock(const MixerArgs& args, nn::ModulePtr token_mixer, const MetaFormerConfig& config,
                   double drop_path, bool res_scale);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "MetaFormerBlock"; }
+  nn::LayerNorm& first_norm() override { return *norm1_; }
+  ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override;
 
  private:
+  void check_input(const Tensor& x) const;  // [B, H, W, C] of this block's grid
+
   TokenGrid grid_;
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
   nn::ModulePtr token_mixer_, res_scale1_, res_scale2_, mlp_;

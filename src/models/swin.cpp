@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "models/block_chain.h"
 #include "models/stage_mixers.h"
 #include "ops/ops.h"
 
@@ -163,7 +164,7 @@ Tensor WindowAttention::forward(const Tensor& input) {
 namespace {
 
 // Pre-norm residual block on [B, H, W, C]: window attention, then an MLP (4C, GELU).
-class SwinBlock : public nn::Module {
+class SwinBlock : public ChainedBlock {
  public:
   SwinBlock(const WindowAttentionOptions& attn, int64_t mlp_hidden) {
     norm1_ = register_module("norm1", std::make_shared<nn::LayerNorm>(attn.dim));
@@ -179,6 +180,13 @@ class SwinBlock : public nn::Module {
   Tensor forward(const Tensor& x) override {
     const ResidualNorm y = norm2_->forward_residual(x, (*attn_)((*norm1_)(x)));
     return y.sum + (*mlp_)(y.normed);
+  }
+  nn::LayerNorm& first_norm() override { return *norm1_; }
+  ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override {
+    const ResidualNorm y = norm2_->forward_residual(in.sum, (*attn_)(in.normed));
+    const Tensor branch = (*mlp_)(y.normed);
+    if (next != nullptr) return next->first_norm().forward_residual(y.sum, branch);
+    return {y.sum + branch, Tensor()};
   }
   std::string type_name() const override { return "SwinBlock"; }
 
@@ -212,7 +220,7 @@ class SwinStage : public nn::Module {
     Tensor patches = x.reshape({b, h, factor_, w, factor_, c})
                          .permute({0, 1, 3, 5, 2, 4})
                          .reshape({b, h, w, c * factor_ * factor_});
-    return (*blocks_)((*patch_merge_)(patches));
+    return run_block_chain(*blocks_, (*patch_merge_)(patches));
   }
   std::string type_name() const override { return "SwinStage"; }
 

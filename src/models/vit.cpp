@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "nn/init.h"
-#include "nn/summary.h"
 #include "ops/ops.h"
 
 namespace ska::models {
@@ -62,10 +61,10 @@ Tensor VitBlock::forward(const Tensor& x) {
   return add(mixed.sum, (*mlp_)(mixed.normed));
 }
 
-ResidualNorm VitBlock::forward_chained(const ResidualNorm& in, VitBlock* next) {
+ResidualNorm VitBlock::forward_chained(const ResidualNorm& in, ChainedBlock* next) {
   const ResidualNorm mixed = norm2_->forward_residual(in.sum, (*mixer_)(in.normed));
   const Tensor branch = (*mlp_)(mixed.normed);
-  if (next != nullptr) return next->norm1_->forward_residual(mixed.sum, branch);
+  if (next != nullptr) return next->first_norm().forward_residual(mixed.sum, branch);
   return {add(mixed.sum, branch), Tensor()};
 }
 
@@ -106,18 +105,7 @@ Tensor Vit::forward(const Tensor& images) {
   const int64_t batch = patches.size(0);
   const Tensor cls = cls_token.expand({batch, 1, cls_token.size(2)});
   const Tensor tokens = (*emb_drop_)(add(cat({cls, patches}, 1), pos_embed));
-  Tensor features;
-  if (!nn::fused_residual_norm_enabled() || blocks_->size() == 0 || nn::SummaryRecorder::active()) {
-    features = (*blocks_)(tokens);
-  } else {
-    // Each block's last residual add fused with the next block's first norm.
-    const auto block = [&](size_t i) { return static_cast<VitBlock*>(&blocks_->at(i)); };
-    ResidualNorm state{tokens, block(0)->norm1()(tokens)};
-    for (size_t i = 0; i < blocks_->size(); ++i) {
-      state = block(i)->forward_chained(state, i + 1 < blocks_->size() ? block(i + 1) : nullptr);
-    }
-    features = state.sum;
-  }
+  const Tensor features = run_block_chain(*blocks_, tokens);
   return (*head_)((*norm_)(features.select(1, 0)));
 }
 

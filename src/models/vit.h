@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "models/block_chain.h"
 #include "models/model.h"
 #include "nn/layers.h"
 
@@ -29,16 +30,13 @@ class ShiftedPatchEmbedding : public nn::Module {
 
 // x + mixer(norm1(x)), then x + mlp(norm2(x)); the MLP is Linear -> GELU -> dropout -> Linear ->
 // dropout. [B, N, C] -> [B, N, C].
-class VitBlock : public nn::Module {
+class VitBlock : public ChainedBlock {
  public:
   VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dropout);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "VitBlock"; }
-  // The same block in a chain whose residual adds are fused with the norms after them
-  // (nn::LayerNorm::forward_residual): `in` is the stream x and norm1(x); the result is the
-  // block's output and next's norm1 of it (one op), or, without a next block, the output alone.
-  ResidualNorm forward_chained(const ResidualNorm& in, VitBlock* next);
-  nn::LayerNorm& norm1() { return *norm1_; }
+  nn::LayerNorm& first_norm() override { return *norm1_; }
+  ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override;
 
  private:
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;

@@ -86,21 +86,35 @@ namespace {
 
 // Whether add_layer_norm's one kernel computes what add followed by layer_norm computes (else it
 // runs those two ops, which also give the errors for bad input).
+bool is_16bit(DType d) { return d == DType::kBF16 || d == DType::kF16; }
+
+// Under autocast, a 16-bit sum with f32 parameters: layer_norm normalises autocast's f32 copy of
+// it, and add_layer_norm the sum as it reads it, the same values.
+bool autocast_16bit_stream(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return autocast_state().enabled && is_16bit(x.dtype()) &&
+         (!weight.defined() || weight.dtype() == DType::kF32) &&
+         (!bias.defined() || bias.dtype() == DType::kF32);
+}
+
 bool residual_norm_fusable(const Tensor& x, const Tensor& y, const Tensor& weight,
                            const Tensor& bias, DType out_dtype) {
-  const auto param_ok = [&](const Tensor& p) {
-    return !p.defined() || (p.dtype() == x.dtype() && p.device() == x.device() && p.dim() == 1 &&
-                            p.shape()[0] == x.shape().back());
-  };
   if (!x.defined() || !y.defined() || !x.is_floating() || x.dim() == 0 ||
-      x.shape() != y.shape() || y.device() != x.device() || !param_ok(weight) || !param_ok(bias)) {
+      x.shape() != y.shape() || y.device() != x.device()) {
     return false;
+  }
+  const bool narrow_stream = autocast_16bit_stream(x, weight, bias);
+  const DType param_dtype = narrow_stream ? DType::kF32 : x.dtype();
+  const auto param_ok = [&](const Tensor& p) {
+    return !p.defined() || (p.dtype() == param_dtype && p.device() == x.device() &&
+                            p.dim() == 1 && p.shape()[0] == x.shape().back());
+  };
+  if (!param_ok(weight) || !param_ok(bias)) return false;
+  if (narrow_stream) {
+    return y.dtype() == x.dtype() && (out_dtype == x.dtype() || out_dtype == DType::kF32);
   }
   const bool wide_x = x.dtype() == DType::kF32 || x.dtype() == DType::kF64;
   if (autocast_state().enabled && !wide_x) return false;  // autocast would cast the sum to f32
-  const bool out_ok = out_dtype == x.dtype() ||
-                      (x.dtype() == DType::kF32 &&
-                       (out_dtype == DType::kBF16 || out_dtype == DType::kF16));
+  const bool out_ok = out_dtype == x.dtype() || (x.dtype() == DType::kF32 && is_16bit(out_dtype));
   return out_ok && (y.dtype() == x.dtype() || (x.dtype() == DType::kF32 && y.dtype() == out_dtype));
 }
 
@@ -108,7 +122,9 @@ bool residual_norm_fusable(const Tensor& x, const Tensor& y, const Tensor& weigh
 
 ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight,
                             const Tensor& bias, double eps, std::optional<DType> out_dtype) {
-  const DType normed_dtype = out_dtype.value_or(x.dtype());
+  // The unfused norm's output: out_dtype, else its input's dtype (f32 for autocast's copy).
+  const DType normed_dtype =
+      out_dtype.value_or(autocast_16bit_stream(x, weight, bias) ? DType::kF32 : x.dtype());
   if (!residual_norm_fusable(x, y, weight, bias, normed_dtype)) {
     Tensor sum = add(x, y);
     Tensor normed = layer_norm(sum, weight, bias, eps, out_dtype);

@@ -207,27 +207,32 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
   if (!ska::test::cuda_available_or_skip()) return;
   using ska::test::bitwise_equal;
   // ViT-S's shape (65 tokens of 384) and a width past the fused backward's 768 columns; an f32
-  // stream with a bf16 branch and output (autocast), and f32 / bf16 throughout.
+  // stream with a bf16 branch and output (autocast), f32 / bf16 throughout, and autocast's bf16
+  // stream with f32 parameters (normalised as its f32 copy, with a bf16 or an f32 output).
   struct Case {
     int64_t rows, cols;
-    DType x, y, out;
+    DType x, y, out, param;
   };
-  for (const Case& c : {Case{4160, 384, DType::kF32, DType::kBF16, DType::kBF16},
-                        Case{4160, 384, DType::kF32, DType::kF32, DType::kF32},
-                        Case{300, 1000, DType::kF32, DType::kF16, DType::kF16},
-                        Case{300, 96, DType::kBF16, DType::kBF16, DType::kBF16}}) {
-    INFO(c.rows << "x" << c.cols << " " << dtype_name(c.x) << " + " << dtype_name(c.y));
+  for (const Case& c : {Case{4160, 384, DType::kF32, DType::kBF16, DType::kBF16, DType::kF32},
+                        Case{4160, 384, DType::kF32, DType::kF32, DType::kF32, DType::kF32},
+                        Case{300, 1000, DType::kF32, DType::kF16, DType::kF16, DType::kF32},
+                        Case{300, 96, DType::kBF16, DType::kBF16, DType::kBF16, DType::kBF16},
+                        Case{4160, 384, DType::kBF16, DType::kBF16, DType::kBF16, DType::kF32},
+                        Case{300, 1000, DType::kF16, DType::kF16, DType::kF32, DType::kF32}}) {
+    INFO(c.rows << "x" << c.cols << " " << dtype_name(c.x) << " + " << dtype_name(c.y) << " -> "
+                << dtype_name(c.out) << ", parameters " << dtype_name(c.param));
     const Shape shape{c.rows, c.cols};
     const Tensor x = uniform(shape, 51, -3, 5).to(kGpu, c.x);
     const Tensor y = uniform(shape, 52, -2, 2).to(kGpu, c.y);
-    const Tensor w = uniform({c.cols}, 53, 0.5, 1.5).to(kGpu, c.x);
-    const Tensor b = uniform({c.cols}, 54).to(kGpu, c.x);
+    const Tensor w = uniform({c.cols}, 53, 0.5, 1.5).to(kGpu, c.param);
+    const Tensor b = uniform({c.cols}, 54).to(kGpu, c.param);
     const auto stats = [&] { return Tensor::empty({c.rows}, DType::kF32, kGpu); };
-    // Unfused: binary add, layer norm.
+    // Unfused: binary add, layer norm (of the sum's f32 copy for f32 parameters).
     const Tensor sum0 = Tensor::empty(shape, c.x, kGpu), out0 = Tensor::empty(shape, c.out, kGpu);
     const Tensor m0 = stats(), r0 = stats();
     cuda::binary(BinaryOp::kAdd, x, y, sum0);
-    cuda::layer_norm_forward(sum0, w, b, 1e-5, out0, m0, r0);
+    const Tensor norm_in = sum0.to(c.param == c.x ? c.x : DType::kF32);
+    cuda::layer_norm_forward(norm_in, w, b, 1e-5, out0, m0, r0);
     const Tensor sum1 = Tensor::empty(shape, c.x, kGpu), out1 = Tensor::empty(shape, c.out, kGpu);
     const Tensor m1 = stats(), r1 = stats();
     cuda::add_layer_norm_forward(x, y, w, b, 1e-5, sum1, out1, m1, r1);
@@ -241,13 +246,17 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
     for (const bool fused_backward : {false, true}) {
       INFO("fused layer norm backward " << fused_backward);
       const bool previous = set_cuda_layer_norm_fused_backward(fused_backward);
-      const Tensor norm_grad = Tensor::empty(shape, c.x, kGpu), gx0 = Tensor::empty(shape, c.x, kGpu);
-      const Tensor gw0 = Tensor::empty({c.cols}, c.x, kGpu), gb0 = Tensor::empty({c.cols}, c.x, kGpu);
-      cuda::layer_norm_backward(gy, sum0, w, m0, r0, norm_grad, gw0, gb0);
-      cuda::binary(BinaryOp::kAdd, norm_grad, gs, gx0);
+      const Tensor norm_grad = Tensor::empty(shape, norm_in.dtype(), kGpu);
+      const Tensor gx0 = Tensor::empty(shape, c.x, kGpu);
+      const Tensor gw0 = Tensor::empty({c.cols}, c.param, kGpu);
+      const Tensor gb0 = Tensor::empty({c.cols}, c.param, kGpu);
+      cuda::layer_norm_backward(gy, norm_in, w, m0, r0, norm_grad, gw0, gb0);
+      cuda::binary(BinaryOp::kAdd, norm_grad.to(c.x), gs, gx0);
       const Tensor gx1 = Tensor::empty(shape, c.x, kGpu);
-      const Tensor low = c.out != c.x ? Tensor::empty(shape, c.out, kGpu) : Tensor();
-      const Tensor gw1 = Tensor::empty({c.cols}, c.x, kGpu), gb1 = Tensor::empty({c.cols}, c.x, kGpu);
+      // A 16-bit copy for y's gradient where y is 16-bit and x is not.
+      const Tensor low = c.y != c.x ? Tensor::empty(shape, c.out, kGpu) : Tensor();
+      const Tensor gw1 = Tensor::empty({c.cols}, c.param, kGpu);
+      const Tensor gb1 = Tensor::empty({c.cols}, c.param, kGpu);
       cuda::add_layer_norm_backward(gy, gs, sum1, w, m1, r1, gx1, low, gw1, gb1);
       set_cuda_layer_norm_fused_backward(previous);
       CHECK(bitwise_equal(gx1, gx0));

@@ -232,19 +232,63 @@ TEST_CASE("add_layer_norm gradients match finite differences", "[cpu]") {
       {x.detach(), y.detach(), w, b});
 }
 
+TEST_CASE("add_layer_norm under autocast: a bf16 stream normalised as its f32 copy", "[cpu]") {
+  using ska::test::bitwise_equal;
+  // Swin's and the MetaFormers' streams after a Linear or a convolution: bf16 x and y, f32
+  // parameters; layer_norm casts the bf16 sum to f32 first, add_layer_norm reads it widened.
+  for (const std::optional<DType> out : {std::optional<DType>(), std::optional<DType>(DType::kBF16)}) {
+    INFO("output " << (out ? dtype_name(*out) : "unset"));
+    ResidualNorm r[2];
+    Tensor gx[2], gy[2], gw[2], gb[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor x = uniform({6, 37}, 100, -2.0, 2.0).to(DType::kBF16).set_requires_grad();
+      Tensor y = uniform({6, 37}, 101, -2.0, 2.0).to(DType::kBF16).set_requires_grad();
+      Tensor w = uniform({37}, 102, 0.5, 1.5).to(DType::kF32).set_requires_grad();
+      Tensor b = uniform({37}, 103).to(DType::kF32).set_requires_grad();
+      Tensor loss;
+      {
+        AutocastGuard autocast(DType::kBF16);
+        if (fused == 1) {
+          r[1] = add_layer_norm(x, y, w, b, 1e-5, out);
+        } else {
+          r[0].sum = add(x, y);
+          r[0].normed = layer_norm(r[0].sum, w, b, 1e-5, out);
+        }
+        loss = add(sum(mul(r[fused].sum, uniform({6, 37}, 104).to(DType::kBF16))),
+                   sum(mul(r[fused].normed, uniform({6, 37}, 105).to(DType::kF32))));
+      }
+      loss.backward();
+      gx[fused] = x.grad();
+      gy[fused] = y.grad();
+      gw[fused] = w.grad();
+      gb[fused] = b.grad();
+    }
+    CHECK(r[1].sum.grad_fn()->name() == "add_layer_norm");
+    CHECK(r[1].sum.dtype() == DType::kBF16);
+    CHECK(r[1].normed.dtype() == out.value_or(DType::kF32));
+    CHECK(bitwise_equal(r[1].sum, r[0].sum));
+    CHECK(bitwise_equal(r[1].normed, r[0].normed));
+    CHECK(bitwise_equal(gx[1], gx[0]));
+    CHECK(bitwise_equal(gy[1], gy[0]));
+    CHECK(gw[1].dtype() == DType::kF32);
+    CHECK(bitwise_equal(gw[1], gw[0]));
+    CHECK(bitwise_equal(gb[1], gb[0]));
+  }
+}
+
 TEST_CASE("add_layer_norm takes the two ops where one kernel cannot", "[cpu]") {
   const Tensor x = uniform({4, 6}, 90), w = uniform({6}, 91, 0.5, 1.5);
   Tensor y = uniform({6}, 92).set_requires_grad();  // broadcast over the rows
   const ResidualNorm r = add_layer_norm(x, y, w, Tensor());
   CHECK(r.sum.grad_fn()->name() == "add");
   ska::test::require_close(r.normed, layer_norm(add(x, y), w, Tensor()), kExact);
-  // Under autocast a bf16 residual stream is normalised in f32, as layer_norm would.
+  // Under autocast a bf16 stream with an f32 branch sums in f32 (promotion): the two ops.
   {
     AutocastGuard autocast(DType::kBF16);
     const Tensor x16 = x.to(DType::kBF16).set_requires_grad();
-    const ResidualNorm a = add_layer_norm(x16, x16, w.to(DType::kF32), Tensor());
+    const ResidualNorm a = add_layer_norm(x16, x.to(DType::kF32), w.to(DType::kF32), Tensor());
     CHECK(a.sum.grad_fn()->name() == "add");
-    CHECK(a.normed.dtype() == DType::kF32);
+    CHECK(a.sum.dtype() == DType::kF32);
   }
   // Bad parameters get layer_norm's error.
   CHECK_THROWS_WITH(add_layer_norm(x, x, uniform({4}, 93), Tensor()),
@@ -319,6 +363,16 @@ TEST_CASE("CUDA add_layer_norm matches the CPU", "[cuda]") {
             return residual_norm_outputs(r);
           },
           {x, y, w}, DType::kF32, &tol);
+      // Autocast's 16-bit stream: x and y 16-bit, f32 parameters.
+      ska::test::check_cuda_parity(
+          [dt](const TensorList& in) {
+            const AutocastGuard autocast(dt);
+            const ResidualNorm r =
+                add_layer_norm(in[0].to(dt), in[1].to(dt), in[2], in[3], 1e-6, dt);
+            CHECK(r.sum.grad_fn()->name() == "add_layer_norm");
+            return cat({r.sum.to(DType::kF32).flatten(), r.normed.to(DType::kF32).flatten()}, 0);
+          },
+          {x, y, w, b}, DType::kF32, &tol);
     }
   }
 }

@@ -293,22 +293,32 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
 namespace ska::cpu {
 
 // The reference composes the two kernels the unfused ops run, so its bits are theirs.
+// A 16-bit sum (with f32 parameters) is normalised as its f32 copy, as autocast's layer_norm does.
 void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight,
                             const Tensor& bias, double eps, const Tensor& sum, const Tensor& normed,
                             const Tensor& mean, const Tensor& rstd) {
   binary(BinaryOp::kAdd, x, y, sum);
-  layer_norm_forward(sum, weight, bias, eps, normed, mean, rstd);
+  layer_norm_forward(is_16bit_float(sum.dtype()) ? widen_f32(sum) : sum, weight, bias, eps, normed,
+                     mean, rstd);
 }
 
 void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                              const Tensor& grad_x, const Tensor& grad_x_low,
                              const Tensor& grad_weight, const Tensor& grad_bias) {
+  // A 16-bit x: the gradient of its f32 copy, rounded to x's dtype as the cast's backward does.
+  const bool narrow = is_16bit_float(x.dtype());
+  const Tensor x_norm = narrow ? widen_f32(x) : x;
   const Tensor norm_grad =
-      grad_x.defined() ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
-  layer_norm_backward(grad_y, x, weight, mean, rstd, norm_grad, grad_weight, grad_bias);
+      grad_x.defined() ? Tensor::empty(x.shape(), x_norm.dtype(), x.device()) : Tensor();
+  layer_norm_backward(grad_y, x_norm, weight, mean, rstd, norm_grad, grad_weight, grad_bias);
   if (!grad_x.defined()) return;
-  binary(BinaryOp::kAdd, norm_grad, grad_sum, grad_x);
+  Tensor rounded = norm_grad;
+  if (narrow) {
+    rounded = Tensor::empty(x.shape(), x.dtype(), x.device());
+    copy(norm_grad, rounded);
+  }
+  binary(BinaryOp::kAdd, rounded, grad_sum, grad_x);
   if (grad_x_low.defined()) copy(grad_x, grad_x_low);
 }
 
