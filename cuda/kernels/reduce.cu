@@ -3,7 +3,9 @@
 // backend/cpu/reduce.cpp and topk.cpp; values are accumulated in f32.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/elementwise.h"
@@ -321,6 +323,80 @@ __global__ void topk_kernel(const T* __restrict__ x, int64_t rows, int64_t len, 
   }
 }
 
+constexpr int kDotThreads = 256;
+constexpr int64_t kDotChunk = 16 * kDotThreads;  // elements per block
+constexpr int64_t kDotMaxBlocks = 1024;
+
+// Two views seen as `rows` rows of `inner` contiguous elements, row r at r * stride_a in a and
+// r * stride_b in b.
+struct DotRows {
+  int64_t rows = 0, inner = 0, stride_a = 0, stride_b = 0;
+};
+
+// The rows of a and b when their dims, ordered by a's strides, merge into at most [rows, inner]
+// with contiguous inner elements in both (the order of a sum's terms is free): a contiguous pair,
+// or q and its gradient as views into a packed [B, N, 3, h, d] projection. Else nothing.
+std::optional<DotRows> dot_rows(const Tensor& a, const Tensor& b) {
+  struct Dim {
+    int64_t size, sa, sb;
+  };
+  std::vector<Dim> dims;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    const size_t i = static_cast<size_t>(d);
+    if (a.shape()[i] != 1) dims.push_back({a.shape()[i], a.strides()[i], b.strides()[i]});
+  }
+  std::stable_sort(dims.begin(), dims.end(), [](const Dim& x, const Dim& y) { return x.sa > y.sa; });
+  std::vector<Dim> merged;
+  for (const Dim& d : dims) {
+    if (!merged.empty() && merged.back().sa == d.sa * d.size && merged.back().sb == d.sb * d.size) {
+      merged.back() = {merged.back().size * d.size, d.sa, d.sb};
+    } else {
+      merged.push_back(d);
+    }
+  }
+  if (merged.empty()) return DotRows{1, 1, 1, 1};
+  if (merged.size() > 2 || merged.back().sa != 1 || merged.back().sb != 1) return std::nullopt;
+  DotRows r;
+  r.inner = merged.back().size;
+  r.rows = merged.size() == 2 ? merged[0].size : 1;
+  r.stride_a = merged.size() == 2 ? merged[0].sa : r.inner;
+  r.stride_b = merged.size() == 2 ? merged[0].sb : r.inner;
+  return r;
+}
+
+// Block i sums a * b over elements [i * chunk, (i + 1) * chunk) of the rows, its threads striding
+// through them, and writes one partial.
+template <typename T>
+__global__ void __launch_bounds__(kDotThreads)
+    dot_partials_kernel(const T* __restrict__ a, const T* __restrict__ b, DotRows r, int64_t chunk,
+                        float* __restrict__ partial) {
+  const int64_t n = r.rows * r.inner;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t end = begin + chunk < n ? begin + chunk : n;
+  float acc = 0.0f;
+  int64_t i = begin + threadIdx.x;
+  int64_t row = i / r.inner, col = i % r.inner;
+  for (; i < end; i += kDotThreads) {
+    acc += to_float(a[row * r.stride_a + col]) * to_float(b[row * r.stride_b + col]);
+    col += kDotThreads;
+    while (col >= r.inner) {
+      col -= r.inner;
+      ++row;
+    }
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// One block adds the partials, each thread a fixed stride of them, then the block.
+__global__ void __launch_bounds__(kDotThreads)
+    dot_final_kernel(const float* __restrict__ partial, int64_t count, float* __restrict__ out) {
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += kDotThreads) acc += partial[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out = acc;
+}
+
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
@@ -346,6 +422,38 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
       }
     });
   });
+}
+
+void dot(const Tensor& a, const Tensor& b, const Tensor& out) {
+  SKA_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype() && out.numel() == 1 &&
+                out.dtype() == DType::kF32,
+            ValueError, "cuda dot: operands of one shape and dtype and a one-element f32 output, "
+            "got ", a.str(), ", ", b.str(), ", ", out.str());
+  const int device = device_index(out);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  std::optional<DotRows> rows = dot_rows(a, b);
+  const Tensor ac = rows ? a : a.contiguous(), bc = rows ? b : b.contiguous();
+  if (!rows) rows = DotRows{1, a.numel(), a.numel(), a.numel()};
+  const int64_t n = rows->rows * rows->inner;
+  if (n == 0) {
+    SKA_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, sizeof(float), stream));
+    return;
+  }
+  // The split depends on n alone: the same sums in the same order on every call.
+  const int64_t blocks = std::min((n + kDotChunk - 1) / kDotChunk, kDotMaxBlocks);
+  const int64_t chunk = (n + blocks - 1) / blocks;
+  const Tensor partial = workspace(device, static_cast<size_t>(blocks) * sizeof(float));
+  dispatch_floating(a.dtype(), "dot", [&](auto tag) {
+    using T = decltype(tag);
+    dot_partials_kernel<T><<<static_cast<unsigned>(blocks), kDotThreads, 0, stream>>>(
+        static_cast<const T*>(ac.data_ptr()), static_cast<const T*>(bc.data_ptr()), *rows, chunk,
+        static_cast<float*>(partial.data_ptr()));
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+  dot_final_kernel<<<1, kDotThreads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
+                                                   blocks, static_cast<float*>(out.data_ptr()));
+  SKA_CUDA_CHECK_LAUNCH();
 }
 
 void argmax(const Tensor& x, int64_t dim, const Tensor& out) {

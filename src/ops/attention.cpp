@@ -88,11 +88,20 @@ Forward run_forward(const Tensor& qv, const Tensor& kv, const Tensor& vv, const 
   return f;
 }
 
-// The logits are linear in the scale factor f: dL/df = sum(dL/dz * z) / f = sum(dL/dq * q) / f
-// (products and sum in q's dtype, f32 accumulation); likewise for the bias factor with the bias.
+// The logits are linear in the scale factor f: dL/df = sum(dL/dz * z) / f = sum(dL/dq * q) / f,
+// the products and their sum in f32 (f64 for f64 q) by one kernel that reads the two views where
+// they lie (dL/dq may be a view into the packed qkv gradient); likewise for the bias factor with
+// the bias.
 Tensor factor_grad(const Tensor& grad, const Tensor& value, const Tensor& factor,
                    const Shape& shape) {
-  return div(sum(mul(grad, value)).to(factor.dtype()), factor).reshape(shape);
+  const DType sum_dtype = grad.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  if (grad.shape() != value.shape() || grad.dtype() != value.dtype() ||
+      factor.dtype() != sum_dtype) {
+    return div(sum(mul(grad, value)).to(factor.dtype()), factor).reshape(shape);
+  }
+  const Tensor total = Tensor::empty({1}, sum_dtype, grad.device());
+  SKA_KERNEL(grad.device(), dot)(grad, value, total);
+  return div(total, factor).reshape(shape);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "support/test_util.h"
@@ -102,3 +104,74 @@ TEST_CASE("CUDA reductions match the CPU", "[cuda]") {
   auto [v, i] = topk(y, 5);
   CHECK(ic.to_vector<int64_t>() == i.to_vector<int64_t>());
 }
+
+namespace {
+
+// sum(a * b) in double from the values, as the reference for the dot kernels.
+double dot_reference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  double s = 0.0;
+  for (size_t i = 0; i < av.size(); ++i) s += av[i] * bv[i];
+  return s;
+}
+
+// The operand pairs the dot kernels meet: contiguous; q and its gradient as [B, h, N, d] views
+// into packed [B, N, 3, h, d] tensors (rows of h * d); transposed views of different layouts (no
+// common rows: copied first); more than one block's chunk; empty.
+std::vector<std::pair<Tensor, Tensor>> dot_cases(DType dt) {
+  std::vector<std::pair<Tensor, Tensor>> out;
+  out.emplace_back(uniform({3, 5, 7}, 1).to(dt), uniform({3, 5, 7}, 2).to(dt));
+  const Tensor packed_a = uniform({4, 9, 3, 2, 8}, 3).to(dt), packed_b = uniform({4, 9, 3, 2, 8}, 4).to(dt);
+  out.emplace_back(packed_a.select(2, 0).permute({0, 2, 1, 3}),
+                   packed_b.select(2, 0).permute({0, 2, 1, 3}));
+  out.emplace_back(uniform({6, 10}, 5).to(dt).transpose(0, 1), uniform({10, 6}, 6).to(dt));
+  out.emplace_back(uniform({70000}, 7).to(dt), uniform({70000}, 8).to(dt));
+  out.emplace_back(Tensor::zeros({0, 4}, dt), Tensor::zeros({0, 4}, dt));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("dot: sum(a * b) over any views, in f64 on the CPU", "[cpu]") {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    for (const auto& [a, b] : dot_cases(dt)) {
+      INFO(dtype_name(dt) << " " << a.str());
+      const Tensor out = Tensor::empty({1}, dt == DType::kF64 ? DType::kF64 : DType::kF32);
+      cpu::dot(a, b, out);
+      const double want = dot_reference(a, b);
+      CHECK(out.item() == Approx(want).epsilon(dt == DType::kF64 ? 1e-13 : 1e-6).margin(1e-9));
+    }
+  }
+  const Tensor x = uniform({4}, 9);
+  CHECK_THROWS_WITH(cpu::dot(x, uniform({5}, 10), Tensor::empty({1}, DType::kF64)),
+                    Catch::Contains("one shape"));
+  CHECK_THROWS_AS(cpu::dot(x, x, Tensor::empty({1}, DType::kF32)), ValueError);
+}
+
+#ifdef SKA_WITH_CUDA
+TEST_CASE("dot on CUDA: the CPU's sums, the same bits every call", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const auto& [a, b] : dot_cases(dt)) {
+      INFO(dtype_name(dt) << " " << a.str());
+      const Tensor ag = a.to(Device::cuda(0)), bg = b.to(Device::cuda(0));
+      // The views keep their layouts on the device (to() of a view copies it contiguous).
+      const Tensor out1 = Tensor::empty({1}, DType::kF32, Device::cuda(0));
+      const Tensor out2 = Tensor::empty({1}, DType::kF32, Device::cuda(0));
+      cuda::dot(ag, bg, out1);
+      cuda::dot(ag, bg, out2);
+      CHECK(out1.item() == out2.item());
+      CHECK(out1.item() == Approx(dot_reference(a, b)).epsilon(1e-5).margin(1e-6));
+    }
+    // A strided pair on the device: q and its gradient inside packed projections.
+    const Tensor packed_a = uniform({4, 9, 3, 2, 8}, 3).to(Device::cuda(0), dt);
+    const Tensor packed_b = uniform({4, 9, 3, 2, 8}, 4).to(Device::cuda(0), dt);
+    const Tensor qa = packed_a.select(2, 0).permute({0, 2, 1, 3});
+    const Tensor qb = packed_b.select(2, 0).permute({0, 2, 1, 3});
+    REQUIRE_FALSE(qa.is_contiguous());
+    const Tensor out = Tensor::empty({1}, DType::kF32, Device::cuda(0));
+    cuda::dot(qa, qb, out);
+    CHECK(out.item() == Approx(dot_reference(qa, qb)).epsilon(1e-5));
+  }
+}
+#endif
