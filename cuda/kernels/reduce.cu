@@ -379,9 +379,9 @@ __global__ void __launch_bounds__(kDotThreads)
   for (; i < end; i += kDotThreads) {
     acc += to_float(a[row * r.stride_a + col]) * to_float(b[row * r.stride_b + col]);
     col += kDotThreads;
-    while (col >= r.inner) {
-      col -= r.inner;
-      ++row;
+    if (col >= r.inner) {  // a division only where a row ends
+      row += col / r.inner;
+      col %= r.inner;
     }
   }
   acc = block_sum(acc);
