@@ -6,6 +6,10 @@
 
 namespace ska::models {
 
+Tensor ChainedBlock::forward(const Tensor& x) {
+  return forward_chained({x, first_norm()(x)}, nullptr).sum;
+}
+
 Tensor run_block_chain(nn::Sequential& blocks, const Tensor& x) {
   if (!nn::fused_residual_norm_enabled() || blocks.size() == 0 ||
       nn::SummaryRecorder::active()) {

@@ -8,9 +8,11 @@
 
 namespace ska::models {
 
-// A block `x -> ... -> x' + branch` whose first op is first_norm()(x).
+// A block `x -> ... -> x' + branch` whose first op is first_norm()(x). Its forward is the chain of
+// one: forward_chained({x, first_norm()(x)}, nullptr).
 class ChainedBlock : public nn::Module {
  public:
+  Tensor forward(const Tensor& x) override;
   virtual nn::LayerNorm& first_norm() = 0;
   // The block on in.sum = x with in.normed = first_norm()(x) already computed: its output and
   // next's first norm of it (one op), or, without a next block, the output alone (normed

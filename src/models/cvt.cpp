@@ -144,10 +144,6 @@ class CvtBlock : public ChainedBlock {
     mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(attn.dim, mlp));
     norm2_->autocast_output = mlp_->reads_input_by_matmul_only();  // norm1 feeds convolutions
   }
-  Tensor forward(const Tensor& x) override {
-    const ResidualNorm y = norm2_->forward_residual(x, (*drop_path_)((*attn_)((*norm1_)(x))));
-    return y.sum + (*drop_path_)((*mlp_)(y.normed));
-  }
   nn::LayerNorm& first_norm() override { return *norm1_; }
   ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override {
     const ResidualNorm y = norm2_->forward_residual(in.sum, (*drop_path_)((*attn_)(in.normed)));

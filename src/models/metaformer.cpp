@@ -138,12 +138,8 @@ ResidualNorm MetaFormerBlock::forward_chained(const ResidualNorm& in, ChainedBlo
 }
 
 Tensor MetaFormerBlock::forward(const Tensor& x) {
-  check_input(x);
-  const Tensor tokens = x.reshape({x.size(0), grid_.tokens(), x.size(3)});  // a view
-  const ResidualNorm mixed = norm2_->forward_residual(
-      (*res_scale1_)(tokens), (*drop_path1_)((*token_mixer_)((*norm1_)(tokens))));
-  const Tensor y = (*res_scale2_)(mixed.sum) + (*drop_path2_)((*mlp_)(mixed.normed));
-  return y.view(x.shape());
+  check_input(x);  // before norm1 reads it
+  return ChainedBlock::forward(x);
 }
 
 MlpHead::MlpHead(int64_t dim, int64_t num_classes, const MetaFormerConfig& c) {

@@ -177,10 +177,6 @@ class SwinBlock : public ChainedBlock {
     norm1_->autocast_output = attn_->reads_input_by_matmul_only();
     norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
   }
-  Tensor forward(const Tensor& x) override {
-    const ResidualNorm y = norm2_->forward_residual(x, (*attn_)((*norm1_)(x)));
-    return y.sum + (*mlp_)(y.normed);
-  }
   nn::LayerNorm& first_norm() override { return *norm1_; }
   ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override {
     const ResidualNorm y = norm2_->forward_residual(in.sum, (*attn_)(in.normed));

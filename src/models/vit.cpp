@@ -56,11 +56,6 @@ VitBlock::VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dro
   norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
 }
 
-Tensor VitBlock::forward(const Tensor& x) {
-  const ResidualNorm mixed = norm2_->forward_residual(x, (*mixer_)((*norm1_)(x)));
-  return add(mixed.sum, (*mlp_)(mixed.normed));
-}
-
 ResidualNorm VitBlock::forward_chained(const ResidualNorm& in, ChainedBlock* next) {
   const ResidualNorm mixed = norm2_->forward_residual(in.sum, (*mixer_)(in.normed));
   const Tensor branch = (*mlp_)(mixed.normed);

@@ -33,7 +33,6 @@ class ShiftedPatchEmbedding : public nn::Module {
 class VitBlock : public ChainedBlock {
  public:
   VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dropout);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "VitBlock"; }
   nn::LayerNorm& first_norm() override { return *norm1_; }
   ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override;
