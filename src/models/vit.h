@@ -36,6 +36,10 @@ class VitBlock : public ChainedBlock {
   std::string type_name() const override { return "VitBlock"; }
   nn::LayerNorm& first_norm() override { return *norm1_; }
   ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override;
+  // Set on a ViT's last block, of whose output only the class token is read: after the mixer,
+  // the block runs on that token alone (the MLP is per token, so its values are the same) and
+  // returns [B, 1, C].
+  bool class_token_output = false;
 
  private:
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
