@@ -38,17 +38,14 @@ __device__ __forceinline__ T residual_add(T a, TR b) {
   return from_float<T>(__fadd_rn(to_float(a), to_float(b)));
 }
 
-template <typename T, typename TY>
-__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY* y, float* mean,
-                                          float* rstd, int64_t rows, int64_t cols, float eps) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
-  if (row >= rows) return;  // warp-uniform
-  const int lane = threadIdx.x & 31;
-  const T* xr = x + row * cols;
-  float s = 0.0f;
-  for (int64_t c = lane; c < cols; c += 32) s += to_float(xr[c]);
+// The rest of a row's forward once each lane has summed its elements into `s`: the mean, the
+// variance around it (a second pass: no cancellation, unlike E[x^2] - E[x]^2), the statistics
+// and the normalised row. xr: the row as layer norm reads it.
+template <typename T, typename P, typename TY>
+__device__ __forceinline__ void normalize_row(const T* xr, float s, const P* w, const P* b, TY* yr,
+                                              float* mean, float* rstd, int64_t row, int64_t cols,
+                                              float eps, int lane) {
   const float mu = warp_sum(s) / static_cast<float>(cols);
-  // Second pass around the mean: no cancellation, unlike E[x^2] - E[x]^2.
   float v = 0.0f;
   for (int64_t c = lane; c < cols; c += 32) {
     const float d = to_float(xr[c]) - mu;
@@ -59,13 +56,24 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY
     mean[row] = mu;
     rstd[row] = rs;
   }
-  TY* yr = y + row * cols;
   for (int64_t c = lane; c < cols; c += 32) {
     float out = (to_float(xr[c]) - mu) * rs;
     if (w) out *= to_float(w[c]);
     if (b) out += to_float(b[c]);
     yr[c] = from_float<TY>(out);
   }
+}
+
+template <typename T, typename TY>
+__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY* y, float* mean,
+                                          float* rstd, int64_t rows, int64_t cols, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  if (row >= rows) return;  // warp-uniform
+  const int lane = threadIdx.x & 31;
+  const T* xr = x + row * cols;
+  float s = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) s += to_float(xr[c]);
+  normalize_row(xr, s, w, b, y + row * cols, mean, rstd, row, cols, eps, lane);
 }
 
 // layer_norm_forward_kernel on sum = x + y, which it writes as it reads it: the same sums in the
@@ -86,24 +94,7 @@ __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, const P* 
     sr[c] = v;
     s += to_float(v);
   }
-  const float mu = warp_sum(s) / static_cast<float>(cols);
-  float v = 0.0f;
-  for (int64_t c = lane; c < cols; c += 32) {
-    const float d = to_float(sr[c]) - mu;
-    v += d * d;
-  }
-  const float rs = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(cols) + eps);
-  if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = rs;
-  }
-  TY* yr = out + base;
-  for (int64_t c = lane; c < cols; c += 32) {
-    float o = (to_float(sr[c]) - mu) * rs;
-    if (w) o *= to_float(w[c]);
-    if (b) o += to_float(b[c]);
-    yr[c] = from_float<TY>(o);
-  }
+  normalize_row(static_cast<const T*>(sr), s, w, b, out + base, mean, rstd, row, cols, eps, lane);
 }
 
 // Stores one element of grad_x: the layer-norm gradient g rounded to T, plus the residual

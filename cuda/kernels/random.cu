@@ -334,20 +334,38 @@ void launch_per_byte(const Tensor& like, const char* name, Launch&& launch) {
   });
 }
 
-}  // namespace
-
-void dropout_forward(const Tensor& x, uint64_t seed, uint64_t offset, double keep_prob,
-                     double scale, const Tensor& offset_base, const Tensor& out,
-                     const Tensor& bits) {
-  check_dropout("dropout_forward", x, out, bits);
-  const int64_t* base = offset_base_ptr(offset_base, out, "dropout_forward");
+// dropout_forward_kernel over x with the activation make_act(T{}) applied first.
+template <typename MakeAct>
+void launch_dropout_forward(const char* kernel, const Tensor& x, uint64_t seed, uint64_t offset,
+                            double keep_prob, double scale, const Tensor& offset_base,
+                            const Tensor& out, const Tensor& bits, MakeAct&& make_act) {
+  check_dropout(kernel, x, out, bits);
+  const int64_t* base = offset_base_ptr(offset_base, out, kernel);
   const bool vectors = vectors_fit(x, out);
-  launch_per_byte(x, "dropout_forward", [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
+  launch_per_byte(x, kernel, [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
     using T = decltype(tag);
     dropout_forward_kernel<T><<<grid, kThreads, 0, s>>>(
         static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
         static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
-        static_cast<float>(keep_prob), static_cast<float>(scale), vectors);
+        static_cast<float>(keep_prob), static_cast<float>(scale), vectors, make_act(tag));
+  });
+}
+
+// dropout_backward_kernel over grad, then the activation make_act(T{}) at x where it has one
+// (x undefined for dropout itself).
+template <typename MakeAct>
+void launch_dropout_backward(const char* kernel, const Tensor& grad, const Tensor& bits,
+                             double scale, const Tensor& x, const Tensor& grad_x,
+                             MakeAct&& make_act) {
+  check_dropout(kernel, grad, grad_x, bits);
+  if (x.defined()) check_dropout(kernel, x, grad_x, bits);
+  const bool vectors = vectors_fit(grad, grad_x) && (!x.defined() || vectors_fit(x, x));
+  launch_per_byte(grad, kernel, [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
+    using T = decltype(tag);
+    dropout_backward_kernel<T><<<grid, kThreads, 0, s>>>(
+        static_cast<const T*>(grad.data_ptr()), static_cast<const uint8_t*>(bits.data_ptr()),
+        static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale), vectors,
+        x.defined() ? static_cast<const T*>(x.data_ptr()) : nullptr, make_act(tag));
   });
 }
 
@@ -366,55 +384,41 @@ void visit_dropout_activation(UnaryOp op, const char* kernel, F&& f) {
   }
 }
 
+}  // namespace
+
+void dropout_forward(const Tensor& x, uint64_t seed, uint64_t offset, double keep_prob,
+                     double scale, const Tensor& offset_base, const Tensor& out,
+                     const Tensor& bits) {
+  launch_dropout_forward("dropout_forward", x, seed, offset, keep_prob, scale, offset_base, out,
+                         bits, [](auto) { return NoActivation{}; });
+}
+
+void dropout_backward(const Tensor& grad, const Tensor& bits, double scale, const Tensor& grad_x) {
+  launch_dropout_backward("dropout_backward", grad, bits, scale, Tensor(), grad_x,
+                          [](auto) { return NoActivation{}; });
+}
+
 void unary_dropout_forward(UnaryOp op, const Tensor& x, double a, double b, uint64_t seed,
                            uint64_t offset, double keep_prob, double scale,
                            const Tensor& offset_base, const Tensor& out, const Tensor& bits) {
-  check_dropout("unary_dropout_forward", x, out, bits);
-  const int64_t* base = offset_base_ptr(offset_base, out, "unary_dropout_forward");
-  const bool vectors = vectors_fit(x, out);
   visit_dropout_activation(op, "unary_dropout_forward", [&](auto op_c) {
-    constexpr UnaryOp kOp = decltype(op_c)::value;
-    launch_per_byte(x, "unary_dropout_forward",
-                    [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
-                      using T = decltype(tag);
-                      dropout_forward_kernel<T><<<grid, kThreads, 0, s>>>(
-                          static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
-                          static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
-                          static_cast<float>(keep_prob), static_cast<float>(scale), vectors,
-                          UnaryActivation<kOp, T>{static_cast<float>(a), static_cast<float>(b)});
-                    });
+    launch_dropout_forward("unary_dropout_forward", x, seed, offset, keep_prob, scale, offset_base,
+                           out, bits, [&](auto tag) {
+                             return UnaryActivation<decltype(op_c)::value, decltype(tag)>{
+                                 static_cast<float>(a), static_cast<float>(b)};
+                           });
   });
 }
 
 void unary_dropout_backward(UnaryOp op, const Tensor& grad, const Tensor& bits, double scale,
                             const Tensor& x, double a, double b, const Tensor& grad_x) {
-  check_dropout("unary_dropout_backward", grad, grad_x, bits);
-  check_dropout("unary_dropout_backward", x, grad_x, bits);
-  const bool vectors = vectors_fit(grad, grad_x) && vectors_fit(x, x);
+  SKA_CHECK(x.defined(), ValueError, "cuda unary_dropout_backward: x (the activation's input) is "
+            "required");
   visit_dropout_activation(op, "unary_dropout_backward", [&](auto op_c) {
-    constexpr UnaryOp kOp = decltype(op_c)::value;
-    launch_per_byte(grad, "unary_dropout_backward",
-                    [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
-                      using T = decltype(tag);
-                      dropout_backward_kernel<T><<<grid, kThreads, 0, s>>>(
-                          static_cast<const T*>(grad.data_ptr()),
-                          static_cast<const uint8_t*>(bits.data_ptr()),
-                          static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale),
-                          vectors, static_cast<const T*>(x.data_ptr()),
-                          UnaryActivation<kOp, T>{static_cast<float>(a), static_cast<float>(b)});
-                    });
-  });
-}
-
-void dropout_backward(const Tensor& grad, const Tensor& bits, double scale, const Tensor& grad_x) {
-  check_dropout("dropout_backward", grad, grad_x, bits);
-  const bool vectors = vectors_fit(grad, grad_x);
-  launch_per_byte(grad, "dropout_backward", [&](auto tag, int64_t n, unsigned grid,
-                                                cudaStream_t s) {
-    using T = decltype(tag);
-    dropout_backward_kernel<T><<<grid, kThreads, 0, s>>>(
-        static_cast<const T*>(grad.data_ptr()), static_cast<const uint8_t*>(bits.data_ptr()),
-        static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale), vectors);
+    launch_dropout_backward("unary_dropout_backward", grad, bits, scale, x, grad_x, [&](auto tag) {
+      return UnaryActivation<decltype(op_c)::value, decltype(tag)>{static_cast<float>(a),
+                                                                  static_cast<float>(b)};
+    });
   });
 }
 
