@@ -19,8 +19,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // gradients) of add followed by layer_norm, bit for bit. Where it can, one kernel writes sum and
 // normed, and in the backward pass one kernel adds the gradient reaching sum directly to the one
 // through the norm and writes y's 16-bit copy of it: x, y of one shape, y of x's dtype or (f32 x)
-// of the output's 16-bit dtype, the parameters of x's dtype, and no autocast cast needed.
-// Otherwise it runs the two ops.
+// of the output's 16-bit dtype, the parameters of x's dtype, and no autocast cast needed; or,
+// under autocast, a bf16/f16 x and y with f32 parameters (normalised as layer_norm normalises
+// autocast's f32 copy of the sum; the output f32 unless out_dtype says otherwise). Otherwise it
+// runs the two ops.
 struct ResidualNorm {
   Tensor sum;
   Tensor normed;
