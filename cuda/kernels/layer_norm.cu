@@ -348,9 +348,9 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
     run(std::integral_constant<int, kFusedMaxCols / 32>{});
   }
   if (params) {
-    layer_norm_param_final<P><<<grid_for(cols), 256, 0, s>>>(
-        part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight),
-        mutable_or_null<P>(grad_bias));
+    layer_norm_param_final<P><<<grid_for(cols), 256, 0, s>>>(part_w, part_b, chunks, cols,
+                                                             mutable_or_null<P>(grad_weight),
+                                                             mutable_or_null<P>(grad_bias));
     SKA_CUDA_CHECK_LAUNCH();
   }
 }
@@ -446,19 +446,18 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
   }
   for (const Tensor* t : {&grad_sum, &grad_x_low}) {
     if (!t->defined()) continue;
-    SKA_CHECK(grad_x.defined() && t->is_contiguous() && t->numel() == x.numel(), ValueError,
-              kernel, ": grad_sum and grad_x_low need grad_x and x's size, contiguous");
+    SKA_CHECK(grad_x.defined() && t->is_contiguous() && t->numel() == x.numel(), ValueError, kernel,
+              ": grad_sum and grad_x_low need grad_x and x's size, contiguous");
   }
   SKA_CHECK(!grad_sum.defined() || grad_sum.dtype() == x.dtype(), DTypeError, kernel,
             ": grad_sum must have x's dtype ", dtype_name(x.dtype()));
   SKA_CHECK(!grad_x_low.defined() ||
                 (grad_x_low.dtype() == grad_y.dtype() && grad_y.dtype() != x.dtype()),
             DTypeError, kernel, ": grad_x_low must have grad_y's 16-bit dtype");
-  dispatch_norm(x.dtype(), param_dtype, grad_y.dtype(), kernel, [&](auto tag, auto param_tag,
-                                                                      auto out_tag) {
-    using T = decltype(tag);
-    using P = decltype(param_tag);
-    using TY = decltype(out_tag);
+  dispatch_norm(x.dtype(), param_dtype, grad_y.dtype(), kernel, [&](auto t, auto p, auto ty) {
+    using T = decltype(t);
+    using P = decltype(p);
+    using TY = decltype(ty);
     const cudaStream_t s = current_stream(device);
     if (rows == 0) {  // empty batch: the parameter gradients are zero
       if (grad_weight.defined())
@@ -518,11 +517,11 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weig
             "add_layer_norm_forward: a ", dtype_name(x.dtype()), " x with ",
             dtype_name(param_dtype), " parameters needs y of its dtype, got ",
             dtype_name(y.dtype()));
-  dispatch_norm(x.dtype(), param_dtype, normed.dtype(), "add_layer_norm_forward",
-                [&](auto tag, auto param_tag, auto out_tag) {
-    using T = decltype(tag);
-    using P = decltype(param_tag);
-    using TY = decltype(out_tag);
+  const char* kernel = "add_layer_norm_forward";
+  dispatch_norm(x.dtype(), param_dtype, normed.dtype(), kernel, [&](auto t, auto p, auto ty) {
+    using T = decltype(t);
+    using P = decltype(p);
+    using TY = decltype(ty);
     const auto run = [&](auto residual_tag) {
       using TR = decltype(residual_tag);
       add_layer_norm_forward_kernel<T, TR, P, TY>

@@ -219,7 +219,8 @@ __global__ void dropout_backward_kernel(const T* __restrict__ grad,
     } else {
       for (int k = 0; i0 + k < n; ++k) {
         float g = __fmul_rn(to_float(grad[i0 + k]), (byte >> k) & 1 ? s : 0.0f);
-        if constexpr (Act::kReadsX) g = act.backward(to_float(from_float<T>(g)), to_float(x[i0 + k]));
+        if constexpr (Act::kReadsX)
+          g = act.backward(to_float(from_float<T>(g)), to_float(x[i0 + k]));
         grad_x[i0 + k] = from_float<T>(g);
       }
     }
@@ -373,11 +374,16 @@ void launch_dropout_backward(const char* kernel, const Tensor& grad, const Tenso
 template <typename F>
 void visit_dropout_activation(UnaryOp op, const char* kernel, F&& f) {
   switch (op) {
-    case UnaryOp::kGelu: return f(std::integral_constant<UnaryOp, UnaryOp::kGelu>{});
-    case UnaryOp::kGeluTanh: return f(std::integral_constant<UnaryOp, UnaryOp::kGeluTanh>{});
-    case UnaryOp::kQuickGelu: return f(std::integral_constant<UnaryOp, UnaryOp::kQuickGelu>{});
-    case UnaryOp::kRelu: return f(std::integral_constant<UnaryOp, UnaryOp::kRelu>{});
-    case UnaryOp::kSilu: return f(std::integral_constant<UnaryOp, UnaryOp::kSilu>{});
+    case UnaryOp::kGelu:
+      return f(std::integral_constant<UnaryOp, UnaryOp::kGelu>{});
+    case UnaryOp::kGeluTanh:
+      return f(std::integral_constant<UnaryOp, UnaryOp::kGeluTanh>{});
+    case UnaryOp::kQuickGelu:
+      return f(std::integral_constant<UnaryOp, UnaryOp::kQuickGelu>{});
+    case UnaryOp::kRelu:
+      return f(std::integral_constant<UnaryOp, UnaryOp::kRelu>{});
+    case UnaryOp::kSilu:
+      return f(std::integral_constant<UnaryOp, UnaryOp::kSilu>{});
     default:
       SKA_CHECK(false, ValueError, "cuda ", kernel, ": ", unary_op_name(op),
                 " is not an activation it fuses (gelu, gelu_tanh, quick_gelu, relu, silu)");
@@ -412,12 +418,12 @@ void unary_dropout_forward(UnaryOp op, const Tensor& x, double a, double b, uint
 
 void unary_dropout_backward(UnaryOp op, const Tensor& grad, const Tensor& bits, double scale,
                             const Tensor& x, double a, double b, const Tensor& grad_x) {
-  SKA_CHECK(x.defined(), ValueError, "cuda unary_dropout_backward: x (the activation's input) is "
-            "required");
+  SKA_CHECK(x.defined(), ValueError, "cuda unary_dropout_backward: x, the activation's input, ",
+            "is required");
   visit_dropout_activation(op, "unary_dropout_backward", [&](auto op_c) {
     launch_dropout_backward("unary_dropout_backward", grad, bits, scale, x, grad_x, [&](auto tag) {
       return UnaryActivation<decltype(op_c)::value, decltype(tag)>{static_cast<float>(a),
-                                                                  static_cast<float>(b)};
+                                                                   static_cast<float>(b)};
     });
   });
 }

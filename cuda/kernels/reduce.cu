@@ -345,7 +345,8 @@ std::optional<DotRows> dot_rows(const Tensor& a, const Tensor& b) {
     const size_t i = static_cast<size_t>(d);
     if (a.shape()[i] != 1) dims.push_back({a.shape()[i], a.strides()[i], b.strides()[i]});
   }
-  std::stable_sort(dims.begin(), dims.end(), [](const Dim& x, const Dim& y) { return x.sa > y.sa; });
+  std::stable_sort(dims.begin(), dims.end(),
+                   [](const Dim& x, const Dim& y) { return x.sa > y.sa; });
   std::vector<Dim> merged;
   for (const Dim& d : dims) {
     if (!merged.empty() && merged.back().sa == d.sa * d.size && merged.back().sb == d.sb * d.size) {
@@ -427,8 +428,8 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
 void dot(const Tensor& a, const Tensor& b, const Tensor& out) {
   SKA_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype() && out.numel() == 1 &&
                 out.dtype() == DType::kF32,
-            ValueError, "cuda dot: operands of one shape and dtype and a one-element f32 output, "
-            "got ", a.str(), ", ", b.str(), ", ", out.str());
+            ValueError, "cuda dot: expected operands of one shape and dtype and a one-element f32",
+            " output, got ", a.str(), ", ", b.str(), ", ", out.str());
   const int device = device_index(out);
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
@@ -452,7 +453,7 @@ void dot(const Tensor& a, const Tensor& b, const Tensor& out) {
     SKA_CUDA_CHECK_LAUNCH();
   });
   dot_final_kernel<<<1, kDotThreads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
-                                                   blocks, static_cast<float*>(out.data_ptr()));
+                                                  blocks, static_cast<float*>(out.data_ptr()));
   SKA_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,8 +11,7 @@ Tensor ChainedBlock::forward(const Tensor& x) {
 }
 
 Tensor run_block_chain(nn::Sequential& blocks, const Tensor& x) {
-  if (!nn::fused_residual_norm_enabled() || blocks.size() == 0 ||
-      nn::SummaryRecorder::active()) {
+  if (!nn::fused_residual_norm_enabled() || blocks.size() == 0 || nn::SummaryRecorder::active()) {
     return blocks(x);
   }
   const auto block = [&](size_t i) {

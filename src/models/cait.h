@@ -71,7 +71,8 @@ class CaitBlock : public nn::Module {
   std::string type_name() const override { return "CaitBlock"; }
 
  private:
-  Tensor residual_mlp(const Tensor& x, const Tensor& branch);  // x + branch, then the MLP's residual
+  // x + branch, then the MLP's residual.
+  Tensor residual_mlp(const Tensor& x, const Tensor& branch);
 
   bool class_block_;
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;

@@ -127,9 +127,9 @@ ResidualNorm MetaFormerBlock::forward_chained(const ResidualNorm& in, ChainedBlo
   const Tensor& x = in.sum;
   check_input(x);
   const Shape tokens_shape{x.size(0), grid_.tokens(), x.size(3)};
-  const ResidualNorm mixed = norm2_->forward_residual(
-      (*res_scale1_)(x.reshape(tokens_shape)),
-      (*drop_path1_)((*token_mixer_)(in.normed.reshape(tokens_shape))));
+  const ResidualNorm mixed =
+      norm2_->forward_residual((*res_scale1_)(x.reshape(tokens_shape)),
+                               (*drop_path1_)((*token_mixer_)(in.normed.reshape(tokens_shape))));
   const Tensor kept = (*res_scale2_)(mixed.sum);
   const Tensor branch = (*drop_path2_)((*mlp_)(mixed.normed));
   if (next == nullptr) return {(kept + branch).view(x.shape()), Tensor()};

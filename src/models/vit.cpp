@@ -58,8 +58,8 @@ VitBlock::VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dro
 
 ResidualNorm VitBlock::forward_chained(const ResidualNorm& in, ChainedBlock* next) {
   if (class_token_output && next == nullptr) {
-    const ResidualNorm cls = norm2_->forward_residual(in.sum.narrow(1, 0, 1),
-                                                      (*mixer_)(in.normed).narrow(1, 0, 1));
+    const ResidualNorm cls =
+        norm2_->forward_residual(in.sum.narrow(1, 0, 1), (*mixer_)(in.normed).narrow(1, 0, 1));
     return {add(cls.sum, (*mlp_)(cls.normed)), Tensor()};
   }
   const ResidualNorm mixed = norm2_->forward_residual(in.sum, (*mixer_)(in.normed));
@@ -97,7 +97,8 @@ Vit::Vit(const ModelInput& input, const VitOptions& o,
                     std::make_shared<VitBlock>(o.dim, make_mixer(i, args), o.mlp_dim, o.dropout));
   }
   // Only the class token of the last block's output reaches the head.
-  if (o.depth > 0) static_cast<VitBlock&>(blocks_->at(blocks_->size() - 1)).class_token_output = true;
+  if (o.depth > 0)
+    static_cast<VitBlock&>(blocks_->at(blocks_->size() - 1)).class_token_output = true;
   norm_ = register_module("norm", std::make_shared<nn::LayerNorm>(o.dim, 1e-5));
   head_ = register_module("head", std::make_shared<nn::Linear>(o.dim, input.num_classes));
 }

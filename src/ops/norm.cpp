@@ -98,15 +98,15 @@ bool autocast_16bit_stream(const Tensor& x, const Tensor& weight, const Tensor& 
 
 bool residual_norm_fusable(const Tensor& x, const Tensor& y, const Tensor& weight,
                            const Tensor& bias, DType out_dtype) {
-  if (!x.defined() || !y.defined() || !x.is_floating() || x.dim() == 0 ||
-      x.shape() != y.shape() || y.device() != x.device()) {
+  if (!x.defined() || !y.defined() || !x.is_floating() || x.dim() == 0 || x.shape() != y.shape() ||
+      y.device() != x.device()) {
     return false;
   }
   const bool narrow_stream = autocast_16bit_stream(x, weight, bias);
   const DType param_dtype = narrow_stream ? DType::kF32 : x.dtype();
   const auto param_ok = [&](const Tensor& p) {
-    return !p.defined() || (p.dtype() == param_dtype && p.device() == x.device() &&
-                            p.dim() == 1 && p.shape()[0] == x.shape().back());
+    return !p.defined() || (p.dtype() == param_dtype && p.device() == x.device() && p.dim() == 1 &&
+                            p.shape()[0] == x.shape().back());
   };
   if (!param_ok(weight) || !param_ok(bias)) return false;
   if (narrow_stream) {

@@ -258,8 +258,8 @@ struct GeluDropoutRun {
 GeluDropoutRun run_gelu_dropout(bool fused, const Tensor& x, bool tanh, Device device) {
   Generator gen(31);
   const Tensor xd = x.to(device).detach().set_requires_grad();
-  const Tensor y = fused ? gelu_dropout(xd, 0.2, true, tanh, &gen)
-                         : dropout(gelu(xd, tanh), 0.2, true, &gen);
+  const Tensor y =
+      fused ? gelu_dropout(xd, 0.2, true, tanh, &gen) : dropout(gelu(xd, tanh), 0.2, true, &gen);
   const Tensor w = ska::test::uniform(x.shape(), 9).to(device, x.dtype());
   sum(mul(y, w)).backward();
   const float next = static_cast<float>(rand({1}, DType::kF32, Device::cpu(), &gen).item());
@@ -337,12 +337,12 @@ TEST_CASE("gelu_dropout on CUDA: the bits of the GELU and dropout kernels, the C
       cuda::unary_dropout_backward(UnaryOp::kGelu, gsg, bg, 1.25, xsg, 0, 0, gg);
       ska::test::require_close(gg, gc.to(DType::kF64), ska::test::tolerance_for(dt), "backward");
     }
-    CHECK_THROWS_WITH(cuda::unary_dropout_forward(UnaryOp::kExp, x.to(Device::cuda(0)), 0, 0, 5,
-                                                  9, 0.8, 1.25, Tensor(),
-                                                  x.to(Device::cuda(0)).clone(),
-                                                  Tensor::empty({(x.numel() + 7) / 8}, DType::kU8,
-                                                                Device::cpu()).to(Device::cuda(0))),
-                      Catch::Contains("not an activation"));
+    CHECK_THROWS_WITH(
+        cuda::unary_dropout_forward(
+            UnaryOp::kExp, x.to(Device::cuda(0)), 0, 0, 5, 9, 0.8, 1.25, Tensor(),
+            x.to(Device::cuda(0)).clone(),
+            Tensor::empty({(x.numel() + 7) / 8}, DType::kU8, Device::cpu()).to(Device::cuda(0))),
+        Catch::Contains("not an activation"));
 #endif
   }
 }

@@ -49,7 +49,7 @@ struct SwitchScope {
 struct Run {
   Tensor logits;
   std::map<std::string, Tensor> grads;
-  int fused_nodes = 0;        // add_layer_norm nodes in the graph
+  int fused_nodes = 0;         // add_layer_norm nodes in the graph
   int gelu_dropout_nodes = 0;  // gelu_dropout nodes
 };
 
@@ -127,12 +127,12 @@ void check_same_bits(Device device) {
 // The fused residual adds in a fixture's graph: 2n - 1 for a chain of n blocks, one per CaiT block.
 int expected_fused_adds(const std::string& name) {
   const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
-  if (starts("vit")) return 3;                       // one chain of 2 blocks
-  if (starts("cait")) return 3;                      // 2 self-attention + 1 class-attention block
-  if (starts("cvt")) return 2;                       // depths [1, 1]
-  if (starts("swin")) return 6;                      // depths [2, 2]
-  if (name == "metaformer_mixed") return 4;          // depths [1, 1, 1, 1]
-  if (name == "metaformer_caformer") return 3 + 3;   // depths [2, 1, 1, 1]
+  if (starts("vit")) return 3;                      // one chain of 2 blocks
+  if (starts("cait")) return 3;                     // 2 self-attention + 1 class-attention block
+  if (starts("cvt")) return 2;                      // depths [1, 1]
+  if (starts("swin")) return 6;                     // depths [2, 2]
+  if (name == "metaformer_mixed") return 4;         // depths [1, 1, 1, 1]
+  if (name == "metaformer_caformer") return 3 + 3;  // depths [2, 1, 1, 1]
   FAIL("no expected count for fixture " << name);
   return -1;
 }

@@ -161,26 +161,30 @@ ResidualNormRun run_residual_norm(bool fused, DType x_dtype, DType y_dtype,
   if (use_sum) loss = add(loss, sum(mul(r.sum, uniform(shape, 84).to(x_dtype))));
   if (use_normed) loss = add(loss, sum(mul(r.normed, uniform(shape, 85).to(x_dtype))));
   loss.backward();
-  return {r.sum,  r.normed, x.grad(), y.grad(), w.grad(), with_bias ? b.grad() : Tensor(),
+  return {r.sum,
+          r.normed,
+          x.grad(),
+          y.grad(),
+          w.grad(),
+          with_bias ? b.grad() : Tensor(),
           r.sum.grad_fn()->name()};
 }
 
 }  // namespace
 
-TEST_CASE("add_layer_norm: the values and gradients of add then layer_norm, bit for bit",
-          "[cpu]") {
+TEST_CASE("add_layer_norm: the values and gradients of add then layer_norm, bit for bit", "[cpu]") {
   using ska::test::bitwise_equal;
   struct Case {
     DType x, y;
     std::optional<DType> out;
   };
   // f64; f32; an f32 residual stream with a bf16 / f16 branch and a 16-bit norm output (autocast).
-  for (const Case& c : {Case{DType::kF64, DType::kF64, std::nullopt},
-                        Case{DType::kF32, DType::kF32, std::nullopt},
-                        Case{DType::kF32, DType::kBF16, DType::kBF16},
-                        Case{DType::kF32, DType::kF16, DType::kF16}}) {
-    for (const auto& [use_sum, use_normed] : {std::pair{true, true}, std::pair{false, true},
-                                              std::pair{true, false}}) {
+  for (const Case& c :
+       {Case{DType::kF64, DType::kF64, std::nullopt}, Case{DType::kF32, DType::kF32, std::nullopt},
+        Case{DType::kF32, DType::kBF16, DType::kBF16},
+        Case{DType::kF32, DType::kF16, DType::kF16}}) {
+    for (const auto& [use_sum, use_normed] :
+         {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
       for (const bool with_bias : {true, false}) {
         INFO(dtype_name(c.x) << " + " << dtype_name(c.y) << ", sum used " << use_sum
                              << ", normed used " << use_normed << ", bias " << with_bias);
@@ -236,7 +240,8 @@ TEST_CASE("add_layer_norm under autocast: a bf16 stream normalised as its f32 co
   using ska::test::bitwise_equal;
   // Swin's and the MetaFormers' streams after a Linear or a convolution: bf16 x and y, f32
   // parameters; layer_norm casts the bf16 sum to f32 first, add_layer_norm reads it widened.
-  for (const std::optional<DType> out : {std::optional<DType>(), std::optional<DType>(DType::kBF16)}) {
+  for (const std::optional<DType> out :
+       {std::optional<DType>(), std::optional<DType>(DType::kBF16)}) {
     INFO("output " << (out ? dtype_name(*out) : "unset"));
     ResidualNorm r[2];
     Tensor gx[2], gy[2], gw[2], gb[2];
@@ -291,9 +296,9 @@ TEST_CASE("add_layer_norm takes the two ops where one kernel cannot", "[cpu]") {
     CHECK(a.sum.dtype() == DType::kF32);
   }
   // Bad parameters get layer_norm's error.
-  CHECK_THROWS_WITH(add_layer_norm(x, x, uniform({4}, 93), Tensor()),
-                    Catch::Contains("layer_norm") && Catch::Contains("[6]") &&
-                        Catch::Contains("[4]"));
+  CHECK_THROWS_WITH(
+      add_layer_norm(x, x, uniform({4}, 93), Tensor()),
+      Catch::Contains("layer_norm") && Catch::Contains("[6]") && Catch::Contains("[4]"));
   CHECK_THROWS_AS(add_layer_norm(x, uniform({4, 5}, 94), w, Tensor()), ShapeError);
 }
 

@@ -121,7 +121,8 @@ double dot_reference(const Tensor& a, const Tensor& b) {
 std::vector<std::pair<Tensor, Tensor>> dot_cases(DType dt) {
   std::vector<std::pair<Tensor, Tensor>> out;
   out.emplace_back(uniform({3, 5, 7}, 1).to(dt), uniform({3, 5, 7}, 2).to(dt));
-  const Tensor packed_a = uniform({4, 9, 3, 2, 8}, 3).to(dt), packed_b = uniform({4, 9, 3, 2, 8}, 4).to(dt);
+  const Tensor packed_a = uniform({4, 9, 3, 2, 8}, 3).to(dt),
+               packed_b = uniform({4, 9, 3, 2, 8}, 4).to(dt);
   out.emplace_back(packed_a.select(2, 0).permute({0, 2, 1, 3}),
                    packed_b.select(2, 0).permute({0, 2, 1, 3}));
   out.emplace_back(uniform({6, 10}, 5).to(dt).transpose(0, 1), uniform({10, 6}, 6).to(dt));

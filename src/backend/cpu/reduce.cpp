@@ -87,8 +87,8 @@ void reduce_columns(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out)
 void dot(const Tensor& a, const Tensor& b, const Tensor& out) {
   SKA_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype() && out.numel() == 1 &&
                 out.dtype() == (a.dtype() == DType::kF64 ? DType::kF64 : DType::kF32),
-            ValueError, "cpu dot: operands of one shape and dtype and a one-element f32 (f64) "
-            "output, got ", a.str(), ", ", b.str(), ", ", out.str());
+            ValueError, "cpu dot: expected operands of one shape and dtype and a one-element",
+            " f32 (f64) output, got ", a.str(), ", ", b.str(), ", ", out.str());
   // Contiguous f64 copies (the reference), summed in fixed chunks, the chunks in order.
   const Tensor ac = a.to(DType::kF64).contiguous(), bc = b.to(DType::kF64).contiguous();
   const double* ap = ac.data<double>();
@@ -97,11 +97,14 @@ void dot(const Tensor& a, const Tensor& b, const Tensor& out) {
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-  parallel_for(chunks, [&](int64_t c) {
-    double s = 0.0;
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) s += ap[i] * bp[i];
-    partial[static_cast<size_t>(c)] = s;
-  }, 1);
+  parallel_for(
+      chunks,
+      [&](int64_t c) {
+        double s = 0.0;
+        for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) s += ap[i] * bp[i];
+        partial[static_cast<size_t>(c)] = s;
+      },
+      1);
   double total = 0.0;
   for (double p : partial) total += p;
   if (out.dtype() == DType::kF64) {
