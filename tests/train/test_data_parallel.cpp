@@ -349,7 +349,11 @@ TEST_CASE("a killed worker makes the others exit with a message, the last checkp
   REQUIRE(took < 60.0);
   REQUIRE_THAT(log, Contains("train [rank 0]") || Contains("train: error"));
   REQUIRE_THAT(log, Contains("step"));
-  REQUIRE_THAT(log, Contains("all_reduce") && Contains("closed its connection"));
+  // The message names the collective that failed: which one depends on where the survivor was
+  // when its peer died (a step's all_reduce, or the all_gather after a checkpoint).
+  REQUIRE_THAT(log, (Contains("all_reduce") || Contains("all_gather") || Contains("broadcast") ||
+                     Contains("barrier")) &&
+                        Contains("closed its connection"));
   // The last complete checkpoint is intact and loads.
   const Checkpoint c = load_checkpoint(resolve_checkpoint(dir + "/run"));
   REQUIRE(c.state.step >= 4);
