@@ -61,6 +61,7 @@ struct BenchmarkOptions {
   std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
   std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
   std::string conv_logits = "auto";      // or conv, gemm (nn::set_conv_logits_form)
+  std::string depthwise_conv = "cudnn";  // or direct, auto (set_cuda_depthwise_conv)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -242,6 +243,7 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.residual_norm = o.residual_norm;
   kernels.gelu_dropout = o.gelu_dropout;
   kernels.conv_logits = o.conv_logits;
+  kernels.depthwise_conv = o.depthwise_conv;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   kernels.apply();
   set_cuda_layer_norm_fused_backward(o.norm_backward == "fused");
@@ -366,7 +368,8 @@ int run_benchmark(BenchmarkOptions o) {
                         {"norm_backward", o.norm_backward},
                         {"residual_norm", o.residual_norm},
                         {"gelu_dropout", o.gelu_dropout},
-                        {"conv_logits", o.conv_logits}};
+                        {"conv_logits", o.conv_logits},
+                        {"depthwise_conv", o.depthwise_conv}};
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
     j["tflops"] = flops.tflops;
@@ -402,6 +405,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.residual_norm != "unfused") line << " [fused residual norm]";
     if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
+    if (o.depthwise_conv != "cudnn") line << " [depthwise conv: " << o.depthwise_conv << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
@@ -497,5 +501,11 @@ int main(int argc, char** argv) {
                  "CUDA with --cudnn-benchmark on, the faster for each shape, timed on its first "
                  "call, the default; the choices are printed; conv elsewhere), to compare")
       ->check(CLI::IsMember({"conv", "gemm", "auto"}));
+  app.add_option("--depthwise-conv", o.depthwise_conv,
+                 "CUDA channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters "
+                 "(MetaFormer's separable convolutions): cudnn (the default), direct (this "
+                 "project's kernels) or auto (with --cudnn-benchmark on, the faster for each shape "
+                 "and pass, timed on its first call), to compare")
+      ->check(CLI::IsMember({"cudnn", "direct", "auto"}));
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

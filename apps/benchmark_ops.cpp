@@ -147,6 +147,19 @@ class CaseBuilder {
     return c;
   }
 
+  // `c` with CUDA's channels-last depthwise convolutions on this project's kernels while it runs
+  // (set_cuda_depthwise_conv(kDirect)), to compare with cuDNN's (the plain case).
+  static BenchCase with_direct_depthwise(BenchCase c) {
+    c.name += "_direct";
+    c.run = [run = c.run] {
+      const ska::DepthwiseConv previous = ska::set_cuda_depthwise_conv(ska::DepthwiseConv::kDirect);
+      Tensor y = run();
+      ska::set_cuda_depthwise_conv(previous);
+      return y;
+    };
+    return c;
+  }
+
   // CSKA's logits as the mixer computes them (nn::conv_logits, forward and backward): queries
   // [B, h, H*W, d] as split_heads leaves them (a strided view) through the grouped 3x3 conv of
   // `keys` outputs per head, in `form` (the convolution on an NCHW copy, or im2col + GEMM).
@@ -251,6 +264,11 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
         return c.conv("caf_down_conv3x3s2_cl", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true,
                       false, true);
       },
+      // The depthwise one on this project's CUDA kernels (cuDNN's above). Ours only.
+      [=](CaseBuilder& c) {
+        return CaseBuilder::with_direct_depthwise(c.conv(
+            "caf_dwconv7x7_cl", {bs.caformer, 128, 56, 56}, 128, 7, 1, 3, 128, false, false, true));
+      },
       // CSKA-ViT-S's logit convolution (8 heads of 64 over the 8x8 grid, 65 keys each; grouped
       // 3x3), NCHW: the cska mixer's queries are a strided view, copied to NCHW for it.
       [=](CaseBuilder& c) {
@@ -280,6 +298,10 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.conv("caf_down_conv3x3s2_cl", {bs.caformer, 64, 56, 56}, 128, 3, 2, 1, 1, true,
                       true, true);
+      },
+      [=](CaseBuilder& c) {
+        return CaseBuilder::with_direct_depthwise(c.conv(
+            "caf_dwconv7x7_cl", {bs.caformer, 128, 56, 56}, 128, 7, 1, 3, 128, false, true, true));
       },
       [=](CaseBuilder& c) {
         return c.conv("cska_logits_conv3x3g8", {bs.vit, 512, 8, 8}, 520, 3, 1, 1, 8, true, true);

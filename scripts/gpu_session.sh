@@ -15,6 +15,11 @@
 #             fused, --gelu-dropout fused) back to back:
 #             cifar10_vit_s and cifar10_cska_vit at 512, imagenet_caformer_s18 at 128
 #             (ATTN="CONFIG:BATCH ..." for others)
+#   depthwise the channels-last depthwise 7x7 convolution (CAFormer-S18's first stage) on cuDNN
+#             and on this project's kernels (scripts/benchmark_ops.sh --cases dwconv, bf16, against
+#             PyTorch), then our bf16 training step with --depthwise-conv cudnn / direct / auto
+#             back to back: imagenet_caformer_s18 and imagenet_cskaformer_s18 at 128
+#             (DEPTHWISE="CONFIG:BATCH ..." for others)
 #   logits    our bf16 training step with CSKA's logit convolution as a convolution, as
 #             im2col + GEMM, and the faster of the two per shape (--conv-logits conv / gemm / auto,
 #             which prints its timings) back to back: imagenet_cskaformer_s18 at 128,
@@ -44,7 +49,7 @@
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
-#             elementwise, reductions, dropout, layer norm)
+#             elementwise, reductions, dropout, layer norm, depthwise convolution)
 #
 # Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh .deps libjpeg62-turbo
 # libjpeg62-turbo-dev libpng16-16 libpng-dev), .gpu-build.tar.xz
@@ -60,12 +65,12 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,59p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests attention logits convs speed dp profile loader zoo table8 variants memcheck)
+all=(tests attention depthwise logits convs speed dp profile loader zoo table8 variants memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -188,6 +193,21 @@ for stage in "${stages[@]}"; do
           sed "s/^ */  $kernels: /" | tee -a "$summary"
       done
     done ;;
+  depthwise)
+    stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
+      --dtype bf16 --cases dwconv
+    [ $? = 125 ] && continue
+    grep -E "dwconv" "$logs/depthwise_ops.log" | sed 's/^/  /' | tee -a "$summary"
+    for item in ${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}; do
+      config=${item%%:*} batch=${item#*:}
+      for form in cudnn direct auto; do
+        stage_run "depthwise_${config}_$form" 60 "$build/apps/benchmark" --config "$config" \
+          --device cuda --precision bf16 --batch "$batch" --iters 10 --depthwise-conv "$form"
+        [ $? = 125 ] && continue
+        grep -E "images/s" "$logs/depthwise_${config}_$form.log" |
+          sed "s/^ */  $form: /" | tee -a "$summary"
+      done
+    done ;;
   logits)
     for item in ${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}; do
       config=${item%%:*} batch=${item#*:}
@@ -277,7 +297,7 @@ for stage in "${stages[@]}"; do
   memcheck)
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
     stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*"
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)" ;;
   esac

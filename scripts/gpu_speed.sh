@@ -6,7 +6,9 @@
 # one block per head for up to 80 tokens), --attention-forward one_block (its forward likewise,
 # for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
 # pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
-# --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way),
+# --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --depthwise-conv
+# direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
+# those and cuDNN's per shape),
 # --conv-logits conv / gemm (CSKA's logit
 # convolution always as a convolution or always as im2col + GEMM instead of the faster per
 # shape), --attention scalar (no tensor cores),
@@ -38,7 +40,7 @@ bench=$build/apps/benchmark
 
 variants=(default "--attention wmma" "--attention-backward one_block"
           "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
-          "--gelu-dropout fused"
+          "--gelu-dropout fused" "--depthwise-conv direct" "--depthwise-conv auto"
           "--conv-logits conv" "--conv-logits gemm" "--attention scalar" "--attention unfused"
           "--elementwise reference" "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")
 rows=$logs/speed_variants.jsonl

@@ -26,6 +26,7 @@
 #include "backend/conv2d_rotated.h"
 #include "backend/device_runtime.h"
 #include "core/precision.h"
+#include "cuda/kernels/conv2d_depthwise.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/runtime.h"
 
@@ -465,16 +466,9 @@ bool rotated_form(int device, const Tensor& grad_y, const Tensor& w, const Conv2
   return rotated;
 }
 
-}  // namespace
-
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
-                    const Tensor& y) {
-  constexpr const char* kKernel = "conv2d_forward";
-  const int device = device_of(x);
-  DeviceGuard guard(device);
-  check_shapes(x.shape(), w.shape(), y.shape(), p, kKernel);
-  const bool nhwc = check_operands({&x, &y}, w, x.dtype(), kKernel);
-  if (y.numel() == 0) return;
+// The cuDNN path of each pass, after conv2d_* has checked the call and handled empty operands.
+void cudnn_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                   const Tensor& y, bool nhwc, int device, const char* kKernel) {
   const Tensor filter = nhwc ? nhwc_filter(w, true) : w;
   const Conv c(x.shape(), w.shape(), y.shape(), p, x.dtype(), nhwc, kKernel);
   const cudnnHandle_t h = cudnn_handle(device);
@@ -496,20 +490,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   if (bias.defined()) add_bias(bias, y, nhwc);
 }
 
-void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
-                           const Tensor& grad_x) {
-  constexpr const char* kKernel = "conv2d_backward_input";
-  const int device = device_of(grad_y);
-  DeviceGuard guard(device);
-  check_shapes(grad_x.shape(), w.shape(), grad_y.shape(), p, kKernel);
-  const bool nhwc = check_operands({&grad_y, &grad_x}, w, grad_y.dtype(), kKernel);
-  if (grad_x.numel() == 0) return;
+void cudnn_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
+                          const Tensor& grad_x, bool nhwc, int device, const char* kKernel) {
   const cudnnHandle_t h = cudnn_handle(device);
-  if (grad_y.numel() == 0 || w.numel() == 0) {  // nothing flows back
-    SKA_CUDA_CHECK(cudaMemsetAsync(grad_x.data_ptr(), 0, grad_x.numel() * grad_x.element_size(),
-                                   current_stream(device)));
-    return;
-  }
   if (!nhwc && rotated_form(device, grad_y, w, p, grad_x, h, kKernel)) {
     return conv2d_forward(grad_y, conv2d_rotated_filter(w, p.groups), Tensor(),
                           conv2d_rotated_params(w.shape(), p), grad_x);
@@ -534,20 +517,9 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dPa
                                                ws, a.workspace, &zero, c.x.d, grad_x.data_ptr()));
 }
 
-void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dParams& p,
-                            const Tensor& grad_w) {
-  constexpr const char* kKernel = "conv2d_backward_weight";
-  const int device = device_of(grad_y);
-  DeviceGuard guard(device);
-  check_shapes(x.shape(), grad_w.shape(), grad_y.shape(), p, kKernel);
-  const bool nhwc = check_operands({&grad_y, &x}, grad_w, grad_y.dtype(), kKernel);
-  if (grad_w.numel() == 0) return;
+void cudnn_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dParams& p,
+                           const Tensor& grad_w, bool nhwc, int device, const char* kKernel) {
   const cudnnHandle_t h = cudnn_handle(device);
-  if (grad_y.numel() == 0 || x.numel() == 0) {  // empty batch: zero gradient
-    SKA_CUDA_CHECK(cudaMemsetAsync(grad_w.data_ptr(), 0, grad_w.numel() * grad_w.element_size(),
-                                   current_stream(device)));
-    return;
-  }
   // Channels-last: computed in the NHWC filter layout, then copied into grad_w's.
   const Tensor filter_grad = nhwc ? nhwc_filter(grad_w, false) : grad_w;
   const Conv c(x.shape(), grad_w.shape(), grad_y.shape(), p, grad_y.dtype(), nhwc, kKernel);
@@ -566,6 +538,67 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dP
                                      c.conv.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
                                      ws, a.workspace, &zero, c.w.d, filter_grad.data_ptr()));
   if (!filter_grad.same_storage(grad_w)) copy(filter_grad, grad_w);
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                    const Tensor& y) {
+  constexpr const char* kKernel = "conv2d_forward";
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  check_shapes(x.shape(), w.shape(), y.shape(), p, kKernel);
+  const bool nhwc = check_operands({&x, &y}, w, x.dtype(), kKernel);
+  if (y.numel() == 0) return;
+  if (nhwc && x.numel() > 0 &&
+      depthwise_direct_chosen(
+          0, x, y, w, p, [&] { depthwise_forward(x, w, bias, p, y); },
+          [&] { cudnn_forward(x, w, bias, p, y, nhwc, device, kKernel); })) {
+    return depthwise_forward(x, w, bias, p, y);
+  }
+  cudnn_forward(x, w, bias, p, y, nhwc, device, kKernel);
+}
+
+void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Conv2dParams& p,
+                           const Tensor& grad_x) {
+  constexpr const char* kKernel = "conv2d_backward_input";
+  const int device = device_of(grad_y);
+  DeviceGuard guard(device);
+  check_shapes(grad_x.shape(), w.shape(), grad_y.shape(), p, kKernel);
+  const bool nhwc = check_operands({&grad_y, &grad_x}, w, grad_y.dtype(), kKernel);
+  if (grad_x.numel() == 0) return;
+  if (grad_y.numel() == 0 || w.numel() == 0) {  // nothing flows back
+    SKA_CUDA_CHECK(cudaMemsetAsync(grad_x.data_ptr(), 0, grad_x.numel() * grad_x.element_size(),
+                                   current_stream(device)));
+    return;
+  }
+  if (nhwc && depthwise_direct_chosen(
+                  1, grad_y, grad_x, w, p, [&] { depthwise_backward_input(grad_y, w, p, grad_x); },
+                  [&] { cudnn_backward_input(grad_y, w, p, grad_x, nhwc, device, kKernel); })) {
+    return depthwise_backward_input(grad_y, w, p, grad_x);
+  }
+  cudnn_backward_input(grad_y, w, p, grad_x, nhwc, device, kKernel);
+}
+
+void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv2dParams& p,
+                            const Tensor& grad_w) {
+  constexpr const char* kKernel = "conv2d_backward_weight";
+  const int device = device_of(grad_y);
+  DeviceGuard guard(device);
+  check_shapes(x.shape(), grad_w.shape(), grad_y.shape(), p, kKernel);
+  const bool nhwc = check_operands({&grad_y, &x}, grad_w, grad_y.dtype(), kKernel);
+  if (grad_w.numel() == 0) return;
+  if (grad_y.numel() == 0 || x.numel() == 0) {  // empty batch: zero gradient
+    SKA_CUDA_CHECK(cudaMemsetAsync(grad_w.data_ptr(), 0, grad_w.numel() * grad_w.element_size(),
+                                   current_stream(device)));
+    return;
+  }
+  if (nhwc && depthwise_direct_chosen(
+                  2, x, grad_y, grad_w, p, [&] { depthwise_backward_weight(grad_y, x, p, grad_w); },
+                  [&] { cudnn_backward_weight(grad_y, x, p, grad_w, nhwc, device, kKernel); })) {
+    return depthwise_backward_weight(grad_y, x, p, grad_w);
+  }
+  cudnn_backward_weight(grad_y, x, p, grad_w, nhwc, device, kKernel);
 }
 
 }  // namespace ska::cuda

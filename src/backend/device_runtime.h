@@ -79,6 +79,16 @@ bool set_cuda_layer_norm_fused_backward(bool enabled);
 enum class ConvInputGrad { kTimed, kBackwardData, kRotatedForward };
 ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode);
 
+// How the CUDA backend runs a channels-last depthwise convolution with stride 1 and a 3x3, 5x5 or
+// 7x7 filter (MetaFormer's separable convolutions, CvT's projections;
+// cuda/kernels/conv2d_depthwise.h lists what qualifies), each pass on its own: kCudnn (the
+// default until measured on a GPU), kDirect (this project's kernels), or kTimed: under
+// cudnn_benchmark, the first call of each shape and pass times both and keeps the faster, cuDNN
+// otherwise. Returns the previous setting; `train.depthwise_conv`, `benchmark --depthwise-conv`.
+// Without CUDA it only records the setting.
+enum class DepthwiseConv { kCudnn, kDirect, kTimed };
+DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode);
+
 // A CUDA Graph: the device work that `fn` queues on the current stream of CUDA `device`,
 // captured once (fn runs once, its kernels are recorded, not executed) and then launched as one
 // unit by replay(). Allocations made during the capture come from a private pool of the caching

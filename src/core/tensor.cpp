@@ -84,6 +84,12 @@ ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode) {
   setting = mode;
   return previous;
 }
+DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode) {
+  static DepthwiseConv setting = DepthwiseConv::kCudnn;
+  const DepthwiseConv previous = setting;
+  setting = mode;
+  return previous;
+}
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
 #endif

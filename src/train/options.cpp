@@ -68,6 +68,8 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
   k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
+  k.depthwise_conv =
+      t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
   return k;
@@ -86,6 +88,9 @@ void KernelChoices::apply() const {
   nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
                            : conv_logits == "auto" ? nn::ConvLogitsForm::kAuto
                                                    : nn::ConvLogitsForm::kConv);
+  set_cuda_depthwise_conv(depthwise_conv == "direct" ? DepthwiseConv::kDirect
+                          : depthwise_conv == "auto" ? DepthwiseConv::kTimed
+                                                     : DepthwiseConv::kCudnn);
   set_cudnn_benchmark(cudnn_benchmark);
   set_cudnn_deterministic(cudnn_deterministic);
 }
@@ -100,6 +105,7 @@ std::string KernelChoices::describe() const {
   if (residual_norm != "unfused") out += " [" + residual_norm + " residual norm]";
   if (gelu_dropout != "unfused") out += " [" + gelu_dropout + " GELU dropout]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
+  if (depthwise_conv != "cudnn") out += " [depthwise conv: " + depthwise_conv + "]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";
   if (cudnn_deterministic) out += " [deterministic cuDNN]";
   return out;

@@ -24,7 +24,7 @@ AutocastState autocast_state(Precision p);       // disabled for fp32
 
 // Which implementation the kernels with a fast path and a reference take (`train.attention`,
 // `train.elementwise`, `train.norm_output`, `train.residual_norm`, `train.gelu_dropout`,
-// `train.cudnn_benchmark`, `train.cudnn_deterministic`):
+// `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`, `train.cudnn_deterministic`):
 // the fast ones by default; the others to compare, or to work around a fast path that misbehaves
 // on some GPU without rebuilding. Process-wide switches, set by apply().
 struct KernelChoices {
@@ -55,6 +55,11 @@ struct KernelChoices {
   // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv
   // elsewhere).
   std::string conv_logits = "auto";
+  // Channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters (MetaFormer's
+  // separable convolutions) on CUDA: cudnn, direct (this project's kernels,
+  // cuda/kernels/conv2d_depthwise.cu; not yet measured on a GPU) or auto (under cudnn_benchmark,
+  // the faster of the two for each shape and pass, timed on its first call).
+  std::string depthwise_conv = "cudnn";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
   bool cudnn_benchmark = true;

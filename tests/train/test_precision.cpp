@@ -357,6 +357,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(defaults.residual_norm == "unfused");
   CHECK(defaults.gelu_dropout == "unfused");
   CHECK(defaults.conv_logits == "auto");
+  CHECK(defaults.depthwise_conv == "cudnn");
   CHECK(defaults.describe().empty());
   Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   config.set("train.attention=scalar");
@@ -367,11 +368,13 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   config.set("train.residual_norm=fused");
   config.set("train.gelu_dropout=fused");
   config.set("train.conv_logits=conv");
+  config.set("train.depthwise_conv=direct");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
   CHECK(k.describe() ==
         " [scalar attention] [one_block attention backward]"
         " [one_block attention forward] [reference elementwise kernels]"
-        " [f32 norm outputs] [fused residual norm] [fused GELU dropout] [conv logits: conv]");
+        " [f32 norm outputs] [fused residual norm] [fused GELU dropout] [conv logits: conv]"
+        " [depthwise conv: direct]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
@@ -383,6 +386,11 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
   CHECK(set_cuda_attention_one_block_backward(true));
   CHECK(set_cuda_attention_one_block_forward(true));
+  CHECK(set_cuda_depthwise_conv(DepthwiseConv::kDirect) == DepthwiseConv::kDirect);
+  KernelChoices timed;
+  timed.depthwise_conv = "auto";
+  timed.apply();
+  CHECK(set_cuda_depthwise_conv(DepthwiseConv::kTimed) == DepthwiseConv::kTimed);
   KernelChoices unfused;
   unfused.attention = "unfused";
   unfused.apply();
@@ -411,11 +419,17 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(set_cuda_attention_one_block_forward(false));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
+  CHECK(set_cuda_depthwise_conv(DepthwiseConv::kCudnn) == DepthwiseConv::kCudnn);
   // A value outside the choices names the key and the choices.
   Config bad = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   bad.set("train.attention=flash");
   REQUIRE_THROWS_WITH(TrainOptions::from_config(bad.root()["train"]),
                       Contains("train.attention") && Contains("flash") && Contains("unfused"));
+  Config bad_depthwise = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
+  bad_depthwise.set("train.depthwise_conv=native");
+  REQUIRE_THROWS_WITH(TrainOptions::from_config(bad_depthwise.root()["train"]),
+                      Contains("train.depthwise_conv") && Contains("native") &&
+                          Contains("direct"));
 }
 
 TEST_CASE("train.attention=unfused trains the tiny CSKA-ViT to the fused run's weights",
