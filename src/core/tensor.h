@@ -112,6 +112,9 @@ class Tensor {
   // --- Copies and conversions (differentiable) ---
   Tensor contiguous() const;
   Tensor clone() const;
+  // to(): a copy on `device` in `dtype` (this tensor itself when both match), contiguous, except
+  // that a dtype cast on the same device keeps a channels-last layout (is_channels_last), as
+  // PyTorch's preserve_format does.
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;
   Tensor to(Device device, DType dtype) const;

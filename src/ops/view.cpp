@@ -221,7 +221,15 @@ Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::to(Device device, DType dtype) const {
   if (device == this->device() && dtype == this->dtype()) return *this;
-  Tensor out = Tensor::empty(shape(), dtype, device);
+  // A cast on the device keeps a channels-last layout, as PyTorch's .to() keeps the memory
+  // format: autocast's cast of a token grid seen as [N, C, H, W] then feeds the convolution
+  // channels-last, with no copy to NCHW before it and none back after.
+  const bool keep_channels_last =
+      device == this->device() && is_channels_last() && !is_contiguous();
+  Tensor out = keep_channels_last
+                   ? Tensor::empty({size(0), size(2), size(3), size(1)}, dtype, device)
+                         .permute({0, 3, 1, 2})
+                   : Tensor::empty(shape(), dtype, device);
   out.copy_(*this);
   autograd::record_op("to", {*this}, {out},
                       [dev = this->device(), dt = this->dtype()](const TensorList& g) {

@@ -182,6 +182,55 @@ TEST_CASE("GEMM-type ops run in the autocast dtype, grads reach f32 weights as f
   }
 }
 
+TEST_CASE("autocast's cast keeps a token grid channels-last, so its convolution runs so",
+          "[cpu][autocast]") {
+  // MetaFormer's sepconv: an f32 activation [B, H*W, C] seen as [B, C, H, W] through a permute,
+  // then a depthwise convolution under bf16 autocast.
+  const int64_t b = 2, h = 5, w = 6, c = 8;
+  const Tensor tokens = f32_data({b, h * w, c}, 31).set_requires_grad();
+  const Tensor k = f32_data({c, 1, 3, 3}, 32).set_requires_grad();
+  const Tensor grid = tokens.view({b, h, w, c}).permute({0, 3, 1, 2});
+  REQUIRE(grid.is_channels_last());
+  REQUIRE_FALSE(grid.is_contiguous());
+  // The cast alone: the same layout and values, rounded once.
+  const Tensor cast = grid.to(DType::kBF16);
+  CHECK(cast.is_channels_last());
+  CHECK(cast.strides() == grid.strides());
+  CHECK(bitwise_equal(cast.contiguous(), grid.contiguous().to(DType::kBF16)));
+  // A contiguous tensor, or a copy to another layout's needs, stays contiguous.
+  CHECK(grid.contiguous().to(DType::kBF16).is_contiguous());
+  CHECK(tokens.to(DType::kBF16).is_contiguous());
+  Tensor y;
+  {
+    AutocastGuard autocast(DType::kBF16);
+    y = conv2d(grid, k, Tensor(), 1, 1, 1, c);
+  }
+  REQUIRE(y.dtype() == DType::kBF16);
+  CHECK(y.is_channels_last());  // the convolution ran channels-last
+  // Back to tokens: a view, no copy.
+  const Tensor back = y.permute({0, 2, 3, 1}).reshape({b, h * w, c});
+  CHECK(back.same_storage(y));
+  // Values and gradients: the NCHW convolution of the same bf16-rounded operands.
+  const Tensor ref = conv2d(grid.detach().contiguous().to(DType::kBF16),
+                            k.detach().to(DType::kBF16), Tensor(), 1, 1, 1, c);
+  CHECK(bitwise_equal(y.contiguous(), ref));
+  const Tensor weights = f32_data({b, h * w, c}, 33);
+  sum(mul(back.to(DType::kF32), weights)).backward();
+  REQUIRE(tokens.grad().dtype() == DType::kF32);
+  REQUIRE(tokens.grad().is_contiguous());
+  const Tensor t2 = tokens.detach().set_requires_grad();
+  const Tensor k2 = k.detach().set_requires_grad();
+  sum(mul(conv2d(t2.view({b, h, w, c}).permute({0, 3, 1, 2}).contiguous().to(DType::kBF16),
+                 k2.to(DType::kBF16), Tensor(), 1, 1, 1, c)
+              .permute({0, 2, 3, 1})
+              .reshape({b, h * w, c})
+              .to(DType::kF32),
+          weights))
+      .backward();
+  CHECK(bitwise_equal(tokens.grad(), t2.grad()));
+  CHECK(bitwise_equal(k.grad(), k2.grad()));
+}
+
 TEST_CASE("precision-sensitive ops run in f32 under autocast", "[cpu][autocast]") {
   const Tensor x16 = f32_data({3, 7}, 12, -3.0, 3.0).to(DType::kBF16);
   const Tensor x32 = x16.to(DType::kF32);  // the same values
