@@ -102,14 +102,22 @@ void star_relu_forward(const Tensor& x, const Tensor& scale, const Tensor& bias,
   dispatch_star_relu(x.dtype(), scale.dtype(), kKernel, [&](auto x_tag, auto p_tag) {
     using X = decltype(x_tag);
     using P = decltype(p_tag);
-    using Y = Wider<X, P>;
-    SKA_CHECK(y.dtype() == (sizeof(P) > sizeof(X) ? scale.dtype() : x.dtype()), DTypeError,
-              kKernel, ": y must have the wider of x's and scale's dtypes, got ",
+    const DType wide = sizeof(P) > sizeof(X) ? scale.dtype() : x.dtype();
+    SKA_CHECK(y.dtype() == wide || y.dtype() == x.dtype(), DTypeError, kKernel,
+              ": y must have the wider of x's and scale's dtypes or x's, got ",
               dtype_name(y.dtype()));
-    star_relu_forward_kernel<X, P, Y><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<const X*>(x.data_ptr()), static_cast<const P*>(scale.data_ptr()),
-        static_cast<const P*>(bias.data_ptr()), static_cast<Y*>(y.data_ptr()), n);
-    SKA_CUDA_CHECK_LAUNCH();
+    const auto launch = [&](auto y_tag) {
+      using Y = decltype(y_tag);
+      star_relu_forward_kernel<X, P, Y><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+          static_cast<const X*>(x.data_ptr()), static_cast<const P*>(scale.data_ptr()),
+          static_cast<const P*>(bias.data_ptr()), static_cast<Y*>(y.data_ptr()), n);
+      SKA_CUDA_CHECK_LAUNCH();
+    };
+    if (y.dtype() == wide) {
+      launch(Wider<X, P>{});
+    } else {
+      launch(X{});
+    }
   });
 }
 
@@ -132,18 +140,26 @@ void star_relu_backward(const Tensor& grad_y, const Tensor& x, const Tensor& sca
   dispatch_star_relu(x.dtype(), scale.dtype(), kKernel, [&](auto x_tag, auto p_tag) {
     using X = decltype(x_tag);
     using P = decltype(p_tag);
-    using G = Wider<X, P>;
-    SKA_CHECK(grad_y.dtype() == (sizeof(P) > sizeof(X) ? scale.dtype() : x.dtype()) &&
+    const DType wide = sizeof(P) > sizeof(X) ? scale.dtype() : x.dtype();
+    SKA_CHECK((grad_y.dtype() == wide || grad_y.dtype() == x.dtype()) &&
                   grad_x.dtype() == x.dtype() &&
                   (!grad_scale.defined() || grad_scale.dtype() == scale.dtype()) &&
                   (!grad_bias.defined() || grad_bias.dtype() == scale.dtype()),
-              DTypeError, kKernel, ": grad_y must have y's dtype, grad_x x's, the parameter "
-              "gradients the parameters'");
-    star_relu_backward_kernel<X, P, G><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<const G*>(grad_y.data_ptr()), static_cast<const X*>(x.data_ptr()),
-        static_cast<const P*>(scale.data_ptr()), static_cast<X*>(grad_x.data_ptr()), part_s,
-        part_b, n, chunk);
-    SKA_CUDA_CHECK_LAUNCH();
+              DTypeError, kKernel, ": grad_y must have y's dtype (the wider of x's and scale's, "
+              "or x's), grad_x x's, the parameter gradients the parameters'");
+    const auto launch = [&](auto g_tag) {
+      using G = decltype(g_tag);
+      star_relu_backward_kernel<X, P, G><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          static_cast<const G*>(grad_y.data_ptr()), static_cast<const X*>(x.data_ptr()),
+          static_cast<const P*>(scale.data_ptr()), static_cast<X*>(grad_x.data_ptr()), part_s,
+          part_b, n, chunk);
+      SKA_CUDA_CHECK_LAUNCH();
+    };
+    if (grad_y.dtype() == wide) {
+      launch(Wider<X, P>{});
+    } else {
+      launch(X{});
+    }
     if (!grad_scale.defined() && !grad_bias.defined()) return;
     star_relu_finish_kernel<P><<<1, kFinishThreads, 0, stream>>>(
         part_s, part_b, static_cast<int>(blocks),

@@ -177,7 +177,10 @@ Tensor Activation::forward(const Tensor& x) {
   if (kind_ == "squared_relu") return squared_relu(x);
   if (kind_ == "silu") return silu(x);
   if (kind_ == "sigmoid") return sigmoid(x);
-  return star_relu(x, scale, bias);
+  const AutocastState autocast = autocast_state();
+  const bool narrow = autocast_output && autocast.enabled && x.dtype() == autocast.dtype &&
+                      norm_autocast_outputs_enabled();
+  return star_relu(x, scale, bias, narrow ? std::optional<DType>(x.dtype()) : std::nullopt);
 }
 
 Scale::Scale(int64_t dim, double init_value) {
@@ -192,6 +195,8 @@ Mlp::Mlp(int64_t dim, const MlpOptions& o) {
   act_ = register_module("act", std::make_shared<Activation>(o.activation));
   drop_ = register_module("drop", std::make_shared<Dropout>(o.drop));  // so eval() reaches it
   fc2_ = register_module("fc2", std::make_shared<Linear>(o.hidden, out, o.bias, o.init));
+  // fc2 alone reads the activation when no dropout rescales it in between.
+  act_->autocast_output = o.drop == 0.0;
 }
 
 Tensor Mlp::forward(const Tensor& x) {

@@ -122,6 +122,12 @@ class Activation : public Module {
   static const std::vector<std::string>& names();
   const std::string& kind() const { return kind_; }  // one of names()
   Tensor scale, bias;  // starrelu only, shape [1]
+  // Set by a module whose next step reads this activation only through a matrix product or a
+  // convolution: under autocast StarReLU (f32 parameters, so an f32 result) then writes the
+  // autocast dtype, rounded once as that op's cast would, and its gradient comes back in that
+  // dtype (the same bits, without the f32 round trip; norm_autocast_outputs_enabled switches it
+  // with the norms'). The other activations keep their input's dtype anyway.
+  bool autocast_output = false;
 
  private:
   std::string kind_;

@@ -143,7 +143,8 @@ Tensor quick_gelu(const Tensor& x) { return unary_op(UnaryOp::kQuickGelu, x); }
 Tensor squared_relu(const Tensor& x) { return unary_op(UnaryOp::kSquaredRelu, x); }
 Tensor silu(const Tensor& x) { return unary_op(UnaryOp::kSilu, x); }
 
-Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias) {
+Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias,
+                 std::optional<DType> out_dtype) {
   SKA_CHECK(scale.numel() == 1 && bias.numel() == 1, ShapeError,
             "star_relu: scale and bias must have one element, got ", shape_str(scale.shape()),
             " and ", shape_str(bias.shape()));
@@ -151,7 +152,11 @@ Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias) {
   detail::check_same_device_dtype("star_relu", scale, bias);
   // The dtype of scale * relu(x)^2 + bias as the binary ops would give it: x's, or f32 for a
   // 16-bit x with f32 parameters (autocast), one kernel instead of three either way.
-  const DType dtype = binary_dtype("star_relu", x, scale);
+  const DType wide = binary_dtype("star_relu", x, scale);
+  SKA_CHECK(!out_dtype || *out_dtype == wide || *out_dtype == x.dtype(), DTypeError,
+            "star_relu: out_dtype ", dtype_name(out_dtype.value_or(wide)), " must be ",
+            dtype_name(wide), " or x's ", dtype_name(x.dtype()));
+  const DType dtype = out_dtype.value_or(wide);
   const Tensor xc = x.detach().contiguous();
   const Tensor s = scale.detach().contiguous(), b = bias.detach().contiguous();
   Tensor y = Tensor::empty(x.shape(), dtype, x.device());

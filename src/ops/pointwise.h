@@ -1,6 +1,8 @@
 // Differentiable pointwise ops: arithmetic with broadcasting, activations, where/masked_fill.
 #pragma once
 
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace ska {
@@ -41,8 +43,12 @@ Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor quick_gelu(const Tensor& x);    // x * sigmoid(1.702 x)
 Tensor squared_relu(const Tensor& x);  // relu(x)^2
 Tensor silu(const Tensor& x);
-// scale * relu(x)^2 + bias with learnable one-element `scale` and `bias` (MetaFormer StarReLU).
-Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias);
+// scale * relu(x)^2 + bias with learnable one-element `scale` and `bias` (MetaFormer StarReLU),
+// in the dtype the binary ops would give (f32 for a 16-bit x with f32 parameters), or in x's own
+// dtype when `out_dtype` says so: the f32 result rounded once, the bits a cast after would give
+// (for an activation that only a matrix product or a convolution reads under autocast).
+Tensor star_relu(const Tensor& x, const Tensor& scale, const Tensor& bias,
+                 std::optional<DType> out_dtype = std::nullopt);
 
 // cond (u8) ? a : b, broadcasting all three.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

@@ -1,7 +1,8 @@
 // Layer norms that write the autocast dtype (nn::LayerNorm::autocast_output): on every model
 // fixture, a forward and backward under bf16 autocast gives the same bits with the norms' 16-bit
-// outputs as with f32 outputs cast by the matrix products after; and the norms that get the
-// flag are those in front of modules reading their input by matrix products only. Likewise the
+// outputs as with f32 outputs cast by the matrix products after (StarReLU activations read only
+// by a matrix product or a convolution likewise); and the norms that get the flag are those in
+// front of modules reading their input by matrix products only. Likewise the
 // blocks' residual add fused with the layer norm after it (nn::set_fused_residual_norm), with
 // and without autocast, and the MLPs' GELU fused with their dropout (nn::set_fused_gelu_dropout).
 #include <catch2/catch.hpp>
@@ -176,6 +177,16 @@ std::vector<std::string> flagged_norms(nn::Module& model) {
   return out;
 }
 
+// Names of the StarReLU activations with autocast_output set.
+std::vector<std::string> flagged_star_relus(nn::Module& model) {
+  std::vector<std::string> out;
+  for (const auto& [name, m] : model.named_modules()) {
+    const auto* act = dynamic_cast<const nn::Activation*>(m);
+    if (act && act->kind() == "starrelu" && act->autocast_output) out.push_back(name);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("layer norms writing the autocast dtype give the same bits on every model fixture",
@@ -217,6 +228,21 @@ TEST_CASE("only norms in front of matrix products write the autocast dtype", "[c
   CHECK(mixed == Names{"stages.0.0.norm1", "stages.0.0.norm2", "stages.1.0.norm1",
                        "stages.1.0.norm2", "stages.2.0.norm2", "stages.3.0.norm1",
                        "stages.3.0.norm2"});
+  // Its StarReLUs: the sepconv's (read by the depthwise convolution) and every MLP's (read by
+  // fc2, no dropout between); not the head's (a layer norm follows it).
+  manual_seed(1);
+  const nn::ModulePtr model = test::build_fixture_module("metaformer_mixed");
+  Names all_star_relus;
+  for (const auto& [name, m] : model->named_modules()) {
+    const auto* act = dynamic_cast<const nn::Activation*>(m);
+    if (act && act->kind() == "starrelu") all_star_relus.push_back(name);
+  }
+  Names expected;
+  for (const std::string& name : all_star_relus) {
+    if (name.rfind("head", 0) != 0) expected.push_back(name);
+  }
+  REQUIRE(expected.size() >= 5);  // the sepconv's and four MLPs'
+  CHECK(flagged_star_relus(*model) == expected);
 }
 
 TEST_CASE("layer norm with a 16-bit output: the f32 result rounded once, gradients alike",

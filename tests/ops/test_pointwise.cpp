@@ -127,6 +127,35 @@ TEST_CASE("star_relu in one kernel equals its composition, also mixed with bf16"
                     Catch::Contains("one element"));
 }
 
+TEST_CASE("star_relu writing x's 16-bit dtype: the f32 result rounded once, gradients alike",
+          "[cpu]") {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = uniform({3, 7000}, 41, -2.0, 2.0, DType::kF32).to(dt);
+    const Tensor s = uniform({1}, 42, 0.5, 1.0, DType::kF32);
+    const Tensor b = uniform({1}, 43, -0.5, 0.5, DType::kF32);
+    const Tensor g = uniform({3, 7000}, 44, -1.0, 1.0, DType::kF32).to(dt);
+    // The narrow output, its gradient arriving in that dtype...
+    const Tensor x1 = x.detach().set_requires_grad(), s1 = s.clone().set_requires_grad(),
+                 b1 = b.clone().set_requires_grad();
+    const Tensor y1 = star_relu(x1, s1, b1, dt);
+    REQUIRE(y1.dtype() == dt);
+    sum(mul(y1, g)).backward();
+    // ... against the f32 output cast after, as autocast's matrix product would cast it.
+    const Tensor x2 = x.detach().set_requires_grad(), s2 = s.clone().set_requires_grad(),
+                 b2 = b.clone().set_requires_grad();
+    const Tensor y2 = star_relu(x2, s2, b2);
+    REQUIRE(y2.dtype() == DType::kF32);
+    sum(mul(y2.to(dt), g)).backward();
+    CHECK(ska::test::bitwise_equal(y1, y2.to(dt)));
+    CHECK(ska::test::bitwise_equal(x1.grad(), x2.grad()));
+    CHECK(ska::test::bitwise_equal(s1.grad(), s2.grad()));
+    CHECK(ska::test::bitwise_equal(b1.grad(), b2.grad()));
+    CHECK_THROWS_WITH(star_relu(x, s, b, DType::kF64),
+                      Catch::Contains("out_dtype") && Catch::Contains("f32"));
+  }
+}
+
 TEST_CASE("where and masked_fill", "[cpu]") {
   const Tensor cond = gt(values({1, -1, 2}, {3}), values({0}, {1}));
   Tensor a = values({1, 2, 3, 4, 5, 6}, {2, 3}).set_requires_grad();

@@ -24,6 +24,7 @@ SepConv::SepConv(int64_t dim, const TokenGrid& grid, const SepConvOptions& o)
             "SepConv needs a spatial token grid without class token");
   pwconv1_ = register_module("pwconv1", std::make_shared<Linear>(dim, hidden_, o.bias, o.init));
   act1_ = register_module("act1", std::make_shared<Activation>(o.activation));
+  act1_->autocast_output = true;  // read by the depthwise convolution alone
   Conv2dOptions depthwise;
   depthwise.padding = o.kernel_size / 2;
   depthwise.groups = hidden_;
