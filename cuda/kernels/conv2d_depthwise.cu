@@ -54,12 +54,8 @@ __global__ void __launch_bounds__(dw::kThreads)
   for (int e = tid; e < count; e += blockDim.x * blockDim.y)
     taps[e] = dw::staged_tap<K, T, DeviceIo>(w, g, l, blockIdx.y, flip, e);
   __syncthreads();
-  const int group = blockIdx.y * l.channel_threads + threadIdx.x;
-  const int64_t strip = static_cast<int64_t>(blockIdx.x) * l.strip_threads + threadIdx.y;
-  if (group * Vec >= g.c || strip >= l.strips) return;
-  dw::forward_strip<K, dw::kForwardStrip, Vec, T, DeviceIo>(
-      x, taps + threadIdx.x * Vec, l.channel_threads * Vec, bias, g, dw::strip_pos(g, l, strip),
-      group * Vec, y);
+  dw::forward_thread<K, Vec, T, DeviceIo>(x, taps, bias, g, l, gridDim.x, blockIdx.x, blockIdx.y,
+                                          threadIdx.x, threadIdx.y, y);
 }
 
 template <int K, int Vec, typename T>
@@ -133,9 +129,8 @@ void launch_correlation(const Tensor& in, const Tensor& w, const Tensor& bias, i
   const dw::Geometry g = geometry(in, out, pad_h, pad_w);
   const int vec = vec_of(in.dtype());
   const dw::Layout l = dw::make_layout(g, vec, dw::kForwardStrip);
-  const int64_t blocks = (l.strips + l.strip_threads - 1) / l.strip_threads;
-  SKA_CHECK(blocks <= INT_MAX && l.channel_tiles <= 65535, ShapeError, kernel,
-            ": too many output rows for one launch (", l.strips, " strips)");
+  const int64_t blocks = dw::forward_blocks(l);
+  SKA_CHECK(l.channel_tiles <= 65535, ShapeError, kernel, ": too many channels (", g.c, ")");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(l.channel_tiles));
   const dim3 block(static_cast<unsigned>(l.channel_threads),
                    static_cast<unsigned>(l.strip_threads));

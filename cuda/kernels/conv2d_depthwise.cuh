@@ -33,7 +33,8 @@ constexpr int kThreads = 256;        // threads per block, every kernel
 constexpr int kTileChannels = 128;   // channels per block: 49 x 128 f32 staged taps = 25 KB
 constexpr int kForwardStrip = 8;     // outputs along W per thread (forward, input gradient)
 constexpr int kWeightStrip = 4;      // outputs along W per thread (weight gradient)
-constexpr int kWeightBlocks = 1024;  // about this many weight-gradient blocks (from shapes only)
+constexpr int kForwardBlocks = 1024;  // at most this many forward blocks: each stages its taps once
+constexpr int kWeightBlocks = 1024;   // about this many weight-gradient blocks (from shapes only)
 constexpr int kMaxKernel = 7;        // K = 3, 5 or 7
 
 // One call: x [N, H, W, C] -> y [N, Ho, Wo, C] with Ho = H + 2 pad_h - K + 1 (likewise Wo).
@@ -135,6 +136,30 @@ SKA_DW_DEV void forward_strip(const T* x, const float* taps, int tap_stride, con
   SKA_DW_UNROLL
   for (int t = 0; t < Strip; ++t)
     if (p.ow0 + t < g.wo) Io::template store<Vec>(out + static_cast<int64_t>(t) * g.c, acc[t]);
+}
+
+// Blocks along the strips (grid.x) of the forward kernel: one row of threads a strip, at most
+// `cap` (kForwardBlocks in the launches), so that a block walks several rows of strips for the
+// taps it staged.
+SKA_DW_HD int64_t forward_blocks(const Layout& l, int64_t cap = kForwardBlocks) {
+  const int64_t rows = (l.strips + l.strip_threads - 1) / l.strip_threads;
+  return rows < cap ? rows : cap;
+}
+
+// Thread (tx, ty) of forward block (bx, channel_tile) in a grid of `blocks` along the strips:
+// strips bx * strip_threads + ty, then every blocks * strip_threads; `taps` is the block's
+// staged table.
+template <int K, int Vec, typename T, typename Io>
+SKA_DW_DEV void forward_thread(const T* x, const float* taps, const T* bias, const Geometry& g,
+                               const Layout& l, int64_t blocks, int64_t bx, int channel_tile,
+                               int tx, int ty, T* y) {
+  const int group = channel_tile * l.channel_threads + tx;
+  if (group * Vec >= g.c) return;
+  const int64_t step = blocks * l.strip_threads;
+  for (int64_t s = bx * l.strip_threads + ty; s < l.strips; s += step) {
+    forward_strip<K, kForwardStrip, Vec, T, Io>(x, taps + tx * Vec, l.channel_threads * Vec, bias,
+                                                g, strip_pos(g, l, s), group * Vec, y);
+  }
 }
 
 // One thread of the weight-gradient kernel, one strip: acc[j][v] += the sum over the strip's

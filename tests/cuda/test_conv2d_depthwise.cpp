@@ -82,16 +82,17 @@ void reference_forward(const std::vector<double>& x, const std::vector<double>& 
 }
 
 // The forward kernel (flip false) or the input-gradient launch (flip true), block by block:
-// every block stages its taps (all threads), then each thread computes its strip.
+// every block stages its taps (all threads), then each thread computes its strips; at most
+// `cap` blocks along the strips (the launches' kForwardBlocks, or fewer to make each walk more).
 template <int K, typename T>
 std::vector<float> emulate_correlation(const std::vector<T>& in, const std::vector<T>& w,
                                        const std::vector<T>* bias, const dw::Geometry& g,
-                                       bool flip) {
+                                       bool flip, int64_t cap) {
   constexpr int kVec = 16 / sizeof(T);
   const dw::Layout l = dw::make_layout(g, kVec, dw::kForwardStrip);
   std::vector<T> out(static_cast<size_t>(g.n) * g.ho * g.wo * g.c, T(kUnwritten));
   std::vector<float> taps(K * K * dw::kTileChannels, kUnwritten);
-  const int64_t blocks = (l.strips + l.strip_threads - 1) / l.strip_threads;
+  const int64_t blocks = dw::forward_blocks(l, cap);
   const int threads = l.channel_threads * l.strip_threads;
   REQUIRE(threads <= dw::kThreads);
   for (int by = 0; by < l.channel_tiles; ++by) {
@@ -102,15 +103,10 @@ std::vector<float> emulate_correlation(const std::vector<T>& in, const std::vect
         for (int e = tid; e < count; e += threads)
           taps[e] = dw::staged_tap<K, T, HostIo>(w.data(), g, l, by, flip, e);
       for (int ty = 0; ty < l.strip_threads; ++ty)
-        for (int tx = 0; tx < l.channel_threads; ++tx) {
-          const int group = by * l.channel_threads + tx;
-          const int64_t strip = bx * l.strip_threads + ty;
-          if (group * kVec >= g.c || strip >= l.strips) continue;
-          dw::forward_strip<K, dw::kForwardStrip, kVec, T, HostIo>(
-              in.data(), taps.data() + tx * kVec, l.channel_threads * kVec,
-              bias ? bias->data() : nullptr, g, dw::strip_pos(g, l, strip), group * kVec,
-              out.data());
-        }
+        for (int tx = 0; tx < l.channel_threads; ++tx)
+          dw::forward_thread<K, kVec, T, HostIo>(in.data(), taps.data(),
+                                                 bias ? bias->data() : nullptr, g, l, blocks, bx,
+                                                 by, tx, ty, out.data());
     }
   }
   std::vector<float> result(out.size());
@@ -200,7 +196,10 @@ void check_case(const Case& cs, double rounding) {
   // Forward with bias.
   std::vector<double> ref, mag;
   reference_forward(xd, wd, &bd, g, K, &ref, &mag);
-  require_near(emulate_correlation<K>(x, w, &bias, g, false), ref, mag, rounding);
+  for (const int64_t cap : {int64_t{dw::kForwardBlocks}, int64_t{3}}) {
+    INFO("at most " << cap << " blocks along the strips");
+    require_near(emulate_correlation<K>(x, w, &bias, g, false, cap), ref, mag, rounding);
+  }
 
   // Input gradient: dx[n, ih, iw, c] = the sum over taps of dy[n, ih + pad - i, iw + pad - j, c]
   // * w[c, i, j], through the flipped launch.
@@ -220,7 +219,11 @@ void check_case(const Case& cs, double rounding) {
               dx_ref[o] += t;
               dx_mag[o] += std::fabs(t);
             }
-  require_near(emulate_correlation<K, T>(dy, w, nullptr, gi, true), dx_ref, dx_mag, rounding);
+  for (const int64_t cap : {int64_t{dw::kForwardBlocks}, int64_t{3}}) {
+    INFO("input gradient, at most " << cap << " blocks along the strips");
+    require_near(emulate_correlation<K, T>(dy, w, nullptr, gi, true, cap), dx_ref, dx_mag,
+                 rounding);
+  }
 
   // Weight gradient.
   std::vector<double> dw_ref(static_cast<size_t>(g.c) * K * K, 0.0), dw_mag(dw_ref.size(), 0.0);
@@ -278,6 +281,10 @@ TEST_CASE("depthwise weight-gradient slices depend on the shape alone", "[cpu]")
   const dw::Geometry f32_case{2, 56, 56, 128, 56, 56, 3, 3};
   const dw::Layout lf = dw::make_layout(f32_case, 4, dw::kWeightStrip);
   CHECK(lf.strips > static_cast<int64_t>(dw::weight_grad_slices(lf, 7)) * lf.strip_threads);
+  // CAFormer-S18's first stage at batch 128: the forward blocks walk several rows of strips.
+  const dw::Layout lf16 = dw::make_layout(g, 8, dw::kForwardStrip);
+  CHECK(dw::forward_blocks(lf16) == dw::kForwardBlocks);
+  CHECK(lf16.strips > 2 * dw::forward_blocks(lf16) * lf16.strip_threads);
   // Never more slices than rows of threads can fill.
   const dw::Geometry tiny{1, 3, 3, 8, 3, 3, 1, 1};
   CHECK(dw::weight_grad_slices(dw::make_layout(tiny, 8, dw::kWeightStrip), 3) == 1);
