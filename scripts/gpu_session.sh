@@ -171,6 +171,23 @@ test_stage() {
   failed_cases "$logs/$1.log" | head -40 | tee -a "$summary"
 }
 
+# forms_stage PREFIX OPTION "FORMS" "CONFIG:BATCH ..." PATTERN: our bf16 training step (10 steps,
+# 60 s at most) of each config with OPTION set to each form in turn, back to back; the lines of
+# its output matching PATTERN go to the summary.
+forms_stage() {
+  local prefix=$1 option=$2 forms=$3 items=$4 pattern=$5 item config batch form
+  for item in $items; do
+    config=${item%%:*} batch=${item#*:}
+    for form in $forms; do
+      stage_run "${prefix}_${config}_$form" 60 "$build/apps/benchmark" --config "$config" \
+        --device cuda --precision bf16 --batch "$batch" --iters 10 "$option" "$form"
+      [ $? = 125 ] && continue
+      grep -E "$pattern" "$logs/${prefix}_${config}_$form.log" |
+        sed "s/^ */  $form: /" | tee -a "$summary"
+    done
+  done
+}
+
 for stage in "${stages[@]}"; do
   case $stage in
   tests) test_stage cuda_tests 200 "[cuda]~[slow]" ;;
@@ -198,27 +215,11 @@ for stage in "${stages[@]}"; do
       --dtype bf16 --cases dwconv
     [ $? = 125 ] && continue
     grep -E "dwconv" "$logs/depthwise_ops.log" | sed 's/^/  /' | tee -a "$summary"
-    for item in ${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}; do
-      config=${item%%:*} batch=${item#*:}
-      for form in cudnn direct auto; do
-        stage_run "depthwise_${config}_$form" 60 "$build/apps/benchmark" --config "$config" \
-          --device cuda --precision bf16 --batch "$batch" --iters 10 --depthwise-conv "$form"
-        [ $? = 125 ] && continue
-        grep -E "images/s" "$logs/depthwise_${config}_$form.log" |
-          sed "s/^ */  $form: /" | tee -a "$summary"
-      done
-    done ;;
+    forms_stage depthwise --depthwise-conv "cudnn direct auto" \
+      "${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}" "images/s" ;;
   logits)
-    for item in ${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}; do
-      config=${item%%:*} batch=${item#*:}
-      for form in conv gemm auto; do
-        stage_run "logits_${config}_$form" 60 "$build/apps/benchmark" --config "$config" \
-          --device cuda --precision bf16 --batch "$batch" --iters 10 --conv-logits "$form"
-        [ $? = 125 ] && continue
-        grep -E "images/s|conv logits \[" "$logs/logits_${config}_$form.log" |
-          sed "s/^ */  $form: /" | tee -a "$summary"
-      done
-    done ;;
+    forms_stage logits --conv-logits "conv gemm auto" \
+      "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits \[" ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
       --cases cskaf,cska_logits,cska_conv_logits

@@ -96,6 +96,26 @@ SKA_DW_DEV float staged_tap(const T* w, const Geometry& g, const Layout& l, int 
   return Io::to_f32(w[static_cast<int64_t>(ch) * K * K + (flip ? K * K - 1 - tap : tap)]);
 }
 
+// One input row under a strip of outputs [ow0, ow0 + Strip): each column u of the row that the
+// strip's taps reach and that lies inside (padding adds nothing) is loaded once (Vec channels
+// from `row`, the row's first pixel at the thread's channels) and f(t, j, xv) is called for every
+// output t of the strip that tap j pairs with it (u = t + j), in order of u, then t.
+template <int K, int Strip, int Vec, typename T, typename Io, typename F>
+SKA_DW_DEV void walk_row(const T* row, const Geometry& g, int ow0, F&& f) {
+  SKA_DW_UNROLL
+  for (int u = 0; u < Strip + K - 1; ++u) {
+    const int iw = ow0 - g.pad_w + u;
+    if (iw < 0 || iw >= g.w) continue;
+    float xv[Vec];
+    Io::template load<Vec>(row + static_cast<int64_t>(iw) * g.c, xv);
+    SKA_DW_UNROLL
+    for (int t = 0; t < Strip; ++t) {
+      const int j = u - t;
+      if (j >= 0 && j < K) f(t, j, xv);
+    }
+  }
+}
+
 // One thread of the forward kernel: y[n, oh, ow0 .. ow0 + Strip, c0 .. c0 + Vec] = bias + the
 // correlation of x with the staged taps (taps[(i * K + j) * tap_stride + v]).
 template <int K, int Strip, int Vec, typename T, typename Io>
@@ -116,21 +136,11 @@ SKA_DW_DEV void forward_strip(const T* x, const float* taps, int tap_stride, con
     for (int j = 0; j < K; ++j)
       SKA_DW_UNROLL
       for (int v = 0; v < Vec; ++v) wrow[j][v] = taps[(i * K + j) * tap_stride + v];
-    const T* row = x + pixel_offset(g, p.n, ih, 0, g.h, g.w) + c0;
-    SKA_DW_UNROLL
-    for (int u = 0; u < Strip + K - 1; ++u) {
-      const int iw = p.ow0 - g.pad_w + u;
-      if (iw < 0 || iw >= g.w) continue;  // padding: adds nothing
-      float xv[Vec];
-      Io::template load<Vec>(row + static_cast<int64_t>(iw) * g.c, xv);
-      SKA_DW_UNROLL
-      for (int t = 0; t < Strip; ++t) {
-        const int j = u - t;
-        if (j < 0 || j >= K) continue;
-        SKA_DW_UNROLL
-        for (int v = 0; v < Vec; ++v) acc[t][v] += xv[v] * wrow[j][v];
-      }
-    }
+    walk_row<K, Strip, Vec, T, Io>(x + pixel_offset(g, p.n, ih, 0, g.h, g.w) + c0, g, p.ow0,
+                                   [&](int t, int j, const float* xv) {
+                                     SKA_DW_UNROLL
+                                     for (int v = 0; v < Vec; ++v) acc[t][v] += xv[v] * wrow[j][v];
+                                   });
   }
   T* out = y + pixel_offset(g, p.n, p.oh, p.ow0, g.ho, g.wo) + c0;
   SKA_DW_UNROLL
@@ -180,21 +190,11 @@ SKA_DW_DEV void weight_grad_strip(const T* x, const T* dy, const Geometry& g, in
       for (int v = 0; v < Vec; ++v) d[t][v] = 0.0f;
     }
   }
-  const T* row = x + pixel_offset(g, p.n, ih, 0, g.h, g.w) + c0;
-  SKA_DW_UNROLL
-  for (int u = 0; u < Strip + K - 1; ++u) {
-    const int iw = p.ow0 - g.pad_w + u;
-    if (iw < 0 || iw >= g.w) continue;
-    float xv[Vec];
-    Io::template load<Vec>(row + static_cast<int64_t>(iw) * g.c, xv);
-    SKA_DW_UNROLL
-    for (int t = 0; t < Strip; ++t) {
-      const int j = u - t;
-      if (j < 0 || j >= K) continue;
-      SKA_DW_UNROLL
-      for (int v = 0; v < Vec; ++v) acc[j][v] += d[t][v] * xv[v];
-    }
-  }
+  walk_row<K, Strip, Vec, T, Io>(x + pixel_offset(g, p.n, ih, 0, g.h, g.w) + c0, g, p.ow0,
+                                 [&](int t, int j, const float* xv) {
+                                   SKA_DW_UNROLL
+                                   for (int v = 0; v < Vec; ++v) acc[j][v] += d[t][v] * xv[v];
+                                 });
 }
 
 // Slices of strips (grid.x) of the weight-gradient kernel: about kWeightBlocks blocks in all, no

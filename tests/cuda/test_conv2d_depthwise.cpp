@@ -55,31 +55,34 @@ std::vector<double> widen(const std::vector<T>& v) {
   return out;
 }
 
-// y = x (*) w (+ bias), [N, H, W, C] -> [N, Ho, Wo, C], in f64; `mag` gets the sum of |terms|.
-void reference_forward(const std::vector<double>& x, const std::vector<double>& w,
-                       const std::vector<double>* bias, const dw::Geometry& g, int k,
-                       std::vector<double>* y, std::vector<double>* mag) {
-  y->assign(static_cast<size_t>(g.n) * g.ho * g.wo * g.c, 0.0);
-  mag->assign(y->size(), 0.0);
+// Calls f(out, in, tap) for every output element, input element and filter tap that meet in the
+// convolution: offsets into [N, Ho, Wo, C], [N, H, W, C] and [C, 1, K, K].
+template <typename F>
+void for_each_product(const dw::Geometry& g, int k, F&& f) {
   for (int n = 0; n < g.n; ++n)
     for (int oh = 0; oh < g.ho; ++oh)
       for (int ow = 0; ow < g.wo; ++ow)
-        for (int c = 0; c < g.c; ++c) {
-          double s = bias ? (*bias)[c] : 0.0, m = bias ? std::fabs((*bias)[c]) : 0.0;
+        for (int c = 0; c < g.c; ++c)
           for (int i = 0; i < k; ++i)
             for (int j = 0; j < k; ++j) {
               const int ih = oh - g.pad_h + i, iw = ow - g.pad_w + j;
               if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
-              const double t = x[((static_cast<size_t>(n) * g.h + ih) * g.w + iw) * g.c + c] *
-                               w[(static_cast<size_t>(c) * k + i) * k + j];
-              s += t;
-              m += std::fabs(t);
+              f(((static_cast<size_t>(n) * g.ho + oh) * g.wo + ow) * g.c + c,
+                ((static_cast<size_t>(n) * g.h + ih) * g.w + iw) * g.c + c,
+                (static_cast<size_t>(c) * k + i) * k + j);
             }
-          const size_t o = ((static_cast<size_t>(n) * g.ho + oh) * g.wo + ow) * g.c + c;
-          (*y)[o] = s;
-          (*mag)[o] = m;
-        }
 }
+
+// The sums of a * b products into `sum` at the index `at` picks, in f64, and of their magnitudes
+// into `mag` (for the f32 accumulation's tolerance).
+struct Sums {
+  std::vector<double> sum, mag;
+  explicit Sums(size_t n) : sum(n, 0.0), mag(n, 0.0) {}
+  void add(size_t at, double t) {
+    sum[at] += t;
+    mag[at] += std::fabs(t);
+  }
+};
 
 // The forward kernel (flip false) or the input-gradient launch (flip true), block by block:
 // every block stages its taps (all threads), then each thread computes its strips; at most
@@ -118,11 +121,10 @@ std::vector<float> emulate_correlation(const std::vector<T>& in, const std::vect
 // tap) and the kernel that adds the slices' partials.
 template <int K, typename T>
 std::vector<float> emulate_weight_grad(const std::vector<T>& x, const std::vector<T>& dy,
-                                       const dw::Geometry& g, int* slices_out) {
+                                       const dw::Geometry& g) {
   constexpr int kVec = 16 / sizeof(T);
   const dw::Layout l = dw::make_layout(g, kVec, dw::kWeightStrip);
   const int slices = dw::weight_grad_slices(l, K);
-  *slices_out = slices;
   const int64_t elements = static_cast<int64_t>(g.c) * K * K;
   std::vector<float> partial(slices * elements, kUnwritten);
   const int threads = l.channel_threads * l.strip_threads;
@@ -194,54 +196,29 @@ void check_case(const Case& cs, double rounding) {
   const std::vector<double> xd = widen(x), wd = widen(w), bd = widen(bias), dyd = widen(dy);
 
   // Forward with bias.
-  std::vector<double> ref, mag;
-  reference_forward(xd, wd, &bd, g, K, &ref, &mag);
+  Sums y(out_size);
+  for (size_t o = 0; o < out_size; ++o) y.add(o, bd[o % g.c]);
+  for_each_product(g, K, [&](size_t o, size_t in, size_t tap) { y.add(o, xd[in] * wd[tap]); });
   for (const int64_t cap : {int64_t{dw::kForwardBlocks}, int64_t{3}}) {
     INFO("at most " << cap << " blocks along the strips");
-    require_near(emulate_correlation<K>(x, w, &bias, g, false, cap), ref, mag, rounding);
+    require_near(emulate_correlation<K>(x, w, &bias, g, false, cap), y.sum, y.mag, rounding);
   }
 
   // Input gradient: dx[n, ih, iw, c] = the sum over taps of dy[n, ih + pad - i, iw + pad - j, c]
   // * w[c, i, j], through the flipped launch.
   const dw::Geometry gi{g.n, g.ho, g.wo, g.c, g.h, g.w, K - 1 - g.pad_h, K - 1 - g.pad_w};
-  std::vector<double> dx_ref(in_size, 0.0), dx_mag(in_size, 0.0);
-  for (int n = 0; n < g.n; ++n)
-    for (int oh = 0; oh < g.ho; ++oh)
-      for (int ow = 0; ow < g.wo; ++ow)
-        for (int c = 0; c < g.c; ++c)
-          for (int i = 0; i < K; ++i)
-            for (int j = 0; j < K; ++j) {
-              const int ih = oh - g.pad_h + i, iw = ow - g.pad_w + j;
-              if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
-              const double t = dyd[((static_cast<size_t>(n) * g.ho + oh) * g.wo + ow) * g.c + c] *
-                               wd[(static_cast<size_t>(c) * K + i) * K + j];
-              const size_t o = ((static_cast<size_t>(n) * g.h + ih) * g.w + iw) * g.c + c;
-              dx_ref[o] += t;
-              dx_mag[o] += std::fabs(t);
-            }
+  Sums dx(in_size);
+  for_each_product(g, K, [&](size_t o, size_t in, size_t tap) { dx.add(in, dyd[o] * wd[tap]); });
   for (const int64_t cap : {int64_t{dw::kForwardBlocks}, int64_t{3}}) {
     INFO("input gradient, at most " << cap << " blocks along the strips");
-    require_near(emulate_correlation<K, T>(dy, w, nullptr, gi, true, cap), dx_ref, dx_mag,
+    require_near(emulate_correlation<K, T>(dy, w, nullptr, gi, true, cap), dx.sum, dx.mag,
                  rounding);
   }
 
   // Weight gradient.
-  std::vector<double> dw_ref(static_cast<size_t>(g.c) * K * K, 0.0), dw_mag(dw_ref.size(), 0.0);
-  for (int n = 0; n < g.n; ++n)
-    for (int oh = 0; oh < g.ho; ++oh)
-      for (int ow = 0; ow < g.wo; ++ow)
-        for (int c = 0; c < g.c; ++c)
-          for (int i = 0; i < K; ++i)
-            for (int j = 0; j < K; ++j) {
-              const int ih = oh - g.pad_h + i, iw = ow - g.pad_w + j;
-              if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
-              const double t = dyd[((static_cast<size_t>(n) * g.ho + oh) * g.wo + ow) * g.c + c] *
-                               xd[((static_cast<size_t>(n) * g.h + ih) * g.w + iw) * g.c + c];
-              dw_ref[(static_cast<size_t>(c) * K + i) * K + j] += t;
-              dw_mag[(static_cast<size_t>(c) * K + i) * K + j] += std::fabs(t);
-            }
-  int slices = 0;
-  require_near(emulate_weight_grad<K>(x, dy, g, &slices), dw_ref, dw_mag, rounding);
+  Sums dwt(static_cast<size_t>(g.c) * K * K);
+  for_each_product(g, K, [&](size_t o, size_t in, size_t tap) { dwt.add(tap, dyd[o] * xd[in]); });
+  require_near(emulate_weight_grad<K>(x, dy, g), dwt.sum, dwt.mag, rounding);
 }
 
 }  // namespace
