@@ -371,6 +371,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"conv_logits", o.conv_logits},
                         {"depthwise_conv", o.depthwise_conv}};
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
+    j["depthwise_conv_auto"] = ska::cuda_depthwise_conv_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
     j["tflops"] = flops.tflops;
     if (flops.peak_tflops > 0) {
@@ -416,6 +417,9 @@ int run_benchmark(BenchmarkOptions o) {
            << flops.peak_of << ")";
     }
     for (const std::string& choice : ska::nn::conv_logits_auto_choices()) {
+      line << "\n  " << choice;
+    }
+    for (const std::string& choice : ska::cuda_depthwise_conv_choices()) {
       line << "\n  " << choice;
     }
     std::cout << line.str() << std::endl;

@@ -18,7 +18,7 @@
 #   depthwise the channels-last depthwise 7x7 convolution (CAFormer-S18's first stage) on cuDNN
 #             and on this project's kernels (scripts/benchmark_ops.sh --cases dwconv, bf16, against
 #             PyTorch), then our bf16 training step with --depthwise-conv cudnn / direct / auto
-#             back to back: imagenet_caformer_s18 and imagenet_cskaformer_s18 at 128
+#             (which prints its timings) back to back: imagenet_caformer_s18 and imagenet_cskaformer_s18 at 128
 #             (DEPTHWISE="CONFIG:BATCH ..." for others)
 #   logits    our bf16 training step with CSKA's logit convolution as a convolution, as
 #             im2col + GEMM, and the faster of the two per shape (--conv-logits conv / gemm / auto,
@@ -216,7 +216,7 @@ for stage in "${stages[@]}"; do
     [ $? = 125 ] && continue
     grep -E "dwconv" "$logs/depthwise_ops.log" | sed 's/^/  /' | tee -a "$summary"
     forms_stage depthwise --depthwise-conv "cudnn direct auto" \
-      "${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}" "images/s" ;;
+      "${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}" "images/s|depthwise conv " ;;
   logits)
     forms_stage logits --conv-logits "conv gemm auto" \
       "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits \[" ;;

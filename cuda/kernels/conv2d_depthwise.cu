@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend/device_runtime.h"
 #include "core/precision.h"
@@ -156,6 +159,10 @@ std::map<ChoiceKey, bool>& choices() {
   static std::map<ChoiceKey, bool> m;
   return m;
 }
+std::vector<std::string>& choice_lines() {
+  static std::vector<std::string> lines;
+  return lines;
+}
 
 // Mean milliseconds of `reps` back-to-back runs of f on the device's current stream.
 float time_ms(int device, const std::function<void()>& f, int reps) {
@@ -207,8 +214,15 @@ bool depthwise_direct_chosen(int pass, const Tensor& a, const Tensor& b, const T
   const float direct_ms = time_ms(device, direct, 3);
   const float cudnn_ms = time_ms(device, cudnn, 3);
   const bool faster = direct_ms < cudnn_ms;
+  static const char* const kPass[] = {"forward", "input gradient", "weight gradient"};
+  std::ostringstream line;
+  line.setf(std::ios::fixed);
+  line.precision(3);
+  line << "depthwise conv " << kPass[pass] << " " << shape_str(in.shape()) << " k" << w.size(2)
+       << " " << dtype_name(a.dtype()) << ": direct " << direct_ms << " ms, cudnn " << cudnn_ms
+       << " ms: " << (faster ? "direct" : "cudnn");
   std::lock_guard<std::mutex> lock(g_choice_mutex);
-  choices().emplace(key, faster);
+  if (choices().emplace(key, faster).second) choice_lines().push_back(line.str());
   return faster;
 }
 
@@ -284,5 +298,10 @@ void depthwise_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv
 namespace ska {
 
 DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode) { return cuda::g_mode.exchange(mode); }
+
+std::vector<std::string> cuda_depthwise_conv_choices() {
+  std::lock_guard<std::mutex> lock(cuda::g_choice_mutex);
+  return cuda::choice_lines();
+}
 
 }  // namespace ska

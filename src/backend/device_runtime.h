@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -88,6 +89,10 @@ ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode);
 // Without CUDA it only records the setting.
 enum class DepthwiseConv { kCudnn, kDirect, kTimed };
 DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode);
+// What kTimed chose so far in this process, a line per shape and pass with both timings
+// ("depthwise conv forward [N, C, H, W] k7 bf16: direct 0.120 ms, cudnn 1.900 ms: direct");
+// `benchmark` prints them. Empty without CUDA.
+std::vector<std::string> cuda_depthwise_conv_choices();
 
 // A CUDA Graph: the device work that `fn` queues on the current stream of CUDA `device`,
 // captured once (fn runs once, its kernels are recorded, not executed) and then launched as one

@@ -90,6 +90,7 @@ DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode) {
   setting = mode;
   return previous;
 }
+std::vector<std::string> cuda_depthwise_conv_choices() { return {}; }
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
 #endif
