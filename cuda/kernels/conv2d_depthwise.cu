@@ -96,9 +96,15 @@ template <typename F>
 void dispatch_depthwise(DType dt, int64_t k, const char* kernel, F&& f) {
   dispatch_floating(dt, kernel, [&](auto tag) {
     switch (k) {
-      case 3: f(tag, std::integral_constant<int, 3>{}); return;
-      case 5: f(tag, std::integral_constant<int, 5>{}); return;
-      case 7: f(tag, std::integral_constant<int, 7>{}); return;
+      case 3:
+        f(tag, std::integral_constant<int, 3>{});
+        return;
+      case 5:
+        f(tag, std::integral_constant<int, 5>{});
+        return;
+      case 7:
+        f(tag, std::integral_constant<int, 7>{});
+        return;
       default:
         SKA_FAIL(ValueError, kernel, ": filters of 3, 5 or 7 taps a side, got ", k);
     }
@@ -198,9 +204,9 @@ bool depthwise_direct_chosen(int pass, const Tensor& a, const Tensor& b, const T
   const int device = device_index(a);
   // The input side of the call: x for the forward and weight passes, grad_x for the input pass.
   const Tensor& in = pass == 0 || pass == 2 ? a : b;
-  const ChoiceKey key{pass,         device,      static_cast<int64_t>(a.dtype()),
-                      in.size(0),   in.size(1),  in.size(2),
-                      in.size(3),   w.size(2),   p.pad_h,
+  const ChoiceKey key{pass,       device,     static_cast<int64_t>(a.dtype()),
+                      in.size(0), in.size(1), in.size(2),
+                      in.size(3), w.size(2),  p.pad_h,
                       p.pad_w};
   {
     std::lock_guard<std::mutex> lock(g_choice_mutex);
@@ -246,8 +252,8 @@ bool depthwise_direct_supported(const Tensor& a, const Tensor& b, const Tensor& 
 
 void depthwise_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                        const Tensor& y) {
-  SKA_CHECK(!bias.defined() || (bias.dtype() == x.dtype() && bias.is_contiguous() &&
-                                 bias.numel() == x.size(1)),
+  SKA_CHECK(!bias.defined() ||
+                (bias.dtype() == x.dtype() && bias.is_contiguous() && bias.numel() == x.size(1)),
             DTypeError, "conv2d_forward (depthwise): bias must be a contiguous [", x.size(1),
             "] of x's dtype ", dtype_name(x.dtype()));
   launch_correlation(x, w, bias, p.pad_h, p.pad_w, false, y, "conv2d_forward (depthwise)");

@@ -29,13 +29,12 @@
 
 namespace ska::cuda::depthwise {
 
-constexpr int kThreads = 256;        // threads per block, every kernel
-constexpr int kTileChannels = 128;   // channels per block: 49 x 128 f32 staged taps = 25 KB
-constexpr int kForwardStrip = 8;     // outputs along W per thread (forward, input gradient)
-constexpr int kWeightStrip = 4;      // outputs along W per thread (weight gradient)
+constexpr int kThreads = 256;         // threads per block, every kernel
+constexpr int kTileChannels = 128;    // channels per block: 49 x 128 f32 staged taps = 25 KB
+constexpr int kForwardStrip = 8;      // outputs along W per thread (forward, input gradient)
+constexpr int kWeightStrip = 4;       // outputs along W per thread (weight gradient)
 constexpr int kForwardBlocks = 1024;  // at most this many forward blocks: each stages its taps once
 constexpr int kWeightBlocks = 1024;   // about this many weight-gradient blocks (from shapes only)
-constexpr int kMaxKernel = 7;        // K = 3, 5 or 7
 
 // One call: x [N, H, W, C] -> y [N, Ho, Wo, C] with Ho = H + 2 pad_h - K + 1 (likewise Wo).
 struct Geometry {
@@ -88,7 +87,7 @@ SKA_DW_HD int64_t pixel_offset(const Geometry& g, int n, int h, int w, int rows,
 // filter w [C, 1, K, K]; taps reversed when `flip` (the input gradient), zeros past C.
 template <int K, typename T, typename Io>
 SKA_DW_DEV float staged_tap(const T* w, const Geometry& g, const Layout& l, int channel_tile,
-                           bool flip, int e) {
+                            bool flip, int e) {
   const int width = l.channel_threads * l.vec;
   const int tap = e / width;
   const int ch = channel_tile * width + (e - tap * width);
@@ -120,7 +119,7 @@ SKA_DW_DEV void walk_row(const T* row, const Geometry& g, int ow0, F&& f) {
 // correlation of x with the staged taps (taps[(i * K + j) * tap_stride + v]).
 template <int K, int Strip, int Vec, typename T, typename Io>
 SKA_DW_DEV void forward_strip(const T* x, const float* taps, int tap_stride, const T* bias,
-                             const Geometry& g, StripPos p, int c0, T* y) {
+                              const Geometry& g, StripPos p, int c0, T* y) {
   float acc[Strip][Vec];
   SKA_DW_UNROLL
   for (int v = 0; v < Vec; ++v) {
@@ -133,9 +132,8 @@ SKA_DW_DEV void forward_strip(const T* x, const float* taps, int tap_stride, con
     if (ih < 0 || ih >= g.h) continue;
     float wrow[K][Vec];
     SKA_DW_UNROLL
-    for (int j = 0; j < K; ++j)
-      SKA_DW_UNROLL
-      for (int v = 0; v < Vec; ++v) wrow[j][v] = taps[(i * K + j) * tap_stride + v];
+    for (int j = 0; j < K; ++j) SKA_DW_UNROLL
+    for (int v = 0; v < Vec; ++v) wrow[j][v] = taps[(i * K + j) * tap_stride + v];
     walk_row<K, Strip, Vec, T, Io>(x + pixel_offset(g, p.n, ih, 0, g.h, g.w) + c0, g, p.ow0,
                                    [&](int t, int j, const float* xv) {
                                      SKA_DW_UNROLL
@@ -176,7 +174,7 @@ SKA_DW_DEV void forward_thread(const T* x, const float* taps, const T* bias, con
 // outputs of dy[n, oh, ow, c0 + v] * x[n, oh - pad_h + i, ow - pad_w + j, c0 + v].
 template <int K, int Strip, int Vec, typename T, typename Io>
 SKA_DW_DEV void weight_grad_strip(const T* x, const T* dy, const Geometry& g, int i, StripPos p,
-                                 int c0, float (&acc)[K][Vec]) {
+                                  int c0, float (&acc)[K][Vec]) {
   const int ih = p.oh - g.pad_h + i;
   if (ih < 0 || ih >= g.h) return;
   float d[Strip][Vec];
@@ -212,8 +210,8 @@ SKA_DW_HD int weight_grad_slices(const Layout& l, int k) {
 // strip_threads + ty and lanes = slices * strip_threads.
 template <int K, int Vec, typename T, typename Io>
 SKA_DW_DEV void weight_grad_thread(const T* x, const T* dy, const Geometry& g, const Layout& l,
-                                  int slices, int slice, int channel_tile, int i, int tx, int ty,
-                                  float (&acc)[K][Vec]) {
+                                   int slices, int slice, int channel_tile, int i, int tx, int ty,
+                                   float (&acc)[K][Vec]) {
   for (int j = 0; j < K; ++j)
     for (int v = 0; v < Vec; ++v) acc[j][v] = 0.0f;
   const int group = channel_tile * l.channel_threads + tx;

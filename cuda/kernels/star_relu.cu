@@ -145,7 +145,8 @@ void star_relu_backward(const Tensor& grad_y, const Tensor& x, const Tensor& sca
                   grad_x.dtype() == x.dtype() &&
                   (!grad_scale.defined() || grad_scale.dtype() == scale.dtype()) &&
                   (!grad_bias.defined() || grad_bias.dtype() == scale.dtype()),
-              DTypeError, kKernel, ": grad_y must have y's dtype (the wider of x's and scale's, "
+              DTypeError, kKernel,
+              ": grad_y must have y's dtype (the wider of x's and scale's, "
               "or x's), grad_x x's, the parameter gradients the parameters'");
     const auto launch = [&](auto g_tag) {
       using G = decltype(g_tag);

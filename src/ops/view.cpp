@@ -226,10 +226,10 @@ Tensor Tensor::to(Device device, DType dtype) const {
   // channels-last, with no copy to NCHW before it and none back after.
   const bool keep_channels_last =
       device == this->device() && is_channels_last() && !is_contiguous();
-  Tensor out = keep_channels_last
-                   ? Tensor::empty({size(0), size(2), size(3), size(1)}, dtype, device)
-                         .permute({0, 3, 1, 2})
-                   : Tensor::empty(shape(), dtype, device);
+  Tensor out =
+      keep_channels_last
+          ? Tensor::empty({size(0), size(2), size(3), size(1)}, dtype, device).permute({0, 3, 1, 2})
+          : Tensor::empty(shape(), dtype, device);
   out.copy_(*this);
   autograd::record_op("to", {*this}, {out},
                       [dev = this->device(), dt = this->dtype()](const TensorList& g) {

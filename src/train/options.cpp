@@ -68,8 +68,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
   k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
-  k.depthwise_conv =
-      t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
+  k.depthwise_conv = t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
   return k;

@@ -24,9 +24,10 @@ AutocastState autocast_state(Precision p);       // disabled for fp32
 
 // Which implementation the kernels with a fast path and a reference take (`train.attention`,
 // `train.elementwise`, `train.norm_output`, `train.residual_norm`, `train.gelu_dropout`,
-// `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`, `train.cudnn_deterministic`):
-// the fast ones by default; the others to compare, or to work around a fast path that misbehaves
-// on some GPU without rebuilding. Process-wide switches, set by apply().
+// `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`,
+// `train.cudnn_deterministic`): the fast ones by default; the others to compare, or to work around
+// a fast path that misbehaves on some GPU without rebuilding. Process-wide switches, set by
+// apply().
 struct KernelChoices {
   // fused (the fused attention op; on CUDA bf16/f16 on the tensor cores, the mma.sync kernels),
   // wmma (the same on the WMMA tensor-core kernels), scalar (the same op on CUDA's f32-FMA

@@ -89,8 +89,8 @@ struct Sums {
 // `cap` blocks along the strips (the launches' kForwardBlocks, or fewer to make each walk more).
 template <int K, typename T>
 std::vector<float> emulate_correlation(const std::vector<T>& in, const std::vector<T>& w,
-                                       const std::vector<T>* bias, const dw::Geometry& g,
-                                       bool flip, int64_t cap) {
+                                       const std::vector<T>* bias, const dw::Geometry& g, bool flip,
+                                       int64_t cap) {
   constexpr int kVec = 16 / sizeof(T);
   const dw::Layout l = dw::make_layout(g, kVec, dw::kForwardStrip);
   std::vector<T> out(static_cast<size_t>(g.n) * g.ho * g.wo * g.c, T(kUnwritten));
@@ -138,9 +138,8 @@ std::vector<float> emulate_weight_grad(const std::vector<T>& x, const std::vecto
       for (int bx = 0; bx < slices; ++bx) {
         for (int ty = 0; ty < l.strip_threads; ++ty)
           for (int tx = 0; tx < l.channel_threads; ++tx)
-            dw::weight_grad_thread<K, kVec, T, HostIo>(x.data(), dy.data(), g, l, slices, bx, by,
-                                                       i, tx, ty,
-                                                       acc[ty * l.channel_threads + tx].v);
+            dw::weight_grad_thread<K, kVec, T, HostIo>(x.data(), dy.data(), g, l, slices, bx, by, i,
+                                                       tx, ty, acc[ty * l.channel_threads + tx].v);
         const int width = l.channel_threads * kVec;
         for (int j = 0; j < K; ++j) {
           for (int ty = 0; ty < l.strip_threads; ++ty)
@@ -148,8 +147,7 @@ std::vector<float> emulate_weight_grad(const std::vector<T>& x, const std::vecto
               for (int v = 0; v < kVec; ++v)
                 red[ty * width + tx * kVec + v] = acc[ty * l.channel_threads + tx].v[j][v];
           for (int tx = 0; tx < l.channel_threads; ++tx)
-            dw::weight_grad_block_sum<K, kVec>(red.data(), g, l, bx, by, i, j, tx,
-                                               partial.data());
+            dw::weight_grad_block_sum<K, kVec>(red.data(), g, l, bx, by, i, j, tx, partial.data());
         }
       }
   size_t unwritten = 0;
@@ -183,7 +181,7 @@ struct Case {
 
 template <int K, typename T>
 void check_case(const Case& cs, double rounding) {
-  dw::Geometry g{cs.n, cs.h, cs.w, cs.c, cs.h + 2 * cs.pad - K + 1, cs.w + 2 * cs.pad - K + 1,
+  dw::Geometry g{cs.n,   cs.h,  cs.w, cs.c, cs.h + 2 * cs.pad - K + 1, cs.w + 2 * cs.pad - K + 1,
                  cs.pad, cs.pad};
   INFO("K " << K << ", N " << g.n << ", C " << g.c << ", " << g.h << "x" << g.w << ", pad "
             << cs.pad << ", " << sizeof(T) * 8 << "-bit");
@@ -278,7 +276,9 @@ namespace {
 const Device kGpu = Device::cuda(0);
 
 // [N, C, H, W] `x` laid out channels-last.
-Tensor channels_last(const Tensor& x) { return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+Tensor channels_last(const Tensor& x) {
+  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
 
 struct ModeGuard {
   DepthwiseConv saved;
@@ -301,10 +301,9 @@ TEST_CASE("cuda depthwise conv: direct kernels against the CPU, forced and timed
   for (const DepthwiseConv mode : {DepthwiseConv::kDirect, DepthwiseConv::kTimed}) {
     ModeGuard guard(mode);
     set_cudnn_benchmark(true);
-    for (const Shape4& s : {Shape4{{2, 16, 9, 11}, {16, 1, 3, 3}, 1},
-                            Shape4{{2, 64, 14, 14}, {64, 1, 7, 7}, 3},
-                            Shape4{{1, 136, 9, 7}, {136, 1, 5, 5}, 4},
-                            Shape4{{2, 24, 6, 13}, {24, 1, 7, 7}, 0}}) {
+    for (const Shape4& s :
+         {Shape4{{2, 16, 9, 11}, {16, 1, 3, 3}, 1}, Shape4{{2, 64, 14, 14}, {64, 1, 7, 7}, 3},
+          Shape4{{1, 136, 9, 7}, {136, 1, 5, 5}, 4}, Shape4{{2, 24, 6, 13}, {24, 1, 7, 7}, 0}}) {
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
         INFO("mode " << static_cast<int>(mode) << ", x " << shape_str(s.x) << ", w "
                      << shape_str(s.w) << ", pad " << s.pad << ", " << dtype_name(dt));
@@ -315,9 +314,8 @@ TEST_CASE("cuda depthwise conv: direct kernels against the CPU, forced and timed
         Conv2dParams p;
         p.pad_h = p.pad_w = pad;
         p.groups = c;
-        const Tensor yg = channels_last(
-            Tensor::empty({s.x[0], c, s.x[2] + 2 * pad - s.w[2] + 1, s.x[3] + 2 * pad - s.w[3] + 1},
-                          dt, kGpu));
+        const Tensor yg = channels_last(Tensor::empty(
+            {s.x[0], c, s.x[2] + 2 * pad - s.w[2] + 1, s.x[3] + 2 * pad - s.w[3] + 1}, dt, kGpu));
         REQUIRE(cuda::depthwise_direct_supported(xg, yg, wg, p));
         ska::test::check_cuda_parity(
             [pad, c](const TensorList& in) {
@@ -341,7 +339,8 @@ TEST_CASE("cuda depthwise conv: direct kernels repeat their results bit for bit"
     const Tensor x = channels_last(ska::test::uniform({4, c, 28, 28}, 11))
                          .to(kGpu, DType::kBF16)
                          .set_requires_grad();
-    const Tensor w = ska::test::uniform({c, 1, 7, 7}, 12).to(kGpu, DType::kBF16).set_requires_grad();
+    const Tensor w =
+        ska::test::uniform({c, 1, 7, 7}, 12).to(kGpu, DType::kBF16).set_requires_grad();
     const Tensor y = conv2d(x, w, Tensor(), 1, 3, 1, c);
     sum(y * y).backward();
     r = {y.to_vector<float>(), x.grad().to_vector<float>(), w.grad().to_vector<float>()};

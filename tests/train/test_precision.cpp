@@ -428,8 +428,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   Config bad_depthwise = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   bad_depthwise.set("train.depthwise_conv=native");
   REQUIRE_THROWS_WITH(TrainOptions::from_config(bad_depthwise.root()["train"]),
-                      Contains("train.depthwise_conv") && Contains("native") &&
-                          Contains("direct"));
+                      Contains("train.depthwise_conv") && Contains("native") && Contains("direct"));
 }
 
 TEST_CASE("train.attention=unfused trains the tiny CSKA-ViT to the fused run's weights",
