@@ -205,38 +205,86 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
   return out;
 }
 
-Tensor grid_neighbourhoods(const Tensor& x, int64_t kernel) {
-  SKA_CHECK(kernel >= 1 && kernel % 2 == 1, ValueError,
-            "grid_neighbourhoods: the kernel must be odd and positive, got ", kernel);
-  SKA_CHECK(x.dim() >= 3, ShapeError, "grid_neighbourhoods: expected [..., H, W, C], got ",
-            shape_str(x.shape()));
+namespace {
+
+void check_grid(const Tensor& x, int64_t kernel, const char* op) {
+  SKA_CHECK(kernel >= 1 && kernel % 2 == 1, ValueError, op,
+            ": the kernel must be odd and positive, got ", kernel);
+  SKA_CHECK(x.dim() >= 3, ShapeError, op, ": expected [..., H, W, C], got ", shape_str(x.shape()));
+}
+
+// Copies x's k x k neighbourhoods into `taps` [..., H, W, k*k, C] (a raw view, zeros before).
+void gather_neighbourhoods(const Tensor& x, int64_t kernel, const Tensor& taps) {
   const int64_t h = x.size(-3), w = x.size(-2);
-  Shape shape = x.shape();
-  shape.insert(shape.end() - 1, kernel * kernel);
-  Tensor out = Tensor::zeros(shape, x.dtype(), x.device());
   for (int64_t ky = 0; ky < kernel; ++ky) {
     for (int64_t kx = 0; kx < kernel; ++kx) {
       const TapRegion r = tap_region(h, w, kernel, ky, kx);
       if (r.empty()) continue;
       const int64_t rows = r.y1 - r.y0, cols = r.x1 - r.x0;
-      grid_window(tap_of(out, ky * kernel + kx), r.y0, rows, r.x0, cols)
+      grid_window(tap_of(taps, ky * kernel + kx), r.y0, rows, r.x0, cols)
           .copy_(grid_window(x, r.y0 + r.dy, rows, r.x0 + r.dx, cols));
     }
   }
-  autograd::record_op("grid_neighbourhoods", {x}, {out}, [=, in = x.shape()](const TensorList& g) {
-    const Tensor gx = Tensor::zeros(in, g[0].dtype(), g[0].device());
-    for (int64_t ky = 0; ky < kernel; ++ky) {
-      for (int64_t kx = 0; kx < kernel; ++kx) {
-        const TapRegion r = tap_region(h, w, kernel, ky, kx);
-        if (r.empty()) continue;
-        const int64_t rows = r.y1 - r.y0, cols = r.x1 - r.x0;
-        const Tensor dst = grid_window(gx, r.y0 + r.dy, rows, r.x0 + r.dx, cols);
-        const Tensor src = grid_window(tap_of(g[0], ky * kernel + kx), r.y0, rows, r.x0, cols);
-        SKA_KERNEL(gx.device(), binary)(BinaryOp::kAdd, dst, src, dst);  // in place, elementwise
-      }
+}
+
+// The gradient of gather_neighbourhoods: each tap's gradient in g_taps [..., H, W, k*k, C] added
+// onto the positions it read, into a new [..., H, W, C] tensor of shape `in`.
+Tensor scatter_neighbourhoods(const Tensor& g_taps, int64_t kernel, const Shape& in) {
+  const Tensor gx = Tensor::zeros(in, g_taps.dtype(), g_taps.device());
+  const int64_t h = in[in.size() - 3], w = in[in.size() - 2];
+  for (int64_t ky = 0; ky < kernel; ++ky) {
+    for (int64_t kx = 0; kx < kernel; ++kx) {
+      const TapRegion r = tap_region(h, w, kernel, ky, kx);
+      if (r.empty()) continue;
+      const int64_t rows = r.y1 - r.y0, cols = r.x1 - r.x0;
+      const Tensor dst = grid_window(gx, r.y0 + r.dy, rows, r.x0 + r.dx, cols);
+      const Tensor src = grid_window(tap_of(g_taps, ky * kernel + kx), r.y0, rows, r.x0, cols);
+      SKA_KERNEL(gx.device(), binary)(BinaryOp::kAdd, dst, src, dst);  // in place, elementwise
     }
-    return TensorList{gx};
+  }
+  return gx;
+}
+
+// The first k*k*C columns of contiguous rows [..., H, W, width], seen as [..., H, W, k*k, C].
+Tensor taps_of_rows(const Tensor& rows, int64_t kernel, int64_t channels) {
+  Shape shape = rows.shape(), strides = rows.strides();
+  shape.back() = kernel * kernel;
+  shape.push_back(channels);
+  strides.back() = channels;
+  strides.push_back(1);
+  return Tensor::make_view(rows.storage(), shape, strides, rows.offset(), rows.dtype());
+}
+
+}  // namespace
+
+Tensor grid_neighbourhoods(const Tensor& x, int64_t kernel) {
+  check_grid(x, kernel, "grid_neighbourhoods");
+  Shape shape = x.shape();
+  shape.insert(shape.end() - 1, kernel * kernel);
+  Tensor out = Tensor::zeros(shape, x.dtype(), x.device());
+  gather_neighbourhoods(x, kernel, out);
+  autograd::record_op("grid_neighbourhoods", {x}, {out}, [=, in = x.shape()](const TensorList& g) {
+    return TensorList{scatter_neighbourhoods(g[0], kernel, in)};
   });
+  return out;
+}
+
+Tensor grid_neighbourhood_rows(const Tensor& x, int64_t kernel, int64_t width) {
+  check_grid(x, kernel, "grid_neighbourhood_rows");
+  const int64_t channels = x.size(-1), taps = kernel * kernel * channels;
+  SKA_CHECK(width > taps, ValueError, "grid_neighbourhood_rows: rows of ", width,
+            " columns cannot hold ", taps, " neighbourhood values and the column of ones");
+  Shape shape = x.shape();
+  shape.back() = width;
+  Tensor out = Tensor::zeros(shape, x.dtype(), x.device());
+  narrow_raw(out, out.dim() - 1, taps, 1).fill_(1.0);
+  gather_neighbourhoods(x, kernel, taps_of_rows(out, kernel, channels));
+  autograd::record_op("grid_neighbourhood_rows", {x}, {out},
+                      [=, in = x.shape()](const TensorList& g) {
+                        const Tensor gc = g[0].contiguous();
+                        return TensorList{
+                            scatter_neighbourhoods(taps_of_rows(gc, kernel, channels), kernel, in)};
+                      });
   return out;
 }
 

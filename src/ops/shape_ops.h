@@ -32,5 +32,12 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
 // product with the weight [C_out, C, k, k] reordered to [C_out, k, k, C]. Backward sums each
 // tap's gradient back onto the positions it read. Copies only (k*k strided copies each way).
 Tensor grid_neighbourhoods(const Tensor& x, int64_t kernel);
+// The same neighbourhoods as rows of `width` columns (width > k*k*C): [..., H, W, width] holding
+// the k*k*C values of grid_neighbourhoods' [..., k*k, C], then a one, then zeros. A matrix
+// product with filters [C_out, width] (the weight's k*k*C values, then the bias, then zeros)
+// is the convolution with its bias added in the product's own accumulation, its bias gradient
+// computed by the product's weight gradient; a width that is a multiple of 8 keeps 16-bit rows
+// 16-byte aligned for the tensor cores.
+Tensor grid_neighbourhood_rows(const Tensor& x, int64_t kernel, int64_t width);
 
 }  // namespace ska

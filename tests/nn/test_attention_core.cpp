@@ -269,7 +269,10 @@ TensorList conv_logits_and_grads(const Tensor& q_in, Conv2d& conv, int64_t h, in
   if (conv.bias.defined()) conv.bias.zero_grad();
   const Tensor logits = conv_logits(q, conv, h, w);
   const bool as_product = form == ConvLogitsForm::kGemm && product;
-  CHECK(graph_has(logits, "grid_neighbourhoods") == as_product);
+  // With a bias, the neighbourhoods come as rows with the bias's column of ones.
+  const char* im2col = conv.bias.defined() ? "grid_neighbourhood_rows" : "grid_neighbourhoods";
+  CHECK(graph_has(logits, im2col) == as_product);
+  if (as_product) CHECK_FALSE(graph_has(logits, "add"));  // the bias is added in the product
   CHECK(graph_has(logits, "conv2d") == !as_product);
   const Tensor weights = test::uniform(logits.shape(), 99, -1.0, 1.0, logits.dtype());
   sum(logits * weights).backward();

@@ -151,6 +151,37 @@ TEST_CASE("grid neighbourhoods: every tap of every position, zeros off the grid"
   CHECK_THROWS_AS(grid_neighbourhoods(x.reshape({40, 3}), 3), ShapeError);
 }
 
+TEST_CASE("grid neighbourhood rows: the neighbourhoods, a one, zeros, and their gradient",
+          "[cpu]") {
+  const Tensor x = uniform({2, 4, 5, 3}, 21);
+  for (int64_t k : {1, 3}) {
+    const int64_t taps = k * k * 3, width = (taps + 1 + 7) / 8 * 8;
+    INFO("k " << k << ", width " << width);
+    const Tensor rows = grid_neighbourhood_rows(x, k, width);
+    REQUIRE(rows.shape() == Shape{2, 4, 5, width});
+    const std::vector<double> expected = neighbourhoods_by_definition(x, k);
+    const std::vector<double> got = rows.to_vector<double>();
+    for (int64_t p = 0; p < 2 * 4 * 5; ++p) {
+      for (int64_t c = 0; c < width; ++c) {
+        const double want = c < taps ? expected[static_cast<size_t>(p * taps + c)]
+                                     : (c == taps ? 1.0 : 0.0);
+        REQUIRE(got[static_cast<size_t>(p * width + c)] == want);
+      }
+    }
+    // Gradient: grid_neighbourhoods' from the same upstream values, bit for bit.
+    const Tensor up = uniform({2, 4, 5, width}, 22);
+    const Tensor x1 = x.detach().set_requires_grad(), x2 = x.detach().set_requires_grad();
+    sum(grid_neighbourhood_rows(x1, k, width) * up).backward();
+    sum(grid_neighbourhoods(x2, k) * up.narrow(3, 0, taps).reshape({2, 4, 5, k * k, 3}))
+        .backward();
+    CHECK(ska::test::bitwise_equal(x1.grad(), x2.grad()));
+    check_gradients([k, width](const TensorList& in) {
+      return grid_neighbourhood_rows(in[0], k, width);
+    }, {x.detach().set_requires_grad()});
+  }
+  CHECK_THROWS_WITH(grid_neighbourhood_rows(x, 3, 27), Catch::Contains("column of ones"));
+}
+
 TEST_CASE("shape op gradients", "[cpu]") {
   Tensor a = uniform({2, 3}, 1).set_requires_grad();
   Tensor b = uniform({2, 2}, 2).set_requires_grad();

@@ -106,22 +106,37 @@ Tensor logits_by_conv(const Tensor& q, int64_t height, int64_t width, ConvOf&& c
 // conv_logits as one matrix product per head: every query's k x k neighbourhood of its head's
 // channels (grid_neighbourhoods, im2col with taps before channels), [h, B*H*W, k*k*d], times the
 // head's filters reordered to [h, K, k*k*d]. The heads lead, so the weight gradient is one
-// product per head over the whole batch (no per-sample products summed after).
+// product per head over the whole batch (no per-sample products summed after). A bias rides in
+// the product as one more column (grid_neighbourhood_rows: a one after the k*k*d values, zeros
+// to a multiple of 8 columns; the filters get the bias there): no pass over the [B, h, N, K]
+// logits to add it (CSKAFormer-S18's stage 2 at batch 128: 1.26 GB a layer, read and written)
+// and none over their gradient to sum it.
 Tensor logits_by_gemm(const Tensor& q, const Tensor& weight, const Tensor& bias, int64_t height,
                       int64_t width) {
   const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2), d = q.size(3);
-  const int64_t k = weight.size(2), keys = weight.size(0) / heads;
+  const int64_t k = weight.size(2), keys = weight.size(0) / heads, taps = k * k * d;
   const Tensor grid = q.transpose(0, 1).reshape({heads, batch, height, width, d});
-  const Tensor cols = grid_neighbourhoods(grid, k).reshape({heads, batch * tokens, k * k * d});
-  const Tensor filters = weight.reshape({heads, keys, d, k * k})
-                             .transpose(-1, -2)
-                             .contiguous()
-                             .reshape({heads, keys, k * k * d});
-  const Tensor logits = matmul(cols, filters.transpose(-1, -2))  // [h, B*H*W, K]
-                            .reshape({heads, batch, tokens, keys})
-                            .transpose(0, 1);
-  if (!bias.defined()) return logits;
-  return logits + bias.to(logits.dtype()).reshape({1, heads, 1, keys});
+  Tensor filters = weight.reshape({heads, keys, d, k * k})
+                       .transpose(-1, -2)
+                       .contiguous()
+                       .reshape({heads, keys, taps});
+  Tensor cols;
+  if (bias.defined()) {
+    const int64_t row = (taps + 1 + 7) / 8 * 8;
+    cols = grid_neighbourhood_rows(grid, k, row).reshape({heads, batch * tokens, row});
+    filters = pad(cat({filters, bias.reshape({heads, keys, 1}).to(filters.dtype())}, -1),
+                  {0, row - taps - 1});
+  } else {
+    cols = grid_neighbourhoods(grid, k).reshape({heads, batch * tokens, taps});
+  }
+  Tensor logits;
+  {
+    // The convolution's MACs, as the conv form counts them: not the bias column nor the padding.
+    const MacCountingPause pause;
+    logits = matmul(cols, filters.transpose(-1, -2));  // [h, B*H*W, K]
+  }
+  MacCounter::add(heads * batch * tokens * keys * taps);
+  return logits.reshape({heads, batch, tokens, keys}).transpose(0, 1);
 }
 
 // Whether logits_by_gemm computes what `conv` does: a square k x k "same" convolution (k odd,
