@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_forward_kernel(Forwa
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int i = w0 + r;
       float z = -INFINITY;
-      if (j < in.nk) {
+      if (j < in.nk && !attn::excluded(in, i, j)) {
         z = scale * s[r];
         if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
       }
@@ -262,6 +262,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
   const T* kg = in.k + in.kv.lead.offset(g);
   const T* vg = in.v + in.vv.lead.offset(g);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(g) : nullptr;
+  T* gbg = attn::grad_bias_of(a, g);
   load_rows<kC>(q_s, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d);
   load_rows<kC>(go_s, a.go + a.gov.lead.offset(g), a.gov, i0, rows, in.nq, in.dv);
   const bool active = w0 < in.nq;
@@ -293,10 +294,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_q_kernel(Backwa
       const int i = w0 + r;
       float dz = 0.0f;
       if (i < in.nq && j < in.nk) {
-        float z = scale * s[r];
-        if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
-        dz = expf(z - lse[r]) * (dp[r] - delta[r]);
-        if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(bscale * dz);
+        if (!attn::excluded(in, i, j)) {
+          float z = scale * s[r];
+          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+          dz = expf(z - lse[r]) * (dp[r] - delta[r]);
+        }
+        if (gbg != nullptr) attn::store_grad_bias(gbg, a, i, j, bscale, dz);
       }
       w_s[r * kLaneTile + lane] = dz;
     }
@@ -384,7 +387,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int j = w0 + r;
       float p = 0.0f, dz = 0.0f;
-      if (i < in.nq && j < in.nk) {
+      if (i < in.nq && j < in.nk && !attn::excluded(in, i, j)) {
         float z = scale * s[r];
         if (bg != nullptr) z += b_s[lane * (rows + 1) + warp * kRowsPerWarp + r];
         p = expf(z - lse_s[lane]);
@@ -481,18 +484,15 @@ void check_stats(const char* kernel, const char* name, const Tensor& t, const Ge
             " elements, got ", t.defined() ? t.str() : "an undefined tensor");
 }
 
-// A gradient the kernels write: contiguous, or (`strided`) any view with a unit column stride
-// whose rows do not overlap.
-void check_grad(const char* name, const Tensor& grad, const Tensor& like, const Shape& shape,
-                bool strided) {
+// A gradient the kernels write: any view with a unit column stride whose rows do not overlap.
+void check_grad(const char* name, const Tensor& grad, const Tensor& like, const Shape& shape) {
   const auto rows_apart = [&] {
     const int64_t rows = grad.size(-2), cols = grad.size(-1);
     return (cols <= 1 || grad.stride(-1) == 1) && (rows <= 1 || grad.stride(-2) >= cols);
   };
   SKA_CHECK(grad.defined() && grad.dtype() == like.dtype() && grad.shape() == shape &&
-                grad.device() == like.device() && (strided ? rows_apart() : dense(grad)),
-            ValueError, "attention_backward: ", name, " must be a ",
-            strided ? "unit-column-strided view" : "contiguous tensor", " of ",
+                grad.device() == like.device() && rows_apart(),
+            ValueError, "attention_backward: ", name, " must be a unit-column-strided view of ",
             dtype_name(like.dtype()), " and shape ", shape_str(shape), " on ", like.device(),
             ", got ", grad.defined() ? grad.str() : "an undefined tensor");
 }
@@ -511,8 +511,8 @@ View view_of(const Tensor& t, int64_t nlead) {
 
 template <typename T>
 Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                    double scale, const Tensor& scale_factor, const Tensor& bias_factor,
-                    const Geometry& geo) {
+                    AttentionMask mask, double scale, const Tensor& scale_factor,
+                    const Tensor& bias_factor, const Geometry& geo) {
   Inputs<T> in{};
   in.q = static_cast<const T*>(q.data_ptr());
   in.k = static_cast<const T*>(k.data_ptr());
@@ -527,6 +527,7 @@ Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   in.d = geo.d;
   in.dv = geo.dv;
   in.scale = static_cast<float>(scale);
+  in.diagonal = mask == AttentionMask::kDiagonal;
   const auto factor = [&](const Tensor& f, const char* name) -> const float* {
     if (!f.defined()) return nullptr;
     SKA_CHECK(f.numel() == 1 && f.dtype() == DType::kF32 && f.device() == q.device(), ValueError,
@@ -555,8 +556,8 @@ int warps_for(int n) { return std::clamp((n + kRowsPerWarp - 1) / kRowsPerWarp, 
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       double scale, const Tensor& scale_factor, const Tensor& bias_factor,
-                       const Tensor& out, const Tensor& lse) {
+                       AttentionMask mask, double scale, const Tensor& scale_factor,
+                       const Tensor& bias_factor, const Tensor& out, const Tensor& lse) {
   const Geometry geo = check_geometry("attention_forward", q, k, v, bias, out);
   check_stats("attention_forward", "lse", lse, geo);
   if (geo.groups == 0 || geo.nq == 0) return;
@@ -566,7 +567,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   dispatch_floating(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
     ForwardArgs<T> a{};
-    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, bias_factor, geo);
+    a.in = inputs_of<T>(q, k, v, bias, mask, scale, scale_factor, bias_factor, geo);
     a.out = static_cast<T*>(out.data_ptr());
     a.ov = view_of(out, geo.nlead);
     a.lse = static_cast<float*>(lse.data_ptr());
@@ -592,9 +593,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                        const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& scale_factor, const Tensor& bias_factor, const Tensor& grad_q,
-                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_bias) {
+                        AttentionMask mask, const Tensor& out, const Tensor& lse,
+                        const Tensor& grad_out, double scale, const Tensor& scale_factor,
+                        const Tensor& bias_factor, const Tensor& grad_q, const Tensor& grad_k,
+                        const Tensor& grad_v, const Tensor& grad_bias) {
   const char* kKernel = "attention_backward";
   const Geometry geo = check_geometry(kKernel, q, k, v, bias, out);
   check_stats(kKernel, "lse", lse, geo);
@@ -603,11 +605,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
             ValueError, kKernel, ": grad_out must be a view like out ", out.str(), ", got ",
             grad_out.defined() ? grad_out.str() : "an undefined tensor");
   const Shape lead(q.shape().begin(), q.shape().end() - 2);
-  check_grad("grad_q", grad_q, q, q.shape(), true);
-  check_grad("grad_k", grad_k, q, with_last(lead, geo.nk, geo.d), true);
-  check_grad("grad_v", grad_v, q, with_last(lead, geo.nk, geo.dv), true);
-  if (grad_bias.defined()) {
-    check_grad("grad_bias", grad_bias, q, with_last(lead, geo.nq, geo.nk), false);
+  check_grad("grad_q", grad_q, q, q.shape());
+  check_grad("grad_k", grad_k, q, with_last(lead, geo.nk, geo.d));
+  check_grad("grad_v", grad_v, q, with_last(lead, geo.nk, geo.dv));
+  if (grad_bias.defined()) {  // contiguous or permuted: every element written once
+    const Shape b_shape = with_last(lead, geo.nq, geo.nk);
+    SKA_CHECK(grad_bias.dtype() == q.dtype() && grad_bias.shape() == b_shape &&
+                  grad_bias.device() == q.device() && grad_bias.is_non_overlapping_and_dense(),
+              ValueError, kKernel, ": grad_bias must be a ", dtype_name(q.dtype()), " ",
+              shape_str(b_shape), " tensor on ", q.device(),
+              ", contiguous or permuted (no element twice), got ", grad_bias.str());
   }
   if (geo.groups == 0) return;
   const int device = device_index(q);
@@ -619,7 +626,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   dispatch_floating(q.dtype(), kKernel, [&](auto tag) {
     using T = decltype(tag);
     BackwardArgs<T> a{};
-    a.in = inputs_of<T>(q, k, v, bias, scale, scale_factor, bias_factor, geo);
+    a.in = inputs_of<T>(q, k, v, bias, mask, scale, scale_factor, bias_factor, geo);
     a.go = static_cast<const T*>(grad_out.data_ptr());
     a.gov = view_of(grad_out, geo.nlead);
     a.lse = static_cast<const float*>(lse.data_ptr());
@@ -631,6 +638,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     a.gkv = view_of(grad_k, geo.nlead);
     a.gvv = view_of(grad_v, geo.nlead);
     a.gb = grad_bias.defined() ? static_cast<T*>(grad_bias.data_ptr()) : nullptr;
+    if (grad_bias.defined()) a.gbv = view_of(grad_bias, geo.nlead);
     if (geo.nq > 0) {
       const int64_t rows = geo.groups * geo.nq;
       const unsigned int grid = grid_of(kKernel, (rows + kDeltaWarps - 1) / kDeltaWarps, 1);

@@ -296,7 +296,7 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
       for (int e = 0; e < 4; ++e) {
         const int i = rows_of[e >> 1], j = j0 + n * 8 + 2 * t + (e & 1);
         float z = -INFINITY;
-        if (j < in.nk) {
+        if (j < in.nk && !excluded(in, i, j)) {
           z = scale * s[n][e];
           if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
         }
@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArg
       for (int e = 0; e < 4; ++e) {
         const int j = keys_of[e >> 1], ti = n * 8 + 2 * t + (e & 1), i = i0 + ti;
         float pe = 0.0f, dse = 0.0f;
-        if (i < in.nq && j < in.nk) {
+        if (i < in.nq && j < in.nk && !excluded(in, i, j)) {
           float z = scale * p[n][e];
           if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
           pe = expf(z - lse_s[ti]);
@@ -444,6 +444,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
   const T* kg = in.k + in.kv.lead.offset(grp);
   const T* vg = in.v + in.vv.lead.offset(grp);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+  T* gbg = grad_bias_of(a, grp);
   load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d);
   load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, i0, rows, in.nq, in.dv);
   const bool active = w0 < in.nq;
@@ -476,10 +477,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
         const int r = e >> 1, i = rows_of[r], j = j0 + n * 8 + 2 * t + (e & 1);
         float dse = 0.0f;
         if (i < in.nq && j < in.nk) {
-          float z = scale * ds[n][e];
-          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
-          dse = expf(z - lse[r]) * (dp[n][e] - delta[r]);
-          if (a.gb != nullptr) a.gb[(grp * in.nq + i) * in.nk + j] = from_float<T>(bscale * dse);
+          if (!excluded(in, i, j)) {
+            float z = scale * ds[n][e];
+            if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+            dse = expf(z - lse[r]) * (dp[n][e] - delta[r]);
+          }
+          if (gbg != nullptr) store_grad_bias(gbg, a, i, j, bscale, dse);
         }
         ds[n][e] = dse;
       }
@@ -517,6 +520,7 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   float* delta_s = lse_s + kShortRows;
 
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+  T* gbg = grad_bias_of(a, grp);
   load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d);
   load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv);
   load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d);
@@ -539,7 +543,7 @@ __global__ void __launch_bounds__(kShortWarps * 32)
       for (int e = 0; e < 4; ++e) {
         const int j = keys_of[e >> 1], i = n * 8 + 2 * t + (e & 1);
         float pe = 0.0f, dse = 0.0f;
-        if (i < in.nq && j < in.nk) {
+        if (i < in.nq && j < in.nk && !excluded(in, i, j)) {
           float z = scale * w[n][e];
           if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
           pe = expf(z - lse_s[i]);
@@ -572,10 +576,12 @@ __global__ void __launch_bounds__(kShortWarps * 32)
         const int i = rows_of[e >> 1], j = n * 8 + 2 * t + (e & 1);
         float dse = 0.0f;
         if (i < in.nq && j < in.nk) {
-          float z = scale * w[n][e];
-          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
-          dse = expf(z - lse_s[i]) * (dw[n][e] - delta_s[i]);
-          if (a.gb != nullptr) a.gb[(grp * in.nq + i) * in.nk + j] = from_float<T>(bscale * dse);
+          if (!excluded(in, i, j)) {
+            float z = scale * w[n][e];
+            if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+            dse = expf(z - lse_s[i]) * (dw[n][e] - delta_s[i]);
+          }
+          if (gbg != nullptr) store_grad_bias(gbg, a, i, j, bscale, dse);
         }
         w[n][e] = dse;
       }

@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<
     for (int r = 0; r < kWarpRows; ++r) {
       const int i = w0 + r;
       float z = -INFINITY;
-      if (j < in.nk) {
+      if (j < in.nk && !excluded(in, i, j)) {
         z = scale * s_w[r * lds + lane];
         if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
       }
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
     for (int r = 0; r < kWarpRows; ++r) {
       const int j = w0 + r;
       float p = 0.0f, ds = 0.0f;
-      if (i < in.nq && j < in.nk) {
+      if (i < in.nq && j < in.nk && !excluded(in, i, j)) {
         float z = scale * s_w[r * lds + lane];
         if (bg != nullptr) z += b_s[lane * (rows + 1) + warp * kWarpRows + r];
         p = expf(z - lse_s[lane]);
@@ -377,6 +377,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
   const T* kg = in.k + in.kv.lead.offset(g);
   const T* vg = in.v + in.vv.lead.offset(g);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(g) : nullptr;
+  T* gbg = grad_bias_of(a, g);
   load_tile(q_s, ldk, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d);
   load_tile(go_s, ldv, a.go + a.gov.lead.offset(g), a.gov, i0, rows, in.nq, in.dv);
   if (threadIdx.x < rows) {
@@ -407,10 +408,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
       const int i = w0 + r;
       float ds = 0.0f;
       if (i < in.nq && j < in.nk) {
-        float z = scale * s_w[r * lds + lane];
-        if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
-        ds = expf(z - lse_w[r]) * (dp_w[r * lds + lane] - delta_w[r]);
-        if (a.gb != nullptr) a.gb[(g * in.nq + i) * in.nk + j] = from_float<T>(bscale * ds);
+        if (!excluded(in, i, j)) {
+          float z = scale * s_w[r * lds + lane];
+          if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+          ds = expf(z - lse_w[r]) * (dp_w[r * lds + lane] - delta_w[r]);
+        }
+        if (gbg != nullptr) store_grad_bias(gbg, a, i, j, bscale, ds);
       }
       ds_w[r * ldp + lane] = from_float<T>(ds);
     }

@@ -30,7 +30,14 @@ struct Inputs {
   float scale;
   const float* scale_factor;  // null, or one f32 on the device that multiplies scale
   const float* bias_factor;   // null, or one f32 on the device that multiplies the bias
+  bool diagonal;              // AttentionMask::kDiagonal: query i and key i excluded
 };
+
+// Whether the launch's mask excludes pair (i, j): its logit is -inf, its gradient +0.
+template <typename T>
+__device__ __forceinline__ bool excluded(const Inputs<T>& in, int i, int j) {
+  return in.diagonal && i == j;
+}
 
 // The logits' scale of a launch: scale times the device-side factor when there is one (read
 // once per thread at the start of a kernel).
@@ -76,7 +83,8 @@ struct BackwardArgs {
   T* gk;               // [groups, nk, d] as gkv lays it out (column stride 1)
   T* gv;               // [groups, nk, dv] as gvv lays it out (column stride 1)
   View gqv, gkv, gvv;
-  T* gb;               // contiguous [groups, nq, nk]; null: not wanted
+  T* gb;  // [groups, nq, nk] as gbv lays it out; null: not wanted
+  View gbv;
   int tiles;           // query tiles (dQ kernel) or key tiles (dK/dV kernel) per leading index
 };
 
@@ -84,6 +92,20 @@ struct BackwardArgs {
 template <typename T>
 __device__ __forceinline__ float bias_at(const T* bias, const View& bv, int i, int j) {
   return to_float(bias[i * bv.row + j * bv.col]);
+}
+
+// grad_bias of leading index g (gb at its offset), or null when not wanted.
+template <typename T>
+__device__ __forceinline__ T* grad_bias_of(const BackwardArgs<T>& a, int64_t g) {
+  return a.gb ? a.gb + a.gbv.lead.offset(g) : nullptr;
+}
+
+// Stores grad_bias of pair (i, j) (gb from grad_bias_of): bscale * dz (dz = +0 at the pairs the
+// mask excludes, as the CPU twin).
+template <typename T>
+__device__ __forceinline__ void store_grad_bias(T* gb, const BackwardArgs<T>& a, int i, int j,
+                                                float bscale, float dz) {
+  gb[i * a.gbv.row + j * a.gbv.col] = from_float<T>(bscale * dz);
 }
 
 // Calls f(std::integral_constant<int, kHead>{}) with kHead the widest head dim the kernels are

@@ -50,6 +50,11 @@ struct GemmArgs {
   float beta = 0.0f;
 };
 
+// Pairs the fused attention kernels exclude on top of the bias: weight 0, as a -inf logit would
+// give, and a gradient of +0 for the pair's logit. kDiagonal: query i with key i, for i below
+// both counts (LSA's and the static-key mixers' diagonal mask).
+enum class AttentionMask : uint8_t { kNone, kDiagonal };
+
 // NCHW convolution with weight [C_out, C_in / groups, kH, kW].
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1;

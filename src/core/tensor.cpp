@@ -1,8 +1,10 @@
 // Tensor factories, metadata, host read-back and in-place fill/copy.
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
+#include <vector>
 
 #include "autograd/node.h"
 #include "backend/backend.h"
@@ -154,6 +156,22 @@ bool Tensor::is_contiguous() const {
   int64_t expected = 1;
   for (size_t i = shape().size(); i-- > 0;) {
     if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+bool Tensor::is_non_overlapping_and_dense() const {
+  if (numel() == 0) return true;
+  std::vector<size_t> dims;
+  for (size_t i = 0; i < shape().size(); ++i) {
+    if (shape()[i] != 1) dims.push_back(i);
+  }
+  std::stable_sort(dims.begin(), dims.end(),
+                   [&](size_t a, size_t b) { return strides()[a] < strides()[b]; });
+  int64_t expected = 1;
+  for (const size_t i : dims) {
     if (strides()[i] != expected) return false;
     expected *= shape()[i];
   }

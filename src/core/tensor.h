@@ -82,6 +82,9 @@ class Tensor {
   // permute({0, 3, 1, 2}) of a contiguous tensor gives. Size-1 dims match any stride, so a tensor
   // with C == 1 or H == W == 1 is both this and contiguous.
   bool is_channels_last() const;
+  // Whether the elements fill a block of memory, each once, in some order of the dims: a
+  // contiguous tensor seen through a permutation (torch's is_non_overlapping_and_dense).
+  bool is_non_overlapping_and_dense() const;
   bool is_floating() const { return dtype_is_floating(impl().dtype); }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   bool same_storage(const Tensor& other) const { return impl().storage == other.impl().storage; }

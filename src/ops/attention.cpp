@@ -74,7 +74,7 @@ struct Forward {
   Tensor out, lse;
 };
 Forward run_forward(const Tensor& qv, const Tensor& kv, const Tensor& vv, const Tensor& bv,
-                    double scale, const Tensor& factor, const Tensor& bfactor) {
+                    AttentionMask mask, double scale, const Tensor& factor, const Tensor& bfactor) {
   const Shape lead(qv.shape().begin(), qv.shape().end() - 2);
   const int64_t nq = qv.size(-2), nk = kv.size(-2);
   Shape out_shape = lead, lse_shape = lead;
@@ -83,7 +83,8 @@ Forward run_forward(const Tensor& qv, const Tensor& kv, const Tensor& vv, const 
   Forward f;
   f.out = detail::empty_like_layout(out_shape, qv, qv.dtype());
   f.lse = Tensor::empty(lse_shape, factor_dtype_of(qv), qv.device());
-  SKA_KERNEL(qv.device(), attention_forward)(qv, kv, vv, bv, scale, factor, bfactor, f.out, f.lse);
+  SKA_KERNEL(qv.device(), attention_forward)
+  (qv, kv, vv, bv, mask, scale, factor, bfactor, f.out, f.lse);
   MacCounter::add(shape_numel(lead) * nq * nk * (qv.size(-1) + vv.size(-1)));
   return f;
 }
@@ -104,14 +105,25 @@ Tensor factor_grad(const Tensor& grad, const Tensor& value, const Tensor& factor
   return div(total, factor).reshape(shape);
 }
 
+// The bias gradient's tensor: laid out like the bias where the bias is a dense tensor in some
+// order of its dims (a permuted view, as CSKA's logits from their matrix product: the gradient
+// then goes back through the permutation without a copy), contiguous where it broadcasts (the
+// op sums it after).
+Tensor empty_bias_grad(const Shape& shape, const Tensor& bv) {
+  if (bv.is_non_overlapping_and_dense()) {
+    return detail::empty_like_layout(shape, bv, bv.dtype(), /*last_innermost=*/false);
+  }
+  return Tensor::empty(shape, bv.dtype(), bv.device());
+}
+
 }  // namespace
 
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                             const Tensor& bias, const Tensor& scale_factor,
-                            const Tensor& bias_factor) {
+                            const Tensor& bias_factor, AttentionMask mask) {
   if (auto cast = autocast_inputs(kOp, {q, k, v, bias})) {
-    return scaled_dot_attention((*cast)[0], (*cast)[1], (*cast)[2], scale, (*cast)[3],
-                                scale_factor, bias_factor);
+    return scaled_dot_attention((*cast)[0], (*cast)[1], (*cast)[2], scale, (*cast)[3], scale_factor,
+                                bias_factor, mask);
   }
   detail::check_floating(kOp, q);
   detail::check_same_device_dtype(kOp, q, k);
@@ -130,7 +142,7 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
     const auto cast = [&](const Tensor& f) {
       return needs_cast(f, factor_dtype) ? f.to(factor_dtype) : f;
     };
-    return scaled_dot_attention(q, k, v, scale, bias, cast(scale_factor), cast(bias_factor));
+    return scaled_dot_attention(q, k, v, scale, bias, cast(scale_factor), cast(bias_factor), mask);
   }
   check_factors(kOp, q, factor_dtype, scale_factor, bias_factor);
   SKA_CHECK(!bias_factor.defined() || bias.defined(), ValueError, kOp,
@@ -143,7 +155,7 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
   const Tensor vv = rows_readable(broadcast_leading(kOp, "v", v.detach(), rank, lead, nk, dv));
   const Tensor bv =
       bias.defined() ? broadcast_leading(kOp, "bias", bias.detach(), rank, lead, nq, nk) : Tensor();
-  const Forward fwd = run_forward(qv, kv, vv, bv, scale, factor, bfactor);
+  const Forward fwd = run_forward(qv, kv, vv, bv, mask, scale, factor, bfactor);
 
   const bool need_bias = bias.defined() && bias.requires_grad();
   const bool need_factor = scale_factor.defined() && scale_factor.requires_grad();
@@ -165,9 +177,9 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
     const Tensor gq = Tensor::empty(qv.shape(), dt, dev);
     const Tensor gk = Tensor::empty(gk_shape, dt, dev);
     const Tensor gv = Tensor::empty(gv_shape, dt, dev);
-    const Tensor gb = need_bias || need_bfactor ? Tensor::empty(gb_shape, dt, dev) : Tensor();
-    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor, bfactor,
-                                        gq, gk, gv, gb);
+    const Tensor gb = need_bias || need_bfactor ? empty_bias_grad(gb_shape, bv) : Tensor();
+    SKA_KERNEL(dev, attention_backward)
+    (qv, kv, vv, bv, mask, saved_out, lse, go, scale, factor, bfactor, gq, gk, gv, gb);
     return TensorList{gq,
                       sum_to_shape(gk, k_shape),
                       sum_to_shape(gv, v_shape),
@@ -179,10 +191,10 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
 }
 
 Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& bias,
-                     const Tensor& scale_factor) {
+                     const Tensor& scale_factor, AttentionMask mask) {
   constexpr const char* kQkv = "qkv_attention";
   if (auto cast = autocast_inputs(kQkv, {qkv, bias})) {
-    return qkv_attention((*cast)[0], heads, scale, (*cast)[1], scale_factor);
+    return qkv_attention((*cast)[0], heads, scale, (*cast)[1], scale_factor, mask);
   }
   detail::check_floating(kQkv, qkv);
   if (bias.defined()) detail::check_same_device_dtype(kQkv, qkv, bias);
@@ -190,7 +202,7 @@ Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tenso
             ": qkv ", qkv.str(), " must be [B, N, 3 * heads * head_dim] for ", heads, " heads");
   const DType factor_dtype = factor_dtype_of(qkv);
   if (needs_cast(scale_factor, factor_dtype)) {
-    return qkv_attention(qkv, heads, scale, bias, scale_factor.to(factor_dtype));
+    return qkv_attention(qkv, heads, scale, bias, scale_factor.to(factor_dtype), mask);
   }
   check_factors(kQkv, qkv, factor_dtype, scale_factor, Tensor());
   const int64_t batch = qkv.size(0), tokens = qkv.size(1), d = qkv.size(2) / (3 * heads);
@@ -206,7 +218,7 @@ Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tenso
                         ? broadcast_leading(kQkv, "bias", bias.detach(), 4, lead, tokens, tokens)
                         : Tensor();
   const Tensor factor = scale_factor.defined() ? scale_factor.detach().contiguous() : Tensor();
-  const Forward fwd = run_forward(qv, kv, vv, bv, scale, factor, Tensor());
+  const Forward fwd = run_forward(qv, kv, vv, bv, mask, scale, factor, Tensor());
 
   const bool need_bias = bias.defined() && bias.requires_grad();
   const bool need_factor = scale_factor.defined() && scale_factor.requires_grad();
@@ -221,16 +233,18 @@ Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tenso
     // The kernels write the three gradients straight into their places in dL/dqkv.
     const Tensor grad = Tensor::empty(packed_shape, dt, dev);
     const Tensor gq = part(grad, 0);
-    const Tensor gb = need_bias ? Tensor::empty({batch, heads, tokens, tokens}, dt, dev) : Tensor();
-    SKA_KERNEL(dev, attention_backward)(qv, kv, vv, bv, saved_out, lse, go, scale, factor,
-                                        Tensor(), gq, part(grad, 1), part(grad, 2), gb);
+    const Tensor gb = need_bias ? empty_bias_grad({batch, heads, tokens, tokens}, bv) : Tensor();
+    SKA_KERNEL(dev, attention_backward)
+    (qv, kv, vv, bv, mask, saved_out, lse, go, scale, factor, Tensor(), gq, part(grad, 1),
+     part(grad, 2), gb);
     return TensorList{grad.view(qkv_shape), need_bias ? sum_to_shape(gb, bias_shape) : Tensor(),
                       need_factor ? factor_grad(gq, qv, factor, factor_shape) : Tensor()};
   });
   return fwd.out;
 }
 
-Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor) {
+Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor,
+                      AttentionMask mask) {
   SKA_CHECK(logits.dim() >= 3 && logits.dim() <= 6, ShapeError, "softmax_attend: logits ",
             logits.str(), " need 3 to 6 dims");
   // Queries and keys of head dim 0: the fused op's q k^T term vanishes, z = factor * logits.
@@ -238,7 +252,7 @@ Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& facto
   q_shape.back() = 0;
   const Tensor q = Tensor::empty(q_shape, logits.dtype(), logits.device());
   const Tensor k = Tensor::empty({logits.size(-1), 0}, logits.dtype(), logits.device());
-  return scaled_dot_attention(q, k, v, 1.0, logits, Tensor(), factor);
+  return scaled_dot_attention(q, k, v, 1.0, logits, Tensor(), factor, mask);
 }
 
 }  // namespace ska

@@ -3,6 +3,7 @@
 // pass recomputes them from each row's log-sum-exp).
 #pragma once
 
+#include "backend/kernel_types.h"
 #include "core/tensor.h"
 
 namespace ska {
@@ -20,9 +21,14 @@ namespace ska {
 // (its gradient is sum(dL/dq * q) / scale_factor); autocast leaves it in f32. bias_factor
 // likewise multiplies the bias (a bias is then required), gradient sum(dL/dbias * bias) / factor.
 // The head dim may be 0 (q [..., Nq, 0], k [..., Nk, 0]): no q k^T term (softmax_attend).
+// mask: pairs excluded without a bias to read (AttentionMask::kDiagonal: query i and key i, as
+// an -inf bias there would; their logits' gradient is 0). The bias's gradient is laid out like
+// the bias where that is a dense (possibly permuted) tensor, so that it flows back through the
+// permutation without a copy.
 Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                             const Tensor& bias = Tensor(), const Tensor& scale_factor = Tensor(),
-                            const Tensor& bias_factor = Tensor());
+                            const Tensor& bias_factor = Tensor(),
+                            AttentionMask mask = AttentionMask::kNone);
 
 // Self-attention from one packed projection, as a ViT block forms it: qkv [B, N, 3 * h * d] holds
 // q, k and v side by side, each h heads of d (Linear(dim, 3 * h * d) writes them so), and the
@@ -31,12 +37,15 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
 // pass: it writes dL/dqkv in qkv's own layout, where the unpacked form writes three gradients
 // and then copies them into one. bias broadcasts to [B, h, N, N]. Under autocast a GEMM-type op.
 Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& bias = Tensor(),
-                     const Tensor& scale_factor = Tensor());
+                     const Tensor& scale_factor = Tensor(),
+                     AttentionMask mask = AttentionMask::kNone);
 
 // softmax(factor * logits) v, the weights never stored: attention from logits formed otherwise
 // (CSKA's convolution), with the fused op's kernels (a head dim of 0, the logits as the bias).
 // logits [..., Nq, Nk] (may hold -inf), v [..., Nk, dv] broadcasting over the leading dims;
-// factor: undefined or a one-element tensor (a learnable temperature), differentiable.
-Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor = Tensor());
+// factor: undefined or a one-element tensor (a learnable temperature), differentiable. mask as
+// scaled_dot_attention's (the excluded logits are not read, and their gradient is 0).
+Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor = Tensor(),
+                      AttentionMask mask = AttentionMask::kNone);
 
 }  // namespace ska

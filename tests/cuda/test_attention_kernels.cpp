@@ -1,12 +1,14 @@
 // Kernel-level tests of the CUDA fused attention (scalar, WMMA and mma.sync paths) against its CPU
 // twin, a double-precision reference and each other: broadcast keys, permuted views, masked bias,
 // class attention, long rows, determinism.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -47,6 +49,10 @@ struct Case {
   // grad_q, grad_k, grad_v as the kernels write them for qkv_attention: views of one
   // [B, N, 3, h, d] gradient (lead {B, h}, nq = nk, d = dv) instead of contiguous tensors.
   bool packed_grads = false;
+  AttentionMask mask = AttentionMask::kNone;
+  // grad_bias as a [h, B, nq, nk] tensor seen as [B, h, nq, nk] (lead {B, h}), as the op lays
+  // out the gradient of CSKA's logits from their matrix product.
+  bool permuted_grad_bias = false;
 };
 
 // out as a contiguous [L..., nq, dv] tensor like q.
@@ -80,6 +86,7 @@ Results reference(const Case& c, const Operands& x, double scale) {
         double z = 0;
         for (int64_t e = 0; e < d; ++e) z += q[qi + e] * k[(g * nk + j) * d + e];
         p[j] = scale * z + (bias.empty() ? 0.0 : bias[(g * nq + i) * nk + j]);
+        if (c.mask == AttentionMask::kDiagonal && i == j) p[j] = -kInf;
         mx = std::max(mx, p[j]);
       }
       double sum = 0;
@@ -97,7 +104,8 @@ Results reference(const Case& c, const Operands& x, double scale) {
           dp[j] += go[oi + e] * v[(g * nk + j) * dv + e];
           gv[(g * nk + j) * dv + e] += p[j] * go[oi + e];
         }
-        const double dz = p[j] * (dp[j] - delta);
+        const double dz =
+            c.mask == AttentionMask::kDiagonal && i == j ? 0.0 : p[j] * (dp[j] - delta);
         gz[(g * nq + i) * nk + j] = dz;
         for (int64_t e = 0; e < d; ++e) {
           gq[qi + e] += scale * dz * k[(g * nk + j) * d + e];
@@ -140,15 +148,20 @@ Results run(const Case& c, const Operands& x, double scale, bool on_gpu, double 
     r.grad_k = Tensor::empty(with_last(c.lead, {c.nk, c.d}), dt, dev);
     r.grad_v = Tensor::empty(with_last(c.lead, {c.nk, c.dv}), dt, dev);
   }
-  if (c.grad_bias) r.grad_bias = Tensor::empty(with_last(c.lead, {c.nq, c.nk}), dt, dev);
+  if (c.grad_bias && c.permuted_grad_bias) {
+    REQUIRE(c.lead.size() == 2);
+    r.grad_bias = Tensor::empty({c.lead[1], c.lead[0], c.nq, c.nk}, dt, dev).transpose(0, 1);
+  } else if (c.grad_bias) {
+    r.grad_bias = Tensor::empty(with_last(c.lead, {c.nq, c.nk}), dt, dev);
+  }
   // NaN first: an element the kernels leave unwritten fails the comparisons.
   for (Tensor* t : {&r.out, &r.lse, &r.grad_q, &r.grad_k, &r.grad_v, &r.grad_bias}) {
     if (t->defined()) t->fill_(std::numeric_limits<double>::quiet_NaN());
   }
   const auto forward = on_gpu ? &cuda::attention_forward : &cpu::attention_forward;
   const auto backward = on_gpu ? &cuda::attention_backward : &cpu::attention_backward;
-  forward(x.q, x.k, x.v, x.bias, scale, factor_t, bias_factor_t, r.out, r.lse);
-  backward(x.q, x.k, x.v, x.bias, r.out, r.lse, x.grad_out, scale, factor_t, bias_factor_t,
+  forward(x.q, x.k, x.v, x.bias, c.mask, scale, factor_t, bias_factor_t, r.out, r.lse);
+  backward(x.q, x.k, x.v, x.bias, c.mask, r.out, r.lse, x.grad_out, scale, factor_t, bias_factor_t,
            r.grad_q, r.grad_k, r.grad_v, r.grad_bias);
   return r;
 }
@@ -593,6 +606,81 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
   }
 }
 
+// Whether every (i, i) entry of the trailing [nq, nk] matrices of t is +0.
+bool plus_zero_diagonal(const Tensor& t) {
+  const std::vector<double> x = t.to(Device::cpu()).contiguous().to_vector<double>();
+  const int64_t nq = t.size(-2), nk = t.size(-1);
+  for (size_t m = 0; m < x.size(); m += static_cast<size_t>(nq * nk)) {
+    for (int64_t i = 0; i < std::min(nq, nk); ++i) {
+      const double e = x[m + static_cast<size_t>(i * nk + i)];
+      if (e != 0.0 || std::signbit(e)) return false;
+    }
+  }
+  return true;
+}
+
+TEST_CASE(
+    "cuda attention: the diagonal mask, N = 65 (LSA), and 70 queries over 66 keys with a bias",
+    "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  Case lsa = plain_case("lsa", {2, 4}, 65, 65, 64, 64, 1501);
+  lsa.mask = AttentionMask::kDiagonal;
+  check_case(lsa, 0.125, {DType::kF32, DType::kBF16, DType::kF16});
+  // Rows past the keys (nothing excluded there), a bias beside the mask, its gradient +0 on
+  // the diagonal.
+  Case biased = plain_case("mask and bias", {2, 3}, 70, 66, 32, 32, 1511);
+  biased.mask = AttentionMask::kDiagonal;
+  biased.grad_bias = true;
+  biased.base.push_back(uniform({2, 3, 70, 66}, 1515, -1, 1));
+  biased.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(biased, t[0])};
+  };
+  check_case(biased, 0.2);
+  const Prepared x = prepare(biased, DType::kBF16);
+  CHECK(plus_zero_diagonal(run(biased, x.gpu, 0.2, true).grad_bias));
+}
+
+TEST_CASE("cuda attention: head dim 0 with the diagonal mask, bias and grad_bias as [h, B, N, K]",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // CSKAFormer's logits from their matrix product, [h, B, N, K] seen as [B, h, N, K], at a
+  // smaller grid: 2 images, 3 heads, 100 queries and keys, values of head dim 16.
+  Case c = plain_case("permuted logits", {2, 3}, 100, 100, 0, 16, 1601);
+  c.grad_bias = true;
+  c.permuted_grad_bias = true;
+  c.mask = AttentionMask::kDiagonal;
+  c.base.push_back(uniform({3, 2, 100, 100}, 1605, -3, 3));
+  c.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4].transpose(0, 1), t[3], empty_out(c, t[0])};
+  };
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    INFO(dtype_name(dtype));
+    const Prepared x = prepare(c, dtype);
+    const Results fast = on_host(run(c, x.gpu, 1.0, true));
+    Results scalar;
+    {
+      const ScalarAttention off;
+      scalar = on_host(run(c, x.gpu, 1.0, true));
+    }
+    Results wmma;
+    {
+      const WmmaAttention on;
+      wmma = on_host(run(c, x.gpu, 1.0, true));
+    }
+    const Results cpu = run(c, x.cpu, 1.0, false);
+    const Results ref = reference(c, x.ref, 1.0);
+    const ska::test::Tolerance tol = tolerance_for(dtype);
+    for (const auto& [name, r] : {std::pair<const char*, const Results*>{"mma", &fast},
+                                  {"scalar", &scalar},
+                                  {"wmma", &wmma}}) {
+      compare(*r, cpu, tol, std::string(name) + " cuda vs cpu");
+      compare(*r, ref, tol, std::string(name) + " cuda vs reference");
+      CHECK(plus_zero_diagonal(r->grad_bias));
+    }
+    CHECK(plus_zero_diagonal(cpu.grad_bias));
+  }
+}
+
 TEST_CASE("cuda attention: edge cases: a fully masked row, no keys, head dims above 128",
           "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
@@ -622,9 +710,12 @@ TEST_CASE("cuda attention: edge cases: a fully masked row, no keys, head dims ab
 
   const Tensor q = Tensor::zeros({1, 2, 4, 160}, DType::kF32, kGpu);
   const Tensor lse = Tensor::empty({1, 2, 4}, DType::kF32, kGpu);
-  REQUIRE_THROWS_AS(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), Tensor(), q, lse),
-                    ValueError);
-  REQUIRE_THROWS_WITH(cuda::attention_forward(q, q, q, Tensor(), 1.0, Tensor(), Tensor(), q, lse),
+  const auto run_forward = [&] {
+    cuda::attention_forward(q, q, q, Tensor(), AttentionMask::kNone, 1.0, Tensor(), Tensor(), q,
+                            lse);
+  };
+  REQUIRE_THROWS_AS(run_forward(), ValueError);
+  REQUIRE_THROWS_WITH(run_forward(),
                       Catch::Contains("attention_forward") && Catch::Contains("d = 160"));
 }
 

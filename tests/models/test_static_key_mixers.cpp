@@ -6,13 +6,15 @@
 #include <map>
 #include <string>
 
+#include "backend/profiler.h"
 #include "core/random.h"
-#include "models/model.h"
 #include "models/metaformer.h"
+#include "models/model.h"
 #include "models/model_golden.h"
 #include "models/swin_cvt_golden.h"
 #include "models/vit.h"
 #include "nn/mixers/attention_core.h"
+#include "ops/autocast.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -174,6 +176,45 @@ TEST_CASE("lsa, ska and cska gradients match central differences", "[cpu][mixers
     TensorList inputs = {test::uniform({2, c.grid.tokens(), 4}, 17).set_requires_grad(true)};
     for (const Tensor& p : mixer->parameters()) inputs.push_back(p);
     test::check_gradients([&](const TensorList& in) { return (*mixer)(in[0]); }, inputs);
+  }
+}
+
+TEST_CASE("cska under autocast: the logits stay 16-bit from their products to the attention",
+          "[cpu][mixers][autocast]") {
+  // ViT flavour: the class row scaled by a learnable f32 temperature, the grid rows unscaled; the
+  // diagonal mask in the kernels. Neither the forward nor the backward pass has an f32 tensor of
+  // the logits' size (a cat in f32, the mask on it, casts each way, as before).
+  for (const bool authors_order : {false, true}) {
+    INFO("authors_row_order " << authors_order);
+    manual_seed(11);
+    const nn::ModulePtr mixer =
+        make_mixer(std::string("{type: cska, heads: 4, head_dim: 8, authors_row_order: ") +
+                       (authors_order ? "true}" : "false}"),
+                   32, kVitGrid, "vit");
+    const Tensor x = test::uniform({2, kVitGrid.tokens(), 32}, 19, -1, 1, DType::kF32);
+    const Tensor xg = x.clone().set_requires_grad(true);
+    Tensor y;
+    std::vector<profiler::KernelTime> calls;
+    {
+      AutocastGuard autocast(DType::kBF16);
+      profiler::start();
+      y = (*mixer)(xg);
+      sum(y.to(DType::kF32)).backward();
+      profiler::stop(&calls);
+    }
+    for (const auto& c : calls) {
+      INFO(c.name << ": " << c.operands);
+      CHECK(c.operands.find("65, 65] f32") == std::string::npos);
+      CHECK(c.operands.find("64, 65] f32") == std::string::npos);
+      CHECK(c.name != "where");
+    }
+    // The values of the f32 mixer within bf16's tolerance, the temperature's gradient in f32.
+    const Tensor reference = (*mixer)(x);
+    test::require_close(y.to(DType::kF32), reference, test::tolerance_for(DType::kBF16), "output");
+    for (const auto& [name, p] : mixer->named_parameters()) {
+      INFO(name);
+      CHECK(p.grad().dtype() == DType::kF32);
+    }
   }
 }
 

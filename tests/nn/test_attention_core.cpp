@@ -127,7 +127,7 @@ AttentionSpec make_spec(const Inputs& in, const NaiveSpec& n, bool learnable) {
   } else {
     spec.scale = n.scale;
   }
-  if (n.diagonal) spec.mask = diagonal_mask(kQ, kK, Device::cpu());
+  spec.exclude_diagonal = n.diagonal;
   if (n.bias) spec.bias = in.bias;
   if (n.talking_heads) {
     spec.heads_pre = in.pre;

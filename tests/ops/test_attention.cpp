@@ -2,12 +2,16 @@
 // values and gradients in f64 and f32, broadcast static keys, split-head views, biases with -inf,
 // query blocks past the kernel's block size, gradients by finite differences, 16-bit inputs,
 // MAC counts, errors and CUDA parity; qkv_attention (one packed projection) against the split form.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "backend/profiler.h"
 #include "ops/autocast.h"
 #include "ops/mac_counter.h"
 #include "ops/ops.h"
@@ -310,6 +314,127 @@ TEST_CASE("fused attention: excluded pairs get no weight, an all-excluded row is
   CHECK(o[1] == 20.0);
   CHECK(std::isnan(o[2]));
   CHECK(std::isnan(o[3]));
+}
+
+namespace {
+
+// [nq, nk] of dtype dt: -inf at (i, i), 0 elsewhere.
+Tensor minus_inf_diagonal(int64_t nq, int64_t nk, DType dt) {
+  std::vector<double> m(static_cast<size_t>(nq * nk), 0.0);
+  for (int64_t i = 0; i < std::min(nq, nk); ++i) m[static_cast<size_t>(i * nk + i)] = -kInf;
+  return Tensor::from_vector(m, {nq, nk}, dt);
+}
+
+// Whether every (i, i) entry of the trailing [nq, nk] matrices of t is +0.
+bool plus_zero_diagonal(const Tensor& t) {
+  const std::vector<double> x = t.contiguous().to_vector<double>();
+  const int64_t nq = t.size(-2), nk = t.size(-1);
+  for (size_t m = 0; m < x.size(); m += static_cast<size_t>(nq * nk)) {
+    for (int64_t i = 0; i < std::min(nq, nk); ++i) {
+      const double e = x[m + static_cast<size_t>(i * nk + i)];
+      if (e != 0.0 || std::signbit(e)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("fused attention: the diagonal mask is an -inf bias on the diagonal, without the bias",
+          "[cpu]") {
+  // Query blocks past the kernel's 64 rows, rows past the keys (nothing excluded there), a
+  // learnable bias beside the mask, and qkv_attention's packed form.
+  for (const DType dt : {DType::kF64, DType::kF32}) {
+    for (const auto& [nq, nk] : {std::pair<int64_t, int64_t>{70, 66}, {65, 65}}) {
+      INFO(dtype_name(dt) << ", " << nq << " queries, " << nk << " keys");
+      const TensorList in = {
+          uniform({2, 3, nq, 8}, 81, -2, 2, dt), uniform({2, 3, nk, 8}, 82, -1, 1, dt),
+          uniform({2, 3, nk, 5}, 83, -1, 1, dt), uniform({3, nq, nk}, 84, -1, 1, dt)};
+      TensorList a, b;
+      for (const Tensor& t : in) {
+        a.push_back(t.detach().clone().set_requires_grad());
+        b.push_back(t.detach().clone().set_requires_grad());
+      }
+      const Tensor masked = scaled_dot_attention(a[0], a[1], a[2], 0.3, a[3], Tensor(), Tensor(),
+                                                 AttentionMask::kDiagonal);
+      const Tensor biased =
+          scaled_dot_attention(b[0], b[1], b[2], 0.3, add(b[3], minus_inf_diagonal(nq, nk, dt)));
+      CHECK(test::bitwise_equal(masked, biased));
+      const Tensor w = uniform(masked.shape(), 85, -1, 1, dt);
+      sum(mul(masked, w)).backward();
+      sum(mul(biased, w)).backward();
+      for (int i = 0; i < 3; ++i) CHECK(test::bitwise_equal(a[i].grad(), b[i].grad()));
+      // The bias's gradient: the same off the diagonal, +0 on it (the -inf bias gives +-0 there).
+      require_close(a[3].grad(), b[3].grad(), {0.0, 0.0}, "grad bias");
+      CHECK(plus_zero_diagonal(a[3].grad()));
+    }
+  }
+  SECTION("qkv_attention") {
+    const Tensor qkv = uniform({2, 65, 3 * 4 * 8}, 86, -1, 1).set_requires_grad();
+    const Tensor qkv2 = qkv.detach().clone().set_requires_grad();
+    const Tensor masked = qkv_attention(qkv, 4, 0.25, Tensor(), Tensor(), AttentionMask::kDiagonal);
+    const Tensor biased = qkv_attention(qkv2, 4, 0.25, minus_inf_diagonal(65, 65, DType::kF64));
+    CHECK(test::bitwise_equal(masked, biased));
+    sum(masked).backward();
+    sum(biased).backward();
+    CHECK(test::bitwise_equal(qkv.grad(), qkv2.grad()));
+  }
+  SECTION("softmax_attend: the same as the logits masked to the lowest finite value") {
+    for (const DType dt : {DType::kF64, DType::kF32}) {
+      INFO(dtype_name(dt));
+      const Tensor logits = uniform({2, 3, 65, 65}, 87, -3, 3, dt).set_requires_grad();
+      const Tensor logits2 = logits.detach().clone().set_requires_grad();
+      const Tensor v = uniform({2, 3, 65, 16}, 88, -1, 1, dt);
+      const Tensor tau = Tensor::full({1}, 0.7, dt == DType::kF64 ? dt : DType::kF32);
+      const Tensor masked = softmax_attend(logits, v, tau, AttentionMask::kDiagonal);
+      const double lowest = dt == DType::kF64 ? -1.7976931348623157e308 : -3.4028234663852886e38;
+      // What attend() ran before the kernels took the mask.
+      const Tensor reference =
+          softmax_attend(masked_fill(logits2, nn_free_diagonal(65), lowest), v, tau);
+      CHECK(test::bitwise_equal(masked, reference));
+      const Tensor w = uniform(masked.shape(), 89, -1, 1, dt);
+      sum(mul(masked, w)).backward();
+      sum(mul(reference, w)).backward();
+      CHECK(test::bitwise_equal(logits.grad(), logits2.grad()));
+      CHECK(plus_zero_diagonal(logits.grad()));
+    }
+  }
+}
+
+TEST_CASE("fused attention: a permuted bias gets its gradient in its own layout, without a copy",
+          "[cpu]") {
+  // CSKA's logits from their matrix product: [h, B, N, K] seen as [B, h, N, K].
+  const int64_t h = 3, batch = 2, n = 20, keys = 20;
+  for (const int64_t d : {int64_t{0}, int64_t{8}}) {
+    INFO("head dim " << d);
+    const Tensor base = uniform({h, batch, n, keys}, 91, -2, 2).set_requires_grad();
+    const Tensor base2 = base.detach().clone().set_requires_grad();
+    const Tensor q = uniform({batch, h, n, d}, 92), k = uniform({batch, h, keys, d}, 93);
+    const Tensor v = uniform({batch, h, keys, 6}, 94);
+    const Tensor w = uniform({batch, h, n, 6}, 95);
+    const Tensor out = scaled_dot_attention(q, k, v, 0.5, base.transpose(0, 1));
+    profiler::start();
+    sum(mul(out, w)).backward();
+    std::vector<profiler::KernelTime> calls;
+    profiler::stop(&calls);
+    for (const auto& c : calls) {
+      INFO(c.name << " " << c.operands);
+      CHECK_FALSE((c.name == "copy" && c.operands.find("[3, 2, 20, 20]") != std::string::npos));
+      CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 3, 20, 20]") != std::string::npos));
+    }
+    CHECK(base.grad().is_contiguous());
+    // The same numbers as with the bias copied into [B, h, N, K] first.
+    const Tensor out2 = scaled_dot_attention(q, k, v, 0.5, base2.transpose(0, 1).contiguous());
+    sum(mul(out2, w)).backward();
+    CHECK(test::bitwise_equal(out, out2));
+    CHECK(test::bitwise_equal(base.grad(), base2.grad()));
+  }
+  // A broadcast bias's gradient is summed as before.
+  const Tensor shared = uniform({1, 3, 5, 5}, 96).set_requires_grad();
+  const Tensor y = scaled_dot_attention(uniform({2, 3, 5, 4}, 97), uniform({2, 3, 5, 4}, 98),
+                                        uniform({2, 3, 5, 4}, 99), 1.0, shared);
+  sum(y).backward();
+  CHECK(shared.grad().shape() == Shape{1, 3, 5, 5});
 }
 
 TEST_CASE("fused attention in 16 bits rounds the f32 result once", "[cpu]") {

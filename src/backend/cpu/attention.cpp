@@ -89,13 +89,22 @@ Geometry check_geometry(const char* kernel, const Tensor& q, const Tensor& k, co
   return g;
 }
 
-// z = scale * q k^T (already in `row`) + bias, then the row's softmax in place; returns the
+// row += the bias's row (elements `stride` apart).
+template <typename T>
+void add_bias_row(T* row, const T* bias_row, int64_t stride, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) row[j] += bias_row[j * stride];
+}
+
+// -inf at the pairs of query i that `mask` excludes.
+template <typename T>
+void exclude_pairs(T* row, AttentionMask mask, int64_t i, int64_t n) {
+  if (mask == AttentionMask::kDiagonal && i < n) row[i] = -std::numeric_limits<T>::infinity();
+}
+
+// z = scale * q k^T + bias (already in `row`), then the row's softmax in place; returns the
 // log-sum-exp. A row without a finite maximum turns NaN, as softmax's does.
 template <typename T>
-T softmax_row(T* row, const T* bias_row, int64_t bias_stride, int64_t n) {
-  if (bias_row != nullptr) {
-    for (int64_t j = 0; j < n; ++j) row[j] += bias_row[j * bias_stride];
-  }
+T softmax_row(T* row, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     const float max_z = vm::lane_max(row, n);
     const float total = vm::lane_sum(n, [&](int64_t j) {
@@ -119,12 +128,9 @@ T softmax_row(T* row, const T* bias_row, int64_t bias_stride, int64_t n) {
   }
 }
 
-// The weights of a row again: p = exp(scale * q k^T + bias - lse), from q k^T in `row`.
+// The weights of a row again: p = exp(z - lse), from z = scale * q k^T + bias in `row`.
 template <typename T>
-void weights_row(T* row, const T* bias_row, int64_t bias_stride, int64_t n, T lse) {
-  if (bias_row != nullptr) {
-    for (int64_t j = 0; j < n; ++j) row[j] += bias_row[j * bias_stride];
-  }
+void weights_row(T* row, int64_t n, T lse) {
   if constexpr (std::is_same_v<T, float>) {
     for (int64_t j = 0; j < n; ++j) row[j] = vm::exp_f32(row[j] - lse);
   } else {
@@ -145,7 +151,8 @@ int as_int(int64_t v) { return static_cast<int>(v); }
 
 template <typename T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                   double scale, const Tensor& out, const Tensor& lse, const Geometry& geo) {
+                   AttentionMask mask, double scale, const Tensor& out, const Tensor& lse,
+                   const Geometry& geo) {
   const int64_t ldq = leading_dim("attention_forward", "q", q);
   const int64_t ldk = leading_dim("attention_forward", "k", k);
   const int64_t ldv = leading_dim("attention_forward", "v", v);
@@ -176,7 +183,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                   static_cast<T>(scale), qp, as_int(ldq), kp, as_int(ldk), T(0), s, as_int(geo.nk));
       }
       for (int64_t r = 0; r < rows; ++r) {
-        lp[r] = softmax_row<T>(s + r * geo.nk, bp ? bp + r * bias_rs : nullptr, bias_cs, geo.nk);
+        T* row = s + r * geo.nk;
+        if (bp != nullptr) add_bias_row(row, bp + r * bias_rs, bias_cs, geo.nk);
+        exclude_pairs(row, mask, i0 + r, geo.nk);
+        lp[r] = softmax_row<T>(row, geo.nk);
       }
       blas_gemm(CblasNoTrans, CblasNoTrans, as_int(rows), as_int(geo.dv), as_int(geo.nk), T(1), s,
                 as_int(geo.nk), vp, as_int(ldv), T(0), op, as_int(ldo));
@@ -186,9 +196,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 template <typename T>
 void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                    const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                    const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                    const Tensor& grad_bias, const Geometry& geo) {
+                    AttentionMask mask, const Tensor& out, const Tensor& lse,
+                    const Tensor& grad_out, double scale, double bias_factor, const Tensor& grad_q,
+                    const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_bias,
+                    const Geometry& geo) {
   const int64_t ldq = leading_dim("attention_backward", "q", q);
   const int64_t ldk = leading_dim("attention_backward", "k", k);
   const int64_t ldv = leading_dim("attention_backward", "v", v);
@@ -199,7 +210,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const int64_t ldgv = leading_dim("attention_backward", "grad_v", grad_v);
   const int64_t bias_rs = bias.defined() ? bias.stride(-2) : 0;
   const int64_t bias_cs = bias.defined() ? bias.stride(-1) : 0;
-  const T s = static_cast<T>(scale);
+  const int64_t gb_rs = grad_bias.defined() ? grad_bias.stride(-2) : 0;
+  const int64_t gb_cs = grad_bias.defined() ? grad_bias.stride(-1) : 0;
+  const T s = static_cast<T>(scale), bf = static_cast<T>(bias_factor);
   // One leading index per task: its dk and dv sum over every query block, so the blocks of one
   // index run in order on one thread and the sums come out the same on every run.
 #pragma omp parallel if (geo.groups > 1 && \
@@ -219,7 +232,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       T* dq = mutable_data<T>(grad_q) + lead_offset(g, geo.lead, grad_q);
       T* dk = mutable_data<T>(grad_k) + lead_offset(g, geo.lead, grad_k);
       T* dv = mutable_data<T>(grad_v) + lead_offset(g, geo.lead, grad_v);
-      T* dz_out = grad_bias.defined() ? mutable_data<T>(grad_bias) + g * geo.nq * geo.nk : nullptr;
+      T* dz_out = grad_bias.defined()
+                      ? mutable_data<T>(grad_bias) + lead_offset(g, geo.lead, grad_bias)
+                      : nullptr;
       for (int64_t j = 0; j < geo.nk; ++j) {
         std::fill(dk + j * ldgk, dk + j * ldgk + geo.d, T(0));
         std::fill(dv + j * ldgv, dv + j * ldgv + geo.dv, T(0));
@@ -237,8 +252,10 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                     as_int(ldq), kg, as_int(ldk), T(0), p, as_int(geo.nk));
         }
         for (int64_t r = 0; r < rows; ++r) {
-          weights_row<T>(p + r * geo.nk, bg ? bg + (i0 + r) * bias_rs : nullptr, bias_cs, geo.nk,
-                         lg[i0 + r]);
+          T* row = p + r * geo.nk;
+          if (bg != nullptr) add_bias_row(row, bg + (i0 + r) * bias_rs, bias_cs, geo.nk);
+          exclude_pairs(row, mask, i0 + r, geo.nk);
+          weights_row<T>(row, geo.nk, lg[i0 + r]);
         }
         // dv += p^T dO; dp = dO v^T.
         blas_gemm(CblasTrans, CblasNoTrans, as_int(geo.nk), as_int(geo.dv), as_int(rows), T(1), p,
@@ -254,7 +271,12 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           T* pr = p + r * geo.nk;
           T* dr = dp + r * geo.nk;
           for (int64_t j = 0; j < geo.nk; ++j) dr[j] = pr[j] * (dr[j] - dot);
-          if (dz_out != nullptr) std::copy(dr, dr + geo.nk, dz_out + (i0 + r) * geo.nk);
+          if (mask == AttentionMask::kDiagonal && i0 + r < geo.nk) dr[i0 + r] = T(0);
+          if (dz_out != nullptr) {
+            T* out_row = dz_out + (i0 + r) * gb_rs;
+            // z = ... + f bias: dL/dbias = f dL/dz.
+            for (int64_t j = 0; j < geo.nk; ++j) out_row[j * gb_cs] = bf * dr[j];
+          }
         }
         // dq = scale dz k; dk += scale dz^T q.
         if (geo.d == 0) continue;
@@ -296,8 +318,8 @@ void scale_by(const Tensor& t, const Tensor& factor, const Tensor& out) {
 // 16-bit operands run on f32 copies (one rounding of each result); a bias factor multiplies a
 // copy of the bias, and the bias gradient, at the f32 (or f64) level.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                       double scale, const Tensor& scale_factor, const Tensor& bias_factor,
-                       const Tensor& out, const Tensor& lse) {
+                       AttentionMask mask, double scale, const Tensor& scale_factor,
+                       const Tensor& bias_factor, const Tensor& out, const Tensor& lse) {
   const Geometry geo = check_geometry("attention_forward", q, k, v, bias, out);
   check_factor("attention_forward", "scale_factor", scale_factor, q);
   check_factor("attention_forward", "bias_factor", bias_factor, q);
@@ -306,7 +328,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (out.numel() == 0 && lse.numel() == 0) return;
   if (is_16bit_float(q.dtype())) {  // f32 math on widened copies, one rounding of out
     const Tensor wide_out = f32_output(out);
-    attention_forward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), scale,
+    attention_forward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), mask, scale,
                       scale_factor, bias_factor, wide_out, lse);
     round_into(wide_out, out);
     return;
@@ -328,14 +350,15 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       fill(lse, -std::numeric_limits<double>::infinity());
       return;
     }
-    forward_typed<T>(q, k, v, b, scale, out, lse, geo);
+    forward_typed<T>(q, k, v, b, mask, scale, out, lse, geo);
   });
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                        const Tensor& out, const Tensor& lse, const Tensor& grad_out, double scale,
-                        const Tensor& scale_factor, const Tensor& bias_factor, const Tensor& grad_q,
-                        const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_bias) {
+                        AttentionMask mask, const Tensor& out, const Tensor& lse,
+                        const Tensor& grad_out, double scale, const Tensor& scale_factor,
+                        const Tensor& bias_factor, const Tensor& grad_q, const Tensor& grad_k,
+                        const Tensor& grad_v, const Tensor& grad_bias) {
   const Geometry geo = check_geometry("attention_backward", q, k, v, bias, out);
   check_factor("attention_backward", "scale_factor", scale_factor, q);
   check_factor("attention_backward", "bias_factor", bias_factor, q);
@@ -344,8 +367,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (is_16bit_float(q.dtype())) {
     const Tensor gq = f32_output(grad_q), gk = f32_output(grad_k), gv = f32_output(grad_v);
     const Tensor gb = grad_bias.defined() ? f32_output(grad_bias) : Tensor();
-    attention_backward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), widen_f32(out),
-                       lse, widen_f32(grad_out), scale, scale_factor, bias_factor, gq, gk, gv, gb);
+    attention_backward(widen_f32(q), widen_f32(k), widen_f32(v), widen_f32(bias), mask,
+                       widen_f32(out), lse, widen_f32(grad_out), scale, scale_factor, bias_factor,
+                       gq, gk, gv, gb);
     round_into(gq, grad_q);
     round_into(gk, grad_k);
     round_into(gv, grad_v);
@@ -357,10 +381,15 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
               "attention_backward: grad_q, grad_k and grad_v must be ", dtype_name(q.dtype()),
               " views, got ", t->defined() ? t->str() : "an undefined tensor");
   }
-  SKA_CHECK(!grad_bias.defined() || ((grad_bias.is_contiguous() || grad_bias.numel() == 0) &&
-                                     grad_bias.dtype() == q.dtype()),
-            ValueError, "attention_backward: grad_bias must be contiguous ", dtype_name(q.dtype()),
-            ", got ", grad_bias.str());
+  if (grad_bias.defined()) {
+    Shape b_shape = geo.lead;
+    b_shape.insert(b_shape.end(), {geo.nq, geo.nk});
+    SKA_CHECK(grad_bias.dtype() == q.dtype() && grad_bias.shape() == b_shape &&
+                  (grad_bias.numel() == 0 || grad_bias.is_non_overlapping_and_dense()),
+              ValueError, "attention_backward: grad_bias must be a ", dtype_name(q.dtype()), " ",
+              shape_str(b_shape), " tensor, contiguous or permuted (no element twice), got ",
+              grad_bias.str());
+  }
   Shape k_shape = geo.lead, v_shape = geo.lead;
   k_shape.insert(k_shape.end(), {geo.nk, geo.d});
   v_shape.insert(v_shape.end(), {geo.nk, geo.dv});
@@ -381,11 +410,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   use_single_threaded_blas();
   dispatch_floating(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    backward_typed<T>(q, k, v, b, out, lse, grad_out, scale, grad_q, grad_k, grad_v, grad_bias,
-                      geo);
+    backward_typed<T>(q, k, v, b, mask, out, lse, grad_out, scale, factor_value(bias_factor),
+                      grad_q, grad_k, grad_v, grad_bias, geo);
   });
-  // z = ... + f bias: dL/dbias = f dL/dz.
-  if (bias_factor.defined() && grad_bias.defined()) scale_by(grad_bias, bias_factor, grad_bias);
 }
 
 }  // namespace ska::cpu

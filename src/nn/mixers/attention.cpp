@@ -52,10 +52,9 @@ Attention::Attention(int64_t dim, const AttentionOptions& o)
 
 Tensor Attention::forward(const Tensor& x) {
   SKA_CHECK(x.dim() == 3, ShapeError, "Attention: expected [B, N, C] tokens, got ", x.str());
-  const int64_t tokens = x.size(1);
   AttentionSpec spec;
   scale_->configure(spec);
-  if (diagonal_mask_) spec.mask = diagonal_mask(tokens, tokens, x.device());
+  spec.exclude_diagonal = diagonal_mask_;
   spec.dropout = attn_drop_.get();
   const Tensor mixed = merge_heads(attend_qkv((*qkv_)(x), heads_, spec));
   return (*proj_drop_)((*proj_)(mixed));

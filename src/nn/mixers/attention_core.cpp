@@ -6,7 +6,6 @@
 #include <cfloat>
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -305,8 +304,11 @@ Tensor mix_heads(const Tensor& x, const Tensor& mix) {
 }
 
 Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
-  const bool softmax_only = spec.normalise == Normalise::kSoftmax && !spec.mask.defined() &&
+  const bool softmax_only = spec.normalise == Normalise::kSoftmax && !spec.exclude_diagonal &&
                             !spec.heads_pre.defined() && !spec.temperature.defined();
+  const Tensor mask = spec.exclude_diagonal
+                          ? diagonal_mask(logits.size(-2), logits.size(-1), logits.device())
+                          : Tensor();
   Tensor weights;
   if (softmax_only) {
     weights = softmax(logits, spec.scale, spec.bias);  // scale and bias fused into the softmax
@@ -318,8 +320,7 @@ Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
     if (spec.heads_pre.defined()) x = mix_heads(x, spec.heads_pre);
     switch (spec.normalise) {
       case Normalise::kSoftmax:
-        weights =
-            softmax(spec.mask.defined() ? masked_fill(x, spec.mask, lowest_finite(x.dtype())) : x);
+        weights = softmax(mask.defined() ? masked_fill(x, mask, lowest_finite(x.dtype())) : x);
         break;
       case Normalise::kGelu:
         weights = gelu(x);
@@ -332,8 +333,8 @@ Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
         break;
     }
     // Without normalisation a masked pair must contribute nothing, whatever act(-inf) would be.
-    if (spec.normalise != Normalise::kSoftmax && spec.mask.defined())
-      weights = masked_fill(weights, spec.mask, 0.0);
+    if (spec.normalise != Normalise::kSoftmax && mask.defined())
+      weights = masked_fill(weights, mask, 0.0);
   }
   if (spec.dropout) weights = (*spec.dropout)(weights);
   if (spec.heads_post.defined()) weights = mix_heads(weights, spec.heads_post);
@@ -345,22 +346,35 @@ namespace {
 
 // Whether the fused op may replace weights-then-matmul for this spec (both attend and attend_qk):
 // softmax, no talking heads, no attention dropout in training, no AttentionRecorder, fused
-// attention enabled, and on CUDA value head dims up to the kernels' limit.
+// attention enabled, and on CUDA value head dims up to the kernels' limit. A diagonal mask
+// needs two keys or more: with one, the masked softmax gives its excluded key the weight (the
+// logit is the lowest finite value), the kernels' -inf NaN.
 bool fusable_spec(const AttentionSpec& spec, const Tensor& v, int64_t qk_dim) {
   const bool dropping =
       spec.dropout != nullptr && spec.dropout->p > 0.0 && spec.dropout->is_training();
   return fused_attention_enabled() && spec.normalise == Normalise::kSoftmax &&
          !spec.heads_pre.defined() && !spec.heads_post.defined() && !dropping &&
          !AttentionRecorder::active() && v.dim() >= 3 && v.dim() <= 6 &&
+         (!spec.exclude_diagonal || v.size(-2) > 1) &&
          (!v.device().is_cuda() || std::max(qk_dim, v.size(-1)) <= kCudaFusedMaxHeadDim);
+}
+
+// The fused ops' mask for a spec.
+AttentionMask fused_mask(const AttentionSpec& spec) {
+  return spec.exclude_diagonal ? AttentionMask::kDiagonal : AttentionMask::kNone;
 }
 
 }  // namespace
 
+bool attend_fuses(const Tensor& logits, const Tensor& v, const AttentionSpec& spec) {
+  // An additive bias would be scaled with the logits in the fused op: unfused.
+  return fusable_spec(spec, v, 0) && !spec.bias.defined() && logits.dim() == v.dim();
+}
+
 Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec) {
   // Fused: softmax(factor * logits) v with the weights never stored, the scale or temperature as
-  // the device-side factor. An additive bias would be scaled with the logits there: unfused.
-  if (fusable_spec(spec, v, 0) && !spec.bias.defined() && logits.dim() == v.dim()) {
+  // the device-side factor.
+  if (attend_fuses(logits, v, spec)) {
     Tensor factor;
     if (spec.temperature.defined()) {
       factor = exp(spec.temperature);
@@ -373,10 +387,7 @@ Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec) 
       factor =
           device_constant(key.str(), v.device(), [&] { return Tensor::full({1}, spec.scale, dt); });
     }
-    const Tensor masked = spec.mask.defined()
-                              ? masked_fill(logits, spec.mask, lowest_finite(logits.dtype()))
-                              : logits;
-    return softmax_attend(masked, v, factor);
+    return softmax_attend(logits, v, factor, fused_mask(spec));
   }
   return matmul(attention_weights(logits, spec), v);
 }
@@ -390,20 +401,16 @@ void set_fused_attention(bool enabled) {
 namespace {
 
 // What the fused ops take from a spec: the scale, or a learnable temperature as the device-side
-// factor (read by the kernels), and the additive bias, with the boolean mask as -inf added.
+// factor (read by the kernels), the additive bias and the mask.
 struct FusedArgs {
   double scale;
   Tensor factor, bias;
+  AttentionMask mask;
 };
-FusedArgs fused_args(const AttentionSpec& spec, DType dtype, Device device) {
-  FusedArgs a{spec.temperature.defined() ? 1.0 : spec.scale,
-              spec.temperature.defined() ? exp(spec.temperature) : Tensor(), spec.bias};
-  if (spec.mask.defined()) {
-    const Tensor excluded = masked_fill(Tensor::zeros(spec.mask.shape(), dtype, device),
-                                        spec.mask, -std::numeric_limits<double>::infinity());
-    a.bias = a.bias.defined() ? add(a.bias, excluded) : excluded;
-  }
-  return a;
+FusedArgs fused_args(const AttentionSpec& spec) {
+  return {spec.temperature.defined() ? 1.0 : spec.scale,
+          spec.temperature.defined() ? exp(spec.temperature) : Tensor(), spec.bias,
+          fused_mask(spec)};
 }
 
 }  // namespace
@@ -412,8 +419,8 @@ Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   if (!fusable_spec(spec, v, q.size(-1)) || q.dim() < 3 || q.dim() > 6) {
     return attend(dot_logits(q, k), v, spec);
   }
-  const FusedArgs a = fused_args(spec, q.dtype(), q.device());
-  return scaled_dot_attention(q, k, v, a.scale, a.bias, a.factor);
+  const FusedArgs a = fused_args(spec);
+  return scaled_dot_attention(q, k, v, a.scale, a.bias, a.factor, Tensor(), a.mask);
 }
 
 Tensor attend_qkv(const Tensor& qkv, int64_t heads, const AttentionSpec& spec) {
@@ -428,8 +435,8 @@ Tensor attend_qkv(const Tensor& qkv, int64_t heads, const AttentionSpec& spec) {
     const TensorList parts = unbind(heads_view.permute({2, 0, 3, 1, 4}), 0);  // [3, B, h, N, d]
     return attend_qk(parts[0], parts[1], parts[2], spec);
   }
-  const FusedArgs a = fused_args(spec, qkv.dtype(), qkv.device());
-  return qkv_attention(qkv, heads, a.scale, a.bias, a.factor);
+  const FusedArgs a = fused_args(spec);
+  return qkv_attention(qkv, heads, a.scale, a.bias, a.factor, a.mask);
 }
 
 }  // namespace ska::nn

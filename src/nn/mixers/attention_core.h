@@ -130,7 +130,7 @@ struct AttentionSpec {
   Tensor temperature;  // [1]: logits * exp(temperature) instead of scale (LSA's learnable tau)
   Tensor bias;         // added after scaling, broadcast to the logits (relative position bias;
                        // -inf entries exclude pairs, as Swin's shift masks)
-  Tensor mask;         // u8 broadcast to the logits: 1 = the pair gets weight 0 (diagonal mask)
+  bool exclude_diagonal = false;  // query i and key i get weight 0 (LSA's diagonal mask)
   Normalise normalise = Normalise::kSoftmax;
   Tensor starrelu_scale, starrelu_bias;  // kStarRelu: s * relu(x)^2 + b, both [1]
   Tensor heads_pre, heads_post;          // talking heads [h, h] mixing dim -3, before / after
@@ -144,12 +144,16 @@ struct AttentionSpec {
 Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec);
 // attention_weights(logits, spec) @ v: v [..., h, Nk, d] -> [..., h, Nq, d].
 Tensor attend(const Tensor& logits, const Tensor& v, const AttentionSpec& spec);
+// Whether attend(logits, v, spec) runs the fused op (softmax_attend), which reads the logits in
+// the autocast dtype under autocast: a caller assembling them may then round its pieces first.
+bool attend_fuses(const Tensor& logits, const Tensor& v, const AttentionSpec& spec);
 // attend(dot_logits(q, k), v, spec), through the fused op (ops/attention.h: the weights are never
 // stored) when the spec allows it: softmax normalisation, no talking heads, no attention dropout
 // in training, no AttentionRecorder on this thread, fused attention enabled, and on CUDA head
-// dims up to 128 (the kernels' limit). A learnable temperature is then a factor the kernels read
-// on the device, and the boolean mask becomes an additive -inf bias (the same weights unless a
-// row is masked entirely). k's leading dims broadcast to q's (static keys).
+// dims up to 128 (the kernels' limit), and two keys or more under a diagonal mask. A learnable
+// temperature is then a factor the kernels read on the device, and the diagonal mask the
+// kernels' own (AttentionMask::kDiagonal: no bias tensor read for it). k's leading dims
+// broadcast to q's (static keys).
 Tensor attend_qk(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 // attend_qk on the heads of one packed projection qkv [B, N, 3 * heads * d] (q, k, v side by
 // side, as Linear(dim, 3 * heads * d) writes them): the same numbers, but where the fused op runs

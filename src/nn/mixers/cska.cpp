@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -57,16 +58,25 @@ Tensor Cska::forward(const Tensor& x) {
   // block is scaled here and attend() leaves the scale at 1. With one scale for both (no class
   // token, or a shared temperature) attend() applies it, inside the fused op when it runs.
   const bool one_scale = cls_scale_ == nullptr;
-  Tensor logits = spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial), !one_scale);
-  if (grid_.cls_token) {
-    const Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);
-    logits = options_.authors_row_order ? cat({logits, cls}, 2) : cat({cls, logits}, 2);
-  }
   AttentionSpec spec;
   if (one_scale) conv_scale_->configure(spec);
   attend_->configure(spec);
-  if (options_.diagonal_mask) spec.mask = diagonal_mask(num_keys_, num_keys_, x.device());
+  spec.exclude_diagonal = options_.diagonal_mask;
   const Tensor v = split_heads(qv[1], options_.layout.heads);
+  Tensor logits = spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial), !one_scale);
+  if (grid_.cls_token) {
+    Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);
+    // Scaled by an f32 temperature, a block comes out f32 under autocast, and cat would widen
+    // the other to f32 with it: [B, h, N, N] in f32 through the cat, and a cast of it to the
+    // autocast dtype in the fused op (the reverse in the backward pass). Where the fused op reads
+    // the logits, each block is rounded to that dtype first instead: the same values reach it.
+    if (autocast_state().enabled && attend_fuses(logits, v, spec)) {
+      const DType low = autocast_state().dtype;
+      logits = logits.to(low);
+      cls = cls.to(low);
+    }
+    logits = options_.authors_row_order ? cat({logits, cls}, 2) : cat({cls, logits}, 2);
+  }
   const Tensor out = merge_heads(attend(logits, v, spec));
   return (*proj_drop_)((*proj_)(out));
 }

@@ -46,7 +46,7 @@ Tensor Ska::forward(const Tensor& x) {
   AttentionSpec spec;
   scale_->configure(spec);
   attend_->configure(spec);
-  if (options_.diagonal_mask) spec.mask = diagonal_mask(x.size(1), num_keys_, x.device());
+  spec.exclude_diagonal = options_.diagonal_mask;
   const Tensor out = merge_heads(attend_qk(q, k, v, spec));
   return (*proj_drop_)((*proj_)(out));
 }
