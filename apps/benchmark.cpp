@@ -49,6 +49,7 @@ struct BenchmarkOptions {
   int iters = 10;
   bool json = false;
   bool profile = false;  // then `iters` more steps with every kernel timed
+  bool capture_range = false;  // the timed steps between cudaProfilerStart and Stop
   int top = 25;          // kernels listed by --profile
   std::string attention = "fused";  // or wmma, scalar (no tensor cores), or unfused: matmul, softmax,
                                     // matmul (nn::attend_qk)
@@ -104,6 +105,7 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
   ska::Allocator& allocator = ska::allocator_for(device);
   allocator.reset_peak();
   std::vector<double> ms;
+  if (o.capture_range) ska::start_device_profiler_capture();
   for (int i = 0; i < o.iters; ++i) {
     const auto start = std::chrono::steady_clock::now();
     step();
@@ -111,6 +113,7 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                      .count());
   }
+  if (o.capture_range) ska::stop_device_profiler_capture();
   std::sort(ms.begin(), ms.end());
   Measurement m;
   m.median_ms = ms[ms.size() / 2];
@@ -222,6 +225,8 @@ int run_benchmark(BenchmarkOptions o) {
   const Device device = apps::device_option(o.device);
   const DType dtype = dtype_from_name(o.dtype);
   SKA_CHECK(!o.cuda_graph || device.is_cuda(), ValueError, "--cuda-graph needs --device cuda");
+  SKA_CHECK(!o.capture_range || device.is_cuda(), ValueError,
+            "--capture-range needs --device cuda (it marks the timed steps for Nsight)");
   SKA_CHECK(!(o.cuda_graph && o.profile), ValueError,
             "--profile times each kernel call, which a CUDA Graph replay does not make: use one "
             "or the other");
@@ -452,6 +457,10 @@ int main(int argc, char** argv) {
                "then time every kernel over --iters more steps: where a step's time goes, by op "
                "family and by kernel (NVTX ranges name each kernel for Nsight)");
   app.add_option("--top", o.top, "kernels listed by --profile")->check(CLI::PositiveNumber);
+  app.add_flag("--capture-range", o.capture_range,
+               "CUDA: the timed steps between cudaProfilerStart and cudaProfilerStop, so that "
+               "ncu --profile-from-start off (scripts/gpu_kernels.sh) or nsys profile "
+               "--capture-range=cudaProfilerApi record those steps only");
   app.add_flag("--cuda-graph", o.cuda_graph,
                "CUDA: capture the step (infer: the forward; train: the whole training step) once "
                "as a CUDA Graph and time its replays (what the kernel launches cost)");

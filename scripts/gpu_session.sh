@@ -36,6 +36,9 @@
 #             DP_STEPS steps, default 100)
 #   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512) and CAFormer-S18 (128): time by
 #             op family and kernel (PROFILE="CONFIG:BATCH ..." profiles others)
+#   kernels   every kernel's own GPU time in one training step by Nsight Compute, and the share
+#             of the wall-clock step the GPU was busy (scripts/gpu_kernels.sh): ViT-S at 512 and
+#             CSKAFormer-S18 at 128 (KERNELS="CONFIG:BATCH ..." for others)
 #   loader    benchmark_loader on that machine's cores: synthetic ImageNet-like JPEGs through the
 #             MetaFormer augmentation, images/s at 1, 2, 4, 8 and 16 workers: the CPU cores an
 #             ImageNet GPU needs
@@ -65,12 +68,13 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,59p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests attention depthwise logits convs speed dp profile loader zoo table8 variants memcheck)
+all=(tests attention depthwise logits convs speed dp profile kernels loader zoo table8 variants
+     memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -242,6 +246,14 @@ for stage in "${stages[@]}"; do
         --precision bf16 --batch "$batch" --warmup 5 --iters 10 --profile
       [ $? = 125 ] && continue
       head -60 "$logs/profile_$config.log" | sed 's/^/  /' >>"$summary"
+    done ;;
+  kernels)
+    for item in ${KERNELS:-cifar10_vit_s:512 imagenet_cskaformer_s18:128}; do
+      config=${item%%:*}
+      stage_run "kernels_$config" 120 env BUILD_DIR="$build" OUT="$logs/kernels" \
+        scripts/gpu_kernels.sh "$item"
+      [ $? = 125 ] && continue
+      sed 's/^/  /' "$logs/kernels_$config.log" | head -40 | tee -a "$summary"
     done ;;
   dp)
     stage_run dp 200 env OUT="$logs/dp" scripts/gpu_dp_check.sh "$build" "${DP_STEPS:-100}"

@@ -1,5 +1,7 @@
-// The device side of the kernel profiler: timing events from a pool, NVTX ranges, and the
-// device's name (for the peak `benchmark` reports utilisation against).
+// The device side of the kernel profiler: timing events from a pool, NVTX ranges, the capture
+// range of an outside profiler, and the device's name (for the peak `benchmark` reports
+// utilisation against).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
@@ -76,5 +78,8 @@ std::string cuda_device_name(int index) {
 
 void push_profile_range(const char* name) { nvtxRangePushA(name); }
 void pop_profile_range() { nvtxRangePop(); }
+
+void start_device_profiler_capture() { SKA_CUDA_CHECK(cudaProfilerStart()); }
+void stop_device_profiler_capture() { SKA_CUDA_CHECK(cudaProfilerStop()); }
 
 }  // namespace ska

@@ -31,6 +31,11 @@ std::string cuda_device_name(int index);
 // An NVTX range around a span of host code, as Nsight shows it; no-ops without CUDA.
 void push_profile_range(const char* name);
 void pop_profile_range();
+// cudaProfilerStart / cudaProfilerStop: the span of work that `ncu --profile-from-start off` and
+// `nsys profile --capture-range=cudaProfilerApi` record (scripts/gpu_kernels.sh). DeviceError
+// without CUDA.
+void start_device_profiler_capture();
+void stop_device_profiler_capture();
 
 // The elementwise CUDA kernels (copy, fill, unary, binary, where) take fast paths: dims merged,
 // offsets in 32 bits by magic-number division, 16-byte loads and stores where every operand is

@@ -95,6 +95,12 @@ DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode) {
 std::vector<std::string> cuda_depthwise_conv_choices() { return {}; }
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
+void start_device_profiler_capture() {
+  SKA_FAIL(DeviceError, "a profiler capture range needs CUDA (this build has none)");
+}
+void stop_device_profiler_capture() {
+  SKA_FAIL(DeviceError, "a profiler capture range needs CUDA (this build has none)");
+}
 #endif
 
 Tensor Tensor::make_view(std::shared_ptr<Storage> storage, Shape shape, Shape strides,
