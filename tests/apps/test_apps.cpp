@@ -312,6 +312,10 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
   const RunResult graph = run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --cuda-graph");
   CHECK(graph.exit_code == 2);
   CHECK_THAT(graph.err, Catch::Contains("--cuda-graph needs --device cuda"));
+  const RunResult capture =
+      run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --capture-range");
+  CHECK(capture.exit_code == 2);
+  CHECK_THAT(capture.err, Catch::Contains("--capture-range needs --device cuda"));
 }
 
 TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps]") {
