@@ -115,19 +115,22 @@ CaitBlock::CaitBlock(const CaitBlockOptions& o) : class_block_(o.attention.class
   norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
 }
 
-Tensor CaitBlock::residual_mlp(const Tensor& x, const Tensor& branch) {
-  const ResidualNorm mixed = norm2_->forward_residual(x, branch);
-  return add(mixed.sum, (*ls2_)((*mlp_)(mixed.normed)));
+// The LayerScales multiply in the residual sums' own pass (scaled_residual).
+Tensor CaitBlock::residual_mlp(const Tensor& x, const Tensor& attended) {
+  const nn::ScaledOperand branch1 = nn::scaled_operand(*ls1_, attended);
+  const ResidualNorm mixed = norm2_->forward_residual(x, branch1.value, Tensor(), branch1.scale);
+  const nn::ScaledOperand branch2 = nn::scaled_operand(*ls2_, (*mlp_)(mixed.normed));
+  return scaled_residual(mixed.sum, Tensor(), branch2.value, branch2.scale);
 }
 
 Tensor CaitBlock::forward(const Tensor& x) {
-  if (!class_block_) return residual_mlp(x, (*ls1_)((*attn_)((*norm1_)(x))));
+  if (!class_block_) return residual_mlp(x, (*attn_)((*norm1_)(x)));
   // One split node: its backward concatenates the two gradients (two narrows would each
   // zero-fill an x-sized gradient and add them up).
   const TensorList parts = split(x, {1, x.size(1) - 1}, 1);
   const Tensor &cls = parts[0], &patches = parts[1];
   const Tensor context = cat({(*norm1_)(cls), patches}, 1);
-  const Tensor updated = residual_mlp(cls, (*ls1_)((*attn_)(context)));
+  const Tensor updated = residual_mlp(cls, (*attn_)(context));
   return cat({updated, patches}, 1);
 }
 

@@ -71,8 +71,8 @@ class CaitBlock : public nn::Module {
   std::string type_name() const override { return "CaitBlock"; }
 
  private:
-  // x + branch, then the MLP's residual.
-  Tensor residual_mlp(const Tensor& x, const Tensor& branch);
+  // x + ls1(attended), then the MLP's residual.
+  Tensor residual_mlp(const Tensor& x, const Tensor& attended);
 
   bool class_block_;
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;

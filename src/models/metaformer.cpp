@@ -127,13 +127,16 @@ ResidualNorm MetaFormerBlock::forward_chained(const ResidualNorm& in, ChainedBlo
   const Tensor& x = in.sum;
   check_input(x);
   const Shape tokens_shape{x.size(0), grid_.tokens(), x.size(3)};
-  const ResidualNorm mixed =
-      norm2_->forward_residual((*res_scale1_)(x.reshape(tokens_shape)),
-                               (*drop_path1_)((*token_mixer_)(in.normed.reshape(tokens_shape))));
-  const Tensor kept = (*res_scale2_)(mixed.sum);
+  // The res_scales multiply in the residual sums' own pass (scaled_residual).
+  const nn::ScaledOperand kept1 = nn::scaled_operand(*res_scale1_, x.reshape(tokens_shape));
+  const ResidualNorm mixed = norm2_->forward_residual(
+      kept1.value, (*drop_path1_)((*token_mixer_)(in.normed.reshape(tokens_shape))), kept1.scale);
+  const nn::ScaledOperand kept2 = nn::scaled_operand(*res_scale2_, mixed.sum);
   const Tensor branch = (*drop_path2_)((*mlp_)(mixed.normed));
-  if (next == nullptr) return {(kept + branch).view(x.shape()), Tensor()};
-  const ResidualNorm out = next->first_norm().forward_residual(kept, branch);
+  if (next == nullptr) {
+    return {scaled_residual(kept2.value, kept2.scale, branch, Tensor()).view(x.shape()), Tensor()};
+  }
+  const ResidualNorm out = next->first_norm().forward_residual(kept2.value, branch, kept2.scale);
   return {out.sum.view(x.shape()), out.normed.view(x.shape())};
 }
 

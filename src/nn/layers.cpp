@@ -95,14 +95,17 @@ Tensor LayerNorm::forward(const Tensor& x) {
   return layer_norm(x, weight, bias, eps, output_dtype(x));
 }
 
-ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch) {
+ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
+                                         const Tensor& x_scale, const Tensor& branch_scale) {
   // The model summary records this norm as a module of its own, so it takes the unfused form.
   if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active()) {
-    Tensor sum = add(x, branch);
+    Tensor sum = scaled_residual(x, x_scale, branch, branch_scale);
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
   }
-  return add_layer_norm(x, branch, weight, bias, eps, output_dtype(x));
+  const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
+  const Tensor scaled_branch = branch_scale.defined() ? mul(branch, branch_scale) : branch;
+  return add_layer_norm(scaled_x, scaled_branch, weight, bias, eps, output_dtype(scaled_x));
 }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
@@ -188,6 +191,13 @@ Scale::Scale(int64_t dim, double init_value) {
 }
 
 Tensor Scale::forward(const Tensor& x) { return mul(x, scale); }
+
+ScaledOperand scaled_operand(Module& module, const Tensor& t) {
+  auto* s = dynamic_cast<Scale*>(&module);
+  if (s == nullptr) return {module(t), Tensor()};
+  if (SummaryRecorder::active()) return {module(t), Tensor()};
+  return {t, s->scale};
+}
 
 Mlp::Mlp(int64_t dim, const MlpOptions& o) {
   const int64_t out = o.out > 0 ? o.out : dim;

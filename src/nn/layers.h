@@ -45,8 +45,11 @@ class LayerNorm : public Module {
   Tensor forward(const Tensor& x) override;
   // A pre-norm block's `sum = x + branch; normed = norm(sum)`: add_layer_norm's one kernel
   // (ops/norm.h) where set_fused_residual_norm allows it, else the two ops; the same values and
-  // gradients either way.
-  ResidualNorm forward_residual(const Tensor& x, const Tensor& branch);
+  // gradients either way. x_scale / branch_scale: per-channel factors of x and of the branch
+  // (ScaledOperand), through scaled_residual in the unfused form.
+  ResidualNorm forward_residual(const Tensor& x, const Tensor& branch,
+                                const Tensor& x_scale = Tensor(),
+                                const Tensor& branch_scale = Tensor());
   std::string type_name() const override { return "LayerNorm"; }
   Tensor weight, bias;  // bias undefined when bias = false
   double eps;
@@ -141,6 +144,15 @@ class Scale : public Module {
   std::string type_name() const override { return "Scale"; }
   Tensor scale;  // [dim]
 };
+
+// What a residual sum takes for `module(t)`, module a Scale or an identity (MetaFormer's
+// res_scale, CaiT's LayerScale): t and the Scale's factor, for scaled_residual (ops/pointwise.h)
+// to multiply in the same pass as the sum; or, while a SummaryRecorder runs (its table lists the
+// module's call), module(t) and no factor.
+struct ScaledOperand {
+  Tensor value, scale;
+};
+ScaledOperand scaled_operand(Module& module, const Tensor& t);
 
 // fc1 -> act -> drop -> fc2 -> drop over the last dim.
 struct MlpOptions {

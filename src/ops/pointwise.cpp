@@ -1,6 +1,8 @@
 // Pointwise ops with broadcasting and their gradients.
 #include "ops/pointwise.h"
 
+#include <optional>
+
 #include "autograd/node.h"
 #include "backend/backend.h"
 #include "ops/autocast.h"
@@ -118,6 +120,73 @@ Tensor lt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kLt, a
 Tensor le(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kLe, a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kGt, a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::kGe, a, b); }
+
+namespace {
+
+// The dtype scaled_residual's kernels would give x * xs + y * ys, or nullopt where they do not
+// take the operands: x and y of one shape, contiguous, on one device; the result's dtype T the
+// widest of them and the scales; x and y of T or (T f32) 16-bit; the scales [C] of T. No
+// autocast cast is due (mul and add read such f32 / 16-bit mixes as they are).
+std::optional<DType> scaled_residual_dtype(const Tensor& x, const Tensor& xs, const Tensor& y,
+                                           const Tensor& ys) {
+  if (!x.defined() || !y.defined() || !x.is_floating() || !y.is_floating() || x.dim() == 0 ||
+      x.shape() != y.shape() || x.device() != y.device() || !x.is_contiguous() ||
+      !y.is_contiguous()) {
+    return std::nullopt;
+  }
+  DType out = x.dtype();
+  const auto widen = [&](DType d) {
+    if (d == DType::kF64 || (d == DType::kF32 && is_16bit(out))) out = d;
+  };
+  widen(y.dtype());
+  for (const Tensor* s : {&xs, &ys}) {
+    if (!s->defined()) continue;
+    if (s->dim() != 1 || s->size(0) != x.size(-1) || s->device() != x.device()) return std::nullopt;
+    widen(s->dtype());
+  }
+  const auto fits = [&](DType d) { return d == out || (out == DType::kF32 && is_16bit(d)); };
+  if (!fits(x.dtype()) || !fits(y.dtype())) return std::nullopt;
+  if ((xs.defined() && xs.dtype() != out) || (ys.defined() && ys.dtype() != out)) {
+    return std::nullopt;
+  }
+  if (out == DType::kF64 && x.device().is_cuda()) return std::nullopt;  // no f64 CUDA kernels
+  return out;
+}
+
+}  // namespace
+
+Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
+                       const Tensor& y_scale) {
+  if (!x_scale.defined() && !y_scale.defined()) return add(x, y);
+  const std::optional<DType> dtype = scaled_residual_dtype(x, x_scale, y, y_scale);
+  if (!dtype) {
+    return add(x_scale.defined() ? mul(x, x_scale) : x, y_scale.defined() ? mul(y, y_scale) : y);
+  }
+  const Tensor xs = x_scale.defined() ? x_scale.detach().contiguous() : Tensor();
+  const Tensor ys = y_scale.defined() ? y_scale.detach().contiguous() : Tensor();
+  Tensor out = Tensor::empty(x.shape(), *dtype, x.device());
+  SKA_KERNEL(x.device(), scaled_residual_forward)(x.detach(), xs, y.detach(), ys, out);
+  const bool need_x = x.requires_grad(), need_y = y.requires_grad();
+  const bool need_xs = x_scale.defined() && x_scale.requires_grad();
+  const bool need_ys = y_scale.defined() && y_scale.requires_grad();
+  const Tensor xd = x.detach(), yd = y.detach();
+  const DType out_dtype = *dtype;
+  autograd::record_op("scaled_residual", {x, x_scale, y, y_scale}, {out}, [=](const TensorList& g) {
+    const Tensor gc = g[0].to(out_dtype).contiguous();
+    const auto grad = [&](bool need, const Tensor& like) {
+      return need ? Tensor::empty(like.shape(), like.dtype(), like.device()) : Tensor();
+    };
+    const auto scale_grad = [&](bool need) {
+      return need ? Tensor::empty({xd.size(-1)}, out_dtype, xd.device()) : Tensor();
+    };
+    const Tensor gx = grad(need_x, xd), gy = grad(need_y, yd);
+    const Tensor gxs = scale_grad(need_xs), gys = scale_grad(need_ys);
+    SKA_KERNEL(gc.device(), scaled_residual_backward)(gc, xd, xs, yd, ys, gx, gy, gxs, gys);
+    return TensorList{gx, gxs.defined() ? gxs.view(x_scale.shape()) : Tensor(), gy,
+                      gys.defined() ? gys.view(y_scale.shape()) : Tensor()};
+  });
+  return out;
+}
 
 Tensor add(const Tensor& a, double b) { return unary_op(UnaryOp::kAffine, a, 1.0, b); }
 Tensor sub(const Tensor& a, double b) { return unary_op(UnaryOp::kAffine, a, 1.0, -b); }

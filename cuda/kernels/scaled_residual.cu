@@ -1,0 +1,237 @@
+// Residual sums with per-channel scales on CUDA, out = x * xs + y * ys over [rows, C]: one pass
+// forward, and one backward pass that writes both inputs' gradients and sums the scales' over
+// the rows on the way (a deterministic two-stage column reduction, as layer norm's: per block of
+// rows a partial per column, then the partials in order). Products and sums are rounded as the
+// binary kernels round them (__fmul_rn / __fadd_rn: no contraction into an FMA), so out, gx and
+// gy are the bits of mul, mul and add; the scales' gradients are those sums in another order.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "cuda/kernels/common.cuh"
+#include "cuda/runtime/runtime.h"
+
+namespace ska::cuda {
+namespace {
+
+constexpr int kColTile = 32;      // columns per block (threadIdx.x)
+constexpr int kRowLanes = 8;      // rows walked in parallel (threadIdx.y)
+constexpr int kChunkRows = 64;    // rows per partial sum of the backward pass
+constexpr int kMaxChunks = 1024;  // partials per column at most
+constexpr int kMaxRowBlocks = 65535;
+
+// v rounded to T and widened back: what a T tensor holding v gives the next kernel.
+template <typename T>
+__device__ __forceinline__ float rounded(float v) {
+  return to_float(from_float<T>(v));
+}
+
+// v * scale[c] rounded to T, or v itself without a scale.
+template <typename T, typename TS>
+__device__ __forceinline__ float scaled(float v, const TS* scale, int64_t c) {
+  return scale ? rounded<T>(__fmul_rn(v, to_float(scale[c]))) : v;
+}
+
+template <typename TX, typename TY, typename T>
+__global__ void scaled_residual_forward_kernel(const TX* x, const T* xs, const TY* y, const T* ys,
+                                               T* out, int64_t rows, int64_t cols) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  if (c >= cols) return;
+  for (int64_t r = static_cast<int64_t>(blockIdx.y) * kRowLanes + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.y) * kRowLanes) {
+    const int64_t i = r * cols + c;
+    const float a = scaled<T>(to_float(x[i]), xs, c);
+    const float b = scaled<T>(to_float(y[i]), ys, c);
+    out[i] = from_float<T>(__fadd_rn(a, b));
+  }
+}
+
+// Block (column tile, chunk of rows): gx and gy for its elements, and per column the partial sums
+// of g * x and g * y over the chunk (products rounded to T, as mul writes them; the 8 row lanes
+// added in order), into part_x / part_y [chunks, cols].
+template <typename TX, typename TY, typename T>
+__global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T* xs, const TY* y,
+                                                const T* ys, TX* gx, TY* gy, int64_t rows,
+                                                int64_t cols, int64_t chunk_rows, float* part_x,
+                                                float* part_y) {
+  __shared__ float sx[kRowLanes][kColTile + 1];
+  __shared__ float sy[kRowLanes][kColTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+  float ax = 0.0f, ay = 0.0f;
+  if (c < cols) {
+    for (int64_t r = r0 + ty; r < r1; r += kRowLanes) {
+      const int64_t i = r * cols + c;
+      const float gv = to_float(g[i]);
+      if (gx) gx[i] = from_float<TX>(xs ? __fmul_rn(gv, to_float(xs[c])) : gv);
+      if (gy) gy[i] = from_float<TY>(ys ? __fmul_rn(gv, to_float(ys[c])) : gv);
+      if (part_x) ax = __fadd_rn(ax, rounded<T>(__fmul_rn(gv, to_float(x[i]))));
+      if (part_y) ay = __fadd_rn(ay, rounded<T>(__fmul_rn(gv, to_float(y[i]))));
+    }
+  }
+  if (part_x == nullptr && part_y == nullptr) return;  // the same for the whole block
+  sx[ty][tx] = ax;
+  sy[ty][tx] = ay;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    for (int k = 1; k < kRowLanes; ++k) {
+      ax += sx[k][tx];
+      ay += sy[k][tx];
+    }
+    const int64_t at = static_cast<int64_t>(blockIdx.y) * cols + c;
+    if (part_x) part_x[at] = ax;
+    if (part_y) part_y[at] = ay;
+  }
+}
+
+// The partials of each column in chunk order, rounded to the scales' dtype.
+template <typename T>
+__global__ void scaled_residual_scale_grads(const float* part_x, const float* part_y,
+                                            int64_t chunks, int64_t cols, T* gxs, T* gys) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float ax = 0.0f, ay = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) {
+      if (gxs) ax += part_x[k * cols + c];
+      if (gys) ay += part_y[k * cols + c];
+    }
+    if (gxs) gxs[c] = from_float<T>(ax);
+    if (gys) gys[c] = from_float<T>(ay);
+  }
+}
+
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <typename T>
+T* mutable_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+// Calls f(TX{}, TY{}, T{}) for out's dtype T and x's and y's dtypes: T, or (T f32) bf16/f16.
+template <typename F>
+void dispatch_residual(DType out, DType x, DType y, const char* kernel, F&& f) {
+  dispatch_floating(out, kernel, [&](auto t) {
+    using T = decltype(t);
+    const auto of = [&](DType d, auto&& then) {
+      if (d == out) return then(T{});
+      SKA_CHECK(out == DType::kF32 && (d == DType::kBF16 || d == DType::kF16), DTypeError, kernel,
+                ": an input of ", dtype_name(d), " with a ", dtype_name(out),
+                " result; expected the result's dtype, or bf16/f16 with f32");
+      if (d == DType::kBF16) return then(__nv_bfloat16{});
+      then(__half{});
+    };
+    of(x, [&](auto tx) { of(y, [&](auto ty) { f(tx, ty, t); }); });
+  });
+}
+
+struct Geometry {
+  int64_t rows, cols;
+};
+
+Geometry check(const char* kernel, const Tensor& x, const Tensor& xs, const Tensor& y,
+               const Tensor& ys, const Tensor& like) {
+  SKA_CHECK(x.dim() >= 1 && x.shape() == y.shape() && x.shape() == like.shape() &&
+                x.is_contiguous() && y.is_contiguous() && like.is_contiguous(),
+            ShapeError, kernel, ": x ", x.str(), ", y ", y.str(), " and ", like.str(),
+            " must be contiguous, of one shape");
+  const int64_t cols = x.size(-1);
+  for (const Tensor* s : {&xs, &ys}) {
+    if (!s->defined()) continue;
+    SKA_CHECK(
+        s->dim() == 1 && s->size(0) == cols && s->is_contiguous() && s->dtype() == like.dtype(),
+        ShapeError, kernel, ": a scale must be a contiguous [", cols, "] ",
+        dtype_name(like.dtype()), " tensor, got ", s->str());
+  }
+  return {cols == 0 ? 0 : x.numel() / cols, cols};
+}
+
+dim3 column_grid(const char* kernel, int64_t cols, int64_t row_blocks) {
+  const int64_t tiles = (cols + kColTile - 1) / kColTile;
+  SKA_CHECK(tiles <= INT_MAX, ShapeError, kernel, ": too many columns (", cols, ")");
+  return dim3(static_cast<unsigned int>(tiles), static_cast<unsigned int>(row_blocks));
+}
+
+}  // namespace
+
+void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y, const Tensor& ys,
+                             const Tensor& out) {
+  const char* kKernel = "scaled_residual_forward";
+  const Geometry geo = check(kKernel, x, xs, y, ys, out);
+  if (geo.rows == 0 || geo.cols == 0) return;
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const int64_t row_blocks =
+      std::min<int64_t>((geo.rows + kRowLanes - 1) / kRowLanes, kMaxRowBlocks);
+  dispatch_residual(out.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
+    using TX = decltype(tx);
+    using TY = decltype(ty);
+    using T = decltype(t);
+    scaled_residual_forward_kernel<TX, TY, T>
+        <<<column_grid(kKernel, geo.cols, row_blocks), dim3(kColTile, kRowLanes), 0,
+           current_stream(device)>>>(static_cast<const TX*>(x.data_ptr()), data_or_null<T>(xs),
+                                     static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys),
+                                     static_cast<T*>(out.data_ptr()), geo.rows, geo.cols);
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs, const Tensor& y,
+                              const Tensor& ys, const Tensor& gx, const Tensor& gy,
+                              const Tensor& gxs, const Tensor& gys) {
+  const char* kKernel = "scaled_residual_backward";
+  const Geometry geo = check(kKernel, x, xs, y, ys, g);
+  SKA_CHECK((!gx.defined() ||
+             (gx.is_contiguous() && gx.shape() == x.shape() && gx.dtype() == x.dtype())) &&
+                (!gy.defined() ||
+                 (gy.is_contiguous() && gy.shape() == y.shape() && gy.dtype() == y.dtype())),
+            ValueError, kKernel,
+            ": gx and gy must be contiguous, of x's and y's shapes and dtypes");
+  SKA_CHECK((!gxs.defined() || xs.defined()) && (!gys.defined() || ys.defined()), ValueError,
+            kKernel, ": a scale's gradient without the scale");
+  for (const Tensor* s : {&gxs, &gys}) {
+    SKA_CHECK(
+        !s->defined() || (s->is_contiguous() && s->numel() == geo.cols && s->dtype() == g.dtype()),
+        ValueError, kKernel, ": a scale's gradient must be a contiguous [", geo.cols, "] ",
+        dtype_name(g.dtype()), " tensor");
+  }
+  const int device = device_index(x);
+  DeviceGuard guard(device);
+  const cudaStream_t s = current_stream(device);
+  const bool sums = gxs.defined() || gys.defined();
+  if (geo.rows == 0 || geo.cols == 0) {  // no rows: the scales' gradients are zero
+    for (const Tensor* t : {&gxs, &gys}) {
+      if (t->defined() && t->numel() > 0)
+        SKA_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0, t->numel() * t->element_size(), s));
+    }
+    return;
+  }
+  const int64_t chunks = std::min<int64_t>((geo.rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
+  const int64_t chunk_rows = (geo.rows + chunks - 1) / chunks;
+  const Tensor ws = sums ? workspace(device, 2 * chunks * geo.cols * sizeof(float)) : Tensor();
+  float* part_x = gxs.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
+  float* part_y = gys.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * geo.cols : nullptr;
+  dispatch_residual(g.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
+    using TX = decltype(tx);
+    using TY = decltype(ty);
+    using T = decltype(t);
+    scaled_residual_backward_kernel<TX, TY, T>
+        <<<column_grid(kKernel, geo.cols, chunks), dim3(kColTile, kRowLanes), 0, s>>>(
+            static_cast<const T*>(g.data_ptr()), static_cast<const TX*>(x.data_ptr()),
+            data_or_null<T>(xs), static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys),
+            mutable_or_null<TX>(gx), mutable_or_null<TY>(gy), geo.rows, geo.cols, chunk_rows,
+            part_x, part_y);
+    SKA_CUDA_CHECK_LAUNCH();
+    if (sums) {
+      scaled_residual_scale_grads<T><<<grid_for(geo.cols), 256, 0, s>>>(
+          part_x, part_y, chunks, geo.cols, mutable_or_null<T>(gxs), mutable_or_null<T>(gys));
+      SKA_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace ska::cuda

@@ -1,0 +1,69 @@
+// CPU kernel: residual sums with per-channel scales, out = x * xs + y * ys. The reference the CUDA
+// kernel is tested against, composed of the CPU's own binary, copy and reduce kernels exactly as
+// mul, mul and add (and their backward passes) call them, so that the fused op gives the unfused
+// ops' bits here, the scales' gradients included.
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace ska::cpu {
+
+namespace {
+
+// The [C] scale seen with t's shape (stride 0 but in the last dim), as mul broadcasts it.
+Tensor broadcast_scale(const Tensor& scale, const Tensor& t) {
+  Shape strides(t.shape().size(), 0);
+  strides.back() = scale.stride(0);
+  return Tensor::make_view(scale.storage(), t.shape(), strides, scale.offset(), scale.dtype());
+}
+
+// t * scale in `dtype` (contiguous), or t itself without a scale.
+Tensor scaled(const Tensor& t, const Tensor& scale, DType dtype) {
+  if (!scale.defined()) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  binary(BinaryOp::kMul, t, broadcast_scale(scale, t), out);
+  return out;
+}
+
+// dst = src rounded to dst's dtype; nothing when they are one tensor.
+void write(const Tensor& src, const Tensor& dst) {
+  if (dst.defined() && !src.same_storage(dst)) copy(src, dst);
+}
+
+// The sum over every dim but the last of g * t (products rounded to g's dtype, as mul writes
+// them), into `out` [C], as sum_to_shape reduces a broadcast gradient.
+void scale_grad(const Tensor& g, const Tensor& t, const Tensor& out) {
+  if (!out.defined()) return;
+  Tensor product = Tensor::empty(g.shape(), g.dtype(), g.device());
+  binary(BinaryOp::kMul, g, t, product);
+  std::vector<int64_t> dims;
+  Shape kept(g.shape().size(), 1);
+  for (int64_t d = 0; d + 1 < g.dim(); ++d) dims.push_back(d);
+  kept.back() = g.size(-1);
+  Tensor sum = Tensor::empty(kept, g.dtype(), g.device());
+  if (dims.empty()) {
+    copy(product, sum);
+  } else {
+    reduce(ReduceOp::kSum, product, dims, sum);
+  }
+  copy(sum.reshape({g.size(-1)}), out);
+}
+
+}  // namespace
+
+void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y, const Tensor& ys,
+                             const Tensor& out) {
+  binary(BinaryOp::kAdd, scaled(x, xs, out.dtype()), scaled(y, ys, out.dtype()), out);
+}
+
+void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs, const Tensor& y,
+                              const Tensor& ys, const Tensor& gx, const Tensor& gy,
+                              const Tensor& gxs, const Tensor& gys) {
+  if (gx.defined()) write(scaled(g, xs, g.dtype()), gx);
+  if (gy.defined()) write(scaled(g, ys, g.dtype()), gy);
+  scale_grad(g, x, gxs);
+  scale_grad(g, y, gys);
+}
+
+}  // namespace ska::cpu
