@@ -36,7 +36,8 @@ fi
 # RACECHECK_TESTS="[cuda]" runs them over every [cuda] test (racecheck is 10-100x slower).
 block_tests=${RACECHECK_TESTS:-"[cuda][optim],CUDA softmax matches the CPU,cuda softmax*,\
 CUDA norms match the CPU,cuda layer norm*,CUDA reductions match the CPU,cuda attention*,\
-fused attention: CUDA*,CUDA column reductions*,CUDA pointwise ops match the CPU"}
+fused attention: CUDA*,CUDA column reductions*,CUDA pointwise ops match the CPU,\
+scaled_residual on CUDA*"}
 racecheck_rc=-1
 synccheck_rc=-1
 if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then

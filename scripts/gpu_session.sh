@@ -310,7 +310,7 @@ for stage in "${stages[@]}"; do
   memcheck)
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
     stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*"
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*,scaled_residual on CUDA*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)" ;;
   esac
