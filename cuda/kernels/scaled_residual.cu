@@ -1,4 +1,5 @@
-// Residual sums with per-channel scales on CUDA, out = x * xs + y * ys over [rows, C]: one pass
+// Residual sums with per-channel scales on CUDA, out = x * xs + (y * yk) * ys over [rows, C] (yk:
+// drop path's per-sample factors): one pass
 // forward, and one backward pass that writes both inputs' gradients and sums the scales' over
 // the rows on the way (a deterministic two-stage column reduction, as layer norm's: per block of
 // rows a partial per column, then the partials in order). Products and sums are rounded as the
@@ -33,16 +34,26 @@ __device__ __forceinline__ float scaled(float v, const TS* scale, int64_t c) {
   return scale ? rounded<T>(__fmul_rn(v, to_float(scale[c]))) : v;
 }
 
+// Row r's drop path factor (yk[r / rows_per_sample]) applied to v, rounded to TY as drop_path's
+// mul writes it; v itself without factors.
+template <typename TY>
+__device__ __forceinline__ float kept(float v, const TY* yk, int64_t r, uint32_t rows_per_sample) {
+  if (yk == nullptr) return v;
+  const uint32_t sample = static_cast<uint32_t>(r) / rows_per_sample;  // rows < 2^32 (checked)
+  return rounded<TY>(__fmul_rn(v, to_float(yk[sample])));
+}
+
 template <typename TX, typename TY, typename T>
 __global__ void scaled_residual_forward_kernel(const TX* x, const T* xs, const TY* y, const T* ys,
-                                               T* out, int64_t rows, int64_t cols) {
+                                               const TY* yk, uint32_t rows_per_sample, T* out,
+                                               int64_t rows, int64_t cols) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   if (c >= cols) return;
   for (int64_t r = static_cast<int64_t>(blockIdx.y) * kRowLanes + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.y) * kRowLanes) {
     const int64_t i = r * cols + c;
     const float a = scaled<T>(to_float(x[i]), xs, c);
-    const float b = scaled<T>(to_float(y[i]), ys, c);
+    const float b = scaled<T>(kept(to_float(y[i]), yk, r, rows_per_sample), ys, c);
     out[i] = from_float<T>(__fadd_rn(a, b));
   }
 }
@@ -52,9 +63,9 @@ __global__ void scaled_residual_forward_kernel(const TX* x, const T* xs, const T
 // added in order), into part_x / part_y [chunks, cols].
 template <typename TX, typename TY, typename T>
 __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T* xs, const TY* y,
-                                                const T* ys, TX* gx, TY* gy, int64_t rows,
-                                                int64_t cols, int64_t chunk_rows, float* part_x,
-                                                float* part_y) {
+                                                const T* ys, const TY* yk, uint32_t rows_per_sample,
+                                                TX* gx, TY* gy, int64_t rows, int64_t cols,
+                                                int64_t chunk_rows, float* part_x, float* part_y) {
   __shared__ float sx[kRowLanes][kColTile + 1];
   __shared__ float sy[kRowLanes][kColTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -67,9 +78,15 @@ __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T
       const int64_t i = r * cols + c;
       const float gv = to_float(g[i]);
       if (gx) gx[i] = from_float<TX>(xs ? __fmul_rn(gv, to_float(xs[c])) : gv);
-      if (gy) gy[i] = from_float<TY>(ys ? __fmul_rn(gv, to_float(ys[c])) : gv);
+      if (gy) {  // through the scale's mul (rounded to y's dtype), then drop path's
+        const float reaching = ys ? __fmul_rn(gv, to_float(ys[c])) : gv;
+        gy[i] = from_float<TY>(yk ? kept(rounded<TY>(reaching), yk, r, rows_per_sample) : reaching);
+      }
       if (part_x) ax = __fadd_rn(ax, rounded<T>(__fmul_rn(gv, to_float(x[i]))));
-      if (part_y) ay = __fadd_rn(ay, rounded<T>(__fmul_rn(gv, to_float(y[i]))));
+      if (part_y) {
+        const float yv = kept(to_float(y[i]), yk, r, rows_per_sample);
+        ay = __fadd_rn(ay, rounded<T>(__fmul_rn(gv, yv)));
+      }
     }
   }
   if (part_x == nullptr && part_y == nullptr) return;  // the same for the whole block
@@ -131,10 +148,11 @@ void dispatch_residual(DType out, DType x, DType y, const char* kernel, F&& f) {
 
 struct Geometry {
   int64_t rows, cols;
+  uint32_t rows_per_sample;  // of yk's samples (1 without yk)
 };
 
 Geometry check(const char* kernel, const Tensor& x, const Tensor& xs, const Tensor& y,
-               const Tensor& ys, const Tensor& like) {
+               const Tensor& ys, const Tensor& yk, const Tensor& like) {
   SKA_CHECK(x.dim() >= 1 && x.shape() == y.shape() && x.shape() == like.shape() &&
                 x.is_contiguous() && y.is_contiguous() && like.is_contiguous(),
             ShapeError, kernel, ": x ", x.str(), ", y ", y.str(), " and ", like.str(),
@@ -147,7 +165,19 @@ Geometry check(const char* kernel, const Tensor& x, const Tensor& xs, const Tens
         ShapeError, kernel, ": a scale must be a contiguous [", cols, "] ",
         dtype_name(like.dtype()), " tensor, got ", s->str());
   }
-  return {cols == 0 ? 0 : x.numel() / cols, cols};
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  int64_t rows_per_sample = 1;
+  if (yk.defined()) {
+    const int64_t batch = y.size(0);
+    SKA_CHECK(yk.dim() == 1 && yk.size(0) == batch && yk.is_contiguous() &&
+                  yk.dtype() == y.dtype() && batch > 0 && rows % batch == 0,
+              ShapeError, kernel, ": drop path's factors must be a contiguous [", batch, "] ",
+              dtype_name(y.dtype()), " tensor (one per sample of y ", y.str(), "), got ", yk.str());
+    SKA_CHECK(rows < (int64_t{1} << 32), ShapeError, kernel, ": ", rows,
+              " rows with drop path factors: too many for the kernels' 32-bit sample index");
+    rows_per_sample = std::max<int64_t>(rows / batch, 1);
+  }
+  return {rows, cols, static_cast<uint32_t>(rows_per_sample)};
 }
 
 dim3 column_grid(const char* kernel, int64_t cols, int64_t row_blocks) {
@@ -159,9 +189,9 @@ dim3 column_grid(const char* kernel, int64_t cols, int64_t row_blocks) {
 }  // namespace
 
 void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y, const Tensor& ys,
-                             const Tensor& out) {
+                             const Tensor& yk, const Tensor& out) {
   const char* kKernel = "scaled_residual_forward";
-  const Geometry geo = check(kKernel, x, xs, y, ys, out);
+  const Geometry geo = check(kKernel, x, xs, y, ys, yk, out);
   if (geo.rows == 0 || geo.cols == 0) return;
   const int device = device_index(x);
   DeviceGuard guard(device);
@@ -175,16 +205,17 @@ void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y,
         <<<column_grid(kKernel, geo.cols, row_blocks), dim3(kColTile, kRowLanes), 0,
            current_stream(device)>>>(static_cast<const TX*>(x.data_ptr()), data_or_null<T>(xs),
                                      static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys),
+                                     data_or_null<TY>(yk), geo.rows_per_sample,
                                      static_cast<T*>(out.data_ptr()), geo.rows, geo.cols);
     SKA_CUDA_CHECK_LAUNCH();
   });
 }
 
 void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs, const Tensor& y,
-                              const Tensor& ys, const Tensor& gx, const Tensor& gy,
-                              const Tensor& gxs, const Tensor& gys) {
+                              const Tensor& ys, const Tensor& yk, const Tensor& gx,
+                              const Tensor& gy, const Tensor& gxs, const Tensor& gys) {
   const char* kKernel = "scaled_residual_backward";
-  const Geometry geo = check(kKernel, x, xs, y, ys, g);
+  const Geometry geo = check(kKernel, x, xs, y, ys, yk, g);
   SKA_CHECK((!gx.defined() ||
              (gx.is_contiguous() && gx.shape() == x.shape() && gx.dtype() == x.dtype())) &&
                 (!gy.defined() ||
@@ -223,8 +254,8 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
         <<<column_grid(kKernel, geo.cols, chunks), dim3(kColTile, kRowLanes), 0, s>>>(
             static_cast<const T*>(g.data_ptr()), static_cast<const TX*>(x.data_ptr()),
             data_or_null<T>(xs), static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys),
-            mutable_or_null<TX>(gx), mutable_or_null<TY>(gy), geo.rows, geo.cols, chunk_rows,
-            part_x, part_y);
+            data_or_null<TY>(yk), geo.rows_per_sample, mutable_or_null<TX>(gx),
+            mutable_or_null<TY>(gy), geo.rows, geo.cols, chunk_rows, part_x, part_y);
     SKA_CUDA_CHECK_LAUNCH();
     if (sums) {
       scaled_residual_scale_grads<T><<<grid_for(geo.cols), 256, 0, s>>>(

@@ -145,11 +145,17 @@ class CvtBlock : public ChainedBlock {
     norm2_->autocast_output = mlp_->reads_input_by_matmul_only();  // norm1 feeds convolutions
   }
   nn::LayerNorm& first_norm() override { return *norm1_; }
+  // The drop paths multiply in the residual sums' own pass (scaled_residual).
   ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override {
-    const ResidualNorm y = norm2_->forward_residual(in.sum, (*drop_path_)((*attn_)(in.normed)));
-    const Tensor branch = (*drop_path_)((*mlp_)(y.normed));
-    if (next != nullptr) return next->first_norm().forward_residual(y.sum, branch);
-    return {y.sum + branch, Tensor()};
+    const nn::DroppedOperand attended = nn::dropped_operand(*drop_path_, (*attn_)(in.normed));
+    const ResidualNorm y =
+        norm2_->forward_residual(in.sum, attended.value, Tensor(), Tensor(), attended.keep);
+    const nn::DroppedOperand branch = nn::dropped_operand(*drop_path_, (*mlp_)(y.normed));
+    if (next != nullptr) {
+      return next->first_norm().forward_residual(y.sum, branch.value, Tensor(), Tensor(),
+                                                 branch.keep);
+    }
+    return {scaled_residual(y.sum, Tensor(), branch.value, Tensor(), branch.keep), Tensor()};
   }
   std::string type_name() const override { return "CvtBlock"; }
 

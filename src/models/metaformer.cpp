@@ -127,16 +127,21 @@ ResidualNorm MetaFormerBlock::forward_chained(const ResidualNorm& in, ChainedBlo
   const Tensor& x = in.sum;
   check_input(x);
   const Shape tokens_shape{x.size(0), grid_.tokens(), x.size(3)};
-  // The res_scales multiply in the residual sums' own pass (scaled_residual).
+  // The res_scales and drop paths multiply in the residual sums' own pass (scaled_residual).
   const nn::ScaledOperand kept1 = nn::scaled_operand(*res_scale1_, x.reshape(tokens_shape));
-  const ResidualNorm mixed = norm2_->forward_residual(
-      kept1.value, (*drop_path1_)((*token_mixer_)(in.normed.reshape(tokens_shape))), kept1.scale);
+  const nn::DroppedOperand branch1 =
+      nn::dropped_operand(*drop_path1_, (*token_mixer_)(in.normed.reshape(tokens_shape)));
+  const ResidualNorm mixed =
+      norm2_->forward_residual(kept1.value, branch1.value, kept1.scale, Tensor(), branch1.keep);
   const nn::ScaledOperand kept2 = nn::scaled_operand(*res_scale2_, mixed.sum);
-  const Tensor branch = (*drop_path2_)((*mlp_)(mixed.normed));
+  const nn::DroppedOperand branch = nn::dropped_operand(*drop_path2_, (*mlp_)(mixed.normed));
   if (next == nullptr) {
-    return {scaled_residual(kept2.value, kept2.scale, branch, Tensor()).view(x.shape()), Tensor()};
+    const Tensor sum =
+        scaled_residual(kept2.value, kept2.scale, branch.value, Tensor(), branch.keep);
+    return {sum.view(x.shape()), Tensor()};
   }
-  const ResidualNorm out = next->first_norm().forward_residual(kept2.value, branch, kept2.scale);
+  const ResidualNorm out = next->first_norm().forward_residual(kept2.value, branch.value,
+                                                               kept2.scale, Tensor(), branch.keep);
   return {out.sum.view(x.shape()), out.normed.view(x.shape())};
 }
 

@@ -96,15 +96,19 @@ Tensor LayerNorm::forward(const Tensor& x) {
 }
 
 ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
-                                         const Tensor& x_scale, const Tensor& branch_scale) {
+                                         const Tensor& x_scale, const Tensor& branch_scale,
+                                         const Tensor& branch_keep) {
   // The model summary records this norm as a module of its own, so it takes the unfused form.
   if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active()) {
-    Tensor sum = scaled_residual(x, x_scale, branch, branch_scale);
+    Tensor sum = scaled_residual(x, x_scale, branch, branch_scale, branch_keep);
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
   }
+  Shape per_sample(static_cast<size_t>(branch.dim()), 1);
+  if (branch_keep.defined()) per_sample[0] = branch_keep.numel();
+  const Tensor kept = branch_keep.defined() ? mul(branch, branch_keep.view(per_sample)) : branch;
   const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
-  const Tensor scaled_branch = branch_scale.defined() ? mul(branch, branch_scale) : branch;
+  const Tensor scaled_branch = branch_scale.defined() ? mul(kept, branch_scale) : kept;
   return add_layer_norm(scaled_x, scaled_branch, weight, bias, eps, output_dtype(scaled_x));
 }
 
@@ -191,6 +195,12 @@ Scale::Scale(int64_t dim, double init_value) {
 }
 
 Tensor Scale::forward(const Tensor& x) { return mul(x, scale); }
+
+DroppedOperand dropped_operand(DropPath& drop_path, const Tensor& t) {
+  if (SummaryRecorder::active()) return {drop_path(t), Tensor()};
+  return {
+      t, drop_path_factors(t.size(0), drop_path.p, drop_path.is_training(), t.dtype(), t.device())};
+}
 
 ScaledOperand scaled_operand(Module& module, const Tensor& t) {
   auto* s = dynamic_cast<Scale*>(&module);

@@ -46,10 +46,12 @@ class LayerNorm : public Module {
   // A pre-norm block's `sum = x + branch; normed = norm(sum)`: add_layer_norm's one kernel
   // (ops/norm.h) where set_fused_residual_norm allows it, else the two ops; the same values and
   // gradients either way. x_scale / branch_scale: per-channel factors of x and of the branch
-  // (ScaledOperand), through scaled_residual in the unfused form.
+  // (ScaledOperand), branch_keep drop path's per-sample factors of the branch (DroppedOperand),
+  // through scaled_residual in the unfused form.
   ResidualNorm forward_residual(const Tensor& x, const Tensor& branch,
                                 const Tensor& x_scale = Tensor(),
-                                const Tensor& branch_scale = Tensor());
+                                const Tensor& branch_scale = Tensor(),
+                                const Tensor& branch_keep = Tensor());
   std::string type_name() const override { return "LayerNorm"; }
   Tensor weight, bias;  // bias undefined when bias = false
   double eps;
@@ -153,6 +155,15 @@ struct ScaledOperand {
   Tensor value, scale;
 };
 ScaledOperand scaled_operand(Module& module, const Tensor& t);
+
+// What a residual sum takes for `drop_path(t)`: t and the per-sample factors drop_path would
+// multiply it by (drawn now, as the module draws them; undefined in eval or at rate 0), for
+// scaled_residual to apply in the same pass as the sum; or, while a SummaryRecorder runs,
+// drop_path(t) and no factors.
+struct DroppedOperand {
+  Tensor value, keep;
+};
+DroppedOperand dropped_operand(DropPath& drop_path, const Tensor& t);
 
 // fc1 -> act -> drop -> fc2 -> drop over the last dim.
 struct MlpOptions {

@@ -128,10 +128,14 @@ namespace {
 // widest of them and the scales; x and y of T or (T f32) 16-bit; the scales [C] of T. No
 // autocast cast is due (mul and add read such f32 / 16-bit mixes as they are).
 std::optional<DType> scaled_residual_dtype(const Tensor& x, const Tensor& xs, const Tensor& y,
-                                           const Tensor& ys) {
+                                           const Tensor& ys, const Tensor& yk) {
   if (!x.defined() || !y.defined() || !x.is_floating() || !y.is_floating() || x.dim() == 0 ||
       x.shape() != y.shape() || x.device() != y.device() || !x.is_contiguous() ||
       !y.is_contiguous()) {
+    return std::nullopt;
+  }
+  if (yk.defined() && (y.dim() < 2 || yk.dim() != 1 || yk.size(0) != y.size(0) ||
+                       yk.dtype() != y.dtype() || yk.device() != y.device())) {
     return std::nullopt;
   }
   DType out = x.dtype();
@@ -156,16 +160,21 @@ std::optional<DType> scaled_residual_dtype(const Tensor& x, const Tensor& xs, co
 }  // namespace
 
 Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
-                       const Tensor& y_scale) {
-  if (!x_scale.defined() && !y_scale.defined()) return add(x, y);
-  const std::optional<DType> dtype = scaled_residual_dtype(x, x_scale, y, y_scale);
+                       const Tensor& y_scale, const Tensor& y_keep) {
+  if (!x_scale.defined() && !y_scale.defined() && !y_keep.defined()) return add(x, y);
+  const std::optional<DType> dtype = scaled_residual_dtype(x, x_scale, y, y_scale, y_keep);
   if (!dtype) {
-    return add(x_scale.defined() ? mul(x, x_scale) : x, y_scale.defined() ? mul(y, y_scale) : y);
+    Shape per_sample(static_cast<size_t>(y.dim()), 1);
+    if (y_keep.defined()) per_sample[0] = y_keep.numel();
+    const Tensor kept = y_keep.defined() ? mul(y, y_keep.view(per_sample)) : y;
+    return add(x_scale.defined() ? mul(x, x_scale) : x,
+               y_scale.defined() ? mul(kept, y_scale) : kept);
   }
   const Tensor xs = x_scale.defined() ? x_scale.detach().contiguous() : Tensor();
   const Tensor ys = y_scale.defined() ? y_scale.detach().contiguous() : Tensor();
+  const Tensor yk = y_keep.defined() ? y_keep.detach().contiguous() : Tensor();
   Tensor out = Tensor::empty(x.shape(), *dtype, x.device());
-  SKA_KERNEL(x.device(), scaled_residual_forward)(x.detach(), xs, y.detach(), ys, out);
+  SKA_KERNEL(x.device(), scaled_residual_forward)(x.detach(), xs, y.detach(), ys, yk, out);
   const bool need_x = x.requires_grad(), need_y = y.requires_grad();
   const bool need_xs = x_scale.defined() && x_scale.requires_grad();
   const bool need_ys = y_scale.defined() && y_scale.requires_grad();
@@ -181,7 +190,7 @@ Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
     };
     const Tensor gx = grad(need_x, xd), gy = grad(need_y, yd);
     const Tensor gxs = scale_grad(need_xs), gys = scale_grad(need_ys);
-    SKA_KERNEL(gc.device(), scaled_residual_backward)(gc, xd, xs, yd, ys, gx, gy, gxs, gys);
+    SKA_KERNEL(gc.device(), scaled_residual_backward)(gc, xd, xs, yd, ys, yk, gx, gy, gxs, gys);
     return TensorList{gx, gxs.defined() ? gxs.view(x_scale.shape()) : Tensor(), gy,
                       gys.defined() ? gys.view(y_scale.shape()) : Tensor()};
   });

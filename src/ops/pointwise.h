@@ -14,15 +14,17 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
-// x * x_scale + y * y_scale with per-channel scales ([C], C = the last dim; either undefined for
-// none): a residual sum with MetaFormer's res_scale on the stream or CaiT's LayerScale on the
-// branch. Where x and y have one shape and are contiguous, one kernel forward and one backward,
-// with the values and the x and y gradients of mul, mul and add, bit for bit, and the scales'
+// x * x_scale + drop_path(y) * y_scale with per-channel scales ([C], C = the last dim; either
+// undefined for none): a residual sum with MetaFormer's res_scale on the stream or CaiT's
+// LayerScale on the branch. y_keep: drop path's per-sample factors for y (drop_path_factors,
+// ops/random.h: [B] of y's dtype, B = y's dim 0), or undefined for none. Where x and y have one
+// shape and are contiguous, one kernel forward and one backward, with the values and the x and y
+// gradients of those ops (mul by the factors, mul, mul, add), bit for bit, and the scales'
 // gradients their sums over the rows (the same bits on the CPU, another order of the same sums on
-// CUDA); otherwise, or without scales, those ops. Dtypes as those ops give them: an f32 x or
-// scale with a bf16/f16 y comes out f32.
+// CUDA); otherwise those ops. Dtypes as those ops give them: an f32 x or scale with a bf16/f16 y
+// comes out f32.
 Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
-                       const Tensor& y_scale);
+                       const Tensor& y_scale, const Tensor& y_keep = Tensor());
 // Scalar forms.
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);

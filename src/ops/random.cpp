@@ -29,23 +29,6 @@ Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
   return out;
 }
 
-namespace {
-
-// x * mask where mask has `mask_shape` (broadcast to x) and holds 0 or 1 / keep.
-Tensor apply_keep_mask(const Tensor& x, const Shape& mask_shape, double p, Generator* gen) {
-  SKA_CHECK(p >= 0.0 && p < 1.0, ValueError, "dropout probability must be in [0, 1), got ", p);
-  detail::check_floating("dropout", x);
-  const double keep = 1.0 - p;
-  Tensor mask = Tensor::empty(mask_shape, x.dtype(), x.device());
-  Generator& g = pick(gen, x.device());
-  const uint64_t offset = g.advance(static_cast<uint64_t>(mask.numel()));
-  SKA_KERNEL(x.device(), random_bernoulli)(mask, g.seed(), offset, keep, 1.0 / keep,
-                                           g.capture_base());
-  return mul(x, mask);
-}
-
-}  // namespace
-
 // Dropout draws its mask in the kernel as it multiplies. When autograd records the op, the
 // kernel also keeps the mask as bits (one per element: 1/16 of a bf16 activation), so that the
 // backward pass reads them instead of drawing the mask again; without a graph nothing is kept.
@@ -105,9 +88,25 @@ Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approxim
 
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
+  detail::check_floating("drop_path", x);
+  SKA_CHECK(x.dim() >= 1, ShapeError, "drop_path: x needs a batch dim, got ", x.str());
   Shape mask_shape(static_cast<size_t>(x.dim()), 1);
   mask_shape[0] = x.size(0);
-  return apply_keep_mask(x, mask_shape, p, gen);
+  return mul(
+      x, drop_path_factors(x.size(0), p, training, x.dtype(), x.device(), gen).view(mask_shape));
+}
+
+Tensor drop_path_factors(int64_t batch, double p, bool training, DType dtype, Device device,
+                         Generator* gen) {
+  if (!training || p == 0.0) return Tensor();
+  SKA_CHECK(p >= 0.0 && p < 1.0, ValueError, "dropout probability must be in [0, 1), got ", p);
+  const double keep = 1.0 - p;
+  Tensor factors = Tensor::empty({batch}, dtype, device);
+  Generator& g = pick(gen, device);
+  const uint64_t offset = g.advance(static_cast<uint64_t>(batch));
+  SKA_KERNEL(device, random_bernoulli)
+  (factors, g.seed(), offset, keep, 1.0 / keep, g.capture_base());
+  return factors;
 }
 
 }  // namespace ska

@@ -20,5 +20,11 @@ Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approxim
                     Generator* gen = nullptr);
 // Drops whole samples (dim 0) with probability p, scaling survivors by 1 / (1 - p).
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+// drop_path's factors for `batch` samples: [batch] of `dtype` on `device`, each 0 or 1 / (1 - p),
+// drawn as drop_path draws them (the same generator offsets), or undefined when not training or
+// p == 0 (nothing drawn). drop_path(x) is x times them, broadcast over the other dims
+// (scaled_residual takes them as its y_keep).
+Tensor drop_path_factors(int64_t batch, double p, bool training, DType dtype, Device device,
+                         Generator* gen = nullptr);
 
 }  // namespace ska

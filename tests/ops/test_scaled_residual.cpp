@@ -1,11 +1,14 @@
-// scaled_residual (x * x_scale + y * y_scale, per-channel scales) against the mul, mul and add it
+// scaled_residual (x * x_scale + drop_path(y) * y_scale, per-channel scales) against the ops it
 // replaces: values and every gradient bit for bit on the CPU in each dtype mix the models give
-// it, finite differences, the fall-backs, and CUDA against the CPU.
+// it, drop path's draws, finite differences, the fall-backs, and CUDA against the CPU.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/node.h"
+#include "core/random.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
 #include "support/test_util.h"
@@ -97,6 +100,42 @@ TEST_CASE("scaled_residual gives mul, mul and add's values and gradients bit for
   CHECK(scaled_residual(a.x, a.xs, a.y, a.ys).dtype() == DType::kF32);
 }
 
+TEST_CASE("scaled_residual with drop path's factors: drop_path's draws, values and gradients",
+          "[cpu]") {
+  for (const Mix& m : kMixes) {
+    for (const bool y_scale : {false, true}) {
+      INFO(m.name << (y_scale ? ", y scaled" : ""));
+      const Leaves a = leaves(m, {8, 5, 7}, true, y_scale, Device::cpu());
+      const Leaves b = leaves(m, {8, 5, 7}, true, y_scale, Device::cpu());
+      // The factors drawn as drop_path draws its mask (rate 0.5: some samples dropped).
+      manual_seed(31);
+      const Tensor keep = drop_path_factors(8, 0.5, true, m.y, Device::cpu());
+      const std::vector<double> k = keep.to_vector<double>();
+      CHECK(std::count(k.begin(), k.end(), 0.0) > 0);
+      CHECK(std::count(k.begin(), k.end(), 2.0) > 0);
+      manual_seed(31);
+      const Tensor dropped = drop_path(b.y, 0.5, true);
+      const Tensor fused = scaled_residual(a.x, a.xs, a.y, a.ys, keep);
+      const Tensor plain = add(mul(b.x, b.xs), b.ys.defined() ? mul(dropped, b.ys) : dropped);
+      CHECK(bitwise_equal(fused, plain));
+      const Tensor w = uniform(fused.shape(), 32, -1, 1).to(fused.dtype());
+      sum(mul(fused, w)).backward();
+      sum(mul(plain, w)).backward();
+      CHECK(bitwise_equal(a.x.grad(), b.x.grad()));
+      CHECK(bitwise_equal(a.xs.grad(), b.xs.grad()));
+      CHECK(bitwise_equal(a.y.grad(), b.y.grad()));
+      if (y_scale) CHECK(bitwise_equal(a.ys.grad(), b.ys.grad()));
+    }
+  }
+  // Without training or at rate 0 nothing is drawn.
+  manual_seed(33);
+  const Tensor before = rand({4});
+  manual_seed(33);
+  CHECK_FALSE(drop_path_factors(8, 0.5, false, DType::kF32, Device::cpu()).defined());
+  CHECK_FALSE(drop_path_factors(8, 0.0, true, DType::kF32, Device::cpu()).defined());
+  CHECK(bitwise_equal(rand({4}), before));
+}
+
 TEST_CASE("scaled_residual gradients match finite differences, other operands take the ops",
           "[cpu]") {
   ska::test::check_gradients(
@@ -125,13 +164,26 @@ TEST_CASE("scaled_residual on CUDA: the CPU's values and input gradients, the sc
       INFO(m.name << ", " << shape_str(shape));
       const Leaves cpu = leaves(m, shape, true, true, Device::cpu());
       const Leaves gpu = leaves(m, shape, true, true, Device::cuda(0));
-      const std::vector<Tensor> on_cpu = run(cpu, true), on_gpu = run(gpu, true);
+      std::vector<Tensor> on_cpu = run(cpu, true), on_gpu = run(gpu, true);
+      // With drop path's factors (the same draws on both devices).
+      const Leaves cpu_dp = leaves(m, shape, true, true, Device::cpu());
+      const Leaves gpu_dp = leaves(m, shape, true, true, Device::cuda(0));
+      const Tensor keep = drop_path_factors(shape[0], 0.3, true, m.y, Device::cpu());
+      for (const auto& [l, device] :
+           {std::pair{&cpu_dp, Device::cpu()}, {&gpu_dp, Device::cuda(0)}}) {
+        const Tensor out = scaled_residual(l->x, l->xs, l->y, l->ys, keep.to(device));
+        const Tensor w = uniform(out.shape(), 41, -1, 1).to(out.dtype()).to(device);
+        sum(mul(out, w)).backward();
+        std::vector<Tensor>& into = device.is_cuda() ? on_gpu : on_cpu;
+        into.push_back(out.detach());
+        for (const Tensor* t : {&l->x, &l->xs, &l->y, &l->ys}) into.push_back(t->grad());
+      }
       for (size_t i = 0; i < on_cpu.size(); ++i) {
-        INFO(kNames[i]);
+        INFO(kNames[i % 5] << (i >= 5 ? " (drop path)" : ""));
         const Tensor g = on_gpu[i].to(Device::cpu());
-        if (i == 2 || i == 4) {  // sums over the rows, in another order
+        if (i % 5 == 2 || i % 5 == 4) {  // sums over the rows, in another order
           ska::test::require_close(g, on_cpu[i], ska::test::tolerance_for(on_cpu[i].dtype()),
-                                   kNames[i]);
+                                   kNames[i % 5]);
         } else {
           CHECK(bitwise_equal(g, on_cpu[i]));
         }

@@ -26,6 +26,19 @@ Tensor scaled(const Tensor& t, const Tensor& scale, DType dtype) {
   return out;
 }
 
+// y * yk (drop path's per-sample factors, broadcast over every dim but the first) in y's dtype,
+// or y itself without factors.
+Tensor kept(const Tensor& y, const Tensor& yk) {
+  if (!yk.defined()) return y;
+  Shape strides(y.shape().size(), 0);
+  strides[0] = yk.stride(0);
+  const Tensor factors =
+      Tensor::make_view(yk.storage(), y.shape(), strides, yk.offset(), yk.dtype());
+  Tensor out = Tensor::empty(y.shape(), y.dtype(), y.device());
+  binary(BinaryOp::kMul, y, factors, out);
+  return out;
+}
+
 // dst = src rounded to dst's dtype; nothing when they are one tensor.
 void write(const Tensor& src, const Tensor& dst) {
   if (dst.defined() && !src.same_storage(dst)) copy(src, dst);
@@ -53,17 +66,25 @@ void scale_grad(const Tensor& g, const Tensor& t, const Tensor& out) {
 }  // namespace
 
 void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y, const Tensor& ys,
-                             const Tensor& out) {
-  binary(BinaryOp::kAdd, scaled(x, xs, out.dtype()), scaled(y, ys, out.dtype()), out);
+                             const Tensor& yk, const Tensor& out) {
+  binary(BinaryOp::kAdd, scaled(x, xs, out.dtype()), scaled(kept(y, yk), ys, out.dtype()), out);
 }
 
 void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs, const Tensor& y,
-                              const Tensor& ys, const Tensor& gx, const Tensor& gy,
-                              const Tensor& gxs, const Tensor& gys) {
+                              const Tensor& ys, const Tensor& yk, const Tensor& gx,
+                              const Tensor& gy, const Tensor& gxs, const Tensor& gys) {
   if (gx.defined()) write(scaled(g, xs, g.dtype()), gx);
-  if (gy.defined()) write(scaled(g, ys, g.dtype()), gy);
+  if (gy.defined()) {
+    if (yk.defined()) {  // the gradient reaching drop path's output, in y's dtype, then its mul's
+      const Tensor reaching = Tensor::empty(y.shape(), y.dtype(), y.device());
+      copy(scaled(g, ys, g.dtype()), reaching);
+      write(kept(reaching, yk), gy);
+    } else {
+      write(scaled(g, ys, g.dtype()), gy);
+    }
+  }
   scale_grad(g, x, gxs);
-  scale_grad(g, y, gys);
+  if (gys.defined()) scale_grad(g, kept(y, yk), gys);
 }
 
 }  // namespace ska::cpu
