@@ -1,10 +1,10 @@
-// Residual sums with per-channel scales on CUDA, out = x * xs + (y * yk) * ys over [rows, C] (yk:
-// drop path's per-sample factors): one pass
-// forward, and one backward pass that writes both inputs' gradients and sums the scales' over
-// the rows on the way (a deterministic two-stage column reduction, as layer norm's: per block of
-// rows a partial per column, then the partials in order). Products and sums are rounded as the
-// binary kernels round them (__fmul_rn / __fadd_rn: no contraction into an FMA), so out, gx and
-// gy are the bits of mul, mul and add; the scales' gradients are those sums in another order.
+// Residual sums with per-channel scales on CUDA, out = x * xs + (y * yk) * ys over [rows, C]
+// (yk: drop path's per-sample factors): one pass forward, and one backward pass that writes both
+// inputs' gradients and sums the scales' over the rows on the way (a deterministic two-stage
+// column reduction, as layer norm's: per block of rows a partial per column, then the partials in
+// order). Products and sums are rounded as the binary kernels round them (__fmul_rn / __fadd_rn:
+// no contraction into an FMA), so out, gx and gy are the bits of the ops; the scales' gradients
+// are those sums in another order.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
