@@ -185,15 +185,6 @@ int splits_for(const Layout& lay, int device) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, most, kMaxSplits})));
 }
 
-template <typename T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <typename T>
-T* mutable_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
-}
-
 void check_channel_tensor(const Tensor& t, int64_t c, DType dtype, const char* what) {
   if (!t.defined()) return;
   SKA_CHECK(t.dtype() == dtype, DTypeError, "batch_norm: ", what, " must be ", dtype, ", got ",

@@ -41,6 +41,58 @@ void dispatch_floating(DType dt, const char* kernel, F&& f) {
   }
 }
 
+// The data of an optional tensor, or null when it is undefined.
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <typename T>
+T* mutable_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+// Two column sums of a block of rows, deterministic (no atomics): thread (tx, ty) of a block of
+// kCols x kLanes threads holds its sums a and b of column c (over rows ty, ty + kLanes, ...); the
+// block adds its row lanes in order and writes one partial per column for its chunk of rows
+// (blockIdx.y) into part_a / part_b [chunks, cols] (either null: not wanted). Every thread of the
+// block must call it.
+template <int kCols, int kLanes>
+__device__ __forceinline__ void store_column_partials(float a, float b, int64_t c, int64_t cols,
+                                                      float* part_a, float* part_b) {
+  __shared__ float sa[kLanes][kCols + 1];
+  __shared__ float sb[kLanes][kCols + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  sa[ty][tx] = a;
+  sb[ty][tx] = b;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    for (int i = 1; i < kLanes; ++i) {
+      a += sa[i][tx];
+      b += sb[i][tx];
+    }
+    const int64_t at = static_cast<int64_t>(blockIdx.y) * cols + c;
+    if (part_a) part_a[at] = a;
+    if (part_b) part_b[at] = b;
+  }
+}
+
+// The second stage: each column's partials added in chunk order, rounded to P (out_a / out_b
+// null: not wanted).
+template <typename P>
+__global__ void sum_column_partials(const float* part_a, const float* part_b, int64_t chunks,
+                                    int64_t cols, P* out_a, P* out_b) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float a = 0.0f, b = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) {
+      if (out_a) a += part_a[k * cols + c];
+      if (out_b) b += part_b[k * cols + c];
+    }
+    if (out_a) out_a[c] = from_float<P>(a);
+    if (out_b) out_b[c] = from_float<P>(b);
+  }
+}
+
 // Device index of a CUDA tensor, checked.
 inline int device_index(const Tensor& t) {
   SKA_CHECK(t.device().is_cuda(), DeviceError, "cuda kernel called with a tensor on ", t.device());

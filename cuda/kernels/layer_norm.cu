@@ -139,8 +139,6 @@ template <typename T, typename TY>
 __global__ void layer_norm_param_partials(const TY* gy, const T* x, const float* mean,
                                           const float* rstd, int64_t rows, int64_t cols,
                                           int64_t chunk_rows, float* part_w, float* part_b) {
-  __shared__ float sw[kRowLanes][kColTile + 1];
-  __shared__ float sb[kRowLanes][kColTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
@@ -153,34 +151,7 @@ __global__ void layer_norm_param_partials(const TY* gy, const T* x, const float*
       ab += g;
     }
   }
-  sw[ty][tx] = aw;
-  sb[ty][tx] = ab;
-  __syncthreads();
-  if (ty == 0 && c < cols) {
-    for (int i = 1; i < kRowLanes; ++i) {
-      aw += sw[i][tx];
-      ab += sb[i][tx];
-    }
-    const int64_t out = static_cast<int64_t>(blockIdx.y) * cols + c;
-    if (part_w) part_w[out] = aw;
-    if (part_b) part_b[out] = ab;
-  }
-}
-
-// Stage 2: sums the chunk partials of each column in chunk order.
-template <typename P>
-__global__ void layer_norm_param_final(const float* part_w, const float* part_b, int64_t chunks,
-                                       int64_t cols, P* gw, P* gb) {
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float aw = 0.0f, ab = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) {
-      if (gw) aw += part_w[k * cols + c];
-      if (gb) ab += part_b[k * cols + c];
-    }
-    if (gw) gw[c] = from_float<P>(aw);
-    if (gb) gb[c] = from_float<P>(ab);
-  }
+  store_column_partials<kColTile, kRowLanes>(aw, ab, c, cols, part_w, part_b);
 }
 
 // The whole backward in one pass (rows of at most 32 x kPerLane columns): block b takes rows
@@ -188,7 +159,7 @@ __global__ void layer_norm_param_final(const float* part_w, const float* part_b,
 // row's grad_y and x - mean in registers, forms grad_x as layer_norm_grad_x_kernel does (the
 // same operations in the same order, so the same bits), and adds grad_y * xhat and grad_y into
 // per-lane column sums; at the end the block adds its warps' sums in warp order into one
-// partial per column (part_w / part_b [blocks, cols]), which layer_norm_param_final reduces.
+// partial per column (part_w / part_b [blocks, cols]), which sum_column_partials reduces.
 // grad_y and x are read once, where the two-kernel path reads them three times.
 template <typename T, typename P, typename TY, int kPerLane>
 __global__ void __launch_bounds__(kRowWarps * 32)
@@ -263,15 +234,6 @@ unsigned int row_warp_blocks(int64_t rows) {
   return static_cast<unsigned int>(blocks);
 }
 
-template <typename T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <typename T>
-T* mutable_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
-}
-
 void check_param(const Tensor& p, DType dtype, int64_t cols, const char* what) {
   if (!p.defined()) return;
   SKA_CHECK(p.dtype() == dtype, DTypeError, "layer_norm: ", what, " dtype ", p.dtype(),
@@ -306,7 +268,7 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
       cols, chunk_rows, grad_weight.defined() ? part_w : nullptr,
       grad_bias.defined() ? part_b : nullptr);
   SKA_CUDA_CHECK_LAUNCH();
-  layer_norm_param_final<P><<<grid_for(cols), 256, 0, s>>>(
+  sum_column_partials<P><<<grid_for(cols), 256, 0, s>>>(
       part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight), mutable_or_null<P>(grad_bias));
   SKA_CUDA_CHECK_LAUNCH();
 }
@@ -348,9 +310,9 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
     run(std::integral_constant<int, kFusedMaxCols / 32>{});
   }
   if (params) {
-    layer_norm_param_final<P><<<grid_for(cols), 256, 0, s>>>(part_w, part_b, chunks, cols,
-                                                             mutable_or_null<P>(grad_weight),
-                                                             mutable_or_null<P>(grad_bias));
+    sum_column_partials<P><<<grid_for(cols), 256, 0, s>>>(part_w, part_b, chunks, cols,
+                                                          mutable_or_null<P>(grad_weight),
+                                                          mutable_or_null<P>(grad_bias));
     SKA_CUDA_CHECK_LAUNCH();
   }
 }

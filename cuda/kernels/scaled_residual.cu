@@ -66,8 +66,6 @@ __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T
                                                 const T* ys, const TY* yk, uint32_t rows_per_sample,
                                                 TX* gx, TY* gy, int64_t rows, int64_t cols,
                                                 int64_t chunk_rows, float* part_x, float* part_y) {
-  __shared__ float sx[kRowLanes][kColTile + 1];
-  __shared__ float sy[kRowLanes][kColTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
@@ -90,43 +88,7 @@ __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T
     }
   }
   if (part_x == nullptr && part_y == nullptr) return;  // the same for the whole block
-  sx[ty][tx] = ax;
-  sy[ty][tx] = ay;
-  __syncthreads();
-  if (ty == 0 && c < cols) {
-    for (int k = 1; k < kRowLanes; ++k) {
-      ax += sx[k][tx];
-      ay += sy[k][tx];
-    }
-    const int64_t at = static_cast<int64_t>(blockIdx.y) * cols + c;
-    if (part_x) part_x[at] = ax;
-    if (part_y) part_y[at] = ay;
-  }
-}
-
-// The partials of each column in chunk order, rounded to the scales' dtype.
-template <typename T>
-__global__ void scaled_residual_scale_grads(const float* part_x, const float* part_y,
-                                            int64_t chunks, int64_t cols, T* gxs, T* gys) {
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float ax = 0.0f, ay = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) {
-      if (gxs) ax += part_x[k * cols + c];
-      if (gys) ay += part_y[k * cols + c];
-    }
-    if (gxs) gxs[c] = from_float<T>(ax);
-    if (gys) gys[c] = from_float<T>(ay);
-  }
-}
-
-template <typename T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <typename T>
-T* mutable_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+  store_column_partials<kColTile, kRowLanes>(ax, ay, c, cols, part_x, part_y);
 }
 
 // Calls f(TX{}, TY{}, T{}) for out's dtype T and x's and y's dtypes: T, or (T f32) bf16/f16.
@@ -258,7 +220,7 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
             mutable_or_null<TY>(gy), geo.rows, geo.cols, chunk_rows, part_x, part_y);
     SKA_CUDA_CHECK_LAUNCH();
     if (sums) {
-      scaled_residual_scale_grads<T><<<grid_for(geo.cols), 256, 0, s>>>(
+      sum_column_partials<T><<<grid_for(geo.cols), 256, 0, s>>>(
           part_x, part_y, chunks, geo.cols, mutable_or_null<T>(gxs), mutable_or_null<T>(gys));
       SKA_CUDA_CHECK_LAUNCH();
     }

@@ -606,19 +606,6 @@ TEST_CASE("cuda attention: head dim 0 (logits given as the bias) with a bias fac
   }
 }
 
-// Whether every (i, i) entry of the trailing [nq, nk] matrices of t is +0.
-bool plus_zero_diagonal(const Tensor& t) {
-  const std::vector<double> x = t.to(Device::cpu()).contiguous().to_vector<double>();
-  const int64_t nq = t.size(-2), nk = t.size(-1);
-  for (size_t m = 0; m < x.size(); m += static_cast<size_t>(nq * nk)) {
-    for (int64_t i = 0; i < std::min(nq, nk); ++i) {
-      const double e = x[m + static_cast<size_t>(i * nk + i)];
-      if (e != 0.0 || std::signbit(e)) return false;
-    }
-  }
-  return true;
-}
-
 TEST_CASE(
     "cuda attention: the diagonal mask, N = 65 (LSA), and 70 queries over 66 keys with a bias",
     "[cuda]") {
@@ -637,7 +624,7 @@ TEST_CASE(
   };
   check_case(biased, 0.2);
   const Prepared x = prepare(biased, DType::kBF16);
-  CHECK(plus_zero_diagonal(run(biased, x.gpu, 0.2, true).grad_bias));
+  CHECK(ska::test::plus_zero_diagonal(run(biased, x.gpu, 0.2, true).grad_bias));
 }
 
 TEST_CASE("cuda attention: head dim 0 with the diagonal mask, bias and grad_bias as [h, B, N, K]",
@@ -675,9 +662,9 @@ TEST_CASE("cuda attention: head dim 0 with the diagonal mask, bias and grad_bias
                                   {"wmma", &wmma}}) {
       compare(*r, cpu, tol, std::string(name) + " cuda vs cpu");
       compare(*r, ref, tol, std::string(name) + " cuda vs reference");
-      CHECK(plus_zero_diagonal(r->grad_bias));
+      CHECK(ska::test::plus_zero_diagonal(r->grad_bias));
     }
-    CHECK(plus_zero_diagonal(cpu.grad_bias));
+    CHECK(ska::test::plus_zero_diagonal(cpu.grad_bias));
   }
 }
 

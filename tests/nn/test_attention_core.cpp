@@ -246,19 +246,6 @@ TEST_CASE("logit builders: q k^T, static keys, conv logits", "[cpu][nn][attentio
 
 namespace {
 
-// Whether the autograd graph of `t` records an op named `name`.
-bool graph_has(const Tensor& t, const std::string& name) {
-  std::vector<std::shared_ptr<autograd::Node>> todo = {t.grad_fn()};
-  while (!todo.empty()) {
-    const std::shared_ptr<autograd::Node> node = todo.back();
-    todo.pop_back();
-    if (!node) continue;
-    if (node->name() == name) return true;
-    for (const autograd::Edge& e : node->next_edges) todo.push_back(e.fn);
-  }
-  return false;
-}
-
 // conv_logits(q, conv) and the gradients of sum(logits * w) for q, the weight and the bias; checks
 // that the form asked for computed them (`product`: the form runs as a matrix product).
 TensorList conv_logits_and_grads(const Tensor& q_in, Conv2d& conv, int64_t h, int64_t w,
@@ -271,9 +258,9 @@ TensorList conv_logits_and_grads(const Tensor& q_in, Conv2d& conv, int64_t h, in
   const bool as_product = form == ConvLogitsForm::kGemm && product;
   // With a bias, the neighbourhoods come as rows with the bias's column of ones.
   const char* im2col = conv.bias.defined() ? "grid_neighbourhood_rows" : "grid_neighbourhoods";
-  CHECK(graph_has(logits, im2col) == as_product);
-  if (as_product) CHECK_FALSE(graph_has(logits, "add"));  // the bias is added in the product
-  CHECK(graph_has(logits, "conv2d") == !as_product);
+  CHECK(test::graph_has(logits, im2col) == as_product);
+  if (as_product) CHECK_FALSE(test::graph_has(logits, "add"));  // the bias is added in the product
+  CHECK(test::graph_has(logits, "conv2d") == !as_product);
   const Tensor weights = test::uniform(logits.shape(), 99, -1.0, 1.0, logits.dtype());
   sum(logits * weights).backward();
   TensorList out = {logits.detach(), q.grad(), conv.weight.grad()};

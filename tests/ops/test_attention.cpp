@@ -325,19 +325,6 @@ Tensor minus_inf_diagonal(int64_t nq, int64_t nk, DType dt) {
   return Tensor::from_vector(m, {nq, nk}, dt);
 }
 
-// Whether every (i, i) entry of the trailing [nq, nk] matrices of t is +0.
-bool plus_zero_diagonal(const Tensor& t) {
-  const std::vector<double> x = t.contiguous().to_vector<double>();
-  const int64_t nq = t.size(-2), nk = t.size(-1);
-  for (size_t m = 0; m < x.size(); m += static_cast<size_t>(nq * nk)) {
-    for (int64_t i = 0; i < std::min(nq, nk); ++i) {
-      const double e = x[m + static_cast<size_t>(i * nk + i)];
-      if (e != 0.0 || std::signbit(e)) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("fused attention: the diagonal mask is an -inf bias on the diagonal, without the bias",
@@ -366,7 +353,7 @@ TEST_CASE("fused attention: the diagonal mask is an -inf bias on the diagonal, w
       for (int i = 0; i < 3; ++i) CHECK(test::bitwise_equal(a[i].grad(), b[i].grad()));
       // The bias's gradient: the same off the diagonal, +0 on it (the -inf bias gives +-0 there).
       require_close(a[3].grad(), b[3].grad(), {0.0, 0.0}, "grad bias");
-      CHECK(plus_zero_diagonal(a[3].grad()));
+      CHECK(ska::test::plus_zero_diagonal(a[3].grad()));
     }
   }
   SECTION("qkv_attention") {
@@ -396,7 +383,7 @@ TEST_CASE("fused attention: the diagonal mask is an -inf bias on the diagonal, w
       sum(mul(masked, w)).backward();
       sum(mul(reference, w)).backward();
       CHECK(test::bitwise_equal(logits.grad(), logits2.grad()));
-      CHECK(plus_zero_diagonal(logits.grad()));
+      CHECK(ska::test::plus_zero_diagonal(logits.grad()));
     }
   }
 }

@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/node.h"
 #include "core/random.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
@@ -50,18 +49,6 @@ std::vector<Tensor> run(const Leaves& l, bool fused, uint64_t seed = 15) {
   return r;
 }
 
-bool has_node(const Tensor& t, const std::string& name) {
-  std::vector<std::shared_ptr<autograd::Node>> todo = {t.grad_fn()};
-  while (!todo.empty()) {
-    const std::shared_ptr<autograd::Node> node = todo.back();
-    todo.pop_back();
-    if (!node) continue;
-    if (node->name() == name) return true;
-    for (const autograd::Edge& e : node->next_edges) todo.push_back(e.fn);
-  }
-  return false;
-}
-
 const std::vector<Mix> kMixes = {
     {"f64", DType::kF64, DType::kF64, DType::kF64},
     {"f32", DType::kF32, DType::kF32, DType::kF32},
@@ -82,7 +69,7 @@ TEST_CASE("scaled_residual gives mul, mul and add's values and gradients bit for
       const Leaves a = leaves(m, {3, 5, 7}, x_scale, y_scale, Device::cpu());
       const Leaves b = leaves(m, {3, 5, 7}, x_scale, y_scale, Device::cpu());
       const Tensor fused_out = scaled_residual(a.x, a.xs, a.y, a.ys);
-      CHECK(has_node(fused_out, "scaled_residual"));
+      CHECK(ska::test::graph_has(fused_out, "scaled_residual"));
       const std::vector<Tensor> fused = run(a, true), plain = run(b, false);
       for (size_t i = 0; i < fused.size(); ++i) {
         INFO(kNames[i]);
@@ -145,13 +132,13 @@ TEST_CASE("scaled_residual gradients match finite differences, other operands ta
   const Tensor x = uniform({2, 3, 4}, 25).set_requires_grad(), s = uniform({4}, 26);
   // y broadcast over the batch, a strided x, a scale of another length: the ops, the same values.
   const Tensor y_row = uniform({1, 3, 4}, 27);
-  CHECK_FALSE(has_node(scaled_residual(x, s, y_row, Tensor()), "scaled_residual"));
+  CHECK_FALSE(ska::test::graph_has(scaled_residual(x, s, y_row, Tensor()), "scaled_residual"));
   CHECK(bitwise_equal(scaled_residual(x, s, y_row, Tensor()), add(mul(x, s), y_row)));
   const Tensor xt = uniform({2, 4, 3}, 28).set_requires_grad().transpose(1, 2);
-  CHECK_FALSE(has_node(scaled_residual(xt, s, x, Tensor()), "scaled_residual"));
+  CHECK_FALSE(ska::test::graph_has(scaled_residual(xt, s, x, Tensor()), "scaled_residual"));
   CHECK_THROWS_AS(scaled_residual(x, uniform({5}, 29), x, Tensor()), ShapeError);
   // Without scales it is add.
-  CHECK(has_node(scaled_residual(x, Tensor(), x, Tensor()), "add"));
+  CHECK(ska::test::graph_has(scaled_residual(x, Tensor(), x, Tensor()), "add"));
 }
 
 TEST_CASE("scaled_residual on CUDA: the CPU's values and input gradients, the scales' sums close",

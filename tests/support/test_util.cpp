@@ -8,12 +8,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/node.h"
 
 namespace ska::test {
 
@@ -64,6 +66,30 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
   return x.dtype() == y.dtype() && x.shape() == y.shape() &&
          std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+
+bool plus_zero_diagonal(const Tensor& t) {
+  const std::vector<double> x = t.to(Device::cpu()).contiguous().to_vector<double>();
+  const int64_t nq = t.size(-2), nk = t.size(-1);
+  for (size_t m = 0; m < x.size(); m += static_cast<size_t>(nq * nk)) {
+    for (int64_t i = 0; i < std::min(nq, nk); ++i) {
+      const double e = x[m + static_cast<size_t>(i * nk + i)];
+      if (e != 0.0 || std::signbit(e)) return false;
+    }
+  }
+  return true;
+}
+
+bool graph_has(const Tensor& t, const std::string& name) {
+  std::vector<std::shared_ptr<autograd::Node>> todo = {t.grad_fn()};
+  while (!todo.empty()) {
+    const std::shared_ptr<autograd::Node> node = todo.back();
+    todo.pop_back();
+    if (!node) continue;
+    if (node->name() == name) return true;
+    for (const autograd::Edge& e : node->next_edges) todo.push_back(e.fn);
+  }
+  return false;
 }
 
 double nmse(const Tensor& actual, const Tensor& expected) {

@@ -33,6 +33,10 @@ void require_close(const Tensor& actual, const Tensor& expected, Tolerance tol,
 double nmse(const Tensor& actual, const Tensor& expected);
 // Whether a and b (any devices) have the same dtype, shape and bytes.
 bool bitwise_equal(const Tensor& a, const Tensor& b);
+// Whether every (i, i) entry of the trailing [nq, nk] matrices of t (any device) is +0 (not -0).
+bool plus_zero_diagonal(const Tensor& t);
+// Whether the autograd graph of `t` records an op named `name`.
+bool graph_has(const Tensor& t, const std::string& name);
 
 // Deterministic test data (f64 on the CPU unless stated), uniform in [lo, hi).
 Tensor uniform(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0,
