@@ -104,9 +104,7 @@ ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
   }
-  Shape per_sample(static_cast<size_t>(branch.dim()), 1);
-  if (branch_keep.defined()) per_sample[0] = branch_keep.numel();
-  const Tensor kept = branch_keep.defined() ? mul(branch, branch_keep.view(per_sample)) : branch;
+  const Tensor kept = apply_drop_path_factors(branch, branch_keep);
   const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
   const Tensor scaled_branch = branch_scale.defined() ? mul(kept, branch_scale) : kept;
   return add_layer_norm(scaled_x, scaled_branch, weight, bias, eps, output_dtype(scaled_x));
@@ -204,8 +202,7 @@ DroppedOperand dropped_operand(DropPath& drop_path, const Tensor& t) {
 
 ScaledOperand scaled_operand(Module& module, const Tensor& t) {
   auto* s = dynamic_cast<Scale*>(&module);
-  if (s == nullptr) return {module(t), Tensor()};
-  if (SummaryRecorder::active()) return {module(t), Tensor()};
+  if (s == nullptr || SummaryRecorder::active()) return {module(t), Tensor()};
   return {t, s->scale};
 }
 

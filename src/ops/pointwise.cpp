@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "ops/autocast.h"
 #include "ops/detail.h"
+#include "ops/random.h"
 #include "ops/reduce.h"
 
 namespace ska {
@@ -164,9 +165,7 @@ Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
   if (!x_scale.defined() && !y_scale.defined() && !y_keep.defined()) return add(x, y);
   const std::optional<DType> dtype = scaled_residual_dtype(x, x_scale, y, y_scale, y_keep);
   if (!dtype) {
-    Shape per_sample(static_cast<size_t>(y.dim()), 1);
-    if (y_keep.defined()) per_sample[0] = y_keep.numel();
-    const Tensor kept = y_keep.defined() ? mul(y, y_keep.view(per_sample)) : y;
+    const Tensor kept = apply_drop_path_factors(y, y_keep);
     return add(x_scale.defined() ? mul(x, x_scale) : x,
                y_scale.defined() ? mul(kept, y_scale) : kept);
   }

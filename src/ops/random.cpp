@@ -90,10 +90,15 @@ Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
   detail::check_floating("drop_path", x);
   SKA_CHECK(x.dim() >= 1, ShapeError, "drop_path: x needs a batch dim, got ", x.str());
-  Shape mask_shape(static_cast<size_t>(x.dim()), 1);
-  mask_shape[0] = x.size(0);
-  return mul(
-      x, drop_path_factors(x.size(0), p, training, x.dtype(), x.device(), gen).view(mask_shape));
+  return apply_drop_path_factors(
+      x, drop_path_factors(x.size(0), p, training, x.dtype(), x.device(), gen));
+}
+
+Tensor apply_drop_path_factors(const Tensor& x, const Tensor& factors) {
+  if (!factors.defined()) return x;
+  Shape per_sample(static_cast<size_t>(x.dim()), 1);
+  per_sample[0] = factors.numel();
+  return mul(x, factors.view(per_sample));
 }
 
 Tensor drop_path_factors(int64_t batch, double p, bool training, DType dtype, Device device,

@@ -20,6 +20,9 @@ Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approxim
                     Generator* gen = nullptr);
 // Drops whole samples (dim 0) with probability p, scaling survivors by 1 / (1 - p).
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+// x times per-sample factors (drop_path_factors; undefined: x itself), broadcast over every dim
+// but the first: what drop_path computes from its factors.
+Tensor apply_drop_path_factors(const Tensor& x, const Tensor& factors);
 // drop_path's factors for `batch` samples: [batch] of `dtype` on `device`, each 0 or 1 / (1 - p),
 // drawn as drop_path draws them (the same generator offsets), or undefined when not training or
 // p == 0 (nothing drawn). drop_path(x) is x times them, broadcast over the other dims
