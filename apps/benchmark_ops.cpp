@@ -1,6 +1,6 @@
-// benchmark_ops: times the GEMMs, convolutions, softmax, layer norms and elementwise ops of ViT-S
-// and CAFormer-S18 (forward, no grad; the *_fwd_bwd cases forward and backward) and prints
-// GFLOP/s or GB/s; scripts/benchmark_ops.py is its twin.
+// benchmark_ops: times the GEMMs, convolutions, fused attention, softmax, layer norms and
+// elementwise ops of ViT-S and CAFormer-S18 (forward, no grad; the *_fwd_bwd cases forward and
+// backward) and prints GFLOP/s or GB/s; scripts/benchmark_ops.py is its twin.
 //
 // Timing: each case runs kWarmupRuns times; the warm-up time sets the number of repetitions
 // (kTargetSeconds / time, clamped to [kMinReps, kMaxReps]); every repetition is one call between
@@ -180,6 +180,42 @@ class CaseBuilder {
     return with_backward(c, {tokens, conv->weight, conv->bias});
   }
 
+  // Self-attention from one packed projection as the ViT and MetaFormer blocks run it
+  // (qkv_attention): qkv [batch, tokens, 3 * heads * head_dim], so q, k and v are strided views.
+  // `lsa`: ViT-S's locality self-attention, a learnable temperature (a one-element f32 factor on
+  // the device, read there) and the diagonal left out; otherwise the fixed scale head_dim^-0.5.
+  // Work: the two products, 4 batch heads tokens^2 head_dim flops (the diagonal counted).
+  BenchCase attention(const std::string& name, int64_t batch, int64_t tokens, int64_t heads,
+                      int64_t head_dim, bool lsa, bool train = false) {
+    Tensor qkv = random({batch, tokens, 3 * heads * head_dim});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    Tensor factor = lsa ? Tensor::full({1}, scale).to(device_) : Tensor();
+    const ska::AttentionMask mask = lsa ? ska::AttentionMask::kDiagonal : ska::AttentionMask::kNone;
+    const double flops = 4.0 * batch * heads * tokens * tokens * head_dim;
+    BenchCase c{
+        name, shape_text({batch, heads, tokens, head_dim}) + (lsa ? " lsa" : ""), flops, true,
+        [=] { return ska::qkv_attention(qkv, heads, lsa ? 1.0 : scale, Tensor(), factor, mask); }};
+    if (!train) return c;
+    return with_backward(c, lsa ? ska::TensorList{qkv, factor} : ska::TensorList{qkv});
+  }
+
+  // `c` with the mma.sync attention's one-block forward and backward (for up to 80 tokens) while
+  // it runs, to compare with the tiled forward and split backward (the plain case). Ours only,
+  // on CUDA (an unnamed case, skipped, elsewhere).
+  BenchCase with_one_block_attention(BenchCase c) const {
+    if (!device_.is_cuda()) return {};
+    c.name += "_one_block";
+    c.run = [run = c.run] {
+      const bool forward = ska::set_cuda_attention_one_block_forward(true);
+      const bool backward = ska::set_cuda_attention_one_block_backward(true);
+      Tensor y = run();
+      ska::set_cuda_attention_one_block_forward(forward);
+      ska::set_cuda_attention_one_block_backward(backward);
+      return y;
+    };
+    return c;
+  }
+
   static Tensor to_channels_last(const Tensor& t) {
     return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
   }
@@ -277,6 +313,22 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.softmax("vit_softmax", {bs.vit * 8, 65, 65});
       },
+      // The fused attention op: ViT-S's LSA (8 heads of 64, 65 tokens), the same as plain
+      // multi-head attention, and CAFormer-S18's attention stages (3: 10 heads of 32 over 196
+      // tokens; 4: 16 heads over 49). The PyTorch twin adds rows with each SDPA backend forced
+      // (flash, efficient, cudnn, math), so cuDNN's fused attention is measured beside ours.
+      [=](CaseBuilder& c) { return c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true); },
+      [=](CaseBuilder& c) {
+        return c.with_one_block_attention(
+            c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true));
+      },
+      [=](CaseBuilder& c) { return c.attention("vit_mhsa_attention", bs.vit, 65, 8, 64, false); },
+      [=](CaseBuilder& c) {
+        return c.attention("caf_s3_attention", bs.caformer, 196, 10, 32, false);
+      },
+      [=](CaseBuilder& c) {
+        return c.attention("caf_s4_attention", bs.caformer, 49, 16, 32, false);
+      },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512); },
       [=](CaseBuilder& c) { return c.add("add_4M", 4 << 20); },
@@ -342,6 +394,22 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.conv_logits("cskaf_conv_logits_gemm", bs.caformer, 8, 16, 28, 784,
                              ska::nn::ConvLogitsForm::kGemm);
+      },
+      [=](CaseBuilder& c) {
+        return c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.with_one_block_attention(
+            c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true, true));
+      },
+      [=](CaseBuilder& c) {
+        return c.attention("vit_mhsa_attention", bs.vit, 65, 8, 64, false, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.attention("caf_s3_attention", bs.caformer, 196, 10, 32, false, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.attention("caf_s4_attention", bs.caformer, 49, 16, 32, false, true);
       },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },
@@ -409,6 +477,7 @@ void run_device(Device device, const Options& options) {
     std::string name = "?";
     try {
       const BenchCase c = make_case(builder);
+      if (c.name.empty()) continue;  // a case this device does not run
       name = c.name;
       if (!selected(c.name, options.cases)) continue;
       print_result(c, device, options.dtype, time_case(c, device), options.json);

@@ -8,6 +8,7 @@ Run with Debian's interpreter, which has torch:
 Keep CASES, the batch sizes and the timing constants in step with apps/benchmark_ops.cpp.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -82,6 +83,31 @@ class CaseBuilder:
         leaves = [x, w] + ([b] if bias else [])
         return self.with_backward(case, leaves, channels_last) if train else case
 
+    def attention(self, name, batch, tokens, heads, head_dim, lsa, train=False, backend=None):
+        """qkv_attention's twin: q, k, v strided views of one packed projection; `lsa` folds a
+        learnable temperature into q and leaves the diagonal out, as the model twins do
+        (scripts/golden_models/sdpa.py). backend: None (PyTorch's own choice of SDPA kernel), or
+        one SDPA backend forced ("flash", "efficient", "cudnn", "math"), a row of its own."""
+        if backend is not None and self.device.type != "cuda":
+            return None  # the forced-backend rows are measured on CUDA only
+        qkv = self.random(batch, tokens, 3 * heads * head_dim)
+        scale = head_dim ** -0.5
+        factor = torch.full((1,), scale, device=self.device) if lsa else None
+        keep = ~torch.eye(tokens, dtype=torch.bool, device=self.device) if lsa else None
+
+        def forward():
+            q, k, v = qkv.view(batch, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            if factor is not None:
+                q = q * factor.to(q.dtype)
+            with sdpa_backend(backend):
+                return scaled_dot_attention(q, k, v, 1.0 if lsa else scale, keep)
+
+        case = (name, f"{shape_text((batch, heads, tokens, head_dim))}{' lsa' if lsa else ''}",
+                4.0 * batch * heads * tokens * tokens * head_dim, True, forward)
+        if train:
+            case = self.with_backward(case, [qkv] + ([factor] if lsa else []))
+        return case if backend is None else (f"{case[0]}@{backend}",) + case[1:]
+
     def bytes_of(self, t, passes):
         return float(t.numel() * t.element_size() * passes)
 
@@ -105,6 +131,51 @@ class CaseBuilder:
         return self.with_backward(case, [x]) if train else case
 
 
+def has_sdpa():
+    """F.scaled_dot_product_attention with a `scale` argument (PyTorch 2.1 or later)."""
+    return hasattr(F, "scaled_dot_product_attention") and \
+        tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 1)
+
+
+def scaled_dot_attention(q, k, v, scale, keep):
+    """softmax(q k^T scale, entries where `keep` is False left out) v: SDPA where PyTorch has it,
+    else the plain math (Debian's PyTorch 1.13)."""
+    if has_sdpa():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
+    z = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if keep is not None:
+        z = z.masked_fill(~keep, float("-inf"))
+    return torch.matmul(torch.softmax(z, -1), v)
+
+
+def sdpa_backend(name):
+    """A context forcing one SDPA backend (torch.nn.attention.sdpa_kernel), or none for None."""
+    if name is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([{"flash": SDPBackend.FLASH_ATTENTION,
+                         "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                         "cudnn": SDPBackend.CUDNN_ATTENTION,
+                         "math": SDPBackend.MATH}[name]])
+
+
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+
+
+def attention_cases(bs, train):
+    """The fused attention cases (ViT-S's LSA, plain multi-head attention of the same size,
+    CAFormer-S18's stages 3 and 4), then on CUDA each with every SDPA backend forced: rows of
+    PyTorch's alone (a backend that cannot take a problem, flash with a mask, is reported on
+    stderr and skipped)."""
+    shapes = [("vit_lsa_attention", bs["vit"], 65, 8, 64, True),
+              ("vit_mhsa_attention", bs["vit"], 65, 8, 64, False),
+              ("caf_s3_attention", bs["caformer"], 196, 10, 32, False),
+              ("caf_s4_attention", bs["caformer"], 49, 16, 32, False)]
+    forced = SDPA_BACKENDS if has_sdpa() and hasattr(torch.nn, "attention") else ()
+    return [lambda c, a=a, b=b: c.attention(*a, train=train, backend=b)
+            for b in (None,) + forced for a in shapes]
+
+
 def case_list(bs):
     vit_rows, s1_rows, caf = bs["vit"] * 65, bs["caformer"] * 3136, bs["caformer"]
     return [
@@ -123,6 +194,7 @@ def case_list(bs):
                          True),
         lambda c: c.conv("cska_logits_conv3x3g8", (bs["vit"], 512, 8, 8), 520, 3, 1, 1, 8, True),
         lambda c: c.softmax("vit_softmax", (bs["vit"] * 8, 65, 65)),
+        *attention_cases(bs, False),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512),
         lambda c: c.add("add_4M", 4 << 20),
@@ -139,6 +211,7 @@ def case_list(bs):
                          True),
         lambda c: c.conv("cskaf_logits_conv3x3g8", (caf, 128, 28, 28), 6272, 3, 1, 1, 8, True,
                          True),
+        *attention_cases(bs, True),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64, True),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512, True),
         lambda c: c.gelu("gelu_4M", 4 << 20, True),
@@ -185,6 +258,8 @@ def run_device(device, dtype_name, as_json, cases):
     for make_case in case_list(BATCHES[device.type]):
         try:
             case = make_case(builder)
+            if case is None:
+                continue
             if cases and not any(part in case[0] for part in cases):
                 continue
             median, reps = time_case(case[4], device)

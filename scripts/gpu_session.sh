@@ -7,7 +7,10 @@
 #
 # Stages (default: all, in this order; each is skipped when too little time is left):
 #   tests     every [cuda] test but the slow whole-zoo one (CUDA against the CPU, bit-exact paths)
-#   attention our bf16 training step with the WMMA and the mma.sync attention kernels, the
+#   attention the fused attention op alone, ours (and its one-block kernels) against PyTorch's SDPA
+#             with each backend forced, cuDNN's included (scripts/benchmark_ops.sh --cases
+#             _attention, bf16: ViT-S's LSA and plain attention at 65 tokens, CAFormer-S18's
+#             stages 3 and 4); then our bf16 training step with the WMMA and the mma.sync attention kernels, the
 #             latter with the one-block backward, with the one-block forward and backward, with
 #             the fused layer norm backward, with the fused residual add + layer norm, and with
 #             that and the fused GELU + dropout (--attention wmma / fused, --attention-backward
@@ -68,7 +71,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,65p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -196,6 +199,9 @@ for stage in "${stages[@]}"; do
   case $stage in
   tests) test_stage cuda_tests 200 "[cuda]~[slow]" ;;
   attention)
+    stage_run attention_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
+      --dtype bf16 --cases _attention
+    [ $? = 125 ] || grep -E "_attention" "$logs/attention_ops.log" | sed 's/^/  /' | tee -a "$summary"
     for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
       for kernels in wmma fused one_block one_block_both norm_fused residual_fused gelu_fused; do
