@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<
   float m_own = -INFINITY, l_own = 0.0f;
   for (int j0 = 0; j0 < in.nk; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s is loaded)
-    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d);
+    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d, /*wait=*/false);
     load_tile(v_s, ldv, vg, in.vv, j0, kTile, in.nk, in.dv);
     __syncthreads();
     if (!active) continue;
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
   const T* qg = in.q + in.qv.lead.offset(g);
   const T* gog = a.go + a.gov.lead.offset(g);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(g) : nullptr;
-  load_tile(k_s, ldk, in.k + in.kv.lead.offset(g), in.kv, j0, rows, in.nk, in.d);
+  load_tile(k_s, ldk, in.k + in.kv.lead.offset(g), in.kv, j0, rows, in.nk, in.d, /*wait=*/false);
   load_tile(v_s, ldv, in.v + in.vv.lead.offset(g), in.vv, j0, rows, in.nk, in.dv);
   const bool active = w0 < in.nk;
   const int dsteps = in.d / kFrag, vsteps = in.dv / kFrag;
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
   }
   for (int i0 = 0; i0 < in.nq; i0 += kTile) {
     __syncthreads();
-    load_tile(q_s, ldk, qg, in.qv, i0, kTile, in.nq, in.d);
+    load_tile(q_s, ldk, qg, in.qv, i0, kTile, in.nq, in.d, /*wait=*/false);
     load_tile(go_s, ldv, gog, a.gov, i0, kTile, in.nq, in.dv);
     if (threadIdx.x < kTile) {
       const int i = i0 + threadIdx.x;
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
   const T* vg = in.v + in.vv.lead.offset(g);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(g) : nullptr;
   T* gbg = grad_bias_of(a, g);
-  load_tile(q_s, ldk, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d);
+  load_tile(q_s, ldk, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d, /*wait=*/false);
   load_tile(go_s, ldv, a.go + a.gov.lead.offset(g), a.gov, i0, rows, in.nq, in.dv);
   if (threadIdx.x < rows) {
     const int i = i0 + threadIdx.x;
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
   for (int nb = 0; nb < kSteps; ++nb) wmma::fill_fragment(acc[nb], 0.0f);
   for (int j0 = 0; j0 < in.nk; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s, go_s are loaded)
-    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d);
+    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d, /*wait=*/false);
     load_tile(v_s, ldv, vg, in.vv, j0, kTile, in.nk, in.dv);
     __syncthreads();
     if (!active) continue;

@@ -162,13 +162,35 @@ struct Carver {
   }
 };
 
+// Copies 16 bytes from global to shared memory: on sm_80 and newer asynchronously (cp.async,
+// bypassing registers and L1), so that a thread's copies are all in flight at once; then
+// wait_copies() waits for them. Before sm_80, a load and a store.
+__device__ __forceinline__ void copy16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem) : "memory");
+#else
+  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 // Rows [row0, row0 + rows) of one leading index's operand (`base` at its offset, `v` its view),
 // `cols` columns (a multiple of 16), as dense rows of a shared tile with row stride ld; zero past
 // row n. The whole block loads: 16-byte vectors where the rows are dense and 16-byte aligned,
-// element by element otherwise (any strides).
+// element by element otherwise (any strides). The vectors are asynchronous copies, all issued
+// before the thread waits for them: a thread's share of a 64 x 64 tile is four 16-byte vectors,
+// and a load-then-store loop paid the global memory latency once per vector. With `wait` (the
+// default) the thread's part of the tile is written on return, and the caller's barrier
+// publishes the tile; without, its copies may still be in flight, and the next load_tile that
+// waits waits for them too (tiles loaded together, one latency).
 template <typename T>
 __device__ void load_tile(T* tile, int ld, const T* base, const View& v, int row0, int rows, int n,
-                          int cols) {
+                          int cols, bool wait = true) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectors =
       v.col == 1 && v.row % kVec == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
@@ -176,17 +198,20 @@ __device__ void load_tile(T* tile, int ld, const T* base, const View& v, int row
     const int per_row = cols / kVec;
     for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
       const int r = e / per_row, c = e % per_row * kVec, i = row0 + r;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (i < n) x = *reinterpret_cast<const uint4*>(base + i * v.row + c);
-      *reinterpret_cast<uint4*>(tile + r * ld + c) = x;
+      if (i < n) {
+        copy16(tile + r * ld + c, base + i * v.row + c);
+      } else {
+        *reinterpret_cast<uint4*>(tile + r * ld + c) = make_uint4(0, 0, 0, 0);
+      }
     }
-    return;
+  } else {
+    const T zero = from_float<T>(0.0f);
+    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+      const int r = e / cols, c = e % cols, i = row0 + r;
+      tile[r * ld + c] = i < n ? base[i * v.row + c * v.col] : zero;
+    }
   }
-  const T zero = from_float<T>(0.0f);
-  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
-    const int r = e / cols, c = e % cols, i = row0 + r;
-    tile[r * ld + c] = i < n ? base[i * v.row + c * v.col] : zero;
-  }
+  if (wait) wait_copies();  // this tile's copies and those of earlier calls without `wait`
 }
 
 // Whether the tensor-core kernels take a problem: bf16 or f16, d and dv multiples of 16 up to
