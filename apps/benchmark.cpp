@@ -59,6 +59,7 @@ struct BenchmarkOptions {
   std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
   std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
   std::string norm_backward = "split";   // or fused (set_cuda_layer_norm_fused_backward)
+  std::string attention_loads = "async";  // or sync (set_cuda_attention_async_loads)
   std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
   std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
   std::string conv_logits = "auto";      // or conv, gemm (nn::set_conv_logits_form)
@@ -252,6 +253,7 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   kernels.apply();
   set_cuda_layer_norm_fused_backward(o.norm_backward == "fused");
+  set_cuda_attention_async_loads(o.attention_loads == "async");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -371,6 +373,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"elementwise", o.elementwise},
                         {"norm_output", o.norm_output},
                         {"norm_backward", o.norm_backward},
+                        {"attention_loads", o.attention_loads},
                         {"residual_norm", o.residual_norm},
                         {"gelu_dropout", o.gelu_dropout},
                         {"conv_logits", o.conv_logits},
@@ -408,6 +411,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
     if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
     if (device.is_cuda() && o.norm_backward != "split") line << " [fused norm backward]";
+    if (device.is_cuda() && o.attention_loads != "async") line << " [sync attention loads]";
     if (o.residual_norm != "unfused") line << " [fused residual norm]";
     if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
@@ -500,6 +504,11 @@ int main(int argc, char** argv) {
                  "and a column reduction) or fused (one pass that reads grad_y and x once), to "
                  "compare")
       ->check(CLI::IsMember({"split", "fused"}));
+  app.add_option("--attention-loads", o.attention_loads,
+                 "how the CUDA tensor-core attention kernels fill their shared tiles: async "
+                 "(cp.async copies, all in flight before a thread waits) or sync (a load and a "
+                 "store per 16 bytes); the same bits, to compare")
+      ->check(CLI::IsMember({"async", "sync"}));
   app.add_option("--residual-norm", o.residual_norm,
                  "a pre-norm block's residual add and the layer norm after it: unfused (two ops) "
                  "or fused (one kernel forward and one backward; the same bits), to compare")

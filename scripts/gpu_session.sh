@@ -10,12 +10,13 @@
 #   attention the fused attention op alone, ours (and its one-block kernels) against PyTorch's SDPA
 #             with each backend forced, cuDNN's included (scripts/benchmark_ops.sh --cases
 #             _attention, bf16: ViT-S's LSA and plain attention at 65 tokens, CAFormer-S18's
-#             stages 3 and 4); then our bf16 training step with the WMMA and the mma.sync attention kernels, the
-#             latter with the one-block backward, with the one-block forward and backward, with
-#             the fused layer norm backward, with the fused residual add + layer norm, and with
-#             that and the fused GELU + dropout (--attention wmma / fused, --attention-backward
-#             one_block, --attention-forward one_block, --norm-backward fused, --residual-norm
-#             fused, --gelu-dropout fused) back to back:
+#             stages 3 and 4); then our bf16 training step with the WMMA and the mma.sync
+#             attention kernels, the latter with synchronous tile loads, with the one-block
+#             backward, with the one-block forward and backward, with the fused layer norm
+#             backward, with the fused residual add + layer norm, and with that and the fused
+#             GELU + dropout (--attention wmma / fused, --attention-loads sync,
+#             --attention-backward one_block, --attention-forward one_block, --norm-backward
+#             fused, --residual-norm fused, --gelu-dropout fused) back to back:
 #             cifar10_vit_s and cifar10_cska_vit at 512, imagenet_caformer_s18 at 128
 #             (ATTN="CONFIG:BATCH ..." for others)
 #   depthwise the channels-last depthwise 7x7 convolution (CAFormer-S18's first stage) on cuDNN
@@ -55,7 +56,8 @@
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
-#             elementwise, reductions, dropout, layer norm, depthwise convolution)
+#             elementwise, reductions, dropout, layer norm, depthwise convolution), then racecheck
+#             over the attention kernels' tile loads (asynchronous copies)
 #
 # Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh .deps libjpeg62-turbo
 # libjpeg62-turbo-dev libpng16-16 libpng-dev), .gpu-build.tar.xz
@@ -71,7 +73,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,65p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,67p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -204,8 +206,10 @@ for stage in "${stages[@]}"; do
     [ $? = 125 ] || grep -E "_attention" "$logs/attention_ops.log" | sed 's/^/  /' | tee -a "$summary"
     for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
-      for kernels in wmma fused one_block one_block_both norm_fused residual_fused gelu_fused; do
+      for kernels in wmma fused sync_loads one_block one_block_both norm_fused residual_fused \
+                     gelu_fused; do
         flags=(--attention "$kernels")
+        [ "$kernels" = sync_loads ] && flags=(--attention fused --attention-loads sync)
         [ "$kernels" = one_block ] && flags=(--attention fused --attention-backward one_block)
         [ "$kernels" = one_block_both ] &&
           flags=(--attention fused --attention-backward one_block --attention-forward one_block)
@@ -318,7 +322,12 @@ for stage in "${stages[@]}"; do
     stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
       "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*,scaled_residual on CUDA*"
     [ $? = 125 ] && continue
-    say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)" ;;
+    say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)"
+    # The asynchronous tile copies of the attention kernels: a missing wait is a shared-memory race.
+    stage_run racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 99 "$tests" \
+      "cuda attention: synchronous tile loads*,cuda attention: tensor cores, head dims*"
+    [ $? = 125 ] && continue
+    say "  racecheck: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/racecheck.log" | tail -1)" ;;
   esac
 done
 say "done in $(( SECONDS - start )) s"

@@ -2,7 +2,8 @@
 # The GPU speed matrix of the speed issue in one go: for each CONFIG[:BATCH], our training step
 # beside eager PyTorch and torch.compile (scripts/benchmark.sh, bf16 autocast), then our step
 # with one fast path switched off at a time, to see what each is worth: --attention wmma (the
-# WMMA attention kernels instead of mma.sync), --attention-backward one_block (its backward in
+# WMMA attention kernels instead of mma.sync), --attention-loads sync (the attention kernels'
+# tiles loaded through registers, not cp.async), --attention-backward one_block (its backward in
 # one block per head for up to 80 tokens), --attention-forward one_block (its forward likewise,
 # for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
 # pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
@@ -38,7 +39,7 @@ bench=$build/apps/benchmark
 [ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
   imagenet_cskaformer_s18:128
 
-variants=(default "--attention wmma" "--attention-backward one_block"
+variants=(default "--attention wmma" "--attention-loads sync" "--attention-backward one_block"
           "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
           "--gelu-dropout fused" "--depthwise-conv direct" "--depthwise-conv auto"
           "--conv-logits conv" "--conv-logits gemm" "--attention scalar" "--attention unfused"

@@ -26,12 +26,14 @@
 // accumulators in registers; beyond them: ldmatrix, tf32 for f32, cp.async double buffering,
 // a swizzled tile layout instead of padded rows.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
 #include "cuda/kernels/attention_tc.cuh"
 #include "cuda/kernels/common.cuh"
 
@@ -51,6 +53,8 @@ constexpr int kLaneTile = 32;         // the tile the lanes walk: keys (queries 
 constexpr int kRowsPerWarp = 8;       // the rows a warp owns: queries (keys for dK/dV)
 constexpr int kMaxWarps = 4;          // a block owns 8 to 32 rows
 constexpr int kDeltaWarps = 8;        // D = rowsum(dO * O): one warp per row, 8 rows per block
+
+std::atomic<bool> g_async_loads{true};  // set_cuda_attention_async_loads
 
 // Shared tiles hold rows of kC * 32 f32 values (zero past the head dim, so that the float4 dot
 // products and the lane-owned columns read zeros there) kC * 32 + 4 floats apart: rows stay
@@ -528,6 +532,7 @@ Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   in.dv = geo.dv;
   in.scale = static_cast<float>(scale);
   in.diagonal = mask == AttentionMask::kDiagonal;
+  in.async_loads = g_async_loads.load(std::memory_order_relaxed);
   const auto factor = [&](const Tensor& f, const char* name) -> const float* {
     if (!f.defined()) return nullptr;
     SKA_CHECK(f.numel() == 1 && f.dtype() == DType::kF32 && f.device() == q.device(), ValueError,
@@ -678,3 +683,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 }
 
 }  // namespace ska::cuda
+
+namespace ska {
+
+bool set_cuda_attention_async_loads(bool enabled) { return cuda::g_async_loads.exchange(enabled); }
+
+}  // namespace ska

@@ -271,7 +271,7 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
   const T* kg = in.k + in.kv.lead.offset(grp);
   const T* vg = in.v + in.vv.lead.offset(grp);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
-  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d);
+  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d, in.async_loads);
   const bool active = w0 < in.nq;  // warp-uniform
   const int dsteps = in.d / 16;
   const int rows_of[2] = {w0 + g, w0 + g + 8};  // the two rows a thread holds
@@ -282,8 +282,8 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
   for (int j0 = 0; j0 < in.nk; j0 += kWidth) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s is loaded)
-    load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d, /*wait=*/false);
-    load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv);
+    load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d, in.async_loads, /*wait=*/false);
+    load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv, in.async_loads);
     __syncthreads();
     if (!active) continue;
     const int live = min(kWidth, in.nk - j0);
@@ -375,8 +375,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArg
   const T* qg = in.q + in.qv.lead.offset(grp);
   const T* gog = a.go + a.gov.lead.offset(grp);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
-  load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, j0, rows, in.nk, in.d, /*wait=*/false);
-  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, j0, rows, in.nk, in.dv);
+  load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, j0, rows, in.nk, in.d, in.async_loads,
+            /*wait=*/false);
+  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, j0, rows, in.nk, in.dv, in.async_loads);
   const bool active = w0 < in.nk;
   const int keys_of[2] = {w0 + g, w0 + g + 8};
 
@@ -388,8 +389,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArg
   }
   for (int i0 = 0; i0 < in.nq; i0 += kWidth) {
     __syncthreads();
-    load_tile(q_s, ldd, qg, in.qv, i0, kWidth, in.nq, in.d, /*wait=*/false);
-    load_tile(go_s, ldv, gog, a.gov, i0, kWidth, in.nq, in.dv);
+    load_tile(q_s, ldd, qg, in.qv, i0, kWidth, in.nq, in.d, in.async_loads, /*wait=*/false);
+    load_tile(go_s, ldv, gog, a.gov, i0, kWidth, in.nq, in.dv, in.async_loads);
     for (int e = threadIdx.x; e < kWidth; e += blockDim.x) {  // a block may be one warp
       const int i = i0 + e;
       lse_s[e] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
@@ -445,8 +446,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
   const T* vg = in.v + in.vv.lead.offset(grp);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
   T* gbg = grad_bias_of(a, grp);
-  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d, /*wait=*/false);
-  load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, i0, rows, in.nq, in.dv);
+  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d, in.async_loads,
+            /*wait=*/false);
+  load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, i0, rows, in.nq, in.dv,
+            in.async_loads);
   const bool active = w0 < in.nq;
   const int rows_of[2] = {w0 + g, w0 + g + 8};
   float lse[2], delta[2];
@@ -462,8 +465,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
   for (int nd = 0; nd < kOut; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
   for (int j0 = 0; j0 < in.nk; j0 += kWidth) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s, go_s are loaded)
-    load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d, /*wait=*/false);
-    load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv);
+    load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d, in.async_loads, /*wait=*/false);
+    load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv, in.async_loads);
     __syncthreads();
     if (!active) continue;
     const int live = min(kWidth, in.nk - j0);
@@ -522,12 +525,13 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
   T* gbg = grad_bias_of(a, grp);
   load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d,
-            /*wait=*/false);
+            in.async_loads, /*wait=*/false);
   load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv,
-            /*wait=*/false);
+            in.async_loads, /*wait=*/false);
   load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d,
-            /*wait=*/false);
-  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv);
+            in.async_loads, /*wait=*/false);
+  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv,
+            in.async_loads);
   for (int i = threadIdx.x; i < kShortRows; i += blockDim.x) {
     lse_s[i] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
     delta_s[i] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<
   const T* kg = in.k + in.kv.lead.offset(g);
   const T* vg = in.v + in.vv.lead.offset(g);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(g) : nullptr;
-  load_tile(q_s, ldk, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d);
+  load_tile(q_s, ldk, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d, in.async_loads);
   for (int e = lane; e < kWarpRows * in.dv; e += 32) o_w[e / in.dv * ldo + e % in.dv] = 0.0f;
   const bool active = w0 < in.nq;  // warp-uniform
   const int dsteps = in.d / kFrag, vsteps = in.dv / kFrag;
@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_forward_kernel(ForwardArgs<
   float m_own = -INFINITY, l_own = 0.0f;
   for (int j0 = 0; j0 < in.nk; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s is loaded)
-    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d, /*wait=*/false);
-    load_tile(v_s, ldv, vg, in.vv, j0, kTile, in.nk, in.dv);
+    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d, in.async_loads, /*wait=*/false);
+    load_tile(v_s, ldv, vg, in.vv, j0, kTile, in.nk, in.dv, in.async_loads);
     __syncthreads();
     if (!active) continue;
     multiply_abt(q_s + warp * kWarpRows * ldk, ldk, k_s, ldk, dsteps, s_w, lds);
@@ -295,8 +295,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
   const T* qg = in.q + in.qv.lead.offset(g);
   const T* gog = a.go + a.gov.lead.offset(g);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(g) : nullptr;
-  load_tile(k_s, ldk, in.k + in.kv.lead.offset(g), in.kv, j0, rows, in.nk, in.d, /*wait=*/false);
-  load_tile(v_s, ldv, in.v + in.vv.lead.offset(g), in.vv, j0, rows, in.nk, in.dv);
+  load_tile(k_s, ldk, in.k + in.kv.lead.offset(g), in.kv, j0, rows, in.nk, in.d, in.async_loads,
+            /*wait=*/false);
+  load_tile(v_s, ldv, in.v + in.vv.lead.offset(g), in.vv, j0, rows, in.nk, in.dv, in.async_loads);
   const bool active = w0 < in.nk;
   const int dsteps = in.d / kFrag, vsteps = in.dv / kFrag;
 
@@ -308,8 +309,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_kv_kernel(BackwardArgs
   }
   for (int i0 = 0; i0 < in.nq; i0 += kTile) {
     __syncthreads();
-    load_tile(q_s, ldk, qg, in.qv, i0, kTile, in.nq, in.d, /*wait=*/false);
-    load_tile(go_s, ldv, gog, a.gov, i0, kTile, in.nq, in.dv);
+    load_tile(q_s, ldk, qg, in.qv, i0, kTile, in.nq, in.d, in.async_loads, /*wait=*/false);
+    load_tile(go_s, ldv, gog, a.gov, i0, kTile, in.nq, in.dv, in.async_loads);
     if (threadIdx.x < kTile) {
       const int i = i0 + threadIdx.x;
       lse_s[threadIdx.x] = i < in.nq ? a.lse[g * in.nq + i] : 0.0f;
@@ -378,8 +379,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
   const T* vg = in.v + in.vv.lead.offset(g);
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(g) : nullptr;
   T* gbg = grad_bias_of(a, g);
-  load_tile(q_s, ldk, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d, /*wait=*/false);
-  load_tile(go_s, ldv, a.go + a.gov.lead.offset(g), a.gov, i0, rows, in.nq, in.dv);
+  load_tile(q_s, ldk, in.q + in.qv.lead.offset(g), in.qv, i0, rows, in.nq, in.d, in.async_loads,
+            /*wait=*/false);
+  load_tile(go_s, ldv, a.go + a.gov.lead.offset(g), a.gov, i0, rows, in.nq, in.dv, in.async_loads);
   if (threadIdx.x < rows) {
     const int i = i0 + threadIdx.x;
     lse_s[threadIdx.x] = i < in.nq ? a.lse[g * in.nq + i] : 0.0f;
@@ -395,8 +397,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tc_grad_q_kernel(BackwardArgs<
   for (int nb = 0; nb < kSteps; ++nb) wmma::fill_fragment(acc[nb], 0.0f);
   for (int j0 = 0; j0 < in.nk; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s, go_s are loaded)
-    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d, /*wait=*/false);
-    load_tile(v_s, ldv, vg, in.vv, j0, kTile, in.nk, in.dv);
+    load_tile(k_s, ldk, kg, in.kv, j0, kTile, in.nk, in.d, in.async_loads, /*wait=*/false);
+    load_tile(v_s, ldv, vg, in.vv, j0, kTile, in.nk, in.dv, in.async_loads);
     __syncthreads();
     if (!active) continue;
     multiply_abt(q_s + warp * kWarpRows * ldk, ldk, k_s, ldk, dsteps, s_w, lds);    // S

@@ -31,6 +31,7 @@ struct Inputs {
   const float* scale_factor;  // null, or one f32 on the device that multiplies scale
   const float* bias_factor;   // null, or one f32 on the device that multiplies the bias
   bool diagonal;              // AttentionMask::kDiagonal: query i and key i excluded
+  bool async_loads;           // load_tile's copies asynchronous (set_cuda_attention_async_loads)
 };
 
 // Whether the launch's mask excludes pair (i, j): its logit is -inf, its gradient +0.
@@ -182,15 +183,16 @@ __device__ __forceinline__ void wait_copies() {
 // Rows [row0, row0 + rows) of one leading index's operand (`base` at its offset, `v` its view),
 // `cols` columns (a multiple of 16), as dense rows of a shared tile with row stride ld; zero past
 // row n. The whole block loads: 16-byte vectors where the rows are dense and 16-byte aligned,
-// element by element otherwise (any strides). The vectors are asynchronous copies, all issued
-// before the thread waits for them: a thread's share of a 64 x 64 tile is four 16-byte vectors,
-// and a load-then-store loop paid the global memory latency once per vector. With `wait` (the
-// default) the thread's part of the tile is written on return, and the caller's barrier
-// publishes the tile; without, its copies may still be in flight, and the next load_tile that
-// waits waits for them too (tiles loaded together, one latency).
+// element by element otherwise (any strides). With `async` (Inputs::async_loads, the default)
+// the vectors are asynchronous copies, all issued before the thread waits for them: a thread's
+// share of a 64 x 64 tile is four 16-byte vectors, and the load-then-store loop (`async` false,
+// kept to compare) pays the global memory latency once per vector. With `wait` (the default)
+// the thread's part of the tile is written on return, and the caller's barrier publishes the
+// tile; without, its copies may still be in flight, and the next load_tile that waits waits for
+// them too (tiles loaded together, one latency).
 template <typename T>
 __device__ void load_tile(T* tile, int ld, const T* base, const View& v, int row0, int rows, int n,
-                          int cols, bool wait = true) {
+                          int cols, bool async, bool wait = true) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectors =
       v.col == 1 && v.row % kVec == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
@@ -198,10 +200,13 @@ __device__ void load_tile(T* tile, int ld, const T* base, const View& v, int row
     const int per_row = cols / kVec;
     for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
       const int r = e / per_row, c = e % per_row * kVec, i = row0 + r;
-      if (i < n) {
-        copy16(tile + r * ld + c, base + i * v.row + c);
+      T* to = tile + r * ld + c;
+      if (i >= n) {
+        *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
+      } else if (async) {
+        copy16(to, base + i * v.row + c);
       } else {
-        *reinterpret_cast<uint4*>(tile + r * ld + c) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(base + i * v.row + c);
       }
     }
   } else {

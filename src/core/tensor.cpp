@@ -80,6 +80,12 @@ bool set_cuda_attention_one_block_forward(bool enabled) {
   setting = enabled;
   return previous;
 }
+bool set_cuda_attention_async_loads(bool enabled) {
+  static bool setting = true;
+  const bool previous = setting;
+  setting = enabled;
+  return previous;
+}
 ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode) {
   static ConvInputGrad setting = ConvInputGrad::kTimed;
   const ConvInputGrad previous = setting;

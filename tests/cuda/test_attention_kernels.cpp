@@ -507,6 +507,52 @@ TEST_CASE("cuda attention: the one-block backward gives the two kernels' bits", 
   }
 }
 
+TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' bits", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // load_tile fills the shared tiles with cp.async copies by default, or with a load and a store
+  // per 16 bytes (set_cuda_attention_async_loads(false)): the same tiles, so every result must
+  // be the same bits, for every tensor-core family: WMMA, mma.sync, and mma.sync with the
+  // one-block forward and backward. Problems: ViT-S's 65 tokens of 64 with a bias, 197 tokens of
+  // 32 (tiles past the first), class attention (one query, d = 48) and logits given as the bias
+  // (d = 0); the tails of each are zero-filled rows.
+  struct Problem {
+    int64_t nq, nk, d, dv;
+  };
+  for (const Problem s : {Problem{65, 65, 64, 64}, Problem{197, 197, 32, 32},
+                          Problem{1, 197, 48, 48}, Problem{65, 65, 0, 64}}) {
+    Case c = plain_case("tile loads", {2, 3}, s.nq, s.nk, s.d, s.dv, 1901);
+    c.grad_bias = true;
+    c.base.push_back(uniform({2, 3, s.nq, s.nk}, 1905, -2, 2));
+    c.views = [=](const std::vector<Tensor>& t) {
+      return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+    };
+    for (const int mode : {0, 1, 2}) {  // WMMA, mma.sync, mma.sync one-block
+      const bool previous_mma = set_cuda_attention_mma(mode > 0);
+      const bool previous_backward = set_cuda_attention_one_block_backward(mode == 2);
+      const bool previous_forward = set_cuda_attention_one_block_forward(mode == 2);
+      for (const DType dtype : {DType::kBF16, DType::kF16}) {
+        INFO(s.nq << " x " << s.nk << ", d " << s.d << ", " << dtype_name(dtype) << ", "
+                  << (mode == 0   ? "WMMA"
+                      : mode == 1 ? "mma.sync"
+                                  : "mma.sync one-block"));
+        const Prepared x = prepare(c, dtype);
+        const std::vector<std::vector<double>> async = values(run(c, x.gpu, 0.125, true));
+        const bool previous_loads = set_cuda_attention_async_loads(false);
+        const std::vector<std::vector<double>> sync = values(run(c, x.gpu, 0.125, true));
+        set_cuda_attention_async_loads(previous_loads);
+        CHECK(previous_loads);  // the default
+        for (size_t i = 0; i < async.size(); ++i) {
+          INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
+          CHECK(sync[i] == async[i]);
+        }
+      }
+      set_cuda_attention_mma(previous_mma);
+      set_cuda_attention_one_block_backward(previous_backward);
+      set_cuda_attention_one_block_forward(previous_forward);
+    }
+  }
+}
+
 TEST_CASE("cuda attention: the one-block forward for 65 to 80 rows, against the CPU", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   // ViT-S's 65 tokens with LSA's bias, class attention over 65 keys, the 80-row limit, queries
