@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"
@@ -92,17 +93,19 @@ __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T
 }
 
 // Calls f(TX{}, TY{}, T{}) for out's dtype T and x's and y's dtypes: T, or (T f32) bf16/f16.
+// Only those combinations are instantiated.
 template <typename F>
 void dispatch_residual(DType out, DType x, DType y, const char* kernel, F&& f) {
   dispatch_floating(out, kernel, [&](auto t) {
     using T = decltype(t);
     const auto of = [&](DType d, auto&& then) {
       if (d == out) return then(T{});
-      SKA_CHECK(out == DType::kF32 && (d == DType::kBF16 || d == DType::kF16), DTypeError, kernel,
-                ": an input of ", dtype_name(d), " with a ", dtype_name(out),
-                " result; expected the result's dtype, or bf16/f16 with f32");
-      if (d == DType::kBF16) return then(__nv_bfloat16{});
-      then(__half{});
+      if constexpr (std::is_same_v<T, float>) {
+        if (d == DType::kBF16) return then(__nv_bfloat16{});
+        if (d == DType::kF16) return then(__half{});
+      }
+      SKA_FAIL(DTypeError, kernel, ": an input of ", dtype_name(d), " with a ", dtype_name(out),
+               " result; expected the result's dtype, or bf16/f16 with f32");
     };
     of(x, [&](auto tx) { of(y, [&](auto ty) { f(tx, ty, t); }); });
   });
@@ -132,12 +135,12 @@ Geometry check(const char* kernel, const Tensor& x, const Tensor& xs, const Tens
   if (yk.defined()) {
     const int64_t batch = y.size(0);
     SKA_CHECK(yk.dim() == 1 && yk.size(0) == batch && yk.is_contiguous() &&
-                  yk.dtype() == y.dtype() && batch > 0 && rows % batch == 0,
+                  yk.dtype() == y.dtype() && (rows == 0 || (batch > 0 && rows % batch == 0)),
               ShapeError, kernel, ": drop path's factors must be a contiguous [", batch, "] ",
               dtype_name(y.dtype()), " tensor (one per sample of y ", y.str(), "), got ", yk.str());
     SKA_CHECK(rows < (int64_t{1} << 32), ShapeError, kernel, ": ", rows,
               " rows with drop path factors: too many for the kernels' 32-bit sample index");
-    rows_per_sample = std::max<int64_t>(rows / batch, 1);
+    rows_per_sample = batch > 0 ? std::max<int64_t>(rows / batch, 1) : 1;  // an empty batch
   }
   return {rows, cols, static_cast<uint32_t>(rows_per_sample)};
 }

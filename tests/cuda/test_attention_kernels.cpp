@@ -673,6 +673,43 @@ TEST_CASE(
   CHECK(ska::test::plus_zero_diagonal(run(biased, x.gpu, 0.2, true).grad_bias));
 }
 
+TEST_CASE(
+    "cuda attention: the diagonal mask at head dim 128, fewer queries than keys, a permuted "
+    "grad_bias at 65 tokens, and f16 with a bias",
+    "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // Every family of check_case (mma.sync and its one-block kernels, WMMA, scalar) with the mask
+  // where their tiles differ: head dim 128 (32-wide key tiles), 40 queries over 66 keys (no
+  // query excludes keys 40 to 65), and a bias laid out [h, B, N, N] whose gradient is written
+  // in that layout at the one-block kernels' size (65 tokens, d = 64).
+  Case wide = plain_case("mask, d 128", {2, 2}, 65, 65, 128, 128, 1521);
+  wide.mask = AttentionMask::kDiagonal;
+  check_case(wide, 0.088, {DType::kF32, DType::kBF16, DType::kF16});
+  Case fewer = plain_case("mask, 40 x 66", {2, 3}, 40, 66, 32, 32, 1531);
+  fewer.mask = AttentionMask::kDiagonal;
+  fewer.grad_bias = true;
+  fewer.base.push_back(uniform({2, 3, 40, 66}, 1535, -1, 1));
+  fewer.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(fewer, t[0])};
+  };
+  check_case(fewer, 0.2, {DType::kF32, DType::kBF16, DType::kF16});
+  Case permuted = plain_case("mask, permuted bias, 65 tokens", {2, 3}, 65, 65, 64, 64, 1541);
+  permuted.mask = AttentionMask::kDiagonal;
+  permuted.grad_bias = true;
+  permuted.permuted_grad_bias = true;
+  permuted.base.push_back(uniform({3, 2, 65, 65}, 1545, -1, 1));
+  permuted.views = [=](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4].transpose(0, 1), t[3], empty_out(permuted, t[0])};
+  };
+  check_case(permuted, 0.125, {DType::kBF16, DType::kF16});
+  const Prepared x = prepare(permuted, DType::kBF16);
+  CHECK(ska::test::plus_zero_diagonal(run(permuted, x.gpu, 0.125, true).grad_bias));
+  {
+    const OneBlockBackward on;
+    CHECK(ska::test::plus_zero_diagonal(run(permuted, x.gpu, 0.125, true).grad_bias));
+  }
+}
+
 TEST_CASE("cuda attention: head dim 0 with the diagonal mask, bias and grad_bias as [h, B, N, K]",
           "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;

@@ -480,6 +480,46 @@ TEST_CASE("fused attention counts the MACs of the two products it replaces", "[c
   CHECK(outer.total() == fused);
 }
 
+TEST_CASE("fused attention: a row with no live key keeps its NaN out of the other gradients",
+          "[cpu]") {
+  // One key under the diagonal mask: query 0 attends to nothing (out and lse NaN, as softmax
+  // gives), queries 1 and 2 to key 0 alone. The excluded pair has weight 0 in the backward too,
+  // as the CUDA kernels never compute it, so dL/dv = dO[1] + dO[2], and row 0's gradients are 0.
+  Tensor q = uniform({1, 1, 3, 4}, 301).set_requires_grad();
+  Tensor k = uniform({1, 1, 1, 4}, 302).set_requires_grad();
+  Tensor v = uniform({1, 1, 1, 4}, 303).set_requires_grad();
+  const Tensor out =
+      scaled_dot_attention(q, k, v, 0.5, Tensor(), Tensor(), Tensor(), AttentionMask::kDiagonal);
+  const std::vector<double> o = out.to_vector<double>();
+  const std::vector<double> vv = v.to_vector<double>();
+  for (int c = 0; c < 4; ++c) {
+    CHECK(std::isnan(o[c]));
+    CHECK(o[4 + c] == vv[c]);
+    CHECK(o[8 + c] == vv[c]);
+  }
+  const Tensor g = uniform({1, 1, 3, 4}, 304);
+  sum(mul(out, g)).backward();
+  const std::vector<double> gv = v.grad().to_vector<double>(), gg = g.to_vector<double>();
+  for (int c = 0; c < 4; ++c) CHECK(gv[c] == Approx(gg[4 + c] + gg[8 + c]));
+  for (const double x : q.grad().to_vector<double>()) CHECK(x == 0.0);
+  for (const double x : k.grad().to_vector<double>()) CHECK(x == 0.0);
+}
+
+TEST_CASE(
+    "fused attention: logits given as the bias with an empty value dim still get their "
+    "gradient",
+    "[cpu]") {
+  // d = dv = 0: the output has no elements, so the logits' gradient is 0, and it must be written
+  // (the kernel contract: everything is written), not left as the allocator's memory.
+  const Tensor logits = Tensor::full({2, 3, 5, 6}, 7.0).set_requires_grad();
+  const Tensor v = Tensor::zeros({2, 3, 6, 0});
+  const Tensor out = softmax_attend(logits, v);
+  CHECK(out.shape() == Shape{2, 3, 5, 0});
+  sum(out).backward();
+  REQUIRE(logits.grad().defined());
+  for (const double x : logits.grad().to_vector<double>()) CHECK(x == 0.0);
+}
+
 TEST_CASE("fused attention rejects shapes that do not fit, naming them", "[cpu]") {
   const Tensor q = uniform({2, 3, 5, 8}, 71);
   CHECK_THROWS_WITH(

@@ -178,3 +178,57 @@ TEST_CASE("scaled_residual on CUDA: the CPU's values and input gradients, the sc
     }
   }
 }
+
+TEST_CASE(
+    "scaled_residual on CUDA: each scale alone, drop path without scales, x without a gradient",
+    "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // The forms the models run: MetaFormer's res_scale (x's scale only, layer_scale off), CaiT's
+  // LayerScale (y's only), CvT's drop path (factors and no scale), and a stream that needs no
+  // gradient (the first block's input). Values and input gradients to the CPU's bits, the
+  // scales' sums close.
+  struct Form {
+    const char* name;
+    bool x_scale, y_scale, drop_path, x_grad;
+  };
+  const Form forms[] = {{"x scale", true, false, false, true},
+                        {"y scale", false, true, false, true},
+                        {"drop path, no scale", false, false, true, true},
+                        {"y scale and drop path, x without a gradient", false, true, true, false}};
+  for (const Shape& shape : {Shape{3, 5, 7}, Shape{4, 196, 320}}) {
+    for (size_t mi = 1; mi < kMixes.size(); ++mi) {
+      const Mix& m = kMixes[mi];
+      for (const Form& f : forms) {
+        INFO(m.name << ", " << shape_str(shape) << ", " << f.name);
+        const Tensor keep =
+            f.drop_path ? drop_path_factors(shape[0], 0.5, true, m.y, Device::cpu()) : Tensor();
+        std::vector<std::vector<Tensor>> results;
+        for (const Device device : {Device::cpu(), Device::cuda(0)}) {
+          Leaves l = leaves(m, shape, f.x_scale, f.y_scale, device);
+          if (!f.x_grad) l.x = l.x.detach();
+          const Tensor out =
+              scaled_residual(l.x, l.xs, l.y, l.ys, keep.defined() ? keep.to(device) : Tensor());
+          const Tensor w = uniform(out.shape(), 43, -1, 1).to(out.dtype()).to(device);
+          sum(mul(out, w)).backward();
+          std::vector<Tensor> r = {out.detach()};
+          for (const Tensor* t : {&l.x, &l.xs, &l.y, &l.ys}) {
+            r.push_back(t->defined() && t->requires_grad() ? t->grad() : Tensor());
+          }
+          results.push_back(std::move(r));
+        }
+        for (size_t i = 0; i < results[0].size(); ++i) {
+          INFO(kNames[i]);
+          const Tensor& c = results[0][i];
+          REQUIRE(c.defined() == results[1][i].defined());
+          if (!c.defined()) continue;
+          const Tensor g = results[1][i].to(Device::cpu());
+          if (i == 2 || i == 4) {  // sums over the rows, in another order
+            ska::test::require_close(g, c, ska::test::tolerance_for(c.dtype()), kNames[i]);
+          } else {
+            CHECK(bitwise_equal(g, c));
+          }
+        }
+      }
+    }
+  }
+}

@@ -256,6 +256,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           if (bg != nullptr) add_bias_row(row, bg + (i0 + r) * bias_rs, bias_cs, geo.nk);
           exclude_pairs(row, mask, i0 + r, geo.nk);
           weights_row<T>(row, geo.nk, lg[i0 + r]);
+          // An excluded pair's weight is 0 even in a row with no live key (lse NaN), as in the
+          // CUDA kernels, which never compute it: such a row's NaN stays out of dV.
+          if (mask == AttentionMask::kDiagonal && i0 + r < geo.nk) row[i0 + r] = T(0);
         }
         // dv += p^T dO; dp = dO v^T.
         blas_gemm(CblasTrans, CblasNoTrans, as_int(geo.nk), as_int(geo.dv), as_int(rows), T(1), p,
@@ -396,7 +399,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   SKA_CHECK(grad_q.shape() == q.shape() && grad_k.shape() == k_shape && grad_v.shape() == v_shape,
             ShapeError, "attention_backward: gradient shapes ", grad_q.str(), ", ", grad_k.str(),
             ", ", grad_v.str(), " do not match q ", q.str(), " k ", k.str(), " v ", v.str());
-  if (grad_q.numel() + grad_k.numel() + grad_v.numel() == 0) return;
+  if (grad_q.numel() + grad_k.numel() + grad_v.numel() == 0 && !grad_bias.defined()) return;
   if (geo.nk == 0) {  // the output did not depend on q
     fill(grad_q, 0.0);
     return;
