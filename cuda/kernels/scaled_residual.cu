@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "backend/backend.h"
@@ -116,13 +117,18 @@ struct Geometry {
   uint32_t rows_per_sample;  // of yk's samples (1 without yk)
 };
 
+// x and y may be undefined (the backward pass without their scales' gradients): like gives the
+// shape then.
 Geometry check(const char* kernel, const Tensor& x, const Tensor& xs, const Tensor& y,
                const Tensor& ys, const Tensor& yk, const Tensor& like) {
-  SKA_CHECK(x.dim() >= 1 && x.shape() == y.shape() && x.shape() == like.shape() &&
-                x.is_contiguous() && y.is_contiguous() && like.is_contiguous(),
-            ShapeError, kernel, ": x ", x.str(), ", y ", y.str(), " and ", like.str(),
+  const auto fits = [&](const Tensor& t) {
+    return !t.defined() || (t.shape() == like.shape() && t.is_contiguous());
+  };
+  const auto text = [](const Tensor& t) { return t.defined() ? t.str() : std::string("(none)"); };
+  SKA_CHECK(like.dim() >= 1 && like.is_contiguous() && fits(x) && fits(y), ShapeError, kernel,
+            ": x ", text(x), ", y ", text(y), " and ", like.str(),
             " must be contiguous, of one shape");
-  const int64_t cols = x.size(-1);
+  const int64_t cols = like.size(-1);
   for (const Tensor* s : {&xs, &ys}) {
     if (!s->defined()) continue;
     SKA_CHECK(
@@ -130,14 +136,15 @@ Geometry check(const char* kernel, const Tensor& x, const Tensor& xs, const Tens
         ShapeError, kernel, ": a scale must be a contiguous [", cols, "] ",
         dtype_name(like.dtype()), " tensor, got ", s->str());
   }
-  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const int64_t rows = cols == 0 ? 0 : like.numel() / cols;
   int64_t rows_per_sample = 1;
   if (yk.defined()) {
-    const int64_t batch = y.size(0);
+    const int64_t batch = like.size(0);
     SKA_CHECK(yk.dim() == 1 && yk.size(0) == batch && yk.is_contiguous() &&
-                  yk.dtype() == y.dtype() && (rows == 0 || (batch > 0 && rows % batch == 0)),
-              ShapeError, kernel, ": drop path's factors must be a contiguous [", batch, "] ",
-              dtype_name(y.dtype()), " tensor (one per sample of y ", y.str(), "), got ", yk.str());
+                  (!y.defined() || yk.dtype() == y.dtype()) &&
+                  (rows == 0 || (batch > 0 && rows % batch == 0)),
+              ShapeError, kernel, ": drop path's factors must be a contiguous [", batch,
+              "] tensor of y's dtype (one per sample of ", like.str(), "), got ", yk.str());
     SKA_CHECK(rows < (int64_t{1} << 32), ShapeError, kernel, ": ", rows,
               " rows with drop path factors: too many for the kernels' 32-bit sample index");
     rows_per_sample = batch > 0 ? std::max<int64_t>(rows / batch, 1) : 1;  // an empty batch
@@ -181,21 +188,26 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
                               const Tensor& gy, const Tensor& gxs, const Tensor& gys) {
   const char* kKernel = "scaled_residual_backward";
   const Geometry geo = check(kKernel, x, xs, y, ys, yk, g);
-  SKA_CHECK((!gx.defined() ||
-             (gx.is_contiguous() && gx.shape() == x.shape() && gx.dtype() == x.dtype())) &&
-                (!gy.defined() ||
-                 (gy.is_contiguous() && gy.shape() == y.shape() && gy.dtype() == y.dtype())),
-            ValueError, kKernel,
-            ": gx and gy must be contiguous, of x's and y's shapes and dtypes");
-  SKA_CHECK((!gxs.defined() || xs.defined()) && (!gys.defined() || ys.defined()), ValueError,
-            kKernel, ": a scale's gradient without the scale");
+  // x and y are read only for their scales' gradients; gx and gy give their dtypes otherwise.
+  const DType x_dtype = x.defined() ? x.dtype() : gx.defined() ? gx.dtype() : g.dtype();
+  const DType y_dtype = y.defined() ? y.dtype() : gy.defined() ? gy.dtype() : g.dtype();
+  SKA_CHECK(
+      (!gx.defined() || (gx.is_contiguous() && gx.shape() == g.shape() && gx.dtype() == x_dtype)) &&
+          (!gy.defined() ||
+           (gy.is_contiguous() && gy.shape() == g.shape() && gy.dtype() == y_dtype)) &&
+          (!yk.defined() || yk.dtype() == y_dtype),
+      ValueError, kKernel,
+      ": gx and gy must be contiguous, of g's shape and of x's and y's dtypes");
+  SKA_CHECK((!gxs.defined() || (xs.defined() && x.defined())) &&
+                (!gys.defined() || (ys.defined() && y.defined())),
+            ValueError, kKernel, ": a scale's gradient without the scale or its operand");
   for (const Tensor* s : {&gxs, &gys}) {
     SKA_CHECK(
         !s->defined() || (s->is_contiguous() && s->numel() == geo.cols && s->dtype() == g.dtype()),
         ValueError, kKernel, ": a scale's gradient must be a contiguous [", geo.cols, "] ",
         dtype_name(g.dtype()), " tensor");
   }
-  const int device = device_index(x);
+  const int device = device_index(g);
   DeviceGuard guard(device);
   const cudaStream_t s = current_stream(device);
   const bool sums = gxs.defined() || gys.defined();
@@ -211,16 +223,16 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
   const Tensor ws = sums ? workspace(device, 2 * chunks * geo.cols * sizeof(float)) : Tensor();
   float* part_x = gxs.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
   float* part_y = gys.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * geo.cols : nullptr;
-  dispatch_residual(g.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
+  dispatch_residual(g.dtype(), x_dtype, y_dtype, kKernel, [&](auto tx, auto ty, auto t) {
     using TX = decltype(tx);
     using TY = decltype(ty);
     using T = decltype(t);
     scaled_residual_backward_kernel<TX, TY, T>
         <<<column_grid(kKernel, geo.cols, chunks), dim3(kColTile, kRowLanes), 0, s>>>(
-            static_cast<const T*>(g.data_ptr()), static_cast<const TX*>(x.data_ptr()),
-            data_or_null<T>(xs), static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys),
-            data_or_null<TY>(yk), geo.rows_per_sample, mutable_or_null<TX>(gx),
-            mutable_or_null<TY>(gy), geo.rows, geo.cols, chunk_rows, part_x, part_y);
+            static_cast<const T*>(g.data_ptr()), data_or_null<TX>(x), data_or_null<T>(xs),
+            data_or_null<TY>(y), data_or_null<T>(ys), data_or_null<TY>(yk), geo.rows_per_sample,
+            mutable_or_null<TX>(gx), mutable_or_null<TY>(gy), geo.rows, geo.cols, chunk_rows,
+            part_x, part_y);
     SKA_CUDA_CHECK_LAUNCH();
     if (sums) {
       sum_column_partials<T><<<grid_for(geo.cols), 256, 0, s>>>(

@@ -43,14 +43,19 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 // Records a broadcasting binary op whose input grads are grad_a(g), grad_b(g) before reduction
-// (g in the output's dtype; each input's gradient is returned in that input's dtype).
+// (g in the output's dtype; each input's gradient is returned in that input's dtype). The
+// backward keeps a and b alive only where grad_a or grad_b hold them (mul, div, ...): add and
+// sub keep their inputs' shapes and dtypes alone, so that a residual sum does not hold the
+// branch it added until the backward pass (ViT-S: two [B, N, C] tensors a block).
 template <typename GA, typename GB>
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, GA grad_a, GB grad_b) {
   Tensor out = binary_raw(op, a, b);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  const Shape a_shape = a.shape(), b_shape = b.shape();
+  const DType a_dtype = a.dtype(), b_dtype = b.dtype();
   autograd::record_op(binary_op_name(op), {a, b}, {out}, [=](const TensorList& g) {
-    return TensorList{need_a ? sum_to_shape(grad_a(g[0]), a.shape()).to(a.dtype()) : Tensor(),
-                      need_b ? sum_to_shape(grad_b(g[0]), b.shape()).to(b.dtype()) : Tensor()};
+    return TensorList{need_a ? sum_to_shape(grad_a(g[0]), a_shape).to(a_dtype) : Tensor(),
+                      need_b ? sum_to_shape(grad_b(g[0]), b_shape).to(b_dtype) : Tensor()};
   });
   return out;
 }
@@ -60,6 +65,17 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0) {
   detail::check_floating(unary_op_name(op), x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   SKA_KERNEL(x.device(), unary)(op, x, out, a, b);
+  if (op == UnaryOp::kAffine || op == UnaryOp::kNeg) {
+    // The derivative (a, or -1) does not depend on x, so x is not kept for the backward pass:
+    // the kernel reads the gradient in its place.
+    autograd::record_op(unary_op_name(op), {x}, {out}, [=](const TensorList& g) {
+      const Tensor gc = g[0].contiguous();
+      Tensor gx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
+      SKA_KERNEL(gc.device(), unary_backward)(op, gc, gc, gx, a, b);
+      return TensorList{gx};
+    });
+    return out;
+  }
   autograd::record_op(unary_op_name(op), {x}, {out}, [=](const TensorList& g) {
     const Tensor xc = x.contiguous();
     Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -177,17 +193,18 @@ Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
   const bool need_x = x.requires_grad(), need_y = y.requires_grad();
   const bool need_xs = x_scale.defined() && x_scale.requires_grad();
   const bool need_ys = y_scale.defined() && y_scale.requires_grad();
-  const Tensor xd = x.detach(), yd = y.detach();
-  const DType out_dtype = *dtype;
+  // x and y stay alive for the backward pass only where a scale's gradient reads them.
+  const Tensor xd = need_xs ? x.detach() : Tensor(), yd = need_ys ? y.detach() : Tensor();
+  const DType out_dtype = *dtype, x_dtype = x.dtype(), y_dtype = y.dtype();
   autograd::record_op("scaled_residual", {x, x_scale, y, y_scale}, {out}, [=](const TensorList& g) {
     const Tensor gc = g[0].to(out_dtype).contiguous();
-    const auto grad = [&](bool need, const Tensor& like) {
-      return need ? Tensor::empty(like.shape(), like.dtype(), like.device()) : Tensor();
+    const auto grad = [&](bool need, DType dtype) {
+      return need ? Tensor::empty(gc.shape(), dtype, gc.device()) : Tensor();
     };
     const auto scale_grad = [&](bool need) {
-      return need ? Tensor::empty({xd.size(-1)}, out_dtype, xd.device()) : Tensor();
+      return need ? Tensor::empty({gc.size(-1)}, out_dtype, gc.device()) : Tensor();
     };
-    const Tensor gx = grad(need_x, xd), gy = grad(need_y, yd);
+    const Tensor gx = grad(need_x, x_dtype), gy = grad(need_y, y_dtype);
     const Tensor gxs = scale_grad(need_xs), gys = scale_grad(need_ys);
     SKA_KERNEL(gc.device(), scaled_residual_backward)(gc, xd, xs, yd, ys, yk, gx, gy, gxs, gys);
     return TensorList{gx, gxs.defined() ? gxs.view(x_scale.shape()) : Tensor(), gy,
@@ -264,10 +281,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   SKA_KERNEL(a.device(), where)(detail::broadcast_raw(cond, shape), detail::broadcast_raw(a, shape),
                                 detail::broadcast_raw(b, shape), out);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  const Shape a_shape = a.shape(), b_shape = b.shape();  // the values are not needed
   autograd::record_op("where", {a, b}, {out}, [=](const TensorList& g) {
     const Tensor zero = Tensor::zeros({}, g[0].dtype(), g[0].device());
-    return TensorList{need_a ? sum_to_shape(where(cond, g[0], zero), a.shape()) : Tensor(),
-                      need_b ? sum_to_shape(where(cond, zero, g[0]), b.shape()) : Tensor()};
+    return TensorList{need_a ? sum_to_shape(where(cond, g[0], zero), a_shape) : Tensor(),
+                      need_b ? sum_to_shape(where(cond, zero, g[0]), b_shape) : Tensor()};
   });
   return out;
 }

@@ -30,13 +30,17 @@ Tensor reduce_op(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims_
   const Shape out_shape = keepdim ? keep : detail::squeezed_shape(x.shape(), dims);
   Tensor out = Tensor::make_view(out_keep.storage(), out_shape, contiguous_strides(out_shape), 0,
                                  x.dtype());
+  if (op == ReduceOp::kSum || op == ReduceOp::kMean) {  // x's shape, not its values
+    const Shape in = x.shape();
+    const double n = static_cast<double>(x.numel()) / static_cast<double>(shape_numel(keep));
+    autograd::record_op(name, {x}, {out}, [=](const TensorList& g) {
+      const Tensor gk = g[0].reshape(keep);
+      return TensorList{(op == ReduceOp::kSum ? gk : gk / n).expand(in).contiguous()};
+    });
+    return out;
+  }
   autograd::record_op(name, {x}, {out}, [=](const TensorList& g) {
     const Tensor gk = g[0].reshape(keep);
-    if (op == ReduceOp::kSum) return TensorList{gk.expand(x.shape()).contiguous()};
-    if (op == ReduceOp::kMean) {
-      const double n = static_cast<double>(x.numel()) / static_cast<double>(shape_numel(keep));
-      return TensorList{(gk / n).expand(x.shape()).contiguous()};
-    }
     // max/min: split the gradient equally among the elements equal to the result.
     const Tensor hit = eq(x, detail::broadcast_raw(out_keep, x.shape())).to(x.dtype());
     const Tensor count = sum(hit, dims, true);

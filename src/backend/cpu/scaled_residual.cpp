@@ -76,7 +76,7 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
   if (gx.defined()) write(scaled(g, xs, g.dtype()), gx);
   if (gy.defined()) {
     if (yk.defined()) {  // the gradient reaching drop path's output, in y's dtype, then its mul's
-      const Tensor reaching = Tensor::empty(y.shape(), y.dtype(), y.device());
+      const Tensor reaching = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
       copy(scaled(g, ys, g.dtype()), reaching);
       write(kept(reaching, yk), gy);
     } else {
