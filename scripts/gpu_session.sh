@@ -40,9 +40,9 @@
 #             DP_STEPS steps, default 100)
 #   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512) and CAFormer-S18 (128): time by
 #             op family and kernel (PROFILE="CONFIG:BATCH ..." profiles others)
-#   kernels   every kernel's own GPU time in one training step by Nsight Compute, and the share
-#             of the wall-clock step the GPU was busy (scripts/gpu_kernels.sh): ViT-S at 512 and
-#             CSKAFormer-S18 at 128 (KERNELS="CONFIG:BATCH ..." for others)
+#   kernels   every kernel's own GPU time and DRAM bytes in one training step by Nsight Compute,
+#             and the share of the wall-clock step the GPU was busy (scripts/gpu_kernels.sh):
+#             ViT-S at 512 and CSKAFormer-S18 at 128 (KERNELS="CONFIG:BATCH ..." for others)
 #   loader    benchmark_loader on that machine's cores: synthetic ImageNet-like JPEGs through the
 #             MetaFormer augmentation, images/s at 1, 2, 4, 8 and 16 workers: the CPU cores an
 #             ImageNet GPU needs

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Sums Nsight Compute's kernel durations by kernel: the table scripts/gpu_kernels.sh prints.
+"""Sums Nsight Compute's kernel durations (and DRAM traffic) by kernel: gpu_kernels.sh's table.
 
-Input: the CSV that `ncu --csv --print-units base --metrics gpu__time_duration.sum` writes (its
-own "==PROF==" lines and the program's output may come first; the table starts at the header
-line naming "Kernel Name"). Each row is one kernel launch; the launches of --steps training steps
-are summed per kernel (name without namespaces and parameters, template arguments kept) and
-divided by the steps. Prints, the longest first, each kernel's launches and GPU microseconds per
-step and its share of the step's GPU time; then the GPU time per step, and with --wall-ms the
-share of the step's wall-clock time the GPU was busy (the rest: the host launching kernels).
+Input: the CSV that `ncu --csv --print-units base --metrics gpu__time_duration.sum[,
+dram__bytes_read.sum,dram__bytes_write.sum]` writes (its own "==PROF==" lines and the program's
+output may come first; the table starts at the header line naming "Kernel Name"). Each launch
+(the "ID" column) has a row per metric; the launches of --steps training steps are summed per
+kernel (name without namespaces and parameters, template arguments kept) and divided by the
+steps. Prints, the longest first, each kernel's launches and GPU microseconds per step and its
+share of the step's GPU time; with the DRAM metrics also its bytes moved per step, the bandwidth
+it reached and, against --peak-gbs (the GPU's DRAM bandwidth), the share of it and the
+microseconds it spends beyond moving its bytes at that peak ("over"): a memory-bound kernel far
+from the peak has room, one near it does not (its FLOPs aside). Then the GPU time per step, and
+with --wall-ms the share of the step's wall-clock time the GPU was busy (the rest: the host
+launching kernels).
 """
 import argparse
 import csv
@@ -57,6 +62,34 @@ def read_rows(text):
                      "'Metric Value') in the input")
 
 
+METRICS = {"gpu__time_duration.sum": "time", "dram__bytes_read.sum": "read",
+           "dram__bytes_write.sum": "write"}
+BYTES = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def launches(rows):
+    """{launch id: (kernel name, {"time": us, "read": bytes, "write": bytes})} from ncu's rows."""
+    out = {}
+    for n, row in enumerate(rows):
+        metric = METRICS.get((row.get("Metric Name") or "").strip())
+        if metric is None:
+            continue
+        unit = (row.get("Metric Unit") or "").strip()
+        value = float(row["Metric Value"].replace(",", ""))
+        if metric == "time":
+            if unit not in UNITS:
+                raise SystemExit(f"ncu_kernels: unknown time unit '{unit}'")
+            value *= UNITS[unit]
+        else:
+            if unit not in BYTES:
+                raise SystemExit(f"ncu_kernels: unknown byte unit '{unit}'")
+            value *= BYTES[unit]
+        key = (row.get("ID") or "").strip() or f"row {n}"
+        name, values = out.setdefault(key, (short_name(row["Kernel Name"]), {}))
+        values[metric] = values.get(metric, 0.0) + value
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", help="ncu's CSV output (a file, or - for stdin)")
@@ -64,41 +97,66 @@ def main():
     ap.add_argument("--top", type=int, default=30, help="kernels listed")
     ap.add_argument("--wall-ms", type=float, default=0.0,
                     help="the step's wall-clock time without ncu, for the GPU's busy share")
+    ap.add_argument("--peak-gbs", type=float, default=0.0,
+                    help="the GPU's DRAM bandwidth in GB/s, for the bandwidth columns")
     ap.add_argument("--json", help="also write the table as JSON to this file")
     args = ap.parse_args()
     text = sys.stdin.read() if args.csv == "-" else open(args.csv, errors="replace").read()
-    totals = {}
-    for row in read_rows(text):
-        if row.get("Metric Name", "").strip() != "gpu__time_duration.sum":
+    totals = {}  # name -> [launches, us, bytes]
+    with_bytes = False
+    for name, values in launches(read_rows(text)).values():
+        if "time" not in values:
             continue
-        unit = row.get("Metric Unit", "nsecond").strip()
-        if unit not in UNITS:
-            raise SystemExit(f"ncu_kernels: unknown time unit '{unit}'")
-        us = float(row["Metric Value"].replace(",", "")) * UNITS[unit]
-        entry = totals.setdefault(short_name(row["Kernel Name"]), [0, 0.0])
+        entry = totals.setdefault(name, [0, 0.0, 0.0])
         entry[0] += 1
-        entry[1] += us
+        entry[1] += values["time"]
+        if "read" in values or "write" in values:
+            with_bytes = True
+            entry[2] += values.get("read", 0.0) + values.get("write", 0.0)
     if not totals:
         raise SystemExit("ncu_kernels: no gpu__time_duration.sum rows")
     steps = max(args.steps, 1)
-    gpu_us = sum(us for _, us in totals.values()) / steps
+    gpu_us = sum(us for _, us, _ in totals.values()) / steps
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])
-    print(f"{'kernel':<72} {'calls/step':>10} {'us/step':>10} {'share':>7}")
-    for name, (calls, us) in ranked[:args.top]:
-        print(f"{name[:72]:<72} {calls / steps:>10.1f} {us / steps:>10.1f} "
-              f"{100.0 * us / steps / gpu_us:>6.1f}%")
-    launches = sum(c for c, _ in totals.values()) / steps
-    line = f"GPU time per step: {gpu_us / 1000.0:.3f} ms in {launches:.0f} kernel launches"
+    peak = args.peak_gbs if with_bytes else 0.0
+
+    def over_us(us, nbytes):  # beyond moving the bytes at the peak bandwidth
+        return max(us - nbytes / (peak * 1e3), 0.0) if peak > 0 else 0.0
+
+    header = f"{'kernel':<64} {'calls/step':>10} {'us/step':>10} {'share':>7}"
+    if with_bytes:
+        header += f" {'MB/step':>9} {'GB/s':>7}"
+        if peak > 0:
+            header += f" {'of peak':>7} {'over us':>9}"
+    print(header)
+    for name, (calls, us, nbytes) in ranked[:args.top]:
+        line = (f"{name[:64]:<64} {calls / steps:>10.1f} {us / steps:>10.1f} "
+                f"{100.0 * us / steps / gpu_us:>6.1f}%")
+        if with_bytes:
+            gbs = nbytes / (us * 1e3) if us > 0 else 0.0
+            line += f" {nbytes / steps / 1e6:>9.1f} {gbs:>7.0f}"
+            if peak > 0:
+                line += f" {100.0 * gbs / peak:>6.0f}% {over_us(us, nbytes) / steps:>9.1f}"
+        print(line)
+    total_launches = sum(c for c, _, _ in totals.values()) / steps
+    line = f"GPU time per step: {gpu_us / 1000.0:.3f} ms in {total_launches:.0f} kernel launches"
     if args.wall_ms > 0:
         line += (f"; wall-clock step {args.wall_ms:.3f} ms, the GPU busy "
                  f"{100.0 * gpu_us / 1000.0 / args.wall_ms:.0f}% of it")
     print(line)
+    if peak > 0:
+        over = sum(over_us(us, b) for _, us, b in totals.values()) / steps
+        moved = sum(b for _, _, b in totals.values()) / steps
+        print(f"DRAM traffic per step: {moved / 1e9:.2f} GB, {moved / (peak * 1e3) / 1000.0:.3f} ms "
+              f"at the peak {peak:.0f} GB/s; the kernels spend {over / 1000.0:.3f} ms beyond it")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"gpu_ms_per_step": gpu_us / 1000.0, "launches_per_step": launches,
-                       "wall_ms": args.wall_ms or None,
-                       "kernels": [{"name": n, "calls_per_step": c / steps, "us_per_step": u / steps}
-                                   for n, (c, u) in ranked]}, out, indent=1)
+            json.dump({"gpu_ms_per_step": gpu_us / 1000.0, "launches_per_step": total_launches,
+                       "wall_ms": args.wall_ms or None, "peak_gbs": peak or None,
+                       "kernels": [{"name": n, "calls_per_step": c / steps,
+                                    "us_per_step": u / steps,
+                                    "bytes_per_step": b / steps if with_bytes else None}
+                                   for n, (c, u, b) in ranked]}, out, indent=1)
 
 
 if __name__ == "__main__":
