@@ -11,29 +11,29 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "app_common.h"
 #include "autograd/grad_mode.h"
 #include "backend/device_runtime.h"
 #include "backend/profiler.h"
-#include "data/eval_transform.h"
+#include "core/allocator.h"
 #include "core/precision.h"
 #include "core/random.h"
-#include "ops/autocast.h"
-#include "ops/mac_counter.h"
-#include "ops/ops.h"
+#include "data/eval_transform.h"
 #include "distributed/communicator.h"
 #include "nn/layers.h"
 #include "nn/mixers/attention_core.h"
+#include "ops/autocast.h"
+#include "ops/mac_counter.h"
+#include "ops/ops.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
-#include "train/options.h"
 #include "train/graph_step.h"
+#include "train/options.h"
 #include "train/train_step.h"
 
 namespace {
@@ -88,6 +88,30 @@ int64_t forward_macs_per_image(ska::nn::Module& model, const ska::Tensor& images
   model(images.narrow(0, 0, 1));
   if (training) model.train();
   return macs.total();
+}
+
+// The bytes a training-mode forward pass (under the step's autocast) keeps for its backward pass,
+// per image: the device allocator's requested bytes after the forward less those before, at n and
+// at 2n images (n = 2, or 1 for a batch under 4), their difference over n. That is the saved
+// activations, the output and the dropout masks; the weights' autocast copies, which do not grow
+// with the batch, cancel. -1 for a batch of 1. The same dropout draws as the timed steps take
+// would be taken by other calls: it runs after them.
+double activation_bytes_per_image(ska::nn::Module& model, const ska::Tensor& images,
+                                  const std::string& precision) {
+  using namespace ska;
+  const int64_t n = images.size(0) >= 4 ? 2 : 1;
+  if (images.size(0) < 2 * n) return -1.0;
+  Allocator& allocator = allocator_for(images.device());
+  const AutocastGuard autocast(precision == "fp16" ? DType::kF16 : DType::kBF16,
+                               precision != "fp32");
+  const auto kept = [&](int64_t count) {
+    synchronize(images.device());
+    const int64_t before = allocator.stats().requested;
+    const Tensor out = model(images.narrow(0, 0, count));
+    return allocator.stats().requested - before;
+  };
+  const int64_t one = kept(n), two = kept(2 * n);
+  return static_cast<double>(two - one) / static_cast<double>(n);
 }
 
 struct Measurement {
@@ -278,6 +302,7 @@ int run_benchmark(BenchmarkOptions o) {
   Measurement m;
   std::optional<Profile> profile;
   std::string step_description;
+  double activations = -1.0;  // train: what the forward pass keeps per image
   if (o.mode == "infer") {
     model->eval();
     NoGradGuard no_grad;
@@ -349,6 +374,7 @@ int run_benchmark(BenchmarkOptions o) {
     m = time_steps(o, device, train_step);
     if (o.profile) profile = profile_steps(o, device, train_step);
     stats.read();
+    activations = activation_bytes_per_image(*model, images, o.precision);
   }
   flops.tflops = flops.gflops_per_image * m.images_per_s * 1e-3;
   const std::string name = apps::resolve_config_path(o.config.config);
@@ -381,6 +407,7 @@ int run_benchmark(BenchmarkOptions o) {
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["depthwise_conv_auto"] = ska::cuda_depthwise_conv_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
+    if (activations >= 0) j["activation_bytes_per_image"] = activations;
     j["tflops"] = flops.tflops;
     if (flops.peak_tflops > 0) {
       j["peak_tflops"] = flops.peak_tflops;
@@ -424,6 +451,11 @@ int run_benchmark(BenchmarkOptions o) {
       line.precision(1);
       line << ", MFU " << 100.0 * flops.mfu() << "% of " << flops.peak_tflops << " TFLOP/s ("
            << flops.peak_of << ")";
+    }
+    if (activations >= 0) {
+      line.precision(3);
+      line << "\n  the forward pass keeps " << activations / (1024.0 * 1024.0)
+           << " MiB per image for the backward pass (activations, outputs, dropout masks)";
     }
     for (const std::string& choice : ska::nn::conv_logits_auto_choices()) {
       line << "\n  " << choice;

@@ -125,6 +125,13 @@ for o, t, c in zip(ours, torch_rows, compiled):
     if peak:
         line += f"; peak {peak:g} TFLOP/s ({o.get('peak_of', '')})"
     print(line)
+# What each forward pass keeps for its backward pass, per image (train only): ours from the
+# allocator (saved activations, outputs, dropout masks), torch's from its saved-tensor hooks.
+for o, t in zip(ours, torch_rows):
+    a, b = o.get("activation_bytes_per_image"), t.get("activation_bytes_per_image")
+    if a is not None and b is not None and b > 0:
+        print(f"{o['mode']}: activations kept for the backward pass, ours "
+              f"{a / 2**20:.3f} MiB/image, torch {b / 2**20:.3f} MiB/image ({a / b:.2f}x)")
 if mismatch:
     sys.exit("benchmark.sh: the two models differ in trainable parameters; not the same model")
 EOF

@@ -342,6 +342,31 @@ def time_steps(step, device, warmup, iters):
     return times[len(times) // 2], peak
 
 
+def saved_bytes_per_image(model, images, autocast):
+    """What autograd saves for the backward pass of a training-mode forward, per image: the unique
+    storages the saved-tensor hooks see, parameters left out, at n and 2n images (n = 2, or 1 for
+    a batch under 4), their difference over n; apps/benchmark's activation figure (which also
+    counts the output and dropout masks). None for a batch of 1 or without the hooks (PyTorch
+    before 1.10)."""
+    n = 2 if images.shape[0] >= 4 else 1
+    if images.shape[0] < 2 * n or not hasattr(torch.autograd.graph, "saved_tensors_hooks"):
+        return None
+    params = {p.data_ptr() for p in model.parameters()}
+
+    def saved(count):
+        sizes = {}
+
+        def pack(t):
+            storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+            if storage.data_ptr() not in params:
+                sizes[storage.data_ptr()] = storage.nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast():
+            model(images[:count])
+        return sum(sizes.values())
+    return (saved(2 * n) - saved(n)) / n
+
+
 def run(args):
     cfg = model_config(args.config, args.set)
     device = torch.device(args.device)
@@ -425,13 +450,19 @@ def run(args):
                     torch._foreach_lerp_(ema, [p.detach() for p in model.parameters()],
                                          1.0 - ema_decay)
     median_ms, peak = time_steps(step, device, args.warmup, args.iters)
+    activations = None
+    if args.mode == "train":
+        try:  # torch.compile's graphs may not take the hooks: then no figure
+            activations = saved_bytes_per_image(model, images, autocast)
+        except Exception:  # noqa: BLE001
+            activations = None
     return {"config": find_config(args.config), "mode": args.mode, "device": str(device),
             "dtype": args.precision, "batch": args.batch,
             "images_per_s": args.batch * 1000.0 / median_ms, "median_ms": median_ms,
             "peak_bytes": peak, "trainable_params": params, "threads": torch.get_num_threads(),
             "step": step_text,
             "attention": "sdpa" if sdpa.ENABLED else "math", "sdpa_difference": sdpa_difference,
-            "compiled": bool(args.compile),
+            "compiled": bool(args.compile), "activation_bytes_per_image": activations,
             "torch": torch.__version__}
 
 
@@ -476,6 +507,9 @@ def main():
           f"{args.iters}){peak}, {r['trainable_params']:,} trainable parameters (torch "
           f"{r['torch']}, {r['threads']} threads, attention {r['attention']}"
           f"{', compiled' if r['compiled'] else ''})" + (f" (step: {r['step']})" if r["step"] else ""))
+    if r["activation_bytes_per_image"] is not None:
+        print(f"  autograd saves {r['activation_bytes_per_image'] / 2**20:.3f} MiB per image for "
+              f"the backward pass")
 
 
 if __name__ == "__main__":

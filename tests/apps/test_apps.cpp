@@ -305,6 +305,14 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
     const int64_t blocks = j.at("peak_bytes"), tensors = j.at("peak_requested_bytes");
     CHECK(tensors > 0);
     CHECK(tensors <= blocks);
+    // Training reports what its forward pass keeps per image (activations grow with the batch);
+    // a forward without a backward keeps nothing to report.
+    if (std::string(mode) == "train") {
+      CHECK(j.at("activation_bytes_per_image").get<double>() > 0.0);
+      CHECK(j.at("activation_bytes_per_image").get<double>() < static_cast<double>(tensors));
+    } else {
+      CHECK_FALSE(j.contains("activation_bytes_per_image"));
+    }
   }
   const RunResult bad = run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --dtype bf16");
   CHECK(bad.exit_code == 2);
