@@ -310,6 +310,24 @@ Case plain_case(const std::string& name, const Shape& lead, int64_t nq, int64_t 
   return c;
 }
 
+// plain_case with an additive bias [lead..., nq, nk] of uniform values in [lo, hi] (seed + 4)
+// and its gradient requested.
+Case biased_case(const std::string& name, const Shape& lead, int64_t nq, int64_t nk, int64_t d,
+                 int64_t dv, uint64_t seed, double lo = -2, double hi = 2) {
+  Case c = plain_case(name, lead, nq, nk, d, dv, seed);
+  c.grad_bias = true;
+  c.base.push_back(uniform(with_last(lead, {nq, nk}), seed + 4, lo, hi));
+  c.views = [c](const std::vector<Tensor>& t) {
+    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  };
+  return c;
+}
+
+// A problem's sizes: queries, keys, head dims of q k^T and of v.
+struct Problem {
+  int64_t nq, nk, d, dv;
+};
+
 // Static keys and values [h, nk, d] broadcast over the batch with stride 0; dL/dz requested
 // without a bias.
 Case static_keys_case(int64_t d) {
@@ -479,17 +497,9 @@ TEST_CASE("cuda attention: the one-block backward gives the two kernels' bits", 
   // zero past the end), so for up to 80 tokens their gradients agree to the bit: ViT-S on CIFAR
   // (65 tokens, d = 64, a class token), Swin's windows with their bias (49, d = 32), and CSKA's
   // logits (d = 0, all from the bias).
-  struct Problem {
-    int64_t nq, nk, d, dv;
-  };
   for (const Problem s : {Problem{65, 65, 64, 64}, Problem{49, 49, 32, 32},
                           Problem{65, 65, 0, 64}, Problem{80, 17, 48, 64}}) {
-    Case c = plain_case("one block", {3, 2}, s.nq, s.nk, s.d, s.dv, 1701);
-    c.grad_bias = true;
-    c.base.push_back(uniform({3, 2, s.nq, s.nk}, 1705, -2, 2));
-    c.views = [=](const std::vector<Tensor>& t) {
-      return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
-    };
+    const Case c = biased_case("one block", {3, 2}, s.nq, s.nk, s.d, s.dv, 1701);
     for (const DType dtype : {DType::kBF16, DType::kF16}) {
       INFO(s.nq << " x " << s.nk << ", d " << s.d << ", dv " << s.dv << ", " << dtype_name(dtype));
       const Prepared x = prepare(c, dtype);
@@ -515,17 +525,9 @@ TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' 
   // one-block forward and backward. Problems: ViT-S's 65 tokens of 64 with a bias, 197 tokens of
   // 32 (tiles past the first), class attention (one query, d = 48) and logits given as the bias
   // (d = 0); the tails of each are zero-filled rows.
-  struct Problem {
-    int64_t nq, nk, d, dv;
-  };
   for (const Problem s : {Problem{65, 65, 64, 64}, Problem{197, 197, 32, 32},
                           Problem{1, 197, 48, 48}, Problem{65, 65, 0, 64}}) {
-    Case c = plain_case("tile loads", {2, 3}, s.nq, s.nk, s.d, s.dv, 1901);
-    c.grad_bias = true;
-    c.base.push_back(uniform({2, 3, s.nq, s.nk}, 1905, -2, 2));
-    c.views = [=](const std::vector<Tensor>& t) {
-      return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
-    };
+    const Case c = biased_case("tile loads", {2, 3}, s.nq, s.nk, s.d, s.dv, 1901);
     for (const int mode : {0, 1, 2}) {  // WMMA, mma.sync, mma.sync one-block
       const bool previous_mma = set_cuda_attention_mma(mode > 0);
       const bool previous_backward = set_cuda_attention_one_block_backward(mode == 2);
@@ -661,13 +663,8 @@ TEST_CASE(
   check_case(lsa, 0.125, {DType::kF32, DType::kBF16, DType::kF16});
   // Rows past the keys (nothing excluded there), a bias beside the mask, its gradient +0 on
   // the diagonal.
-  Case biased = plain_case("mask and bias", {2, 3}, 70, 66, 32, 32, 1511);
+  Case biased = biased_case("mask and bias", {2, 3}, 70, 66, 32, 32, 1511, -1, 1);
   biased.mask = AttentionMask::kDiagonal;
-  biased.grad_bias = true;
-  biased.base.push_back(uniform({2, 3, 70, 66}, 1515, -1, 1));
-  biased.views = [=](const std::vector<Tensor>& t) {
-    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(biased, t[0])};
-  };
   check_case(biased, 0.2);
   const Prepared x = prepare(biased, DType::kBF16);
   CHECK(ska::test::plus_zero_diagonal(run(biased, x.gpu, 0.2, true).grad_bias));
@@ -685,13 +682,8 @@ TEST_CASE(
   Case wide = plain_case("mask, d 128", {2, 2}, 65, 65, 128, 128, 1521);
   wide.mask = AttentionMask::kDiagonal;
   check_case(wide, 0.088, {DType::kF32, DType::kBF16, DType::kF16});
-  Case fewer = plain_case("mask, 40 x 66", {2, 3}, 40, 66, 32, 32, 1531);
+  Case fewer = biased_case("mask, 40 x 66", {2, 3}, 40, 66, 32, 32, 1531, -1, 1);
   fewer.mask = AttentionMask::kDiagonal;
-  fewer.grad_bias = true;
-  fewer.base.push_back(uniform({2, 3, 40, 66}, 1535, -1, 1));
-  fewer.views = [=](const std::vector<Tensor>& t) {
-    return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(fewer, t[0])};
-  };
   check_case(fewer, 0.2, {DType::kF32, DType::kBF16, DType::kF16});
   Case permuted = plain_case("mask, permuted bias, 65 tokens", {2, 3}, 65, 65, 64, 64, 1541);
   permuted.mask = AttentionMask::kDiagonal;
