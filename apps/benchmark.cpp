@@ -94,8 +94,9 @@ int64_t forward_macs_per_image(ska::nn::Module& model, const ska::Tensor& images
 // per image: the device allocator's requested bytes after the forward less those before, at n and
 // at 2n images (n = 2, or 1 for a batch under 4), their difference over n. That is the saved
 // activations, the output and the dropout masks; the weights' autocast copies, which do not grow
-// with the batch, cancel. -1 for a batch of 1. The same dropout draws as the timed steps take
-// would be taken by other calls: it runs after them.
+// with the batch, cancel. -1 for a batch of 1. Both forwards start from seed 0, so that layer
+// dropout (CaiT's) skips the same blocks in both (it counts the blocks that draw keeps); it runs
+// after the timed steps, whose draws it would otherwise change.
 double activation_bytes_per_image(ska::nn::Module& model, const ska::Tensor& images,
                                   const std::string& precision) {
   using namespace ska;
@@ -105,6 +106,7 @@ double activation_bytes_per_image(ska::nn::Module& model, const ska::Tensor& ima
   const AutocastGuard autocast(precision == "fp16" ? DType::kF16 : DType::kBF16,
                                precision != "fp32");
   const auto kept = [&](int64_t count) {
+    manual_seed(0);
     synchronize(images.device());
     const int64_t before = allocator.stats().requested;
     const Tensor out = model(images.narrow(0, 0, count));
