@@ -199,6 +199,30 @@ class CaseBuilder {
     return with_backward(c, lsa ? ska::TensorList{qkv, factor} : ska::TensorList{qkv});
   }
 
+  // The fused attention op on separate q [..., Nq, d], k and v [..., Nk, d] and an additive bias
+  // (broadcast over the leading dims it lacks; a learnable table's gradient in training):
+  // Swin's window attention and CaiT's class attention. Work: 4 (leading) Nq Nk d flops.
+  BenchCase attention_qkv(const std::string& name, const Shape& lead, int64_t nq, int64_t nk,
+                          int64_t d, const Shape& bias_shape, bool train = false) {
+    const auto with = [&](int64_t rows) {
+      Shape s = lead;
+      s.push_back(rows);
+      s.push_back(d);
+      return s;
+    };
+    Tensor q = random(with(nq)), k = random(with(nk)), v = random(with(nk));
+    Tensor bias = bias_shape.empty() ? Tensor() : random(bias_shape);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const double flops = 4.0 * static_cast<double>(ska::shape_numel(lead)) * nq * nk * d;
+    BenchCase c{name,
+                shape_text(with(nq)) + "@" + std::to_string(nk) +
+                    (bias.defined() ? " bias " + shape_text(bias_shape) : ""),
+                flops, true, [=] { return ska::scaled_dot_attention(q, k, v, scale, bias); }};
+    if (!train) return c;
+    return with_backward(
+        c, bias.defined() ? ska::TensorList{q, k, v, bias} : ska::TensorList{q, k, v});
+  }
+
   // `c` with the mma.sync attention's one-block forward and backward (for up to 80 tokens) while
   // it runs, to compare with the tiled forward and split backward (the plain case). Ours only,
   // on CUDA (an unnamed case, skipped, elsewhere).
@@ -329,6 +353,16 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.attention("caf_s4_attention", bs.caformer, 49, 16, 32, false);
       },
+      // Swin-T's first stage on CIFAR (3 heads of 32, 16 windows of 4x4 over the 16x16 grid, the
+      // relative position bias broadcast over images and windows) and CaiT-S's class attention
+      // (the class token over itself and 64 patches, 8 heads of 64).
+      [=](CaseBuilder& c) {
+        return c.attention_qkv("swin_window_attention", {bs.vit, 3, 16}, 16, 16, 32,
+                               {3, 1, 16, 16});
+      },
+      [=](CaseBuilder& c) {
+        return c.attention_qkv("cait_class_attention", {bs.vit, 8}, 1, 65, 64, {});
+      },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512); },
       [=](CaseBuilder& c) { return c.add("add_4M", 4 << 20); },
@@ -410,6 +444,13 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       },
       [=](CaseBuilder& c) {
         return c.attention("caf_s4_attention", bs.caformer, 49, 16, 32, false, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.attention_qkv("swin_window_attention", {bs.vit, 3, 16}, 16, 16, 32, {3, 1, 16, 16},
+                               true);
+      },
+      [=](CaseBuilder& c) {
+        return c.attention_qkv("cait_class_attention", {bs.vit, 8}, 1, 65, 64, {}, true);
       },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },

@@ -108,6 +108,32 @@ class CaseBuilder:
             case = self.with_backward(case, [qkv] + ([factor] if lsa else []))
         return case if backend is None else (f"{case[0]}@{backend}",) + case[1:]
 
+    def attention_qkv(self, name, lead, nq, nk, d, bias_shape, train=False, backend=None):
+        """attention_qkv's twin: separate q, k, v and an additive bias broadcast over the leading
+        dims it lacks (Swin's window attention, CaiT's class attention)."""
+        if backend is not None and self.device.type != "cuda":
+            return None
+        q, k, v = self.random(*lead, nq, d), self.random(*lead, nk, d), self.random(*lead, nk, d)
+        bias = self.random(*bias_shape) if bias_shape else None
+        scale = d ** -0.5
+
+        def forward():
+            with sdpa_backend(backend):
+                if has_sdpa():
+                    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+                z = torch.matmul(q, k.transpose(-2, -1)) * scale
+                return torch.matmul(torch.softmax(z if bias is None else z + bias, -1), v)
+
+        n_lead = 1
+        for x in lead:
+            n_lead *= x
+        shape = f"{shape_text((*lead, nq, d))}@{nk}" + \
+            (f" bias {shape_text(bias_shape)}" if bias_shape else "")
+        case = (name, shape, 4.0 * n_lead * nq * nk * d, True, forward)
+        if train:
+            case = self.with_backward(case, [q, k, v] + ([bias] if bias is not None else []))
+        return case if backend is None else (f"{case[0]}@{backend}",) + case[1:]
+
     def bytes_of(self, t, passes):
         return float(t.numel() * t.element_size() * passes)
 
@@ -164,7 +190,7 @@ SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 
 def attention_cases(bs, train):
     """The fused attention cases (ViT-S's LSA, plain multi-head attention of the same size,
-    CAFormer-S18's stages 3 and 4), then on CUDA each with every SDPA backend forced: rows of
+    CAFormer-S18's stages 3 and 4, Swin-T's windows, CaiT-S's class attention), then on CUDA each with every SDPA backend forced: rows of
     PyTorch's alone (a backend that cannot take a problem, flash with a mask, is reported on
     stderr and skipped)."""
     shapes = [("vit_lsa_attention", bs["vit"], 65, 8, 64, True),
@@ -172,8 +198,14 @@ def attention_cases(bs, train):
               ("caf_s3_attention", bs["caformer"], 196, 10, 32, False),
               ("caf_s4_attention", bs["caformer"], 49, 16, 32, False)]
     forced = SDPA_BACKENDS if has_sdpa() and hasattr(torch.nn, "attention") else ()
-    return [lambda c, a=a, b=b: c.attention(*a, train=train, backend=b)
-            for b in (None,) + forced for a in shapes]
+    separate = [("swin_window_attention", (bs["vit"], 3, 16), 16, 16, 32, (3, 1, 16, 16)),
+                ("cait_class_attention", (bs["vit"], 8), 1, 65, 64, ())]
+    cases = []
+    for b in (None,) + forced:
+        cases += [lambda c, a=a, b=b: c.attention(*a, train=train, backend=b) for a in shapes]
+        cases += [lambda c, a=a, b=b: c.attention_qkv(*a, train=train, backend=b)
+                  for a in separate]
+    return cases
 
 
 def case_list(bs):
