@@ -59,7 +59,7 @@ VitBlock::VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dro
 ResidualNorm VitBlock::forward_chained(const ResidualNorm& in, ChainedBlock* next) {
   if (class_token_output && next == nullptr) {
     const ResidualNorm cls =
-        norm2_->forward_residual(in.sum.narrow(1, 0, 1), (*mixer_)(in.normed).narrow(1, 0, 1));
+        norm2_->forward_residual(in.sum.narrow(1, 0, 1), mixer_->first_token(in.normed));
     return {add(cls.sum, (*mlp_)(cls.normed)), Tensor()};
   }
   const ResidualNorm mixed = norm2_->forward_residual(in.sum, (*mixer_)(in.normed));

@@ -36,9 +36,10 @@ class VitBlock : public ChainedBlock {
   std::string type_name() const override { return "VitBlock"; }
   nn::LayerNorm& first_norm() override { return *norm1_; }
   ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override;
-  // Set on a ViT's last block, of whose output only the class token is read: after the mixer,
-  // the block runs on that token alone (the MLP is per token, so its values are the same) and
-  // returns [B, 1, C].
+  // Set on a ViT's last block, of whose output only the class token is read: the mixer computes
+  // that token's output alone (Module::first_token; attention: the class token's query against
+  // every key), the rest of the block runs on it (the MLP is per token, so its values are the
+  // same) and the block returns [B, 1, C].
   bool class_token_output = false;
 
  private:

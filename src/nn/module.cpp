@@ -40,6 +40,17 @@ Tensor Module::operator()(const Tensor& x) {
   return y;
 }
 
+Tensor Module::first_token(const Tensor& x) {
+  SummaryRecorder* rec = SummaryRecorder::active();
+  if (!rec) return forward_first_token(x);
+  const size_t slot = rec->begin(this);
+  Tensor y = forward_first_token(x);
+  rec->end(slot, y);
+  return y;
+}
+
+Tensor Module::forward_first_token(const Tensor& x) { return forward(x).narrow(1, 0, 1); }
+
 Tensor Module::register_parameter(const std::string& name, Tensor value, bool trainable) {
   check_name(name, "parameter");
   SKA_CHECK(value.is_floating(), DTypeError, "parameter '", name, "' must be floating, got ",

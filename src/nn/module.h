@@ -37,6 +37,13 @@ class Module {
   virtual bool reads_input_by_matmul_only() const { return false; }
   // Runs forward; when a SummaryRecorder is active, records this call (see nn/summary.h).
   Tensor operator()(const Tensor& x);
+  // forward(x)'s first token alone, [B, 1, C], for a block whose next layer reads only the class
+  // token: what forward_first_token computes, recorded as operator() records forward.
+  Tensor first_token(const Tensor& x);
+  // The computation of first_token. By default forward(x).narrow(1, 0, 1); a token mixer that can
+  // compute token 0 without the other tokens' outputs overrides it (Attention: the class token's
+  // query alone against every key).
+  virtual Tensor forward_first_token(const Tensor& x);
 
   // --- Registration (in the constructor) ---
   // Trainable parameters require grad; non-trainable ones (e.g. Swin's stored masks in the

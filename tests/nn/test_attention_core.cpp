@@ -10,10 +10,11 @@
 
 #include "autograd/node.h"
 #include "nn/mixers/attention_core.h"
+#include "nn/mixers/attention_probe.h"
 #include "nn/mixers/mixer.h"
 #include "nn/summary.h"
-#include "ops/mac_counter.h"
 #include "ops/autocast.h"
+#include "ops/mac_counter.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -420,4 +421,54 @@ TEST_CASE("diagonal masks are built once per shape and device", "[cpu][nn]") {
   const Tensor c = diagonal_mask(4, 3, Device::cpu());
   CHECK(c.data_ptr() != a.data_ptr());
   CHECK(c.to_vector<uint8_t>() == std::vector<uint8_t>{1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0});
+}
+
+TEST_CASE("attention's first token alone equals the whole forward's first token",
+          "[cpu][nn][attention]") {
+  // A ViT's last block reads only the class token of its mixer's output: Attention computes it
+  // from the class token's query alone. LSA (learnable temperature, diagonal mask) and plain
+  // attention, values and every gradient (input and parameters) in f64, and under bf16 autocast
+  // within its tolerance; with an attention probe the whole forward runs (full maps recorded).
+  MixerArgs args;
+  args.dim = 32;
+  args.grid = TokenGrid{3, 3, true};
+  args.flavour = MixerFlavour::kVit;
+  args.heads = 2;
+  args.head_dim = 16;
+  for (const char* type : {"lsa", "mhsa"}) {
+    INFO(type);
+    const Config cfg = Config::parse(std::string("type: ") + type + "\n");
+    const ModulePtr mixer = build_mixer_from_node(cfg.root(), args);
+    mixer->to(DType::kF64);
+    const Tensor x = ska::test::uniform({2, 10, 32}, 41).set_requires_grad();
+    const Tensor w = ska::test::uniform({2, 1, 32}, 42);
+    const auto run = [&](bool first_only) {
+      for (const auto& named : mixer->named_parameters(true)) named.second.zero_grad();
+      x.zero_grad();
+      const Tensor y = first_only ? mixer->first_token(x) : (*mixer)(x).narrow(1, 0, 1);
+      sum(mul(y, w)).backward();
+      std::vector<Tensor> r = {y.detach(), x.grad()};
+      for (const auto& [name, p] : mixer->named_parameters(true)) r.push_back(p.grad());
+      return r;
+    };
+    const std::vector<Tensor> whole = run(false), first = run(true);
+    REQUIRE(first[0].shape() == Shape{2, 1, 32});
+    for (size_t i = 0; i < whole.size(); ++i) {
+      INFO("result " << i << " (the output, dL/dx, then the parameters' gradients)");
+      ska::test::require_close(first[i], whole[i], ska::test::Tolerance{1e-12, 1e-12}, "first");
+    }
+    {
+      const AutocastGuard autocast(DType::kBF16);
+      mixer->to(DType::kF32);
+      const Tensor x32 = x.detach().to(DType::kF32);
+      ska::test::require_close(mixer->first_token(x32).to(DType::kF64),
+                               (*mixer)(x32).narrow(1, 0, 1).to(DType::kF64),
+                               ska::test::tolerance_for(DType::kBF16), "bf16 autocast");
+    }
+    mixer->to(DType::kF64);
+    AttentionRecorder probe;
+    mixer->first_token(x.detach());
+    REQUIRE(probe.records().size() == 1);
+    CHECK(probe.records()[0].weights.size(-2) == 10);  // the whole map: every query's row
+  }
 }

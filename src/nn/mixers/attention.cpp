@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "nn/mixers/attention_probe.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -57,6 +58,23 @@ Tensor Attention::forward(const Tensor& x) {
   spec.exclude_diagonal = diagonal_mask_;
   spec.dropout = attn_drop_.get();
   const Tensor mixed = merge_heads(attend_qkv((*qkv_)(x), heads_, spec));
+  return (*proj_drop_)((*proj_)(mixed));
+}
+
+Tensor Attention::forward_first_token(const Tensor& x) {
+  // An attention probe records full maps, which only the whole forward makes.
+  if (AttentionRecorder::active()) return Module::forward_first_token(x);
+  SKA_CHECK(x.dim() == 3 && x.size(1) >= 1, ShapeError,
+            "Attention: expected [B, N, C] tokens, got ", x.str());
+  AttentionSpec spec;
+  scale_->configure(spec);
+  spec.exclude_diagonal = diagonal_mask_;  // query 0 is token 0: its own key is excluded
+  spec.dropout = attn_drop_.get();
+  const Tensor qkv = (*qkv_)(x);
+  const int64_t batch = x.size(0), tokens = x.size(1);
+  const TensorList parts =
+      unbind(qkv.view({batch, tokens, 3, heads_, head_dim_}).permute({2, 0, 3, 1, 4}), 0);
+  const Tensor mixed = merge_heads(attend_qk(parts[0].narrow(2, 0, 1), parts[1], parts[2], spec));
   return (*proj_drop_)((*proj_)(mixed));
 }
 

@@ -38,6 +38,9 @@ class Attention : public Module {
  public:
   Attention(int64_t dim, const AttentionOptions& options);
   Tensor forward(const Tensor& x) override;
+  // The class token's output alone: its query against every key and value (q, k, v of every
+  // token still come from one projection), then the output projection on that one token.
+  Tensor forward_first_token(const Tensor& x) override;
   std::string type_name() const override { return "Attention"; }
   bool reads_input_by_matmul_only() const override { return true; }  // the qkv projection
 
