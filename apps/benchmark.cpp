@@ -62,7 +62,7 @@ struct BenchmarkOptions {
   std::string attention_loads = "async";  // or sync (set_cuda_attention_async_loads)
   std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
   std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
-  std::string conv_logits = "auto";      // or conv, gemm (nn::set_conv_logits_form)
+  std::string conv_logits = "auto";       // or conv, gemm, direct (nn::set_conv_logits_form)
   std::string depthwise_conv = "cudnn";  // or direct, auto (set_cuda_depthwise_conv)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
@@ -555,8 +555,10 @@ int main(int argc, char** argv) {
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
                  "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "
                  "CUDA with --cudnn-benchmark on, the faster for each shape, timed on its first "
-                 "call, the default; the choices are printed; conv elsewhere), to compare")
-      ->check(CLI::IsMember({"conv", "gemm", "auto"}));
+                 "call, the default; the choices are printed; conv elsewhere) or direct (this "
+                 "project's tensor-core kernels on CUDA, no im2col; the CPU's reference loops), "
+                 "to compare")
+      ->check(CLI::IsMember({"conv", "gemm", "auto", "direct"}));
   app.add_option("--depthwise-conv", o.depthwise_conv,
                  "CUDA channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters "
                  "(MetaFormer's separable convolutions): cudnn (the default), direct (this "

@@ -412,7 +412,8 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
             ska::ConvInputGrad::kRotatedForward);
       },
       // The same two logit convolutions as the mixers run them (queries in, logits out), through
-      // the convolution and as im2col + GEMM (train.conv_logits). Ours only.
+      // the convolution, as im2col + GEMM and by this project's kernels (train.conv_logits).
+      // Ours only.
       [=](CaseBuilder& c) {
         return c.conv_logits("cska_conv_logits_conv", bs.vit, 8, 64, 8, 65,
                              ska::nn::ConvLogitsForm::kConv);
@@ -428,6 +429,14 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.conv_logits("cskaf_conv_logits_gemm", bs.caformer, 8, 16, 28, 784,
                              ska::nn::ConvLogitsForm::kGemm);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv_logits("cska_conv_logits_direct", bs.vit, 8, 64, 8, 65,
+                             ska::nn::ConvLogitsForm::kDirect);
+      },
+      [=](CaseBuilder& c) {
+        return c.conv_logits("cskaf_conv_logits_direct", bs.caformer, 8, 16, 28, 784,
+                             ska::nn::ConvLogitsForm::kDirect);
       },
       [=](CaseBuilder& c) {
         return c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true, true);

@@ -25,13 +25,14 @@
 #             (which prints its timings) back to back: imagenet_caformer_s18 and imagenet_cskaformer_s18 at 128
 #             (DEPTHWISE="CONFIG:BATCH ..." for others)
 #   logits    our bf16 training step with CSKA's logit convolution as a convolution, as
-#             im2col + GEMM, and the faster of the two per shape (--conv-logits conv / gemm / auto,
-#             which prints its timings) back to back: imagenet_cskaformer_s18 at 128,
+#             im2col + GEMM, the faster of the two per shape, and by this project's tensor-core
+#             kernels (--conv-logits conv / gemm / auto / direct; auto prints its timings) back to
+#             back: imagenet_cskaformer_s18 at 128,
 #             cifar10_cska_vit at 512 (LOGITS="CONFIG:BATCH ..." for others)
 #   convs     scripts/benchmark_ops.sh (bf16, against PyTorch) on the CSKA logit convolutions:
 #             CSKAFormer-S18's (stage 2) and CSKA-ViT-S's, forward and backward, with the timed
 #             backward-input choice and with each form forced (backward-data, rotated forward),
-#             and as the mixers run them in both train.conv_logits forms
+#             and as the mixers run them in each train.conv_logits form (conv, gemm, direct)
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
 #             adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..." for others)
@@ -56,7 +57,8 @@
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
-#             elementwise, reductions, dropout, layer norm, depthwise convolution), then racecheck
+#             elementwise, reductions, dropout, layer norm, depthwise convolution, conv logits),
+#             then racecheck
 #             over the attention kernels' tile loads (asynchronous copies)
 #
 # Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh .deps libjpeg62-turbo
@@ -232,7 +234,7 @@ for stage in "${stages[@]}"; do
     forms_stage depthwise --depthwise-conv "cudnn direct auto" \
       "${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}" "images/s|depthwise conv " ;;
   logits)
-    forms_stage logits --conv-logits "conv gemm auto" \
+    forms_stage logits --conv-logits "conv gemm auto direct" \
       "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits \[" ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
@@ -320,12 +322,13 @@ for stage in "${stages[@]}"; do
   memcheck)
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
     stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*,scaled_residual on CUDA*"
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*,scaled_residual on CUDA*,cuda conv logits*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)"
-    # The asynchronous tile copies of the attention kernels: a missing wait is a shared-memory race.
+    # The asynchronous tile copies of the attention and conv-logit kernels: a missing wait or
+    # barrier is a shared-memory race.
     stage_run racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 99 "$tests" \
-      "cuda attention: synchronous tile loads*,cuda attention: tensor cores, head dims*"
+      "cuda attention: synchronous tile loads*,cuda attention: tensor cores, head dims*,cuda conv logits: the kernels repeat*"
     [ $? = 125 ] && continue
     say "  racecheck: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/racecheck.log" | tail -1)" ;;
   esac

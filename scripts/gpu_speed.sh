@@ -10,9 +10,9 @@
 # --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --depthwise-conv
 # direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
 # those and cuDNN's per shape),
-# --conv-logits conv / gemm (CSKA's logit
-# convolution always as a convolution or always as im2col + GEMM instead of the faster per
-# shape), --attention scalar (no tensor cores),
+# --conv-logits conv / gemm / direct (CSKA's logit
+# convolution always as a convolution, always as im2col + GEMM, or by this project's tensor-core
+# kernels, instead of the faster of the first two per shape), --attention scalar (no tensor cores),
 # --attention unfused, --elementwise reference, --cudnn-benchmark off, --norm-output f32; and
 # --cuda-graph on. Ends with one table.
 # Usage: scripts/gpu_speed.sh [CONFIG[:BATCH] ...]
@@ -42,7 +42,8 @@ bench=$build/apps/benchmark
 variants=(default "--attention wmma" "--attention-loads sync" "--attention-backward one_block"
           "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
           "--gelu-dropout fused" "--depthwise-conv direct" "--depthwise-conv auto"
-          "--conv-logits conv" "--conv-logits gemm" "--attention scalar" "--attention unfused"
+          "--conv-logits conv" "--conv-logits gemm" "--conv-logits direct" "--attention scalar"
+          "--attention unfused"
           "--elementwise reference" "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")
 rows=$logs/speed_variants.jsonl
 : >"$rows"

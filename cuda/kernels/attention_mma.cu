@@ -41,6 +41,7 @@
 
 #include "backend/device_runtime.h"
 #include "cuda/kernels/attention_tc.cuh"
+#include "cuda/kernels/mma.cuh"
 
 namespace ska::cuda::attn {
 namespace {
@@ -62,80 +63,6 @@ constexpr int kShortWarps = kShortRows / kRows;
 template <int kHead>
 constexpr int tile_width() {
   return kHead > 64 ? 32 : 64;
-}
-
-// --- Fragments ---
-
-template <typename T>
-__device__ __forceinline__ uint32_t load_pair(const T* p) {  // p[0] low, p[1] high; 4-byte aligned
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-template <typename T>
-__device__ __forceinline__ uint32_t load_pair(const T* lo, const T* hi) {
-  const uint32_t a = *reinterpret_cast<const uint16_t*>(lo);
-  const uint32_t b = *reinterpret_cast<const uint16_t*>(hi);
-  return a | (b << 16);
-}
-template <typename T>
-__device__ __forceinline__ uint32_t pack(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack<__half>(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// c += a b on one m16n8k16 tile.
-template <typename T>
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// The A fragment of the 16 x 16 block at `m` (row-major, row stride ld).
-template <typename T>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* m, int ld, int lane) {
-  const T* p = m + (lane >> 2) * ld + 2 * (lane & 3);
-  a[0] = load_pair(p);
-  a[1] = load_pair(p + 8 * ld);
-  a[2] = load_pair(p + 8);
-  a[3] = load_pair(p + 8 * ld + 8);
-}
-
-// The B fragment b(k, n) = m[n][k] of the 8 x 16 block at `m` (rows are B's columns: K in
-// Q K^T, dO in V dO^T ...).
-template <typename T>
-__device__ __forceinline__ void load_b_rows(uint32_t& b0, uint32_t& b1, const T* m, int ld,
-                                            int lane) {
-  const T* p = m + (lane >> 2) * ld + 2 * (lane & 3);
-  b0 = load_pair(p);
-  b1 = load_pair(p + 8);
-}
-
-// The B fragment b(k, n) = m[k][n] of the 16 x 8 block at `m` (the contraction runs down the
-// rows: V in P V, dO in P^T dO ...).
-template <typename T>
-__device__ __forceinline__ void load_b_cols(uint32_t& b0, uint32_t& b1, const T* m, int ld,
-                                            int lane) {
-  const T* p = m + 2 * (lane & 3) * ld + (lane >> 2);
-  b0 = load_pair(p, p + ld);
-  b1 = load_pair(p + 8 * ld, p + 9 * ld);
 }
 
 // The A fragment of 16 rows x 16 columns of f32 accumulators, rounded to T: tiles c0 (columns

@@ -21,6 +21,7 @@ constexpr PolicyEntry kPolicyTable[] = {
     {"linear", AutocastPolicy::kLowerPrecision},
     {"matmul", AutocastPolicy::kLowerPrecision},
     {"conv2d", AutocastPolicy::kLowerPrecision},
+    {"conv_logits", AutocastPolicy::kLowerPrecision},
     {"scaled_dot_attention", AutocastPolicy::kLowerPrecision},
     {"qkv_attention", AutocastPolicy::kLowerPrecision},
     // Large reductions, exponentials and statistics: f32.

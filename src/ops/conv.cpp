@@ -113,6 +113,44 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   return y;
 }
 
+Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
+                        int64_t width) {
+  if (auto cast = autocast_inputs("conv_logits", {q, w, bias})) {
+    return grid_conv_logits((*cast)[0], (*cast)[1], (*cast)[2], height, width);
+  }
+  detail::check_same_device_dtype("conv_logits", q, w);
+  if (bias.defined()) detail::check_same_device_dtype("conv_logits", q, bias);
+  // The kernels read q through its strides (a head split of a projection needs no copy) but for
+  // the last dim's.
+  const auto unit_columns = [](const Tensor& t) {
+    return t.dim() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1;
+  };
+  const Tensor qd = unit_columns(q) ? q.detach() : q.detach().contiguous();
+  const Tensor wc = w.detach().contiguous();
+  const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  SKA_CHECK(q.dim() == 4 && w.dim() == 4, ShapeError,
+            "conv_logits: q [B, h, H*W, d] and w [h, k*k, K, d], got ", shape_str(q.shape()),
+            " and ", shape_str(w.shape()));
+  Tensor logits =
+      Tensor::empty({q.size(0), q.size(1), q.size(2), w.size(2)}, q.dtype(), q.device());
+  SKA_KERNEL(q.device(), conv_logits_forward)(qd, wc, bc, height, width, logits);
+  MacCounter::add(logits.numel() * w.size(1) * w.size(3));
+  const bool need_q = q.requires_grad(), need_w = w.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  const Shape b_shape = bias.defined() ? bias.shape() : Shape{};
+  autograd::record_op("conv_logits", {q, w, bias}, {logits}, [=](const TensorList& g) {
+    const Tensor gl = unit_columns(g[0]) ? g[0] : g[0].contiguous();
+    // Uninitialised: the kernels write every element.
+    const Tensor gq = need_q ? Tensor::empty(qd.shape(), gl.dtype(), gl.device()) : Tensor();
+    const Tensor gw = need_w ? Tensor::empty(wc.shape(), gl.dtype(), gl.device()) : Tensor();
+    if (need_q || need_w) {
+      SKA_KERNEL(gl.device(), conv_logits_backward)(gl, qd, wc, height, width, gq, gw);
+    }
+    return TensorList{gq, gw, need_b ? sum(gl, {0, 2}).reshape(b_shape) : Tensor()};
+  });
+  return logits;
+}
+
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding, int64_t dilation, int64_t groups) {
   Conv2dParams p;

@@ -13,4 +13,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 
+// CSKA's convolutional logits (backend/kernels.inc, conv_logits_forward): the queries q
+// [B, h, H*W, d] of each head laid out on the height x width grid, their logits over K keys from
+// a "same" k x k convolution with one group per head, w [h, k*k, K, d] (k odd; conv2d's filters
+// [h*K, d, k, k] reordered), bias [h, K] or undefined -> [B, h, H*W, K]. The same numbers as
+// conv2d on q as an image [B, h*d, H, W], up to the order of the sums; computed without the image
+// or a neighbourhood matrix. Autocast casts as conv2d's; gradients for q, w and bias.
+Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
+                        int64_t width);
+
 }  // namespace ska

@@ -67,7 +67,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
   k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
-  k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto"});
+  k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto", "direct"});
   k.depthwise_conv = t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
@@ -84,9 +84,10 @@ void KernelChoices::apply() const {
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   nn::set_fused_residual_norm(residual_norm == "fused");
   nn::set_fused_gelu_dropout(gelu_dropout == "fused");
-  nn::set_conv_logits_form(conv_logits == "gemm"   ? nn::ConvLogitsForm::kGemm
-                           : conv_logits == "auto" ? nn::ConvLogitsForm::kAuto
-                                                   : nn::ConvLogitsForm::kConv);
+  nn::set_conv_logits_form(conv_logits == "gemm"     ? nn::ConvLogitsForm::kGemm
+                           : conv_logits == "auto"   ? nn::ConvLogitsForm::kAuto
+                           : conv_logits == "direct" ? nn::ConvLogitsForm::kDirect
+                                                     : nn::ConvLogitsForm::kConv);
   set_cuda_depthwise_conv(depthwise_conv == "direct" ? DepthwiseConv::kDirect
                           : depthwise_conv == "auto" ? DepthwiseConv::kTimed
                                                      : DepthwiseConv::kCudnn);

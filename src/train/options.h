@@ -54,7 +54,8 @@ struct KernelChoices {
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
   // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
   // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv
-  // elsewhere).
+  // elsewhere) or direct (the grid_conv_logits op: on CUDA this project's tensor-core kernels,
+  // no im2col; not yet measured on a GPU).
   std::string conv_logits = "auto";
   // Channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters (MetaFormer's
   // separable convolutions) on CUDA: cudnn, direct (this project's kernels,

@@ -137,9 +137,13 @@ TEST_CASE("MetaFormer-flavour ska/cska match the PyTorch reference in f64",
   }
 }
 
-TEST_CASE("cska models match the PyTorch references with conv logits as a matrix product",
-          "[cpu][mixers][golden]") {
-  const nn::ConvLogitsFormGuard gemm(nn::ConvLogitsForm::kGemm);
+TEST_CASE(
+    "cska models match the PyTorch references with conv logits as a matrix product or by "
+    "grid_conv_logits",
+    "[cpu][mixers][golden]") {
+  const nn::ConvLogitsForm form = GENERATE(nn::ConvLogitsForm::kGemm, nn::ConvLogitsForm::kDirect);
+  CAPTURE(form == nn::ConvLogitsForm::kGemm ? "gemm" : "direct");
+  const nn::ConvLogitsFormGuard guard(form);
   for (const char* name : {"mixer_cska_metaformer", "mixer_cska_metaformer_starrelu", "vit_cska",
                            "vit_cska_authors_order", "cait_cska"}) {
     SECTION(name) { test::check_model_golden(name); }
@@ -242,6 +246,12 @@ TEST_CASE("static-key mixers agree on CUDA and CPU", "[cuda][mixers]") {
     if (std::string(c.mixer).find("cska") == std::string::npos) continue;
     SECTION(std::string(c.mixer) + " " + c.family + ", conv logits as a matrix product") {
       const nn::ConvLogitsFormGuard gemm(nn::ConvLogitsForm::kGemm);
+      test::check_module_cuda_parity(
+          [&] { return make_mixer(c.mixer, 32, c.grid, c.family); },
+          test::uniform({2, c.grid.tokens(), 32}, 23, -1.0, 1.0, DType::kF32));
+    }
+    SECTION(std::string(c.mixer) + " " + c.family + ", conv logits by grid_conv_logits") {
+      const nn::ConvLogitsFormGuard direct(nn::ConvLogitsForm::kDirect);
       test::check_module_cuda_parity(
           [&] { return make_mixer(c.mixer, 32, c.grid, c.family); },
           test::uniform({2, c.grid.tokens(), 32}, 23, -1.0, 1.0, DType::kF32));

@@ -250,13 +250,18 @@ TEST_CASE("zoo on CUDA: logits and every parameter gradient of every model match
   }
 }
 
-TEST_CASE("zoo on CUDA: cska models with conv logits as a matrix product match the CPU",
-          "[cuda][models][slow]") {
+TEST_CASE(
+    "zoo on CUDA: cska models with conv logits as a matrix product or by "
+    "grid_conv_logits match the CPU",
+    "[cuda][models][slow]") {
   if (!test::cuda_available_or_skip()) return;
-  // train.conv_logits: gemm on both devices (the CPU's equality with the convolution is tested in
-  // f64 on the CPU), against the same exact f64 result.
+  // train.conv_logits: gemm or direct on both devices (the CPU's equality with the convolution is
+  // tested in f64 on the CPU), against the same exact f64 result. direct runs this project's
+  // kernels in bf16 (f32 takes the convolution).
+  const std::string form = GENERATE(as<std::string>{}, "gemm", "direct");
+  CAPTURE(form);
   KernelChoices gemm;
-  gemm.conv_logits = "gemm";
+  gemm.conv_logits = form;
   gemm.apply();
   for (const char* name :
        {"cska_vit_s", "cska_cait_s", "cska_swin_t", "cska_cvt_13", "cskaformer_s18"}) {

@@ -248,7 +248,8 @@ TEST_CASE("logit builders: q k^T, static keys, conv logits", "[cpu][nn][attentio
 namespace {
 
 // conv_logits(q, conv) and the gradients of sum(logits * w) for q, the weight and the bias; checks
-// that the form asked for computed them (`product`: the form runs as a matrix product).
+// that the form asked for computed them (`product`: the form applies, so that kGemm runs as a
+// matrix product and kDirect as the grid_conv_logits op).
 TensorList conv_logits_and_grads(const Tensor& q_in, Conv2d& conv, int64_t h, int64_t w,
                                  ConvLogitsForm form, bool product = true) {
   ConvLogitsFormGuard guard(form);
@@ -257,11 +258,13 @@ TensorList conv_logits_and_grads(const Tensor& q_in, Conv2d& conv, int64_t h, in
   if (conv.bias.defined()) conv.bias.zero_grad();
   const Tensor logits = conv_logits(q, conv, h, w);
   const bool as_product = form == ConvLogitsForm::kGemm && product;
+  const bool as_direct = form == ConvLogitsForm::kDirect && product;
   // With a bias, the neighbourhoods come as rows with the bias's column of ones.
   const char* im2col = conv.bias.defined() ? "grid_neighbourhood_rows" : "grid_neighbourhoods";
   CHECK(test::graph_has(logits, im2col) == as_product);
-  if (as_product) CHECK_FALSE(test::graph_has(logits, "add"));  // the bias is added in the product
-  CHECK(test::graph_has(logits, "conv2d") == !as_product);
+  if (as_product || as_direct) CHECK_FALSE(test::graph_has(logits, "add"));  // bias in the op
+  CHECK(test::graph_has(logits, "conv_logits") == as_direct);
+  CHECK(test::graph_has(logits, "conv2d") == !(as_product || as_direct));
   const Tensor weights = test::uniform(logits.shape(), 99, -1.0, 1.0, logits.dtype());
   sum(logits * weights).backward();
   TensorList out = {logits.detach(), q.grad(), conv.weight.grad()};
@@ -271,12 +274,16 @@ TensorList conv_logits_and_grads(const Tensor& q_in, Conv2d& conv, int64_t h, in
 
 }  // namespace
 
-TEST_CASE("conv logits as one matrix product per head equal the convolution",
-          "[cpu][nn][attention]") {
+TEST_CASE(
+    "conv logits as one matrix product per head, and by grid_conv_logits, equal the "
+    "convolution",
+    "[cpu][nn][attention]") {
   // q [B, h, H*W, d] as split_heads leaves it (a strided view), on a 4x5 grid.
   const int64_t heads = 3, d = 4, keys = 7, gh = 4, gw = 5;
   const Tensor q_in = split_heads(test::uniform({2, gh * gw, heads * d}, 21), heads);
   const char* names[] = {"logits", "q grad", "weight grad", "bias grad"};
+  const ConvLogitsForm form = GENERATE(ConvLogitsForm::kGemm, ConvLogitsForm::kDirect);
+  CAPTURE(form == ConvLogitsForm::kGemm ? "gemm" : "direct");
   for (int64_t k : {3, 5}) {
     for (bool bias : {true, false}) {
       DYNAMIC_SECTION(k << "x" << k << (bias ? " with" : " without") << " bias") {
@@ -287,12 +294,13 @@ TEST_CASE("conv logits as one matrix product per head equal the convolution",
         Conv2d conv(heads * d, heads * keys, k, o);
         conv.to(DType::kF64);
         const TensorList by_conv = conv_logits_and_grads(q_in, conv, gh, gw, ConvLogitsForm::kConv);
-        const TensorList by_gemm = conv_logits_and_grads(q_in, conv, gh, gw, ConvLogitsForm::kGemm);
+        const TensorList by_gemm = conv_logits_and_grads(q_in, conv, gh, gw, form);
         REQUIRE(by_gemm.size() == by_conv.size());
         for (size_t i = 0; i < by_conv.size(); ++i) {
           test::require_close(by_gemm[i], by_conv[i], test::tolerance_for(DType::kF64), names[i]);
         }
-        ConvLogitsFormGuard gemm(ConvLogitsForm::kGemm);
+        if (form == ConvLogitsForm::kDirect) continue;  // test_conv.cpp checks the op's gradients
+        ConvLogitsFormGuard gemm(form);
         TensorList inputs = {q_in.clone().set_requires_grad(true), conv.weight};
         if (bias) inputs.push_back(conv.bias);
         test::check_gradients([&](const TensorList& x) { return conv_logits(x[0], conv, gh, gw); },
@@ -304,13 +312,13 @@ TEST_CASE("conv logits as one matrix product per head equal the convolution",
     std::shared_ptr<Conv2d> conv = make_conv_logits(heads * d, heads, keys);
     const Tensor q32 = q_in.to(DType::kF32);
     const TensorList by_conv = conv_logits_and_grads(q32, *conv, gh, gw, ConvLogitsForm::kConv);
-    const TensorList by_gemm = conv_logits_and_grads(q32, *conv, gh, gw, ConvLogitsForm::kGemm);
+    const TensorList by_gemm = conv_logits_and_grads(q32, *conv, gh, gw, form);
     for (size_t i = 0; i < by_conv.size(); ++i) {
       test::require_close(by_gemm[i], by_conv[i], test::tolerance_for(DType::kF32), names[i]);
     }
     AutocastGuard autocast(DType::kBF16);
     const Tensor logits_gemm = [&] {
-      ConvLogitsFormGuard gemm(ConvLogitsForm::kGemm);
+      ConvLogitsFormGuard gemm(form);
       return conv_logits(q32, *conv, gh, gw);
     }();
     const Tensor logits_conv = conv_logits(q32, *conv, gh, gw);
@@ -318,22 +326,22 @@ TEST_CASE("conv logits as one matrix product per head equal the convolution",
     CHECK(logits_conv.dtype() == DType::kBF16);
     test::require_close(logits_gemm, logits_conv, test::tolerance_for(DType::kBF16));
   }
-  SECTION("the convolution runs as its module (summary's layer row); the product's MACs match") {
+  SECTION("the convolution runs as its module (summary's layer row); the other form's MACs match") {
     std::shared_ptr<Conv2d> conv = make_conv_logits(heads * d, heads, keys);
     conv->to(DType::kF64);
     const int64_t macs = 2 * heads * keys * gh * gw * d * 9;  // batch 2
-    for (const ConvLogitsForm form : {ConvLogitsForm::kConv, ConvLogitsForm::kGemm}) {
-      ConvLogitsFormGuard guard(form);
+    for (const ConvLogitsForm f : {ConvLogitsForm::kConv, form}) {
+      ConvLogitsFormGuard guard(f);
       SummaryRecorder recorder(*conv);
       MacCounter counter;
       conv_logits(q_in, *conv, gh, gw);
       CHECK(counter.total() == macs);
-      if (form == ConvLogitsForm::kConv) {
+      if (f == ConvLogitsForm::kConv) {
         REQUIRE(recorder.rows().size() == 1);
         CHECK(recorder.rows()[0].type == "Conv2d");
         CHECK(recorder.rows()[0].macs == macs);
       } else {
-        CHECK(recorder.rows().empty());  // the product has no module of its own
+        CHECK(recorder.rows().empty());  // the other form has no module of its own
       }
     }
   }
@@ -349,8 +357,7 @@ TEST_CASE("conv logits as one matrix product per head equal the convolution",
     conv_dilated.to(DType::kF64);
     for (Conv2d* c : {&conv, &conv_dilated}) {
       const TensorList by_conv = conv_logits_and_grads(q_in, *c, gh, gw, ConvLogitsForm::kConv);
-      const TensorList by_gemm =
-          conv_logits_and_grads(q_in, *c, gh, gw, ConvLogitsForm::kGemm, c == &conv);
+      const TensorList by_gemm = conv_logits_and_grads(q_in, *c, gh, gw, form, c == &conv);
       for (size_t i = 0; i < by_conv.size(); ++i) {
         test::require_close(by_gemm[i], by_conv[i], test::tolerance_for(DType::kF64), names[i]);
       }

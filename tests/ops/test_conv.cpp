@@ -1,11 +1,12 @@
 // conv2d: values against hand-computed cases and a direct-loop reference (dense, grouped,
 // depthwise, stride, padding, dilation, 1x1), gradients by finite differences, errors, CUDA parity,
-// and the channels-last layout against NCHW.
+// and the channels-last layout against NCHW; grid_conv_logits (CSKA's logits) against conv2d.
 #include <omp.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/conv2d_rotated.h"
@@ -477,4 +478,104 @@ TEST_CASE("conv2d: a stride-1 backward-input pass equals the forward pass of the
   wide.pad_h = 3;
   CHECK_FALSE(conv2d_rotatable({4, 4, 3, 3}, wide));
   REQUIRE_THROWS_WITH(conv2d_rotated_params({4, 4, 3, 3}, wide), Catch::Contains("padding 3x0"));
+}
+
+namespace {
+
+// grid_conv_logits' definition through conv2d: q laid out as an image [B, h*d, H, W], the filters
+// [h, k*k, K, d] back to conv2d's [h*K, d, k, k], one group per head, the output read as logits.
+Tensor logits_by_conv2d(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
+                        int64_t width) {
+  const int64_t batch = q.size(0), heads = q.size(1), d = q.size(3), keys = w.size(2);
+  const int64_t k = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(w.size(1)))));
+  const Tensor image = q.transpose(-1, -2).reshape({batch, heads * d, height, width});
+  const Tensor filters = w.permute({0, 2, 3, 1}).reshape({heads * keys, d, k, k});
+  const Tensor y = conv2d(image, filters, bias.defined() ? bias.reshape({heads * keys}) : Tensor(),
+                          1, k / 2, 1, heads);
+  return y.reshape({batch, heads, keys, height * width}).transpose(2, 3);
+}
+
+}  // namespace
+
+TEST_CASE("grid_conv_logits equals the grouped convolution, values and gradients", "[cpu]") {
+  struct Case {
+    int64_t batch, heads, height, width, keys, d, k;
+    bool bias;
+  };
+  for (const Case& c : {Case{2, 3, 4, 5, 7, 4, 3, true}, Case{1, 2, 3, 3, 9, 5, 3, false},
+                        Case{2, 1, 5, 4, 6, 3, 5, true}, Case{1, 2, 2, 6, 4, 2, 1, true},
+                        Case{2, 2, 3, 2, 5, 3, 7, false}}) {
+    INFO(c.batch << " x " << c.heads << " heads of " << c.d << " on " << c.height << "x" << c.width
+                 << ", " << c.keys << " keys, " << c.k << "x" << c.k);
+    const int64_t positions = c.height * c.width;
+    // q as a head split of a projection leaves it: strided.
+    const Tensor proj = uniform({c.batch, positions, 2 * c.heads * c.d}, 31);
+    const Tensor q = proj.narrow(2, c.heads * c.d, c.heads * c.d)
+                         .reshape({c.batch, positions, c.heads, c.d})
+                         .permute({0, 2, 1, 3});
+    REQUIRE_FALSE(q.is_contiguous());
+    const Tensor w = uniform({c.heads, c.k * c.k, c.keys, c.d}, 32);
+    const Tensor bias = c.bias ? uniform({c.heads, c.keys}, 33) : Tensor();
+    require_close(grid_conv_logits(q, w, bias, c.height, c.width),
+                  logits_by_conv2d(q, w, bias, c.height, c.width), tolerance_for(DType::kF64));
+    // Gradients: against conv2d's, and against central differences.
+    const auto grads = [&](bool by_conv) {
+      const Tensor qg = q.clone().set_requires_grad(true), wg = w.clone().set_requires_grad(true);
+      const Tensor bg = c.bias ? bias.clone().set_requires_grad(true) : Tensor();
+      const Tensor y = by_conv ? logits_by_conv2d(qg, wg, bg, c.height, c.width)
+                               : grid_conv_logits(qg, wg, bg, c.height, c.width);
+      sum(y * uniform(y.shape(), 34)).backward();
+      return TensorList{qg.grad(), wg.grad(), c.bias ? bg.grad() : Tensor()};
+    };
+    const TensorList ours = grads(false), reference = grads(true);
+    for (size_t i = 0; i < 3; ++i) {
+      if (!reference[i].defined()) continue;
+      require_close(ours[i], reference[i], tolerance_for(DType::kF64),
+                    "gradient " + std::to_string(i));
+    }
+    TensorList inputs = {q.clone().set_requires_grad(true), w.clone().set_requires_grad(true)};
+    if (c.bias) inputs.push_back(bias.clone().set_requires_grad(true));
+    check_gradients(
+        [&](const TensorList& x) {
+          return grid_conv_logits(x[0], x[1], c.bias ? x[2] : Tensor(), c.height, c.width);
+        },
+        inputs);
+  }
+}
+
+TEST_CASE("grid_conv_logits in f32 and bf16 on the CPU", "[cpu]") {
+  const Tensor q = uniform({2, 2, 12, 16}, 41, -1.0, 1.0, DType::kF32);
+  const Tensor w = uniform({2, 9, 11, 16}, 42, -0.3, 0.3, DType::kF32);
+  const Tensor bias = uniform({2, 11}, 43, -1.0, 1.0, DType::kF32);
+  const Tensor reference = logits_by_conv2d(q, w, bias, 3, 4);
+  require_close(grid_conv_logits(q, w, bias, 3, 4), reference, tolerance_for(DType::kF32));
+  const Tensor low =
+      grid_conv_logits(q.to(DType::kBF16), w.to(DType::kBF16), bias.to(DType::kBF16), 3, 4);
+  CHECK(low.dtype() == DType::kBF16);
+  require_close(low, reference, tolerance_for(DType::kBF16));
+}
+
+TEST_CASE("grid_conv_logits rejects operands that do not fit, naming them", "[cpu]") {
+  const Tensor q = uniform({2, 3, 12, 4}, 51);
+  const Tensor w = uniform({3, 9, 5, 4}, 52);
+  const auto message = [&](const Tensor& qq, const Tensor& ww, const Tensor& b, int64_t h,
+                           int64_t wd) -> std::string {
+    try {
+      grid_conv_logits(qq, ww, b, h, wd);
+    } catch (const ShapeError& e) {
+      return e.what();
+    } catch (const DTypeError& e) {
+      return std::string("dtype: ") + e.what();
+    }
+    return "no error";
+  };
+  CHECK_THAT(message(q, w, Tensor(), 4, 4), Catch::Contains("q must be [B, h, 4*4, d]"));
+  CHECK_THAT(message(q, uniform({3, 4, 5, 4}, 53), Tensor(), 3, 4), Catch::Contains("k*k (k odd)"));
+  CHECK_THAT(message(q, uniform({2, 9, 5, 4}, 53), Tensor(), 3, 4), Catch::Contains("w must be"));
+  CHECK_THAT(message(q, uniform({3, 9, 5, 3}, 53), Tensor(), 3, 4), Catch::Contains("w must be"));
+  CHECK_THAT(message(q, w, uniform({3, 4}, 54), 3, 4), Catch::Contains("bias must be [3, 5]"));
+  CHECK_THAT(message(q, w.to(DType::kF32), Tensor(), 3, 4), Catch::Contains("dtype"));
+  // An empty batch gives empty logits.
+  CHECK(grid_conv_logits(uniform({0, 3, 12, 4}, 55), w, Tensor(), 3, 4).shape() ==
+        Shape({0, 3, 12, 5}));
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "backend/conv_logits_geometry.h"
 #include "backend/device_runtime.h"
 #include "core/precision.h"
 #include "nn/constants.h"
@@ -147,6 +148,28 @@ bool gemm_form_applies(const Conv2d& conv, int64_t heads) {
          o.dilation == 1 && o.groups == heads;
 }
 
+// conv_logits by the grid_conv_logits op (ops/conv.h): the filters [h*K, d, k, k] reordered to
+// [h, k*k, K, d] (a copy of the filters, not of the activations), the bias to [h, K].
+Tensor logits_by_direct(const Tensor& q, const Tensor& weight, const Tensor& bias, int64_t height,
+                        int64_t width) {
+  const int64_t heads = q.size(1), d = q.size(3), k = weight.size(2);
+  const int64_t keys = weight.size(0) / heads;
+  const Tensor w = weight.reshape({heads, keys, d, k * k}).permute({0, 3, 1, 2});
+  return grid_conv_logits(q, w, bias.defined() ? bias.reshape({heads, keys}) : Tensor(), height,
+                          width);
+}
+
+// Whether the direct form runs this call (with gemm_form_applies): on the CPU always (the
+// reference), on CUDA where its kernels take the dtype the call runs in (autocast's for f32 q)
+// and the head dim and grid (conv_logits_direct_fits).
+bool direct_form_applies(const Tensor& q, const Conv2d& conv, int64_t width) {
+  if (!q.device().is_cuda()) return true;
+  const AutocastState autocast = autocast_state();
+  const DType dtype = autocast.enabled && q.dtype() == DType::kF32 ? autocast.dtype : q.dtype();
+  return (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         conv_logits_direct_fits(q.size(3), width, conv.weight.size(2));
+}
+
 // The forms ConvLogitsForm::kAuto chose, by what the timing saw, and their descriptions.
 using AutoKey = std::vector<int64_t>;
 struct AutoChoices {
@@ -204,6 +227,12 @@ Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width)
             " for a ", height, "x", width, " grid");
   ConvLogitsForm form = gemm_form_applies(conv, heads) ? conv_logits_form() : ConvLogitsForm::kConv;
   if (form == ConvLogitsForm::kAuto) form = auto_form(q, conv, height, width);
+  if (form == ConvLogitsForm::kDirect) {
+    if (direct_form_applies(q, conv, width)) {
+      return logits_by_direct(q, conv.weight, conv.bias, height, width);
+    }
+    form = ConvLogitsForm::kConv;
+  }
   if (form == ConvLogitsForm::kGemm) {
     return logits_by_gemm(q, conv.weight, conv.bias, height, width);
   }

@@ -65,7 +65,11 @@ Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width)
 // CPU runs stay bit for bit repeatable. A convolution the product does not express (dilated,
 // strided) stays a convolution. Process-wide; default kAuto (measured on an H100:
 // CSKAFormer-S18's logits 2.7x faster as a GEMM, CSKA-ViT-S's 2.1x faster as a convolution).
-enum class ConvLogitsForm { kConv, kGemm, kAuto };
+// kDirect: the grid_conv_logits op (ops/conv.h), on CUDA this project's tensor-core kernels
+// (cuda/kernels/conv_logits.cu: no image, no neighbourhood matrix) where they take the call
+// (bf16/f16, head dims multiples of 16 up to 128), the convolution elsewhere; on the CPU its
+// reference loops. Not yet measured on a GPU, so kAuto does not consider it.
+enum class ConvLogitsForm { kConv, kGemm, kAuto, kDirect };
 ConvLogitsForm conv_logits_form();
 void set_conv_logits_form(ConvLogitsForm form);
 // The best of `reps` timed calls (after one warm-up call) of each form of conv_logits(q, conv, H,

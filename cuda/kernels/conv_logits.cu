@@ -1,0 +1,532 @@
+// CSKA's convolutional logits on the tensor cores (mma.sync m16n8k16, bf16/f16 in, f32
+// accumulate), as implicit matrix products: no neighbourhood matrix (im2col) in memory, no
+// convolution library.
+//
+// The op (backend/kernels.inc, conv_logits_forward): for one head h, the queries of an image laid
+// out on its H x W grid, each position p's logit over key j is
+//   L[p, j] = bias[j] + sum over taps (dy, dx) and channels c of q[p + off(dy, dx), c] w[tap, j, c]
+// with off = (dy - r) W + (dx - r), r = k / 2, and a neighbour outside the grid zero. As a matrix
+// product per head: M = the B * H * W positions, N = the K keys, and the contraction k * k * d.
+//
+// Forward (conv_logits_forward_kernel): a block owns 64 positions of one image and head (a warp
+// 16 of them, the m of m16n8k16) and 64 keys (8 tiles of 8). It stages the positions' queries
+// with a halo of r * W + r rows before and after (zero outside the image) once, then for each tap
+// the tap's filters for its keys, [64 keys][d]; a warp's A fragment for a tap is its rows'
+// neighbours, read from the staged queries at a shifted row (zero where the neighbour falls off
+// the grid's left or right edge, which the halo's rows do not show), and B the filters' rows.
+// grad_q (conv_logits_grad_q_kernel) is the same product run the other way: position s gathers
+// dL[s - off, j] w[tap, j, c] over the taps and keys, so a block stages the gradient's rows with
+// the same halo, 64 keys at a time, and the filters [64 keys][d] per tap, and keeps s's d
+// columns in registers. grad_w (conv_logits_grad_w_kernel) sums dL[p, j] q[p + off, c] over
+// every position of the batch: a block owns one head, tap and 64 keys (a warp 16) and a chunk of
+// the rows, stages 64 rows of the gradient and the shifted queries at a time, and writes its
+// partial sums; a second kernel adds the chunks' partials in order. No atomics: the same bits
+// on every run.
+//
+// Status: written and checked on the CPU by scripts/conv_logits_emulate.py (the kernels' index
+// arithmetic lane by lane); [cuda] tests against the CPU twin in tests/cuda/test_conv_logits.cpp.
+// Not yet run on a GPU, so not the default (train.conv_logits: direct).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/backend.h"
+#include "backend/conv_logits_geometry.h"
+#include "cuda/kernels/attention_tc.cuh"
+#include "cuda/kernels/common.cuh"
+#include "cuda/kernels/mma.cuh"
+#include "cuda/runtime/runtime.h"
+
+namespace ska::cuda {
+namespace {
+
+using attn::Carver;
+using attn::ld16;
+using attn::load_b_cols;
+using attn::load_b_rows;
+using attn::load_pair;
+using attn::mma;
+
+constexpr int kRows = 16;              // rows a warp owns: the m of m16n8k16
+constexpr int kWarps = 4;              // warps a block
+constexpr int kTile = kRows * kWarps;  // positions a block (forward, grad_q)
+constexpr int kKeys = 64;              // keys a block or chunk: 8 tiles of 8
+constexpr int kKeyTiles = kKeys / 8;
+
+template <typename T>
+struct Args {
+  const T* q;  // q[b, h, p, c] at q + b * qb + h * qh + p * qp + c
+  int64_t qb, qh, qp;
+  const T* w;     // [heads, taps, keys, d] contiguous
+  const T* bias;  // [heads, keys], or null
+  const T* g;     // dL[b, h, p, j] at g + b * gb + h * gh + p * gp + j
+  int64_t gb, gh, gp;
+  T* out;          // logits [B, heads, P, keys] or grad_q [B, heads, P, d], contiguous
+  float* partial;  // grad_w's partial sums [heads * taps, chunks, keys * d]
+  int heads, height, width, positions, keys, d, k, taps, radius, halo;
+  int tiles;       // kTile-position tiles an image
+  int key_chunks;  // kKeys-key chunks
+  int chunks;      // grad_w's row chunks
+  int64_t rows, chunk_rows;
+};
+
+// Stages `rows` rows of `cols` columns (a multiple of 8) from column col0 into a shared tile of
+// row stride ld: row r from row_of(r) (a pointer to that row's column 0, or null for a row of
+// zeros), zero at columns from `valid` on. 16-byte asynchronous copies where a vector lies
+// inside `valid` and is 16-byte aligned, element by element otherwise (rows of an odd number of
+// keys). Waits for its copies; the caller's barrier publishes the tile.
+template <typename T, typename RowOf>
+__device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, RowOf row_of) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int per_row = cols / kVec;
+  const T zero = from_float<T>(0.0f);
+  for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
+    const int r = e / per_row, c = e % per_row * kVec, col = col0 + c;
+    T* to = tile + r * ld + c;
+    const T* from = row_of(r);
+    if (from != nullptr && col + kVec <= valid &&
+        reinterpret_cast<uintptr_t>(from + col) % 16 == 0) {
+      attn::copy16(to, from + col);
+    } else {
+#pragma unroll
+      for (int x = 0; x < kVec; ++x) {
+        to[x] = from != nullptr && col + x < valid ? from[col + x] : zero;
+      }
+    }
+  }
+  attn::wait_copies();
+}
+
+// A warp's A fragment from a shared tile whose rows are the fragment's rows: rows src[0] (g) and
+// src[1] (g + 8), each already offset to the thread's column pair 2t, zero where !ok.
+template <typename T>
+__device__ __forceinline__ void load_a_rows(uint32_t (&a)[4], const T* const (&src)[2],
+                                            const bool (&ok)[2], int col) {
+  a[0] = ok[0] ? load_pair(src[0] + col) : 0u;
+  a[1] = ok[1] ? load_pair(src[1] + col) : 0u;
+  a[2] = ok[0] ? load_pair(src[0] + col + 8) : 0u;
+  a[3] = ok[1] ? load_pair(src[1] + col + 8) : 0u;
+}
+
+// Where a thread's two rows (positions p0 + warp * 16 + g and + 8) find their neighbour at
+// offset (dy, dx) from the grid position, for a tile staged from position p0 - halo: the staged
+// row and whether the neighbour is on the grid (and the row a position at all).
+template <typename T>
+__device__ __forceinline__ void neighbours(const T* (&src)[2], bool (&ok)[2], const T* tile, int ld,
+                                           const int (&pos)[2], int p0, int dy, int dx,
+                                           const Args<T>& a, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int p = pos[r], x = p % a.width + dx, s = p + dy * a.width + dx;
+    ok[r] = p < a.positions && x >= 0 && x < a.width && s >= 0 && s < a.positions;
+    src[r] = tile + (s - p0 + a.halo) * ld + 2 * t;
+  }
+}
+
+// --- Forward: a block per (image, 64 positions, 64 keys) and head ---
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T> a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int chunk = blockIdx.x % a.key_chunks, tile = blockIdx.x / a.key_chunks % a.tiles;
+  const int64_t b = blockIdx.x / a.key_chunks / a.tiles;
+  const int h = blockIdx.y, p0 = tile * kTile, key0 = chunk * kKeys;
+  const int ld = ld16(a.d), span = kTile + 2 * a.halo;
+  Carver carve;
+  T* q_s = reinterpret_cast<T*>(smem + carve.take(span * ld * 2));
+  T* w_s = reinterpret_cast<T*>(smem + carve.take(kKeys * ld * 2));
+
+  const T* qg = a.q + b * a.qb + h * a.qh;
+  stage(q_s, ld, span, 0, a.d, a.d, [&](int r) -> const T* {
+    const int s = p0 - a.halo + r;
+    return s >= 0 && s < a.positions ? qg + s * a.qp : nullptr;
+  });
+  const int pos[2] = {p0 + warp * kRows + g, p0 + warp * kRows + g + 8};
+  const bool active = p0 + warp * kRows < a.positions;  // warp-uniform
+  const int tiles = (min(kKeys, a.keys - key0) + 7) / 8;
+  const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
+
+  float acc[kKeyTiles][4];
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int tap = 0; tap < a.taps; ++tap) {
+    __syncthreads();  // every warp is done with the previous tap's filters (and q_s is staged)
+    const T* wt = wh + static_cast<int64_t>(tap) * a.keys * a.d;
+    stage(w_s, ld, kKeys, 0, a.d, a.d, [&](int r) -> const T* {
+      return key0 + r < a.keys ? wt + static_cast<int64_t>(key0 + r) * a.d : nullptr;
+    });
+    __syncthreads();
+    if (!active) continue;
+    const T* src[2];
+    bool ok[2];
+    neighbours(src, ok, q_s, ld, pos, p0, tap / a.k - a.radius, tap % a.k - a.radius, a, t);
+    for (int ks = 0; ks < a.d / 16; ++ks) {
+      uint32_t fa[4];
+      load_a_rows(fa, src, ok, ks * 16);
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) {
+        if (n >= tiles) break;
+        uint32_t b0, b1;
+        load_b_rows(b0, b1, w_s + n * 8 * ld + ks * 16, ld, lane);  // b(c, j) = w_s[j][c]
+        mma<T>(acc[n], fa, b0, b1);
+      }
+    }
+  }
+  if (!active) return;
+  T* out = a.out + (b * a.heads + h) * a.positions * a.keys;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (pos[r] >= a.positions) continue;
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+      if (n >= tiles) break;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = key0 + n * 8 + 2 * t + e;
+        if (j >= a.keys) continue;
+        const float bias = a.bias ? to_float(a.bias[h * a.keys + j]) : 0.0f;
+        out[static_cast<int64_t>(pos[r]) * a.keys + j] = from_float<T>(acc[n][2 * r + e] + bias);
+      }
+    }
+  }
+}
+
+// --- grad_q: a block per (image, 64 positions) and head, walking the keys 64 at a time ---
+//   dq[s, c] = sum over taps and keys j of dL[s - off, j] w[tap, j, c]
+template <typename T, int kD>
+__global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T> a) {
+  constexpr int kOut = kD / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.x % a.tiles;
+  const int64_t b = blockIdx.x / a.tiles;
+  const int h = blockIdx.y, p0 = tile * kTile;
+  const int ldg = ld16(kKeys), ldw = ld16(a.d), span = kTile + 2 * a.halo;
+  Carver carve;
+  T* g_s = reinterpret_cast<T*>(smem + carve.take(span * ldg * 2));
+  T* w_s = reinterpret_cast<T*>(smem + carve.take(kKeys * ldw * 2));
+
+  const T* gg = a.g + b * a.gb + h * a.gh;
+  const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
+  const int pos[2] = {p0 + warp * kRows + g, p0 + warp * kRows + g + 8};
+  const bool active = p0 + warp * kRows < a.positions;
+
+  float acc[kOut][4];
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int key0 = 0; key0 < a.keys; key0 += kKeys) {
+    __syncthreads();  // every warp is done with the previous chunk's tiles
+    stage(g_s, ldg, span, key0, kKeys, a.keys, [&](int r) -> const T* {
+      const int s = p0 - a.halo + r;
+      return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
+    });
+    const int steps = (min(kKeys, a.keys - key0) + 15) / 16;
+    for (int tap = 0; tap < a.taps; ++tap) {
+      if (tap > 0) __syncthreads();  // every warp is done with the previous tap's filters
+      const T* wt = wh + static_cast<int64_t>(tap) * a.keys * a.d;
+      stage(w_s, ldw, kKeys, 0, a.d, a.d, [&](int r) -> const T* {
+        return key0 + r < a.keys ? wt + static_cast<int64_t>(key0 + r) * a.d : nullptr;
+      });
+      __syncthreads();
+      if (!active) continue;
+      // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
+      const T* src[2];
+      bool ok[2];
+      neighbours(src, ok, g_s, ldg, pos, p0, a.radius - tap / a.k, a.radius - tap % a.k, a, t);
+      for (int ks = 0; ks < steps; ++ks) {
+        uint32_t fa[4];
+        load_a_rows(fa, src, ok, ks * 16);
+#pragma unroll
+        for (int n = 0; n < kOut; ++n) {
+          if (n * 8 >= a.d) break;
+          uint32_t b0, b1;
+          load_b_cols(b0, b1, w_s + ks * 16 * ldw + n * 8, ldw, lane);  // b(j, c) = w_s[j][c]
+          mma<T>(acc[n], fa, b0, b1);
+        }
+      }
+    }
+  }
+  if (!active) return;
+  T* out = a.out + (b * a.heads + h) * a.positions * a.d;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (pos[r] >= a.positions) continue;
+#pragma unroll
+    for (int n = 0; n < kOut; ++n) {
+      if (n * 8 >= a.d) break;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        out[static_cast<int64_t>(pos[r]) * a.d + n * 8 + 2 * t + e] =
+            from_float<T>(acc[n][2 * r + e]);
+      }
+    }
+  }
+}
+
+// --- grad_w: a block per (row chunk, 64 keys, head and tap), partial sums over its rows ---
+//   dw[tap, j, c] = sum over the batch's positions p of dL[p, j] q[p + off, c]
+template <typename T, int kD>
+__global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_w_kernel(Args<T> a) {
+  constexpr int kOut = kD / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int chunk = blockIdx.x, key0 = blockIdx.y * kKeys;
+  const int h = blockIdx.z / a.taps, tap = blockIdx.z % a.taps;
+  const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
+  const int ldg = ld16(kKeys), ldq = ld16(a.d);
+  Carver carve;
+  T* g_s = reinterpret_cast<T*>(smem + carve.take(kTile * ldg * 2));
+  T* q_s = reinterpret_cast<T*>(smem + carve.take(kTile * ldq * 2));
+
+  const int64_t first = chunk * a.chunk_rows;
+  const int64_t last = first + a.chunk_rows < a.rows ? first + a.chunk_rows : a.rows;
+  const int wkey = warp * kRows;  // the warp's first key in the chunk
+  const bool active = key0 + wkey < a.keys;
+
+  float acc[kOut][4];
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int64_t m0 = first; m0 < last; m0 += kTile) {
+    __syncthreads();  // every warp is done with the previous rows
+    // Row m of the batch is position m % P of image m / P.
+    stage(g_s, ldg, kTile, key0, kKeys, a.keys, [&](int r) -> const T* {
+      const int64_t m = m0 + r;
+      if (m >= last) return nullptr;
+      const int64_t b = m / a.positions;
+      const int p = static_cast<int>(m - b * a.positions);
+      return a.g + b * a.gb + h * a.gh + p * a.gp;
+    });
+    stage(q_s, ldq, kTile, 0, a.d, a.d, [&](int r) -> const T* {
+      const int64_t m = m0 + r;
+      if (m >= last) return nullptr;
+      const int64_t b = m / a.positions;
+      const int p = static_cast<int>(m - b * a.positions);
+      const int x = p % a.width + dx, s = p + dy * a.width + dx;
+      if (x < 0 || x >= a.width || s < 0 || s >= a.positions) return nullptr;
+      return a.q + b * a.qb + h * a.qh + s * a.qp;
+    });
+    __syncthreads();
+    if (!active) continue;
+    const int steps = static_cast<int>(((last - m0 < kTile ? last - m0 : kTile) + 15) / 16);
+    for (int ks = 0; ks < steps; ++ks) {
+      // A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
+      const T* col = g_s + (ks * 16 + 2 * t) * ldg + wkey + g;
+      uint32_t fa[4];
+      fa[0] = load_pair(col, col + ldg);
+      fa[1] = load_pair(col + 8, col + ldg + 8);
+      fa[2] = load_pair(col + 8 * ldg, col + 9 * ldg);
+      fa[3] = load_pair(col + 8 * ldg + 8, col + 9 * ldg + 8);
+#pragma unroll
+      for (int n = 0; n < kOut; ++n) {
+        if (n * 8 >= a.d) break;
+        uint32_t b0, b1;
+        load_b_cols(b0, b1, q_s + ks * 16 * ldq + n * 8, ldq, lane);  // b(m, c) = q_s[m][c]
+        mma<T>(acc[n], fa, b0, b1);
+      }
+    }
+  }
+  if (!active) return;
+  float* out = a.partial + (static_cast<int64_t>(blockIdx.z) * a.chunks + chunk) * a.keys * a.d;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key0 + wkey + g + 8 * r;
+    if (j >= a.keys) continue;
+#pragma unroll
+    for (int n = 0; n < kOut; ++n) {
+      if (n * 8 >= a.d) break;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        out[static_cast<int64_t>(j) * a.d + n * 8 + 2 * t + e] = acc[n][2 * r + e];
+      }
+    }
+  }
+}
+
+// grad_w[s, e] = the sum over the chunks, in order, of partial[s, chunk, e] (s = head * taps +
+// tap, e = key * d + c), rounded once.
+template <typename T>
+__global__ void conv_logits_sum_partials_kernel(const float* partial, int chunks, int64_t per,
+                                                int64_t n, T* gw) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t s = i / per, e = i - s * per;
+    const float* p = partial + s * chunks * per + e;
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; ++c) sum += p[c * per];
+    gw[i] = from_float<T>(sum);
+  }
+}
+
+// --- Host side ---
+
+template <typename T>
+Args<T> args_of(const ConvLogitsGeometry& geo, const Tensor& q, const Tensor& w) {
+  Args<T> a{};
+  a.q = static_cast<const T*>(q.data_ptr());
+  a.qb = q.stride(0);
+  a.qh = q.stride(1);
+  a.qp = q.stride(2);
+  a.w = static_cast<const T*>(w.data_ptr());
+  a.heads = static_cast<int>(geo.heads);
+  a.height = static_cast<int>(geo.height);
+  a.width = static_cast<int>(geo.width);
+  a.positions = static_cast<int>(geo.height * geo.width);
+  a.keys = static_cast<int>(geo.keys);
+  a.d = static_cast<int>(geo.d);
+  a.k = static_cast<int>(geo.kernel);
+  a.taps = a.k * a.k;
+  a.radius = a.k / 2;
+  a.halo = a.radius * a.width + a.radius;
+  a.tiles = (a.positions + kTile - 1) / kTile;
+  a.key_chunks = (a.keys + kKeys - 1) / kKeys;
+  a.rows = geo.batch * a.positions;
+  return a;
+}
+
+// Calls f(std::integral_constant<int, kD>{}), kD the head dims the kernels are instantiated for
+// that cover d: 32, 64 or 128.
+template <typename F>
+void dispatch_d(int64_t d, F&& f) {
+  if (d <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (d <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else {
+    f(std::integral_constant<int, 128>{});
+  }
+}
+
+template <typename F>
+void dispatch_16bit(DType dtype, const char* kernel, F&& f) {
+  if (dtype == DType::kBF16) {
+    f(__nv_bfloat16{});
+  } else if (dtype == DType::kF16) {
+    f(__half{});
+  } else {
+    SKA_FAIL(DTypeError, kernel, ": the CUDA kernels take bf16 or f16, got ", dtype_name(dtype));
+  }
+}
+
+void check_device(const char* kernel, int device) {
+  SKA_CHECK(compute_capability(device) >= 80, DeviceError, kernel,
+            ": needs a device of compute capability 8.0 or newer (mma.sync bf16), cuda:", device,
+            " has ", compute_capability(device) / 10, ".", compute_capability(device) % 10);
+}
+
+// Launches `kernel` on `grid` with `bytes` of dynamic shared memory (opting in beyond 48 KiB) and
+// checks the launch.
+template <typename Args>
+void launch_2d(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
+               const Args& args) {
+  constexpr size_t kDefaultSmemBytes = 48 * 1024;
+  if (bytes > kDefaultSmemBytes) {
+    SKA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  }
+  kernel<<<grid, warps * 32, bytes, stream>>>(args);
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+int grid_dim(const char* kernel, int64_t n) {
+  SKA_CHECK(n >= 1 && n <= INT_MAX, ShapeError, kernel, ": ", n, " blocks: too many");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
+                         int64_t width, const Tensor& logits) {
+  const char* kKernel = "conv_logits_forward";
+  const ConvLogitsGeometry geo =
+      conv_logits_geometry(kKernel, q, w, bias, height, width, logits, true);
+  if (geo.batch == 0 || geo.heads == 0 || geo.keys == 0) return;
+  const int device = device_index(q);
+  DeviceGuard guard(device);
+  check_device(kKernel, device);
+  SKA_CHECK(conv_logits_direct_fits(geo.d, geo.width, geo.kernel), ShapeError, kKernel,
+            ": head dim ", geo.d, " on a grid ", geo.width, " wide with a ", geo.kernel, "x",
+            geo.kernel,
+            " filter: the CUDA kernels take head dims that are multiples of 16 up to 128"
+            " and tiles that fit in shared memory");
+  dispatch_16bit(q.dtype(), kKernel, [&](auto tag) {
+    using T = decltype(tag);
+    Args<T> a = args_of<T>(geo, q, w);
+    a.bias = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
+    a.out = static_cast<T*>(logits.data_ptr());
+    Carver carve;
+    carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2);
+    carve.take(kKeys * ld16(a.d) * 2);
+    const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles * a.key_chunks),
+                    static_cast<unsigned>(geo.heads));
+    launch_2d(conv_logits_forward_kernel<T>, grid, kWarps, carve.bytes, current_stream(device), a);
+  });
+}
+
+void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, int64_t height,
+                          int64_t width, const Tensor& grad_q, const Tensor& grad_w) {
+  const char* kKernel = "conv_logits_backward";
+  const ConvLogitsGeometry geo =
+      conv_logits_geometry(kKernel, q, w, Tensor(), height, width, grad, false, grad_q, grad_w);
+  const int device = device_index(q);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const auto zero = [&](const Tensor& t) {
+    if (t.defined() && t.numel() > 0)
+      SKA_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.numel() * t.element_size(), stream));
+  };
+  if (geo.batch == 0 || geo.heads == 0 || geo.keys == 0 || geo.d == 0) {
+    zero(grad_q);
+    zero(grad_w);
+    return;
+  }
+  check_device(kKernel, device);
+  SKA_CHECK(conv_logits_direct_fits(geo.d, geo.width, geo.kernel), ShapeError, kKernel,
+            ": head dim ", geo.d, " on a grid ", geo.width, " wide with a ", geo.kernel, "x",
+            geo.kernel,
+            " filter: the CUDA kernels take head dims that are multiples of 16 up to 128"
+            " and tiles that fit in shared memory");
+  dispatch_16bit(q.dtype(), kKernel, [&](auto tag) {
+    using T = decltype(tag);
+    Args<T> a = args_of<T>(geo, q, w);
+    a.g = static_cast<const T*>(grad.data_ptr());
+    a.gb = grad.stride(0);
+    a.gh = grad.stride(1);
+    a.gp = grad.stride(2);
+    dispatch_d(geo.d, [&](auto head) {
+      constexpr int kD = decltype(head)::value;
+      if (grad_q.defined()) {
+        Args<T> qa = a;
+        qa.out = static_cast<T*>(grad_q.data_ptr());
+        Carver carve;
+        carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
+        carve.take(kKeys * ld16(a.d) * 2);
+        const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles), static_cast<unsigned>(geo.heads));
+        launch_2d(conv_logits_grad_q_kernel<T, kD>, grid, kWarps, carve.bytes, stream, qa);
+      }
+      if (grad_w.defined()) {
+        Args<T> wa = a;
+        const ConvLogitsChunks split = conv_logits_chunks(geo);
+        wa.chunks = static_cast<int>(split.chunks);
+        wa.chunk_rows = split.chunk_rows;
+        const int64_t per = geo.keys * geo.d, slices = geo.heads * a.taps;
+        const Tensor ws = workspace(device, slices * split.chunks * per * sizeof(float));
+        wa.partial = static_cast<float*>(ws.data_ptr());
+        Carver carve;
+        carve.take(kTile * ld16(kKeys) * 2);
+        carve.take(kTile * ld16(a.d) * 2);
+        const dim3 grid(static_cast<unsigned>(split.chunks), static_cast<unsigned>(a.key_chunks),
+                        static_cast<unsigned>(slices));
+        launch_2d(conv_logits_grad_w_kernel<T, kD>, grid, kWarps, carve.bytes, stream, wa);
+        conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
+            wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
+        SKA_CUDA_CHECK_LAUNCH();
+      }
+    });
+  });
+}
+
+}  // namespace ska::cuda

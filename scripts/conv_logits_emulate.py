@@ -1,0 +1,569 @@
+#!/usr/bin/env python3
+"""Lane-level emulation of CSKA's convolutional-logits kernels (cuda/kernels/conv_logits.cu).
+
+Checks their index arithmetic without a GPU: the forward kernel, grad_q and grad_w (with the
+partial sums' kernel) are mirrored line by line, with the same names where the code allows. A
+warp's registers are numpy arrays over its 32 lanes and mma is computed from the PTX ISA's
+m16n8k16 fragment layouts (cuda/kernels/mma.cuh); `stage`, `neighbours` and `load_a_rows` keep
+their row and column validity logic; the `active` flags, the `tiles` / `steps` bounds, the grid
+sizes, args_of and conv_logits_chunks (backend/conv_logits_geometry.h) are the host's. Memory is
+emulated as flat float64 arrays whose reads check their bounds: shared tiles start as NaN (a read
+of a column or row the kernel never staged shows up in the result), q is the first half of a
+[B, H*W, 2 h d] projection split into heads whose second half is NaN, the gradient of the
+logits comes in several layouts (contiguous, rows padded with NaN, heads interleaved), and the
+outputs (logits, grad_q, grad_w's partials, grad_w) start as NaN and must be written exactly
+once an element. Values stay float64 (no bf16 rounding), so every output must match a dense
+float64 reference to ~1e-12. Not emulated: the barriers and the timing of the asynchronous
+copies (a block stages a tile, then its warps run one after the other).
+
+Run: /usr/bin/python3 scripts/conv_logits_emulate.py (Debian's python3-numpy). Prints a line a
+case and exits non-zero on any mismatch. The [cuda] tests in tests/cuda/test_conv_logits.cpp
+remain the real check on a GPU; keep this in step with the kernels when they change.
+"""
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+L = np.arange(32); G = L >> 2; T = L & 3   # lane, g = lane >> 2, t = lane & 3
+
+kRows = 16; kWarps = 4; kTile = kRows * kWarps; kKeys = 64; kKeyTiles = kKeys // 8
+kVec = 8   # 16 / sizeof(T) for bf16 / f16
+
+
+class Mismatch(Exception):
+    pass
+
+
+# --- Memory: flat float64 arrays; reads and writes check their bounds ---
+
+class Mem:
+    def __init__(self, name, v, count=False):
+        self.name = name; self.v = v
+        self.writes = np.zeros(v.size, np.int64) if count else None
+
+    def _check(self, i, what):
+        if i.size and (i.min() < 0 or i.max() >= self.v.size):
+            raise Mismatch("%s: %s at [%d, %d] outside [0, %d)" %
+                           (self.name, what, i.min(), i.max(), self.v.size))
+
+    def read(self, i):
+        i = np.asarray(i, np.int64); self._check(i, "read")
+        return self.v[i]
+
+    def write(self, i, x):
+        i = np.asarray(i, np.int64); self._check(i, "write")
+        if self.writes is not None: np.add.at(self.writes, i, 1)
+        self.v[i] = x
+
+
+def ld16(cols): return cols + 8
+
+
+class Carver:   # attention_tc.cuh: 128-byte aligned pieces of dynamic shared memory
+    def __init__(self): self.bytes = 0
+
+    def take(self, n):
+        at = (self.bytes + 127) & ~127
+        self.bytes = at + n
+        return at
+
+
+def shared(carve, n_bytes, name):
+    at = carve.take(n_bytes)
+    assert at % 16 == 0
+    return Mem(name, np.full(n_bytes // 2, np.nan))   # 2-byte elements, never staged: NaN
+
+
+# --- Fragments (mma.cuh): a register holding a pair is a [32, 2] array (low, high) ---
+
+def _layouts():
+    reg = np.arange(4)[:, None, None]; g = G[None, :, None]; t = T[None, :, None]
+    h = np.arange(2)[None, None, :]
+    ia = ((g + 8 * (reg & 1)) * 16 + 2 * t + 8 * (reg >> 1) + h).ravel()   # A 16 x 16
+    ib = ((2 * t + h + 8 * reg[:2]) * 8 + g).ravel()                          # B 16 x 8
+    ic = ((G[None] + 8 * (np.arange(4)[:, None] >> 1)) * 8 + 2 * T[None] +
+          (np.arange(4)[:, None] & 1))                                        # C 16 x 8
+    for idx, n in ((ia, 256), (ib, 128), (ic.ravel(), 128)):
+        assert sorted(idx.tolist()) == list(range(n))   # every element once
+    return ia, ib, ic
+IA, IB, IC = _layouts()
+
+
+def mma(c, a, b0, b1):   # c [4, 32] += A B on one m16n8k16 tile
+    A = np.empty(256); A[IA] = np.stack(a).ravel()
+    B = np.empty(128); B[IB] = np.stack([b0, b1]).ravel()
+    return c + (A.reshape(16, 16) @ B.reshape(16, 8)).ravel()[IC]
+
+
+def load_pair(m, p):   # p[0] low, p[1] high; 4-byte aligned
+    p = np.asarray(p, np.int64)
+    if (p % 2).any(): raise Mismatch("%s: load_pair at an odd element" % m.name)
+    return np.stack([m.read(p), m.read(p + 1)], -1)
+
+
+def load_pair2(m, lo, hi): return np.stack([m.read(lo), m.read(hi)], -1)
+
+
+def load_pair_if(m, p, ok):   # ok ? load_pair(p) : 0u, lane by lane
+    out = np.zeros((32, 2)); out[ok] = load_pair(m, p[ok]); return out
+
+
+def load_b_rows(m, base, ld):   # b(k, n) = m[n][k]
+    p = base + G * ld + 2 * T
+    return load_pair(m, p), load_pair(m, p + 8)
+
+
+def load_b_cols(m, base, ld):   # b(k, n) = m[k][n]
+    p = base + 2 * T * ld + G
+    return load_pair2(m, p, p + ld), load_pair2(m, p + 8 * ld, p + 9 * ld)
+
+
+# --- conv_logits.cu's device helpers ---
+
+def stage(tile, ld, rows, col0, cols, valid, row_of):
+    """row_of(r) -> (memory, pointers to the rows' column 0, nonnull); every e of the block's loop."""
+    assert cols % kVec == 0
+    per_row = cols // kVec
+    e = np.arange(rows * per_row)
+    r = e // per_row; c = e % per_row * kVec; col = col0 + c
+    to = r * ld + c
+    src, frm, nonnull = row_of(r)
+    for x in range(kVec):   # the 16-byte copy and the element loop store the same values
+        take = nonnull & (col + x < valid)
+        val = np.zeros(e.size)
+        if take.any(): val[take] = src.read(frm[take] + col[take] + x)
+        tile.write(to + x, val)
+
+
+def load_a_rows(m, src, ok, col):
+    return [load_pair_if(m, src[0] + col, ok[0]), load_pair_if(m, src[1] + col, ok[1]),
+            load_pair_if(m, src[0] + col + 8, ok[0]), load_pair_if(m, src[1] + col + 8, ok[1])]
+
+
+def neighbours(ld, pos, p0, dy, dx, a, t):   # src[r]: an offset into the tile
+    src = [None, None]; ok = [None, None]
+    for r in range(2):
+        p = pos[r]; x = p % a.width + dx; s = p + dy * a.width + dx
+        ok[r] = (p < a.positions) & (x >= 0) & (x < a.width) & (s >= 0) & (s < a.positions)
+        src[r] = (s - p0 + a.halo) * ld + 2 * t
+    return src, ok
+
+
+# --- Forward: a block per (image, 64 positions, 64 keys) and head ---
+
+def conv_logits_forward_kernel(a, grid, smem_bytes):
+    for by in range(grid[1]):
+        for bx in range(grid[0]):
+            forward_block(a, bx, by, smem_bytes)
+
+
+def forward_block(a, bx, by, smem_bytes):
+    chunk = bx % a.key_chunks; tile = bx // a.key_chunks % a.tiles
+    b = bx // a.key_chunks // a.tiles
+    h = by; p0 = tile * kTile; key0 = chunk * kKeys
+    ld = ld16(a.d); span = kTile + 2 * a.halo
+    carve = Carver()
+    q_s = shared(carve, span * ld * 2, "q_s")
+    w_s = shared(carve, kKeys * ld * 2, "w_s")
+    assert carve.bytes <= smem_bytes
+
+    qg = a.q + b * a.qb + h * a.qh
+    def q_row(r):
+        s = p0 - a.halo + r
+        ok = (s >= 0) & (s < a.positions)
+        return a.q_mem, qg + s * a.qp, ok
+    stage(q_s, ld, span, 0, a.d, a.d, q_row)
+    pos = [[p0 + warp * kRows + G, p0 + warp * kRows + G + 8] for warp in range(kWarps)]
+    active = [p0 + warp * kRows < a.positions for warp in range(kWarps)]
+    tiles = (min(kKeys, a.keys - key0) + 7) // 8
+    wh = a.w + h * a.taps * a.keys * a.d
+
+    acc = [np.zeros((kKeyTiles, 4, 32)) for _ in range(kWarps)]
+    for tap in range(a.taps):
+        wt = wh + tap * a.keys * a.d
+        def w_row(r):
+            ok = key0 + r < a.keys
+            return a.w_mem, wt + (key0 + r) * a.d, ok
+        stage(w_s, ld, kKeys, 0, a.d, a.d, w_row)
+        for warp in range(kWarps):
+            if not active[warp]: continue
+            src, ok = neighbours(ld, pos[warp], p0, tap // a.k - a.radius, tap % a.k - a.radius, a, T)
+            for ks in range(a.d // 16):
+                fa = load_a_rows(q_s, src, ok, ks * 16)
+                for n in range(kKeyTiles):
+                    if n >= tiles: break
+                    b0, b1 = load_b_rows(w_s, n * 8 * ld + ks * 16, ld)
+                    acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
+    for warp in range(kWarps):
+        if not active[warp]: continue   # return
+        out = a.out + (b * a.heads + h) * a.positions * a.keys
+        for r in range(2):
+            live = pos[warp][r] < a.positions   # continue, lane by lane
+            for n in range(kKeyTiles):
+                if n >= tiles: break
+                for e in range(2):
+                    j = key0 + n * 8 + 2 * T + e
+                    w = live & (j < a.keys)
+                    bias = a.bias_mem.read(h * a.keys + j[w]) if a.bias is not None else 0.0
+                    a.out_mem.write(out + pos[warp][r][w] * a.keys + j[w], acc[warp][n][2 * r + e][w] + bias)
+
+
+# --- grad_q: a block per (image, 64 positions) and head, walking the keys 64 at a time ---
+
+def conv_logits_grad_q_kernel(kD, a, grid, smem_bytes):
+    for by in range(grid[1]):
+        for bx in range(grid[0]):
+            grad_q_block(kD, a, bx, by, smem_bytes)
+
+
+def grad_q_block(kD, a, bx, by, smem_bytes):
+    kOut = kD // 8
+    tile = bx % a.tiles
+    b = bx // a.tiles
+    h = by; p0 = tile * kTile
+    ldg = ld16(kKeys); ldw = ld16(a.d); span = kTile + 2 * a.halo
+    carve = Carver()
+    g_s = shared(carve, span * ldg * 2, "g_s")
+    w_s = shared(carve, kKeys * ldw * 2, "w_s")
+    assert carve.bytes <= smem_bytes
+
+    gg = a.g + b * a.gb + h * a.gh
+    wh = a.w + h * a.taps * a.keys * a.d
+    pos = [[p0 + warp * kRows + G, p0 + warp * kRows + G + 8] for warp in range(kWarps)]
+    active = [p0 + warp * kRows < a.positions for warp in range(kWarps)]
+
+    acc = [np.zeros((kOut, 4, 32)) for _ in range(kWarps)]
+    for key0 in range(0, a.keys, kKeys):
+        def g_row(r):
+            s = p0 - a.halo + r
+            ok = (s >= 0) & (s < a.positions)
+            return a.g_mem, gg + s * a.gp, ok
+        stage(g_s, ldg, span, key0, kKeys, a.keys, g_row)
+        steps = (min(kKeys, a.keys - key0) + 15) // 16
+        for tap in range(a.taps):
+            wt = wh + tap * a.keys * a.d
+            def w_row(r):
+                ok = key0 + r < a.keys
+                return a.w_mem, wt + (key0 + r) * a.d, ok
+            stage(w_s, ldw, kKeys, 0, a.d, a.d, w_row)
+            for warp in range(kWarps):
+                if not active[warp]: continue
+                # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
+                src, ok = neighbours(ldg, pos[warp], p0, a.radius - tap // a.k,
+                                     a.radius - tap % a.k, a, T)
+                for ks in range(steps):
+                    fa = load_a_rows(g_s, src, ok, ks * 16)
+                    for n in range(kOut):
+                        if n * 8 >= a.d: break
+                        b0, b1 = load_b_cols(w_s, ks * 16 * ldw + n * 8, ldw)
+                        acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
+    for warp in range(kWarps):
+        if not active[warp]: continue   # return
+        out = a.out + (b * a.heads + h) * a.positions * a.d
+        for r in range(2):
+            live = pos[warp][r] < a.positions
+            for n in range(kOut):
+                if n * 8 >= a.d: break
+                for e in range(2):
+                    a.out_mem.write(out + pos[warp][r][live] * a.d + n * 8 + 2 * T[live] + e,
+                                    acc[warp][n][2 * r + e][live])
+
+
+# --- grad_w: a block per (row chunk, 64 keys, head and tap), partial sums over its rows ---
+
+def conv_logits_grad_w_kernel(kD, a, grid, smem_bytes):
+    for bz in range(grid[2]):
+        for by in range(grid[1]):
+            for bx in range(grid[0]):
+                grad_w_block(kD, a, bx, by, bz, smem_bytes)
+
+
+def grad_w_block(kD, a, bx, by, bz, smem_bytes):
+    kOut = kD // 8
+    chunk = bx; key0 = by * kKeys
+    h = bz // a.taps; tap = bz % a.taps
+    dy = tap // a.k - a.radius; dx = tap % a.k - a.radius
+    ldg = ld16(kKeys); ldq = ld16(a.d)
+    carve = Carver()
+    g_s = shared(carve, kTile * ldg * 2, "g_s")
+    q_s = shared(carve, kTile * ldq * 2, "q_s")
+    assert carve.bytes <= smem_bytes
+
+    first = chunk * a.chunk_rows
+    last = first + a.chunk_rows if first + a.chunk_rows < a.rows else a.rows
+    wkey = [warp * kRows for warp in range(kWarps)]   # the warp's first key in the chunk
+    active = [key0 + wkey[warp] < a.keys for warp in range(kWarps)]
+
+    acc = [np.zeros((kOut, 4, 32)) for _ in range(kWarps)]
+    for m0 in range(first, last, kTile):
+        # Row m of the batch is position m % P of image m / P.
+        def g_row(r):
+            m = m0 + r
+            ok = ~(m >= last)
+            b = m // a.positions
+            p = m - b * a.positions
+            return a.g_mem, a.g + b * a.gb + h * a.gh + p * a.gp, ok
+        stage(g_s, ldg, kTile, key0, kKeys, a.keys, g_row)
+        def q_row(r):
+            m = m0 + r
+            ok = ~(m >= last)
+            b = m // a.positions
+            p = m - b * a.positions
+            x = p % a.width + dx; s = p + dy * a.width + dx
+            ok &= ~((x < 0) | (x >= a.width) | (s < 0) | (s >= a.positions))
+            return a.q_mem, a.q + b * a.qb + h * a.qh + s * a.qp, ok
+        stage(q_s, ldq, kTile, 0, a.d, a.d, q_row)
+        for warp in range(kWarps):
+            if not active[warp]: continue
+            steps = ((last - m0 if last - m0 < kTile else kTile) + 15) // 16
+            for ks in range(steps):
+                # A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
+                col = (ks * 16 + 2 * T) * ldg + wkey[warp] + G
+                fa = [load_pair2(g_s, col, col + ldg),
+                      load_pair2(g_s, col + 8, col + ldg + 8),
+                      load_pair2(g_s, col + 8 * ldg, col + 9 * ldg),
+                      load_pair2(g_s, col + 8 * ldg + 8, col + 9 * ldg + 8)]
+                for n in range(kOut):
+                    if n * 8 >= a.d: break
+                    b0, b1 = load_b_cols(q_s, ks * 16 * ldq + n * 8, ldq)
+                    acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
+    for warp in range(kWarps):
+        if not active[warp]: continue   # return
+        out = a.partial + (bz * a.chunks + chunk) * a.keys * a.d
+        for r in range(2):
+            j = key0 + wkey[warp] + G + 8 * r
+            live = j < a.keys
+            for n in range(kOut):
+                if n * 8 >= a.d: break
+                for e in range(2):
+                    a.partial_mem.write(out + j[live] * a.d + n * 8 + 2 * T[live] + e,
+                                        acc[warp][n][2 * r + e][live])
+
+
+def conv_logits_sum_partials_kernel(partial, chunks, per, n, gw):
+    i = np.arange(n)   # every i of the grid-stride loop
+    s = i // per; e = i - s * per
+    p = s * chunks * per + e
+    total = np.zeros(n)
+    for c in range(chunks): total = total + partial.read(p + c * per)
+    gw.write(i, total)
+
+
+# --- Host side ---
+
+def conv_logits_direct_fits(d, width, k):
+    if d < 16 or d > 128 or d % 16 != 0 or k < 1 or k % 2 == 0: return False
+    span = 64 + 2 * ((k // 2) * width + k // 2); padded = 2 * (d + 8)
+    forward = span * padded + 128 + 64 * padded
+    grad_q = span * 2 * (64 + 8) + 128 + 64 * padded
+    return max(forward, grad_q) <= 96 * 1024
+
+
+def conv_logits_chunks(geo):
+    rows = geo.batch * geo.height * geo.width
+    per_chunk = max(geo.heads * geo.kernel * geo.kernel * geo.keys * geo.d, 1)
+    chunks = min((rows + 511) // 512, (8 << 20) // per_chunk)
+    chunks = min(max(chunks, 1), 256)
+    chunk_rows = max(((rows + chunks - 1) // chunks + 63) // 64 * 64, 64)
+    return max((rows + chunk_rows - 1) // chunk_rows, 1), chunk_rows
+
+
+def args_of(geo, q, w):
+    a = SimpleNamespace(bias=None, bias_mem=None, g=None, g_mem=None, out=None, out_mem=None,
+                        partial=None, partial_mem=None, chunks=0, chunk_rows=0)
+    a.q_mem, a.q, (a.qb, a.qh, a.qp) = q.mem, q.offset, q.strides[:3]
+    a.w_mem, a.w = w.mem, w.offset
+    a.heads = geo.heads; a.height = geo.height; a.width = geo.width
+    a.positions = geo.height * geo.width
+    a.keys = geo.keys; a.d = geo.d; a.k = geo.kernel
+    a.taps = a.k * a.k
+    a.radius = a.k // 2
+    a.halo = a.radius * a.width + a.radius
+    a.tiles = (a.positions + kTile - 1) // kTile
+    a.key_chunks = (a.keys + kKeys - 1) // kKeys
+    a.rows = geo.batch * a.positions
+    return a
+
+
+def dispatch_d(d): return 32 if d <= 32 else 64 if d <= 64 else 128
+
+
+def conv_logits_forward(geo, q, w, bias, logits):
+    if geo.batch == 0 or geo.heads == 0 or geo.keys == 0: return
+    assert conv_logits_direct_fits(geo.d, geo.width, geo.kernel)
+    a = args_of(geo, q, w)
+    if bias is not None: a.bias_mem, a.bias = bias.mem, bias.offset
+    a.out_mem, a.out = logits.mem, logits.offset
+    carve = Carver()
+    carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2)
+    carve.take(kKeys * ld16(a.d) * 2)
+    grid = (geo.batch * a.tiles * a.key_chunks, geo.heads)
+    conv_logits_forward_kernel(a, grid, carve.bytes)
+
+
+def conv_logits_backward(geo, grad, q, w, grad_q, grad_w):
+    assert geo.batch and geo.heads and geo.keys and geo.d
+    assert conv_logits_direct_fits(geo.d, geo.width, geo.kernel)
+    a = args_of(geo, q, w)
+    a.g_mem, a.g, (a.gb, a.gh, a.gp) = grad.mem, grad.offset, grad.strides[:3]
+    kD = dispatch_d(geo.d)
+    if grad_q is not None:
+        qa = SimpleNamespace(**vars(a))
+        qa.out_mem, qa.out = grad_q.mem, grad_q.offset
+        carve = Carver()
+        carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2)
+        carve.take(kKeys * ld16(a.d) * 2)
+        grid = (geo.batch * a.tiles, geo.heads)
+        conv_logits_grad_q_kernel(kD, qa, grid, carve.bytes)
+    if grad_w is not None:
+        wa = SimpleNamespace(**vars(a))
+        wa.chunks, wa.chunk_rows = conv_logits_chunks(geo)
+        per = geo.keys * geo.d; slices = geo.heads * a.taps
+        wa.partial_mem = Mem("partial", np.full(slices * wa.chunks * per, np.nan), count=True)
+        wa.partial = 0
+        carve = Carver()
+        carve.take(kTile * ld16(kKeys) * 2)
+        carve.take(kTile * ld16(a.d) * 2)
+        grid = (wa.chunks, a.key_chunks, slices)
+        conv_logits_grad_w_kernel(kD, wa, grid, carve.bytes)
+        conv_logits_sum_partials_kernel(wa.partial_mem, wa.chunks, per, slices * per, grad_w.mem)
+        return wa.partial_mem
+    return None
+
+
+# --- Operands, the dense reference and the cases ---
+
+class View:   # a strided tensor in a Mem: element [i0, i1, i2, i3] at offset + sum(i * stride)
+    def __init__(self, mem, offset, shape, strides):
+        self.mem, self.offset, self.shape, self.strides = mem, offset, shape, strides
+
+    def dense(self):
+        idx = self.offset + sum(np.arange(n).reshape([-1 if i == k else 1 for i in range(len(self.shape))]) * s
+                                for k, (n, s) in enumerate(zip(self.shape, self.strides)))
+        return self.mem.v[idx]
+
+
+def output(name, shape):
+    return View(Mem(name, np.full(int(np.prod(shape)), np.nan), count=True), 0, shape,
+                tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape))))
+
+
+def gradient_view(rng, B, h, P, K, layout):
+    """The logits' gradient [B, h, P, K] in `layout`; elements outside the view are NaN."""
+    if layout == "contiguous":
+        buf = rng.uniform(-1, 1, B * h * P * K)
+        return View(Mem("g", buf), 0, (B, h, P, K), (h * P * K, P * K, K, 1))
+    if layout == "padded rows":   # rows of K + 3, a leading offset of 5
+        ld = K + 3
+        buf = np.full(5 + B * h * P * ld, np.nan)
+        view = View(Mem("g", buf), 5, (B, h, P, K), (h * P * ld, P * ld, ld, 1))
+        full = np.full((B, h, P, ld), np.nan); full[..., :K] = rng.uniform(-1, 1, (B, h, P, K))
+        buf[5:] = full.ravel()
+        return view
+    assert layout == "heads interleaved"   # [B, P, h, K] viewed as [B, h, P, K]
+    buf = rng.uniform(-1, 1, B * P * h * K)
+    return View(Mem("g", buf), 0, (B, h, P, K), (P * h * K, K, h * K, 1))
+
+
+def neighbour_index(height, width, k):   # nb[tap, p]: p's neighbour at the tap, or -1
+    r = k // 2; P = height * width
+    y, x = np.divmod(np.arange(P), width)
+    nb = np.full((k * k, P), -1)
+    for tap in range(k * k):
+        yy, xx = y + tap // k - r, x + tap % k - r
+        on = (yy >= 0) & (yy < height) & (xx >= 0) & (xx < width)
+        nb[tap, on] = (yy * width + xx)[on]
+    return nb
+
+
+def reference(q, w, bias, g, height, width, k):
+    B, h, P, d = q.shape; K = w.shape[2]
+    nb = neighbour_index(height, width, k)
+    logits = np.zeros((B, h, P, K)) + (bias[None, :, None, :] if bias is not None else 0)
+    gq = np.zeros_like(q); gw = np.zeros_like(w)
+    for tap in range(k * k):
+        on = nb[tap] >= 0
+        shifted = np.zeros_like(q); shifted[:, :, on] = q[:, :, nb[tap, on]]
+        logits += np.einsum("bhpc,hjc->bhpj", shifted, w[:, tap])
+        gw[:, tap] = np.einsum("bhpj,bhpc->hjc", g, shifted)
+        back = np.einsum("bhpj,hjc->bhpc", g, w[:, tap])
+        gq[:, :, nb[tap, on]] += back[:, :, on]   # nb is one-to-one where on
+    return logits, gq, gw
+
+
+def written_once(name, mem):
+    bad = np.flatnonzero(mem.writes != 1)
+    if bad.size:
+        raise Mismatch("%s: %d elements written %s times (first at %d)" %
+                       (name, bad.size, sorted(set(mem.writes[bad].tolist())), bad[0]))
+
+
+def run_case(rng, B, h, H, W, K, d, k, use_bias, layout):
+    P = H * W
+    geo = SimpleNamespace(batch=B, heads=h, height=H, width=W, keys=K, d=d, kernel=k)
+    # q: the first half of a [B, P, 2 h d] projection split into heads; the second half NaN.
+    proj = np.full((B, P, 2 * h * d), np.nan)
+    proj[..., :h * d] = rng.uniform(-1, 1, (B, P, h * d))
+    q = View(Mem("q", proj.ravel()), 0, (B, h, P, d), (P * 2 * h * d, d, 2 * h * d, 1))
+    wv = rng.uniform(-0.2, 0.2, h * k * k * K * d)
+    w = View(Mem("w", wv), 0, (h, k * k, K, d), (k * k * K * d, K * d, d, 1))
+    bias = View(Mem("bias", rng.uniform(-1, 1, h * K)), 0, (h, K), (K, 1)) if use_bias else None
+    g = gradient_view(rng, B, h, P, K, layout)
+
+    logits = output("logits", (B, h, P, K))
+    grad_q = output("grad_q", (B, h, P, d))
+    grad_w = output("grad_w", (h, k * k, K, d))
+    conv_logits_forward(geo, q, w, bias, logits)
+    partial = conv_logits_backward(geo, g, q, w, grad_q, grad_w)
+
+    for name, mem in (("logits", logits.mem), ("grad_q", grad_q.mem), ("partial", partial),
+                      ("grad_w", grad_w.mem)):
+        written_once(name, mem)
+    ref = reference(q.dense(), w.dense(), bias.dense() if bias else None, g.dense(), H, W, k)
+    errs = []
+    for name, got, want in zip(("logits", "grad_q", "grad_w"), (logits, grad_q, grad_w), ref):
+        got = got.dense()
+        if np.isnan(got).any(): raise Mismatch("%s: %d NaN" % (name, np.isnan(got).sum()))
+        errs.append(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+    return errs, conv_logits_chunks(geo)
+
+
+CASES = [  # B, h, H, W, K, d, k, bias
+    (2, 2, 8, 8, 65, 64, 3, True),
+    (1, 1, 28, 28, 70, 16, 3, True),
+    (2, 1, 7, 7, 50, 32, 3, False),
+    (1, 2, 5, 9, 13, 48, 3, True),
+    (1, 1, 14, 14, 20, 128, 5, False),
+    (2, 1, 6, 6, 9, 16, 1, True),
+    (21, 1, 7, 7, 10, 16, 3, True),    # grad_w: 3 chunks of 384 rows, the last 261, mid-image
+    (41, 1, 8, 8, 10, 16, 3, False),   # grad_w: 6 chunks of 448 rows, the last 384
+    (40, 2, 8, 8, 65, 64, 3, True),    # the [cuda] test's case of several chunks
+]
+LAYOUTS = ["contiguous", "padded rows", "heads interleaved"]
+
+
+def main():
+    rng = np.random.default_rng(0)
+    failed = 0; start = time.time()
+    for i, (B, h, H, W, K, d, k, use_bias) in enumerate(CASES):
+        layout = LAYOUTS[i % len(LAYOUTS)]
+        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, g %s" % (B, h, H, W, K, d, k,
+                                                        " bias" if use_bias else "", layout)
+        t0 = time.time()
+        try:
+            errs, (chunks, chunk_rows) = run_case(rng, B, h, H, W, K, d, k, use_bias, layout)
+        except Mismatch as e:
+            print("%s: FAIL %s" % (what, e)); failed += 1; continue
+        ok = max(errs) < 1e-12
+        failed += not ok
+        print("%s (grad_w %d chunk%s of %d rows): logits %.1e grad_q %.1e grad_w %.1e %s (%.1fs)" %
+              (what, chunks, "s" if chunks > 1 else "", chunk_rows, *errs, "ok" if ok else "FAIL",
+               time.time() - t0))
+    print("%d of %d cases pass (%.1fs)" % (len(CASES) - failed, len(CASES), time.time() - start))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+// The geometry of CSKA's convolutional logits (conv_logits_forward / conv_logits_backward in
+// backend/kernels.inc), shared by the CPU twin, the CUDA kernels and the op layer: the operands'
+// checks, which problems the CUDA kernels take, and how grad_w's sum over the batch is split.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ska {
+
+struct ConvLogitsGeometry {
+  int64_t batch, heads, height, width, keys, d, kernel;
+};
+
+// Checks the operands of a conv_logits kernel and returns their geometry: q [B, h, H*W, d] (any
+// strides but a unit last-dim stride), w [h, k*k, K, d] contiguous (k odd), bias [h, K]
+// contiguous or undefined, one floating dtype on one device. `out` is the logits (forward:
+// contiguous [B, h, H*W, K]) or their gradient (backward: that shape, a unit last-dim stride);
+// grad_q ([B, h, H*W, d]) and grad_w (w's shape) contiguous or undefined. ShapeError / DTypeError /
+// DeviceError naming `kernel` and the operand otherwise.
+inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor& q, const Tensor& w,
+                                               const Tensor& bias, int64_t height, int64_t width,
+                                               const Tensor& out, bool out_dense,
+                                               const Tensor& grad_q = Tensor(),
+                                               const Tensor& grad_w = Tensor()) {
+  SKA_CHECK(q.defined() && w.defined() && out.defined(), ValueError, kernel,
+            ": q, w and the logits are required");
+  SKA_CHECK(q.dim() == 4 && height >= 1 && width >= 1 && q.size(2) == height * width, ShapeError,
+            kernel, ": q must be [B, h, ", height, "*", width, ", d], got ", shape_str(q.shape()));
+  ConvLogitsGeometry geo{q.size(0), q.size(1), height, width, 0, q.size(3), 0};
+  int64_t k = 1;
+  while (w.dim() == 4 && k * k < w.size(1)) k += 2;
+  SKA_CHECK(w.dim() == 4 && w.size(0) == geo.heads && k * k == w.size(1) && w.size(3) == geo.d &&
+                w.is_contiguous(),
+            ShapeError, kernel, ": w must be a contiguous [", geo.heads, ", k*k (k odd), K, ",
+            geo.d, "], got ", shape_str(w.shape()));
+  geo.kernel = k;
+  geo.keys = w.size(2);
+  const Shape logits{geo.batch, geo.heads, height * width, geo.keys};
+  SKA_CHECK(!bias.defined() || bias.shape() == Shape({geo.heads, geo.keys}), ShapeError, kernel,
+            ": bias must be [", geo.heads, ", ", geo.keys, "], got ", shape_str(bias.shape()));
+  SKA_CHECK(out.shape() == logits, ShapeError, kernel, ": the logits must be ", shape_str(logits),
+            ", got ", shape_str(out.shape()));
+  const auto unit_columns = [](const Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; };
+  SKA_CHECK(unit_columns(q) && unit_columns(out) && (!out_dense || out.is_contiguous()) &&
+                (!bias.defined() || bias.is_contiguous()),
+            ShapeError, kernel, ": q and the logits' gradient need a unit last-dim stride, ",
+            out_dense ? "the logits and " : "", "the bias contiguous");
+  for (const Tensor* t : {&grad_q, &grad_w}) {
+    SKA_CHECK(!t->defined() || t->is_contiguous(), ShapeError, kernel,
+              ": the gradients must be contiguous");
+  }
+  SKA_CHECK(!grad_q.defined() || grad_q.shape() == q.shape(), ShapeError, kernel,
+            ": grad_q must be ", shape_str(q.shape()), ", got ", shape_str(grad_q.shape()));
+  SKA_CHECK(!grad_w.defined() || grad_w.shape() == w.shape(), ShapeError, kernel,
+            ": grad_w must be ", shape_str(w.shape()), ", got ", shape_str(grad_w.shape()));
+  for (const Tensor* t : {&w, &bias, &out, &grad_q, &grad_w}) {
+    if (!t->defined()) continue;
+    SKA_CHECK(t->dtype() == q.dtype(), DTypeError, kernel, ": every operand must be ",
+              dtype_name(q.dtype()), " as q is, got ", dtype_name(t->dtype()));
+    SKA_CHECK(t->device() == q.device(), DeviceError, kernel, ": every operand must be on ",
+              q.device(), ", got ", t->device());
+  }
+  SKA_CHECK(q.is_floating(), DTypeError, kernel, ": q must be floating, got ",
+            dtype_name(q.dtype()));
+  return geo;
+}
+
+// Whether the CUDA kernels take head dim d on a grid `width` wide with a k x k filter: d a
+// multiple of 16 up to 128, and the forward and grad_q kernels' shared tiles (64 positions with a
+// halo of (k/2) * (width + 1) rows on either side, and 64 keys of filters) within 96 KiB.
+inline bool conv_logits_direct_fits(int64_t d, int64_t width, int64_t k) {
+  if (d < 16 || d > 128 || d % 16 != 0 || k < 1 || k % 2 == 0) return false;
+  const int64_t span = 64 + 2 * ((k / 2) * width + k / 2), padded = 2 * (d + 8);
+  const int64_t forward = span * padded + 128 + 64 * padded;
+  const int64_t grad_q = span * 2 * (64 + 8) + 128 + 64 * padded;
+  return std::max(forward, grad_q) <= 96 * 1024;
+}
+
+// grad_w sums over the batch's B * H * W positions: the CUDA kernel splits them into `chunks`
+// chunks of `chunk_rows` (a multiple of 64) whose f32 partial sums, heads * k*k * K * d each, are
+// added in order after. At most 256 chunks, at most about 8M partial values in all, and chunks
+// of at least 512 positions.
+struct ConvLogitsChunks {
+  int64_t chunks, chunk_rows;
+};
+inline ConvLogitsChunks conv_logits_chunks(const ConvLogitsGeometry& geo) {
+  const int64_t rows = geo.batch * geo.height * geo.width;
+  const int64_t per_chunk =
+      std::max<int64_t>(geo.heads * geo.kernel * geo.kernel * geo.keys * geo.d, 1);
+  int64_t chunks = std::min<int64_t>((rows + 511) / 512, (int64_t{8} << 20) / per_chunk);
+  chunks = std::clamp<int64_t>(chunks, 1, 256);
+  const int64_t chunk_rows = std::max<int64_t>(((rows + chunks - 1) / chunks + 63) / 64 * 64, 64);
+  return {std::max<int64_t>((rows + chunk_rows - 1) / chunk_rows, 1), chunk_rows};
+}
+
+}  // namespace ska

@@ -1,0 +1,150 @@
+// CSKA's convolutional logits on CUDA (cuda/kernels/conv_logits.cu, the grid_conv_logits op and
+// conv_logits' direct form) against the CPU twin and the convolution.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+
+#include "backend/conv_logits_geometry.h"
+#include "nn/mixers/attention_core.h"
+#include "ops/autocast.h"
+#include "ops/ops.h"
+#include "support/test_util.h"
+
+using namespace ska;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+struct Case {
+  int64_t batch, heads, height, width, keys, d, k;
+  bool bias;
+};
+
+std::string describe(const Case& c) {
+  return std::to_string(c.batch) + " x " + std::to_string(c.heads) + " heads of " +
+         std::to_string(c.d) + " on " + std::to_string(c.height) + "x" + std::to_string(c.width) +
+         ", " + std::to_string(c.keys) + " keys, " + std::to_string(c.k) + "x" +
+         std::to_string(c.k) + (c.bias ? ", bias" : "");
+}
+
+// Every element of `actual` within rel * max|expected| of `expected`: sums of hundreds of
+// products rounded once to 16 bits, in another order than the reference's.
+void require_scaled_close(const Tensor& actual, const Tensor& expected, double rel,
+                          const std::string& what) {
+  const double scale = amax(abs(expected.to(Device::cpu()).to(DType::kF64))).item();
+  test::require_close(actual, expected, {rel * scale + 1e-6, 0.0}, what);
+}
+
+// The op's outputs and gradients (of sum(logits * weights)) for q, w and the bias.
+TensorList logits_and_grads(const Tensor& q, const Tensor& w, const Tensor& bias, const Case& c,
+                            const Tensor& weights) {
+  const Tensor logits = grid_conv_logits(q, w, bias, c.height, c.width);
+  sum(logits.to(DType::kF32) * weights).backward();
+  TensorList out = {logits, q.grad(), w.grad()};
+  if (bias.defined()) out.push_back(bias.grad());
+  return out;
+}
+
+// The CUDA kernels in `dt` against the CPU twin in f32 on the same (rounded) values. q is the
+// first half of a [B, H*W, 2 h d] projection split into heads, as CSKA's mixers pass it.
+void check_case(const Case& c, DType dt) {
+  INFO(describe(c) << ", " << dtype_name(dt));
+  REQUIRE(conv_logits_direct_fits(c.d, c.width, c.k));
+  const int64_t positions = c.height * c.width;
+  const Tensor proj = test::uniform({c.batch, positions, 2 * c.heads * c.d}, 1).to(dt);
+  const Tensor w0 = test::uniform({c.heads, c.k * c.k, c.keys, c.d}, 2, -0.2, 0.2).to(dt);
+  const Tensor b0 = c.bias ? test::uniform({c.heads, c.keys}, 3).to(dt) : Tensor();
+  const Tensor weights = test::uniform({c.batch, c.heads, positions, c.keys}, 4).to(DType::kF32);
+  const auto run = [&](Device device, DType dtype) {
+    const Tensor p = proj.to(device).to(dtype).set_requires_grad(true);
+    const Tensor q = nn::split_heads(p.narrow(2, 0, c.heads * c.d), c.heads);
+    const Tensor w = w0.to(device).to(dtype).set_requires_grad(true);
+    const Tensor b = c.bias ? b0.to(device).to(dtype).set_requires_grad(true) : Tensor();
+    const Tensor logits = grid_conv_logits(q, w, b, c.height, c.width);
+    sum(logits.to(DType::kF32) * weights.to(device)).backward();
+    TensorList out = {logits, p.grad().narrow(2, 0, c.heads * c.d), w.grad()};
+    if (b.defined()) out.push_back(b.grad());
+    return out;
+  };
+  const TensorList gpu = run(kGpu, dt), cpu = run(Device::cpu(), DType::kF32);
+  const char* names[] = {"logits", "q grad", "w grad", "bias grad"};
+  REQUIRE(gpu.size() == cpu.size());
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    CHECK(gpu[i].dtype() == dt);
+    require_scaled_close(gpu[i], cpu[i], 1e-2, names[i]);
+  }
+  // A gradient reached q (the comparison above is relative to its largest element).
+  CHECK(amax(abs(gpu[1].to(Device::cpu()).to(DType::kF64))).item() > 0.0);
+}
+
+}  // namespace
+
+TEST_CASE("cuda conv logits: the tensor-core kernels against the CPU twin", "[cuda]") {
+  if (!test::cuda_available_or_skip()) return;
+  // CSKA-ViT-S's logits (8x8 queries, 65 keys, 8 heads of 64), with fewer images.
+  check_case({3, 8, 8, 8, 65, 64, 3, false}, DType::kBF16);
+  // CSKAFormer-S18's stage 2 (28x28 queries over 784 keys, head dim 16), with its bias.
+  check_case({2, 2, 28, 28, 784, 16, 3, true}, DType::kBF16);
+  // Fewer positions than a block's 64, an even key count, head dim 32.
+  check_case({2, 3, 7, 7, 50, 32, 3, true}, DType::kBF16);
+  // A non-square grid, an odd key count, head dim 48 (a 64-wide instantiation part used), f16.
+  check_case({2, 2, 5, 9, 13, 48, 3, true}, DType::kF16);
+  // 5x5 filters and head dim 128 on 14x14 (the widest halo of the cases).
+  check_case({1, 2, 14, 14, 70, 128, 5, false}, DType::kBF16);
+  // 1x1 filters; and enough images for grad_w to sum several chunks of positions.
+  check_case({2, 2, 6, 6, 9, 16, 1, true}, DType::kBF16);
+  const Case many{40, 2, 8, 8, 65, 64, 3, true};
+  REQUIRE(conv_logits_chunks(
+              {many.batch, many.heads, many.height, many.width, many.keys, many.d, many.k})
+              .chunks > 1);
+  check_case(many, DType::kBF16);
+}
+
+TEST_CASE("cuda conv logits: the kernels repeat their results bit for bit", "[cuda]") {
+  if (!test::cuda_available_or_skip()) return;
+  const Case c{6, 4, 14, 14, 196, 32, 3, true};
+  const Tensor weights =
+      test::uniform({c.batch, c.heads, c.height * c.width, c.keys}, 4).to(kGpu, DType::kF32);
+  TensorList runs[2];
+  for (TensorList& r : runs) {
+    const Tensor q = test::uniform({c.batch, c.heads, c.height * c.width, c.d}, 1)
+                         .to(kGpu, DType::kBF16)
+                         .set_requires_grad(true);
+    const Tensor w = test::uniform({c.heads, 9, c.keys, c.d}, 2, -0.2, 0.2)
+                         .to(kGpu, DType::kBF16)
+                         .set_requires_grad(true);
+    const Tensor b =
+        test::uniform({c.heads, c.keys}, 3).to(kGpu, DType::kBF16).set_requires_grad(true);
+    r = logits_and_grads(q, w, b, c, weights);
+  }
+  for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::bitwise_equal(runs[0][i], runs[1][i]));
+}
+
+TEST_CASE("cuda conv logits: the direct form equals the convolution under bf16 autocast",
+          "[cuda]") {
+  if (!test::cuda_available_or_skip()) return;
+  // CSKA-ViT-S's mixer shape, through nn::conv_logits as the mixers call it.
+  const int64_t heads = 8, d = 64, keys = 65, grid = 8, batch = 4;
+  std::shared_ptr<nn::Conv2d> conv = nn::make_conv_logits(heads * d, heads, keys);
+  conv->to(kGpu);
+  const Tensor tokens = test::uniform({batch, grid * grid, heads * d}, 5).to(kGpu, DType::kF32);
+  const Tensor weights = test::uniform({batch, heads, grid * grid, keys}, 6).to(kGpu, DType::kF32);
+  const auto run = [&](nn::ConvLogitsForm form) {
+    const nn::ConvLogitsFormGuard guard(form);
+    const AutocastGuard autocast(DType::kBF16);
+    const Tensor x = tokens.clone().set_requires_grad(true);
+    conv->weight.zero_grad();
+    conv->bias.zero_grad();
+    const Tensor logits = nn::conv_logits(nn::split_heads(x, heads), *conv, grid, grid);
+    CHECK(test::graph_has(logits, "conv_logits") == (form == nn::ConvLogitsForm::kDirect));
+    sum(logits.to(DType::kF32) * weights).backward();
+    return TensorList{logits, x.grad(), conv->weight.grad(), conv->bias.grad()};
+  };
+  const TensorList direct = run(nn::ConvLogitsForm::kDirect);
+  const TensorList by_conv = run(nn::ConvLogitsForm::kConv);
+  const char* names[] = {"logits", "q grad", "weight grad", "bias grad"};
+  for (size_t i = 0; i < direct.size(); ++i) {
+    require_scaled_close(direct[i], by_conv[i], 2e-2, names[i]);
+  }
+}
