@@ -166,7 +166,7 @@ def forward_block(a, bx, by, smem_bytes):
     ld = ld16(a.d); span = kTile + 2 * a.halo
     carve = Carver()
     q_s = shared(carve, span * ld * 2, "q_s")
-    w_s = shared(carve, kKeys * ld * 2, "w_s")
+    w_s = shared(carve, a.group * kKeys * ld * 2, "w_s")
     assert carve.bytes <= smem_bytes
 
     qg = a.q + b * a.qb + h * a.qh
@@ -181,21 +181,24 @@ def forward_block(a, bx, by, smem_bytes):
     wh = a.w + h * a.taps * a.keys * a.d
 
     acc = [np.zeros((kKeyTiles, 4, 32)) for _ in range(kWarps)]
-    for tap in range(a.taps):
-        wt = wh + tap * a.keys * a.d
+    for tap0 in range(0, a.taps, a.group):
+        group = min(a.group, a.taps - tap0)
         def w_row(r):
-            ok = key0 + r < a.keys
-            return a.w_mem, wt + (key0 + r) * a.d, ok
-        stage(w_s, ld, kKeys, 0, a.d, a.d, w_row)
+            tap = tap0 + r // kKeys; j = key0 + r % kKeys
+            ok = j < a.keys
+            return a.w_mem, wh + (tap * a.keys + j) * a.d, ok
+        stage(w_s, ld, group * kKeys, 0, a.d, a.d, w_row)
         for warp in range(kWarps):
             if not active[warp]: continue
-            src, ok = neighbours(ld, pos[warp], p0, tap // a.k - a.radius, tap % a.k - a.radius, a, T)
-            for ks in range(a.d // 16):
-                fa = load_a_rows(q_s, src, ok, ks * 16)
-                for n in range(kKeyTiles):
-                    if n >= tiles: break
-                    b0, b1 = load_b_rows(w_s, n * 8 * ld + ks * 16, ld)
-                    acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
+            for tap in range(tap0, tap0 + group):
+                wt_s = (tap - tap0) * kKeys * ld   # this tap's filters, [64 keys][d]
+                src, ok = neighbours(ld, pos[warp], p0, tap // a.k - a.radius, tap % a.k - a.radius, a, T)
+                for ks in range(a.d // 16):
+                    fa = load_a_rows(q_s, src, ok, ks * 16)
+                    for n in range(kKeyTiles):
+                        if n >= tiles: break
+                        b0, b1 = load_b_rows(w_s, wt_s + n * 8 * ld + ks * 16, ld)
+                        acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kWarps):
         if not active[warp]: continue   # return
         out = a.out + (b * a.heads + h) * a.positions * a.keys
@@ -226,7 +229,7 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
     ldg = ld16(kKeys); ldw = ld16(a.d); span = kTile + 2 * a.halo
     carve = Carver()
     g_s = shared(carve, span * ldg * 2, "g_s")
-    w_s = shared(carve, kKeys * ldw * 2, "w_s")
+    w_s = shared(carve, a.group * kKeys * ldw * 2, "w_s")
     assert carve.bytes <= smem_bytes
 
     gg = a.g + b * a.gb + h * a.gh
@@ -242,23 +245,26 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
             return a.g_mem, gg + s * a.gp, ok
         stage(g_s, ldg, span, key0, kKeys, a.keys, g_row)
         steps = (min(kKeys, a.keys - key0) + 15) // 16
-        for tap in range(a.taps):
-            wt = wh + tap * a.keys * a.d
+        for tap0 in range(0, a.taps, a.group):
+            group = min(a.group, a.taps - tap0)
             def w_row(r):
-                ok = key0 + r < a.keys
-                return a.w_mem, wt + (key0 + r) * a.d, ok
-            stage(w_s, ldw, kKeys, 0, a.d, a.d, w_row)
+                tap = tap0 + r // kKeys; j = key0 + r % kKeys
+                ok = j < a.keys
+                return a.w_mem, wh + (tap * a.keys + j) * a.d, ok
+            stage(w_s, ldw, group * kKeys, 0, a.d, a.d, w_row)
             for warp in range(kWarps):
                 if not active[warp]: continue
-                # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
-                src, ok = neighbours(ldg, pos[warp], p0, a.radius - tap // a.k,
-                                     a.radius - tap % a.k, a, T)
-                for ks in range(steps):
-                    fa = load_a_rows(g_s, src, ok, ks * 16)
-                    for n in range(kOut):
-                        if n * 8 >= a.d: break
-                        b0, b1 = load_b_cols(w_s, ks * 16 * ldw + n * 8, ldw)
-                        acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
+                for tap in range(tap0, tap0 + group):
+                    wt_s = (tap - tap0) * kKeys * ldw   # this tap's filters, [64 keys][d]
+                    # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
+                    src, ok = neighbours(ldg, pos[warp], p0, a.radius - tap // a.k,
+                                         a.radius - tap % a.k, a, T)
+                    for ks in range(steps):
+                        fa = load_a_rows(g_s, src, ok, ks * 16)
+                        for n in range(kOut):
+                            if n * 8 >= a.d: break
+                            b0, b1 = load_b_cols(w_s, wt_s + ks * 16 * ldw + n * 8, ldw)
+                            acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kWarps):
         if not active[warp]: continue   # return
         out = a.out + (b * a.heads + h) * a.positions * a.d
@@ -271,7 +277,7 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
                                     acc[warp][n][2 * r + e][live])
 
 
-# --- grad_w: a block per (row chunk, 64 keys, head and tap), partial sums over its rows ---
+# --- grad_w: a block per (tap and row chunk, 64 keys, head), partial sums over its rows ---
 
 def conv_logits_grad_w_kernel(kD, a, grid, smem_bytes):
     for bz in range(grid[2]):
@@ -282,8 +288,8 @@ def conv_logits_grad_w_kernel(kD, a, grid, smem_bytes):
 
 def grad_w_block(kD, a, bx, by, bz, smem_bytes):
     kOut = kD // 8
-    chunk = bx; key0 = by * kKeys
-    h = bz // a.taps; tap = bz % a.taps
+    tap = bx % a.taps; chunk = bx // a.taps; key0 = by * kKeys
+    h = bz; slice_ = h * a.taps + tap
     dy = tap // a.k - a.radius; dx = tap % a.k - a.radius
     ldg = ld16(kKeys); ldq = ld16(a.d)
     carve = Carver()
@@ -331,7 +337,7 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
                     acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kWarps):
         if not active[warp]: continue   # return
-        out = a.partial + (bz * a.chunks + chunk) * a.keys * a.d
+        out = a.partial + (slice_ * a.chunks + chunk) * a.keys * a.d
         for r in range(2):
             j = key0 + wkey[warp] + G + 8 * r
             live = j < a.keys
@@ -353,11 +359,17 @@ def conv_logits_sum_partials_kernel(partial, chunks, per, n, gw):
 
 # --- Host side ---
 
+def conv_logits_tap_group(d, k):
+    per_tap = 64 * 2 * (d + 8)
+    return min(max(32 * 1024 // per_tap, 1), max(k * k, 1))
+
+
 def conv_logits_direct_fits(d, width, k):
     if d < 16 or d > 128 or d % 16 != 0 or k < 1 or k % 2 == 0: return False
     span = 64 + 2 * ((k // 2) * width + k // 2); padded = 2 * (d + 8)
-    forward = span * padded + 128 + 64 * padded
-    grad_q = span * 2 * (64 + 8) + 128 + 64 * padded
+    filters = conv_logits_tap_group(d, k) * 64 * padded
+    forward = span * padded + 128 + filters
+    grad_q = span * 2 * (64 + 8) + 128 + filters
     return max(forward, grad_q) <= 96 * 1024
 
 
@@ -381,6 +393,7 @@ def args_of(geo, q, w):
     a.taps = a.k * a.k
     a.radius = a.k // 2
     a.halo = a.radius * a.width + a.radius
+    a.group = conv_logits_tap_group(geo.d, geo.kernel)
     a.tiles = (a.positions + kTile - 1) // kTile
     a.key_chunks = (a.keys + kKeys - 1) // kKeys
     a.rows = geo.batch * a.positions
@@ -398,7 +411,7 @@ def conv_logits_forward(geo, q, w, bias, logits):
     a.out_mem, a.out = logits.mem, logits.offset
     carve = Carver()
     carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2)
-    carve.take(kKeys * ld16(a.d) * 2)
+    carve.take(a.group * kKeys * ld16(a.d) * 2)
     grid = (geo.batch * a.tiles * a.key_chunks, geo.heads)
     conv_logits_forward_kernel(a, grid, carve.bytes)
 
@@ -414,7 +427,7 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w):
         qa.out_mem, qa.out = grad_q.mem, grad_q.offset
         carve = Carver()
         carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2)
-        carve.take(kKeys * ld16(a.d) * 2)
+        carve.take(a.group * kKeys * ld16(a.d) * 2)
         grid = (geo.batch * a.tiles, geo.heads)
         conv_logits_grad_q_kernel(kD, qa, grid, carve.bytes)
     if grad_w is not None:
@@ -426,7 +439,7 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w):
         carve = Carver()
         carve.take(kTile * ld16(kKeys) * 2)
         carve.take(kTile * ld16(a.d) * 2)
-        grid = (wa.chunks, a.key_chunks, slices)
+        grid = (wa.chunks * a.taps, a.key_chunks, geo.heads)
         conv_logits_grad_w_kernel(kD, wa, grid, carve.bytes)
         conv_logits_sum_partials_kernel(wa.partial_mem, wa.chunks, per, slices * per, grad_w.mem)
         return wa.partial_mem

@@ -10,14 +10,15 @@
 //
 // Forward (conv_logits_forward_kernel): a block owns 64 positions of one image and head (a warp
 // 16 of them, the m of m16n8k16) and 64 keys (8 tiles of 8). It stages the positions' queries
-// with a halo of r * W + r rows before and after (zero outside the image) once, then for each tap
-// the tap's filters for its keys, [64 keys][d]; a warp's A fragment for a tap is its rows'
+// with a halo of r * W + r rows before and after (zero outside the image) once, then the taps'
+// filters for its keys, [64 keys][d] a tap, as many taps at once as fit in 32 KiB (all 9 at head
+// dim 16, 3 at 64: conv_logits_tap_group); a warp's A fragment for a tap is its rows'
 // neighbours, read from the staged queries at a shifted row (zero where the neighbour falls off
 // the grid's left or right edge, which the halo's rows do not show), and B the filters' rows.
 // grad_q (conv_logits_grad_q_kernel) is the same product run the other way: position s gathers
 // dL[s - off, j] w[tap, j, c] over the taps and keys, so a block stages the gradient's rows with
-// the same halo, 64 keys at a time, and the filters [64 keys][d] per tap, and keeps s's d
-// columns in registers. grad_w (conv_logits_grad_w_kernel) sums dL[p, j] q[p + off, c] over
+// the same halo, 64 keys at a time, and the filters [64 keys][d] per group of taps, and keeps s's
+// d columns in registers. grad_w (conv_logits_grad_w_kernel) sums dL[p, j] q[p + off, c] over
 // every position of the batch: a block owns one head, tap and 64 keys (a warp 16) and a chunk of
 // the rows, stages 64 rows of the gradient and the shifted queries at a time, and writes its
 // partial sums; a second kernel adds the chunks' partials in order. No atomics: the same bits
@@ -68,6 +69,7 @@ struct Args {
   T* out;          // logits [B, heads, P, keys] or grad_q [B, heads, P, d], contiguous
   float* partial;  // grad_w's partial sums [heads * taps, chunks, keys * d]
   int heads, height, width, positions, keys, d, k, taps, radius, halo;
+  int group;       // taps whose filters are staged at once (conv_logits_tap_group)
   int tiles;       // kTile-position tiles an image
   int key_chunks;  // kKeys-key chunks
   int chunks;      // grad_w's row chunks
@@ -138,7 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   const int ld = ld16(a.d), span = kTile + 2 * a.halo;
   Carver carve;
   T* q_s = reinterpret_cast<T*>(smem + carve.take(span * ld * 2));
-  T* w_s = reinterpret_cast<T*>(smem + carve.take(kKeys * ld * 2));
+  T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
 
   const T* qg = a.q + b * a.qb + h * a.qh;
   stage(q_s, ld, span, 0, a.d, a.d, [&](int r) -> const T* {
@@ -153,26 +155,30 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   float acc[kKeyTiles][4];
 #pragma unroll
   for (int n = 0; n < kKeyTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  for (int tap = 0; tap < a.taps; ++tap) {
-    __syncthreads();  // every warp is done with the previous tap's filters (and q_s is staged)
-    const T* wt = wh + static_cast<int64_t>(tap) * a.keys * a.d;
-    stage(w_s, ld, kKeys, 0, a.d, a.d, [&](int r) -> const T* {
-      return key0 + r < a.keys ? wt + static_cast<int64_t>(key0 + r) * a.d : nullptr;
+  for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
+    const int group = min(a.group, a.taps - tap0);
+    __syncthreads();  // every warp is done with the previous taps' filters (and q_s is staged)
+    stage(w_s, ld, group * kKeys, 0, a.d, a.d, [&](int r) -> const T* {
+      const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
+      return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
     });
     __syncthreads();
     if (!active) continue;
-    const T* src[2];
-    bool ok[2];
-    neighbours(src, ok, q_s, ld, pos, p0, tap / a.k - a.radius, tap % a.k - a.radius, a, t);
-    for (int ks = 0; ks < a.d / 16; ++ks) {
-      uint32_t fa[4];
-      load_a_rows(fa, src, ok, ks * 16);
+    for (int tap = tap0; tap < tap0 + group; ++tap) {
+      const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [64 keys][d]
+      const T* src[2];
+      bool ok[2];
+      neighbours(src, ok, q_s, ld, pos, p0, tap / a.k - a.radius, tap % a.k - a.radius, a, t);
+      for (int ks = 0; ks < a.d / 16; ++ks) {
+        uint32_t fa[4];
+        load_a_rows(fa, src, ok, ks * 16);
 #pragma unroll
-      for (int n = 0; n < kKeyTiles; ++n) {
-        if (n >= tiles) break;
-        uint32_t b0, b1;
-        load_b_rows(b0, b1, w_s + n * 8 * ld + ks * 16, ld, lane);  // b(c, j) = w_s[j][c]
-        mma<T>(acc[n], fa, b0, b1);
+        for (int n = 0; n < kKeyTiles; ++n) {
+          if (n >= tiles) break;
+          uint32_t b0, b1;
+          load_b_rows(b0, b1, wt_s + n * 8 * ld + ks * 16, ld, lane);  // b(c, j) = w[j][c]
+          mma<T>(acc[n], fa, b0, b1);
+        }
       }
     }
   }
@@ -208,7 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   const int ldg = ld16(kKeys), ldw = ld16(a.d), span = kTile + 2 * a.halo;
   Carver carve;
   T* g_s = reinterpret_cast<T*>(smem + carve.take(span * ldg * 2));
-  T* w_s = reinterpret_cast<T*>(smem + carve.take(kKeys * ldw * 2));
+  T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
 
   const T* gg = a.g + b * a.gb + h * a.gh;
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
@@ -225,27 +231,31 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
       return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
     });
     const int steps = (min(kKeys, a.keys - key0) + 15) / 16;
-    for (int tap = 0; tap < a.taps; ++tap) {
-      if (tap > 0) __syncthreads();  // every warp is done with the previous tap's filters
-      const T* wt = wh + static_cast<int64_t>(tap) * a.keys * a.d;
-      stage(w_s, ldw, kKeys, 0, a.d, a.d, [&](int r) -> const T* {
-        return key0 + r < a.keys ? wt + static_cast<int64_t>(key0 + r) * a.d : nullptr;
+    for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
+      const int group = min(a.group, a.taps - tap0);
+      if (tap0 > 0) __syncthreads();  // every warp is done with the previous taps' filters
+      stage(w_s, ldw, group * kKeys, 0, a.d, a.d, [&](int r) -> const T* {
+        const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
+        return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
       });
       __syncthreads();
       if (!active) continue;
-      // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
-      const T* src[2];
-      bool ok[2];
-      neighbours(src, ok, g_s, ldg, pos, p0, a.radius - tap / a.k, a.radius - tap % a.k, a, t);
-      for (int ks = 0; ks < steps; ++ks) {
-        uint32_t fa[4];
-        load_a_rows(fa, src, ok, ks * 16);
+      for (int tap = tap0; tap < tap0 + group; ++tap) {
+        const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [64 keys][d]
+        // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
+        const T* src[2];
+        bool ok[2];
+        neighbours(src, ok, g_s, ldg, pos, p0, a.radius - tap / a.k, a.radius - tap % a.k, a, t);
+        for (int ks = 0; ks < steps; ++ks) {
+          uint32_t fa[4];
+          load_a_rows(fa, src, ok, ks * 16);
 #pragma unroll
-        for (int n = 0; n < kOut; ++n) {
-          if (n * 8 >= a.d) break;
-          uint32_t b0, b1;
-          load_b_cols(b0, b1, w_s + ks * 16 * ldw + n * 8, ldw, lane);  // b(j, c) = w_s[j][c]
-          mma<T>(acc[n], fa, b0, b1);
+          for (int n = 0; n < kOut; ++n) {
+            if (n * 8 >= a.d) break;
+            uint32_t b0, b1;
+            load_b_cols(b0, b1, wt_s + ks * 16 * ldw + n * 8, ldw, lane);  // b(j, c) = w[j][c]
+            mma<T>(acc[n], fa, b0, b1);
+          }
         }
       }
     }
@@ -267,15 +277,17 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   }
 }
 
-// --- grad_w: a block per (row chunk, 64 keys, head and tap), partial sums over its rows ---
+// --- grad_w: a block per (tap and row chunk, 64 keys, head), partial sums over its rows ---
+// The taps vary fastest across blocks: the k*k blocks that read the same rows of the gradient run
+// side by side, so those rows come from L2 rather than once a tap from memory.
 //   dw[tap, j, c] = sum over the batch's positions p of dL[p, j] q[p + off, c]
 template <typename T, int kD>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_w_kernel(Args<T> a) {
   constexpr int kOut = kD / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int chunk = blockIdx.x, key0 = blockIdx.y * kKeys;
-  const int h = blockIdx.z / a.taps, tap = blockIdx.z % a.taps;
+  const int tap = blockIdx.x % a.taps, chunk = blockIdx.x / a.taps, key0 = blockIdx.y * kKeys;
+  const int h = blockIdx.z, slice = h * a.taps + tap;
   const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
   const int ldg = ld16(kKeys), ldq = ld16(a.d);
   Carver carve;
@@ -330,7 +342,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_w_kernel(Args<T>
     }
   }
   if (!active) return;
-  float* out = a.partial + (static_cast<int64_t>(blockIdx.z) * a.chunks + chunk) * a.keys * a.d;
+  float* out = a.partial + (static_cast<int64_t>(slice) * a.chunks + chunk) * a.keys * a.d;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = key0 + wkey + g + 8 * r;
@@ -381,6 +393,7 @@ Args<T> args_of(const ConvLogitsGeometry& geo, const Tensor& q, const Tensor& w)
   a.taps = a.k * a.k;
   a.radius = a.k / 2;
   a.halo = a.radius * a.width + a.radius;
+  a.group = static_cast<int>(conv_logits_tap_group(geo.d, geo.kernel));
   a.tiles = (a.positions + kTile - 1) / kTile;
   a.key_chunks = (a.keys + kKeys - 1) / kKeys;
   a.rows = geo.batch * a.positions;
@@ -459,7 +472,7 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     a.out = static_cast<T*>(logits.data_ptr());
     Carver carve;
     carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2);
-    carve.take(kKeys * ld16(a.d) * 2);
+    carve.take(a.group * kKeys * ld16(a.d) * 2);
     const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles * a.key_chunks),
                     static_cast<unsigned>(geo.heads));
     launch_2d(conv_logits_forward_kernel<T>, grid, kWarps, carve.bytes, current_stream(device), a);
@@ -503,7 +516,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
         qa.out = static_cast<T*>(grad_q.data_ptr());
         Carver carve;
         carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
-        carve.take(kKeys * ld16(a.d) * 2);
+        carve.take(a.group * kKeys * ld16(a.d) * 2);
         const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles), static_cast<unsigned>(geo.heads));
         launch_2d(conv_logits_grad_q_kernel<T, kD>, grid, kWarps, carve.bytes, stream, qa);
       }
@@ -518,8 +531,8 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
         Carver carve;
         carve.take(kTile * ld16(kKeys) * 2);
         carve.take(kTile * ld16(a.d) * 2);
-        const dim3 grid(static_cast<unsigned>(split.chunks), static_cast<unsigned>(a.key_chunks),
-                        static_cast<unsigned>(slices));
+        const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
+                        static_cast<unsigned>(a.key_chunks), static_cast<unsigned>(geo.heads));
         launch_2d(conv_logits_grad_w_kernel<T, kD>, grid, kWarps, carve.bytes, stream, wa);
         conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
             wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
