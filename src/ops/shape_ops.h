@@ -32,6 +32,13 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
 // product with the weight [C_out, C, k, k] reordered to [C_out, k, k, C]. Backward sums each
 // tap's gradient back onto the positions it read. Copies only (k*k strided copies each way).
 Tensor grid_neighbourhoods(const Tensor& x, int64_t kernel);
+
+// y itself (no copy), recorded so that the backward pass gives each tensor of `unused` a zero
+// gradient: a shortcut that skips work whose result did not reach y (a ViT's last block
+// computing its class token alone) leaves the parameters of that work with the gradients the
+// whole computation gives them, zeros, rather than none (an optimizer skips a parameter without
+// a gradient, its step count and weight decay included).
+Tensor with_zero_grads(const Tensor& y, const TensorList& unused);
 // The same neighbourhoods as rows of `width` columns (width > k*k*C): [..., H, W, width] holding
 // the k*k*C values of grid_neighbourhoods' [..., k*k, C], then a one, then zeros. A matrix
 // product with filters [C_out, width] (the weight's k*k*C values, then the bias, then zeros)

@@ -432,20 +432,26 @@ TEST_CASE("diagonal masks are built once per shape and device", "[cpu][nn]") {
 
 TEST_CASE("attention's first token alone equals the whole forward's first token",
           "[cpu][nn][attention]") {
-  // A ViT's last block reads only the class token of its mixer's output: Attention computes it
-  // from the class token's query alone. LSA (learnable temperature, diagonal mask) and plain
-  // attention, values and every gradient (input and parameters) in f64, and under bf16 autocast
-  // within its tolerance; with an attention probe the whole forward runs (full maps recorded).
+  // A ViT's last block reads only the class token of its mixer's output: Attention, SKA and CSKA
+  // compute it from the class token's query alone (CSKA: its static-key row, no conv logits).
+  // LSA (learnable temperature, diagonal mask), plain attention, SKA (softmax and gelu), CSKA
+  // (its own class temperature, a shared one, relu, and the authors' row order, which takes the
+  // whole forward), values and every gradient (input and parameters) in f64, and under bf16
+  // autocast within its tolerance; with an attention probe the whole forward runs (full maps
+  // recorded).
   MixerArgs args;
   args.dim = 32;
   args.grid = TokenGrid{3, 3, true};
   args.flavour = MixerFlavour::kVit;
   args.heads = 2;
   args.head_dim = 16;
-  for (const char* type : {"lsa", "mhsa"}) {
+  for (const char* type :
+       {"{type: lsa}", "{type: mhsa}", "{type: ska}", "{type: ska, activation: gelu}",
+        "{type: cska}", "{type: cska, scale: true}", "{type: cska, activation: relu}",
+        "{type: cska, authors_row_order: true}"}) {
     INFO(type);
-    const Config cfg = Config::parse(std::string("type: ") + type + "\n");
-    const ModulePtr mixer = build_mixer_from_node(cfg.root(), args);
+    const Config cfg = Config::parse(std::string("mixer: ") + type + "\n");
+    const ModulePtr mixer = build_mixer_from_node(cfg.root()["mixer"], args);
     mixer->to(DType::kF64);
     const Tensor x = ska::test::uniform({2, 10, 32}, 41).set_requires_grad();
     const Tensor w = ska::test::uniform({2, 1, 32}, 42);

@@ -182,6 +182,23 @@ TEST_CASE("grid neighbourhood rows: the neighbourhoods, a one, zeros, and their 
   CHECK_THROWS_WITH(grid_neighbourhood_rows(x, 3, 27), Catch::Contains("column of ones"));
 }
 
+TEST_CASE("with_zero_grads: the tensor itself, zero gradients for what it did not read", "[cpu]") {
+  const Tensor x = uniform({2, 3}, 61).set_requires_grad(true);
+  const Tensor w = uniform({4, 5}, 62, -1.0, 1.0, DType::kF32).set_requires_grad(true);
+  const Tensor frozen = uniform({2}, 63);  // no gradient wanted
+  const Tensor y = mul(x, 2.0);
+  const Tensor z = with_zero_grads(y, {w, frozen});
+  CHECK(z.data_ptr() == y.data_ptr());  // no copy
+  CHECK(test::graph_has(z, "with_zero_grads"));
+  sum(mul(z, uniform({2, 3}, 64))).backward();
+  require_close(x.grad(), mul(uniform({2, 3}, 64), 2.0), test::tolerance_for(DType::kF64));
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().dtype() == DType::kF32);
+  CHECK(w.grad().shape() == w.shape());
+  CHECK(amax(abs(w.grad())).item() == 0.0);
+  CHECK_FALSE(frozen.grad().defined());
+}
+
 TEST_CASE("shape op gradients", "[cpu]") {
   Tensor a = uniform({2, 3}, 1).set_requires_grad();
   Tensor b = uniform({2, 2}, 2).set_requires_grad();

@@ -26,6 +26,8 @@ class LogitScale {
   // Scales logits now (for row blocks with different scales, concatenated before attend()).
   Tensor apply(const Tensor& logits) const;
   Kind kind() const { return kind_; }
+  // The learnable temperature [1]; undefined for other kinds.
+  const Tensor& temperature() const { return temperature_; }
 
  private:
   Kind kind_;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "nn/mixers/attention_probe.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
 
@@ -47,7 +48,18 @@ Tensor Cska::cls_logits(const Tensor& q_cls, bool scaled) {
   return cls_scale_ ? cls_scale_->apply(logits) : conv_scale_->apply(logits);
 }
 
-Tensor Cska::forward(const Tensor& x) {
+Tensor Cska::forward(const Tensor& x) { return mix(x, false); }
+
+Tensor Cska::forward_first_token(const Tensor& x) {
+  // An attention probe records full maps, which only the whole forward makes; without a class
+  // token first the first token is a patch, whose logits are conv logits like the others'.
+  if (AttentionRecorder::active() || !grid_.cls_token || options_.authors_row_order) {
+    return Module::forward_first_token(x);
+  }
+  return mix(x, true);
+}
+
+Tensor Cska::mix(const Tensor& x, bool first_only) {
   SKA_CHECK(x.dim() == 3 && x.size(1) == num_keys_, ShapeError, "cska: expected [B, ", num_keys_,
             ", C] tokens for a ", grid_.height, "x", grid_.width, " grid",
             grid_.cls_token ? " plus a class token" : "", ", got ", shape_str(x.shape()));
@@ -63,6 +75,20 @@ Tensor Cska::forward(const Tensor& x) {
   attend_->configure(spec);
   spec.exclude_diagonal = options_.diagonal_mask;
   const Tensor v = split_heads(qv[1], options_.layout.heads);
+  if (first_only) {  // the class row alone (query 0 is token 0: the diagonal mask still applies)
+    Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);
+    if (autocast_state().enabled && attend_fuses(cls, v, spec))
+      cls = cls.to(autocast_state().dtype);
+    const Tensor out = (*proj_drop_)((*proj_)(merge_heads(attend(cls, v, spec))));
+    // The class row never reads the conv logits: their filters (and a temperature of their own)
+    // get the zero gradients the whole forward gives them.
+    TensorList unused = {to_k_->weight};
+    if (to_k_->bias.defined()) unused.push_back(to_k_->bias);
+    if (!one_scale && conv_scale_->temperature().defined()) {
+      unused.push_back(conv_scale_->temperature());
+    }
+    return with_zero_grads(out, unused);
+  }
   Tensor logits = spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial), !one_scale);
   if (grid_.cls_token) {
     Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);

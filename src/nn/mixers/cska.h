@@ -36,6 +36,10 @@ class Cska : public Module {
  public:
   Cska(int64_t dim, const TokenGrid& grid, const CskaOptions& options);
   Tensor forward(const Tensor& x) override;
+  // With a class token first (not authors_row_order), its output alone: its row of logits
+  // against the class token's static keys, no conv logits at all (a ViT's last block). The whole
+  // forward otherwise and under an attention probe.
+  Tensor forward_first_token(const Tensor& x) override;
   std::string type_name() const override { return "CSKA"; }
   bool reads_input_by_matmul_only() const override { return true; }  // the qv projection
   Tensor cls_k;
@@ -43,6 +47,8 @@ class Cska : public Module {
  private:
   Tensor spatial_logits(const Tensor& q_spatial, bool scaled);
   Tensor cls_logits(const Tensor& q_cls, bool scaled);
+  // The output of every token, or (first_only) of the class token alone.
+  Tensor mix(const Tensor& x, bool first_only);
 
   CskaOptions options_;
   TokenGrid grid_;

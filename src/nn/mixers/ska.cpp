@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "nn/mixers/attention_probe.h"
 #include "ops/ops.h"
 
 namespace ska::nn {
@@ -30,7 +31,15 @@ Ska::Ska(int64_t dim, int64_t num_keys, const SkaOptions& options)
 
 bool Ska::reads_input_by_matmul_only() const { return qv_ != nullptr; }
 
-Tensor Ska::forward(const Tensor& x) {
+Tensor Ska::forward(const Tensor& x) { return mix(x, false); }
+
+Tensor Ska::forward_first_token(const Tensor& x) {
+  // An attention probe records full maps, which only the whole forward makes.
+  if (AttentionRecorder::active()) return Module::forward_first_token(x);
+  return mix(x, true);
+}
+
+Tensor Ska::mix(const Tensor& x, bool first_only) {
   SKA_CHECK(x.dim() == 3 && x.size(1) == num_keys_, ShapeError, "ska: expected [B, ", num_keys_,
             ", C] tokens (one per static key), got ", shape_str(x.shape()));
   const int64_t heads = options_.layout.heads;
@@ -46,8 +55,8 @@ Tensor Ska::forward(const Tensor& x) {
   AttentionSpec spec;
   scale_->configure(spec);
   attend_->configure(spec);
-  spec.exclude_diagonal = options_.diagonal_mask;
-  const Tensor out = merge_heads(attend_qk(q, k, v, spec));
+  spec.exclude_diagonal = options_.diagonal_mask;  // query 0 is token 0 also alone
+  const Tensor out = merge_heads(attend_qk(first_only ? q.narrow(2, 0, 1) : q, k, v, spec));
   return (*proj_drop_)((*proj_)(out));
 }
 

@@ -29,6 +29,9 @@ class Ska : public Module {
  public:
   Ska(int64_t dim, int64_t num_keys, const SkaOptions& options);
   Tensor forward(const Tensor& x) override;
+  // The first token's output from its query alone (a ViT's last block: the class token against
+  // every static key); the whole forward under an attention probe.
+  Tensor forward_first_token(const Tensor& x) override;
   std::string type_name() const override { return "SKA"; }
   // With query: identity the input is the query itself (scaled by a temperature, not only read
   // by products).
@@ -36,6 +39,9 @@ class Ska : public Module {
   Tensor k;  // [h, N_keys, d]
 
  private:
+  // The output of every token, or (first_only) of the first alone.
+  Tensor mix(const Tensor& x, bool first_only);
+
   SkaOptions options_;
   int64_t num_keys_;
   std::shared_ptr<Linear> qv_, v_, proj_;
