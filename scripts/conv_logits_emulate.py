@@ -400,7 +400,7 @@ def args_of(geo, q, w):
     return a
 
 
-def dispatch_d(d): return 32 if d <= 32 else 64 if d <= 64 else 128
+def dispatch_head_dim(d): return 32 if d <= 32 else 64 if d <= 64 else 128
 
 
 def conv_logits_forward(geo, q, w, bias, logits):
@@ -421,7 +421,7 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w):
     assert conv_logits_direct_fits(geo.d, geo.width, geo.kernel)
     a = args_of(geo, q, w)
     a.g_mem, a.g, (a.gb, a.gh, a.gp) = grad.mem, grad.offset, grad.strides[:3]
-    kD = dispatch_d(geo.d)
+    kD = dispatch_head_dim(geo.d)
     if grad_q is not None:
         qa = SimpleNamespace(**vars(a))
         qa.out_mem, qa.out = grad_q.mem, grad_q.offset

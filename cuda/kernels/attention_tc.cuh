@@ -134,7 +134,7 @@ inline unsigned int grid_of(const char* kernel, int64_t groups, int64_t tiles) {
 // Launches `kernel` with `bytes` of dynamic shared memory, opting in to more than the default
 // 48 KiB where needed (sm_80..sm_90 allow at least 99 KiB), and checks the launch.
 template <typename Args>
-void launch(void (*kernel)(Args), unsigned int grid, int warps, size_t bytes, cudaStream_t stream,
+void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
             const Args& args) {
   constexpr size_t kDefaultSmemBytes = 48 * 1024;
   if (bytes > kDefaultSmemBytes) {

@@ -400,19 +400,6 @@ Args<T> args_of(const ConvLogitsGeometry& geo, const Tensor& q, const Tensor& w)
   return a;
 }
 
-// Calls f(std::integral_constant<int, kD>{}), kD the head dims the kernels are instantiated for
-// that cover d: 32, 64 or 128.
-template <typename F>
-void dispatch_d(int64_t d, F&& f) {
-  if (d <= 32) {
-    f(std::integral_constant<int, 32>{});
-  } else if (d <= 64) {
-    f(std::integral_constant<int, 64>{});
-  } else {
-    f(std::integral_constant<int, 128>{});
-  }
-}
-
 template <typename F>
 void dispatch_16bit(DType dtype, const char* kernel, F&& f) {
   if (dtype == DType::kBF16) {
@@ -428,20 +415,6 @@ void check_device(const char* kernel, int device) {
   SKA_CHECK(compute_capability(device) >= 80, DeviceError, kernel,
             ": needs a device of compute capability 8.0 or newer (mma.sync bf16), cuda:", device,
             " has ", compute_capability(device) / 10, ".", compute_capability(device) % 10);
-}
-
-// Launches `kernel` on `grid` with `bytes` of dynamic shared memory (opting in beyond 48 KiB) and
-// checks the launch.
-template <typename Args>
-void launch_2d(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
-               const Args& args) {
-  constexpr size_t kDefaultSmemBytes = 48 * 1024;
-  if (bytes > kDefaultSmemBytes) {
-    SKA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
-  }
-  kernel<<<grid, warps * 32, bytes, stream>>>(args);
-  SKA_CUDA_CHECK_LAUNCH();
 }
 
 int grid_dim(const char* kernel, int64_t n) {
@@ -475,7 +448,8 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     carve.take(a.group * kKeys * ld16(a.d) * 2);
     const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles * a.key_chunks),
                     static_cast<unsigned>(geo.heads));
-    launch_2d(conv_logits_forward_kernel<T>, grid, kWarps, carve.bytes, current_stream(device), a);
+    attn::launch(conv_logits_forward_kernel<T>, grid, kWarps, carve.bytes, current_stream(device),
+                 a);
   });
 }
 
@@ -509,7 +483,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
     a.gb = grad.stride(0);
     a.gh = grad.stride(1);
     a.gp = grad.stride(2);
-    dispatch_d(geo.d, [&](auto head) {
+    attn::dispatch_head_dim(static_cast<int>(geo.d), static_cast<int>(geo.d), [&](auto head) {
       constexpr int kD = decltype(head)::value;
       if (grad_q.defined()) {
         Args<T> qa = a;
@@ -518,7 +492,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
         carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
         carve.take(a.group * kKeys * ld16(a.d) * 2);
         const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles), static_cast<unsigned>(geo.heads));
-        launch_2d(conv_logits_grad_q_kernel<T, kD>, grid, kWarps, carve.bytes, stream, qa);
+        attn::launch(conv_logits_grad_q_kernel<T, kD>, grid, kWarps, carve.bytes, stream, qa);
       }
       if (grad_w.defined()) {
         Args<T> wa = a;
@@ -533,7 +507,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
         carve.take(kTile * ld16(a.d) * 2);
         const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
                         static_cast<unsigned>(a.key_chunks), static_cast<unsigned>(geo.heads));
-        launch_2d(conv_logits_grad_w_kernel<T, kD>, grid, kWarps, carve.bytes, stream, wa);
+        attn::launch(conv_logits_grad_w_kernel<T, kD>, grid, kWarps, carve.bytes, stream, wa);
         conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
             wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
         SKA_CUDA_CHECK_LAUNCH();
