@@ -28,7 +28,8 @@ import numpy as np
 
 L = np.arange(32); G = L >> 2; T = L & 3   # lane, g = lane >> 2, t = lane & 3
 
-kRows = 16; kWarps = 4; kTile = kRows * kWarps; kKeys = 64; kKeyTiles = kKeys // 8
+kRows = 16; kWarps = 4; kTile = kRows * kWarps; kKeys = 80; kKeyTiles = kKeys // 8
+kKeyWarps = kKeys // kRows   # grad_w's warps: 16 keys each
 kVec = 8   # 16 / sizeof(T) for bf16 / f16
 
 
@@ -151,7 +152,7 @@ def neighbours(ld, pos, p0, dy, dx, a, t):   # src[r]: an offset into the tile
     return src, ok
 
 
-# --- Forward: a block per (image, 64 positions, 64 keys) and head ---
+# --- Forward: a block per (image, 64 positions, 80 keys) and head ---
 
 def conv_logits_forward_kernel(a, grid, smem_bytes):
     for by in range(grid[1]):
@@ -191,7 +192,7 @@ def forward_block(a, bx, by, smem_bytes):
         for warp in range(kWarps):
             if not active[warp]: continue
             for tap in range(tap0, tap0 + group):
-                wt_s = (tap - tap0) * kKeys * ld   # this tap's filters, [64 keys][d]
+                wt_s = (tap - tap0) * kKeys * ld   # this tap's filters, [80 keys][d]
                 src, ok = neighbours(ld, pos[warp], p0, tap // a.k - a.radius, tap % a.k - a.radius, a, T)
                 for ks in range(a.d // 16):
                     fa = load_a_rows(q_s, src, ok, ks * 16)
@@ -213,7 +214,7 @@ def forward_block(a, bx, by, smem_bytes):
                     a.out_mem.write(out + pos[warp][r][w] * a.keys + j[w], acc[warp][n][2 * r + e][w] + bias)
 
 
-# --- grad_q: a block per (image, 64 positions) and head, walking the keys 64 at a time ---
+# --- grad_q: a block per (image, 64 positions) and head, walking the keys 80 at a time ---
 
 def conv_logits_grad_q_kernel(kD, a, grid, smem_bytes):
     for by in range(grid[1]):
@@ -255,7 +256,7 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
             for warp in range(kWarps):
                 if not active[warp]: continue
                 for tap in range(tap0, tap0 + group):
-                    wt_s = (tap - tap0) * kKeys * ldw   # this tap's filters, [64 keys][d]
+                    wt_s = (tap - tap0) * kKeys * ldw   # this tap's filters, [80 keys][d]
                     # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
                     src, ok = neighbours(ldg, pos[warp], p0, a.radius - tap // a.k,
                                          a.radius - tap % a.k, a, T)
@@ -277,7 +278,7 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
                                     acc[warp][n][2 * r + e][live])
 
 
-# --- grad_w: a block per (tap and row chunk, 64 keys, head), partial sums over its rows ---
+# --- grad_w: a block per (tap and row chunk, 80 keys, head), partial sums over its rows ---
 
 def conv_logits_grad_w_kernel(kD, a, grid, smem_bytes):
     for bz in range(grid[2]):
@@ -299,10 +300,10 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
 
     first = chunk * a.chunk_rows
     last = first + a.chunk_rows if first + a.chunk_rows < a.rows else a.rows
-    wkey = [warp * kRows for warp in range(kWarps)]   # the warp's first key in the chunk
-    active = [key0 + wkey[warp] < a.keys for warp in range(kWarps)]
+    wkey = [warp * kRows for warp in range(kKeyWarps)]   # the warp's first key in the chunk
+    active = [key0 + wkey[warp] < a.keys for warp in range(kKeyWarps)]
 
-    acc = [np.zeros((kOut, 4, 32)) for _ in range(kWarps)]
+    acc = [np.zeros((kOut, 4, 32)) for _ in range(kKeyWarps)]
     for m0 in range(first, last, kTile):
         # Row m of the batch is position m % P of image m / P.
         def g_row(r):
@@ -321,7 +322,7 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
             ok &= ~((x < 0) | (x >= a.width) | (s < 0) | (s >= a.positions))
             return a.q_mem, a.q + b * a.qb + h * a.qh + s * a.qp, ok
         stage(q_s, ldq, kTile, 0, a.d, a.d, q_row)
-        for warp in range(kWarps):
+        for warp in range(kKeyWarps):
             if not active[warp]: continue
             steps = ((last - m0 if last - m0 < kTile else kTile) + 15) // 16
             for ks in range(steps):
@@ -335,7 +336,7 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
                     if n * 8 >= a.d: break
                     b0, b1 = load_b_cols(q_s, ks * 16 * ldq + n * 8, ldq)
                     acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
-    for warp in range(kWarps):
+    for warp in range(kKeyWarps):
         if not active[warp]: continue   # return
         out = a.partial + (slice_ * a.chunks + chunk) * a.keys * a.d
         for r in range(2):
@@ -360,16 +361,16 @@ def conv_logits_sum_partials_kernel(partial, chunks, per, n, gw):
 # --- Host side ---
 
 def conv_logits_tap_group(d, k):
-    per_tap = 64 * 2 * (d + 8)
-    return min(max(32 * 1024 // per_tap, 1), max(k * k, 1))
+    per_tap = kKeys * 2 * (d + 8)
+    return min(max(36 * 1024 // per_tap, 1), max(k * k, 1))
 
 
 def conv_logits_direct_fits(d, width, k):
     if d < 16 or d > 128 or d % 16 != 0 or k < 1 or k % 2 == 0: return False
     span = 64 + 2 * ((k // 2) * width + k // 2); padded = 2 * (d + 8)
-    filters = conv_logits_tap_group(d, k) * 64 * padded
+    filters = conv_logits_tap_group(d, k) * kKeys * padded
     forward = span * padded + 128 + filters
-    grad_q = span * 2 * (64 + 8) + 128 + filters
+    grad_q = span * 2 * (kKeys + 8) + 128 + filters
     return max(forward, grad_q) <= 96 * 1024
 
 
@@ -545,10 +546,10 @@ def run_case(rng, B, h, H, W, K, d, k, use_bias, layout):
 
 CASES = [  # B, h, H, W, K, d, k, bias
     (2, 2, 8, 8, 65, 64, 3, True),
-    (1, 1, 28, 28, 70, 16, 3, True),
+    (1, 1, 28, 28, 170, 16, 3, True),   # keys in three chunks, the last of 10
     (2, 1, 7, 7, 50, 32, 3, False),
     (1, 2, 5, 9, 13, 48, 3, True),
-    (1, 1, 14, 14, 20, 128, 5, False),
+    (1, 1, 14, 14, 90, 128, 5, False),   # two key chunks; one tap a group
     (2, 1, 6, 6, 9, 16, 1, True),
     (21, 1, 7, 7, 10, 16, 3, True),    # grad_w: 3 chunks of 384 rows, the last 261, mid-image
     (41, 1, 8, 8, 10, 16, 3, False),   # grad_w: 6 chunks of 448 rows, the last 384

@@ -9,17 +9,18 @@
 // product per head: M = the B * H * W positions, N = the K keys, and the contraction k * k * d.
 //
 // Forward (conv_logits_forward_kernel): a block owns 64 positions of one image and head (a warp
-// 16 of them, the m of m16n8k16) and 64 keys (8 tiles of 8). It stages the positions' queries
+// 16 of them, the m of m16n8k16) and 80 keys (10 tiles of 8: CSKA-ViT-S's 65 keys in one block,
+// CSKAFormer's 784 in ten). It stages the positions' queries
 // with a halo of r * W + r rows before and after (zero outside the image) once, then the taps'
-// filters for its keys, [64 keys][d] a tap, as many taps at once as fit in 32 KiB (all 9 at head
+// filters for its keys, [80 keys][d] a tap, as many taps at once as fit in 36 KiB (all 9 at head
 // dim 16, 3 at 64: conv_logits_tap_group); a warp's A fragment for a tap is its rows'
 // neighbours, read from the staged queries at a shifted row (zero where the neighbour falls off
 // the grid's left or right edge, which the halo's rows do not show), and B the filters' rows.
 // grad_q (conv_logits_grad_q_kernel) is the same product run the other way: position s gathers
 // dL[s - off, j] w[tap, j, c] over the taps and keys, so a block stages the gradient's rows with
-// the same halo, 64 keys at a time, and the filters [64 keys][d] per group of taps, and keeps s's
+// the same halo, 80 keys at a time, and the filters [80 keys][d] per group of taps, and keeps s's
 // d columns in registers. grad_w (conv_logits_grad_w_kernel) sums dL[p, j] q[p + off, c] over
-// every position of the batch: a block owns one head, tap and 64 keys (a warp 16) and a chunk of
+// every position of the batch: a block owns one head, tap and 80 keys (a warp 16) and a chunk of
 // the rows, stages 64 rows of the gradient and the shifted queries at a time, and writes its
 // partial sums; a second kernel adds the chunks' partials in order. No atomics: the same bits
 // on every run.
@@ -55,8 +56,9 @@ using attn::mma;
 constexpr int kRows = 16;              // rows a warp owns: the m of m16n8k16
 constexpr int kWarps = 4;              // warps a block
 constexpr int kTile = kRows * kWarps;  // positions a block (forward, grad_q)
-constexpr int kKeys = 64;              // keys a block or chunk: 8 tiles of 8
+constexpr int kKeys = kConvLogitsKeys;  // keys a block or chunk: 10 tiles of 8 (65 keys: one)
 constexpr int kKeyTiles = kKeys / 8;
+constexpr int kKeyWarps = kKeys / kRows;  // grad_w's warps: 16 keys each
 
 template <typename T>
 struct Args {
@@ -129,7 +131,7 @@ __device__ __forceinline__ void neighbours(const T* (&src)[2], bool (&ok)[2], co
   }
 }
 
-// --- Forward: a block per (image, 64 positions, 64 keys) and head ---
+// --- Forward: a block per (image, 64 positions, 80 keys) and head ---
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     __syncthreads();
     if (!active) continue;
     for (int tap = tap0; tap < tap0 + group; ++tap) {
-      const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [64 keys][d]
+      const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [80 keys][d]
       const T* src[2];
       bool ok[2];
       neighbours(src, ok, q_s, ld, pos, p0, tap / a.k - a.radius, tap % a.k - a.radius, a, t);
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   }
 }
 
-// --- grad_q: a block per (image, 64 positions) and head, walking the keys 64 at a time ---
+// --- grad_q: a block per (image, 64 positions) and head, walking the keys 80 at a time ---
 //   dq[s, c] = sum over taps and keys j of dL[s - off, j] w[tap, j, c]
 template <typename T, int kD>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T> a) {
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
       __syncthreads();
       if (!active) continue;
       for (int tap = tap0; tap < tap0 + group; ++tap) {
-        const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [64 keys][d]
+        const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [80 keys][d]
         // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
         const T* src[2];
         bool ok[2];
@@ -277,12 +279,12 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   }
 }
 
-// --- grad_w: a block per (tap and row chunk, 64 keys, head), partial sums over its rows ---
+// --- grad_w: a block per (tap and row chunk, 80 keys, head), partial sums over its rows ---
 // The taps vary fastest across blocks: the k*k blocks that read the same rows of the gradient run
 // side by side, so those rows come from L2 rather than once a tap from memory.
 //   dw[tap, j, c] = sum over the batch's positions p of dL[p, j] q[p + off, c]
 template <typename T, int kD>
-__global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_w_kernel(Args<T> a) {
+__global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args<T> a) {
   constexpr int kOut = kD / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -507,7 +509,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
         carve.take(kTile * ld16(a.d) * 2);
         const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
                         static_cast<unsigned>(a.key_chunks), static_cast<unsigned>(geo.heads));
-        attn::launch(conv_logits_grad_w_kernel<T, kD>, grid, kWarps, carve.bytes, stream, wa);
+        attn::launch(conv_logits_grad_w_kernel<T, kD>, grid, kKeyWarps, carve.bytes, stream, wa);
         conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
             wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
         SKA_CUDA_CHECK_LAUNCH();

@@ -69,24 +69,27 @@ inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor&
   return geo;
 }
 
-// How many taps' filters the CUDA forward and grad_q kernels stage at once, 64 keys of d
-// channels each (rows padded to d + 8): as many as fit in 32 KiB, at least one, at most k*k
+// The keys a block of the CUDA kernels owns (forward, grad_w) or walks at a time (grad_q).
+constexpr int64_t kConvLogitsKeys = 80;
+
+// How many taps' filters the CUDA forward and grad_q kernels stage at once, 80 keys of d
+// channels each (rows padded to d + 8): as many as fit in 36 KiB, at least one, at most k*k
 // (head dim 16: all 9 of a 3x3 filter, one barrier pair a block instead of nine).
 inline int64_t conv_logits_tap_group(int64_t d, int64_t k) {
-  const int64_t per_tap = 64 * 2 * (d + 8);
-  return std::clamp<int64_t>(32 * 1024 / per_tap, 1, std::max<int64_t>(k * k, 1));
+  const int64_t per_tap = kConvLogitsKeys * 2 * (d + 8);
+  return std::clamp<int64_t>(36 * 1024 / per_tap, 1, std::max<int64_t>(k * k, 1));
 }
 
 // Whether the CUDA kernels take head dim d on a grid `width` wide with a k x k filter: d a
 // multiple of 16 up to 128, and the forward and grad_q kernels' shared tiles (64 positions with a
-// halo of (k/2) * (width + 1) rows on either side, and a group of taps' filters for 64 keys)
+// halo of (k/2) * (width + 1) rows on either side, and a group of taps' filters for 80 keys)
 // within 96 KiB.
 inline bool conv_logits_direct_fits(int64_t d, int64_t width, int64_t k) {
   if (d < 16 || d > 128 || d % 16 != 0 || k < 1 || k % 2 == 0) return false;
   const int64_t span = 64 + 2 * ((k / 2) * width + k / 2), padded = 2 * (d + 8);
-  const int64_t filters = conv_logits_tap_group(d, k) * 64 * padded;
+  const int64_t filters = conv_logits_tap_group(d, k) * kConvLogitsKeys * padded;
   const int64_t forward = span * padded + 128 + filters;
-  const int64_t grad_q = span * 2 * (64 + 8) + 128 + filters;
+  const int64_t grad_q = span * 2 * (kConvLogitsKeys + 8) + 128 + filters;
   return std::max(forward, grad_q) <= 96 * 1024;
 }
 
