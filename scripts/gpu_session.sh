@@ -28,7 +28,8 @@
 #             im2col + GEMM, the faster of the two per shape, and by this project's tensor-core
 #             kernels (--conv-logits conv / gemm / auto / direct; auto prints its timings) back to
 #             back: imagenet_cskaformer_s18 at 128,
-#             cifar10_cska_vit at 512 (LOGITS="CONFIG:BATCH ..." for others)
+#             cifar10_cska_vit at 512 (LOGITS="CONFIG:BATCH ..." for others; LOGITS_FORMS="auto
+#             direct" runs only those forms)
 #   convs     scripts/benchmark_ops.sh (bf16, against PyTorch) on the CSKA logit convolutions:
 #             CSKAFormer-S18's (stage 2) and CSKA-ViT-S's, forward and backward, with the timed
 #             backward-input choice and with each form forced (backward-data, rotated forward),
@@ -234,7 +235,7 @@ for stage in "${stages[@]}"; do
     forms_stage depthwise --depthwise-conv "cudnn direct auto" \
       "${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}" "images/s|depthwise conv " ;;
   logits)
-    forms_stage logits --conv-logits "conv gemm auto direct" \
+    forms_stage logits --conv-logits "${LOGITS_FORMS:-conv gemm auto direct}" \
       "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits \[" ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
