@@ -59,8 +59,8 @@
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
 #             elementwise, reductions, dropout, layer norm, depthwise convolution, conv logits),
-#             then racecheck
-#             over the attention kernels' tile loads (asynchronous copies)
+#             then racecheck over the attention and conv-logit kernels' tile loads (asynchronous
+#             copies)
 #
 # Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh .deps libjpeg62-turbo
 # libjpeg62-turbo-dev libpng16-16 libpng-dev), .gpu-build.tar.xz

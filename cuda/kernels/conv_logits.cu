@@ -423,6 +423,12 @@ int grid_dim(const char* kernel, int64_t n) {
   SKA_CHECK(n >= 1 && n <= INT_MAX, ShapeError, kernel, ": ", n, " blocks: too many");
   return static_cast<int>(n);
 }
+// A grid's y or z extent (heads, key chunks): at most 65535.
+unsigned grid_yz(const char* kernel, const char* what, int64_t n) {
+  SKA_CHECK(n >= 1 && n <= 65535, ShapeError, kernel, ": ", n, " ", what,
+            ": the CUDA kernels take at most 65535");
+  return static_cast<unsigned>(n);
+}
 
 }  // namespace
 
@@ -449,7 +455,7 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2);
     carve.take(a.group * kKeys * ld16(a.d) * 2);
     const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles * a.key_chunks),
-                    static_cast<unsigned>(geo.heads));
+                    grid_yz(kKernel, "heads", geo.heads));
     attn::launch(conv_logits_forward_kernel<T>, grid, kWarps, carve.bytes, current_stream(device),
                  a);
   });
@@ -493,7 +499,8 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
         Carver carve;
         carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
         carve.take(a.group * kKeys * ld16(a.d) * 2);
-        const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles), static_cast<unsigned>(geo.heads));
+        const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles),
+                        grid_yz(kKernel, "heads", geo.heads));
         attn::launch(conv_logits_grad_q_kernel<T, kD>, grid, kWarps, carve.bytes, stream, qa);
       }
       if (grad_w.defined()) {
@@ -508,7 +515,8 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
         carve.take(kTile * ld16(kKeys) * 2);
         carve.take(kTile * ld16(a.d) * 2);
         const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
-                        static_cast<unsigned>(a.key_chunks), static_cast<unsigned>(geo.heads));
+                        grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
+                        grid_yz(kKernel, "heads", geo.heads));
         attn::launch(conv_logits_grad_w_kernel<T, kD>, grid, kKeyWarps, carve.bytes, stream, wa);
         conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
             wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));

@@ -76,6 +76,8 @@ std::string cuda_device_name(int index) {
   return prop.name;
 }
 
+int cuda_compute_capability(int index) { return cuda::compute_capability(index); }
+
 void push_profile_range(const char* name) { nvtxRangePushA(name); }
 void pop_profile_range() { nvtxRangePop(); }
 

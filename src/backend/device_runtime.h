@@ -28,6 +28,9 @@ double device_event_ms(void* start, void* stop);
 // The name the driver gives CUDA device `index` ("NVIDIA H100 80GB HBM3"); DeviceError without
 // CUDA.
 std::string cuda_device_name(int index);
+// The compute capability of CUDA device `index` as major * 10 + minor (90 for an H100), for
+// choosing kernels; DeviceError without CUDA.
+int cuda_compute_capability(int index);
 // An NVTX range around a span of host code, as Nsight shows it; no-ops without CUDA.
 void push_profile_range(const char* name);
 void pop_profile_range();

@@ -44,6 +44,10 @@ void DeviceGraph::replay() {
 std::string cuda_device_name(int index) {
   SKA_FAIL(DeviceError, "the name of cuda:", index, ": this build has no CUDA support");
 }
+int cuda_compute_capability(int index) {
+  SKA_FAIL(DeviceError, "the compute capability of cuda:", index,
+           ": this build has no CUDA support");
+}
 bool set_cuda_elementwise_fast_paths(bool enabled) {
   static bool setting = true;
   const bool previous = setting;

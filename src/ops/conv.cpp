@@ -123,7 +123,7 @@ Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, in
   // The kernels read q through its strides (a head split of a projection needs no copy) but for
   // the last dim's.
   const auto unit_columns = [](const Tensor& t) {
-    return t.dim() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1;
+    return t.dim() == 0 || t.numel() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1;
   };
   const Tensor qd = unit_columns(q) ? q.detach() : q.detach().contiguous();
   const Tensor wc = w.detach().contiguous();

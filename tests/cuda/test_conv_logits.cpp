@@ -19,13 +19,14 @@ const Device kGpu = Device::cuda(0);
 struct Case {
   int64_t batch, heads, height, width, keys, d, k;
   bool bias;
+  bool misaligned = false;  // q's rows 4 elements off 16-byte alignment: element-wise staging
 };
 
 std::string describe(const Case& c) {
   return std::to_string(c.batch) + " x " + std::to_string(c.heads) + " heads of " +
          std::to_string(c.d) + " on " + std::to_string(c.height) + "x" + std::to_string(c.width) +
          ", " + std::to_string(c.keys) + " keys, " + std::to_string(c.k) + "x" +
-         std::to_string(c.k) + (c.bias ? ", bias" : "");
+         std::to_string(c.k) + (c.bias ? ", bias" : "") + (c.misaligned ? ", misaligned q" : "");
 }
 
 // Every element of `actual` within rel * max|expected| of `expected`: sums of hundreds of
@@ -47,23 +48,26 @@ TensorList logits_and_grads(const Tensor& q, const Tensor& w, const Tensor& bias
 }
 
 // The CUDA kernels in `dt` against the CPU twin in f32 on the same (rounded) values. q is the
-// first half of a [B, H*W, 2 h d] projection split into heads, as CSKA's mixers pass it.
+// first half of a [B, H*W, 2 h d] projection split into heads, as CSKA's mixers pass it (or,
+// misaligned, the last h d columns of a [B, H*W, h d + 4] one).
 void check_case(const Case& c, DType dt) {
   INFO(describe(c) << ", " << dtype_name(dt));
   REQUIRE(conv_logits_direct_fits(c.d, c.width, c.k));
   const int64_t positions = c.height * c.width;
-  const Tensor proj = test::uniform({c.batch, positions, 2 * c.heads * c.d}, 1).to(dt);
+  const int64_t first = c.misaligned ? 4 : 0;
+  const int64_t columns = c.misaligned ? c.heads * c.d + 4 : 2 * c.heads * c.d;
+  const Tensor proj = test::uniform({c.batch, positions, columns}, 1).to(dt);
   const Tensor w0 = test::uniform({c.heads, c.k * c.k, c.keys, c.d}, 2, -0.2, 0.2).to(dt);
   const Tensor b0 = c.bias ? test::uniform({c.heads, c.keys}, 3).to(dt) : Tensor();
   const Tensor weights = test::uniform({c.batch, c.heads, positions, c.keys}, 4).to(DType::kF32);
   const auto run = [&](Device device, DType dtype) {
     const Tensor p = proj.to(device).to(dtype).set_requires_grad(true);
-    const Tensor q = nn::split_heads(p.narrow(2, 0, c.heads * c.d), c.heads);
+    const Tensor q = nn::split_heads(p.narrow(2, first, c.heads * c.d), c.heads);
     const Tensor w = w0.to(device).to(dtype).set_requires_grad(true);
     const Tensor b = c.bias ? b0.to(device).to(dtype).set_requires_grad(true) : Tensor();
     const Tensor logits = grid_conv_logits(q, w, b, c.height, c.width);
     sum(logits.to(DType::kF32) * weights.to(device)).backward();
-    TensorList out = {logits, p.grad().narrow(2, 0, c.heads * c.d), w.grad()};
+    TensorList out = {logits, p.grad().narrow(2, first, c.heads * c.d), w.grad()};
     if (b.defined()) out.push_back(b.grad());
     return out;
   };
@@ -94,11 +98,20 @@ TEST_CASE("cuda conv logits: the tensor-core kernels against the CPU twin", "[cu
   check_case({1, 2, 14, 14, 70, 128, 5, false}, DType::kBF16);
   // 1x1 filters; and enough images for grad_w to sum several chunks of positions.
   check_case({2, 2, 6, 6, 9, 16, 1, true}, DType::kBF16);
+  // q's rows off 16-byte alignment (staged element by element).
+  check_case({2, 3, 7, 7, 50, 32, 3, true, true}, DType::kBF16);
   const Case many{40, 2, 8, 8, 65, 64, 3, true};
   REQUIRE(conv_logits_chunks(
               {many.batch, many.heads, many.height, many.width, many.keys, many.d, many.k})
               .chunks > 1);
   check_case(many, DType::kBF16);
+  // A grid too wide for the kernels' shared tiles: a ShapeError from the op (the mixers take the
+  // convolution there).
+  REQUIRE_FALSE(conv_logits_direct_fits(16, 400, 3));
+  CHECK_THROWS_AS(
+      grid_conv_logits(test::uniform({1, 1, 400, 16}, 1).to(kGpu, DType::kBF16),
+                       test::uniform({1, 9, 3, 16}, 2).to(kGpu, DType::kBF16), Tensor(), 1, 400),
+      ShapeError);
 }
 
 TEST_CASE("cuda conv logits: the kernels repeat their results bit for bit", "[cuda]") {

@@ -250,7 +250,9 @@ TEST_CASE("static-key mixers agree on CUDA and CPU", "[cuda][mixers]") {
           [&] { return make_mixer(c.mixer, 32, c.grid, c.family); },
           test::uniform({2, c.grid.tokens(), 32}, 23, -1.0, 1.0, DType::kF32));
     }
-    SECTION(std::string(c.mixer) + " " + c.family + ", conv logits by grid_conv_logits") {
+    // In f32 the direct form takes the convolution on CUDA and the reference loops on the CPU;
+    // tests/cuda/test_conv_logits.cpp runs its kernels (bf16) against both.
+    SECTION(std::string(c.mixer) + " " + c.family + ", conv logits direct (CPU loops, CUDA conv)") {
       const nn::ConvLogitsFormGuard direct(nn::ConvLogitsForm::kDirect);
       test::check_module_cuda_parity(
           [&] { return make_mixer(c.mixer, 32, c.grid, c.family); },

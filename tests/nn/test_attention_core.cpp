@@ -447,7 +447,8 @@ TEST_CASE("attention's first token alone equals the whole forward's first token"
   args.head_dim = 16;
   for (const char* type :
        {"{type: lsa}", "{type: mhsa}", "{type: ska}", "{type: ska, activation: gelu}",
-        "{type: cska}", "{type: cska, scale: true}", "{type: cska, activation: relu}",
+        "{type: cska}", "{type: cska, scale: true}", "{type: cska, scale: true, cls_scale: false}",
+        "{type: cska, activation: relu, diagonal_mask: false}",
         "{type: cska, authors_row_order: true}"}) {
     INFO(type);
     const Config cfg = Config::parse(std::string("mixer: ") + type + "\n");
@@ -465,6 +466,14 @@ TEST_CASE("attention's first token alone equals the whole forward's first token"
       return r;
     };
     const std::vector<Tensor> whole = run(false), first = run(true);
+    {  // the shortcut ran: CSKA's class row alone reads no conv logits
+      const Tensor y = mixer->first_token(x);
+      const bool whole_forward = std::string(type).find("authors_row_order") != std::string::npos;
+      if (std::string(type).find("cska") != std::string::npos) {
+        CHECK(ska::test::graph_has(y, "conv2d") == whole_forward);
+        CHECK(ska::test::graph_has(y, "with_zero_grads") == !whole_forward);
+      }
+    }
     REQUIRE(first[0].shape() == Shape{2, 1, 32});
     for (size_t i = 0; i < whole.size(); ++i) {
       INFO("result " << i << " (the output, dL/dx, then the parameters' gradients)");

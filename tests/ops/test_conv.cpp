@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/conv2d_rotated.h"
+#include "backend/conv_logits_geometry.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -541,6 +542,48 @@ TEST_CASE("grid_conv_logits equals the grouped convolution, values and gradients
         },
         inputs);
   }
+}
+
+TEST_CASE("grid_conv_logits with strided operands, an empty batch, and the CUDA bounds", "[cpu]") {
+  const int64_t heads = 2, height = 3, width = 4, keys = 5, d = 3;
+  // q with a non-unit last-dim stride (the op copies it) and a gradient arriving through a
+  // transpose (non-unit last-dim stride too), against conv2d.
+  const Tensor q_t = uniform({2, heads, d, height * width}, 71);
+  const Tensor w = uniform({heads, 9, keys, d}, 72);
+  const Tensor bias = uniform({heads, keys}, 73);
+  const Tensor weights = uniform({2, heads, keys, height * width}, 74);
+  const auto grads = [&](bool by_conv) {
+    const Tensor qg = q_t.clone().set_requires_grad(true), wg = w.clone().set_requires_grad(true);
+    const Tensor bg = bias.clone().set_requires_grad(true);
+    const Tensor q = qg.transpose(-1, -2);
+    REQUIRE(q.stride(-1) != 1);
+    const Tensor y = by_conv ? logits_by_conv2d(q, wg, bg, height, width)
+                             : grid_conv_logits(q, wg, bg, height, width);
+    sum(y.transpose(-1, -2) * weights).backward();
+    return TensorList{y.detach(), qg.grad(), wg.grad(), bg.grad()};
+  };
+  const TensorList ours = grads(false), reference = grads(true);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    require_close(ours[i], reference[i], tolerance_for(DType::kF64), "result " + std::to_string(i));
+  }
+  // An empty batch: empty logits, an empty q gradient, zero filter and bias gradients.
+  const Tensor q0 = uniform({0, heads, height * width, d}, 75).set_requires_grad(true);
+  const Tensor w0 = w.clone().set_requires_grad(true), b0 = bias.clone().set_requires_grad(true);
+  const Tensor y0 = grid_conv_logits(q0, w0, b0, height, width);
+  CHECK(y0.shape() == Shape({0, heads, height * width, keys}));
+  sum(y0).backward();
+  CHECK(q0.grad().shape() == q0.shape());
+  CHECK(amax(abs(w0.grad())).item() == 0.0);
+  CHECK(amax(abs(b0.grad())).item() == 0.0);
+  // What the CUDA kernels take: head dims that are multiples of 16 up to 128, odd filters, and
+  // grids narrow enough for their shared tiles (the mixers take the convolution otherwise).
+  CHECK(conv_logits_direct_fits(16, 28, 3));  // CSKAFormer-S18's stage 2
+  CHECK(conv_logits_direct_fits(64, 8, 3));   // CSKA-ViT-S
+  CHECK(conv_logits_direct_fits(128, 14, 5));
+  CHECK_FALSE(conv_logits_direct_fits(24, 8, 3));
+  CHECK_FALSE(conv_logits_direct_fits(144, 8, 3));
+  CHECK_FALSE(conv_logits_direct_fits(64, 8, 4));
+  CHECK_FALSE(conv_logits_direct_fits(16, 400, 3));
 }
 
 TEST_CASE("grid_conv_logits in f32 and bf16 on the CPU", "[cpu]") {

@@ -160,10 +160,12 @@ Tensor logits_by_direct(const Tensor& q, const Tensor& weight, const Tensor& bia
 }
 
 // Whether the direct form runs this call (with gemm_form_applies): on the CPU always (the
-// reference), on CUDA where its kernels take the dtype the call runs in (autocast's for f32 q)
-// and the head dim and grid (conv_logits_direct_fits).
+// reference), on CUDA where its kernels take the device (compute capability 8.0 or newer), the
+// dtype the call runs in (autocast's for f32 q) and the head dim and grid
+// (conv_logits_direct_fits).
 bool direct_form_applies(const Tensor& q, const Conv2d& conv, int64_t width) {
   if (!q.device().is_cuda()) return true;
+  if (cuda_compute_capability(q.device().index) < 80) return false;
   const AutocastState autocast = autocast_state();
   const DType dtype = autocast.enabled && q.dtype() == DType::kF32 ? autocast.dtype : q.dtype();
   return (dtype == DType::kBF16 || dtype == DType::kF16) &&
