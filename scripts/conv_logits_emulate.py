@@ -203,15 +203,27 @@ def forward_block(a, bx, by, smem_bytes):
     for warp in range(kWarps):
         if not active[warp]: continue   # return
         out = a.out + (b * a.heads + h) * a.positions * a.keys
+        pairs = a.keys % 2 == 0
         for r in range(2):
             live = pos[warp][r] < a.positions   # continue, lane by lane
+            row = out + pos[warp][r] * a.keys
             for n in range(kKeyTiles):
                 if n >= tiles: break
+                j = key0 + n * 8 + 2 * T
+                v = []
                 for e in range(2):
-                    j = key0 + n * 8 + 2 * T + e
-                    w = live & (j < a.keys)
-                    bias = a.bias_mem.read(h * a.keys + j[w]) if a.bias is not None else 0.0
-                    a.out_mem.write(out + pos[warp][r][w] * a.keys + j[w], acc[warp][n][2 * r + e][w] + bias)
+                    on = live & (j + e < a.keys)
+                    bias = np.zeros(32)
+                    if a.bias is not None: bias[on] = a.bias_mem.read(h * a.keys + j[on] + e)
+                    v.append(acc[warp][n][2 * r + e] + bias)
+                pair = live & pairs & (j + 1 < a.keys)
+                if pair.any():   # one aligned 32-bit store of both
+                    if ((row[pair] + j[pair]) % 2).any(): raise Mismatch("logits: an unaligned pair store")
+                    a.out_mem.write(row[pair] + j[pair], v[0][pair])
+                    a.out_mem.write(row[pair] + j[pair] + 1, v[1][pair])
+                for e in range(2):
+                    w = live & ~pair & (j + e < a.keys)
+                    a.out_mem.write(row[w] + j[w] + e, v[e][w])
 
 
 # --- grad_q: a block per (image, 64 positions) and head, walking the keys 80 at a time ---
@@ -273,9 +285,10 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
             live = pos[warp][r] < a.positions
             for n in range(kOut):
                 if n * 8 >= a.d: break
+                at = out + pos[warp][r][live] * a.d + n * 8 + 2 * T[live]   # one 32-bit store
+                if (at % 2).any(): raise Mismatch("grad_q: an unaligned pair store")
                 for e in range(2):
-                    a.out_mem.write(out + pos[warp][r][live] * a.d + n * 8 + 2 * T[live] + e,
-                                    acc[warp][n][2 * r + e][live])
+                    a.out_mem.write(at + e, acc[warp][n][2 * r + e][live])
 
 
 # --- grad_w: a block per (tap and row chunk, 80 keys, head), partial sums over its rows ---
@@ -344,9 +357,10 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
             live = j < a.keys
             for n in range(kOut):
                 if n * 8 >= a.d: break
+                at = out + j[live] * a.d + n * 8 + 2 * T[live]   # one 64-bit store
+                if (at % 2).any(): raise Mismatch("grad_w: an unaligned pair store")
                 for e in range(2):
-                    a.partial_mem.write(out + j[live] * a.d + n * 8 + 2 * T[live] + e,
-                                        acc[warp][n][2 * r + e][live])
+                    a.partial_mem.write(at + e, acc[warp][n][2 * r + e][live])
 
 
 def conv_logits_sum_partials_kernel(partial, chunks, per, n, gw):

@@ -186,18 +186,30 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   }
   if (!active) return;
   T* out = a.out + (b * a.heads + h) * a.positions * a.keys;
+  // With an even key count a thread's two neighbouring keys (2t, 2t + 1) are one aligned 32-bit
+  // store (CSKAFormer's 784; CSKA-ViT-S's 65 stores key by key).
+  const bool pairs = a.keys % 2 == 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (pos[r] >= a.positions) continue;
+    T* row = out + static_cast<int64_t>(pos[r]) * a.keys;
 #pragma unroll
     for (int n = 0; n < kKeyTiles; ++n) {
       if (n >= tiles) break;
+      const int j = key0 + n * 8 + 2 * t;
+      float v[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int j = key0 + n * 8 + 2 * t + e;
-        if (j >= a.keys) continue;
-        const float bias = a.bias ? to_float(a.bias[h * a.keys + j]) : 0.0f;
-        out[static_cast<int64_t>(pos[r]) * a.keys + j] = from_float<T>(acc[n][2 * r + e] + bias);
+        const bool live = j + e < a.keys;
+        v[e] = acc[n][2 * r + e] + (a.bias && live ? to_float(a.bias[h * a.keys + j + e]) : 0.0f);
+      }
+      if (pairs && j + 1 < a.keys) {
+        *reinterpret_cast<uint32_t*>(row + j) = attn::pack<T>(v[0], v[1]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (j + e < a.keys) row[j + e] = from_float<T>(v[e]);
+        }
       }
     }
   }
@@ -270,11 +282,9 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
 #pragma unroll
     for (int n = 0; n < kOut; ++n) {
       if (n * 8 >= a.d) break;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        out[static_cast<int64_t>(pos[r]) * a.d + n * 8 + 2 * t + e] =
-            from_float<T>(acc[n][2 * r + e]);
-      }
+      // d is even: the pair is one aligned 32-bit store.
+      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(pos[r]) * a.d + n * 8 + 2 * t) =
+          attn::pack<T>(acc[n][2 * r], acc[n][2 * r + 1]);
     }
   }
 }
@@ -352,10 +362,9 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
 #pragma unroll
     for (int n = 0; n < kOut; ++n) {
       if (n * 8 >= a.d) break;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        out[static_cast<int64_t>(j) * a.d + n * 8 + 2 * t + e] = acc[n][2 * r + e];
-      }
+      // d is even: the pair is one aligned 64-bit store.
+      *reinterpret_cast<float2*>(out + static_cast<int64_t>(j) * a.d + n * 8 + 2 * t) =
+          make_float2(acc[n][2 * r], acc[n][2 * r + 1]);
     }
   }
 }
