@@ -315,6 +315,10 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
     last = first + a.chunk_rows if first + a.chunk_rows < a.rows else a.rows
     wkey = [warp * kRows for warp in range(kKeyWarps)]   # the warp's first key in the chunk
     active = [key0 + wkey[warp] < a.keys for warp in range(kKeyWarps)]
+    # The centre tap's blocks: lanes 0-15 also sum their key's column (the bias gradient).
+    bias_sums = a.bias_partial is not None and tap == a.taps // 2
+    bias_sum = [np.zeros(32) for _ in range(kKeyWarps)]
+    lanes16 = L < kRows
 
     acc = [np.zeros((kOut, 4, 32)) for _ in range(kKeyWarps)]
     for m0 in range(first, last, kTile):
@@ -338,6 +342,10 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
         for warp in range(kKeyWarps):
             if not active[warp]: continue
             steps = ((last - m0 if last - m0 < kTile else kTile) + 15) // 16
+            if bias_sums:
+                for r in range(steps * 16):
+                    bias_sum[warp][lanes16] += g_s.read(r * ldg + wkey[warp] + L[lanes16])
+            if a.partial is None: continue   # the bias gradient alone
             for ks in range(steps):
                 # A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
                 col = (ks * 16 + 2 * T) * ldg + wkey[warp] + G
@@ -351,6 +359,12 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
                     acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kKeyWarps):
         if not active[warp]: continue   # return
+        if bias_sums:
+            j = key0 + wkey[warp] + L
+            on = lanes16 & (j < a.keys)
+            a.bias_partial_mem.write(a.bias_partial + (h * a.chunks + chunk) * a.keys + j[on],
+                                     bias_sum[warp][on])
+        if a.partial is None: continue   # return
         out = a.partial + (slice_ * a.chunks + chunk) * a.keys * a.d
         for r in range(2):
             j = key0 + wkey[warp] + G + 8 * r
@@ -431,7 +445,7 @@ def conv_logits_forward(geo, q, w, bias, logits):
     conv_logits_forward_kernel(a, grid, carve.bytes)
 
 
-def conv_logits_backward(geo, grad, q, w, grad_q, grad_w):
+def conv_logits_backward(geo, grad, q, w, grad_q, grad_w, grad_bias):
     assert geo.batch and geo.heads and geo.keys and geo.d
     assert conv_logits_direct_fits(geo.d, geo.width, geo.kernel)
     a = args_of(geo, q, w)
@@ -445,20 +459,27 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w):
         carve.take(a.group * kKeys * ld16(a.d) * 2)
         grid = (geo.batch * a.tiles, geo.heads)
         conv_logits_grad_q_kernel(kD, qa, grid, carve.bytes)
-    if grad_w is not None:
+    if grad_w is not None or grad_bias is not None:
         wa = SimpleNamespace(**vars(a))
         wa.chunks, wa.chunk_rows = conv_logits_chunks(geo)
         per = geo.keys * geo.d; slices = geo.heads * a.taps
         wa.partial_mem = Mem("partial", np.full(slices * wa.chunks * per, np.nan), count=True)
-        wa.partial = 0
+        wa.partial = 0 if grad_w is not None else None
+        wa.bias_partial_mem = Mem("bias_partial", np.full(geo.heads * wa.chunks * geo.keys, np.nan),
+                                  count=True)
+        wa.bias_partial = 0 if grad_bias is not None else None
         carve = Carver()
         carve.take(kTile * ld16(kKeys) * 2)
         carve.take(kTile * ld16(a.d) * 2)
         grid = (wa.chunks * a.taps, a.key_chunks, geo.heads)
         conv_logits_grad_w_kernel(kD, wa, grid, carve.bytes)
-        conv_logits_sum_partials_kernel(wa.partial_mem, wa.chunks, per, slices * per, grad_w.mem)
-        return wa.partial_mem
-    return None
+        if grad_w is not None:
+            conv_logits_sum_partials_kernel(wa.partial_mem, wa.chunks, per, slices * per, grad_w.mem)
+        if grad_bias is not None:
+            conv_logits_sum_partials_kernel(wa.bias_partial_mem, wa.chunks, geo.keys,
+                                            geo.heads * geo.keys, grad_bias.mem)
+        return wa.partial_mem, wa.bias_partial_mem
+    return None, None
 
 
 # --- Operands, the dense reference and the cases ---
@@ -543,18 +564,32 @@ def run_case(rng, B, h, H, W, K, d, k, use_bias, layout):
     logits = output("logits", (B, h, P, K))
     grad_q = output("grad_q", (B, h, P, d))
     grad_w = output("grad_w", (h, k * k, K, d))
+    grad_bias = output("grad_bias", (h, K)) if use_bias else None
     conv_logits_forward(geo, q, w, bias, logits)
-    partial = conv_logits_backward(geo, g, q, w, grad_q, grad_w)
+    partial, bias_partial = conv_logits_backward(geo, g, q, w, grad_q, grad_w, grad_bias)
 
-    for name, mem in (("logits", logits.mem), ("grad_q", grad_q.mem), ("partial", partial),
-                      ("grad_w", grad_w.mem)):
+    written = [("logits", logits.mem), ("grad_q", grad_q.mem), ("partial", partial),
+               ("grad_w", grad_w.mem)]
+    if use_bias: written += [("bias_partial", bias_partial), ("grad_bias", grad_bias.mem)]
+    for name, mem in written:
         written_once(name, mem)
-    ref = reference(q.dense(), w.dense(), bias.dense() if bias else None, g.dense(), H, W, k)
+    ref = list(reference(q.dense(), w.dense(), bias.dense() if bias else None, g.dense(), H, W, k))
+    names, outs = ["logits", "grad_q", "grad_w"], [logits, grad_q, grad_w]
+    if use_bias:   # the bias gradient: the logits' gradient summed over the images and positions
+        names.append("grad_bias"); outs.append(grad_bias)
+        ref.append(g.dense().sum(axis=(0, 2)))
     errs = []
-    for name, got, want in zip(("logits", "grad_q", "grad_w"), (logits, grad_q, grad_w), ref):
+    for name, got, want in zip(names, outs, ref):
         got = got.dense()
         if np.isnan(got).any(): raise Mismatch("%s: %d NaN" % (name, np.isnan(got).sum()))
         errs.append(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+    if use_bias and B * P <= 256:   # the bias gradient alone (frozen filters): grad_w's blocks sum it
+        grad_bias_alone = output("grad_bias alone", (h, K))
+        _, bias_partial = conv_logits_backward(geo, g, q, w, None, None, grad_bias_alone)
+        written_once("bias_partial alone", bias_partial)
+        written_once("grad_bias alone", grad_bias_alone.mem)
+        if np.abs(grad_bias_alone.dense() - ref[-1]).max() > 1e-12 * max(1.0, np.abs(ref[-1]).max()):
+            raise Mismatch("grad_bias alone differs")
     return errs, conv_logits_chunks(geo)
 
 
@@ -586,8 +621,10 @@ def main():
             print("%s: FAIL %s" % (what, e)); failed += 1; continue
         ok = max(errs) < 1e-12
         failed += not ok
-        print("%s (grad_w %d chunk%s of %d rows): logits %.1e grad_q %.1e grad_w %.1e %s (%.1fs)" %
-              (what, chunks, "s" if chunks > 1 else "", chunk_rows, *errs, "ok" if ok else "FAIL",
+        names = ["logits", "grad_q", "grad_w", "grad_bias"][:len(errs)]
+        print("%s (grad_w %d chunk%s of %d rows): %s %s (%.1fs)" %
+              (what, chunks, "s" if chunks > 1 else "", chunk_rows,
+               " ".join("%s %.1e" % ne for ne in zip(names, errs)), "ok" if ok else "FAIL",
                time.time() - t0))
     print("%d of %d cases pass (%.1fs)" % (len(CASES) - failed, len(CASES), time.time() - start))
     return 1 if failed else 0

@@ -69,7 +69,8 @@ struct Args {
   const T* g;     // dL[b, h, p, j] at g + b * gb + h * gh + p * gp + j
   int64_t gb, gh, gp;
   T* out;          // logits [B, heads, P, keys] or grad_q [B, heads, P, d], contiguous
-  float* partial;  // grad_w's partial sums [heads * taps, chunks, keys * d]
+  float* partial;  // grad_w's partial sums [heads * taps, chunks, keys * d], or null
+  float* bias_partial;  // the bias gradient's partial sums [heads, chunks, keys], or null
   int heads, height, width, positions, keys, d, k, taps, radius, halo;
   int group;       // taps whose filters are staged at once (conv_logits_tap_group)
   int tiles;       // kTile-position tiles an image
@@ -310,6 +311,10 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
   const int64_t last = first + a.chunk_rows < a.rows ? first + a.chunk_rows : a.rows;
   const int wkey = warp * kRows;  // the warp's first key in the chunk
   const bool active = key0 + wkey < a.keys;
+  // The centre tap's blocks read every row of the gradient unshifted: their lanes 0-15 also sum
+  // their key's column, the bias gradient (row by row, in order).
+  const bool bias_sums = a.bias_partial != nullptr && tap == a.taps / 2;
+  float bias_sum = 0.0f;
 
   float acc[kOut][4];
 #pragma unroll
@@ -336,6 +341,10 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
     __syncthreads();
     if (!active) continue;
     const int steps = static_cast<int>(((last - m0 < kTile ? last - m0 : kTile) + 15) / 16);
+    if (bias_sums && lane < kRows) {
+      for (int r = 0; r < steps * 16; ++r) bias_sum += to_float(g_s[r * ldg + wkey + lane]);
+    }
+    if (a.partial == nullptr) continue;  // the bias gradient alone
     for (int ks = 0; ks < steps; ++ks) {
       // A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
       const T* col = g_s + (ks * 16 + 2 * t) * ldg + wkey + g;
@@ -354,6 +363,11 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
     }
   }
   if (!active) return;
+  if (bias_sums && lane < kRows && key0 + wkey + lane < a.keys) {
+    a.bias_partial[(static_cast<int64_t>(h) * a.chunks + chunk) * a.keys + key0 + wkey + lane] =
+        bias_sum;
+  }
+  if (a.partial == nullptr) return;
   float* out = a.partial + (static_cast<int64_t>(slice) * a.chunks + chunk) * a.keys * a.d;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -471,10 +485,11 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
 }
 
 void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, int64_t height,
-                          int64_t width, const Tensor& grad_q, const Tensor& grad_w) {
+                          int64_t width, const Tensor& grad_q, const Tensor& grad_w,
+                          const Tensor& grad_bias) {
   const char* kKernel = "conv_logits_backward";
-  const ConvLogitsGeometry geo =
-      conv_logits_geometry(kKernel, q, w, Tensor(), height, width, grad, false, grad_q, grad_w);
+  const ConvLogitsGeometry geo = conv_logits_geometry(kKernel, q, w, Tensor(), height, width, grad,
+                                                      false, grad_q, grad_w, grad_bias);
   const int device = device_index(q);
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
@@ -485,6 +500,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
   if (geo.batch == 0 || geo.heads == 0 || geo.keys == 0 || geo.d == 0) {
     zero(grad_q);
     zero(grad_w);
+    zero(grad_bias);
     return;
   }
   check_device(kKernel, device);
@@ -512,14 +528,20 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
                         grid_yz(kKernel, "heads", geo.heads));
         attn::launch(conv_logits_grad_q_kernel<T, kD>, grid, kWarps, carve.bytes, stream, qa);
       }
-      if (grad_w.defined()) {
+      // grad_w and the bias gradient: one launch (the bias alone still runs every tap's blocks,
+      // the centre tap's summing; frozen filters with a trained bias are rare).
+      if (grad_w.defined() || grad_bias.defined()) {
         Args<T> wa = a;
         const ConvLogitsChunks split = conv_logits_chunks(geo);
         wa.chunks = static_cast<int>(split.chunks);
         wa.chunk_rows = split.chunk_rows;
         const int64_t per = geo.keys * geo.d, slices = geo.heads * a.taps;
-        const Tensor ws = workspace(device, slices * split.chunks * per * sizeof(float));
-        wa.partial = static_cast<float*>(ws.data_ptr());
+        const int64_t w_floats = grad_w.defined() ? slices * split.chunks * per : 0;
+        const int64_t b_floats = grad_bias.defined() ? geo.heads * split.chunks * geo.keys : 0;
+        const Tensor ws = workspace(device, (w_floats + b_floats) * sizeof(float));
+        float* floats = static_cast<float*>(ws.data_ptr());
+        wa.partial = grad_w.defined() ? floats : nullptr;
+        wa.bias_partial = grad_bias.defined() ? floats + w_floats : nullptr;
         Carver carve;
         carve.take(kTile * ld16(kKeys) * 2);
         carve.take(kTile * ld16(a.d) * 2);
@@ -527,9 +549,17 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
                         grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
                         grid_yz(kKernel, "heads", geo.heads));
         attn::launch(conv_logits_grad_w_kernel<T, kD>, grid, kKeyWarps, carve.bytes, stream, wa);
-        conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
-            wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
-        SKA_CUDA_CHECK_LAUNCH();
+        if (grad_w.defined()) {
+          conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
+              wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
+          SKA_CUDA_CHECK_LAUNCH();
+        }
+        if (grad_bias.defined()) {
+          conv_logits_sum_partials_kernel<T><<<grid_for(geo.heads * geo.keys), 256, 0, stream>>>(
+              wa.bias_partial, wa.chunks, geo.keys, geo.heads * geo.keys,
+              static_cast<T*>(grad_bias.data_ptr()));
+          SKA_CUDA_CHECK_LAUNCH();
+        }
       }
     });
   });

@@ -19,13 +19,14 @@ struct ConvLogitsGeometry {
 // strides but a unit last-dim stride), w [h, k*k, K, d] contiguous (k odd), bias [h, K]
 // contiguous or undefined, one floating dtype on one device. `out` is the logits (forward:
 // contiguous [B, h, H*W, K]) or their gradient (backward: that shape, a unit last-dim stride);
-// grad_q ([B, h, H*W, d]) and grad_w (w's shape) contiguous or undefined. ShapeError / DTypeError /
-// DeviceError naming `kernel` and the operand otherwise.
+// grad_q ([B, h, H*W, d]), grad_w (w's shape) and grad_bias ([h, K]) contiguous or undefined.
+// ShapeError / DTypeError / DeviceError naming `kernel` and the operand otherwise.
 inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor& q, const Tensor& w,
                                                const Tensor& bias, int64_t height, int64_t width,
                                                const Tensor& out, bool out_dense,
                                                const Tensor& grad_q = Tensor(),
-                                               const Tensor& grad_w = Tensor()) {
+                                               const Tensor& grad_w = Tensor(),
+                                               const Tensor& grad_bias = Tensor()) {
   SKA_CHECK(q.defined() && w.defined() && out.defined(), ValueError, kernel,
             ": q, w and the logits are required");
   SKA_CHECK(q.dim() == 4 && height >= 1 && width >= 1 && q.size(2) == height * width, ShapeError,
@@ -51,7 +52,7 @@ inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor&
                 (!bias.defined() || bias.is_contiguous()),
             ShapeError, kernel, ": q and the logits' gradient need a unit last-dim stride, ",
             out_dense ? "the logits and " : "", "the bias contiguous");
-  for (const Tensor* t : {&grad_q, &grad_w}) {
+  for (const Tensor* t : {&grad_q, &grad_w, &grad_bias}) {
     SKA_CHECK(!t->defined() || t->is_contiguous(), ShapeError, kernel,
               ": the gradients must be contiguous");
   }
@@ -59,7 +60,10 @@ inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor&
             ": grad_q must be ", shape_str(q.shape()), ", got ", shape_str(grad_q.shape()));
   SKA_CHECK(!grad_w.defined() || grad_w.shape() == w.shape(), ShapeError, kernel,
             ": grad_w must be ", shape_str(w.shape()), ", got ", shape_str(grad_w.shape()));
-  for (const Tensor* t : {&w, &bias, &out, &grad_q, &grad_w}) {
+  SKA_CHECK(!grad_bias.defined() || grad_bias.shape() == Shape({geo.heads, geo.keys}), ShapeError,
+            kernel, ": grad_bias must be [", geo.heads, ", ", geo.keys, "], got ",
+            shape_str(grad_bias.shape()));
+  for (const Tensor* t : {&w, &bias, &out, &grad_q, &grad_w, &grad_bias}) {
     if (!t->defined()) continue;
     SKA_CHECK(t->dtype() == q.dtype(), DTypeError, kernel, ": every operand must be ",
               dtype_name(q.dtype()), " as q is, got ", dtype_name(t->dtype()));

@@ -143,10 +143,12 @@ Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, in
     // Uninitialised: the kernels write every element.
     const Tensor gq = need_q ? Tensor::empty(qd.shape(), gl.dtype(), gl.device()) : Tensor();
     const Tensor gw = need_w ? Tensor::empty(wc.shape(), gl.dtype(), gl.device()) : Tensor();
-    if (need_q || need_w) {
-      SKA_KERNEL(gl.device(), conv_logits_backward)(gl, qd, wc, height, width, gq, gw);
+    const Tensor gb =
+        need_b ? Tensor::empty({qd.size(1), wc.size(2)}, gl.dtype(), gl.device()) : Tensor();
+    if (need_q || need_w || need_b) {
+      SKA_KERNEL(gl.device(), conv_logits_backward)(gl, qd, wc, height, width, gq, gw, gb);
     }
-    return TensorList{gq, gw, need_b ? sum(gl, {0, 2}).reshape(b_shape) : Tensor()};
+    return TensorList{gq, gw, need_b ? gb.reshape(b_shape) : Tensor()};
   });
   return logits;
 }

@@ -566,6 +566,12 @@ TEST_CASE("grid_conv_logits with strided operands, an empty batch, and the CUDA 
   for (size_t i = 0; i < ours.size(); ++i) {
     require_close(ours[i], reference[i], tolerance_for(DType::kF64), "result " + std::to_string(i));
   }
+  {  // frozen queries and filters, a trained bias: its gradient alone
+    const Tensor bg = bias.clone().set_requires_grad(true);
+    const Tensor y = grid_conv_logits(q_t.transpose(-1, -2), w, bg, height, width);
+    sum(y.transpose(-1, -2) * weights).backward();
+    require_close(bg.grad(), reference[3], tolerance_for(DType::kF64), "bias gradient alone");
+  }
   // An empty batch: empty logits, an empty q gradient, zero filter and bias gradients.
   const Tensor q0 = uniform({0, heads, height * width, d}, 75).set_requires_grad(true);
   const Tensor w0 = w.clone().set_requires_grad(true), b0 = bias.clone().set_requires_grad(true);

@@ -61,7 +61,7 @@ void forward(const Tensor& q, const Tensor& w, const Tensor& bias, const ConvLog
 
 template <typename T>
 void backward(const Tensor& grad, const Tensor& q, const Tensor& w, const ConvLogitsGeometry& geo,
-              const Tensor& grad_q, const Tensor& grad_w) {
+              const Tensor& grad_q, const Tensor& grad_w, const Tensor& grad_bias) {
   const T* gd = static_cast<const T*>(grad.data_ptr());
   const T* qd = static_cast<const T*>(q.data_ptr());
   const T* wd = static_cast<const T*>(w.data_ptr());
@@ -93,6 +93,22 @@ void backward(const Tensor& grad, const Tensor& q, const Tensor& w, const ConvLo
                 const T gj = gp[j];
                 for (int64_t c = 0; c < d; ++c) os[c] += gj * wt[j * d + c];
               }
+            }
+          }
+        },
+        1);
+  }
+  if (grad_bias.defined()) {  // db[h, j] = sum over images and positions of dL[p, j]
+    T* gb = static_cast<T*>(grad_bias.data_ptr());
+    parallel_for(
+        geo.heads,
+        [&](int64_t h) {
+          T* out = gb + h * keys;
+          for (int64_t j = 0; j < keys; ++j) out[j] = T(0);
+          for (int64_t b = 0; b < geo.batch; ++b) {
+            for (int64_t p = 0; p < positions; ++p) {
+              const T* gp = grad_row(b, h, p);
+              for (int64_t j = 0; j < keys; ++j) out[j] += gp[j];
             }
           }
         },
@@ -140,19 +156,23 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
 }
 
 void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, int64_t height,
-                          int64_t width, const Tensor& grad_q, const Tensor& grad_w) {
-  const ConvLogitsGeometry geo = conv_logits_geometry("conv_logits_backward", q, w, Tensor(),
-                                                      height, width, grad, false, grad_q, grad_w);
+                          int64_t width, const Tensor& grad_q, const Tensor& grad_w,
+                          const Tensor& grad_bias) {
+  const ConvLogitsGeometry geo =
+      conv_logits_geometry("conv_logits_backward", q, w, Tensor(), height, width, grad, false,
+                           grad_q, grad_w, grad_bias);
   if (is_16bit_float(q.dtype())) {
-    const Tensor gq = grad_q.defined() ? f32_output(grad_q) : Tensor();
-    const Tensor gw = grad_w.defined() ? f32_output(grad_w) : Tensor();
-    conv_logits_backward(widen_f32(grad), widen_f32(q), widen_f32(w), height, width, gq, gw);
+    const auto f32 = [](const Tensor& t) { return t.defined() ? f32_output(t) : Tensor(); };
+    const Tensor gq = f32(grad_q), gw = f32(grad_w), gb = f32(grad_bias);
+    conv_logits_backward(widen_f32(grad), widen_f32(q), widen_f32(w), height, width, gq, gw, gb);
     if (gq.defined()) round_into(gq, grad_q);
     if (gw.defined()) round_into(gw, grad_w);
+    if (gb.defined()) round_into(gb, grad_bias);
     return;
   }
-  dispatch_floating(q.dtype(), "conv_logits_backward",
-                    [&](auto tag) { backward<decltype(tag)>(grad, q, w, geo, grad_q, grad_w); });
+  dispatch_floating(q.dtype(), "conv_logits_backward", [&](auto tag) {
+    backward<decltype(tag)>(grad, q, w, geo, grad_q, grad_w, grad_bias);
+  });
 }
 
 }  // namespace ska::cpu
