@@ -315,10 +315,11 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
     last = first + a.chunk_rows if first + a.chunk_rows < a.rows else a.rows
     wkey = [warp * kRows for warp in range(kKeyWarps)]   # the warp's first key in the chunk
     active = [key0 + wkey[warp] < a.keys for warp in range(kKeyWarps)]
-    # The centre tap's blocks: lanes 0-15 also sum their key's column (the bias gradient).
+    # The centre tap's blocks also sum the columns (the bias gradient): one more mma a step with
+    # a B of ones.
     bias_sums = a.bias_partial is not None and tap == a.taps // 2
-    bias_sum = [np.zeros(32) for _ in range(kKeyWarps)]
-    lanes16 = L < kRows
+    bias_acc = [np.zeros((4, 32)) for _ in range(kKeyWarps)]
+    ones = np.ones((32, 2))
 
     acc = [np.zeros((kOut, 4, 32)) for _ in range(kKeyWarps)]
     for m0 in range(first, last, kTile):
@@ -342,10 +343,6 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
         for warp in range(kKeyWarps):
             if not active[warp]: continue
             steps = ((last - m0 if last - m0 < kTile else kTile) + 15) // 16
-            if bias_sums:
-                for r in range(steps * 16):
-                    bias_sum[warp][lanes16] += g_s.read(r * ldg + wkey[warp] + L[lanes16])
-            if a.partial is None: continue   # the bias gradient alone
             for ks in range(steps):
                 # A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
                 col = (ks * 16 + 2 * T) * ldg + wkey[warp] + G
@@ -353,17 +350,20 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
                       load_pair2(g_s, col + 8, col + ldg + 8),
                       load_pair2(g_s, col + 8 * ldg, col + 9 * ldg),
                       load_pair2(g_s, col + 8 * ldg + 8, col + 9 * ldg + 8)]
+                if bias_sums: bias_acc[warp] = mma(bias_acc[warp], fa, ones, ones)
+                if a.partial is None: continue   # the bias gradient alone
                 for n in range(kOut):
                     if n * 8 >= a.d: break
                     b0, b1 = load_b_cols(q_s, ks * 16 * ldq + n * 8, ldq)
                     acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kKeyWarps):
         if not active[warp]: continue   # return
-        if bias_sums:
-            j = key0 + wkey[warp] + L
-            on = lanes16 & (j < a.keys)
-            a.bias_partial_mem.write(a.bias_partial + (h * a.chunks + chunk) * a.keys + j[on],
-                                     bias_sum[warp][on])
+        if bias_sums:   # t == 0: column 0 of the sums, keys g and g + 8
+            for r in range(2):
+                j = key0 + wkey[warp] + G + 8 * r
+                on = (T == 0) & (j < a.keys)
+                a.bias_partial_mem.write(a.bias_partial + (h * a.chunks + chunk) * a.keys + j[on],
+                                         bias_acc[warp][2 * r][on])
         if a.partial is None: continue   # return
         out = a.partial + (slice_ * a.chunks + chunk) * a.keys * a.d
         for r in range(2):

@@ -311,10 +311,12 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
   const int64_t last = first + a.chunk_rows < a.rows ? first + a.chunk_rows : a.rows;
   const int wkey = warp * kRows;  // the warp's first key in the chunk
   const bool active = key0 + wkey < a.keys;
-  // The centre tap's blocks read every row of the gradient unshifted: their lanes 0-15 also sum
-  // their key's column, the bias gradient (row by row, in order).
+  // The centre tap's blocks read every row of the gradient unshifted: they also sum its columns,
+  // the bias gradient, by one more product a step with a B of ones (every column of the result
+  // is the sum of the rows; f32 accumulation, a fixed order).
   const bool bias_sums = a.bias_partial != nullptr && tap == a.taps / 2;
-  float bias_sum = 0.0f;
+  float bias_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint32_t ones = attn::pack<T>(1.0f, 1.0f);
 
   float acc[kOut][4];
 #pragma unroll
@@ -341,10 +343,6 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
     __syncthreads();
     if (!active) continue;
     const int steps = static_cast<int>(((last - m0 < kTile ? last - m0 : kTile) + 15) / 16);
-    if (bias_sums && lane < kRows) {
-      for (int r = 0; r < steps * 16; ++r) bias_sum += to_float(g_s[r * ldg + wkey + lane]);
-    }
-    if (a.partial == nullptr) continue;  // the bias gradient alone
     for (int ks = 0; ks < steps; ++ks) {
       // A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
       const T* col = g_s + (ks * 16 + 2 * t) * ldg + wkey + g;
@@ -353,6 +351,8 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
       fa[1] = load_pair(col + 8, col + ldg + 8);
       fa[2] = load_pair(col + 8 * ldg, col + 9 * ldg);
       fa[3] = load_pair(col + 8 * ldg + 8, col + 9 * ldg + 8);
+      if (bias_sums) mma<T>(bias_acc, fa, ones, ones);
+      if (a.partial == nullptr) continue;  // the bias gradient alone
 #pragma unroll
       for (int n = 0; n < kOut; ++n) {
         if (n * 8 >= a.d) break;
@@ -363,9 +363,14 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
     }
   }
   if (!active) return;
-  if (bias_sums && lane < kRows && key0 + wkey + lane < a.keys) {
-    a.bias_partial[(static_cast<int64_t>(h) * a.chunks + chunk) * a.keys + key0 + wkey + lane] =
-        bias_sum;
+  if (bias_sums && t == 0) {  // column 0 of the sums: keys g and g + 8
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int j = key0 + wkey + g + 8 * r;
+      if (j < a.keys) {
+        a.bias_partial[(static_cast<int64_t>(h) * a.chunks + chunk) * a.keys + j] = bias_acc[2 * r];
+      }
+    }
   }
   if (a.partial == nullptr) return;
   float* out = a.partial + (static_cast<int64_t>(slice) * a.chunks + chunk) * a.keys * a.d;
