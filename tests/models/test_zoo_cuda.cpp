@@ -266,6 +266,7 @@ TEST_CASE(
   for (const char* name :
        {"cska_vit_s", "cska_cait_s", "cska_swin_t", "cska_cvt_13", "cskaformer_s18"}) {
     for (const bool bf16 : {false, true}) {
+      if (form == "direct" && !bf16) continue;  // f32 on CUDA takes the convolution
       bool ok = false;
       CHECK_NOTHROW(ok = compare_devices(name, Device::cuda(0), bf16));
       CHECK(ok);
