@@ -117,6 +117,20 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[4], const T* const (&s
   a[3] = ok[1] ? load_pair(src[1] + col + 8) : 0u;
 }
 
+// acc[n] += a b over the 16 rows of `b` (row stride ldb) for the 8-wide column tiles n of its
+// `cols` columns: B read down the tile's rows (grad_q: the filters; grad_w: the queries).
+template <typename T, int kN>
+__device__ __forceinline__ void multiply_down(float (&acc)[kN][4], const uint32_t (&a)[4],
+                                              const T* b, int ldb, int cols, int lane) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    if (n * 8 >= cols) break;
+    uint32_t b0, b1;
+    load_b_cols(b0, b1, b + n * 8, ldb, lane);
+    mma<T>(acc[n], a, b0, b1);
+  }
+}
+
 // Where a thread's two rows (positions p0 + warp * 16 + g and + 8) find their neighbour at
 // offset (dy, dx) from the grid position, for a tile staged from position p0 - halo: the staged
 // row and whether the neighbour is on the grid (and the row a position at all).
@@ -264,13 +278,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
         for (int ks = 0; ks < steps; ++ks) {
           uint32_t fa[4];
           load_a_rows(fa, src, ok, ks * 16);
-#pragma unroll
-          for (int n = 0; n < kOut; ++n) {
-            if (n * 8 >= a.d) break;
-            uint32_t b0, b1;
-            load_b_cols(b0, b1, wt_s + ks * 16 * ldw + n * 8, ldw, lane);  // b(j, c) = w[j][c]
-            mma<T>(acc[n], fa, b0, b1);
-          }
+          multiply_down(acc, fa, wt_s + ks * 16 * ldw, ldw, a.d, lane);  // b(j, c) = w[j][c]
         }
       }
     }
@@ -353,13 +361,7 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
       fa[3] = load_pair(col + 8 * ldg + 8, col + 9 * ldg + 8);
       if (bias_sums) mma<T>(bias_acc, fa, ones, ones);
       if (a.partial == nullptr) continue;  // the bias gradient alone
-#pragma unroll
-      for (int n = 0; n < kOut; ++n) {
-        if (n * 8 >= a.d) break;
-        uint32_t b0, b1;
-        load_b_cols(b0, b1, q_s + ks * 16 * ldq + n * 8, ldq, lane);  // b(m, c) = q_s[m][c]
-        mma<T>(acc[n], fa, b0, b1);
-      }
+      multiply_down(acc, fa, q_s + ks * 16 * ldq, ldq, a.d, lane);  // b(m, c) = q_s[m][c]
     }
   }
   if (!active) return;
