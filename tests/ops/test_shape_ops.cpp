@@ -109,6 +109,20 @@ TEST_CASE("roll matches torch.roll", "[cpu]") {
   CHECK(roll(x, {-1, 2}, {0, 1}).to_vector<double>() ==
         std::vector<double>{6, 7, 4, 5, 10, 11, 8, 9, 2, 3, 0, 1});
   CHECK(roll(x, {8}, {1}).to_vector<double>() == x.to_vector<double>());
+  // A dim given twice: the shifts add up (torch.roll((1, 2), (1, 1)) is a shift of 3).
+  CHECK(roll(x, {1, 2}, {1, -1}).to_vector<double>() == roll(x, {3}, {1}).to_vector<double>());
+  // A strided input, three dims, negative and oversized shifts, against one dim at a time.
+  const Tensor y = uniform({3, 4, 5}, 81).permute({2, 0, 1});
+  const Tensor stepwise = roll(roll(roll(y, {7}, {0}), {-1}, {1}), {2}, {2});
+  CHECK(roll(y, {7, -1, 2}, {0, 1, 2}).to_vector<double>() == stepwise.to_vector<double>());
+  // One op, forward and backward: a roll back (no zero-filled gradient per part, no cat).
+  const Tensor z = uniform({2, 5, 6, 3}, 82).set_requires_grad(true);
+  const Tensor r = roll(z, {-2, -2}, {1, 2});
+  CHECK(test::graph_has(r, "roll"));
+  CHECK_FALSE(test::graph_has(r, "cat"));
+  const Tensor w = uniform(r.shape(), 83);
+  sum(r * w).backward();
+  CHECK(z.grad().to_vector<double>() == roll(w, {2, 2}, {1, 2}).to_vector<double>());
 }
 
 // grid_neighbourhoods by its definition, element by element: [L, H, W, C] -> [L, H, W, k*k, C].
