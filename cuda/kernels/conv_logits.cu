@@ -106,6 +106,17 @@ __device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, 
   attn::wait_copies();
 }
 
+// Stages the filters of taps [tap0, tap0 + group) for keys [key0, key0 + 80) of one head (wh: its
+// [taps, keys, d] filters) as `group` tiles [80 keys][d] of row stride ld, zero past the keys.
+template <typename T>
+__device__ void stage_filters(T* w_s, int ld, const T* wh, int tap0, int group, int key0,
+                              const Args<T>& a) {
+  stage(w_s, ld, group * kKeys, 0, a.d, a.d, [&](int r) -> const T* {
+    const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
+    return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
+  });
+}
+
 // A warp's A fragment from a shared tile whose rows are the fragment's rows: rows src[0] (g) and
 // src[1] (g + 8), each already offset to the thread's column pair 2t, zero where !ok.
 template <typename T>
@@ -175,10 +186,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
     const int group = min(a.group, a.taps - tap0);
     __syncthreads();  // every warp is done with the previous taps' filters (and q_s is staged)
-    stage(w_s, ld, group * kKeys, 0, a.d, a.d, [&](int r) -> const T* {
-      const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
-      return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
-    });
+    stage_filters(w_s, ld, wh, tap0, group, key0, a);
     __syncthreads();
     if (!active) continue;
     for (int tap = tap0; tap < tap0 + group; ++tap) {
@@ -263,10 +271,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
     for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
       const int group = min(a.group, a.taps - tap0);
       if (tap0 > 0) __syncthreads();  // every warp is done with the previous taps' filters
-      stage(w_s, ldw, group * kKeys, 0, a.d, a.d, [&](int r) -> const T* {
-        const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
-        return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
-      });
+      stage_filters(w_s, ldw, wh, tap0, group, key0, a);
       __syncthreads();
       if (!active) continue;
       for (int tap = tap0; tap < tap0 + group; ++tap) {
