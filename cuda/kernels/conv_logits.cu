@@ -448,10 +448,17 @@ void dispatch_16bit(DType dtype, const char* kernel, F&& f) {
   }
 }
 
-void check_device(const char* kernel, int device) {
+// The device (compute capability 8.0 or newer, for mma.sync bf16) and the problem (head dim and
+// grid width, conv_logits_direct_fits) the kernels take; DeviceError / ShapeError otherwise.
+void check_supported(const char* kernel, int device, const ConvLogitsGeometry& geo) {
   SKA_CHECK(compute_capability(device) >= 80, DeviceError, kernel,
             ": needs a device of compute capability 8.0 or newer (mma.sync bf16), cuda:", device,
             " has ", compute_capability(device) / 10, ".", compute_capability(device) % 10);
+  SKA_CHECK(conv_logits_direct_fits(geo.d, geo.width, geo.kernel), ShapeError, kernel,
+            ": head dim ", geo.d, " on a grid ", geo.width, " wide with a ", geo.kernel, "x",
+            geo.kernel,
+            " filter: the CUDA kernels take head dims that are multiples of 16 up to 128"
+            " and tiles that fit in shared memory");
 }
 
 int grid_dim(const char* kernel, int64_t n) {
@@ -475,12 +482,7 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
   if (geo.batch == 0 || geo.heads == 0 || geo.keys == 0) return;
   const int device = device_index(q);
   DeviceGuard guard(device);
-  check_device(kKernel, device);
-  SKA_CHECK(conv_logits_direct_fits(geo.d, geo.width, geo.kernel), ShapeError, kKernel,
-            ": head dim ", geo.d, " on a grid ", geo.width, " wide with a ", geo.kernel, "x",
-            geo.kernel,
-            " filter: the CUDA kernels take head dims that are multiples of 16 up to 128"
-            " and tiles that fit in shared memory");
+  check_supported(kKernel, device, geo);
   dispatch_16bit(q.dtype(), kKernel, [&](auto tag) {
     using T = decltype(tag);
     Args<T> a = args_of<T>(geo, q, w);
@@ -515,12 +517,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
     zero(grad_bias);
     return;
   }
-  check_device(kKernel, device);
-  SKA_CHECK(conv_logits_direct_fits(geo.d, geo.width, geo.kernel), ShapeError, kKernel,
-            ": head dim ", geo.d, " on a grid ", geo.width, " wide with a ", geo.kernel, "x",
-            geo.kernel,
-            " filter: the CUDA kernels take head dims that are multiples of 16 up to 128"
-            " and tiles that fit in shared memory");
+  check_supported(kKernel, device, geo);
   dispatch_16bit(q.dtype(), kKernel, [&](auto tag) {
     using T = decltype(tag);
     Args<T> a = args_of<T>(geo, q, w);
