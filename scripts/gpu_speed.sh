@@ -7,7 +7,8 @@
 # one block per head for up to 80 tokens), --attention-forward one_block (its forward likewise,
 # for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
 # pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
-# --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --depthwise-conv
+# --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --dropout-add unfused
+# (ViT's branch dropouts as ops of their own, not in the residual sums), --depthwise-conv
 # direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
 # those and cuDNN's per shape),
 # --conv-logits conv / gemm / direct (CSKA's logit
@@ -41,7 +42,8 @@ bench=$build/apps/benchmark
 
 variants=(default "--attention wmma" "--attention-loads sync" "--attention-backward one_block"
           "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
-          "--gelu-dropout fused" "--depthwise-conv direct" "--depthwise-conv auto"
+          "--gelu-dropout fused" "--dropout-add unfused" "--depthwise-conv direct"
+          "--depthwise-conv auto"
           "--conv-logits conv" "--conv-logits gemm" "--conv-logits direct" "--attention scalar"
           "--attention unfused"
           "--elementwise reference" "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")

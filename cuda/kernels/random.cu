@@ -4,8 +4,10 @@
 // Bernoulli draws are bit-identical to the CPU's; normal draws go through logf/cosf/sinf, whose
 // CUDA and glibc implementations may differ in the last bit.
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/backend.h"
+#include "backend/dropout_add_checks.h"
 #include "backend/pointwise_math.h"
 #include "core/random.h"
 #include "cuda/kernels/common.cuh"
@@ -190,16 +192,63 @@ __global__ void dropout_forward_kernel(const T* __restrict__ x, T* __restrict__ 
   }
 }
 
+// out = x + dropout(y) (TX: x's and out's dtype; TY: y's, TX or 16-bit with f32), the mask kept
+// as bits: dropout_forward_kernel's pass over y, each dropped value rounded to TY as dropout's
+// output holds it, then added to x as the binary add kernel adds (one f32 add, rounded to TX).
+template <typename TX, typename TY>
+__global__ void dropout_add_forward_kernel(const TX* __restrict__ x, const TY* __restrict__ y,
+                                           TX* __restrict__ out, uint8_t* __restrict__ bits,
+                                           int64_t n, uint64_t seed, uint64_t offset,
+                                           const int64_t* __restrict__ offset_base, float keep,
+                                           float scale, bool vectors) {
+  if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
+  const int64_t bytes = (n + 7) / 8;
+  const float s = to_float(from_float<TY>(scale));
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < bytes;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i0 = 8 * j;
+    const PhiloxOut r0 = philox4x32_10(seed, offset + static_cast<uint64_t>(2 * j));
+    const PhiloxOut r1 = philox4x32_10(seed, offset + static_cast<uint64_t>(2 * j + 1));
+    const auto sum = [&](float xv, float yv, int k, uint32_t& byte) {
+      const bool kept = philox_uniform(k < 4 ? r0.w[k] : r1.w[k - 4]) < keep;
+      byte |= static_cast<uint32_t>(kept) << k;
+      return __fadd_rn(xv, to_float(from_float<TY>(__fmul_rn(yv, kept ? s : 0.0f))));
+    };
+    uint32_t byte = 0;
+    if (i0 + 8 <= n) {
+      float xv[8], yv[8];
+      load8(x + i0, xv, vectors);
+      load8(y + i0, yv, vectors);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) xv[k] = sum(xv[k], yv[k], k, byte);
+      store8(out + i0, xv, vectors);
+    } else {
+      for (int k = 0; i0 + k < n; ++k)
+        out[i0 + k] = from_float<TX>(sum(to_float(x[i0 + k]), to_float(y[i0 + k]), k, byte));
+    }
+    bits[j] = static_cast<uint8_t>(byte);
+  }
+}
+
 // grad_x = grad * (bit ? scale : 0): a thread per byte of `bits`, as dropout_forward_kernel;
 // with an activation, that rounded to T and then through act.backward at x (the activation's
 // input; null without one).
-template <typename T, typename Act = NoActivation>
-__global__ void dropout_backward_kernel(const T* __restrict__ grad,
+// A gradient of a wider dtype TG (f32 for a 16-bit T: dropout_add's) is rounded to T first.
+template <typename T, typename Act = NoActivation, typename TG = T>
+__global__ void dropout_backward_kernel(const TG* __restrict__ grad,
                                         const uint8_t* __restrict__ bits, T* __restrict__ grad_x,
                                         int64_t n, float scale, bool vectors,
                                         const T* __restrict__ x = nullptr, Act act = {}) {
   const int64_t bytes = (n + 7) / 8;
   const float s = to_float(from_float<T>(scale));
+  // g as the T tensor of a cast would hold it (nothing to do when TG is T).
+  const auto narrow = [](float g) {
+    if constexpr (std::is_same_v<TG, T>) {
+      return g;
+    } else {
+      return to_float(from_float<T>(g));
+    }
+  };
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < bytes;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i0 = 8 * j;
@@ -208,7 +257,7 @@ __global__ void dropout_backward_kernel(const T* __restrict__ grad,
       float v[8];
       load8(grad + i0, v, vectors);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(v[k], (byte >> k) & 1 ? s : 0.0f);
+      for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(narrow(v[k]), (byte >> k) & 1 ? s : 0.0f);
       if constexpr (Act::kReadsX) {
         float xv[8];
         load8(x + i0, xv, vectors);
@@ -218,7 +267,7 @@ __global__ void dropout_backward_kernel(const T* __restrict__ grad,
       store8(grad_x + i0, v, vectors);
     } else {
       for (int k = 0; i0 + k < n; ++k) {
-        float g = __fmul_rn(to_float(grad[i0 + k]), (byte >> k) & 1 ? s : 0.0f);
+        float g = __fmul_rn(narrow(to_float(grad[i0 + k])), (byte >> k) & 1 ? s : 0.0f);
         if constexpr (Act::kReadsX)
           g = act.backward(to_float(from_float<T>(g)), to_float(x[i0 + k]));
         grad_x[i0 + k] = from_float<T>(g);
@@ -425,6 +474,70 @@ void unary_dropout_backward(UnaryOp op, const Tensor& grad, const Tensor& bits, 
       return UnaryActivation<decltype(op_c)::value, decltype(tag)>{static_cast<float>(a),
                                                                    static_cast<float>(b)};
     });
+  });
+}
+
+namespace {
+
+// Calls f(TX{}, TY{}) for a wide dtype (x's, grad's) and a narrow one (y's, grad_y's): both f32,
+// bf16 or f16, or f32 with bf16/f16 (the checks have ruled out the rest).
+template <typename F>
+void dispatch_dropout_add(DType wide, DType narrow, F&& f) {
+  const auto of = [&](DType d, auto&& then) {
+    if (d == DType::kBF16) return then(__nv_bfloat16{});
+    if (d == DType::kF16) return then(__half{});
+    return then(float{});
+  };
+  of(wide, [&](auto tx) {
+    if (narrow == wide) return f(tx, tx);
+    of(narrow, [&](auto ty) {
+      if constexpr (std::is_same_v<decltype(tx), float>) f(tx, ty);
+    });
+  });
+}
+
+}  // namespace
+
+void dropout_add_forward(const Tensor& x, const Tensor& y, uint64_t seed, uint64_t offset,
+                         double keep_prob, double scale, const Tensor& offset_base,
+                         const Tensor& out, const Tensor& bits) {
+  const char* kKernel = "dropout_add_forward";
+  check_dropout_add_forward(kKernel, x, y, out, bits);
+  const int64_t* base = offset_base_ptr(offset_base, out, kKernel);
+  const bool vectors = vectors_fit(x, out) && vectors_fit(y, y);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const int device = device_index(out);
+  DeviceGuard guard(device);
+  const unsigned grid = grid_for((n + 7) / 8, kThreads);
+  dispatch_dropout_add(x.dtype(), y.dtype(), [&](auto tx, auto ty) {
+    using TX = decltype(tx);
+    using TY = decltype(ty);
+    dropout_add_forward_kernel<TX, TY><<<grid, kThreads, 0, current_stream(device)>>>(
+        static_cast<const TX*>(x.data_ptr()), static_cast<const TY*>(y.data_ptr()),
+        static_cast<TX*>(out.data_ptr()), static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset,
+        base, static_cast<float>(keep_prob), static_cast<float>(scale), vectors);
+    SKA_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void dropout_add_backward(const Tensor& grad, const Tensor& bits, double scale,
+                          const Tensor& grad_y) {
+  const char* kKernel = "dropout_add_backward";
+  check_dropout_add_backward(kKernel, grad, bits, grad_y);
+  const bool vectors = vectors_fit(grad, grad_y);
+  const int64_t n = grad.numel();
+  if (n == 0) return;
+  const int device = device_index(grad);
+  DeviceGuard guard(device);
+  const unsigned grid = grid_for((n + 7) / 8, kThreads);
+  dispatch_dropout_add(grad.dtype(), grad_y.dtype(), [&](auto tg, auto ty) {
+    using TG = decltype(tg);
+    using TY = decltype(ty);
+    dropout_backward_kernel<TY, NoActivation, TG><<<grid, kThreads, 0, current_stream(device)>>>(
+        static_cast<const TG*>(grad.data_ptr()), static_cast<const uint8_t*>(bits.data_ptr()),
+        static_cast<TY*>(grad_y.data_ptr()), n, static_cast<float>(scale), vectors);
+    SKA_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -54,18 +54,27 @@ VitBlock::VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dro
   mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(dim, mlp));
   norm1_->autocast_output = mixer_->reads_input_by_matmul_only();
   norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
+  // The dropouts that end the two branches are applied in the residual sums, in one pass with
+  // them where nothing else stands between (nn::add_dropped_branch).
+  mixer_drop_ = mixer_->take_output_dropout();
+  mlp_drop_ = mlp_->take_output_dropout();
 }
 
 ResidualNorm VitBlock::forward_chained(const ResidualNorm& in, ChainedBlock* next) {
+  const double mixer_drop = is_training() ? mixer_drop_ : 0.0;
+  const double mlp_drop = is_training() ? mlp_drop_ : 0.0;
+  const auto residual = [](nn::LayerNorm& norm, const Tensor& x, const Tensor& branch, double p) {
+    return norm.forward_residual(x, branch, Tensor(), Tensor(), Tensor(), p);
+  };
   if (class_token_output && next == nullptr) {
     const ResidualNorm cls =
-        norm2_->forward_residual(in.sum.narrow(1, 0, 1), mixer_->first_token(in.normed));
-    return {add(cls.sum, (*mlp_)(cls.normed)), Tensor()};
+        residual(*norm2_, in.sum.narrow(1, 0, 1), mixer_->first_token(in.normed), mixer_drop);
+    return {nn::add_dropped_branch(cls.sum, (*mlp_)(cls.normed), mlp_drop), Tensor()};
   }
-  const ResidualNorm mixed = norm2_->forward_residual(in.sum, (*mixer_)(in.normed));
+  const ResidualNorm mixed = residual(*norm2_, in.sum, (*mixer_)(in.normed), mixer_drop);
   const Tensor branch = (*mlp_)(mixed.normed);
-  if (next != nullptr) return next->first_norm().forward_residual(mixed.sum, branch);
-  return {add(mixed.sum, branch), Tensor()};
+  if (next != nullptr) return residual(next->first_norm(), mixed.sum, branch, mlp_drop);
+  return {nn::add_dropped_branch(mixed.sum, branch, mlp_drop), Tensor()};
 }
 
 MixerArgs vit_mixer_args(int64_t dim, TokenGrid grid) {

@@ -29,7 +29,8 @@ class ShiftedPatchEmbedding : public nn::Module {
 };
 
 // x + mixer(norm1(x)), then x + mlp(norm2(x)); the MLP is Linear -> GELU -> dropout -> Linear ->
-// dropout. [B, N, C] -> [B, N, C].
+// dropout. The dropouts closing the two branches run inside the residual sums
+// (nn::add_dropped_branch). [B, N, C] -> [B, N, C].
 class VitBlock : public ChainedBlock {
  public:
   VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dropout);
@@ -46,6 +47,9 @@ class VitBlock : public ChainedBlock {
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
   nn::ModulePtr mixer_;
   std::shared_ptr<nn::Mlp> mlp_;
+  // The probabilities of the dropouts that close the mixer's and the MLP's branches, taken over
+  // from them (Module::take_output_dropout) and applied in the residual sums.
+  double mixer_drop_ = 0.0, mlp_drop_ = 0.0;
 };
 
 // What ViT tells the mixers it hosts (PyTorch's default initialisation, the ViT flavour), on a

@@ -67,7 +67,19 @@ void set_norm_autocast_outputs(bool enabled) {
 namespace {
 std::atomic<bool> g_fused_residual_norm{false};
 std::atomic<bool> g_fused_gelu_dropout{false};
+std::atomic<bool> g_fused_dropout_add{true};
 }  // namespace
+
+bool fused_dropout_add_enabled() { return g_fused_dropout_add.load(std::memory_order_relaxed); }
+void set_fused_dropout_add(bool enabled) {
+  g_fused_dropout_add.store(enabled, std::memory_order_relaxed);
+}
+
+Tensor add_dropped_branch(const Tensor& x, const Tensor& branch, double p) {
+  if (p == 0.0) return add(x, branch);
+  if (fused_dropout_add_enabled()) return dropout_add(x, branch, p, true);
+  return add(x, dropout(branch, p, true));
+}
 
 bool fused_gelu_dropout_enabled() { return g_fused_gelu_dropout.load(std::memory_order_relaxed); }
 void set_fused_gelu_dropout(bool enabled) {
@@ -97,14 +109,17 @@ Tensor LayerNorm::forward(const Tensor& x) {
 
 ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
                                          const Tensor& x_scale, const Tensor& branch_scale,
-                                         const Tensor& branch_keep) {
+                                         const Tensor& branch_keep, double branch_drop) {
+  const bool scaled = x_scale.defined() || branch_scale.defined() || branch_keep.defined();
   // The model summary records this norm as a module of its own, so it takes the unfused form.
   if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active()) {
-    Tensor sum = scaled_residual(x, x_scale, branch, branch_scale, branch_keep);
+    Tensor sum = scaled ? scaled_residual(x, x_scale, dropout(branch, branch_drop, true),
+                                          branch_scale, branch_keep)
+                        : add_dropped_branch(x, branch, branch_drop);
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
   }
-  const Tensor kept = apply_drop_path_factors(branch, branch_keep);
+  const Tensor kept = apply_drop_path_factors(dropout(branch, branch_drop, true), branch_keep);
   const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
   const Tensor scaled_branch = branch_scale.defined() ? mul(kept, branch_scale) : kept;
   return add_layer_norm(scaled_x, scaled_branch, weight, bias, eps, output_dtype(scaled_x));
@@ -151,7 +166,9 @@ Tensor BatchNorm2d::forward_synchronised(const Tensor& x) {
   return add(mul(sub(xf, mean.view(per_channel)), scale), bias.view(per_channel));
 }
 
-Tensor Dropout::forward(const Tensor& x) { return ska::dropout(x, p, is_training()); }
+Tensor Dropout::forward(const Tensor& x) {
+  return taken_over ? x : ska::dropout(x, p, is_training());
+}
 
 Tensor DropPath::forward(const Tensor& x) { return drop_path(x, p, is_training()); }
 
@@ -227,7 +244,13 @@ Tensor Mlp::forward(const Tensor& x) {
   } else {
     activated = (*drop_)((*act_)(hidden));
   }
-  return (*drop_)((*fc2_)(activated));
+  const Tensor out = (*fc2_)(activated);
+  return output_drop_taken_ ? out : (*drop_)(out);
+}
+
+double Mlp::take_output_dropout() {
+  output_drop_taken_ = true;
+  return drop_->p;
 }
 
 }  // namespace ska::nn

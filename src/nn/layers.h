@@ -47,11 +47,14 @@ class LayerNorm : public Module {
   // (ops/norm.h) where set_fused_residual_norm allows it, else the two ops; the same values and
   // gradients either way. x_scale / branch_scale: per-channel factors of x and of the branch
   // (ScaledOperand), branch_keep drop path's per-sample factors of the branch (DroppedOperand),
-  // through scaled_residual in the unfused form.
+  // through scaled_residual in the unfused form. branch_drop: the probability of the dropout the
+  // branch ends in, taken over from it (Module::take_output_dropout) and applied here first (0:
+  // none; pass 0 outside training), fused into the sum where nothing scales it
+  // (add_dropped_branch).
   ResidualNorm forward_residual(const Tensor& x, const Tensor& branch,
                                 const Tensor& x_scale = Tensor(),
                                 const Tensor& branch_scale = Tensor(),
-                                const Tensor& branch_keep = Tensor());
+                                const Tensor& branch_keep = Tensor(), double branch_drop = 0.0);
   std::string type_name() const override { return "LayerNorm"; }
   Tensor weight, bias;  // bias undefined when bias = false
   double eps;
@@ -82,6 +85,15 @@ void set_fused_residual_norm(bool enabled);
 bool fused_gelu_dropout_enabled();
 void set_fused_gelu_dropout(bool enabled);
 
+// x + dropout(branch, p) in training (p > 0), x + branch otherwise: the residual sum of a branch
+// whose closing dropout the block took over (Module::take_output_dropout). dropout_add's one
+// kernel each way (ops/random.h) where set_fused_dropout_add allows it (the default), else the
+// two ops; the same values, draws and gradients either way.
+Tensor add_dropped_branch(const Tensor& x, const Tensor& branch, double p);
+// `train.dropout_add`, `benchmark --dropout-add`: fused (default) or unfused.
+bool fused_dropout_add_enabled();
+void set_fused_dropout_add(bool enabled);
+
 // x [N, C, ...]; running statistics in buffers (running_mean, running_var, num_batches_tracked).
 class BatchNorm2d : public Module {
  public:
@@ -105,6 +117,9 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Dropout"; }
   double p;
+  // Set by the module that applies this dropout last when it hands it over to its caller
+  // (Module::take_output_dropout): forward then returns x.
+  bool taken_over = false;
 };
 
 // Stochastic depth: drops the whole residual branch per sample in training.
@@ -180,11 +195,14 @@ class Mlp : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Mlp"; }
   bool reads_input_by_matmul_only() const override { return true; }  // fc1 first
+  // The dropout after fc2 (the one after the activation stays).
+  double take_output_dropout() override;
 
  private:
   std::shared_ptr<Linear> fc1_, fc2_;
   std::shared_ptr<Activation> act_;
-  std::shared_ptr<Dropout> drop_;
+  std::shared_ptr<Dropout> drop_;  // after the activation and after fc2
+  bool output_drop_taken_ = false;
 };
 
 }  // namespace ska::nn

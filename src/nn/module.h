@@ -44,6 +44,12 @@ class Module {
   // compute token 0 without the other tokens' outputs overrides it (Attention: the class token's
   // query alone against every key).
   virtual Tensor forward_first_token(const Tensor& x);
+  // Hands the dropout that ends forward (a mixer's proj_drop, an MLP's second dropout) over to
+  // the caller: from then on forward (and forward_first_token) return the output undropped, and
+  // the caller applies a dropout of the returned probability in training, fused into its residual
+  // sum (add_dropped_branch, nn/layers.h). 0 for a module that ends in no dropout it can hand
+  // over; nothing changes then. A block calls it once, when it is built.
+  virtual double take_output_dropout() { return 0.0; }
 
   // --- Registration (in the constructor) ---
   // Trainable parameters require grad; non-trainable ones (e.g. Swin's stored masks in the

@@ -86,6 +86,39 @@ Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approxim
   return out;
 }
 
+Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training, Generator* gen) {
+  if (auto cast = autocast_inputs("add", {x, y})) {
+    return dropout_add((*cast)[0], (*cast)[1], p, training, gen);
+  }
+  const auto is_16bit = [](DType d) { return d == DType::kBF16 || d == DType::kF16; };
+  const bool dtypes =
+      (x.dtype() == y.dtype() && (x.dtype() == DType::kF32 || is_16bit(x.dtype()))) ||
+      (x.dtype() == DType::kF32 && is_16bit(y.dtype()));
+  if (!training || p == 0.0 || !autograd::needs_grad({y}) || !dtypes || x.shape() != y.shape() ||
+      x.device() != y.device()) {
+    return add(x, dropout(y, p, training, gen));
+  }
+  SKA_CHECK(p > 0.0 && p < 1.0, ValueError, "dropout probability must be in [0, 1), got ", p);
+  const double keep = 1.0 - p, scale = 1.0 / keep;
+  Generator& g = pick(gen, y.device());
+  const uint64_t seed = g.seed(), offset = g.advance(static_cast<uint64_t>(y.numel()));
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const Tensor bits = Tensor::empty({(y.numel() + 7) / 8}, DType::kU8, y.device());
+  SKA_KERNEL(x.device(), dropout_add_forward)
+  (x.detach().contiguous(), y.detach().contiguous(), seed, offset, keep, scale, g.capture_base(),
+   out, bits);
+  const bool need_x = x.requires_grad();
+  const DType out_dtype = out.dtype(), y_dtype = y.dtype();
+  const Shape y_shape = y.shape();
+  autograd::record_op("dropout_add", {x, y}, {out}, [=](const TensorList& grad) {
+    const Tensor gc = grad[0].to(out_dtype).contiguous();
+    Tensor gy = Tensor::empty(y_shape, y_dtype, gc.device());
+    SKA_KERNEL(gc.device(), dropout_add_backward)(gc, bits, scale, gy);
+    return TensorList{need_x ? gc : Tensor(), gy};
+  });
+  return out;
+}
+
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
   detail::check_floating("drop_path", x);

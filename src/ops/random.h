@@ -18,6 +18,13 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullpt
 // gradient); otherwise the two ops.
 Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approximation = false,
                     Generator* gen = nullptr);
+// x + dropout(y, p, training): the residual sum of a branch that ends in dropout. In training,
+// with y needing a gradient, one kernel each way where x and y have one shape and x's dtype is
+// y's or f32 with a 16-bit y (autocast's branch into an f32 residual stream): the values, draws
+// and gradients of the two ops, bit for bit, without writing the dropped branch, and its gradient
+// read once; otherwise the two ops.
+Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training,
+                   Generator* gen = nullptr);
 // Drops whole samples (dim 0) with probability p, scaling survivors by 1 / (1 - p).
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 // x times per-sample factors (drop_path_factors; undefined: x itself), broadcast over every dim

@@ -67,6 +67,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
   k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
+  k.dropout_add = t.get_choice("dropout_add", k.dropout_add, {"fused", "unfused"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto", "direct"});
   k.depthwise_conv = t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
@@ -84,6 +85,7 @@ void KernelChoices::apply() const {
   nn::set_norm_autocast_outputs(norm_output == "autocast");
   nn::set_fused_residual_norm(residual_norm == "fused");
   nn::set_fused_gelu_dropout(gelu_dropout == "fused");
+  nn::set_fused_dropout_add(dropout_add == "fused");
   nn::set_conv_logits_form(conv_logits == "gemm"     ? nn::ConvLogitsForm::kGemm
                            : conv_logits == "auto"   ? nn::ConvLogitsForm::kAuto
                            : conv_logits == "direct" ? nn::ConvLogitsForm::kDirect
@@ -104,6 +106,7 @@ std::string KernelChoices::describe() const {
   if (norm_output != "autocast") out += " [f32 norm outputs]";
   if (residual_norm != "unfused") out += " [" + residual_norm + " residual norm]";
   if (gelu_dropout != "unfused") out += " [" + gelu_dropout + " GELU dropout]";
+  if (dropout_add != "fused") out += " [" + dropout_add + " dropout add]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
   if (depthwise_conv != "cudnn") out += " [depthwise conv: " + depthwise_conv + "]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";

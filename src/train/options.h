@@ -24,7 +24,7 @@ AutocastState autocast_state(Precision p);       // disabled for fp32
 
 // Which implementation the kernels with a fast path and a reference take (`train.attention`,
 // `train.elementwise`, `train.norm_output`, `train.residual_norm`, `train.gelu_dropout`,
-// `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`,
+// `train.dropout_add`, `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`,
 // `train.cudnn_deterministic`): the fast ones by default; the others to compare, or to work around
 // a fast path that misbehaves on some GPU without rebuilding. Process-wide switches, set by
 // apply().
@@ -51,6 +51,9 @@ struct KernelChoices {
   // An MLP's GELU and the dropout after it in training: unfused (two ops) or fused (one kernel
   // each way, gelu_dropout; the same bits; nn::set_fused_gelu_dropout, not yet measured on a GPU).
   std::string gelu_dropout = "unfused";
+  // The dropout closing a ViT block's branch and the residual sum it feeds, in training: fused
+  // (one kernel each way, dropout_add; the same bits; nn::set_fused_dropout_add) or unfused.
+  std::string dropout_add = "fused";
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
   // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
   // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv

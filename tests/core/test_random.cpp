@@ -346,3 +346,149 @@ TEST_CASE("gelu_dropout on CUDA: the bits of the GELU and dropout kernels, the C
 #endif
   }
 }
+
+namespace {
+
+// dropout_add and the two ops it fuses (add(x, dropout(y))), from generators of one seed, on
+// `device`: the sum and the gradients of x and y under a fixed weighting of it.
+struct DropoutAddRun {
+  Tensor out, grad_x, grad_y;
+  std::string node;
+  float next_draw;  // the generator's next draw: both advanced alike
+};
+DropoutAddRun run_dropout_add(bool fused, const Tensor& x, const Tensor& y, Device device) {
+  Generator gen(17);
+  const Tensor xd = x.to(device).detach().set_requires_grad();
+  const Tensor yd = y.to(device).detach().set_requires_grad();
+  const Tensor out =
+      fused ? dropout_add(xd, yd, 0.25, true, &gen) : add(xd, dropout(yd, 0.25, true, &gen));
+  const Tensor w = ska::test::uniform(out.shape(), 12).to(device, out.dtype());
+  sum(mul(out, w)).backward();
+  const float next = static_cast<float>(rand({1}, DType::kF32, Device::cpu(), &gen).item());
+  return {out, xd.grad(), yd.grad(), out.grad_fn()->name(), next};
+}
+
+}  // namespace
+
+TEST_CASE("dropout_add: the values, draws and gradients of dropout then add, bit for bit",
+          "[cpu]") {
+  // 1,517 elements: a last byte of 5 bits. x f32 with a bf16 / f16 y: autocast's branch into an
+  // f32 residual stream.
+  const std::vector<std::pair<DType, DType>> pairs = {{DType::kF32, DType::kF32},
+                                                      {DType::kF32, DType::kBF16},
+                                                      {DType::kF32, DType::kF16},
+                                                      {DType::kBF16, DType::kBF16},
+                                                      {DType::kF16, DType::kF16}};
+  for (const auto& [xt, yt] : pairs) {
+    INFO("x " << dtype_name(xt) << ", y " << dtype_name(yt));
+    const Tensor x = ska::test::uniform({37, 41}, 4, -3.0, 3.0).to(xt);
+    const Tensor y = ska::test::uniform({37, 41}, 5, -3.0, 3.0).to(yt);
+    const DropoutAddRun f = run_dropout_add(true, x, y, Device::cpu());
+    const DropoutAddRun u = run_dropout_add(false, x, y, Device::cpu());
+    CHECK(f.node == "dropout_add");
+    CHECK(u.node == "add");
+    CHECK(f.out.dtype() == xt);
+    CHECK(f.grad_y.dtype() == yt);
+    CHECK(bitwise_equal(f.out, u.out));
+    CHECK(bitwise_equal(f.grad_x, u.grad_x));
+    CHECK(bitwise_equal(f.grad_y, u.grad_y));
+    CHECK(f.next_draw == u.next_draw);
+    // About a quarter of the branch dropped, with a gradient of exactly zero there.
+    const double dropped =
+        sum(eq(f.grad_y.to(DType::kF32), Tensor::zeros({}, DType::kF32)).to(DType::kF32)).item() /
+        1517.0;
+    CHECK(dropped > 0.2);
+    CHECK(dropped < 0.3);
+  }
+  // What takes the two ops: f64, a broadcast x, a 16-bit x with an f32 y, no gradient for y,
+  // eval mode and p = 0; the same results.
+  const Tensor y = ska::test::uniform({6, 5, 8}, 6).to(DType::kF32).set_requires_grad();
+  const std::vector<Tensor> xs = {ska::test::uniform({6, 5, 8}, 7),
+                                  ska::test::uniform({6, 1, 8}, 8).to(DType::kF32),
+                                  ska::test::uniform({6, 5, 8}, 9).to(DType::kBF16)};
+  for (const Tensor& x : xs) {
+    INFO(x.str());
+    const Tensor yy = x.dtype() == DType::kF64 ? y.to(DType::kF64).detach().set_requires_grad() : y;
+    Generator a(3), b(3);
+    const Tensor f = dropout_add(x, yy, 0.3, true, &a);
+    CHECK(f.grad_fn()->name() != "dropout_add");
+    CHECK(bitwise_equal(f, add(x, dropout(yy, 0.3, true, &b))));
+  }
+  const Tensor x = ska::test::uniform({6, 5, 8}, 7).to(DType::kF32);
+  Generator a(3), b(3);
+  CHECK(bitwise_equal(dropout_add(x, y.detach(), 0.3, true, &a),
+                      add(x, dropout(y.detach(), 0.3, true, &b))));
+  CHECK(bitwise_equal(dropout_add(x, y, 0.3, false), add(x, y)));
+  CHECK(bitwise_equal(dropout_add(x, y, 0.0, true), add(x, y)));
+  CHECK_THROWS_WITH(dropout_add(x, y, 1.0, true), Catch::Contains("[0, 1)"));
+}
+
+TEST_CASE("dropout_add's kernels refuse operands they do not take, naming them", "[cpu]") {
+  const Tensor x = Tensor::zeros({4, 8}), y = Tensor::zeros({4, 8}, DType::kBF16);
+  const Tensor bits = Tensor::empty({4}, DType::kU8);
+  Tensor out = Tensor::empty({4, 8});
+  // A 16-bit x with an f32 y, an f64 pair, mismatched shapes, too few bits.
+  CHECK_THROWS_AS(cpu::dropout_add_forward(y, x, 1, 0, 0.5, 2.0, Tensor(), y.clone(), bits),
+                  DTypeError);
+  CHECK_THROWS_WITH(cpu::dropout_add_forward(x.to(DType::kF64), x.to(DType::kF64), 1, 0, 0.5, 2.0,
+                                             Tensor(), out.to(DType::kF64), bits),
+                    Catch::Contains("dropout_add_forward") && Catch::Contains("f64"));
+  CHECK_THROWS_AS(
+      cpu::dropout_add_forward(x, y.reshape({8, 4}), 1, 0, 0.5, 2.0, Tensor(), out, bits),
+      ShapeError);
+  CHECK_THROWS_WITH(
+      cpu::dropout_add_forward(x, y, 1, 0, 0.5, 2.0, Tensor(), out, Tensor::empty({3}, DType::kU8)),
+      Catch::Contains("bits must be 4"));
+  Tensor gy = Tensor::empty({4, 8}, DType::kBF16);
+  CHECK_THROWS_AS(cpu::dropout_add_backward(gy, bits, 2.0, out), DTypeError);
+  CHECK_THROWS_AS(cpu::dropout_add_backward(out, bits, 2.0, Tensor::empty({5}, DType::kBF16)),
+                  ShapeError);
+}
+
+TEST_CASE("dropout_add on CUDA: the bits of the dropout and add kernels, the CPU's mask",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const std::vector<std::pair<DType, DType>> pairs = {{DType::kF32, DType::kF32},
+                                                      {DType::kF32, DType::kBF16},
+                                                      {DType::kF32, DType::kF16},
+                                                      {DType::kBF16, DType::kBF16},
+                                                      {DType::kF16, DType::kF16}};
+  for (const auto& [xt, yt] : pairs) {
+    INFO("x " << dtype_name(xt) << ", y " << dtype_name(yt));
+    const Tensor x = ska::test::uniform({513, 65}, 4, -3.0, 3.0).to(xt);
+    const Tensor y = ska::test::uniform({513, 65}, 5, -3.0, 3.0).to(yt);
+    const DropoutAddRun f = run_dropout_add(true, x, y, Device::cuda(0));
+    const DropoutAddRun u = run_dropout_add(false, x, y, Device::cuda(0));
+    const DropoutAddRun c = run_dropout_add(true, x, y, Device::cpu());
+    CHECK(f.node == "dropout_add");
+    CHECK(bitwise_equal(f.out, u.out));
+    CHECK(bitwise_equal(f.grad_x, u.grad_x));
+    CHECK(bitwise_equal(f.grad_y, u.grad_y));
+    CHECK(f.next_draw == u.next_draw);
+    // The CPU's mask and arithmetic: no transcendental here, so the same bits.
+    CHECK(bitwise_equal(f.out.to(Device::cpu()), c.out));
+    CHECK(bitwise_equal(f.grad_y.to(Device::cpu()), c.grad_y));
+#ifdef SKA_WITH_CUDA
+    // The kernels against the CPU twin, with and without 16-byte alignment (skip 1).
+    for (const int64_t skip : {0, 1}) {
+      INFO("skip " << skip);
+      const int64_t n = x.numel() - skip;
+      const auto flat = [&](const Tensor& t, Device d) {
+        return t.to(d).reshape({-1}).narrow(0, skip, n);
+      };
+      const Device gpu = Device::cuda(0);
+      Tensor oc = Tensor::empty({n}, xt), bc = Tensor::empty({(n + 7) / 8}, DType::kU8);
+      Tensor og = Tensor::empty({n}, xt, gpu), bg = Tensor::empty({(n + 7) / 8}, DType::kU8, gpu);
+      cpu::dropout_add_forward(flat(x, Device::cpu()), flat(y, Device::cpu()), 5, 9, 0.8, 1.25,
+                               Tensor(), oc, bc);
+      cuda::dropout_add_forward(flat(x, gpu), flat(y, gpu), 5, 9, 0.8, 1.25, Tensor(), og, bg);
+      CHECK(bg.to_vector<uint8_t>() == bc.to_vector<uint8_t>());
+      CHECK(bitwise_equal(og, oc));
+      Tensor gc = Tensor::empty({n}, yt), gg = Tensor::empty({n}, yt, gpu);
+      cpu::dropout_add_backward(flat(x, Device::cpu()), bc, 1.25, gc);
+      cuda::dropout_add_backward(flat(x, gpu), bg, 1.25, gg);
+      CHECK(bitwise_equal(gg, gc));
+    }
+#endif
+  }
+}

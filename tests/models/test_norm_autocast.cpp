@@ -4,7 +4,8 @@
 // by a matrix product or a convolution likewise); and the norms that get the flag are those in
 // front of modules reading their input by matrix products only. Likewise the
 // blocks' residual add fused with the layer norm after it (nn::set_fused_residual_norm), with
-// and without autocast, and the MLPs' GELU fused with their dropout (nn::set_fused_gelu_dropout).
+// and without autocast, the MLPs' GELU fused with their dropout (nn::set_fused_gelu_dropout), and
+// the dropouts closing ViT's branches fused into the residual sums (nn::set_fused_dropout_add).
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
@@ -27,6 +28,7 @@ struct Switches {
   bool norm_outputs = true;
   bool fused_residual_norm = false;
   bool fused_gelu_dropout = false;
+  bool fused_dropout_add = true;
   bool autocast = true;
   bool training = false;  // train mode: dropout and drop path draw
 };
@@ -34,17 +36,20 @@ struct SwitchScope {
   explicit SwitchScope(const Switches& s)
       : norm_outputs(nn::norm_autocast_outputs_enabled()),
         fused_residual_norm(nn::fused_residual_norm_enabled()),
-        fused_gelu_dropout(nn::fused_gelu_dropout_enabled()) {
+        fused_gelu_dropout(nn::fused_gelu_dropout_enabled()),
+        fused_dropout_add(nn::fused_dropout_add_enabled()) {
     nn::set_norm_autocast_outputs(s.norm_outputs);
     nn::set_fused_residual_norm(s.fused_residual_norm);
     nn::set_fused_gelu_dropout(s.fused_gelu_dropout);
+    nn::set_fused_dropout_add(s.fused_dropout_add);
   }
   ~SwitchScope() {
     nn::set_norm_autocast_outputs(norm_outputs);
     nn::set_fused_residual_norm(fused_residual_norm);
     nn::set_fused_gelu_dropout(fused_gelu_dropout);
+    nn::set_fused_dropout_add(fused_dropout_add);
   }
-  bool norm_outputs, fused_residual_norm, fused_gelu_dropout;
+  bool norm_outputs, fused_residual_norm, fused_gelu_dropout, fused_dropout_add;
 };
 
 struct Run {
@@ -52,6 +57,7 @@ struct Run {
   std::map<std::string, Tensor> grads;
   int fused_nodes = 0;         // add_layer_norm nodes in the graph
   int gelu_dropout_nodes = 0;  // gelu_dropout nodes
+  int dropout_add_nodes = 0;   // dropout_add nodes
 };
 
 // The nodes named `name` reachable from `root`'s grad_fn.
@@ -90,6 +96,7 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
     r.logits = (*model)(images);
     r.fused_nodes = count_nodes(r.logits, "add_layer_norm");
     r.gelu_dropout_nodes = count_nodes(r.logits, "gelu_dropout");
+    r.dropout_add_nodes = count_nodes(r.logits, "dropout_add");
     const Tensor weights = test::uniform(r.logits.shape(), 6, -1.0, 1.0, DType::kF32).to(device);
     loss = sum(mul(r.logits, weights));
   }
@@ -163,6 +170,19 @@ void check_fused_residual_norm(Device device) {
       const bool mlp_dropout = name.rfind("vit", 0) == 0 || name.rfind("cait", 0) == 0;
       CHECK((trained.gelu_dropout_nodes > 0) == mlp_dropout);
       check_same_bits(trained, run_fixture(name, device, unfused));
+      // ViT's blocks apply the dropouts closing their branches in the residual sums, fused with
+      // the add (the default) where no norm is fused with it: the last block's two sums with
+      // the fused residual norm, all four sums of the two blocks without. The same bits as
+      // dropout then add.
+      const bool vit = name.rfind("vit", 0) == 0;
+      CHECK(trained.dropout_add_nodes == (vit ? 1 : 0));
+      const Run dropped = run_fixture(name, device, unfused);
+      CHECK(dropped.dropout_add_nodes == (vit ? 4 : 0));
+      Switches plain = unfused;
+      plain.fused_dropout_add = false;
+      const Run undropped = run_fixture(name, device, plain);
+      CHECK(undropped.dropout_add_nodes == 0);
+      check_same_bits(dropped, undropped);
     }
   }
 }

@@ -1,4 +1,6 @@
 // CPU kernels: uniform, normal and Bernoulli draws from Philox4x32-10 (same stream as CUDA).
+#include "core/random.h"
+
 #include <cmath>
 #include <cstdint>
 
@@ -6,7 +8,7 @@
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/widen.h"
-#include "core/random.h"
+#include "backend/dropout_add_checks.h"
 
 namespace ska::cpu {
 
@@ -218,6 +220,24 @@ void unary_dropout_backward(UnaryOp op, const Tensor& grad, const Tensor& bits, 
   const Tensor dropped = Tensor::empty(grad.shape(), grad.dtype(), grad.device());
   dropout_backward(grad, bits, scale, dropped);
   unary_backward(op, dropped, x, grad_x, a, b);
+}
+
+// The references compose the kernels the unfused ops run (dropout, then add; add's gradient cast
+// to y's dtype, then dropout's), so their bits are those ops'.
+void dropout_add_forward(const Tensor& x, const Tensor& y, uint64_t seed, uint64_t offset,
+                         double keep_prob, double scale, const Tensor& offset_base,
+                         const Tensor& out, const Tensor& bits) {
+  check_dropout_add_forward("dropout_add_forward", x, y, out, bits);
+  const Tensor dropped = Tensor::empty(y.shape(), y.dtype(), y.device());
+  dropout_forward(y, seed, offset, keep_prob, scale, offset_base, dropped, bits);
+  binary(BinaryOp::kAdd, x, dropped, out);
+}
+
+void dropout_add_backward(const Tensor& grad, const Tensor& bits, double scale,
+                          const Tensor& grad_y) {
+  check_dropout_add_backward("dropout_add_backward", grad, bits, grad_y);
+  const Tensor narrow = grad.dtype() == grad_y.dtype() ? grad : grad.to(grad_y.dtype());
+  dropout_backward(narrow.view(grad_y.shape()), bits, scale, grad_y);
 }
 
 }  // namespace ska::cpu

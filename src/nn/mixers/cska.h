@@ -42,6 +42,11 @@ class Cska : public Module {
   Tensor forward_first_token(const Tensor& x) override;
   std::string type_name() const override { return "CSKA"; }
   bool reads_input_by_matmul_only() const override { return true; }  // the qv projection
+  // proj_drop, after the output projection.
+  double take_output_dropout() override {
+    proj_drop_->taken_over = true;
+    return proj_drop_->p;
+  }
   Tensor cls_k;
 
  private:

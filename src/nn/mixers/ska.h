@@ -36,6 +36,11 @@ class Ska : public Module {
   // With query: identity the input is the query itself (scaled by a temperature, not only read
   // by products).
   bool reads_input_by_matmul_only() const override;
+  // proj_drop, after the output projection.
+  double take_output_dropout() override {
+    proj_drop_->taken_over = true;
+    return proj_drop_->p;
+  }
   Tensor k;  // [h, N_keys, d]
 
  private:

@@ -1,0 +1,63 @@
+// The operands of dropout_add_forward / dropout_add_backward (backend/kernels.inc), checked alike
+// by the CPU twin and the CUDA kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ska {
+
+namespace detail {
+
+inline bool dropout_add_pair(DType wide, DType narrow) {
+  const bool wide_ok = wide == DType::kF32 || wide == DType::kBF16 || wide == DType::kF16;
+  return wide_ok && (narrow == wide ||
+                     (wide == DType::kF32 && (narrow == DType::kBF16 || narrow == DType::kF16)));
+}
+
+inline void check_dropout_bits(const char* kernel, const Tensor& bits, const Tensor& like) {
+  SKA_CHECK(bits.dtype() == DType::kU8 && bits.is_contiguous() &&
+                bits.numel() == (like.numel() + 7) / 8 && bits.device() == like.device(),
+            ValueError, kernel, ": bits must be ", (like.numel() + 7) / 8,
+            " contiguous u8 bytes on ", like.device(), ", got ", bits.str());
+}
+
+}  // namespace detail
+
+// x, y and out contiguous, of one shape and device; out of x's dtype (f32, bf16 or f16), y of it
+// or bf16/f16 with f32; bits as dropout_forward's for y. ShapeError / DTypeError / DeviceError /
+// ValueError naming `kernel` and the operand otherwise.
+inline void check_dropout_add_forward(const char* kernel, const Tensor& x, const Tensor& y,
+                                      const Tensor& out, const Tensor& bits) {
+  SKA_CHECK(x.shape() == y.shape() && out.shape() == x.shape() && x.is_contiguous() &&
+                y.is_contiguous() && out.is_contiguous(),
+            ShapeError, kernel, ": x ", x.str(), ", y ", y.str(), " and out ", out.str(),
+            " must be contiguous, of one shape");
+  SKA_CHECK(x.device() == y.device() && out.device() == x.device(), DeviceError, kernel,
+            ": x, y and out on different devices (", x.device(), ", ", y.device(), ", ",
+            out.device(), ")");
+  SKA_CHECK(out.dtype() == x.dtype() && detail::dropout_add_pair(x.dtype(), y.dtype()), DTypeError,
+            kernel, ": x ", dtype_name(x.dtype()), ", y ", dtype_name(y.dtype()), ", out ",
+            dtype_name(out.dtype()),
+            "; expected out of x's dtype (f32, bf16 or f16) and y of it, or bf16/f16 with f32");
+  detail::check_dropout_bits(kernel, bits, y);
+}
+
+// grad and grad_y contiguous, of one size and device; grad_y of grad's dtype (f32, bf16 or f16),
+// or bf16/f16 with an f32 grad; bits for grad's elements.
+inline void check_dropout_add_backward(const char* kernel, const Tensor& grad, const Tensor& bits,
+                                       const Tensor& grad_y) {
+  SKA_CHECK(grad.numel() == grad_y.numel() && grad.is_contiguous() && grad_y.is_contiguous(),
+            ShapeError, kernel, ": grad ", grad.str(), " and grad_y ", grad_y.str(),
+            " must be contiguous, of one size");
+  SKA_CHECK(grad.device() == grad_y.device(), DeviceError, kernel, ": grad on ", grad.device(),
+            ", grad_y on ", grad_y.device());
+  SKA_CHECK(detail::dropout_add_pair(grad.dtype(), grad_y.dtype()), DTypeError, kernel, ": grad ",
+            dtype_name(grad.dtype()), ", grad_y ", dtype_name(grad_y.dtype()),
+            "; expected grad_y of grad's dtype (f32, bf16 or f16), or bf16/f16 with f32");
+  detail::check_dropout_bits(kernel, bits, grad);
+}
+
+}  // namespace ska
