@@ -555,10 +555,11 @@ int main(int argc, char** argv) {
                  "an MLP's GELU and the dropout after it in training: unfused (two ops) or fused "
                  "(one kernel forward and one backward; the same bits), to compare")
       ->check(CLI::IsMember({"unfused", "fused"}));
-  app.add_option("--dropout-add", o.dropout_add,
-                 "the dropout closing a ViT block's branch and the residual sum it feeds, in "
-                 "training: fused (one kernel forward and one backward, the default) or unfused "
-                 "(two ops; the same bits), to compare")
+  app.add_option(
+         "--dropout-add", o.dropout_add,
+         "the dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in "
+         "training: fused (one kernel forward and one backward, the default) or unfused "
+         "(two ops; the same bits), to compare")
       ->check(CLI::IsMember({"fused", "unfused"}));
   app.add_option("--conv-logits", o.conv_logits,
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "

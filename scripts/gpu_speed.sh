@@ -8,7 +8,7 @@
 # for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
 # pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
 # --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --dropout-add unfused
-# (ViT's branch dropouts as ops of their own, not in the residual sums), --depthwise-conv
+# (ViT's and CaiT's branch dropouts as ops of their own, not in the residual sums), --depthwise-conv
 # direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
 # those and cuDNN's per shape),
 # --conv-logits conv / gemm / direct (CSKA's logit

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "backend/backend.h"
-#include "backend/dropout_add_checks.h"
+#include "backend/dropout_checks.h"
 #include "backend/pointwise_math.h"
 #include "core/random.h"
 #include "cuda/kernels/common.cuh"

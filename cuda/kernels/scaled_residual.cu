@@ -4,7 +4,9 @@
 // column reduction, as layer norm's: per block of rows a partial per column, then the partials in
 // order). Products and sums are rounded as the binary kernels round them (__fmul_rn / __fadd_rn:
 // no contraction into an FMA), so out, gx and gy are the bits of the ops; the scales' gradients
-// are those sums in another order.
+// are those sums in another order. With a dropout of the branch (DropoutDraw), the forward pass
+// is a thread per 8 elements drawing the mask as dropout_forward does (the same Philox counters,
+// the bits written alike); the backward pass reads the bits.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -12,6 +14,8 @@
 #include <type_traits>
 
 #include "backend/backend.h"
+#include "backend/dropout_checks.h"
+#include "core/random.h"
 #include "cuda/kernels/common.cuh"
 #include "cuda/runtime/runtime.h"
 
@@ -60,14 +64,59 @@ __global__ void scaled_residual_forward_kernel(const TX* x, const T* xs, const T
   }
 }
 
+// The forward pass with a dropout of y: a thread per byte of `bits`, i.e. per 8 consecutive
+// elements (Philox counters offset + 2j and offset + 2j + 1, as dropout_forward_kernel), each
+// dropped value rounded to TY as dropout writes it, then the sum as above.
+template <typename TX, typename TY, typename T>
+__global__ void scaled_residual_dropout_forward_kernel(
+    const TX* x, const T* xs, const TY* y, const T* ys, const TY* yk, uint32_t rows_per_sample,
+    T* out, uint8_t* bits, int64_t n, int64_t cols, uint64_t seed, uint64_t offset,
+    const int64_t* offset_base, float keep, float scale) {
+  if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
+  const int64_t bytes = (n + 7) / 8;
+  const float s = rounded<TY>(scale);
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < bytes;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const PhiloxOut r0 = philox4x32_10(seed, offset + static_cast<uint64_t>(2 * j));
+    const PhiloxOut r1 = philox4x32_10(seed, offset + static_cast<uint64_t>(2 * j + 1));
+    int64_t r = (8 * j) / cols, c = (8 * j) % cols;
+    uint32_t byte = 0;
+#pragma unroll  // constant indices into the Philox words: registers, not a stack frame
+    for (int k = 0; k < 8; ++k) {
+      const int64_t i = 8 * j + k;
+      if (i >= n) break;
+      const bool kept_here = philox_uniform(k < 4 ? r0.w[k] : r1.w[k - 4]) < keep;
+      byte |= static_cast<uint32_t>(kept_here) << k;
+      const float yv = rounded<TY>(__fmul_rn(to_float(y[i]), kept_here ? s : 0.0f));
+      const float a = scaled<T>(to_float(x[i]), xs, c);
+      const float b = scaled<T>(kept(yv, yk, r, rows_per_sample), ys, c);
+      out[i] = from_float<T>(__fadd_rn(a, b));
+      if (++c == cols) {
+        c = 0;
+        ++r;
+      }
+    }
+    bits[j] = static_cast<uint8_t>(byte);
+  }
+}
+
+// Whether element i of a dropout mask's bits is set.
+__device__ __forceinline__ bool bit_set(const uint8_t* bits, int64_t i) {
+  return (bits[i >> 3] >> (i & 7)) & 1;
+}
+
 // Block (column tile, chunk of rows): gx and gy for its elements, and per column the partial sums
 // of g * x and g * y over the chunk (products rounded to T, as mul writes them; the 8 row lanes
 // added in order), into part_x / part_y [chunks, cols].
+// With a dropout of y (bits non-null), gy goes through its mask last, and y is dropped again
+// where g * y is summed.
 template <typename TX, typename TY, typename T>
 __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T* xs, const TY* y,
                                                 const T* ys, const TY* yk, uint32_t rows_per_sample,
-                                                TX* gx, TY* gy, int64_t rows, int64_t cols,
+                                                const uint8_t* bits, float drop_scale, TX* gx,
+                                                TY* gy, int64_t rows, int64_t cols,
                                                 int64_t chunk_rows, float* part_x, float* part_y) {
+  const float s = rounded<TY>(drop_scale);
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
@@ -78,13 +127,17 @@ __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T
       const int64_t i = r * cols + c;
       const float gv = to_float(g[i]);
       if (gx) gx[i] = from_float<TX>(xs ? __fmul_rn(gv, to_float(xs[c])) : gv);
-      if (gy) {  // through the scale's mul (rounded to y's dtype), then drop path's
+      if (gy) {  // through the scale's mul (rounded to y's dtype), drop path's, then dropout's
         const float reaching = ys ? __fmul_rn(gv, to_float(ys[c])) : gv;
-        gy[i] = from_float<TY>(yk ? kept(rounded<TY>(reaching), yk, r, rows_per_sample) : reaching);
+        float v = yk ? kept(rounded<TY>(reaching), yk, r, rows_per_sample) : reaching;
+        if (bits) v = __fmul_rn(rounded<TY>(v), bit_set(bits, i) ? s : 0.0f);
+        gy[i] = from_float<TY>(v);
       }
       if (part_x) ax = __fadd_rn(ax, rounded<T>(__fmul_rn(gv, to_float(x[i]))));
       if (part_y) {
-        const float yv = kept(to_float(y[i]), yk, r, rows_per_sample);
+        float dropped = to_float(y[i]);
+        if (bits) dropped = rounded<TY>(__fmul_rn(dropped, bit_set(bits, i) ? s : 0.0f));
+        const float yv = kept(dropped, yk, r, rows_per_sample);
         ay = __fadd_rn(ay, rounded<T>(__fmul_rn(gv, yv)));
       }
     }
@@ -161,12 +214,38 @@ dim3 column_grid(const char* kernel, int64_t cols, int64_t row_blocks) {
 }  // namespace
 
 void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y, const Tensor& ys,
-                             const Tensor& yk, const Tensor& out) {
+                             const Tensor& yk, const DropoutDraw& drop, const Tensor& out) {
   const char* kKernel = "scaled_residual_forward";
   const Geometry geo = check(kKernel, x, xs, y, ys, yk, out);
+  if (drop.active()) check_dropout_bits(kKernel, drop.bits, y);
   if (geo.rows == 0 || geo.cols == 0) return;
   const int device = device_index(x);
   DeviceGuard guard(device);
+  if (drop.active()) {
+    const int64_t* base = nullptr;
+    if (drop.offset_base.defined()) {
+      SKA_CHECK(drop.offset_base.numel() == 1 && drop.offset_base.dtype() == DType::kI64 &&
+                    drop.offset_base.device() == out.device(),
+                DTypeError, kKernel, ": offset_base must be one i64 element on ", out.device(),
+                ", got ", drop.offset_base.str());
+      base = static_cast<const int64_t*>(drop.offset_base.data_ptr());
+    }
+    const int64_t n = out.numel();
+    dispatch_residual(out.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
+      using TX = decltype(tx);
+      using TY = decltype(ty);
+      using T = decltype(t);
+      scaled_residual_dropout_forward_kernel<TX, TY, T>
+          <<<grid_for((n + 7) / 8, 256), 256, 0, current_stream(device)>>>(
+              static_cast<const TX*>(x.data_ptr()), data_or_null<T>(xs),
+              static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys), data_or_null<TY>(yk),
+              geo.rows_per_sample, static_cast<T*>(out.data_ptr()),
+              static_cast<uint8_t*>(drop.bits.data_ptr()), n, geo.cols, drop.seed, drop.offset,
+              base, static_cast<float>(drop.keep_prob), static_cast<float>(drop.scale));
+      SKA_CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
   const int64_t row_blocks =
       std::min<int64_t>((geo.rows + kRowLanes - 1) / kRowLanes, kMaxRowBlocks);
   dispatch_residual(out.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
@@ -184,10 +263,12 @@ void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y,
 }
 
 void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs, const Tensor& y,
-                              const Tensor& ys, const Tensor& yk, const Tensor& gx,
-                              const Tensor& gy, const Tensor& gxs, const Tensor& gys) {
+                              const Tensor& ys, const Tensor& yk, const DropoutDraw& drop,
+                              const Tensor& gx, const Tensor& gy, const Tensor& gxs,
+                              const Tensor& gys) {
   const char* kKernel = "scaled_residual_backward";
   const Geometry geo = check(kKernel, x, xs, y, ys, yk, g);
+  if (drop.active()) check_dropout_bits(kKernel, drop.bits, g);
   // x and y are read only for their scales' gradients; gx and gy give their dtypes otherwise.
   const DType x_dtype = x.defined() ? x.dtype() : gx.defined() ? gx.dtype() : g.dtype();
   const DType y_dtype = y.defined() ? y.dtype() : gy.defined() ? gy.dtype() : g.dtype();
@@ -231,8 +312,9 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
         <<<column_grid(kKernel, geo.cols, chunks), dim3(kColTile, kRowLanes), 0, s>>>(
             static_cast<const T*>(g.data_ptr()), data_or_null<TX>(x), data_or_null<T>(xs),
             data_or_null<TY>(y), data_or_null<T>(ys), data_or_null<TY>(yk), geo.rows_per_sample,
-            mutable_or_null<TX>(gx), mutable_or_null<TY>(gy), geo.rows, geo.cols, chunk_rows,
-            part_x, part_y);
+            drop.active() ? static_cast<const uint8_t*>(drop.bits.data_ptr()) : nullptr,
+            static_cast<float>(drop.scale), mutable_or_null<TX>(gx), mutable_or_null<TY>(gy),
+            geo.rows, geo.cols, chunk_rows, part_x, part_y);
     SKA_CUDA_CHECK_LAUNCH();
     if (sums) {
       sum_column_partials<T><<<grid_for(geo.cols), 256, 0, s>>>(

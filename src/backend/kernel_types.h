@@ -44,6 +44,19 @@ const char* reduce_op_name(ReduceOp op);
 // a: [B, M, K], b: [B, K, N], c: [B, M, N] contiguous. a and b are views whose last two dims are
 // row-major (stride[-1] == 1) or column-major (stride[-2] == 1); a batch stride of 0 broadcasts.
 // bias: undefined or a contiguous [N] tensor.
+// A dropout of a fused kernel's operand (scaled_residual's y): element i is kept where the Philox
+// draw of counter offset + i / 4, word i % 4 (offset_base's value added where it is defined, as
+// random_bernoulli takes it) is below keep_prob, exactly as dropout_forward draws, and then scaled
+// by `scale` rounded to the operand's dtype; the kept elements are bits (bit i % 8 of byte i / 8),
+// written by the forward kernel and read by the backward one. No dropout while bits is undefined.
+struct DropoutDraw {
+  uint64_t seed = 0, offset = 0;
+  double keep_prob = 1.0, scale = 1.0;
+  Tensor offset_base;
+  Tensor bits;
+  bool active() const { return bits.defined(); }
+};
+
 struct GemmArgs {
   Tensor a, b, c, bias;
   float alpha = 1.0f;

@@ -113,14 +113,20 @@ CaitBlock::CaitBlock(const CaitBlockOptions& o) : class_block_(o.attention.class
   // The attention reads norm1's output through two projections (to_q and to_kv / to_v), so it
   // stays f32: its gradient sums in f32.
   norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
+  attn_drop_ = attn_->take_output_dropout();
+  mlp_drop_ = mlp_->take_output_dropout();
 }
 
-// The LayerScales multiply in the residual sums' own pass (scaled_residual).
+// The LayerScales multiply, and the branches' closing dropouts drop, in the residual sums' own
+// pass (scaled_residual).
 Tensor CaitBlock::residual_mlp(const Tensor& x, const Tensor& attended) {
+  const double attn_drop = is_training() ? attn_drop_ : 0.0;
+  const double mlp_drop = is_training() ? mlp_drop_ : 0.0;
   const nn::ScaledOperand branch1 = nn::scaled_operand(*ls1_, attended);
-  const ResidualNorm mixed = norm2_->forward_residual(x, branch1.value, Tensor(), branch1.scale);
+  const ResidualNorm mixed =
+      norm2_->forward_residual(x, branch1.value, Tensor(), branch1.scale, Tensor(), attn_drop);
   const nn::ScaledOperand branch2 = nn::scaled_operand(*ls2_, (*mlp_)(mixed.normed));
-  return scaled_residual(mixed.sum, Tensor(), branch2.value, branch2.scale);
+  return nn::residual_sum(mixed.sum, branch2.value, mlp_drop, Tensor(), branch2.scale);
 }
 
 Tensor CaitBlock::forward(const Tensor& x) {

@@ -41,6 +41,11 @@ class CaitAttention : public nn::Module {
   std::string type_name() const override;
 
   const CaitAttentionOptions& options() const { return options_; }
+  // The dropout after the output projection.
+  double take_output_dropout() override {
+    drop_->taken_over = true;
+    return drop_->p;
+  }
 
  private:
   Tensor fine_values(const Tensor& v) const;  // kSka: each token's value once per fine key
@@ -61,7 +66,8 @@ struct CaitBlockOptions {
   double layer_scale_init = 0.1;  // LayerScale of both sublayers
 };
 
-// x + LayerScale(PreNorm(attn)), then x + LayerScale(PreNorm(mlp)). A class block takes
+// x + LayerScale(PreNorm(attn)), then x + LayerScale(PreNorm(mlp)); the dropouts closing the two
+// branches run inside the residual sums (nn::residual_sum). A class block takes
 // [B, 1 + N, C] (class token first) and updates only the class token; as in lucidrains' CaiT
 // the keys and values come from [norm(class), patches] (the patches are not normalised).
 class CaitBlock : public nn::Module {
@@ -79,6 +85,9 @@ class CaitBlock : public nn::Module {
   std::shared_ptr<CaitAttention> attn_;
   std::shared_ptr<nn::Scale> ls1_, ls2_;
   std::shared_ptr<nn::Mlp> mlp_;
+  // The probabilities of the dropouts that close the attention's and the MLP's branches, taken
+  // over from them (Module::take_output_dropout) and applied in the residual sums.
+  double attn_drop_ = 0.0, mlp_drop_ = 0.0;
 };
 
 // Blocks applied in order; in training each block is skipped with probability layer_dropout

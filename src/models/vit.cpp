@@ -55,7 +55,7 @@ VitBlock::VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dro
   norm1_->autocast_output = mixer_->reads_input_by_matmul_only();
   norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
   // The dropouts that end the two branches are applied in the residual sums, in one pass with
-  // them where nothing else stands between (nn::add_dropped_branch).
+  // them where nothing else stands between (nn::residual_sum).
   mixer_drop_ = mixer_->take_output_dropout();
   mlp_drop_ = mlp_->take_output_dropout();
 }
@@ -69,12 +69,12 @@ ResidualNorm VitBlock::forward_chained(const ResidualNorm& in, ChainedBlock* nex
   if (class_token_output && next == nullptr) {
     const ResidualNorm cls =
         residual(*norm2_, in.sum.narrow(1, 0, 1), mixer_->first_token(in.normed), mixer_drop);
-    return {nn::add_dropped_branch(cls.sum, (*mlp_)(cls.normed), mlp_drop), Tensor()};
+    return {nn::residual_sum(cls.sum, (*mlp_)(cls.normed), mlp_drop), Tensor()};
   }
   const ResidualNorm mixed = residual(*norm2_, in.sum, (*mixer_)(in.normed), mixer_drop);
   const Tensor branch = (*mlp_)(mixed.normed);
   if (next != nullptr) return residual(next->first_norm(), mixed.sum, branch, mlp_drop);
-  return {nn::add_dropped_branch(mixed.sum, branch, mlp_drop), Tensor()};
+  return {nn::residual_sum(mixed.sum, branch, mlp_drop), Tensor()};
 }
 
 MixerArgs vit_mixer_args(int64_t dim, TokenGrid grid) {

@@ -30,7 +30,7 @@ class ShiftedPatchEmbedding : public nn::Module {
 
 // x + mixer(norm1(x)), then x + mlp(norm2(x)); the MLP is Linear -> GELU -> dropout -> Linear ->
 // dropout. The dropouts closing the two branches run inside the residual sums
-// (nn::add_dropped_branch). [B, N, C] -> [B, N, C].
+// (nn::residual_sum). [B, N, C] -> [B, N, C].
 class VitBlock : public ChainedBlock {
  public:
   VitBlock(int64_t dim, nn::ModulePtr mixer, int64_t mlp_dim, double dropout);

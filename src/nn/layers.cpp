@@ -75,10 +75,12 @@ void set_fused_dropout_add(bool enabled) {
   g_fused_dropout_add.store(enabled, std::memory_order_relaxed);
 }
 
-Tensor add_dropped_branch(const Tensor& x, const Tensor& branch, double p) {
-  if (p == 0.0) return add(x, branch);
-  if (fused_dropout_add_enabled()) return dropout_add(x, branch, p, true);
-  return add(x, dropout(branch, p, true));
+Tensor residual_sum(const Tensor& x, const Tensor& branch, double p, const Tensor& x_scale,
+                    const Tensor& branch_scale, const Tensor& branch_keep) {
+  if (fused_dropout_add_enabled()) {
+    return scaled_residual(x, x_scale, branch, branch_scale, branch_keep, p);
+  }
+  return scaled_residual(x, x_scale, dropout(branch, p, true), branch_scale, branch_keep);
 }
 
 bool fused_gelu_dropout_enabled() { return g_fused_gelu_dropout.load(std::memory_order_relaxed); }
@@ -110,12 +112,9 @@ Tensor LayerNorm::forward(const Tensor& x) {
 ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
                                          const Tensor& x_scale, const Tensor& branch_scale,
                                          const Tensor& branch_keep, double branch_drop) {
-  const bool scaled = x_scale.defined() || branch_scale.defined() || branch_keep.defined();
   // The model summary records this norm as a module of its own, so it takes the unfused form.
   if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active()) {
-    Tensor sum = scaled ? scaled_residual(x, x_scale, dropout(branch, branch_drop, true),
-                                          branch_scale, branch_keep)
-                        : add_dropped_branch(x, branch, branch_drop);
+    Tensor sum = residual_sum(x, branch, branch_drop, x_scale, branch_scale, branch_keep);
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
   }

@@ -49,8 +49,7 @@ class LayerNorm : public Module {
   // (ScaledOperand), branch_keep drop path's per-sample factors of the branch (DroppedOperand),
   // through scaled_residual in the unfused form. branch_drop: the probability of the dropout the
   // branch ends in, taken over from it (Module::take_output_dropout) and applied here first (0:
-  // none; pass 0 outside training), fused into the sum where nothing scales it
-  // (add_dropped_branch).
+  // none; pass 0 outside training), inside the sum's kernels in the unfused form (residual_sum).
   ResidualNorm forward_residual(const Tensor& x, const Tensor& branch,
                                 const Tensor& x_scale = Tensor(),
                                 const Tensor& branch_scale = Tensor(),
@@ -85,11 +84,15 @@ void set_fused_residual_norm(bool enabled);
 bool fused_gelu_dropout_enabled();
 void set_fused_gelu_dropout(bool enabled);
 
-// x + dropout(branch, p) in training (p > 0), x + branch otherwise: the residual sum of a branch
-// whose closing dropout the block took over (Module::take_output_dropout). dropout_add's one
-// kernel each way (ops/random.h) where set_fused_dropout_add allows it (the default), else the
-// two ops; the same values, draws and gradients either way.
-Tensor add_dropped_branch(const Tensor& x, const Tensor& branch, double p);
+// x * x_scale + (dropout(branch, p) * branch_keep) * branch_scale, the scales and drop path's
+// factors as scaled_residual takes them (ops/pointwise.h; undefined for none): the residual sum
+// of a branch whose closing dropout the block took over (Module::take_output_dropout), p > 0 in
+// training, 0 otherwise. With set_fused_dropout_add (the default) the dropout runs in the sum's
+// own kernels (dropout_add without scales, ops/random.h; scaled_residual's otherwise), else as an
+// op before it; the same values, draws and gradients either way.
+Tensor residual_sum(const Tensor& x, const Tensor& branch, double p,
+                    const Tensor& x_scale = Tensor(), const Tensor& branch_scale = Tensor(),
+                    const Tensor& branch_keep = Tensor());
 // `train.dropout_add`, `benchmark --dropout-add`: fused (default) or unfused.
 bool fused_dropout_add_enabled();
 void set_fused_dropout_add(bool enabled);

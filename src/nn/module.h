@@ -47,7 +47,7 @@ class Module {
   // Hands the dropout that ends forward (a mixer's proj_drop, an MLP's second dropout) over to
   // the caller: from then on forward (and forward_first_token) return the output undropped, and
   // the caller applies a dropout of the returned probability in training, fused into its residual
-  // sum (add_dropped_branch, nn/layers.h). 0 for a module that ends in no dropout it can hand
+  // sum (residual_sum, nn/layers.h). 0 for a module that ends in no dropout it can hand
   // over; nothing changes then. A block calls it once, when it is built.
   virtual double take_output_dropout() { return 0.0; }
 

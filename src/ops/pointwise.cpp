@@ -177,19 +177,33 @@ std::optional<DType> scaled_residual_dtype(const Tensor& x, const Tensor& xs, co
 }  // namespace
 
 Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
-                       const Tensor& y_scale, const Tensor& y_keep) {
-  if (!x_scale.defined() && !y_scale.defined() && !y_keep.defined()) return add(x, y);
+                       const Tensor& y_scale, const Tensor& y_keep, double y_drop, Generator* gen) {
+  if (!x_scale.defined() && !y_scale.defined() && !y_keep.defined()) {
+    return y_drop > 0.0 ? dropout_add(x, y, y_drop, true, gen) : add(x, y);
+  }
   const std::optional<DType> dtype = scaled_residual_dtype(x, x_scale, y, y_scale, y_keep);
   if (!dtype) {
-    const Tensor kept = apply_drop_path_factors(y, y_keep);
+    const Tensor kept = apply_drop_path_factors(dropout(y, y_drop, true, gen), y_keep);
     return add(x_scale.defined() ? mul(x, x_scale) : x,
                y_scale.defined() ? mul(kept, y_scale) : kept);
   }
   const Tensor xs = x_scale.defined() ? x_scale.detach().contiguous() : Tensor();
   const Tensor ys = y_scale.defined() ? y_scale.detach().contiguous() : Tensor();
   const Tensor yk = y_keep.defined() ? y_keep.detach().contiguous() : Tensor();
+  // The dropout's draws as the dropout op takes them (the same generator offsets).
+  DropoutDraw drop;
+  if (y_drop > 0.0) {
+    SKA_CHECK(y_drop < 1.0, ValueError, "dropout probability must be in [0, 1), got ", y_drop);
+    Generator& g = gen ? *gen : default_generator(y.device());
+    drop.seed = g.seed();
+    drop.offset = g.advance(static_cast<uint64_t>(y.numel()));
+    drop.keep_prob = 1.0 - y_drop;
+    drop.scale = 1.0 / drop.keep_prob;
+    drop.offset_base = g.capture_base();
+    drop.bits = Tensor::empty({(y.numel() + 7) / 8}, DType::kU8, y.device());
+  }
   Tensor out = Tensor::empty(x.shape(), *dtype, x.device());
-  SKA_KERNEL(x.device(), scaled_residual_forward)(x.detach(), xs, y.detach(), ys, yk, out);
+  SKA_KERNEL(x.device(), scaled_residual_forward)(x.detach(), xs, y.detach(), ys, yk, drop, out);
   const bool need_x = x.requires_grad(), need_y = y.requires_grad();
   const bool need_xs = x_scale.defined() && x_scale.requires_grad();
   const bool need_ys = y_scale.defined() && y_scale.requires_grad();
@@ -206,7 +220,8 @@ Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
     };
     const Tensor gx = grad(need_x, x_dtype), gy = grad(need_y, y_dtype);
     const Tensor gxs = scale_grad(need_xs), gys = scale_grad(need_ys);
-    SKA_KERNEL(gc.device(), scaled_residual_backward)(gc, xd, xs, yd, ys, yk, gx, gy, gxs, gys);
+    SKA_KERNEL(gc.device(), scaled_residual_backward)
+    (gc, xd, xs, yd, ys, yk, drop, gx, gy, gxs, gys);
     return TensorList{gx, gxs.defined() ? gxs.view(x_scale.shape()) : Tensor(), gy,
                       gys.defined() ? gys.view(y_scale.shape()) : Tensor()};
   });

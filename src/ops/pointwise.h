@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace ska {
@@ -22,9 +23,12 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 // gradients of those ops (mul by the factors, mul, mul, add), bit for bit, and the scales'
 // gradients their sums over the rows (the same bits on the CPU, another order of the same sums on
 // CUDA); otherwise those ops. Dtypes as those ops give them: an f32 x or scale with a bf16/f16 y
-// comes out f32.
+// comes out f32. y_drop > 0: y is dropout(y, y_drop, true) first (a branch that ends in dropout,
+// in training; its draws from `gen` or the device's generator), in the same kernels where they
+// run (the bits of the ops, dropout's draws included), else the dropout op first.
 Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
-                       const Tensor& y_scale, const Tensor& y_keep = Tensor());
+                       const Tensor& y_scale, const Tensor& y_keep = Tensor(), double y_drop = 0.0,
+                       Generator* gen = nullptr);
 // Scalar forms.
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);

@@ -51,8 +51,9 @@ struct KernelChoices {
   // An MLP's GELU and the dropout after it in training: unfused (two ops) or fused (one kernel
   // each way, gelu_dropout; the same bits; nn::set_fused_gelu_dropout, not yet measured on a GPU).
   std::string gelu_dropout = "unfused";
-  // The dropout closing a ViT block's branch and the residual sum it feeds, in training: fused
-  // (one kernel each way, dropout_add; the same bits; nn::set_fused_dropout_add) or unfused.
+  // The dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in training:
+  // fused (in the sum's kernels, dropout_add / scaled_residual; the same bits;
+  // nn::set_fused_dropout_add) or unfused (the dropout op first).
   std::string dropout_add = "fused";
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
   // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA

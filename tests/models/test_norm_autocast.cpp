@@ -58,6 +58,7 @@ struct Run {
   int fused_nodes = 0;         // add_layer_norm nodes in the graph
   int gelu_dropout_nodes = 0;  // gelu_dropout nodes
   int dropout_add_nodes = 0;   // dropout_add nodes
+  int dropout_nodes = 0;       // dropout nodes
 };
 
 // The nodes named `name` reachable from `root`'s grad_fn.
@@ -97,6 +98,7 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
     r.fused_nodes = count_nodes(r.logits, "add_layer_norm");
     r.gelu_dropout_nodes = count_nodes(r.logits, "gelu_dropout");
     r.dropout_add_nodes = count_nodes(r.logits, "dropout_add");
+    r.dropout_nodes = count_nodes(r.logits, "dropout");
     const Tensor weights = test::uniform(r.logits.shape(), 6, -1.0, 1.0, DType::kF32).to(device);
     loss = sum(mul(r.logits, weights));
   }
@@ -170,10 +172,11 @@ void check_fused_residual_norm(Device device) {
       const bool mlp_dropout = name.rfind("vit", 0) == 0 || name.rfind("cait", 0) == 0;
       CHECK((trained.gelu_dropout_nodes > 0) == mlp_dropout);
       check_same_bits(trained, run_fixture(name, device, unfused));
-      // ViT's blocks apply the dropouts closing their branches in the residual sums, fused with
-      // the add (the default) where no norm is fused with it: the last block's two sums with
-      // the fused residual norm, all four sums of the two blocks without. The same bits as
-      // dropout then add.
+      // ViT's and CaiT's blocks apply the dropouts closing their branches in the residual sums,
+      // inside the sums' kernels (the default) where no norm is fused with them: ViT's last
+      // block's two sums with the fused residual norm, all four sums of the two blocks without
+      // (dropout_add; CaiT's, scaled by LayerScale, in scaled_residual: fewer dropout nodes). The
+      // same bits as dropout and then the sum.
       const bool vit = name.rfind("vit", 0) == 0;
       CHECK(trained.dropout_add_nodes == (vit ? 1 : 0));
       const Run dropped = run_fixture(name, device, unfused);
@@ -182,6 +185,10 @@ void check_fused_residual_norm(Device device) {
       plain.fused_dropout_add = false;
       const Run undropped = run_fixture(name, device, plain);
       CHECK(undropped.dropout_add_nodes == 0);
+      const int fewer = undropped.dropout_nodes - dropped.dropout_nodes;
+      if (vit) CHECK(fewer == 4);
+      if (name.rfind("cait", 0) == 0) CHECK(fewer > 0);
+      if (!vit && name.rfind("cait", 0) != 0) CHECK(fewer == 0);
       check_same_bits(dropped, undropped);
     }
   }

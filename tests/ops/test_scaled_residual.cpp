@@ -232,3 +232,105 @@ TEST_CASE(
     }
   }
 }
+
+namespace {
+
+// scaled_residual with a dropout of y inside (y_drop), or the dropout op first, on `device`,
+// from generators of one seed: out, the four leaves' gradients of sum(out * w) and the
+// generator's next draw. keep: drop path's factors or undefined.
+struct DropRun {
+  std::vector<Tensor> results;
+  float next_draw;
+};
+DropRun run_dropped(const Mix& m, const Shape& shape, bool x_scale, bool y_scale,
+                    const Tensor& keep, bool inside, Device device) {
+  const Leaves l = leaves(m, shape, x_scale, y_scale, device);
+  Generator gen(29);
+  const Tensor yk = keep.defined() ? keep.to(device) : Tensor();
+  const Tensor out = inside ? scaled_residual(l.x, l.xs, l.y, l.ys, yk, 0.3, &gen)
+                            : scaled_residual(l.x, l.xs, dropout(l.y, 0.3, true, &gen), l.ys, yk);
+  const Tensor w = uniform(out.shape(), 44, -1, 1).to(out.dtype()).to(device);
+  sum(mul(out, w)).backward();
+  DropRun r{{out.detach()}, static_cast<float>(rand({1}, DType::kF32, Device::cpu(), &gen).item())};
+  for (const Tensor* t : {&l.x, &l.xs, &l.y, &l.ys})
+    r.results.push_back(t->defined() ? t->grad() : Tensor());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("scaled_residual with a dropout of y: dropout's draws, values and gradients", "[cpu]") {
+  const Tensor keep = drop_path_factors(8, 0.5, true, DType::kF32, Device::cpu());
+  for (const Mix& m : kMixes) {
+    for (const auto& [x_scale, y_scale] : {std::pair{false, true}, {true, false}, {true, true}}) {
+      for (const bool drop_path : {false, true}) {
+        INFO(m.name << (x_scale ? ", x scaled" : "") << (y_scale ? ", y scaled" : "")
+                    << (drop_path ? ", drop path" : ""));
+        const Tensor yk = drop_path ? keep.to(m.y) : Tensor();
+        const DropRun in = run_dropped(m, {8, 5, 7}, x_scale, y_scale, yk, true, Device::cpu());
+        const DropRun op = run_dropped(m, {8, 5, 7}, x_scale, y_scale, yk, false, Device::cpu());
+        CHECK(in.next_draw == op.next_draw);
+        for (size_t i = 0; i < in.results.size(); ++i) {
+          INFO(kNames[i]);
+          REQUIRE(in.results[i].defined() == op.results[i].defined());
+          if (in.results[i].defined()) CHECK(bitwise_equal(in.results[i], op.results[i]));
+        }
+        // About 30% of y's gradient is zero.
+        const std::vector<double> gy = in.results[3].to(DType::kF64).to_vector<double>();
+        const double zeros = static_cast<double>(std::count(gy.begin(), gy.end(), 0.0));
+        const double share = zeros / static_cast<double>(gy.size());
+        CHECK(share > (drop_path ? 0.3 : 0.15));
+        CHECK(share < (drop_path ? 0.85 : 0.45));
+      }
+    }
+  }
+  // Without scales it is dropout_add; without a gradient for y, or for operands the kernel does
+  // not take (a broadcast y), the dropout op first: the same values.
+  const Leaves l = leaves(kMixes[1], {4, 3, 8}, false, true, Device::cpu());
+  Generator a(5), b(5);
+  CHECK(ska::test::graph_has(scaled_residual(l.x, Tensor(), l.y, Tensor(), Tensor(), 0.3, &a),
+                             "dropout_add"));
+  const Tensor y1 = uniform({4, 1, 8}, 8, -1, 1).to(DType::kF32);
+  Generator c(6), d(6);
+  CHECK(bitwise_equal(scaled_residual(l.x, Tensor(), y1, l.ys, Tensor(), 0.3, &c),
+                      add(l.x, mul(dropout(y1, 0.3, true, &d), l.ys))));
+  CHECK_THROWS_WITH(scaled_residual(l.x, Tensor(), l.y, l.ys, Tensor(), 1.0),
+                    Catch::Contains("[0, 1)"));
+}
+
+TEST_CASE("scaled_residual with a dropout of y on CUDA: the CPU's mask, values and gradients",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // CaiT's LayerScale form (y scaled), with drop path's factors, both scales; a column count off
+  // every tile and byte, and CaiT-S's width.
+  const Tensor keep5 = drop_path_factors(5, 0.5, true, DType::kF32, Device::cpu());
+  const Tensor keep4 = drop_path_factors(4, 0.5, true, DType::kF32, Device::cpu());
+  for (const Shape& shape : {Shape{5, 7, 13}, Shape{4, 65, 384}}) {
+    for (size_t mi = 1; mi < kMixes.size(); ++mi) {
+      const Mix& m = kMixes[mi];
+      for (const auto& [x_scale, drop_path] :
+           {std::pair{false, false}, {false, true}, {true, true}}) {
+        INFO(m.name << ", " << shape_str(shape) << (x_scale ? ", x scaled" : "")
+                    << (drop_path ? ", drop path" : ""));
+        const Tensor yk = drop_path ? (shape[0] == 5 ? keep5 : keep4).to(m.y) : Tensor();
+        const DropRun c = run_dropped(m, shape, x_scale, true, yk, true, Device::cpu());
+        const DropRun g = run_dropped(m, shape, x_scale, true, yk, true, Device::cuda(0));
+        const DropRun op = run_dropped(m, shape, x_scale, true, yk, false, Device::cuda(0));
+        CHECK(g.next_draw == c.next_draw);
+        for (size_t i = 0; i < c.results.size(); ++i) {
+          INFO(kNames[i]);
+          REQUIRE(c.results[i].defined() == g.results[i].defined());
+          if (!c.results[i].defined()) continue;
+          const Tensor gi = g.results[i].to(Device::cpu());
+          if (i == 2 || i == 4) {  // sums over the rows, in another order
+            ska::test::require_close(gi, c.results[i],
+                                     ska::test::tolerance_for(c.results[i].dtype()), kNames[i]);
+          } else {
+            CHECK(bitwise_equal(gi, c.results[i]));
+            CHECK(bitwise_equal(gi, op.results[i].to(Device::cpu())));
+          }
+        }
+      }
+    }
+  }
+}

@@ -8,7 +8,7 @@
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/widen.h"
-#include "backend/dropout_add_checks.h"
+#include "backend/dropout_checks.h"
 
 namespace ska::cpu {
 

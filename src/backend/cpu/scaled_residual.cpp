@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/dropout_checks.h"
 
 namespace ska::cpu {
 
@@ -63,28 +64,54 @@ void scale_grad(const Tensor& g, const Tensor& t, const Tensor& out) {
   copy(sum.reshape({g.size(-1)}), out);
 }
 
+// y through drop's mask (dropout_backward computes what dropout_forward wrote, from the bits).
+Tensor dropped(const Tensor& y, const DropoutDraw& drop) {
+  if (!drop.active() || !y.defined()) return y;
+  Tensor out = Tensor::empty(y.shape(), y.dtype(), y.device());
+  dropout_backward(y.contiguous(), drop.bits, drop.scale, out);
+  return out;
+}
+
 }  // namespace
 
 void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y, const Tensor& ys,
-                             const Tensor& yk, const Tensor& out) {
-  binary(BinaryOp::kAdd, scaled(x, xs, out.dtype()), scaled(kept(y, yk), ys, out.dtype()), out);
+                             const Tensor& yk, const DropoutDraw& drop, const Tensor& out) {
+  Tensor branch = y;
+  if (drop.active()) {
+    check_dropout_bits("scaled_residual_forward", drop.bits, y);
+    branch = Tensor::empty(y.shape(), y.dtype(), y.device());
+    dropout_forward(y.contiguous(), drop.seed, drop.offset, drop.keep_prob, drop.scale,
+                    drop.offset_base, branch, drop.bits);
+  }
+  binary(BinaryOp::kAdd, scaled(x, xs, out.dtype()), scaled(kept(branch, yk), ys, out.dtype()),
+         out);
 }
 
 void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs, const Tensor& y,
-                              const Tensor& ys, const Tensor& yk, const Tensor& gx,
-                              const Tensor& gy, const Tensor& gxs, const Tensor& gys) {
+                              const Tensor& ys, const Tensor& yk, const DropoutDraw& drop,
+                              const Tensor& gx, const Tensor& gy, const Tensor& gxs,
+                              const Tensor& gys) {
+  if (drop.active()) check_dropout_bits("scaled_residual_backward", drop.bits, g);
   if (gx.defined()) write(scaled(g, xs, g.dtype()), gx);
   if (gy.defined()) {
-    if (yk.defined()) {  // the gradient reaching drop path's output, in y's dtype, then its mul's
-      const Tensor reaching = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
-      copy(scaled(g, ys, g.dtype()), reaching);
-      write(kept(reaching, yk), gy);
+    // The gradient reaching the dropped branch (drop path's output, in y's dtype), then its mul's,
+    // then dropout's.
+    const Tensor reaching = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+    if (yk.defined()) {
+      const Tensor before_keep = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+      copy(scaled(g, ys, g.dtype()), before_keep);
+      write(kept(before_keep, yk), reaching);
     } else {
-      write(scaled(g, ys, g.dtype()), gy);
+      write(scaled(g, ys, g.dtype()), reaching);
+    }
+    if (drop.active()) {
+      dropout_backward(reaching, drop.bits, drop.scale, gy);
+    } else {
+      write(reaching, gy);
     }
   }
   scale_grad(g, x, gxs);
-  if (gys.defined()) scale_grad(g, kept(y, yk), gys);
+  if (gys.defined()) scale_grad(g, kept(dropped(y, drop), yk), gys);
 }
 
 }  // namespace ska::cpu

@@ -1,5 +1,6 @@
-// The operands of dropout_add_forward / dropout_add_backward (backend/kernels.inc), checked alike
-// by the CPU twin and the CUDA kernels.
+// The operands of the kernels with a dropout inside (dropout_add_forward / _backward, and
+// scaled_residual's DropoutDraw; backend/kernels.inc), checked alike by the CPU twins and the CUDA
+// kernels.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +18,15 @@ inline bool dropout_add_pair(DType wide, DType narrow) {
                      (wide == DType::kF32 && (narrow == DType::kBF16 || narrow == DType::kF16)));
 }
 
+}  // namespace detail
+
+// A dropout mask's bits for `like`'s elements: (n + 7) / 8 contiguous u8 bytes on its device.
 inline void check_dropout_bits(const char* kernel, const Tensor& bits, const Tensor& like) {
   SKA_CHECK(bits.dtype() == DType::kU8 && bits.is_contiguous() &&
                 bits.numel() == (like.numel() + 7) / 8 && bits.device() == like.device(),
             ValueError, kernel, ": bits must be ", (like.numel() + 7) / 8,
             " contiguous u8 bytes on ", like.device(), ", got ", bits.str());
 }
-
-}  // namespace detail
 
 // x, y and out contiguous, of one shape and device; out of x's dtype (f32, bf16 or f16), y of it
 // or bf16/f16 with f32; bits as dropout_forward's for y. ShapeError / DTypeError / DeviceError /
@@ -42,7 +44,7 @@ inline void check_dropout_add_forward(const char* kernel, const Tensor& x, const
             kernel, ": x ", dtype_name(x.dtype()), ", y ", dtype_name(y.dtype()), ", out ",
             dtype_name(out.dtype()),
             "; expected out of x's dtype (f32, bf16 or f16) and y of it, or bf16/f16 with f32");
-  detail::check_dropout_bits(kernel, bits, y);
+  check_dropout_bits(kernel, bits, y);
 }
 
 // grad and grad_y contiguous, of one size and device; grad_y of grad's dtype (f32, bf16 or f16),
@@ -57,7 +59,7 @@ inline void check_dropout_add_backward(const char* kernel, const Tensor& grad, c
   SKA_CHECK(detail::dropout_add_pair(grad.dtype(), grad_y.dtype()), DTypeError, kernel, ": grad ",
             dtype_name(grad.dtype()), ", grad_y ", dtype_name(grad_y.dtype()),
             "; expected grad_y of grad's dtype (f32, bf16 or f16), or bf16/f16 with f32");
-  detail::check_dropout_bits(kernel, bits, grad);
+  check_dropout_bits(kernel, bits, grad);
 }
 
 }  // namespace ska
