@@ -63,6 +63,7 @@ struct BenchmarkOptions {
   std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
   std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
   std::string dropout_add = "fused";      // or unfused (nn::set_fused_dropout_add)
+  std::string talking_heads = "unfused";  // or fused (nn::set_fused_talking_heads)
   std::string conv_logits = "auto";       // or conv, gemm, direct (nn::set_conv_logits_form)
   std::string depthwise_conv = "cudnn";  // or direct, auto (set_cuda_depthwise_conv)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
@@ -276,6 +277,7 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.residual_norm = o.residual_norm;
   kernels.gelu_dropout = o.gelu_dropout;
   kernels.dropout_add = o.dropout_add;
+  kernels.talking_heads = o.talking_heads;
   kernels.conv_logits = o.conv_logits;
   kernels.depthwise_conv = o.depthwise_conv;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
@@ -407,6 +409,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"residual_norm", o.residual_norm},
                         {"gelu_dropout", o.gelu_dropout},
                         {"dropout_add", o.dropout_add},
+                        {"talking_heads", o.talking_heads},
                         {"conv_logits", o.conv_logits},
                         {"depthwise_conv", o.depthwise_conv}};
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
@@ -447,6 +450,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.residual_norm != "unfused") line << " [fused residual norm]";
     if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
     if (o.dropout_add != "fused") line << " [unfused dropout add]";
+    if (o.talking_heads != "unfused") line << " [fused talking heads]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (o.depthwise_conv != "cudnn") line << " [depthwise conv: " << o.depthwise_conv << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
@@ -561,6 +565,11 @@ int main(int argc, char** argv) {
          "training: fused (one kernel forward and one backward, the default) or unfused "
          "(two ops; the same bits), to compare")
       ->check(CLI::IsMember({"fused", "unfused"}));
+  app.add_option("--talking-heads", o.talking_heads,
+                 "CaiT's talking-heads attention weights (mix, softmax, mix): unfused (the ops) "
+                 "or fused (one kernel forward and one backward, nothing between stored), to "
+                 "compare")
+      ->check(CLI::IsMember({"unfused", "fused"}));
   app.add_option("--conv-logits", o.conv_logits,
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
                  "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "

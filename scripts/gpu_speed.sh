@@ -8,7 +8,8 @@
 # for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
 # pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
 # --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --dropout-add unfused
-# (ViT's and CaiT's branch dropouts as ops of their own, not in the residual sums), --depthwise-conv
+# (ViT's and CaiT's branch dropouts as ops of their own, not in the residual sums),
+# --talking-heads fused (CaiT's mix, softmax, mix in one kernel each way), --depthwise-conv
 # direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
 # those and cuDNN's per shape),
 # --conv-logits conv / gemm / direct (CSKA's logit
@@ -42,7 +43,8 @@ bench=$build/apps/benchmark
 
 variants=(default "--attention wmma" "--attention-loads sync" "--attention-backward one_block"
           "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
-          "--gelu-dropout fused" "--dropout-add unfused" "--depthwise-conv direct"
+          "--gelu-dropout fused" "--dropout-add unfused" "--talking-heads fused"
+          "--depthwise-conv direct"
           "--depthwise-conv auto"
           "--conv-logits conv" "--conv-logits gemm" "--conv-logits direct" "--attention scalar"
           "--attention unfused"

@@ -8,6 +8,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "backend/talking_heads_geometry.h"
 #include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/mac_counter.h"
@@ -253,6 +254,42 @@ Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& facto
   const Tensor q = Tensor::empty(q_shape, logits.dtype(), logits.device());
   const Tensor k = Tensor::empty({logits.size(-1), 0}, logits.dtype(), logits.device());
   return scaled_dot_attention(q, k, v, 1.0, logits, Tensor(), factor, mask);
+}
+
+bool talking_heads_softmax_fits(const Tensor& logits) {
+  if (logits.dim() != 4 || !logits.is_floating()) return false;
+  if (!logits.device().is_cuda()) return true;
+  return logits.dtype() != DType::kF64 && logits.size(1) <= 8 && logits.size(3) <= 128;
+}
+
+Tensor talking_heads_softmax(const Tensor& logits, double scale, const Tensor& w_pre,
+                             const Tensor& w_post) {
+  const char* kName = "talking_heads_softmax";
+  detail::check_floating(kName, logits);
+  SKA_CHECK(logits.dim() == 4, ShapeError, kName,
+            ": logits must be [R, heads, queries, keys], got ", shape_str(logits.shape()));
+  const DType math = talking_heads_math_dtype(logits.dtype());
+  const Tensor pre = w_pre.to(math), post = w_post.to(math);
+  const Tensor lc = logits.detach().contiguous();
+  const int64_t outer = logits.size(0), heads = logits.size(1), queries = logits.size(2);
+  Tensor out = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  const Tensor lse = Tensor::empty({outer, heads, queries}, math, logits.device());
+  const Tensor pre_d = pre.detach().contiguous(), post_d = post.detach().contiguous();
+  SKA_KERNEL(logits.device(), talking_heads_softmax_forward)(lc, scale, pre_d, post_d, out, lse);
+  MacCounter::add(2 * outer * heads * heads * queries * logits.size(3));
+  const bool need_pre = pre.requires_grad(), need_post = post.requires_grad();
+  const DType out_dtype = logits.dtype();
+  autograd::record_op(kName, {logits, pre, post}, {out}, [=](const TensorList& grad) {
+    const Tensor gc = grad[0].to(out_dtype).contiguous();
+    Tensor grad_logits = Tensor::empty(lc.shape(), lc.dtype(), lc.device());
+    const Tensor grad_pre = need_pre ? Tensor::empty(pre_d.shape(), math, lc.device()) : Tensor();
+    const Tensor grad_post =
+        need_post ? Tensor::empty(post_d.shape(), math, lc.device()) : Tensor();
+    SKA_KERNEL(lc.device(), talking_heads_softmax_backward)
+    (gc, lc, scale, pre_d, post_d, lse, grad_logits, grad_pre, grad_post);
+    return TensorList{grad_logits, grad_pre, grad_post};
+  });
+  return out;
 }
 
 }  // namespace ska

@@ -48,4 +48,17 @@ Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tenso
 Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& factor = Tensor(),
                       AttentionMask mask = AttentionMask::kNone);
 
+// CaiT's talking-heads attention weights, mix(softmax(mix(scale * logits, w_pre)), w_post), with
+// mix(x, w)[g'] = sum_g w[g, g'] x[g] over the heads (dim 1) of logits [R, h, Nq, Nk] (what
+// nn::mix_heads gives), in one kernel each way: the scaled and mixed logits and the softmax are
+// computed in f32 (f64 for f64 logits) and never stored (the backward pass recomputes them from
+// the logits and each row's log-sum-exp); the weights come back in the logits' dtype.
+// Differentiable in logits, w_pre and w_post ([h, h]; cast to f32, f64 for f64 logits). The two
+// mixes count as the matmuls they replace (MacCounter). On CUDA up to 8 heads and 128 keys
+// (talking_heads_softmax_fits).
+Tensor talking_heads_softmax(const Tensor& logits, double scale, const Tensor& w_pre,
+                             const Tensor& w_post);
+// Whether talking_heads_softmax takes these logits ([R, h, Nq, Nk]) on their device.
+bool talking_heads_softmax_fits(const Tensor& logits);
+
 }  // namespace ska

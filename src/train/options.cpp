@@ -68,6 +68,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
   k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
   k.dropout_add = t.get_choice("dropout_add", k.dropout_add, {"fused", "unfused"});
+  k.talking_heads = t.get_choice("talking_heads", k.talking_heads, {"unfused", "fused"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto", "direct"});
   k.depthwise_conv = t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
@@ -86,6 +87,7 @@ void KernelChoices::apply() const {
   nn::set_fused_residual_norm(residual_norm == "fused");
   nn::set_fused_gelu_dropout(gelu_dropout == "fused");
   nn::set_fused_dropout_add(dropout_add == "fused");
+  nn::set_fused_talking_heads(talking_heads == "fused");
   nn::set_conv_logits_form(conv_logits == "gemm"     ? nn::ConvLogitsForm::kGemm
                            : conv_logits == "auto"   ? nn::ConvLogitsForm::kAuto
                            : conv_logits == "direct" ? nn::ConvLogitsForm::kDirect
@@ -107,6 +109,7 @@ std::string KernelChoices::describe() const {
   if (residual_norm != "unfused") out += " [" + residual_norm + " residual norm]";
   if (gelu_dropout != "unfused") out += " [" + gelu_dropout + " GELU dropout]";
   if (dropout_add != "fused") out += " [" + dropout_add + " dropout add]";
+  if (talking_heads != "unfused") out += " [" + talking_heads + " talking heads]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
   if (depthwise_conv != "cudnn") out += " [depthwise conv: " + depthwise_conv + "]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";

@@ -24,10 +24,10 @@ AutocastState autocast_state(Precision p);       // disabled for fp32
 
 // Which implementation the kernels with a fast path and a reference take (`train.attention`,
 // `train.elementwise`, `train.norm_output`, `train.residual_norm`, `train.gelu_dropout`,
-// `train.dropout_add`, `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`,
-// `train.cudnn_deterministic`): the fast ones by default; the others to compare, or to work around
-// a fast path that misbehaves on some GPU without rebuilding. Process-wide switches, set by
-// apply().
+// `train.dropout_add`, `train.talking_heads`, `train.conv_logits`, `train.depthwise_conv`,
+// `train.cudnn_benchmark`, `train.cudnn_deterministic`): the fast ones by default; the others to
+// compare, or to work around a fast path that misbehaves on some GPU without rebuilding.
+// Process-wide switches, set by apply().
 struct KernelChoices {
   // fused (the fused attention op; on CUDA bf16/f16 on the tensor cores, the mma.sync kernels),
   // wmma (the same on the WMMA tensor-core kernels), scalar (the same op on CUDA's f32-FMA
@@ -55,6 +55,10 @@ struct KernelChoices {
   // fused (in the sum's kernels, dropout_add / scaled_residual; the same bits;
   // nn::set_fused_dropout_add) or unfused (the dropout op first).
   std::string dropout_add = "fused";
+  // CaiT's talking-heads attention weights: unfused (mix, softmax, mix as ops) or fused (one kernel
+  // each way, talking_heads_softmax; within the dtype's tolerances; nn::set_fused_talking_heads,
+  // not yet run on a GPU).
+  std::string talking_heads = "unfused";
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
   // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
   // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv

@@ -9,6 +9,7 @@
 #include "core/random.h"
 #include "models/cait.h"
 #include "models/model_golden.h"
+#include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -37,6 +38,15 @@ nn::ModulePtr build_from_text(const std::string& yaml) {
   cfg.check_unused();
   return model;
 }
+
+// nn::set_fused_talking_heads(on) for a scope.
+struct TalkingHeadsScope {
+  explicit TalkingHeadsScope(bool on) : saved(nn::fused_talking_heads_enabled()) {
+    nn::set_fused_talking_heads(on);
+  }
+  ~TalkingHeadsScope() { nn::set_fused_talking_heads(saved); }
+  bool saved;
+};
 
 CaitAttentionOptions tiny_attention(AttentionKind logits) {
   CaitAttentionOptions o;
@@ -90,6 +100,26 @@ TEST_CASE("cait matches the PyTorch reference (logits and gradients)",
   SECTION("mhsa") { test::check_model_golden("cait_mhsa"); }
   SECTION("cska") { test::check_model_golden("cait_cska"); }
   SECTION("ska, key grid 2x finer") { test::check_model_golden("cait_ska"); }
+}
+
+TEST_CASE("cait with the fused talking heads matches the PyTorch reference",
+          "[cpu][models][cait][golden]") {
+  const TalkingHeadsScope fused(true);
+  SECTION("the fused op runs") {
+    const nn::ModulePtr model = test::build_fixture_module("cait_cska");
+    model->eval();
+    const Tensor logits = (*model)(test::uniform({2, 3, 16, 16}, 5, -1, 1, DType::kF32));
+    CHECK(test::graph_has(logits, "talking_heads_softmax"));
+  }
+  SECTION("mhsa") { test::check_model_golden("cait_mhsa"); }
+  SECTION("cska") { test::check_model_golden("cait_cska"); }
+  SECTION("ska, key grid 2x finer") { test::check_model_golden("cait_ska"); }
+  SECTION("the gradients of the attention, patch and class") {
+    check_attention_gradients(tiny_attention(AttentionKind::kCska));
+    CaitAttentionOptions o = tiny_attention(AttentionKind::kMhsa);
+    o.class_query = true;
+    check_attention_gradients(o);
+  }
 }
 
 TEST_CASE("cait talking-heads attention gradients", "[cpu][models][cait]") {
@@ -161,6 +191,10 @@ TEST_CASE("cait CUDA matches the CPU", "[cuda][models][cait]") {
         "family: cait\nimage_size: 16\nnum_classes: 5\ndim: 16\ndepth: 2\ncls_depth: 1\n"
         "heads: 2\nhead_dim: 8\nmlp_dim: 24\nmixer: " +
         mixer + "\n";
+    test::check_module_cuda_parity([&] { return build_from_text(yaml); },
+                                   test::uniform({2, 3, 16, 16}, 4, -1.0, 1.0, DType::kF32));
+    // The fused talking heads (the CUDA kernels) against the CPU's.
+    const TalkingHeadsScope fused(true);
     test::check_module_cuda_parity([&] { return build_from_text(yaml); },
                                    test::uniform({2, 3, 16, 16}, 4, -1.0, 1.0, DType::kF32));
   }

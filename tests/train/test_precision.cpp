@@ -357,6 +357,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(defaults.residual_norm == "unfused");
   CHECK(defaults.gelu_dropout == "unfused");
   CHECK(defaults.dropout_add == "fused");
+  CHECK(defaults.talking_heads == "unfused");
   CHECK(defaults.conv_logits == "auto");
   CHECK(defaults.depthwise_conv == "cudnn");
   CHECK(defaults.describe().empty());
@@ -369,6 +370,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   config.set("train.residual_norm=fused");
   config.set("train.gelu_dropout=fused");
   config.set("train.dropout_add=unfused");
+  config.set("train.talking_heads=fused");
   config.set("train.conv_logits=conv");
   config.set("train.depthwise_conv=direct");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
@@ -376,7 +378,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
         " [scalar attention] [one_block attention backward]"
         " [one_block attention forward] [reference elementwise kernels]"
         " [f32 norm outputs] [fused residual norm] [fused GELU dropout] [unfused dropout add]"
-        " [conv logits: conv] [depthwise conv: direct]");
+        " [fused talking heads] [conv logits: conv] [depthwise conv: direct]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
@@ -385,6 +387,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(nn::fused_residual_norm_enabled());
   CHECK(nn::fused_gelu_dropout_enabled());
   CHECK_FALSE(nn::fused_dropout_add_enabled());
+  CHECK(nn::fused_talking_heads_enabled());
   CHECK_FALSE(set_cuda_attention_tensor_cores(true));
   CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
   CHECK(set_cuda_attention_one_block_backward(true));
@@ -418,6 +421,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(nn::fused_residual_norm_enabled());
   CHECK_FALSE(nn::fused_gelu_dropout_enabled());
   CHECK(nn::fused_dropout_add_enabled());
+  CHECK_FALSE(nn::fused_talking_heads_enabled());
   CHECK(set_cuda_attention_mma(true));
   CHECK_FALSE(set_cuda_attention_one_block_backward(false));
   CHECK_FALSE(set_cuda_attention_one_block_forward(false));

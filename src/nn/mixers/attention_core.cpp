@@ -334,7 +334,35 @@ Tensor mix_heads(const Tensor& x, const Tensor& mix) {
   return mixed.reshape(x.shape());
 }
 
+namespace {
+
+std::atomic<bool> g_fused_talking_heads{false};
+
+// Whether attention_weights takes talking_heads_softmax for this call.
+bool talking_heads_fuse(const Tensor& logits, const AttentionSpec& spec) {
+  const bool dropping =
+      spec.dropout != nullptr && spec.dropout->p > 0.0 && spec.dropout->is_training();
+  return fused_talking_heads_enabled() && fused_attention_enabled() &&
+         spec.normalise == Normalise::kSoftmax && spec.heads_pre.defined() &&
+         spec.heads_post.defined() && !spec.exclude_diagonal && !spec.temperature.defined() &&
+         !spec.bias.defined() && !dropping && spec.heads_pre.size(0) == logits.size(-3) &&
+         talking_heads_softmax_fits(logits);
+}
+
+}  // namespace
+
+bool fused_talking_heads_enabled() { return g_fused_talking_heads.load(std::memory_order_relaxed); }
+void set_fused_talking_heads(bool enabled) {
+  g_fused_talking_heads.store(enabled, std::memory_order_relaxed);
+}
+
 Tensor attention_weights(const Tensor& logits, const AttentionSpec& spec) {
+  if (talking_heads_fuse(logits, spec)) {
+    const Tensor weights =
+        talking_heads_softmax(logits, spec.scale, spec.heads_pre, spec.heads_post);
+    AttentionRecorder::record(weights, spec);
+    return weights;
+  }
   const bool softmax_only = spec.normalise == Normalise::kSoftmax && !spec.exclude_diagonal &&
                             !spec.heads_pre.defined() && !spec.temperature.defined();
   const Tensor mask = spec.exclude_diagonal

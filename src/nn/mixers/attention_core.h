@@ -170,5 +170,11 @@ bool fused_attention_enabled();
 void set_fused_attention(bool enabled);
 // out[.., g, i, j] = sum_h x[.., h, i, j] * mix[h, g]: the talking-heads mix over dim -3.
 Tensor mix_heads(const Tensor& x, const Tensor& mix);
+// Whether attention_weights computes softmax weights between two talking-heads mixes (CaiT) as
+// one op, talking_heads_softmax (ops/attention.h), where it takes the call: no mask, bias or
+// temperature, no attention dropout in training, fused attention enabled. Default false until the
+// CUDA kernels are timed (`train.talking_heads`, `benchmark --talking-heads`).
+bool fused_talking_heads_enabled();
+void set_fused_talking_heads(bool enabled);
 
 }  // namespace ska::nn

@@ -1,0 +1,349 @@
+// CUDA kernels: CaiT's talking-heads softmax, mix(softmax(mix(scale * logits, w_pre)), w_post),
+// in one pass each way. A warp owns a row (r, i) of [R, h, Nq, Nk]: each lane holds up to kMaxJ
+// key columns (j = lane + 32 jj) of every head in registers, so the head mixes are per-lane
+// products with the [h, h] mixes (staged in shared memory, zero-padded to H x H) and the softmax
+// needs only warp reductions. Nothing but the logits (and, backward, the weights' gradient) is
+// read, and nothing but the weights (the logits' gradient) and the row's log-sum-exps written:
+// the unfused ops write and read the scaled and mixed logits, an f32 copy, the f32 softmax and a
+// 16-bit copy of it. The mixes' gradients: each warp sums its rows' terms, a lane per (g, g')
+// pair (warp sums in a fixed order), writes one partial per warp, and a second kernel adds the
+// partials in order (no atomics: the same bits every run).
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/talking_heads_geometry.h"
+#include "cuda/kernels/common.cuh"
+#include "cuda/runtime/runtime.h"
+
+namespace ska::cuda {
+namespace {
+
+constexpr int kWarps = 4;             // rows (warps) per block
+constexpr int kMaxJ = 4;              // key columns per lane: up to 128 keys (J = 2: 64)
+constexpr int kMaxHeads = 8;          // heads the kernels take (CaiT-S: 8)
+constexpr int kBackwardBlocks = 256;  // at most this many backward blocks (rows grid-strided)
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The [h, h] mixes into shared memory as H x H f32, zero outside h x h.
+template <int H>
+__device__ __forceinline__ void stage_mixes(const float* w_pre, const float* w_post, int h,
+                                            float* pre, float* post) {
+  for (int t = threadIdx.x; t < H * H; t += blockDim.x) {
+    const int g = t / H, g2 = t % H;
+    const bool in = g < h && g2 < h;
+    pre[t] = in ? w_pre[g * h + g2] : 0.0f;
+    post[t] = in ? w_post[g * h + g2] : 0.0f;
+  }
+}
+
+// Row `row`'s element (g, j) offset: ((r h + g) Nq + i) Nk + j.
+struct RowAt {
+  int64_t base, head_stride;
+  __device__ int64_t at(int g, int j) const { return base + g * head_stride + j; }
+};
+__device__ __forceinline__ RowAt row_at(int64_t row, int h, int nq, int nk) {
+  const int64_t r = row / nq, i = row % nq;
+  return {(r * h * nq + i) * nk, static_cast<int64_t>(nq) * nk};
+}
+
+// x[g][jj] = scale * logits (0 off the row or past h), m[g'][jj] = mix(x, pre).
+template <typename T, int H, int J>
+__device__ __forceinline__ void mixed_logits(const T* logits, const RowAt& at, int h, int nk,
+                                             int lane, float scale, const float* pre,
+                                             float (&x)[H][J], float (&m)[H][J]) {
+#pragma unroll
+  for (int jj = 0; jj < J; ++jj) {
+    const int j = lane + 32 * jj;
+#pragma unroll
+    for (int g = 0; g < H; ++g) {
+      x[g][jj] = (g < h && j < nk) ? __fmul_rn(scale, to_float(logits[at.at(g, j)])) : 0.0f;
+    }
+#pragma unroll
+    for (int g2 = 0; g2 < H; ++g2) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int g = 0; g < H; ++g) acc = fmaf(pre[g * H + g2], x[g][jj], acc);
+      m[g2][jj] = acc;
+    }
+  }
+}
+
+template <typename T, int H, int J>
+__global__ void __launch_bounds__(kWarps * 32)
+    talking_heads_forward_kernel(const T* __restrict__ logits, int64_t rows, int h, int nq, int nk,
+                                 float scale, const float* __restrict__ w_pre,
+                                 const float* __restrict__ w_post, T* __restrict__ out,
+                                 float* __restrict__ lse) {
+  __shared__ float pre[H * H], post[H * H];
+  stage_mixes<H>(w_pre, w_post, h, pre, post);
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;  // the whole warp: one row each
+  const RowAt at = row_at(row, h, nq, nk);
+  float x[H][J], p[H][J];
+  mixed_logits<T, H, J>(logits, at, h, nk, lane, scale, pre, x, p);
+  const int64_t r = row / nq, i = row % nq;
+#pragma unroll
+  for (int g2 = 0; g2 < H; ++g2) {
+    if (g2 >= h) break;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj) {
+      if (lane + 32 * jj < nk) mx = fmaxf(mx, p[g2][jj]);
+    }
+    mx = warp_max(mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj) {
+      if (lane + 32 * jj < nk) s += expf(p[g2][jj] - mx);
+    }
+    const float l = mx + logf(warp_sum(s));
+    if (lane == 0) lse[(r * h + g2) * nq + i] = l;
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj) p[g2][jj] = lane + 32 * jj < nk ? expf(p[g2][jj] - l) : 0.0f;
+  }
+#pragma unroll
+  for (int jj = 0; jj < J; ++jj) {
+    const int j = lane + 32 * jj;
+    if (j >= nk) break;
+#pragma unroll
+    for (int g3 = 0; g3 < H; ++g3) {
+      if (g3 >= h) break;
+      float acc = 0.0f;
+#pragma unroll
+      for (int g2 = 0; g2 < H; ++g2) acc = fmaf(post[g2 * H + g3], p[g2][jj], acc);
+      out[at.at(g3, j)] = from_float<T>(acc);
+    }
+  }
+}
+
+// Lane `lane` owns the mix-gradient pairs k = lane + 32 q (q < kPairSlots) of the H x H.
+template <int H>
+constexpr int pair_slots() {
+  return (H * H + 31) / 32;
+}
+
+// The row's term sum_j a[g][j] b[g'][j] of each pair (g, g'), warp-summed, added to its owner's
+// slot.
+template <int H, int J>
+__device__ __forceinline__ void add_pair_terms(const float (&a)[H][J], const float (&b)[H][J],
+                                               int lane, float (&acc)[pair_slots<H>()]) {
+#pragma unroll
+  for (int k = 0; k < H * H; ++k) {
+    float v = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj) v = fmaf(a[k / H][jj], b[k % H][jj], v);
+    v = warp_sum(v);
+    if (lane == k % 32) acc[k / 32] += v;
+  }
+}
+
+// part: [warps, 2, H * H] (w_pre's terms, then w_post's) or null when no mix gradient is wanted.
+template <typename T, int H, int J>
+__global__ void __launch_bounds__(kWarps * 32)
+    talking_heads_backward_kernel(const T* __restrict__ grad_out, const T* __restrict__ logits,
+                                  int64_t rows, int h, int nq, int nk, float scale,
+                                  const float* __restrict__ w_pre, const float* __restrict__ w_post,
+                                  const float* __restrict__ lse, T* __restrict__ grad_logits,
+                                  float* __restrict__ part) {
+  __shared__ float pre[H * H], post[H * H];
+  stage_mixes<H>(w_pre, w_post, h, pre, post);
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  float acc_pre[pair_slots<H>()] = {}, acc_post[pair_slots<H>()] = {};
+  for (int64_t row = warp; row < rows; row += warps) {
+    const RowAt at = row_at(row, h, nq, nk);
+    const int64_t r = row / nq, i = row % nq;
+    float x[H][J], p[H][J], go[H][J], d[H][J];
+    mixed_logits<T, H, J>(logits, at, h, nk, lane, scale, pre, x, p);
+#pragma unroll
+    for (int g2 = 0; g2 < H; ++g2) {
+      const float l = g2 < h ? lse[(r * h + g2) * nq + i] : 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < J; ++jj) {
+        const int j = lane + 32 * jj;
+        const bool in = g2 < h && j < nk;
+        p[g2][jj] = in ? expf(p[g2][jj] - l) : 0.0f;
+        go[g2][jj] = in ? to_float(grad_out[at.at(g2, j)]) : 0.0f;
+      }
+    }
+    if (part != nullptr) add_pair_terms<H, J>(p, go, lane, acc_post);
+      // d = dP = mix of the weights' gradient by post^T; then, in place, dM = P (dP - delta).
+#pragma unroll
+    for (int g2 = 0; g2 < H; ++g2) {
+      float delta = 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < J; ++jj) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int g3 = 0; g3 < H; ++g3) acc = fmaf(post[g2 * H + g3], go[g3][jj], acc);
+        d[g2][jj] = acc;
+        delta = fmaf(acc, p[g2][jj], delta);
+      }
+      delta = warp_sum(delta);
+#pragma unroll
+      for (int jj = 0; jj < J; ++jj) d[g2][jj] = p[g2][jj] * (d[g2][jj] - delta);
+    }
+    if (part != nullptr) add_pair_terms<H, J>(x, d, lane, acc_pre);
+#pragma unroll
+    for (int jj = 0; jj < J; ++jj) {
+      const int j = lane + 32 * jj;
+      if (j >= nk) break;
+#pragma unroll
+      for (int g = 0; g < H; ++g) {
+        if (g >= h) break;
+        float acc = 0.0f;
+#pragma unroll
+        for (int g2 = 0; g2 < H; ++g2) acc = fmaf(pre[g * H + g2], d[g2][jj], acc);
+        grad_logits[at.at(g, j)] = from_float<T>(__fmul_rn(scale, acc));
+      }
+    }
+  }
+  if (part == nullptr) return;
+#pragma unroll
+  for (int q = 0; q < pair_slots<H>(); ++q) {
+    const int k = lane + 32 * q;
+    if (k < H * H) {
+      part[(warp * 2 + 0) * H * H + k] = acc_pre[q];
+      part[(warp * 2 + 1) * H * H + k] = acc_post[q];
+    }
+  }
+}
+
+// grad_pre / grad_post [h, h] = the partials of `warps` warps summed in warp order.
+template <int H>
+__global__ void talking_heads_mix_sums_kernel(const float* __restrict__ part, int64_t warps, int h,
+                                              float* __restrict__ grad_pre,
+                                              float* __restrict__ grad_post) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= 2 * h * h) return;
+  const int which = t / (h * h), g = (t % (h * h)) / h, g2 = t % h;
+  float* out = which == 0 ? grad_pre : grad_post;
+  if (out == nullptr) return;
+  float acc = 0.0f;
+  for (int64_t w = 0; w < warps; ++w) acc += part[(w * 2 + which) * H * H + g * H + g2];
+  out[g * h + g2] = acc;
+}
+
+// Calls f(T{}, std::integral_constant<int, H>{}, std::integral_constant<int, J>{}) for the
+// logits' dtype, the heads padded to 2, 4 or 8 and the key columns per lane: 2 up to 64 keys
+// (CaiT's patch attention), else 4.
+template <typename F>
+void dispatch_talking_heads(DType dtype, int64_t heads, int64_t keys, const char* kernel, F&& f) {
+  const auto by_keys = [&](auto t, auto h) {
+    if (keys <= 64) return f(t, h, std::integral_constant<int, 2>{});
+    return f(t, h, std::integral_constant<int, kMaxJ>{});
+  };
+  const auto by_heads = [&](auto t) {
+    if (heads <= 2) return by_keys(t, std::integral_constant<int, 2>{});
+    if (heads <= 4) return by_keys(t, std::integral_constant<int, 4>{});
+    return by_keys(t, std::integral_constant<int, 8>{});
+  };
+  switch (dtype) {
+    case DType::kF32:
+      return by_heads(float{});
+    case DType::kBF16:
+      return by_heads(__nv_bfloat16{});
+    case DType::kF16:
+      return by_heads(__half{});
+    default:
+      SKA_FAIL(DTypeError, kernel, ": logits must be f32, bf16 or f16 on CUDA, got ",
+               dtype_name(dtype));
+  }
+}
+
+void check_supported(const char* kernel, const TalkingHeadsGeometry& geo) {
+  SKA_CHECK(geo.heads >= 1 && geo.heads <= kMaxHeads && geo.keys <= 32 * kMaxJ, ShapeError, kernel,
+            ": the CUDA kernels take up to ", kMaxHeads, " heads and ", 32 * kMaxJ, " keys, got ",
+            geo.heads, " heads and ", geo.keys, " keys");
+  SKA_CHECK(geo.queries <= INT32_MAX && geo.rows() / kWarps < INT32_MAX, ShapeError, kernel, ": ",
+            geo.rows(), " rows: too many");
+}
+
+}  // namespace
+
+void talking_heads_softmax_forward(const Tensor& logits, double scale, const Tensor& w_pre,
+                                   const Tensor& w_post, const Tensor& out, const Tensor& lse) {
+  const char* kKernel = "talking_heads_softmax_forward";
+  const TalkingHeadsGeometry geo = talking_heads_geometry(kKernel, logits, w_pre, w_post, out, lse);
+  check_supported(kKernel, geo);
+  if (geo.rows() == 0 || geo.keys == 0) return;
+  const int device = device_index(logits);
+  DeviceGuard guard(device);
+  const auto blocks = static_cast<unsigned int>((geo.rows() + kWarps - 1) / kWarps);
+  dispatch_talking_heads(
+      logits.dtype(), geo.heads, geo.keys, kKernel, [&](auto t, auto heads, auto columns) {
+        using T = decltype(t);
+        constexpr int H = decltype(heads)::value, J = decltype(columns)::value;
+        talking_heads_forward_kernel<T, H, J><<<blocks, kWarps * 32, 0, current_stream(device)>>>(
+            static_cast<const T*>(logits.data_ptr()), geo.rows(), static_cast<int>(geo.heads),
+            static_cast<int>(geo.queries), static_cast<int>(geo.keys), static_cast<float>(scale),
+            static_cast<const float*>(w_pre.data_ptr()),
+            static_cast<const float*>(w_post.data_ptr()), static_cast<T*>(out.data_ptr()),
+            static_cast<float*>(lse.data_ptr()));
+        SKA_CUDA_CHECK_LAUNCH();
+      });
+}
+
+void talking_heads_softmax_backward(const Tensor& grad_out, const Tensor& logits, double scale,
+                                    const Tensor& w_pre, const Tensor& w_post, const Tensor& lse,
+                                    const Tensor& grad_logits, const Tensor& grad_pre,
+                                    const Tensor& grad_post) {
+  const char* kKernel = "talking_heads_softmax_backward";
+  const TalkingHeadsGeometry geo = talking_heads_geometry(kKernel, logits, w_pre, w_post, grad_out,
+                                                          lse, grad_logits, grad_pre, grad_post);
+  SKA_CHECK(grad_logits.defined(), ValueError, kKernel, ": grad_logits is required");
+  check_supported(kKernel, geo);
+  const int device = device_index(logits);
+  DeviceGuard guard(device);
+  const cudaStream_t s = current_stream(device);
+  const bool sums = grad_pre.defined() || grad_post.defined();
+  if (geo.rows() == 0 || geo.keys == 0) {  // no terms: the mixes' gradients are zero
+    for (const Tensor* t : {&grad_pre, &grad_post}) {
+      if (t->defined() && t->numel() > 0)
+        SKA_CUDA_CHECK(cudaMemsetAsync(t->data_ptr(), 0, t->numel() * t->element_size(), s));
+    }
+    return;
+  }
+  const int64_t blocks = std::min<int64_t>((geo.rows() + kWarps - 1) / kWarps, kBackwardBlocks);
+  const int64_t warps = blocks * kWarps;
+  dispatch_talking_heads(
+      logits.dtype(), geo.heads, geo.keys, kKernel, [&](auto t, auto heads, auto columns) {
+        using T = decltype(t);
+        constexpr int H = decltype(heads)::value, J = decltype(columns)::value;
+        const Tensor ws = sums ? workspace(device, warps * 2 * H * H * sizeof(float)) : Tensor();
+        float* part = sums ? static_cast<float*>(ws.data_ptr()) : nullptr;
+        talking_heads_backward_kernel<T, H, J>
+            <<<static_cast<unsigned int>(blocks), kWarps * 32, 0, s>>>(
+                static_cast<const T*>(grad_out.data_ptr()),
+                static_cast<const T*>(logits.data_ptr()), geo.rows(), static_cast<int>(geo.heads),
+                static_cast<int>(geo.queries), static_cast<int>(geo.keys),
+                static_cast<float>(scale), static_cast<const float*>(w_pre.data_ptr()),
+                static_cast<const float*>(w_post.data_ptr()),
+                static_cast<const float*>(lse.data_ptr()), static_cast<T*>(grad_logits.data_ptr()),
+                part);
+        SKA_CUDA_CHECK_LAUNCH();
+        if (sums) {
+          talking_heads_mix_sums_kernel<H><<<1, 2 * H * H, 0, s>>>(
+              part, warps, static_cast<int>(geo.heads), mutable_or_null<float>(grad_pre),
+              mutable_or_null<float>(grad_post));
+          SKA_CUDA_CHECK_LAUNCH();
+        }
+      });
+}
+
+}  // namespace ska::cuda
