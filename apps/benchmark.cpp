@@ -62,7 +62,7 @@ struct BenchmarkOptions {
   std::string attention_loads = "async";  // or sync (set_cuda_attention_async_loads)
   std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
   std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
-  std::string dropout_add = "fused";      // or unfused (nn::set_fused_dropout_add)
+  std::string dropout_add = "unfused";    // or fused (nn::set_fused_dropout_add)
   std::string talking_heads = "unfused";  // or fused (nn::set_fused_talking_heads)
   std::string conv_logits = "auto";       // or conv, gemm, direct (nn::set_conv_logits_form)
   std::string depthwise_conv = "cudnn";  // or direct, auto (set_cuda_depthwise_conv)
@@ -449,7 +449,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (device.is_cuda() && o.attention_loads != "async") line << " [sync attention loads]";
     if (o.residual_norm != "unfused") line << " [fused residual norm]";
     if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
-    if (o.dropout_add != "fused") line << " [unfused dropout add]";
+    if (o.dropout_add != "unfused") line << " [fused dropout add]";
     if (o.talking_heads != "unfused") line << " [fused talking heads]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (o.depthwise_conv != "cudnn") line << " [depthwise conv: " << o.depthwise_conv << "]";
@@ -562,9 +562,9 @@ int main(int argc, char** argv) {
   app.add_option(
          "--dropout-add", o.dropout_add,
          "the dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in "
-         "training: fused (one kernel forward and one backward, the default) or unfused "
-         "(two ops; the same bits), to compare")
-      ->check(CLI::IsMember({"fused", "unfused"}));
+         "training: unfused (two ops) or fused (one kernel forward and one backward; the same "
+         "bits), to compare")
+      ->check(CLI::IsMember({"unfused", "fused"}));
   app.add_option("--talking-heads", o.talking_heads,
                  "CaiT's talking-heads attention weights (mix, softmax, mix): unfused (the ops) "
                  "or fused (one kernel forward and one backward, nothing between stored), to "

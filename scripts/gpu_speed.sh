@@ -7,8 +7,8 @@
 # one block per head for up to 80 tokens), --attention-forward one_block (its forward likewise,
 # for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
 # pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
-# --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --dropout-add unfused
-# (ViT's and CaiT's branch dropouts as ops of their own, not in the residual sums),
+# --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --dropout-add fused
+# (ViT's and CaiT's branch dropouts inside the residual sums' kernels),
 # --talking-heads fused (CaiT's mix, softmax, mix in one kernel each way), --depthwise-conv
 # direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
 # those and cuDNN's per shape),
@@ -43,7 +43,7 @@ bench=$build/apps/benchmark
 
 variants=(default "--attention wmma" "--attention-loads sync" "--attention-backward one_block"
           "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
-          "--gelu-dropout fused" "--dropout-add unfused" "--talking-heads fused"
+          "--gelu-dropout fused" "--dropout-add fused" "--talking-heads fused"
           "--depthwise-conv direct"
           "--depthwise-conv auto"
           "--conv-logits conv" "--conv-logits gemm" "--conv-logits direct" "--attention scalar"

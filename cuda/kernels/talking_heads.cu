@@ -22,17 +22,25 @@ namespace {
 constexpr int kWarps = 4;             // rows (warps) per block
 constexpr int kMaxJ = 4;              // key columns per lane: up to 128 keys (J = 2: 64)
 constexpr int kMaxHeads = 8;          // heads the kernels take (CaiT-S: 8)
-constexpr int kBackwardBlocks = 256;  // at most this many backward blocks (rows grid-strided)
+constexpr int kBackwardBlocks = 1024;  // at most this many backward blocks (rows grid-strided)
 
-__device__ __forceinline__ float warp_sum(float v) {
+// v[t] summed over the warp's lanes, for each t < 32, the sum of v[lane] left on lane `lane`: a
+// reduce-scatter in 31 shuffles (16 + 8 + 4 + 2 + 1; a warp_sum per value would take 160). At
+// the step of offset o each lane keeps the half of its values whose index has its own bit o and
+// adds the partner's sums of that half.
+__device__ __forceinline__ float warp_reduce_scatter(float (&v)[32], int lane) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
+  for (int step = 0; step < 5; ++step) {
+    const int o = 16 >> step, half = 16 >> step;
+    const bool upper = (lane & o) != 0;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+    for (int t = 0; t < half; ++t) {
+      const float keep = upper ? v[t + half] : v[t];
+      const float send = upper ? v[t] : v[t + half];
+      v[t] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+  return v[0];
 }
 
 // The [h, h] mixes into shared memory as H x H f32, zero outside h x h.
@@ -74,7 +82,7 @@ __device__ __forceinline__ void mixed_logits(const T* logits, const RowAt& at, i
       float acc = 0.0f;
 #pragma unroll
       for (int g = 0; g < H; ++g) acc = fmaf(pre[g * H + g2], x[g][jj], acc);
-      m[g2][jj] = acc;
+      m[g2][jj] = g2 < h ? acc : 0.0f;  // padded heads: exactly 0 (0 * inf would be NaN)
     }
   }
 }
@@ -135,18 +143,24 @@ constexpr int pair_slots() {
   return (H * H + 31) / 32;
 }
 
-// The row's term sum_j a[g][j] b[g'][j] of each pair (g, g'), warp-summed, added to its owner's
-// slot.
+// The row's term sum_j a[g][j] b[g'][j] of each pair k = (g, g') (k = g H + g'), summed over the
+// warp and added to its owner's slot (lane k % 32, slot k / 32), 32 pairs at a time.
 template <int H, int J>
 __device__ __forceinline__ void add_pair_terms(const float (&a)[H][J], const float (&b)[H][J],
                                                int lane, float (&acc)[pair_slots<H>()]) {
 #pragma unroll
-  for (int k = 0; k < H * H; ++k) {
-    float v = 0.0f;
+  for (int q = 0; q < pair_slots<H>(); ++q) {
+    float v[32];
 #pragma unroll
-    for (int jj = 0; jj < J; ++jj) v = fmaf(a[k / H][jj], b[k % H][jj], v);
-    v = warp_sum(v);
-    if (lane == k % 32) acc[k / 32] += v;
+    for (int t = 0; t < 32; ++t) {
+      const int k = 32 * q + t;
+      v[t] = 0.0f;
+      if (k < H * H) {
+#pragma unroll
+        for (int jj = 0; jj < J; ++jj) v[t] = fmaf(a[k / H][jj], b[k % H][jj], v[t]);
+      }
+    }
+    acc[q] += warp_reduce_scatter(v, lane);
   }
 }
 

@@ -40,10 +40,6 @@ inline bool binary_op_is_comparison(BinaryOp op) { return op >= BinaryOp::kEq; }
 enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin };
 const char* reduce_op_name(ReduceOp op);
 
-// c[b] = alpha * a[b] @ b[b] + beta * c[b] (+ bias on each row).
-// a: [B, M, K], b: [B, K, N], c: [B, M, N] contiguous. a and b are views whose last two dims are
-// row-major (stride[-1] == 1) or column-major (stride[-2] == 1); a batch stride of 0 broadcasts.
-// bias: undefined or a contiguous [N] tensor.
 // A dropout of a fused kernel's operand (scaled_residual's y): element i is kept where the Philox
 // draw of counter offset + i / 4, word i % 4 (offset_base's value added where it is defined, as
 // random_bernoulli takes it) is below keep_prob, exactly as dropout_forward draws, and then scaled
@@ -57,6 +53,10 @@ struct DropoutDraw {
   bool active() const { return bits.defined(); }
 };
 
+// c[b] = alpha * a[b] @ b[b] + beta * c[b] (+ bias on each row).
+// a: [B, M, K], b: [B, K, N], c: [B, M, N] contiguous. a and b are views whose last two dims are
+// row-major (stride[-1] == 1) or column-major (stride[-2] == 1); a batch stride of 0 broadcasts.
+// bias: undefined or a contiguous [N] tensor.
 struct GemmArgs {
   Tensor a, b, c, bias;
   float alpha = 1.0f;

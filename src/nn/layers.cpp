@@ -67,7 +67,7 @@ void set_norm_autocast_outputs(bool enabled) {
 namespace {
 std::atomic<bool> g_fused_residual_norm{false};
 std::atomic<bool> g_fused_gelu_dropout{false};
-std::atomic<bool> g_fused_dropout_add{true};
+std::atomic<bool> g_fused_dropout_add{false};
 }  // namespace
 
 bool fused_dropout_add_enabled() { return g_fused_dropout_add.load(std::memory_order_relaxed); }

@@ -87,13 +87,14 @@ void set_fused_gelu_dropout(bool enabled);
 // x * x_scale + (dropout(branch, p) * branch_keep) * branch_scale, the scales and drop path's
 // factors as scaled_residual takes them (ops/pointwise.h; undefined for none): the residual sum
 // of a branch whose closing dropout the block took over (Module::take_output_dropout), p > 0 in
-// training, 0 otherwise. With set_fused_dropout_add (the default) the dropout runs in the sum's
+// training, 0 otherwise. With set_fused_dropout_add the dropout runs in the sum's
 // own kernels (dropout_add without scales, ops/random.h; scaled_residual's otherwise), else as an
 // op before it; the same values, draws and gradients either way.
 Tensor residual_sum(const Tensor& x, const Tensor& branch, double p,
                     const Tensor& x_scale = Tensor(), const Tensor& branch_scale = Tensor(),
                     const Tensor& branch_keep = Tensor());
-// `train.dropout_add`, `benchmark --dropout-add`: fused (default) or unfused.
+// `train.dropout_add`, `benchmark --dropout-add`: unfused or fused (default false until the CUDA
+// kernels are run).
 bool fused_dropout_add_enabled();
 void set_fused_dropout_add(bool enabled);
 

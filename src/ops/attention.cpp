@@ -259,7 +259,8 @@ Tensor softmax_attend(const Tensor& logits, const Tensor& v, const Tensor& facto
 bool talking_heads_softmax_fits(const Tensor& logits) {
   if (logits.dim() != 4 || !logits.is_floating()) return false;
   if (!logits.device().is_cuda()) return true;
-  return logits.dtype() != DType::kF64 && logits.size(1) <= 8 && logits.size(3) <= 128;
+  return logits.dtype() != DType::kF64 && logits.size(1) >= 1 && logits.size(1) <= 8 &&
+         logits.size(3) <= 128;
 }
 
 Tensor talking_heads_softmax(const Tensor& logits, double scale, const Tensor& w_pre,

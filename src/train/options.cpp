@@ -67,7 +67,7 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
   k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
   k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
-  k.dropout_add = t.get_choice("dropout_add", k.dropout_add, {"fused", "unfused"});
+  k.dropout_add = t.get_choice("dropout_add", k.dropout_add, {"unfused", "fused"});
   k.talking_heads = t.get_choice("talking_heads", k.talking_heads, {"unfused", "fused"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto", "direct"});
   k.depthwise_conv = t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
@@ -108,7 +108,7 @@ std::string KernelChoices::describe() const {
   if (norm_output != "autocast") out += " [f32 norm outputs]";
   if (residual_norm != "unfused") out += " [" + residual_norm + " residual norm]";
   if (gelu_dropout != "unfused") out += " [" + gelu_dropout + " GELU dropout]";
-  if (dropout_add != "fused") out += " [" + dropout_add + " dropout add]";
+  if (dropout_add != "unfused") out += " [" + dropout_add + " dropout add]";
   if (talking_heads != "unfused") out += " [" + talking_heads + " talking heads]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
   if (depthwise_conv != "cudnn") out += " [depthwise conv: " + depthwise_conv + "]";

@@ -52,9 +52,9 @@ struct KernelChoices {
   // each way, gelu_dropout; the same bits; nn::set_fused_gelu_dropout, not yet measured on a GPU).
   std::string gelu_dropout = "unfused";
   // The dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in training:
-  // fused (in the sum's kernels, dropout_add / scaled_residual; the same bits;
-  // nn::set_fused_dropout_add) or unfused (the dropout op first).
-  std::string dropout_add = "fused";
+  // unfused (the dropout op first) or fused (in the sum's kernels, dropout_add / scaled_residual;
+  // the same bits; nn::set_fused_dropout_add, not yet run on a GPU).
+  std::string dropout_add = "unfused";
   // CaiT's talking-heads attention weights: unfused (mix, softmax, mix as ops) or fused (one kernel
   // each way, talking_heads_softmax; within the dtype's tolerances; nn::set_fused_talking_heads,
   // not yet run on a GPU).

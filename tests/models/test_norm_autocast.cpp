@@ -28,7 +28,7 @@ struct Switches {
   bool norm_outputs = true;
   bool fused_residual_norm = false;
   bool fused_gelu_dropout = false;
-  bool fused_dropout_add = true;
+  bool fused_dropout_add = false;
   bool autocast = true;
   bool training = false;  // train mode: dropout and drop path draw
 };
@@ -173,17 +173,18 @@ void check_fused_residual_norm(Device device) {
       CHECK((trained.gelu_dropout_nodes > 0) == mlp_dropout);
       check_same_bits(trained, run_fixture(name, device, unfused));
       // ViT's and CaiT's blocks apply the dropouts closing their branches in the residual sums,
-      // inside the sums' kernels (the default) where no norm is fused with them: ViT's last
-      // block's two sums with the fused residual norm, all four sums of the two blocks without
-      // (dropout_add; CaiT's, scaled by LayerScale, in scaled_residual: fewer dropout nodes). The
-      // same bits as dropout and then the sum.
+      // inside the sums' kernels (set_fused_dropout_add) where no norm is fused with them: ViT's
+      // last block's two sums with the fused residual norm, all four sums of the two blocks
+      // without (dropout_add; CaiT's, scaled by LayerScale, in scaled_residual: fewer dropout
+      // nodes). The same bits as dropout and then the sum.
       const bool vit = name.rfind("vit", 0) == 0;
-      CHECK(trained.dropout_add_nodes == (vit ? 1 : 0));
-      const Run dropped = run_fixture(name, device, unfused);
+      fused.fused_dropout_add = true;
+      CHECK(run_fixture(name, device, fused).dropout_add_nodes == (vit ? 1 : 0));
+      Switches inside = unfused;
+      inside.fused_dropout_add = true;
+      const Run dropped = run_fixture(name, device, inside);
       CHECK(dropped.dropout_add_nodes == (vit ? 4 : 0));
-      Switches plain = unfused;
-      plain.fused_dropout_add = false;
-      const Run undropped = run_fixture(name, device, plain);
+      const Run undropped = run_fixture(name, device, unfused);
       CHECK(undropped.dropout_add_nodes == 0);
       const int fewer = undropped.dropout_nodes - dropped.dropout_nodes;
       if (vit) CHECK(fewer == 4);

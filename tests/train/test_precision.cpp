@@ -356,7 +356,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(defaults.norm_output == "autocast");
   CHECK(defaults.residual_norm == "unfused");
   CHECK(defaults.gelu_dropout == "unfused");
-  CHECK(defaults.dropout_add == "fused");
+  CHECK(defaults.dropout_add == "unfused");
   CHECK(defaults.talking_heads == "unfused");
   CHECK(defaults.conv_logits == "auto");
   CHECK(defaults.depthwise_conv == "cudnn");
@@ -369,7 +369,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   config.set("train.norm_output=f32");
   config.set("train.residual_norm=fused");
   config.set("train.gelu_dropout=fused");
-  config.set("train.dropout_add=unfused");
+  config.set("train.dropout_add=fused");
   config.set("train.talking_heads=fused");
   config.set("train.conv_logits=conv");
   config.set("train.depthwise_conv=direct");
@@ -377,7 +377,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(k.describe() ==
         " [scalar attention] [one_block attention backward]"
         " [one_block attention forward] [reference elementwise kernels]"
-        " [f32 norm outputs] [fused residual norm] [fused GELU dropout] [unfused dropout add]"
+        " [f32 norm outputs] [fused residual norm] [fused GELU dropout] [fused dropout add]"
         " [fused talking heads] [conv logits: conv] [depthwise conv: direct]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
@@ -386,7 +386,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(nn::norm_autocast_outputs_enabled());
   CHECK(nn::fused_residual_norm_enabled());
   CHECK(nn::fused_gelu_dropout_enabled());
-  CHECK_FALSE(nn::fused_dropout_add_enabled());
+  CHECK(nn::fused_dropout_add_enabled());
   CHECK(nn::fused_talking_heads_enabled());
   CHECK_FALSE(set_cuda_attention_tensor_cores(true));
   CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
@@ -420,7 +420,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(nn::norm_autocast_outputs_enabled());
   CHECK_FALSE(nn::fused_residual_norm_enabled());
   CHECK_FALSE(nn::fused_gelu_dropout_enabled());
-  CHECK(nn::fused_dropout_add_enabled());
+  CHECK_FALSE(nn::fused_dropout_add_enabled());
   CHECK_FALSE(nn::fused_talking_heads_enabled());
   CHECK(set_cuda_attention_mma(true));
   CHECK_FALSE(set_cuda_attention_one_block_backward(false));
