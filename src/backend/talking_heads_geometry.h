@@ -64,4 +64,15 @@ inline TalkingHeadsGeometry talking_heads_geometry(const char* kernel, const Ten
   return geo;
 }
 
+// The backward kernels' operands: as above, with grad_out in the weights' place and grad_logits
+// required.
+inline TalkingHeadsGeometry talking_heads_backward_geometry(
+    const char* kernel, const Tensor& grad_out, const Tensor& logits, const Tensor& w_pre,
+    const Tensor& w_post, const Tensor& lse, const Tensor& grad_logits, const Tensor& grad_pre,
+    const Tensor& grad_post) {
+  SKA_CHECK(grad_logits.defined(), ValueError, kernel, ": grad_logits is required");
+  return talking_heads_geometry(kernel, logits, w_pre, w_post, grad_out, lse, grad_logits, grad_pre,
+                                grad_post);
+}
+
 }  // namespace ska

@@ -356,6 +356,14 @@ struct DropoutAddRun {
   std::string node;
   float next_draw;  // the generator's next draw: both advanced alike
 };
+// The dtypes of x and y the fused kernels take: one dtype, or an f32 x (the residual stream) with a
+// bf16 / f16 y (autocast's branch).
+const std::vector<std::pair<DType, DType>> kDropoutAddPairs = {{DType::kF32, DType::kF32},
+                                                               {DType::kF32, DType::kBF16},
+                                                               {DType::kF32, DType::kF16},
+                                                               {DType::kBF16, DType::kBF16},
+                                                               {DType::kF16, DType::kF16}};
+
 DropoutAddRun run_dropout_add(bool fused, const Tensor& x, const Tensor& y, Device device) {
   Generator gen(17);
   const Tensor xd = x.to(device).detach().set_requires_grad();
@@ -374,12 +382,7 @@ TEST_CASE("dropout_add: the values, draws and gradients of dropout then add, bit
           "[cpu]") {
   // 1,517 elements: a last byte of 5 bits. x f32 with a bf16 / f16 y: autocast's branch into an
   // f32 residual stream.
-  const std::vector<std::pair<DType, DType>> pairs = {{DType::kF32, DType::kF32},
-                                                      {DType::kF32, DType::kBF16},
-                                                      {DType::kF32, DType::kF16},
-                                                      {DType::kBF16, DType::kBF16},
-                                                      {DType::kF16, DType::kF16}};
-  for (const auto& [xt, yt] : pairs) {
+  for (const auto& [xt, yt] : kDropoutAddPairs) {
     INFO("x " << dtype_name(xt) << ", y " << dtype_name(yt));
     const Tensor x = ska::test::uniform({37, 41}, 4, -3.0, 3.0).to(xt);
     const Tensor y = ska::test::uniform({37, 41}, 5, -3.0, 3.0).to(yt);
@@ -448,12 +451,7 @@ TEST_CASE("dropout_add's kernels refuse operands they do not take, naming them",
 TEST_CASE("dropout_add on CUDA: the bits of the dropout and add kernels, the CPU's mask",
           "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
-  const std::vector<std::pair<DType, DType>> pairs = {{DType::kF32, DType::kF32},
-                                                      {DType::kF32, DType::kBF16},
-                                                      {DType::kF32, DType::kF16},
-                                                      {DType::kBF16, DType::kBF16},
-                                                      {DType::kF16, DType::kF16}};
-  for (const auto& [xt, yt] : pairs) {
+  for (const auto& [xt, yt] : kDropoutAddPairs) {
     INFO("x " << dtype_name(xt) << ", y " << dtype_name(yt));
     const Tensor x = ska::test::uniform({513, 65}, 4, -3.0, 3.0).to(xt);
     const Tensor y = ska::test::uniform({513, 65}, 5, -3.0, 3.0).to(yt);

@@ -167,9 +167,8 @@ void talking_heads_softmax_backward(const Tensor& grad_out, const Tensor& logits
                                     const Tensor& grad_logits, const Tensor& grad_pre,
                                     const Tensor& grad_post) {
   const char* kKernel = "talking_heads_softmax_backward";
-  const TalkingHeadsGeometry geo = talking_heads_geometry(kKernel, logits, w_pre, w_post, grad_out,
-                                                          lse, grad_logits, grad_pre, grad_post);
-  SKA_CHECK(grad_logits.defined(), ValueError, kKernel, ": grad_logits is required");
+  const TalkingHeadsGeometry geo = talking_heads_backward_geometry(
+      kKernel, grad_out, logits, w_pre, w_post, lse, grad_logits, grad_pre, grad_post);
   if (is_16bit_float(logits.dtype())) {
     const Tensor result = f32_output(grad_logits);
     talking_heads_softmax_backward(widen_f32(grad_out), widen_f32(logits), scale, w_pre, w_post,
