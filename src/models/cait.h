@@ -42,10 +42,7 @@ class CaitAttention : public nn::Module {
 
   const CaitAttentionOptions& options() const { return options_; }
   // The dropout after the output projection.
-  double take_output_dropout() override {
-    drop_->taken_over = true;
-    return drop_->p;
-  }
+  double take_output_dropout() override { return drop_->take_over(); }
 
  private:
   Tensor fine_values(const Tensor& v) const;  // kSka: each token's value once per fine key

@@ -124,6 +124,11 @@ class Dropout : public Module {
   // Set by the module that applies this dropout last when it hands it over to its caller
   // (Module::take_output_dropout): forward then returns x.
   bool taken_over = false;
+  // Sets taken_over and returns p: a take_output_dropout whose module ends in this dropout.
+  double take_over() {
+    taken_over = true;
+    return p;
+  }
 };
 
 // Stochastic depth: drops the whole residual branch per sample in training.

@@ -44,10 +44,7 @@ class Attention : public Module {
   std::string type_name() const override { return "Attention"; }
   bool reads_input_by_matmul_only() const override { return true; }  // the qkv projection
   // proj_drop, after the output projection.
-  double take_output_dropout() override {
-    proj_drop_->taken_over = true;
-    return proj_drop_->p;
-  }
+  double take_output_dropout() override { return proj_drop_->take_over(); }
 
   int64_t heads() const { return heads_; }
   int64_t head_dim() const { return head_dim_; }

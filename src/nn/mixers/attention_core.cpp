@@ -338,15 +338,18 @@ namespace {
 
 std::atomic<bool> g_fused_talking_heads{false};
 
+// Whether the spec's attention dropout draws (in training, p > 0): the fused ops have none.
+bool attention_dropout_active(const AttentionSpec& spec) {
+  return spec.dropout != nullptr && spec.dropout->p > 0.0 && spec.dropout->is_training();
+}
+
 // Whether attention_weights takes talking_heads_softmax for this call.
 bool talking_heads_fuse(const Tensor& logits, const AttentionSpec& spec) {
-  const bool dropping =
-      spec.dropout != nullptr && spec.dropout->p > 0.0 && spec.dropout->is_training();
   return fused_talking_heads_enabled() && fused_attention_enabled() &&
          spec.normalise == Normalise::kSoftmax && spec.heads_pre.defined() &&
          spec.heads_post.defined() && !spec.exclude_diagonal && !spec.temperature.defined() &&
-         !spec.bias.defined() && !dropping && spec.heads_pre.size(0) == logits.size(-3) &&
-         talking_heads_softmax_fits(logits);
+         !spec.bias.defined() && !attention_dropout_active(spec) &&
+         spec.heads_pre.size(0) == logits.size(-3) && talking_heads_softmax_fits(logits);
 }
 
 }  // namespace
@@ -409,8 +412,7 @@ namespace {
 // needs two keys or more: with one, the masked softmax gives its excluded key the weight (the
 // logit is the lowest finite value), the kernels' -inf NaN.
 bool fusable_spec(const AttentionSpec& spec, const Tensor& v, int64_t qk_dim) {
-  const bool dropping =
-      spec.dropout != nullptr && spec.dropout->p > 0.0 && spec.dropout->is_training();
+  const bool dropping = attention_dropout_active(spec);
   return fused_attention_enabled() && spec.normalise == Normalise::kSoftmax &&
          !spec.heads_pre.defined() && !spec.heads_post.defined() && !dropping &&
          !AttentionRecorder::active() && v.dim() >= 3 && v.dim() <= 6 &&

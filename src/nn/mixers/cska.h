@@ -43,10 +43,7 @@ class Cska : public Module {
   std::string type_name() const override { return "CSKA"; }
   bool reads_input_by_matmul_only() const override { return true; }  // the qv projection
   // proj_drop, after the output projection.
-  double take_output_dropout() override {
-    proj_drop_->taken_over = true;
-    return proj_drop_->p;
-  }
+  double take_output_dropout() override { return proj_drop_->take_over(); }
   Tensor cls_k;
 
  private:

@@ -37,10 +37,7 @@ class Ska : public Module {
   // by products).
   bool reads_input_by_matmul_only() const override;
   // proj_drop, after the output projection.
-  double take_output_dropout() override {
-    proj_drop_->taken_over = true;
-    return proj_drop_->p;
-  }
+  double take_output_dropout() override { return proj_drop_->take_over(); }
   Tensor k;  // [h, N_keys, d]
 
  private:
