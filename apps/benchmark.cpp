@@ -64,6 +64,8 @@ struct BenchmarkOptions {
   std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
   std::string dropout_add = "unfused";    // or fused (nn::set_fused_dropout_add)
   std::string talking_heads = "unfused";  // or fused (nn::set_fused_talking_heads)
+  std::string weight_casts = "per_use";   // or per_step (train.weight_casts)
+  std::string linear_grads = "autocast";  // or f32 (set_linear_f32_grads)
   std::string conv_logits = "auto";       // or conv, gemm, direct (nn::set_conv_logits_form)
   std::string depthwise_conv = "cudnn";  // or direct, auto (set_cuda_depthwise_conv)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
@@ -278,6 +280,8 @@ int run_benchmark(BenchmarkOptions o) {
   kernels.gelu_dropout = o.gelu_dropout;
   kernels.dropout_add = o.dropout_add;
   kernels.talking_heads = o.talking_heads;
+  kernels.weight_casts = o.weight_casts;
+  kernels.linear_grads = o.linear_grads;
   kernels.conv_logits = o.conv_logits;
   kernels.depthwise_conv = o.depthwise_conv;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
@@ -342,6 +346,7 @@ int run_benchmark(BenchmarkOptions o) {
                                         : train::TrainOptions{};
     train.precision = train::precision_from_name(o.precision);
     train.accumulate = 1;
+    train.kernels = kernels;  // the command line's choices, as applied above
     model->train();
     auto optimizer = optim::make_optimizer(optim_options, model->named_parameters(true));
     std::unique_ptr<optim::ModelEma> ema;
@@ -410,6 +415,8 @@ int run_benchmark(BenchmarkOptions o) {
                         {"gelu_dropout", o.gelu_dropout},
                         {"dropout_add", o.dropout_add},
                         {"talking_heads", o.talking_heads},
+                        {"weight_casts", o.weight_casts},
+                        {"linear_grads", o.linear_grads},
                         {"conv_logits", o.conv_logits},
                         {"depthwise_conv", o.depthwise_conv}};
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
@@ -451,6 +458,8 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
     if (o.dropout_add != "unfused") line << " [fused dropout add]";
     if (o.talking_heads != "unfused") line << " [fused talking heads]";
+    if (o.weight_casts != "per_use") line << " [weight casts per step]";
+    if (o.linear_grads != "autocast") line << " [f32 linear grads]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (o.depthwise_conv != "cudnn") line << " [depthwise conv: " << o.depthwise_conv << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";
@@ -570,6 +579,16 @@ int main(int argc, char** argv) {
                  "or fused (one kernel forward and one backward, nothing between stored), to "
                  "compare")
       ->check(CLI::IsMember({"unfused", "fused"}));
+  app.add_option("--weight-casts", o.weight_casts,
+                 "autocast's casts of the f32 parameters in training: per_use (each op casts what "
+                 "it reads) or per_step (all of them before the forward pass, a launch per 32; "
+                 "the same bits), to compare")
+      ->check(CLI::IsMember({"per_use", "per_step"}));
+  app.add_option("--linear-grads", o.linear_grads,
+                 "the gradients of the linear layers' f32 weights and biases under autocast: "
+                 "autocast (16-bit, then cast) or f32 (written in f32 by the backward GEMM and "
+                 "column sum), to compare")
+      ->check(CLI::IsMember({"autocast", "f32"}));
   app.add_option("--conv-logits", o.conv_logits,
                  "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
                  "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "

@@ -9,7 +9,10 @@
 # pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
 # --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --dropout-add fused
 # (ViT's and CaiT's branch dropouts inside the residual sums' kernels),
-# --talking-heads fused (CaiT's mix, softmax, mix in one kernel each way), --depthwise-conv
+# --talking-heads fused (CaiT's mix, softmax, mix in one kernel each way), --weight-casts
+# per_step (the parameters' autocast casts in a launch per 32 before the forward pass),
+# --linear-grads f32 (the linear layers' weight and bias gradients written in f32 by the GEMM and
+# column sum, no cast), both of them together, --depthwise-conv
 # direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
 # those and cuDNN's per shape),
 # --conv-logits conv / gemm / direct (CSKA's logit
@@ -44,6 +47,7 @@ bench=$build/apps/benchmark
 variants=(default "--attention wmma" "--attention-loads sync" "--attention-backward one_block"
           "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
           "--gelu-dropout fused" "--dropout-add fused" "--talking-heads fused"
+          "--weight-casts per_step" "--linear-grads f32" "--weight-casts per_step --linear-grads f32"
           "--depthwise-conv direct"
           "--depthwise-conv auto"
           "--conv-logits conv" "--conv-logits gemm" "--conv-logits direct" "--attention scalar"

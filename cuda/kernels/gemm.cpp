@@ -94,7 +94,8 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
 
 struct Problem {
   int device;
-  DType dtype;
+  DType dtype;             // a's and b's
+  DType c_dtype;           // c's and the bias's: dtype, or f32 for 16-bit a and b
   Operand a_slot, b_slot;  // b and a (see the file comment)
   uint64_t m, n, k;        // of the column-major problem: m = N, n = M
   int32_t batch;
@@ -103,17 +104,21 @@ struct Problem {
   std::array<uint32_t, 4> align;  // A slot, B slot, C, D
 
   std::vector<int64_t> key() const {
-    return {device, static_cast<int64_t>(dtype), a_slot.op, static_cast<int64_t>(a_slot.rows),
+    const int64_t dtypes = static_cast<int64_t>(dtype) * 256 + static_cast<int64_t>(c_dtype);
+    // clang-format off
+    return {device, dtypes, a_slot.op, static_cast<int64_t>(a_slot.rows),
             static_cast<int64_t>(a_slot.cols), a_slot.ld, a_slot.batch_stride, b_slot.op,
             static_cast<int64_t>(b_slot.rows), static_cast<int64_t>(b_slot.cols), b_slot.ld,
             b_slot.batch_stride, static_cast<int64_t>(m), static_cast<int64_t>(n),
             static_cast<int64_t>(k), batch, bias, tf32, align[0], align[1], align[2], align[3]};
+    // clang-format on
   }
 };
 
 std::unique_ptr<Plan> make_plan(const Problem& pr) {
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t type = cuda_data_type(pr.dtype);
+  const cudaDataType_t c_type = cuda_data_type(pr.c_dtype);
   const cublasComputeType_t compute =
       pr.dtype == DType::kF32 && pr.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   SKA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
@@ -122,7 +127,7 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
   if (pr.bias) {
     const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const int32_t bias_type = type;
+    const int32_t bias_type = c_type;
     const int64_t bias_batch_stride = 0;  // one bias for every batch
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
@@ -133,7 +138,7 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
                         pr.a_slot.batch_stride);
   plan->b = make_layout(type, pr.b_slot.rows, pr.b_slot.cols, pr.b_slot.ld, pr.batch,
                         pr.b_slot.batch_stride);
-  plan->c = make_layout(type, pr.m, pr.n, static_cast<int64_t>(pr.m), pr.batch,
+  plan->c = make_layout(c_type, pr.m, pr.n, static_cast<int64_t>(pr.m), pr.batch,
                         static_cast<int64_t>(pr.m * pr.n));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -156,8 +161,9 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
   }
   cublasLtMatmulPreferenceDestroy(pref);
   SKA_CUBLAS_CHECK(st);
-  SKA_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, CudaError, "cuda gemm: cuBLASLt found no algorithm for ",
-            dtype_name(pr.dtype), " m=", pr.m, " n=", pr.n, " k=", pr.k, " batch=", pr.batch,
+  SKA_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, CudaError,
+            "cuda gemm: cuBLASLt found no algorithm for ", dtype_name(pr.dtype), " into ",
+            dtype_name(pr.c_dtype), " m=", pr.m, " n=", pr.n, " k=", pr.k, " batch=", pr.batch,
             " (column-major problem)");
   plan->algo = result.algo;
   return plan;
@@ -197,9 +203,11 @@ void gemm_empty_k(const GemmArgs& args) {
 
 void gemm(const GemmArgs& args) {
   const Tensor &a = args.a, &b = args.b, &c = args.c;
-  SKA_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), DTypeError,
-            "cuda gemm: dtypes differ: a ", dtype_name(a.dtype()), ", b ", dtype_name(b.dtype()),
-            ", c ", dtype_name(c.dtype()));
+  const bool widening =
+      c.dtype() == DType::kF32 && (a.dtype() == DType::kBF16 || a.dtype() == DType::kF16);
+  SKA_CHECK(a.dtype() == b.dtype() && (a.dtype() == c.dtype() || widening), DTypeError,
+            "cuda gemm: a and b must share c's dtype, or a 16-bit one for an f32 c; got a ",
+            dtype_name(a.dtype()), ", b ", dtype_name(b.dtype()), ", c ", dtype_name(c.dtype()));
   SKA_CHECK(c.is_contiguous() && (c.dim() == 2 || c.dim() == 3), ShapeError,
             "cuda gemm: c must be a contiguous [B, M, N] or [M, N], got ", c.str());
   const int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1), batch = batch_of(c);
@@ -226,7 +234,8 @@ void gemm(const GemmArgs& args) {
 
   Problem pr{};
   pr.device = device;
-  pr.dtype = c.dtype();
+  pr.dtype = a.dtype();
+  pr.c_dtype = c.dtype();
   pr.a_slot = transposed_operand(b, "b");
   pr.b_slot = transposed_operand(a, "a");
   pr.m = static_cast<uint64_t>(n);

@@ -1,7 +1,7 @@
 // CUDA kernels: the multi-tensor updates (gradient statistics and scaling, Adam, LAMB, SGD, the
-// weight average). A list of tensors is cut into chunks of kChunk elements, one block per chunk,
-// and a table of up to kMaxTensors tensors travels as the kernel's argument, so a model's ~150
-// parameters take a handful of launches instead of several each. Twins of
+// weight average) and casts. A list of tensors is cut into chunks of kChunk elements, one block per
+// chunk, and a table of up to kMaxTensors tensors travels as the kernel's argument, so a model's
+// ~150 parameters take a handful of launches instead of several each. Twins of
 // backend/cpu/multi_tensor.cpp; f32 math for f32, bf16 and f16 tensors.
 #include <cstdint>
 #include <vector>
@@ -285,6 +285,19 @@ __global__ void multi_ema_kernel(Table<2> t, const uint8_t* __restrict__ skip, f
   }
 }
 
+// --- casts ---
+
+// dst = src in D, as copy converts (through f32, rounded to nearest even).
+template <typename S, typename D>
+__global__ void multi_cast_kernel(Table<2> t) {
+  int64_t begin, end;
+  const int i = block_tensor(t, &begin, &end);
+  const S* s = static_cast<const S*>(t.ptr[0][i]);
+  D* d = static_cast<D*>(t.ptr[1][i]);
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x)
+    d[j] = from_float<D>(to_float(s[j]));
+}
+
 }  // namespace
 
 void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out) {
@@ -452,6 +465,31 @@ void multi_ema_update(const TensorList& ema, const TensorList& values, double de
       multi_ema_kernel<T><<<blocks, kThreads, 0, stream>>>(
           t, flag, static_cast<float>(decay), static_cast<float>(1.0 - decay));
       SKA_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void multi_cast(const TensorList& src, const TensorList& dst) {
+  SKA_CHECK(src.size() == dst.size(), ShapeError, "cuda multi_cast: lists of ", src.size(), " and ",
+            dst.size(), " tensors");
+  if (src.empty()) return;
+  check_lists("multi_cast", src, {});
+  check_lists("multi_cast", dst, {});
+  for (size_t i = 0; i < src.size(); ++i) {
+    SKA_CHECK(dst[i].numel() == src[i].numel() && dst[i].device() == src[i].device(), ShapeError,
+              "cuda multi_cast: tensor ", i, " is ", dst[i].str(),
+              ", expected the size and device of ", src[i].str());
+  }
+  DeviceGuard guard(device_index(src.front()));
+  const cudaStream_t stream = current_stream(device_index(src.front()));
+  dispatch_floating(src.front().dtype(), "multi_cast", [&](auto s_tag) {
+    using S = decltype(s_tag);
+    dispatch_floating(dst.front().dtype(), "multi_cast", [&](auto d_tag) {
+      using D = decltype(d_tag);
+      for_each_table<2>({&src, &dst}, nullptr, [&](const Table<2>& t, int blocks, int64_t) {
+        multi_cast_kernel<S, D><<<blocks, kThreads, 0, stream>>>(t);
+        SKA_CUDA_CHECK_LAUNCH();
+      });
     });
   });
 }

@@ -95,8 +95,8 @@ __global__ void reduce_rows_block(const In* __restrict__ x, Out* __restrict__ ou
 }
 
 // Reduces `rows` contiguous rows of `len` elements of x into out (contiguous, `rows` elements).
-template <ReduceOp OP, typename T>
-void reduce_rows(const T* x, T* out, int64_t rows, int64_t len, const Tensor& like,
+template <ReduceOp OP, typename T, typename Out>
+void reduce_rows(const T* x, Out* out, int64_t rows, int64_t len, const Tensor& like,
                  cudaStream_t stream) {
   const float count = static_cast<float>(len);
   const int dev = device_index(like);
@@ -106,8 +106,8 @@ void reduce_rows(const T* x, T* out, int64_t rows, int64_t len, const Tensor& li
     return static_cast<unsigned>(std::min<int64_t>((r + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20));
   };
   if (len <= kWarpRowMax) {
-    reduce_rows_warp<OP, T, T><<<warp_grid(rows), warp_block, 0, stream>>>(x, out, rows, len, true,
-                                                                            count);
+    reduce_rows_warp<OP, T, Out>
+        <<<warp_grid(rows), warp_block, 0, stream>>>(x, out, rows, len, true, count);
     SKA_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -118,8 +118,8 @@ void reduce_rows(const T* x, T* out, int64_t rows, int64_t len, const Tensor& li
           : 1;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows * chunks, 1 << 20));
   if (chunks == 1) {
-    reduce_rows_block<OP, T, T><<<grid, kRowThreads, 0, stream>>>(x, out, rows, len, 1, true,
-                                                                  count);
+    reduce_rows_block<OP, T, Out>
+        <<<grid, kRowThreads, 0, stream>>>(x, out, rows, len, 1, true, count);
     SKA_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -128,8 +128,8 @@ void reduce_rows(const T* x, T* out, int64_t rows, int64_t len, const Tensor& li
   reduce_rows_block<OP, T, float><<<grid, kRowThreads, 0, stream>>>(x, pp, rows, len, chunks,
                                                                     false, count);
   SKA_CUDA_CHECK_LAUNCH();
-  reduce_rows_warp<OP, float, T><<<warp_grid(rows), warp_block, 0, stream>>>(pp, out, rows, chunks,
-                                                                             true, count);
+  reduce_rows_warp<OP, float, Out>
+      <<<warp_grid(rows), warp_block, 0, stream>>>(pp, out, rows, chunks, true, count);
   SKA_CUDA_CHECK_LAUNCH();
 }
 
@@ -169,8 +169,8 @@ __global__ void reduce_cols_kernel(const In* __restrict__ x, Out* __restrict__ o
 
 // Reduces the `rows` rows of a contiguous [rows, cols] x into out [cols]: one pass when the column
 // tiles alone fill the GPU, else chunks of rows into f32 partials and a second pass over those.
-template <ReduceOp OP, typename T>
-void reduce_cols(const T* x, T* out, int64_t rows, int64_t cols, const Tensor& like,
+template <ReduceOp OP, typename T, typename Out>
+void reduce_cols(const T* x, Out* out, int64_t rows, int64_t cols, const Tensor& like,
                  cudaStream_t stream) {
   const float count = static_cast<float>(rows);
   const int64_t col_tiles = (cols + kColTile - 1) / kColTile;
@@ -184,8 +184,8 @@ void reduce_cols(const T* x, T* out, int64_t rows, int64_t cols, const Tensor& l
     return dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(y));
   };
   if (chunks == 1) {
-    reduce_cols_kernel<OP, T, T><<<grid(1), block, 0, stream>>>(x, out, rows, cols, rows, true,
-                                                                 count);
+    reduce_cols_kernel<OP, T, Out>
+        <<<grid(1), block, 0, stream>>>(x, out, rows, cols, rows, true, count);
     SKA_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -194,8 +194,8 @@ void reduce_cols(const T* x, T* out, int64_t rows, int64_t cols, const Tensor& l
   reduce_cols_kernel<OP, T, float><<<grid(chunks), block, 0, stream>>>(x, pp, rows, cols,
                                                                        chunk_rows, false, count);
   SKA_CUDA_CHECK_LAUNCH();
-  reduce_cols_kernel<OP, float, T><<<grid(1), block, 0, stream>>>(pp, out, chunks, cols, chunks,
-                                                                   true, count);
+  reduce_cols_kernel<OP, float, Out>
+      <<<grid(1), block, 0, stream>>>(pp, out, chunks, cols, chunks, true, count);
   SKA_CUDA_CHECK_LAUNCH();
 }
 
@@ -401,8 +401,12 @@ __global__ void __launch_bounds__(kDotThreads)
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
-  SKA_CHECK(out.dtype() == x.dtype() && out.is_contiguous(), ValueError,
-            "cuda reduce: output must be contiguous with the input's dtype, got ", out.str());
+  const bool widened =
+      out.dtype() == DType::kF32 && (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16);
+  SKA_CHECK((out.dtype() == x.dtype() || widened) && out.is_contiguous(), ValueError,
+            "cuda reduce: output must be contiguous, of the input's dtype or f32 for a 16-bit "
+            "input, got ",
+            out.str(), " for ", x.str());
   const int64_t rows = out.numel();
   if (rows == 0) return;
   const int64_t len = x.numel() / rows;
@@ -410,18 +414,24 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
     using T = decltype(tag);
     DeviceGuard guard(device_index(out));
     const cudaStream_t stream = current_stream(device_index(out));
-    T* yp = static_cast<T*>(out.data_ptr());
     const bool columns = len > 0 && x.is_contiguous() && reduces_leading_dims(x.shape(), dims);
     const Tensor packed = columns ? x : reduced_dims_last(x, dims);
     const T* xp = static_cast<const T*>(packed.data_ptr());
-    visit_reduce_op(op, [&](auto op_c) {
-      constexpr ReduceOp kOp = decltype(op_c)::value;
-      if (columns) {
-        reduce_cols<kOp>(xp, yp, len, rows, out, stream);
-      } else {
-        reduce_rows<kOp>(xp, yp, rows, len, out, stream);
-      }
-    });
+    const auto run = [&](auto* yp) {
+      visit_reduce_op(op, [&](auto op_c) {
+        constexpr ReduceOp kOp = decltype(op_c)::value;
+        if (columns) {
+          reduce_cols<kOp>(xp, yp, len, rows, out, stream);
+        } else {
+          reduce_rows<kOp>(xp, yp, rows, len, out, stream);
+        }
+      });
+    };
+    if (widened) {
+      run(static_cast<float*>(out.data_ptr()));
+    } else {
+      run(static_cast<T*>(out.data_ptr()));
+    }
   });
 }
 

@@ -2,13 +2,20 @@
 // CUDA autocast lists for the ops this library has.
 #include "ops/autocast.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
+
+#include "autograd/node.h"
+#include "backend/backend.h"
 
 namespace ska {
 
 namespace {
 
 thread_local AutocastState current_state;
+thread_local const AutocastParamCasts* current_casts = nullptr;
 
 struct PolicyEntry {
   const char* op;
@@ -56,6 +63,14 @@ constexpr PolicyEntry kPolicyTable[] = {
 };
 
 bool is_16bit(DType dt) { return dt == DType::kBF16 || dt == DType::kF16; }
+
+// t in `target` for an op: the step's cast of a parameter where there is one, else Tensor::to.
+Tensor cast_for_op(const Tensor& t, DType target) {
+  if (current_casts != nullptr && target == current_casts->dtype()) {
+    if (Tensor cast = current_casts->use(t); cast.defined()) return cast;
+  }
+  return t.to(target);
+}
 
 // Rank for promotion: f64 > f32 > the 16-bit floats; bf16 with f16 gives f32 (as PyTorch).
 DType promoted(DType a, DType b) {
@@ -130,11 +145,69 @@ std::optional<TensorList> autocast_inputs(const char* op, const TensorList& inpu
         break;
     }
     if (target == t.dtype()) continue;
-    t = t.to(target);
+    t = cast_for_op(t, target);
     changed = true;
   }
   if (!changed) return std::nullopt;
   return cast;
+}
+
+AutocastParamCasts::AutocastParamCasts(const TensorList& params)
+    : dtype_(current_state.dtype), saved_(current_casts) {
+  SKA_CHECK(current_state.enabled, ValueError,
+            "AutocastParamCasts: autocast is off on this thread; the casts would never be used");
+  // The f32 tensors, each once, grouped by device: one multi_cast call per device.
+  std::vector<std::pair<Device, TensorList>> by_device;
+  for (const Tensor& p : params) {
+    if (!p.defined() || p.dtype() != DType::kF32 || p.numel() == 0 ||
+        !casts_.emplace(p.impl_ptr().get(), Tensor()).second) {
+      continue;
+    }
+    auto group = std::find_if(by_device.begin(), by_device.end(),
+                              [&](const auto& g) { return g.first == p.device(); });
+    if (group == by_device.end()) group = by_device.insert(by_device.end(), {p.device(), {}});
+    group->second.push_back(p);
+  }
+  // Each cast in an allocation of its own, freed when the last node reading it has run its
+  // backward, as a cast made per use is (one buffer would live until the first layer's).
+  for (auto& [device, sources] : by_device) {
+    TensorList src, dst;
+    for (const Tensor& p : sources) {
+      const Tensor cast = Tensor::empty(p.shape(), dtype_, device);
+      casts_[p.impl_ptr().get()] = cast;
+      src.push_back(p.detach().contiguous());
+      dst.push_back(cast);
+    }
+    SKA_KERNEL(device, multi_cast)(src, dst);
+  }
+  current_casts = this;
+}
+
+AutocastParamCasts::~AutocastParamCasts() { current_casts = saved_; }
+
+Tensor AutocastParamCasts::value(const Tensor& t) const {
+  const auto it = casts_.find(t.impl_ptr().get());
+  if (it == casts_.end()) return Tensor();
+  ++uses_;
+  return it->second;
+}
+
+Tensor AutocastParamCasts::use(const Tensor& t) const {
+  const Tensor c = value(t);
+  if (!c.defined()) return c;
+  const Tensor out = Tensor::make_view(c.storage(), c.shape(), c.strides(), c.offset(), c.dtype());
+  autograd::record_op("to", {t}, {out}, [dev = t.device(), dt = t.dtype()](const TensorList& g) {
+    return TensorList{g[0].to(dev, dt)};
+  });
+  return out;
+}
+
+Tensor autocast_value(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t.detach();
+  if (current_casts != nullptr && dtype == current_casts->dtype()) {
+    if (Tensor cast = current_casts->value(t); cast.defined()) return cast;
+  }
+  return t.detach().to(dtype);
 }
 
 }  // namespace ska

@@ -2,14 +2,16 @@
 // layer (weight read transposed in place, bias fused into the GEMM).
 #include "ops/linear.h"
 
-#include "ops/mac_counter.h"
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "autograd/node.h"
 #include "backend/backend.h"
 #include "ops/autocast.h"
 #include "ops/detail.h"
+#include "ops/mac_counter.h"
 #include "ops/reduce.h"
 
 namespace ska {
@@ -122,6 +124,29 @@ bool rows_fold_into_matrix(const Tensor& a) {
   return (a.size(-1) <= 1 || a.stride(-1) == 1) && collapsed_stride(a, a.dim() - 1, stride);
 }
 
+std::atomic<bool> g_linear_f32_grads{false};
+
+// a [M, K] @ b [K, N] into a new [M, N] tensor of `dtype` (a's, or f32 for 16-bit a and b), no
+// history.
+Tensor gemm_into(const Tensor& a, const Tensor& b, DType dtype) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  Tensor c = Tensor::empty({m, n}, dtype, a.device());
+  GemmArgs args;
+  args.a = single_gemm_operand(a);
+  args.b = single_gemm_operand(b);
+  args.c = Tensor::make_view(c.storage(), {1, m, n}, {m * n, n, 1}, 0, dtype);
+  SKA_KERNEL(a.device(), gemm)(args);
+  MacCounter::add(m * n * k);
+  return c;
+}
+
+// The sums of g [rows, n]'s columns in f32 (a 16-bit g's not rounded), no history.
+Tensor column_sums_f32(const Tensor& g) {
+  const Tensor out = Tensor::empty({1, g.size(1)}, DType::kF32, g.device());
+  SKA_KERNEL(g.device(), reduce)(ReduceOp::kSum, g, std::vector<int64_t>{0}, out);
+  return out.view({g.size(1)});
+}
+
 void check_linear_operands(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_same_device_dtype("linear", x, weight);
   detail::check_floating("linear", x);
@@ -154,27 +179,53 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return matmul_batched(a, b);
 }
 
+void set_linear_f32_grads(bool enabled) { g_linear_f32_grads = enabled; }
+bool linear_f32_grads_enabled() { return g_linear_f32_grads; }
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (auto cast = autocast_inputs("linear", {x, weight, bias})) {
-    return linear((*cast)[0], (*cast)[1], (*cast)[2]);
+  // Under autocast with train.linear_grads: f32, an f32 weight and bias are read through their
+  // casts but recorded as they are: the backward writes their gradients in f32 itself.
+  const AutocastState autocast = autocast_state();
+  const bool f32_grads = g_linear_f32_grads && autocast.enabled && weight.dtype() == DType::kF32 &&
+                         (!bias.defined() || bias.dtype() == DType::kF32) &&
+                         x.dtype() != DType::kF64;
+  if (!f32_grads) {
+    if (auto cast = autocast_inputs("linear", {x, weight, bias})) {
+      return linear((*cast)[0], (*cast)[1], (*cast)[2]);
+    }
   }
-  check_linear_operands(x, weight, bias);
-  const int64_t in = weight.size(1), out_features = weight.size(0);
-  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  const Tensor xc =
+      f32_grads && x.is_floating() && x.dtype() != autocast.dtype ? x.to(autocast.dtype) : x;
+  const Tensor w = f32_grads ? autocast_value(weight, autocast.dtype) : weight.detach();
+  const Tensor b = !bias.defined() ? Tensor()
+                   : f32_grads     ? autocast_value(bias, autocast.dtype)
+                                   : bias.detach();
+  check_linear_operands(xc, w, b);
+  const int64_t in = w.size(1), out_features = w.size(0);
+  Shape out_shape(xc.shape().begin(), xc.shape().end() - 1);
   const int64_t rows = shape_numel(out_shape);
   out_shape.push_back(out_features);
-  const Tensor x2 = x.detach().reshape({rows, in});
-  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  const Tensor x2 = xc.detach().reshape({rows, in});
+  Tensor y = Tensor::empty(out_shape, xc.dtype(), xc.device());
   GemmArgs args;
   args.a = single_gemm_operand(x2);
-  args.b = single_gemm_operand(weight.detach().transpose(0, 1));
+  args.b = single_gemm_operand(w.transpose(0, 1));
   args.c = Tensor::make_view(y.storage(), {1, rows, out_features},
                              {rows * out_features, out_features, 1}, 0, y.dtype());
-  if (bias.defined()) args.bias = bias.detach().contiguous();
-  SKA_KERNEL(x.device(), gemm)(args);
+  if (b.defined()) args.bias = b.contiguous();
+  SKA_KERNEL(xc.device(), gemm)(args);
   MacCounter::add(rows * out_features * in);
-  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_x = xc.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
+  if (f32_grads) {
+    autograd::record_op("linear", {xc, weight, bias}, {y}, [=](const TensorList& g) {
+      const Tensor g2 = g[0].reshape({rows, out_features});
+      return TensorList{need_x ? matmul(g2, w).reshape(xc.shape()) : Tensor(),
+                        need_w ? gemm_into(g2.transpose(0, 1), x2, DType::kF32) : Tensor(),
+                        need_b ? column_sums_f32(g2) : Tensor()};
+    });
+    return y;
+  }
   autograd::record_op("linear", {x, weight, bias}, {y}, [=](const TensorList& g) {
     const Tensor g2 = g[0].reshape({rows, out_features});
     return TensorList{need_x ? matmul(g2, weight).reshape(x.shape()) : Tensor(),

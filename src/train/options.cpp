@@ -9,6 +9,7 @@
 #include "data/datasets/factory.h"
 #include "nn/layers.h"
 #include "nn/mixers/attention_core.h"
+#include "ops/linear.h"
 
 namespace ska::train {
 
@@ -69,6 +70,8 @@ KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
   k.dropout_add = t.get_choice("dropout_add", k.dropout_add, {"unfused", "fused"});
   k.talking_heads = t.get_choice("talking_heads", k.talking_heads, {"unfused", "fused"});
+  k.weight_casts = t.get_choice("weight_casts", k.weight_casts, {"per_use", "per_step"});
+  k.linear_grads = t.get_choice("linear_grads", k.linear_grads, {"autocast", "f32"});
   k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto", "direct"});
   k.depthwise_conv = t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
@@ -88,6 +91,7 @@ void KernelChoices::apply() const {
   nn::set_fused_gelu_dropout(gelu_dropout == "fused");
   nn::set_fused_dropout_add(dropout_add == "fused");
   nn::set_fused_talking_heads(talking_heads == "fused");
+  set_linear_f32_grads(linear_grads == "f32");
   nn::set_conv_logits_form(conv_logits == "gemm"     ? nn::ConvLogitsForm::kGemm
                            : conv_logits == "auto"   ? nn::ConvLogitsForm::kAuto
                            : conv_logits == "direct" ? nn::ConvLogitsForm::kDirect
@@ -110,6 +114,8 @@ std::string KernelChoices::describe() const {
   if (gelu_dropout != "unfused") out += " [" + gelu_dropout + " GELU dropout]";
   if (dropout_add != "unfused") out += " [" + dropout_add + " dropout add]";
   if (talking_heads != "unfused") out += " [" + talking_heads + " talking heads]";
+  if (weight_casts != "per_use") out += " [weight casts " + weight_casts + "]";
+  if (linear_grads != "autocast") out += " [" + linear_grads + " linear grads]";
   if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
   if (depthwise_conv != "cudnn") out += " [depthwise conv: " + depthwise_conv + "]";
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";

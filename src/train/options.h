@@ -24,8 +24,9 @@ AutocastState autocast_state(Precision p);       // disabled for fp32
 
 // Which implementation the kernels with a fast path and a reference take (`train.attention`,
 // `train.elementwise`, `train.norm_output`, `train.residual_norm`, `train.gelu_dropout`,
-// `train.dropout_add`, `train.talking_heads`, `train.conv_logits`, `train.depthwise_conv`,
-// `train.cudnn_benchmark`, `train.cudnn_deterministic`): the fast ones by default; the others to
+// `train.dropout_add`, `train.talking_heads`, `train.weight_casts`, `train.linear_grads`,
+// `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`,
+// `train.cudnn_deterministic`): the fast ones by default; the others to
 // compare, or to work around a fast path that misbehaves on some GPU without rebuilding.
 // Process-wide switches, set by apply().
 struct KernelChoices {
@@ -59,6 +60,15 @@ struct KernelChoices {
   // each way, talking_heads_softmax; within the dtype's tolerances; nn::set_fused_talking_heads,
   // not yet run on a GPU).
   std::string talking_heads = "unfused";
+  // Autocast's casts of the f32 parameters in a training step: per_use (the op that reads one
+  // casts it: a launch per parameter) or per_step (all of them before the forward pass, a launch
+  // per 32 parameters: AutocastParamCasts; the same bits; read by TrainStep, not yet run on a
+  // GPU).
+  std::string weight_casts = "per_use";
+  // The gradients of the linear layers' f32 weights and biases under autocast: autocast (a 16-bit
+  // gradient cast to f32, as torch.autocast gives them) or f32 (written in f32 by the backward
+  // GEMM and column sum, not rounded to 16 bits: set_linear_f32_grads; not yet run on a GPU).
+  std::string linear_grads = "autocast";
   // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
   // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
   // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv

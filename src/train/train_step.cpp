@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "backend/backend.h"
+#include "ops/autocast.h"
 #include "ops/loss.h"
 #include "ops/pointwise.h"
 #include "optim/grad_utils.h"
@@ -37,9 +38,14 @@ Tensor TrainStep::micro_step(const Tensor& images, const Tensor& target, bool la
   // Forward and loss under autocast (train.precision); backward runs outside it.
   std::optional<AutocastGuard> autocast(std::in_place, autocast_state.dtype,
                                         autocast_state.enabled);
+  std::optional<AutocastParamCasts> param_casts;
+  if (autocast_state.enabled && train_.kernels.weight_casts == "per_step") {
+    param_casts.emplace(params_);
+  }
   const Tensor logits = model_(images);
   const bool soft = target.dtype() != DType::kI64;
   const Tensor loss = cross_entropy(logits, target, soft ? 0.0 : train_.label_smoothing);
+  param_casts.reset();
   autocast.reset();
   const Tensor value = loss.detach().to(DType::kF32);
   const Tensor objective =

@@ -238,6 +238,33 @@ TEST_CASE("CUDA gemm matches a host reference", "[cuda]") {
   }
 }
 
+TEST_CASE("CUDA gemm and column sums of 16-bit operands into f32 match the CPU", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  // A weight gradient's shapes: g^T [out, rows] (column-major) @ x [rows, in], rows = 2 * 65.
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dt));
+    const Tensor g = ska::test::uniform({1, 130, 96}, 41, -1.0, 1.0, DType::kF32).to(dt);
+    const Tensor x = ska::test::uniform({1, 130, 64}, 42, -1.0, 1.0, DType::kF32).to(dt);
+    GemmArgs host, device;
+    host.a = g.transpose(1, 2);
+    host.b = x;
+    host.c = Tensor::empty({1, 96, 64}, DType::kF32);
+    device.a = g.to(gpu).transpose(1, 2);
+    device.b = x.to(gpu);
+    device.c = Tensor::empty({1, 96, 64}, DType::kF32, gpu);
+    cpu::gemm(host);
+    cuda::gemm(device);
+    // f32 sums of exact products (16-bit operands) in another order: f32 tolerances.
+    ska::test::require_close(device.c, host.c, {1e-5, 1e-5}, "gemm into f32");
+    const Tensor want = Tensor::empty({1, 96}, DType::kF32);
+    const Tensor got = Tensor::empty({1, 96}, DType::kF32, gpu);
+    cpu::reduce(ReduceOp::kSum, g.view({130, 96}), {0}, want);
+    cuda::reduce(ReduceOp::kSum, g.to(gpu).view({130, 96}), {0}, got);
+    ska::test::require_close(got, want, {1e-5, 1e-5}, "column sums into f32");
+  }
+}
+
 TEST_CASE("CUDA reduce, argmax and topk kernels match the CPU", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   const Tensor x = ska::test::uniform({5, 7, 300}, 11, -3.0, 3.0, DType::kF32);

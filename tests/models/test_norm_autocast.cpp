@@ -5,9 +5,11 @@
 // front of modules reading their input by matrix products only. Likewise the
 // blocks' residual add fused with the layer norm after it (nn::set_fused_residual_norm), with
 // and without autocast, the MLPs' GELU fused with their dropout (nn::set_fused_gelu_dropout), and
-// the dropouts closing ViT's branches fused into the residual sums (nn::set_fused_dropout_add).
+// the dropouts closing ViT's branches fused into the residual sums (nn::set_fused_dropout_add);
+// and the parameters' casts made up front for a step (AutocastParamCasts).
 #include <catch2/catch.hpp>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "models/model_golden.h"
 #include "nn/layers.h"
 #include "ops/autocast.h"
+#include "ops/linear.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -29,6 +32,8 @@ struct Switches {
   bool fused_residual_norm = false;
   bool fused_gelu_dropout = false;
   bool fused_dropout_add = false;
+  bool param_casts = false;  // the parameters cast up front (AutocastParamCasts)
+  bool linear_f32_grads = false;
   bool autocast = true;
   bool training = false;  // train mode: dropout and drop path draw
 };
@@ -37,19 +42,22 @@ struct SwitchScope {
       : norm_outputs(nn::norm_autocast_outputs_enabled()),
         fused_residual_norm(nn::fused_residual_norm_enabled()),
         fused_gelu_dropout(nn::fused_gelu_dropout_enabled()),
-        fused_dropout_add(nn::fused_dropout_add_enabled()) {
+        fused_dropout_add(nn::fused_dropout_add_enabled()),
+        linear_f32_grads(linear_f32_grads_enabled()) {
     nn::set_norm_autocast_outputs(s.norm_outputs);
     nn::set_fused_residual_norm(s.fused_residual_norm);
     nn::set_fused_gelu_dropout(s.fused_gelu_dropout);
     nn::set_fused_dropout_add(s.fused_dropout_add);
+    set_linear_f32_grads(s.linear_f32_grads);
   }
   ~SwitchScope() {
     nn::set_norm_autocast_outputs(norm_outputs);
     nn::set_fused_residual_norm(fused_residual_norm);
     nn::set_fused_gelu_dropout(fused_gelu_dropout);
     nn::set_fused_dropout_add(fused_dropout_add);
+    set_linear_f32_grads(linear_f32_grads);
   }
-  bool norm_outputs, fused_residual_norm, fused_gelu_dropout, fused_dropout_add;
+  bool norm_outputs, fused_residual_norm, fused_gelu_dropout, fused_dropout_add, linear_f32_grads;
 };
 
 struct Run {
@@ -59,10 +67,13 @@ struct Run {
   int gelu_dropout_nodes = 0;  // gelu_dropout nodes
   int dropout_add_nodes = 0;   // dropout_add nodes
   int dropout_nodes = 0;       // dropout nodes
+  int param_cast_nodes = 0;    // casts of a parameter ("to" nodes feeding a leaf's gradient)
+  int64_t casts_served = -1;   // AutocastParamCasts::uses(), with the casts made up front
 };
 
-// The nodes named `name` reachable from `root`'s grad_fn.
-int count_nodes(const Tensor& root, const std::string& name) {
+// The nodes named `name` reachable from `root`'s grad_fn (with `into_leaf`, only those whose
+// first input is a leaf's gradient sink).
+int count_nodes(const Tensor& root, const std::string& name, bool into_leaf = false) {
   std::vector<autograd::Node*> stack = {root.grad_fn().get()};
   std::set<autograd::Node*> seen;
   int count = 0;
@@ -70,7 +81,9 @@ int count_nodes(const Tensor& root, const std::string& name) {
     autograd::Node* n = stack.back();
     stack.pop_back();
     if (n == nullptr || !seen.insert(n).second) continue;
-    if (n->name() == name) ++count;
+    const bool leaf_input = !n->next_edges.empty() && n->next_edges[0].fn != nullptr &&
+                            n->next_edges[0].fn->name() == "AccumulateGrad";
+    if (n->name() == name && (leaf_input || !into_leaf)) ++count;
     for (const autograd::Edge& e : n->next_edges) stack.push_back(e.fn.get());
   }
   return count;
@@ -94,7 +107,11 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
   Tensor loss;
   {
     AutocastGuard guard(DType::kBF16, switches.autocast);
+    std::optional<AutocastParamCasts> casts;
+    if (switches.param_casts) casts.emplace(model->parameters(true));
     r.logits = (*model)(images);
+    if (casts) r.casts_served = casts->uses();
+    r.param_cast_nodes = count_nodes(r.logits, "to", true);
     r.fused_nodes = count_nodes(r.logits, "add_layer_norm");
     r.gelu_dropout_nodes = count_nodes(r.logits, "gelu_dropout");
     r.dropout_add_nodes = count_nodes(r.logits, "dropout_add");
@@ -195,6 +212,55 @@ void check_fused_residual_norm(Device device) {
   }
 }
 
+// Casting the parameters up front (train.weight_casts: per_step) serves every cast of a
+// parameter the fixture's ops make, with the same bits and graph, in training (dropout drawing).
+void check_param_casts(Device device) {
+  for (const std::string& name : model_fixtures()) {
+    INFO("fixture " << name << " on " << device.str());
+    Switches up_front, per_use;
+    up_front.training = per_use.training = true;
+    up_front.param_casts = true;
+    const Run with = run_fixture(name, device, up_front);
+    const Run without = run_fixture(name, device, per_use);
+    CHECK(with.param_cast_nodes > 0);
+    CHECK(with.param_cast_nodes == without.param_cast_nodes);
+    CHECK(with.casts_served == with.param_cast_nodes);
+    check_same_bits(with, without);
+  }
+}
+
+// The linear layers' f32 weights and biases with their gradients written in f32
+// (train.linear_grads: f32), with the casts made up front and without: the same logits, every
+// gradient within bf16's rounding of the autocast path's, and the linear layers' casts of their
+// parameters gone from the graph (only the convolutions' and the other ops' are left).
+void check_linear_f32_grads(Device device) {
+  for (const std::string& name : model_fixtures()) {
+    for (const bool up_front : {false, true}) {
+      INFO("fixture " << name << " on " << device.str() << (up_front ? ", casts up front" : ""));
+      Switches f32, autocast;
+      f32.training = autocast.training = true;
+      f32.linear_f32_grads = true;
+      f32.param_casts = up_front;
+      const Run with = run_fixture(name, device, f32);
+      const Run without = run_fixture(name, device, autocast);
+      CHECK(bitwise_equal(with.logits, without.logits));
+      CHECK(with.param_cast_nodes < without.param_cast_nodes);
+      if (up_front) CHECK(with.casts_served > with.param_cast_nodes);  // linear reads its casts
+      REQUIRE(with.grads.size() == without.grads.size());
+      for (const auto& [pname, g] : with.grads) {
+        INFO(pname);
+        REQUIRE(g.defined() == without.grads.at(pname).defined());
+        if (!g.defined()) continue;
+        REQUIRE(g.dtype() == DType::kF32);
+        // The input gradients flowing back are those of the autocast path to the bit only
+        // through the layers after the first difference; the sums differ by bf16 roundings.
+        test::require_close(g, without.grads.at(pname), test::tolerance_for(DType::kBF16),
+                            "parameter gradient");
+      }
+    }
+  }
+}
+
 // Names of the LayerNorms with autocast_output set.
 std::vector<std::string> flagged_norms(nn::Module& model) {
   std::vector<std::string> out;
@@ -236,6 +302,26 @@ TEST_CASE("the blocks' fused residual add + layer norm: the same bits on CUDA",
           "[cuda][autocast]") {
   if (!test::cuda_available_or_skip()) return;
   check_fused_residual_norm(Device::cuda(0));
+}
+
+TEST_CASE("the parameters cast up front give every fixture the same bits as casts per use",
+          "[cpu][autocast]") {
+  check_param_casts(Device::cpu());
+}
+
+TEST_CASE("the parameters cast up front: the same bits on CUDA", "[cuda][autocast]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_param_casts(Device::cuda(0));
+}
+
+TEST_CASE("linear layers writing f32 weight gradients: every fixture within bf16 rounding",
+          "[cpu][autocast]") {
+  check_linear_f32_grads(Device::cpu());
+}
+
+TEST_CASE("linear layers writing f32 weight gradients: the same on CUDA", "[cuda][autocast]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_linear_f32_grads(Device::cuda(0));
 }
 
 TEST_CASE("only norms in front of matrix products write the autocast dtype", "[cpu][autocast]") {

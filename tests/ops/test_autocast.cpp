@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "autograd/node.h"
@@ -180,6 +181,143 @@ TEST_CASE("GEMM-type ops run in the autocast dtype, grads reach f32 weights as f
     test::require_close(p, matmul(a, m), test::tolerance_for(DType::kF16));
     test::require_close(q, conv2d(img, k, Tensor(), 1, 1), {5e-3, 5e-3});
   }
+}
+
+TEST_CASE("a step's parameter casts made up front serve the ops as their own casts would",
+          "[cpu][autocast]") {
+  const Tensor x = f32_data({5, 8}, 41);
+  const Tensor w = f32_data({6, 8}, 42).set_requires_grad();
+  const Tensor b = f32_data({6}, 43).set_requires_grad();
+  const Tensor k = f32_data({3, 2, 3, 3}, 44).set_requires_grad();
+  const Tensor img = f32_data({1, 2, 6, 6}, 45);
+  const Tensor c = f32_data({5, 6}, 46), d = f32_data({1, 3, 6, 6}, 47);
+  // Two linear layers sharing w (two uses: two cast nodes, as without), a convolution, and w
+  // read through a view (not one of the casts: cast by the op).
+  const auto loss_of = [&](bool up_front, int64_t* served) {
+    Tensor loss;
+    AutocastGuard autocast(DType::kF16);
+    std::optional<AutocastParamCasts> casts;
+    if (up_front) casts.emplace(TensorList{w, b, k, x.to(DType::kBF16)});
+    const Tensor y = add(linear(x, w, b), linear(x, w));
+    const Tensor q = conv2d(img, k, Tensor(), 1, 1);
+    const Tensor t = matmul(x, w.transpose(0, 1));
+    loss = add(add(sum(mul(y.to(DType::kF32), c)), sum(mul(q.to(DType::kF32), d))),
+               sum(t.to(DType::kF32)));
+    if (casts) {
+      CHECK(casts->dtype() == DType::kF16);
+      CHECK(casts->size() == 3);  // the f32 tensors only
+      *served = casts->uses();
+    }
+    return loss;
+  };
+  int64_t served = 0;
+  const Tensor with = loss_of(true, &served);
+  CHECK(served == 4);  // w twice, b, k; not the view of w
+  const TensorList grads = [&] {
+    with.backward();
+    TensorList g = {w.grad(), b.grad(), k.grad()};
+    for (const Tensor& p : {w, b, k}) p.zero_grad();
+    return g;
+  }();
+  const Tensor without = loss_of(false, nullptr);
+  CHECK(bitwise_equal(with, without));
+  without.backward();
+  CHECK(bitwise_equal(grads[0], w.grad()));
+  CHECK(bitwise_equal(grads[1], b.grad()));
+  CHECK(bitwise_equal(grads[2], k.grad()));
+  REQUIRE(w.grad().dtype() == DType::kF32);
+
+  // Outside the scope, and with autocast in another dtype, the ops cast for themselves.
+  {
+    AutocastGuard autocast(DType::kBF16);
+    std::optional<AutocastParamCasts> casts(std::in_place, TensorList{w});
+    {
+      AutocastGuard other(DType::kF16);
+      CHECK(linear(x, w).dtype() == DType::kF16);
+    }
+    {
+      AutocastParamCasts inner(TensorList{b});  // nested: the inner scope is consulted
+      linear(x, w, b);
+      CHECK(inner.uses() == 1);
+    }
+    linear(x, w);
+    CHECK(casts->uses() == 1);
+    casts.reset();
+    CHECK(linear(x, w).dtype() == DType::kBF16);
+  }
+  CHECK_THROWS_WITH(AutocastParamCasts(TensorList{w}), Contains("autocast is off"));
+}
+
+TEST_CASE("linear's f32 weight gradients under autocast: the f32 sums of the 16-bit products",
+          "[cpu][autocast]") {
+  struct Restore {
+    ~Restore() { set_linear_f32_grads(false); }
+  } restore;
+  const Tensor x = f32_data({2, 5, 8}, 51).set_requires_grad();
+  const Tensor w = f32_data({6, 8}, 52).set_requires_grad();
+  const Tensor b = f32_data({6}, 53).set_requires_grad();
+  const Tensor c = f32_data({2, 5, 6}, 54, -4.0, 4.0);
+  struct Result {
+    Tensor y, gx, gw, gb;
+    std::string w_edge;  // the node the linear node hands w's gradient to
+  };
+  const auto run = [&](bool f32, bool up_front) {
+    set_linear_f32_grads(f32);
+    for (const Tensor& p : {x, w, b}) p.zero_grad();
+    Result r;
+    {
+      AutocastGuard autocast(DType::kBF16);
+      std::optional<AutocastParamCasts> casts;
+      if (up_front) casts.emplace(TensorList{w, b});
+      r.y = linear(x, w, b);
+      if (casts) CHECK(casts->uses() == 2);
+    }
+    r.w_edge = r.y.grad_fn()->next_edges[1].fn->name();
+    sum(mul(r.y.to(DType::kF32), c)).backward();
+    r.gx = x.grad();
+    r.gw = w.grad();
+    r.gb = b.grad();
+    return r;
+  };
+  const Result cast = run(false, false), f32 = run(true, false), cached = run(true, true);
+  CHECK(cast.w_edge == "to");
+  CHECK(f32.w_edge == "AccumulateGrad");  // no cast node between the weight and the linear
+  // The forward pass and the input's gradient: the same bits.
+  CHECK(bitwise_equal(f32.y, cast.y));
+  CHECK(bitwise_equal(f32.gx, cast.gx));
+  // The weight's and bias's: the f32 product and column sums of the bf16 gradient (c rounded)
+  // and input, not rounded; the autocast path's are those rounded to bf16 once.
+  const Tensor g16 = c.to(DType::kBF16).to(DType::kF32).reshape({10, 6});
+  const Tensor x16 = x.detach().to(DType::kBF16).to(DType::kF32).reshape({10, 8});
+  REQUIRE(f32.gw.dtype() == DType::kF32);
+  CHECK(bitwise_equal(f32.gw, matmul(g16.transpose(0, 1), x16)));
+  CHECK(bitwise_equal(f32.gb, sum(g16, {0})));
+  CHECK(bitwise_equal(cast.gw, f32.gw.to(DType::kBF16).to(DType::kF32)));
+  CHECK(bitwise_equal(cast.gb, f32.gb.to(DType::kBF16).to(DType::kF32)));
+  CHECK_FALSE(bitwise_equal(cast.gw, f32.gw));
+  // Closer to the exact gradient of the rounded operands (f64).
+  const Tensor exact = matmul(g16.to(DType::kF64).transpose(0, 1), x16.to(DType::kF64));
+  const auto error = [&](const Tensor& t) {
+    return amax(abs(sub(t.to(DType::kF64), exact))).item();
+  };
+  CHECK(error(f32.gw) < error(cast.gw));
+  // The step's casts serve it with the same bits.
+  CHECK(bitwise_equal(cached.y, f32.y));
+  CHECK(bitwise_equal(cached.gw, f32.gw));
+  CHECK(bitwise_equal(cached.gb, f32.gb));
+
+  // No bias, an input that needs no gradient, a weight that needs none: the same values as the
+  // autocast path; an f64 input, or autocast off, takes the ordinary path.
+  set_linear_f32_grads(true);
+  const Tensor xd = x.detach(), wd = w.detach();
+  AutocastGuard autocast(DType::kBF16);
+  const Tensor y = linear(xd, w);
+  CHECK(y.grad_fn()->next_edges[1].fn->name() == "AccumulateGrad");
+  CHECK(bitwise_equal(linear(xd, wd, b), linear(xd.to(DType::kBF16), wd.to(DType::kBF16),
+                                                b.detach().to(DType::kBF16))));
+  CHECK(linear(x.detach().to(DType::kF64), w.detach().to(DType::kF64)).dtype() == DType::kF64);
+  AutocastGuard off(DType::kBF16, false);
+  CHECK(linear(xd, w).dtype() == DType::kF32);
 }
 
 TEST_CASE("autocast's cast keeps a token grid channels-last, so its convolution runs so",

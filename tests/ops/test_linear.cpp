@@ -169,6 +169,65 @@ TEST_CASE("gemm kernel applies alpha, beta, bias and a broadcast batch", "[cpu]"
   CHECK_THROWS_AS(cpu::gemm(args), ValueError);
 }
 
+TEST_CASE("gemm of 16-bit operands into an f32 c: the f32 product, not rounded", "[cpu]") {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    INFO(dtype_name(dt));
+    // b read column-major, as the weight gradient's g^T is.
+    const Tensor a = uniform({1, 7, 33}, 31).to(dt);
+    const Tensor b = uniform({1, 5, 33}, 32).to(dt).transpose(1, 2);
+    GemmArgs args;
+    args.a = a;
+    args.b = b;
+    args.c = Tensor::empty({1, 7, 5}, DType::kF32);
+    cpu::gemm(args);
+    GemmArgs wide;
+    wide.a = a.to(DType::kF32);
+    wide.b = b.to(DType::kF32);
+    wide.c = Tensor::empty({1, 7, 5}, DType::kF32);
+    cpu::gemm(wide);
+    CHECK(test::bitwise_equal(args.c, wide.c));
+    // Not the 16-bit c's values (some sum is not representable in 16 bits).
+    CHECK_FALSE(test::bitwise_equal(args.c, wide.c.to(dt).to(DType::kF32)));
+    // With alpha, beta and an f32 bias.
+    args.alpha = wide.alpha = 0.5f;
+    args.beta = wide.beta = 2.0f;
+    args.bias = wide.bias = uniform({5}, 33).to(DType::kF32);
+    cpu::gemm(args);
+    cpu::gemm(wide);
+    CHECK(test::bitwise_equal(args.c, wide.c));
+  }
+  // Mixed operands, a 16-bit c of f32 operands, a bias of another dtype: errors naming them.
+  GemmArgs bad;
+  bad.a = uniform({1, 2, 3}, 34).to(DType::kBF16);
+  bad.b = uniform({1, 3, 2}, 35).to(DType::kF16);
+  bad.c = Tensor::empty({1, 2, 2}, DType::kF32);
+  CHECK_THROWS_WITH(cpu::gemm(bad), Catch::Contains("bf16, f16, f32"));
+  bad.b = uniform({1, 3, 2}, 35).to(DType::kF32);
+  bad.a = uniform({1, 2, 3}, 34).to(DType::kF32);
+  bad.c = Tensor::empty({1, 2, 2}, DType::kBF16);
+  CHECK_THROWS_AS(cpu::gemm(bad), DTypeError);
+  bad.a = bad.a.to(DType::kBF16);
+  bad.b = bad.b.to(DType::kBF16);
+  bad.c = Tensor::empty({1, 2, 2}, DType::kF32);
+  bad.bias = Tensor::empty({2}, DType::kBF16);
+  CHECK_THROWS_WITH(cpu::gemm(bad), Catch::Contains("bias"));
+}
+
+TEST_CASE("reduce of a 16-bit tensor into f32: the f32 sums, not rounded", "[cpu]") {
+  const Tensor x = uniform({300, 9}, 36, -4.0, 4.0).to(DType::kBF16);
+  for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{0}, {1}}) {
+    Shape shape = x.shape();
+    for (int64_t d : dims) shape[static_cast<size_t>(d)] = 1;
+    const Tensor out = Tensor::empty(shape, DType::kF32), wide = Tensor::empty(shape, DType::kF32);
+    cpu::reduce(ReduceOp::kSum, x, dims, out);
+    cpu::reduce(ReduceOp::kSum, x.to(DType::kF32), dims, wide);
+    CHECK(test::bitwise_equal(out, wide));
+  }
+  CHECK_THROWS_AS(
+      cpu::reduce(ReduceOp::kSum, x.to(DType::kF32), {0}, Tensor::empty({1, 9}, DType::kBF16)),
+      DTypeError);
+}
+
 TEST_CASE("matmul gradients match finite differences", "[cpu]") {
   auto mm = [](const TensorList& in) { return matmul(in[0], in[1]); };
   check_gradients(mm,

@@ -1,6 +1,6 @@
 // The multi-tensor kernels (gradient statistics and scaling, Adam, LAMB, SGD, the weight
-// average): the CPU twins against the single-tensor math, CUDA against the CPU over lists long
-// enough to need several launches (more than 32 tensors, tensors of several chunks, an empty
+// average, casts): the CPU twins against the single-tensor math, CUDA against the CPU over lists
+// long enough to need several launches (more than 32 tensors, tensors of several chunks, an empty
 // one), in f32 and bf16, with the skip flag; the statistics have the same bits on every run.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -172,6 +172,82 @@ TEST_CASE("multi-tensor CPU twins: the single-tensor math over a list", "[cpu][o
   TensorList short_list(grads.begin(), grads.begin() + 3);
   REQUIRE_THROWS_WITH(cpu::multi_ema_update(clone(params), short_list, 0.9, Tensor()),
                       Catch::Contains("lists of 40 and 3 tensors"));
+}
+
+// Each tensor of `list` converted to `dtype` by copy (Tensor::to).
+TensorList converted(const TensorList& list, DType dtype) {
+  TensorList out;
+  for (const Tensor& t : list) out.push_back(t.detach().to(dtype));
+  return out;
+}
+
+// Empty destinations with `list`'s sizes, on `device` in `dtype`, each a [n] view at a different
+// offset of one buffer (as autocast's parameter casts are).
+TensorList destinations(const TensorList& list, Device device, DType dtype) {
+  int64_t total = 0;
+  for (const Tensor& t : list) total += t.numel() + 3;
+  const Tensor buffer = Tensor::empty({total}, dtype, device);
+  TensorList out;
+  int64_t offset = 0;
+  for (const Tensor& t : list) {
+    out.push_back(buffer.narrow(0, offset, t.numel()));
+    offset += t.numel() + 3;
+  }
+  return out;
+}
+
+TEST_CASE("multi_cast converts every tensor as copy does, bit for bit", "[cpu][optim]") {
+  // Values spread over the range where bf16 and f16 round (ties included: 1 + 2^-8 in bf16).
+  TensorList src = make_list(5, -300, 300);
+  src[3].narrow(0, 0, 2).copy_(Tensor::from_vector<float>({1.0f + 1.0f / 256, -1.5e-5f}, {2}));
+  const std::vector<std::pair<DType, DType>> pairs = {{DType::kF32, DType::kBF16},
+                                                      {DType::kF32, DType::kF16},
+                                                      {DType::kBF16, DType::kF32},
+                                                      {DType::kF16, DType::kF32},
+                                                      {DType::kF64, DType::kF32}};
+  for (const auto& [from, to] : pairs) {
+    INFO(dtype_name(from) << " to " << dtype_name(to));
+    const TensorList in = converted(src, from);
+    const TensorList out = destinations(in, Device::cpu(), to);
+    cpu::multi_cast(in, out);
+    for (size_t i = 0; i < in.size(); ++i) {
+      INFO("tensor " << i);
+      CHECK(test::bitwise_equal(out[i], in[i].to(to)));
+    }
+  }
+  cpu::multi_cast({}, {});  // nothing to do
+
+  // Lists that do not match are errors naming the tensor.
+  const TensorList bf16 = converted(src, DType::kBF16);
+  CHECK_THROWS_WITH(cpu::multi_cast(src, TensorList(bf16.begin(), bf16.begin() + 3)),
+                    Catch::Contains("lists of 40 and 3 tensors"));
+  TensorList wrong_size = destinations(src, Device::cpu(), DType::kBF16);
+  wrong_size[9] = Tensor::empty({wrong_size[9].numel() + 1}, DType::kBF16);
+  CHECK_THROWS_WITH(cpu::multi_cast(src, wrong_size), Catch::Contains("tensor 9"));
+  TensorList mixed = destinations(src, Device::cpu(), DType::kBF16);
+  mixed[2] = Tensor::empty({mixed[2].numel()}, DType::kF16);
+  CHECK_THROWS_AS(cpu::multi_cast(src, mixed), DTypeError);
+}
+
+TEST_CASE("multi_cast on CUDA converts as the CPU does, bit for bit", "[cuda][optim]") {
+  if (!test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  TensorList src = make_list(5, -300, 300);
+  src[3].narrow(0, 0, 2).copy_(Tensor::from_vector<float>({1.0f + 1.0f / 256, -1.5e-5f}, {2}));
+  for (const auto& [from, to] : std::vector<std::pair<DType, DType>>{
+           {DType::kF32, DType::kBF16}, {DType::kF32, DType::kF16}, {DType::kBF16, DType::kF32}}) {
+    INFO(dtype_name(from) << " to " << dtype_name(to));
+    const TensorList in = converted(src, from);
+    TensorList din;
+    for (const Tensor& t : in) din.push_back(t.to(gpu));
+    const TensorList dout = destinations(in, gpu, to), hout = destinations(in, Device::cpu(), to);
+    SKA_KERNEL(gpu, multi_cast)(din, dout);  // 40 tensors: two launches
+    cpu::multi_cast(in, hout);
+    for (size_t i = 0; i < in.size(); ++i) {
+      INFO("tensor " << i);
+      CHECK(test::bitwise_equal(dout[i].to(Device::cpu()), hout[i]));
+    }
+  }
 }
 
 TEST_CASE("multi-tensor kernels: CUDA matches the CPU twins, f32 and bf16", "[cuda][optim]") {

@@ -50,9 +50,10 @@ void check_gemm_args(const GemmArgs& args, OperandLayout& la, OperandLayout& lb)
                 b.size(2) == n,
             ShapeError, "gemm: shapes do not match: a ", shape_str(a.shape()), " b ",
             shape_str(b.shape()), " c ", shape_str(c.shape()));
-  SKA_CHECK(a.dtype() == c.dtype() && b.dtype() == c.dtype(), DTypeError,
-            "gemm: operands of different dtypes: ", dtype_name(a.dtype()), ", ",
-            dtype_name(b.dtype()), ", ", dtype_name(c.dtype()));
+  SKA_CHECK(a.dtype() == b.dtype() &&
+                (a.dtype() == c.dtype() || (c.dtype() == DType::kF32 && is_16bit_float(a.dtype()))),
+            DTypeError, "gemm: a and b must share c's dtype, or a 16-bit one for an f32 c; got ",
+            dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), ", ", dtype_name(c.dtype()));
   SKA_CHECK(c.is_contiguous(), ValueError, "gemm: c must be contiguous, got strides ",
             shape_str(c.strides()));
   SKA_CHECK(layout_of(a, la) && layout_of(b, lb), ValueError,
@@ -135,7 +136,7 @@ void gemm(const GemmArgs& args) {
   OperandLayout la{}, lb{};
   check_gemm_args(args, la, lb);
   if (args.c.numel() == 0) return;
-  if (is_16bit_float(args.c.dtype())) {  // f32 products and sums, one rounding per output
+  if (is_16bit_float(args.a.dtype())) {  // f32 products and sums, one rounding per 16-bit output
     GemmArgs wide = args;
     wide.a = widen_f32(args.a);
     wide.b = widen_f32(args.b);

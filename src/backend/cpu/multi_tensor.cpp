@@ -1,6 +1,7 @@
 // CPU kernels: the multi-tensor updates (gradient statistics and scaling, Adam, LAMB, SGD, the
-// weight average) over lists of tensors. Twins of cuda/kernels/multi_tensor.cu; per element the
-// same math as the single-tensor kernels of optim.cpp, in the tensors' dtype (f32 or f64).
+// weight average) and casts over lists of tensors. Twins of cuda/kernels/multi_tensor.cu; per
+// element the same math as the single-tensor kernels of optim.cpp, in the tensors' dtype (f32 or
+// f64), and multi_cast as copy converts.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -206,6 +207,19 @@ void multi_ema_update(const TensorList& ema, const TensorList& values, double de
       parallel_for(ema[k].numel(), [&](int64_t i) { e[i] = e[i] * keep + v[i] * take; });
     }
   });
+}
+
+void multi_cast(const TensorList& src, const TensorList& dst) {
+  SKA_CHECK(src.size() == dst.size(), ShapeError, "multi_cast: lists of ", src.size(), " and ",
+            dst.size(), " tensors");
+  if (src.empty()) return;
+  check_lists("multi_cast", src, {});
+  check_lists("multi_cast", dst, {});
+  for (size_t i = 0; i < src.size(); ++i) {
+    SKA_CHECK(dst[i].numel() == src[i].numel(), ShapeError, "multi_cast: tensor ", i, " is ",
+              dst[i].str(), ", expected the size of ", src[i].str());
+    copy(src[i], dst[i].view(src[i].shape()));
+  }
 }
 
 }  // namespace ska::cpu

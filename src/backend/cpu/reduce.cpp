@@ -115,6 +115,10 @@ void dot(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
+  SKA_CHECK(out.dtype() == x.dtype() || (out.dtype() == DType::kF32 && is_16bit_float(x.dtype())),
+            DTypeError,
+            "reduce: output must be of the input's dtype or f32 for a 16-bit input, got ",
+            out.str(), " for ", x.str());
   if (is_16bit_float(x.dtype())) {
     const Tensor result = f32_output(out);
     reduce(op, widen_f32(x), dims, result);
