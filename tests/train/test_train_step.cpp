@@ -11,11 +11,12 @@
 #include "core/random.h"
 #include "distributed/communicator.h"
 #include "models/model.h"
+#include "ops/linear.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
+#include "support/test_util.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
-#include "support/test_util.h"
 #include "train_test_util.h"
 
 using namespace ska;
@@ -26,6 +27,7 @@ namespace {
 
 struct StepRun {
   std::map<std::string, Tensor> weights, optimizer, ema;
+  std::map<std::string, Tensor> initial;  // the weights before the updates (run_dropout_steps)
   UpdateStats::Window stats;
 };
 
@@ -193,22 +195,40 @@ TEST_CASE("a checkpoint whose world_size is not a number is an error naming it",
 
 namespace {
 
-// Five updates of a tiny ViT with dropout 0.2 on CUDA: all eager, or two eager and three
-// replays of the captured step (the images are the step's fixed input buffer).
-StepRun run_cuda_steps(const std::string& optimizer, const std::string& mixer, bool graph) {
-  const Device gpu = Device::cuda(0);
+// How run_dropout_steps trains: f32, or under bf16 autocast with the parameters' casts and the
+// linear layers' gradients as train.weight_casts and train.linear_grads say.
+struct StepPrecision {
+  bool bf16 = false;
+  std::string weight_casts = "per_use";
+  std::string linear_grads = "autocast";
+};
+
+// Five updates of a tiny ViT with dropout 0.2 on `gpu` (CUDA, or the CPU without a graph): all
+// eager, or two eager and three replays of the captured step (the images are the step's fixed
+// input buffer).
+StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::string& mixer,
+                          bool graph, const StepPrecision& precision = {}) {
   Config config = Config::parse(test::tiny_experiment_yaml(64, 64, 4, 1, 0.2));
   config.set("optim.name=" + optimizer);
   config.set("model.mixer.type=" + mixer);
   manual_seed(11);
   nn::ModulePtr model = models::build_model(config.root()["model"]);
   model->to(gpu);
+  StepRun r;
+  for (const auto& [name, t] : model->state_dict()) r.initial[name] = t.to(Device::cpu()).clone();
   auto opt = optim::make_optimizer(optim::OptimizerOptions::from_config(config.root()["optim"]),
                                    model->named_parameters(true));
   optim::ModelEma ema(*model, 0.9);
   auto comm = dist::make_communicator(dist::World{}, gpu);
   TrainOptions train;
   train.clip_grad = 1.0;
+  if (precision.bf16) train.precision = Precision::kBF16;
+  train.kernels.weight_casts = precision.weight_casts;
+  train.kernels.linear_grads = precision.linear_grads;
+  struct Restore {
+    ~Restore() { set_linear_f32_grads(false); }
+  } restore;
+  set_linear_f32_grads(precision.linear_grads == "f32");
   TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
   UpdateStats stats(gpu);
   model->train();
@@ -231,7 +251,6 @@ StepRun run_cuda_steps(const std::string& optimizer, const std::string& mixer, b
   } else {
     for (int i = 0; i < 3; ++i) eager();
   }
-  StepRun r;
   for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.to(Device::cpu());
   for (const auto& [name, t] : opt->state_dict()) r.optimizer[name] = t.to(Device::cpu());
   for (const auto& [name, t] : ema.state_dict()) r.ema[name] = t.to(Device::cpu());
@@ -241,14 +260,57 @@ StepRun run_cuda_steps(const std::string& optimizer, const std::string& mixer, b
 
 }  // namespace
 
+TEST_CASE("train.weight_casts: per_step trains to the bits of per_use, linear_grads: f32 close",
+          "[cpu][train]") {
+  const StepRun per_use = run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true});
+  const StepRun per_step =
+      run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true, "per_step", "autocast"});
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  CHECK(test::bitwise_equal(per_use.weights, per_step.weights, &diff));
+  CHECK(test::bitwise_equal(per_use.optimizer, per_step.optimizer, &diff));
+  CHECK(test::bitwise_equal(per_use.ema, per_step.ema, &diff));
+  // The linear layers' weight gradients in f32 (not rounded to bf16): not the same bits, but
+  // the five updates move the weights the same way (Adam's steps are about lr each, so compare
+  // the directions: cosine of the two changes over every weight).
+  const StepRun f32 =
+      run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true, "per_step", "f32"});
+  CHECK_FALSE(test::bitwise_equal(per_use.weights, f32.weights, &diff));
+  double dot = 0.0, a2 = 0.0, b2 = 0.0;
+  for (const auto& [name, w] : per_use.weights) {
+    const std::vector<double> init = per_use.initial.at(name).to_vector<double>();
+    const std::vector<double> a = w.to_vector<double>(),
+                              b = f32.weights.at(name).to_vector<double>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      dot += (a[i] - init[i]) * (b[i] - init[i]);
+      a2 += (a[i] - init[i]) * (a[i] - init[i]);
+      b2 += (b[i] - init[i]) * (b[i] - init[i]);
+    }
+  }
+  REQUIRE(a2 > 0.0);
+  CHECK(dot / std::sqrt(a2 * b2) > 0.9999);  // 0.9999987 on the CPU (2026-11-27)
+}
+
 TEST_CASE("CUDA Graph: replays of the captured training step equal eager steps bit for bit",
           "[cuda][train]") {
   if (!test::cuda_available_or_skip()) return;
-  for (const auto& [optimizer, mixer] : std::vector<std::pair<std::string, std::string>>{
-           {"adamw", "cska"}, {"lamb", "cska"}, {"sgd", "cska"}, {"adamw", "mhsa"}}) {
-    INFO(optimizer << ", " << mixer);
-    const StepRun eager = run_cuda_steps(optimizer, mixer, false);
-    const StepRun replayed = run_cuda_steps(optimizer, mixer, true);
+  struct Case {
+    std::string optimizer, mixer;
+    bool bf16;
+  };
+  for (const Case& c : std::vector<Case>{{"adamw", "cska", false},
+                                         {"lamb", "cska", false},
+                                         {"sgd", "cska", false},
+                                         {"adamw", "mhsa", false},
+                                         {"adamw", "cska", true}}) {
+    INFO(c.optimizer << ", " << c.mixer << (c.bf16 ? ", bf16 autocast, casts per step" : ""));
+    // bf16: the parameters cast up front and the linear layers' gradients written in f32.
+    const StepPrecision precision{c.bf16, c.bf16 ? "per_step" : "per_use",
+                                  c.bf16 ? "f32" : "autocast"};
+    const StepRun eager =
+        run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, false, precision);
+    const StepRun replayed =
+        run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, true, precision);
     std::string diff;
     INFO("first differing tensor: " << diff);
     REQUIRE(test::bitwise_equal(eager.weights, replayed.weights, &diff));
