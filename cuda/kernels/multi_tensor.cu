@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/multi_cast_checks.h"
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/optim_math.cuh"
 
@@ -470,16 +471,8 @@ void multi_ema_update(const TensorList& ema, const TensorList& values, double de
 }
 
 void multi_cast(const TensorList& src, const TensorList& dst) {
-  SKA_CHECK(src.size() == dst.size(), ShapeError, "cuda multi_cast: lists of ", src.size(), " and ",
-            dst.size(), " tensors");
+  check_multi_cast("cuda multi_cast", src, dst);
   if (src.empty()) return;
-  check_lists("multi_cast", src, {});
-  check_lists("multi_cast", dst, {});
-  for (size_t i = 0; i < src.size(); ++i) {
-    SKA_CHECK(dst[i].numel() == src[i].numel() && dst[i].device() == src[i].device(), ShapeError,
-              "cuda multi_cast: tensor ", i, " is ", dst[i].str(),
-              ", expected the size and device of ", src[i].str());
-  }
   DeviceGuard guard(device_index(src.front()));
   const cudaStream_t stream = current_stream(device_index(src.front()));
   dispatch_floating(src.front().dtype(), "multi_cast", [&](auto s_tag) {

@@ -11,6 +11,7 @@
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/skip_flag.h"
+#include "backend/multi_cast_checks.h"
 
 namespace ska::cpu {
 
@@ -210,16 +211,8 @@ void multi_ema_update(const TensorList& ema, const TensorList& values, double de
 }
 
 void multi_cast(const TensorList& src, const TensorList& dst) {
-  SKA_CHECK(src.size() == dst.size(), ShapeError, "multi_cast: lists of ", src.size(), " and ",
-            dst.size(), " tensors");
-  if (src.empty()) return;
-  check_lists("multi_cast", src, {});
-  check_lists("multi_cast", dst, {});
-  for (size_t i = 0; i < src.size(); ++i) {
-    SKA_CHECK(dst[i].numel() == src[i].numel(), ShapeError, "multi_cast: tensor ", i, " is ",
-              dst[i].str(), ", expected the size of ", src[i].str());
-    copy(src[i], dst[i].view(src[i].shape()));
-  }
+  check_multi_cast("multi_cast", src, dst);
+  for (size_t i = 0; i < src.size(); ++i) copy(src[i], dst[i].view(src[i].shape()));
 }
 
 }  // namespace ska::cpu
