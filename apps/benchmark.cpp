@@ -458,8 +458,8 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
     if (o.dropout_add != "unfused") line << " [fused dropout add]";
     if (o.talking_heads != "unfused") line << " [fused talking heads]";
-    if (o.weight_casts != "per_use") line << " [weight casts per step]";
-    if (o.linear_grads != "autocast") line << " [f32 linear grads]";
+    if (o.mode == "train" && o.weight_casts != "per_use") line << " [weight casts per step]";
+    if (o.mode == "train" && o.linear_grads != "autocast") line << " [f32 linear grads]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (o.depthwise_conv != "cudnn") line << " [depthwise conv: " << o.depthwise_conv << "]";
     if (!step_description.empty()) line << " (step: " << step_description << ")";

@@ -403,10 +403,11 @@ __global__ void __launch_bounds__(kDotThreads)
 void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
   const bool widened =
       out.dtype() == DType::kF32 && (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16);
-  SKA_CHECK((out.dtype() == x.dtype() || widened) && out.is_contiguous(), ValueError,
-            "cuda reduce: output must be contiguous, of the input's dtype or f32 for a 16-bit "
-            "input, got ",
+  SKA_CHECK(out.dtype() == x.dtype() || widened, DTypeError,
+            "cuda reduce: output must be of the input's dtype or f32 for a 16-bit input, got ",
             out.str(), " for ", x.str());
+  SKA_CHECK(out.is_contiguous(), ValueError, "cuda reduce: output must be contiguous, got ",
+            out.str());
   const int64_t rows = out.numel();
   if (rows == 0) return;
   const int64_t len = x.numel() / rows;

@@ -9,17 +9,20 @@
 
 namespace ska {
 
-// src and dst of one length; each list contiguous floating tensors of one dtype on one device;
-// dst[i] of src[i]'s size and device. ShapeError / DTypeError naming `kernel` and the tensor.
+// src and dst of one length; each list contiguous tensors of one dtype (f32, bf16 or f16) on one
+// device; dst[i] of src[i]'s size and device. ShapeError / DTypeError naming `kernel` and the
+// tensor.
 inline void check_multi_cast(const char* kernel, const TensorList& src, const TensorList& dst) {
   SKA_CHECK(src.size() == dst.size(), ShapeError, kernel, ": lists of ", src.size(), " and ",
             dst.size(), " tensors");
   for (const TensorList* list : {&src, &dst}) {
     for (const Tensor& t : *list) {
-      SKA_CHECK(t.is_contiguous() && t.is_floating() && t.dtype() == list->front().dtype() &&
-                    t.device() == list->front().device(),
-                DTypeError, kernel, ": tensors must be contiguous, floating, of one dtype and ",
-                "device; got ", t.str(), " after ", list->front().str());
+      const DType dt = t.dtype();
+      SKA_CHECK(t.is_contiguous() &&
+                    (dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16) &&
+                    dt == list->front().dtype() && t.device() == list->front().device(),
+                DTypeError, kernel, ": tensors must be contiguous, f32, bf16 or f16, of one dtype ",
+                "and device; got ", t.str(), " after ", list->front().str());
     }
   }
   for (size_t i = 0; i < src.size(); ++i) {

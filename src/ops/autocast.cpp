@@ -3,6 +3,7 @@
 #include "ops/autocast.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -160,7 +161,7 @@ AutocastParamCasts::AutocastParamCasts(const TensorList& params)
   std::vector<std::pair<Device, TensorList>> by_device;
   for (const Tensor& p : params) {
     if (!p.defined() || p.dtype() != DType::kF32 || p.numel() == 0 ||
-        !casts_.emplace(p.impl_ptr().get(), Tensor()).second) {
+        !casts_.emplace(p.impl_ptr().get(), Cast{p, Tensor()}).second) {
       continue;
     }
     auto group = std::find_if(by_device.begin(), by_device.end(),
@@ -174,7 +175,7 @@ AutocastParamCasts::AutocastParamCasts(const TensorList& params)
     TensorList src, dst;
     for (const Tensor& p : sources) {
       const Tensor cast = Tensor::empty(p.shape(), dtype_, device);
-      casts_[p.impl_ptr().get()] = cast;
+      casts_[p.impl_ptr().get()].cast = cast;
       src.push_back(p.detach().contiguous());
       dst.push_back(cast);
     }
@@ -183,13 +184,16 @@ AutocastParamCasts::AutocastParamCasts(const TensorList& params)
   current_casts = this;
 }
 
-AutocastParamCasts::~AutocastParamCasts() { current_casts = saved_; }
+AutocastParamCasts::~AutocastParamCasts() {
+  assert(current_casts == this && "AutocastParamCasts scopes end in the reverse order");
+  current_casts = saved_;
+}
 
 Tensor AutocastParamCasts::value(const Tensor& t) const {
   const auto it = casts_.find(t.impl_ptr().get());
   if (it == casts_.end()) return Tensor();
   ++uses_;
-  return it->second;
+  return it->second.cast;
 }
 
 Tensor AutocastParamCasts::use(const Tensor& t) const {

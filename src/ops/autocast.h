@@ -63,7 +63,8 @@ Tensor autocast_value(const Tensor& t, DType dtype);
 // records its own cast node (the gradient cast back to f32, as Tensor::to records), so the values,
 // the gradients and the graph are those of the casts made per use. Parameters the step does not
 // cast are cast for nothing (f32 parameters of norms, which autocast runs in f32, are few and
-// small). Requires autocast to be on; scopes nest (the inner one is consulted).
+// small). Requires autocast to be on; scopes nest (the inner one alone is consulted) and end in
+// the reverse order, on the thread that made them.
 class AutocastParamCasts {
  public:
   explicit AutocastParamCasts(const TensorList& params);
@@ -82,8 +83,12 @@ class AutocastParamCasts {
   int64_t uses() const { return uses_; }
 
  private:
+  struct Cast {
+    Tensor source;  // held, so that its address names it for as long as the entry lives
+    Tensor cast;
+  };
   DType dtype_;
-  std::unordered_map<const TensorImpl*, Tensor> casts_;
+  std::unordered_map<const TensorImpl*, Cast> casts_;
   const AutocastParamCasts* saved_;
   mutable int64_t uses_ = 0;
 };

@@ -218,10 +218,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool need_x = xc.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   if (f32_grads) {
+    const Shape x_shape = xc.shape();
+    const Tensor x_saved = need_w ? x2 : Tensor();  // only the weight's gradient reads it
+    const Tensor w_saved = need_x ? w : Tensor();   // only the input's
     autograd::record_op("linear", {xc, weight, bias}, {y}, [=](const TensorList& g) {
       const Tensor g2 = g[0].reshape({rows, out_features});
-      return TensorList{need_x ? matmul(g2, w).reshape(xc.shape()) : Tensor(),
-                        need_w ? gemm_into(g2.transpose(0, 1), x2, DType::kF32) : Tensor(),
+      return TensorList{need_x ? matmul(g2, w_saved).reshape(x_shape) : Tensor(),
+                        need_w ? gemm_into(g2.transpose(0, 1), x_saved, DType::kF32) : Tensor(),
                         need_b ? column_sums_f32(g2) : Tensor()};
     });
     return y;

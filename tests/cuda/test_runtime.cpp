@@ -253,15 +253,34 @@ TEST_CASE("CUDA gemm and column sums of 16-bit operands into f32 match the CPU",
     device.a = g.to(gpu).transpose(1, 2);
     device.b = x.to(gpu);
     device.c = Tensor::empty({1, 96, 64}, DType::kF32, gpu);
+    // The same shape into the 16-bit dtype first: the plan cache tells the two apart.
+    GemmArgs narrow = device;
+    narrow.c = Tensor::empty({1, 96, 64}, dt, gpu);
+    cuda::gemm(narrow);
     cpu::gemm(host);
     cuda::gemm(device);
     // f32 sums of exact products (16-bit operands) in another order: f32 tolerances.
     ska::test::require_close(device.c, host.c, {1e-5, 1e-5}, "gemm into f32");
-    const Tensor want = Tensor::empty({1, 96}, DType::kF32);
-    const Tensor got = Tensor::empty({1, 96}, DType::kF32, gpu);
-    cpu::reduce(ReduceOp::kSum, g.view({130, 96}), {0}, want);
-    cuda::reduce(ReduceOp::kSum, g.to(gpu).view({130, 96}), {0}, got);
-    ska::test::require_close(got, want, {1e-5, 1e-5}, "column sums into f32");
+    ska::test::require_close(narrow.c, host.c, ska::test::tolerance_for(dt), "gemm into 16 bits");
+    // With an f32 bias, alpha and beta.
+    host.bias = ska::test::uniform({64}, 43, -1.0, 1.0, DType::kF32);
+    device.bias = host.bias.to(gpu);
+    host.alpha = device.alpha = 0.5f;
+    host.beta = device.beta = 2.0f;
+    cpu::gemm(host);
+    cuda::gemm(device);
+    ska::test::require_close(device.c, host.c, {1e-5, 1e-5}, "gemm into f32 with a bias");
+    // Column sums (a bias gradient) and row sums into f32.
+    for (int64_t dim : {0, 1}) {
+      INFO("reduced dim " << dim);
+      Shape shape = {130, 96};
+      shape[static_cast<size_t>(dim)] = 1;
+      const Tensor want = Tensor::empty(shape, DType::kF32);
+      const Tensor got = Tensor::empty(shape, DType::kF32, gpu);
+      cpu::reduce(ReduceOp::kSum, g.view({130, 96}), {dim}, want);
+      cuda::reduce(ReduceOp::kSum, g.to(gpu).view({130, 96}), {dim}, got);
+      ska::test::require_close(got, want, {1e-5, 1e-5}, "sums into f32");
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
+#include "backend/profiler.h"
 #include "core/random.h"
 #include "distributed/communicator.h"
 #include "models/model.h"
@@ -30,6 +31,18 @@ struct StepRun {
   std::map<std::string, Tensor> initial;  // the weights before the updates (run_dropout_steps)
   UpdateStats::Window stats;
 };
+
+// a and b hold the same weights, optimizer state and EMA, bit for bit (the first tensor that
+// differs named).
+void require_same_bits(const StepRun& a, const StepRun& b) {
+  using Part = std::map<std::string, Tensor> StepRun::*;
+  for (const Part part : {&StepRun::weights, &StepRun::optimizer, &StepRun::ema}) {
+    std::string diff;
+    const bool same = test::bitwise_equal(a.*part, b.*part, &diff);
+    INFO("first differing tensor: " << diff);
+    REQUIRE(same);
+  }
+}
 
 // Three updates of a tiny CSKA-ViT on fixed random batches; with `poison`, a batch of NaN
 // images is stepped between the second and the third.
@@ -72,11 +85,7 @@ TEST_CASE("a skipped update changes nothing: training equals training without th
       INFO(optimizer << ", train.clip_grad " << clip);
       const StepRun clean = run_steps(optimizer, false, clip);
       const StepRun poisoned = run_steps(optimizer, true, clip);
-      std::string diff;
-      INFO("first differing tensor: " << diff);
-      REQUIRE(test::bitwise_equal(clean.weights, poisoned.weights, &diff));
-      REQUIRE(test::bitwise_equal(clean.optimizer, poisoned.optimizer, &diff));
-      REQUIRE(test::bitwise_equal(clean.ema, poisoned.ema, &diff));
+      require_same_bits(clean, poisoned);
       if (optimizer != "sgd") {  // three applied updates, counted on the device
         for (const auto& [name, t] : poisoned.optimizer) {
           if (name.size() > 5 && name.compare(name.size() - 5, 5, ".step") == 0) {
@@ -262,19 +271,28 @@ StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::s
 
 TEST_CASE("train.weight_casts: per_step trains to the bits of per_use, linear_grads: f32 close",
           "[cpu][train]") {
+  // The multi_cast calls each run makes (one a micro-step with the casts up front).
+  const auto multi_casts = [] {
+    int64_t calls = 0;
+    for (const profiler::KernelTime& k : profiler::stop()) {
+      if (k.name == "multi_cast") calls += k.calls;
+    }
+    return calls;
+  };
+  profiler::start();
   const StepRun per_use = run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true});
+  CHECK(multi_casts() == 0);
+  profiler::start();
   const StepRun per_step =
       run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true, "per_step", "autocast"});
-  std::string diff;
-  INFO("first differing tensor: " << diff);
-  CHECK(test::bitwise_equal(per_use.weights, per_step.weights, &diff));
-  CHECK(test::bitwise_equal(per_use.optimizer, per_step.optimizer, &diff));
-  CHECK(test::bitwise_equal(per_use.ema, per_step.ema, &diff));
+  CHECK(multi_casts() == 5);
+  require_same_bits(per_use, per_step);
   // The linear layers' weight gradients in f32 (not rounded to bf16): not the same bits, but
   // the five updates move the weights the same way (Adam's steps are about lr each, so compare
   // the directions: cosine of the two changes over every weight).
   const StepRun f32 =
       run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true, "per_step", "f32"});
+  std::string diff;
   CHECK_FALSE(test::bitwise_equal(per_use.weights, f32.weights, &diff));
   double dot = 0.0, a2 = 0.0, b2 = 0.0;
   for (const auto& [name, w] : per_use.weights) {
@@ -311,11 +329,7 @@ TEST_CASE("CUDA Graph: replays of the captured training step equal eager steps b
         run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, false, precision);
     const StepRun replayed =
         run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, true, precision);
-    std::string diff;
-    INFO("first differing tensor: " << diff);
-    REQUIRE(test::bitwise_equal(eager.weights, replayed.weights, &diff));
-    REQUIRE(test::bitwise_equal(eager.optimizer, replayed.optimizer, &diff));
-    REQUIRE(test::bitwise_equal(eager.ema, replayed.ema, &diff));
+    require_same_bits(eager, replayed);
     CHECK(eager.stats.applied == replayed.stats.applied);
     CHECK(eager.stats.loss_sum == replayed.stats.loss_sum);
   }
