@@ -77,6 +77,17 @@ Tensor batched_gemm_operand(const Tensor& t, const Shape& batch) {
   return gemm_kernel_view(v, shape_numel(batch), batch_stride);
 }
 
+// What a backward product reads of operand t, which the forward's GEMM read as `packed` (from
+// batched_gemm_operand for `batch`): the packed tensor with the batch dims restored where packing
+// copied t, else t itself (history-free either way; the backward pass records no graph).
+Tensor backward_operand(const Tensor& t, const Tensor& packed, const Shape& batch) {
+  if (packed.same_storage(t)) return t.detach();
+  Shape full = batch;
+  full.push_back(t.size(-2));
+  full.push_back(t.size(-1));
+  return packed.reshape(full);
+}
+
 // A history-free [1, rows, cols] view for the single-GEMM paths.
 Tensor single_gemm_operand(const Tensor& t) {
   const Tensor v = detached_gemm_layout(t);
@@ -110,10 +121,16 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b) {
   SKA_KERNEL(a.device(), gemm)(args);
   MacCounter::add(shape_numel(batch) * m * n * a.size(-1));
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  // Each backward product reads the other operand. Where the forward's GEMM needed a packed copy
+  // of an operand (batch dims that fold into no single stride: a head-split view [B, h, N, d]),
+  // the backward reads that copy, not the view, which it would copy again.
+  const Tensor a_read = need_b ? backward_operand(a, args.a, batch) : Tensor();
+  const Tensor b_read = need_a ? backward_operand(b, args.b, batch) : Tensor();
+  const Shape a_shape = a.shape(), b_shape = b.shape();
   autograd::record_op("matmul", {a, b}, {out}, [=](const TensorList& g) {
     return TensorList{
-        need_a ? sum_to_shape(matmul(g[0], b.transpose(-1, -2)), a.shape()) : Tensor(),
-        need_b ? sum_to_shape(matmul(a.transpose(-1, -2), g[0]), b.shape()) : Tensor()};
+        need_a ? sum_to_shape(matmul(g[0], b_read.transpose(-1, -2)), a_shape) : Tensor(),
+        need_b ? sum_to_shape(matmul(a_read.transpose(-1, -2), g[0]), b_shape) : Tensor()};
   });
   return out;
 }

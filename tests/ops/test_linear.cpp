@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/profiler.h"
 #include "core/precision.h"
 #include "support/test_util.h"
 
@@ -248,6 +249,38 @@ TEST_CASE("matmul gradients match finite differences", "[cpu]") {
       [](const TensorList& in) { return matmul(in[0].transpose(-1, -2), in[1].transpose(-1, -2)); },
       {uniform({2, 4, 3}, 15).set_requires_grad(), uniform({2, 5, 4}, 16).set_requires_grad()});
   check_gradients(mm, {uniform({3, 4}, 17), uniform({4, 2}, 18).set_requires_grad()});
+}
+
+TEST_CASE("matmul of a head-split operand: its backward reads the forward's packed copy", "[cpu]") {
+  // v [B, h, N, d] split from a projection [B, N, h * d]: batch dims B and h fold into no single
+  // stride, so the forward's GEMM reads a packed copy of v; the weights' gradient g v^T reads that
+  // copy again instead of packing v a second time.
+  const Tensor x = uniform({2, 5, 3 * 4}, 21).set_requires_grad();
+  const auto head_split = [](const Tensor& t) {
+    return t.reshape({2, 5, 3, 4}).permute({0, 2, 1, 3});
+  };
+  const Tensor w = uniform({2, 3, 6, 5}, 22).set_requires_grad();
+  check_gradients([&](const TensorList& in) { return matmul(in[0], head_split(in[1])); }, {w, x});
+  const Tensor c = uniform({2, 3, 6, 4}, 23);
+  w.zero_grad();
+  x.zero_grad();
+  const Tensor y = matmul(w, head_split(x));
+  profiler::start();
+  y.backward(c);
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  int64_t copies = 0;
+  for (const profiler::KernelTime& k : calls) {
+    if (k.name == "copy") copies += k.calls;
+  }
+  CHECK(copies == 1);  // only x's gradient, laid out as x from the head-split dV
+  // The values: g v^T and w^T g against the products of contiguous operands.
+  const Tensor v = head_split(x.detach()).contiguous();
+  const Tensor g = c;
+  require_close(w.grad(), matmul(g, v.transpose(-1, -2)), kF64, "dW");
+  require_close(x.grad(),
+                matmul(w.detach().transpose(-1, -2), g).permute({0, 2, 1, 3}).reshape({2, 5, 12}),
+                kF64, "dx");
 }
 
 TEST_CASE("linear gradients match finite differences", "[cpu]") {
