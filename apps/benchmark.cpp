@@ -318,14 +318,22 @@ int run_benchmark(BenchmarkOptions o) {
     NoGradGuard no_grad;
     const AutocastGuard autocast(o.precision == "fp16" ? DType::kF16 : DType::kBF16,
                                  o.precision != "fp32");
-    std::function<void()> step = [&] { (*model)(images); };
+    // --weight-casts per_step: the parameters cast in one call a forward pass, as evaluation
+    // casts them once a pass (train::EvalPrecision).
+    const TensorList params = model->parameters(false);
+    const auto forward = [&] {
+      std::optional<AutocastParamCasts> casts;
+      if (o.precision != "fp32" && o.weight_casts == "per_step") casts.emplace(params);
+      return (*model)(images);
+    };
+    std::function<void()> step = [&] { forward(); };
     std::unique_ptr<DeviceGraph> graph;
     Tensor graph_output;  // written in place by every replay
     if (o.cuda_graph) {
       step();  // warm-up outside the capture: algorithm choices, constants placed on the device
       synchronize(device);
       try {
-        graph = std::make_unique<DeviceGraph>(device, [&] { graph_output = (*model)(images); });
+        graph = std::make_unique<DeviceGraph>(device, [&] { graph_output = forward(); });
       } catch (const Error& e) {
         SKA_FAIL(DeviceError, "--cuda-graph: the forward of ", o.config.config,
                  " could not be captured: ", e.what());
@@ -458,7 +466,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
     if (o.dropout_add != "unfused") line << " [fused dropout add]";
     if (o.talking_heads != "unfused") line << " [fused talking heads]";
-    if (o.mode == "train" && o.weight_casts != "per_use") line << " [weight casts per step]";
+    if (o.precision != "fp32" && o.weight_casts != "per_use") line << " [weight casts per step]";
     if (o.mode == "train" && o.linear_grads != "autocast") line << " [f32 linear grads]";
     if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
     if (o.depthwise_conv != "cudnn") line << " [depthwise conv: " << o.depthwise_conv << "]";
@@ -580,9 +588,9 @@ int main(int argc, char** argv) {
                  "compare")
       ->check(CLI::IsMember({"unfused", "fused"}));
   app.add_option("--weight-casts", o.weight_casts,
-                 "autocast's casts of the f32 parameters in training: per_use (each op casts what "
-                 "it reads) or per_step (all of them before the forward pass, a launch per 32; "
-                 "the same bits), to compare")
+                 "autocast's casts of the f32 parameters: per_use (each op casts what it reads) or "
+                 "per_step (all of them before each forward pass, a launch per 32; the same "
+                 "bits), to compare")
       ->check(CLI::IsMember({"per_use", "per_step"}));
   app.add_option("--linear-grads", o.linear_grads,
                  "the gradients of the linear layers' f32 weights and biases under autocast: "

@@ -41,7 +41,8 @@ int run_validate(const ValidateCommand& cmd) {
   const auto eval_set = train::load_dataset_split(data, "test", input.image_size,
                                                   input.in_channels, data.eval_subset);
   data::DataLoader loader(*eval_set, train::eval_loader_options(data, *eval_set));
-  const train::EvalResult r = train::evaluate(*model, loader, device, train_options.autocast());
+  const train::EvalResult r =
+      train::evaluate(*model, loader, device, train_options.eval_precision());
   if (cmd.json) {
     const nlohmann::json j = {{"weights", weights}, {"dataset", data.dataset},
                               {"precision", train::precision_name(train_options.precision)}, {"count", r.count},

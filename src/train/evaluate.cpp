@@ -2,6 +2,7 @@
 #include "train/evaluate.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -25,11 +26,15 @@ void count_hits(const float* row, int64_t classes, int64_t label, int64_t& top1,
 }  // namespace
 
 EvalSums evaluate_sums(nn::Module& model, data::DataLoader& loader, Device device,
-                       const AutocastState& autocast) {
+                       const EvalPrecision& precision) {
   const bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
-  AutocastGuard autocast_guard(autocast.dtype, autocast.enabled);
+  AutocastGuard autocast_guard(precision.autocast.dtype, precision.autocast.enabled);
+  std::optional<AutocastParamCasts> param_casts;  // the weights do not change during the pass
+  if (precision.autocast.enabled && precision.cast_params_once) {
+    param_casts.emplace(model.parameters(false));
+  }
   EvalSums r;
   loader.start_epoch(0);
   data::Batch batch;
@@ -49,8 +54,8 @@ EvalSums evaluate_sums(nn::Module& model, data::DataLoader& loader, Device devic
 }
 
 EvalResult evaluate(nn::Module& model, data::DataLoader& loader, Device device,
-                    const AutocastState& autocast) {
-  return evaluate_sums(model, loader, device, autocast).result();
+                    const EvalPrecision& precision) {
+  return evaluate_sums(model, loader, device, precision).result();
 }
 
 EvalResult EvalSums::result() const {

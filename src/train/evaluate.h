@@ -26,10 +26,19 @@ struct EvalSums {
   EvalSums all_reduced(dist::Communicator& comm) const;
 };
 
-// Evaluates `model` (eval mode, no grad, under `autocast`) on every batch of `loader`.
+// The precision evaluation runs in: under `autocast`; with `cast_params_once` (the trainer's
+// `train.weight_casts: per_step`), the model's f32 parameters are cast to the autocast dtype once
+// for the whole pass (AutocastParamCasts: one multi_cast call, the casts held until the pass
+// ends) instead of by every op of every batch. The same values either way.
+struct EvalPrecision {
+  AutocastState autocast;
+  bool cast_params_once = false;
+};
+
+// Evaluates `model` (eval mode, no grad, in `precision`) on every batch of `loader`.
 EvalSums evaluate_sums(nn::Module& model, data::DataLoader& loader, Device device,
-                       const AutocastState& autocast = AutocastState());
+                       const EvalPrecision& precision = EvalPrecision());
 EvalResult evaluate(nn::Module& model, data::DataLoader& loader, Device device,
-                    const AutocastState& autocast = AutocastState());
+                    const EvalPrecision& precision = EvalPrecision());
 
 }  // namespace ska::train

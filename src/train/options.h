@@ -9,9 +9,10 @@
 #include "config/config.h"
 #include "core/dtype.h"
 #include "data/eval_transform.h"
+#include "data/pipeline/batch_source.h"
 #include "data/transforms/augment_factory.h"
 #include "ops/autocast.h"
-#include "data/pipeline/batch_source.h"
+#include "train/evaluate.h"
 
 namespace ska::train {
 
@@ -112,6 +113,9 @@ struct TrainOptions {
   static TrainOptions from_config(const ConfigNode& train);
   // The autocast state of the forward pass (disabled for fp32).
   AutocastState autocast() const { return autocast_state(precision); }
+  // How the trainer (and `validate`) evaluate: under autocast(), the parameters cast once for
+  // the pass with `train.weight_casts: per_step`.
+  EvalPrecision eval_precision() const { return {autocast(), kernels.weight_casts == "per_step"}; }
 };
 
 // The `data:` keys the trainer reads (besides dataset/root and the normalisation keys).

@@ -303,7 +303,7 @@ void Trainer::sync_buffers(nn::Module& model) {
 
 EvalResult Trainer::evaluate_model(nn::Module& model) {
   sync_buffers(model);
-  return evaluate_sums(model, *eval_loader_, setup_.device, train_.autocast())
+  return evaluate_sums(model, *eval_loader_, setup_.device, train_.eval_precision())
       .all_reduced(*comm_)
       .result();
 }

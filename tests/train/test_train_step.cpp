@@ -10,12 +10,15 @@
 #include "backend/device_runtime.h"
 #include "backend/profiler.h"
 #include "core/random.h"
+#include "data/datasets/dataset.h"
+#include "data/pipeline/loader.h"
 #include "distributed/communicator.h"
 #include "models/model.h"
 #include "ops/linear.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
 #include "support/test_util.h"
+#include "train/evaluate.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
@@ -307,6 +310,79 @@ TEST_CASE("train.weight_casts: per_step trains to the bits of per_use, linear_gr
   }
   REQUIRE(a2 > 0.0);
   CHECK(dot / std::sqrt(a2 * b2) > 0.9999);  // 0.9999987 on the CPU (2026-11-27)
+}
+
+namespace {
+
+// One bf16 evaluation of the tiny CSKA-ViT (depth 2, so that two blocks read their own weights)
+// over 230 random images in batches of 50 (the last one partial), on `device`, with the
+// parameters cast per use or once for the pass; `multi_casts` and `copies` count the kernel
+// calls it made.
+struct EvalRun {
+  EvalSums sums;
+  int64_t multi_casts = 0, copies = 0;
+};
+EvalRun evaluate_tiny(Device device, bool cast_params_once) {
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 64, 4, 1, 0.1));
+  config.set("model.depth=2");
+  manual_seed(5);
+  nn::ModulePtr model = models::build_model(config.root()["model"]);
+  model->to(device);
+  model->train();  // evaluation switches to eval mode (no dropout) and back
+  manual_seed(6);
+  const Tensor images = (test::uniform({230, 28, 28, 1}, 21, 0.0, 255.0)).to(DType::kU8);
+  std::vector<int64_t> labels(230);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7) % 10);
+  const data::InMemoryDataset set("random", images, Tensor::from_vector(labels, {230}), 10);
+  data::LoaderOptions lo;
+  lo.batch_size = 50;
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.workers = 0;
+  lo.mean = {0.5};
+  lo.std = {0.25};
+  data::DataLoader loader(set, lo);
+  profiler::start();
+  EvalRun r;
+  r.sums =
+      evaluate_sums(*model, loader, device, {AutocastState{true, DType::kBF16}, cast_params_once});
+  for (const profiler::KernelTime& k : profiler::stop()) {
+    if (k.name == "multi_cast") r.multi_casts += k.calls;
+    if (k.name == "copy") r.copies += k.calls;
+  }
+  REQUIRE(model->is_training());
+  return r;
+}
+
+void check_eval_casts_once(Device device) {
+  const EvalRun per_use = evaluate_tiny(device, false);
+  const EvalRun once = evaluate_tiny(device, true);
+  REQUIRE(per_use.sums.count == 230);
+  CHECK(once.sums.count == 230);
+  // The same logits, so the same sums to the bit.
+  CHECK(once.sums.loss_sum == per_use.sums.loss_sum);
+  CHECK(once.sums.top1 == per_use.sums.top1);
+  CHECK(once.sums.top5 == per_use.sums.top5);
+  CHECK(per_use.multi_casts == 0);
+  CHECK(once.multi_casts == 1);  // one call for the pass, not one a batch
+  // Per use, each of the 5 batches casts every weight and bias it reads (20 on the CPU: the
+  // difference was 250 - 150 on 2026-11-27); once, none of them.
+  INFO("copy kernels: per use " << per_use.copies << ", once " << once.copies);
+  CHECK(per_use.copies - once.copies >= 5 * 8);
+  CHECK((per_use.copies - once.copies) % 5 == 0);
+}
+
+}  // namespace
+
+TEST_CASE("evaluation with the parameters cast once a pass: the sums of per-use casts",
+          "[cpu][train][amp]") {
+  check_eval_casts_once(Device::cpu());
+}
+
+TEST_CASE("evaluation with the parameters cast once a pass: the same on CUDA",
+          "[cuda][train][amp]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_eval_casts_once(Device::cuda(0));
 }
 
 TEST_CASE("CUDA Graph: replays of the captured training step equal eager steps bit for bit",
