@@ -51,23 +51,9 @@ struct BenchmarkOptions {
   bool profile = false;  // then `iters` more steps with every kernel timed
   bool capture_range = false;  // the timed steps between cudaProfilerStart and Stop
   int top = 25;          // kernels listed by --profile
-  std::string attention = "fused";  // or wmma, scalar (no tensor cores), or unfused: matmul, softmax,
-                                    // matmul (nn::attend_qk)
-  std::string attention_backward = "split";  // or one_block (device_runtime.h)
-  std::string attention_forward = "tiled";   // or one_block (device_runtime.h)
+  // --attention, --weight-casts, ...: train.KEY's choices (train::kernel_choice_specs()).
+  ska::train::KernelChoices kernels;
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
-  std::string elementwise = "fast";    // or reference (set_cuda_elementwise_fast_paths)
-  std::string norm_output = "autocast";  // or f32 (nn::set_norm_autocast_outputs)
-  std::string norm_backward = "split";   // or fused (set_cuda_layer_norm_fused_backward)
-  std::string attention_loads = "async";  // or sync (set_cuda_attention_async_loads)
-  std::string residual_norm = "unfused";  // or fused (nn::set_fused_residual_norm)
-  std::string gelu_dropout = "unfused";   // or fused (nn::set_fused_gelu_dropout)
-  std::string dropout_add = "unfused";    // or fused (nn::set_fused_dropout_add)
-  std::string talking_heads = "unfused";  // or fused (nn::set_fused_talking_heads)
-  std::string weight_casts = "per_use";   // or per_step (train.weight_casts)
-  std::string linear_grads = "autocast";  // or f32 (set_linear_f32_grads)
-  std::string conv_logits = "auto";       // or conv, gemm, direct (nn::set_conv_logits_form)
-  std::string depthwise_conv = "cudnn";  // or direct, auto (set_cuda_depthwise_conv)
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -270,24 +256,9 @@ int run_benchmark(BenchmarkOptions o) {
             o.dtype);
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
-  train::KernelChoices kernels;
-  kernels.attention = o.attention;
-  kernels.attention_backward = o.attention_backward;
-  kernels.attention_forward = o.attention_forward;
-  kernels.elementwise = o.elementwise;
-  kernels.norm_output = o.norm_output;
-  kernels.residual_norm = o.residual_norm;
-  kernels.gelu_dropout = o.gelu_dropout;
-  kernels.dropout_add = o.dropout_add;
-  kernels.talking_heads = o.talking_heads;
-  kernels.weight_casts = o.weight_casts;
-  kernels.linear_grads = o.linear_grads;
-  kernels.conv_logits = o.conv_logits;
-  kernels.depthwise_conv = o.depthwise_conv;
+  train::KernelChoices kernels = o.kernels;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   kernels.apply();
-  set_cuda_layer_norm_fused_backward(o.norm_backward == "fused");
-  set_cuda_attention_async_loads(o.attention_loads == "async");
 
   manual_seed(0);
   const Tensor images = randn({o.batch, input.in_channels, input.image_size, input.image_size},
@@ -323,7 +294,7 @@ int run_benchmark(BenchmarkOptions o) {
     const TensorList params = model->parameters(false);
     const auto forward = [&] {
       std::optional<AutocastParamCasts> casts;
-      if (o.precision != "fp32" && o.weight_casts == "per_step") casts.emplace(params);
+      if (o.precision != "fp32" && o.kernels.weight_casts == "per_step") casts.emplace(params);
       return (*model)(images);
     };
     std::function<void()> step = [&] { forward(); };
@@ -410,23 +381,11 @@ int run_benchmark(BenchmarkOptions o) {
                         {"peak_requested_bytes", m.peak_requested_bytes},
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description},
-                        {"attention", o.attention},
-                        {"attention_backward", o.attention_backward},
-                        {"attention_forward", o.attention_forward},
                         {"cuda_graph", o.cuda_graph},
-                        {"cudnn_benchmark", o.cudnn_benchmark},
-                        {"elementwise", o.elementwise},
-                        {"norm_output", o.norm_output},
-                        {"norm_backward", o.norm_backward},
-                        {"attention_loads", o.attention_loads},
-                        {"residual_norm", o.residual_norm},
-                        {"gelu_dropout", o.gelu_dropout},
-                        {"dropout_add", o.dropout_add},
-                        {"talking_heads", o.talking_heads},
-                        {"weight_casts", o.weight_casts},
-                        {"linear_grads", o.linear_grads},
-                        {"conv_logits", o.conv_logits},
-                        {"depthwise_conv", o.depthwise_conv}};
+                        {"cudnn_benchmark", o.cudnn_benchmark}};
+    for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
+      j[spec.key] = o.kernels.*spec.member;
+    }
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["depthwise_conv_auto"] = ska::cuda_depthwise_conv_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
@@ -444,32 +403,13 @@ int run_benchmark(BenchmarkOptions o) {
     line.setf(std::ios::fixed);
     line.precision(1);
     line << name << "  " << o.mode << "  " << device.str() << "  "
-         << (o.precision == "fp32" ? o.dtype : o.precision + " autocast") << "  batch "
-         << o.batch << ":  " << m.images_per_s << " images/s  (" << m.median_ms
-         << " ms/step, median of " << o.iters << "), peak memory "
-         << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0) << " MiB (tensors "
-         << static_cast<double>(m.peak_requested_bytes) / (1024.0 * 1024.0) << " MiB)";
-    if (o.attention != "fused") line << " [" << o.attention << " attention]";
-    if (o.attention_backward != "split") {
-      line << " [" << o.attention_backward << " attention backward]";
-    }
-    if (o.attention_forward != "tiled") {
-      line << " [" << o.attention_forward << " attention forward]";
-    }
+         << (o.precision == "fp32" ? o.dtype : o.precision + " autocast") << "  batch " << o.batch
+         << ":  " << m.images_per_s << " images/s  (" << m.median_ms << " ms/step, median of "
+         << o.iters << "), peak memory " << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0)
+         << " MiB (tensors " << static_cast<double>(m.peak_requested_bytes) / (1024.0 * 1024.0)
+         << " MiB)";
     if (o.cuda_graph) line << " [CUDA Graph]";
-    if (device.is_cuda() && o.cudnn_benchmark == "off") line << " [cuDNN heuristics]";
-    if (device.is_cuda() && o.elementwise != "fast") line << " [reference elementwise kernels]";
-    if (o.precision != "fp32" && o.norm_output != "autocast") line << " [f32 norm outputs]";
-    if (device.is_cuda() && o.norm_backward != "split") line << " [fused norm backward]";
-    if (device.is_cuda() && o.attention_loads != "async") line << " [sync attention loads]";
-    if (o.residual_norm != "unfused") line << " [fused residual norm]";
-    if (o.gelu_dropout != "unfused") line << " [fused GELU dropout]";
-    if (o.dropout_add != "unfused") line << " [fused dropout add]";
-    if (o.talking_heads != "unfused") line << " [fused talking heads]";
-    if (o.precision != "fp32" && o.weight_casts != "per_use") line << " [weight casts per step]";
-    if (o.mode == "train" && o.linear_grads != "autocast") line << " [f32 linear grads]";
-    if (o.conv_logits != "auto") line << " [conv logits: " << o.conv_logits << "]";
-    if (o.depthwise_conv != "cudnn") line << " [depthwise conv: " << o.depthwise_conv << "]";
+    line << kernels.describe();
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("
@@ -531,85 +471,17 @@ int main(int argc, char** argv) {
                  "the peak TFLOP/s MFU is reported against (default: the GPU's bf16 dense peak "
                  "from a table of NVIDIA data sheets; none on the CPU)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--attention", o.attention,
-                 "fused (the fused attention op wherever the logits are q k^T; on CUDA bf16/f16 "
-                 "on the tensor cores, mma.sync kernels), wmma (the same with the WMMA kernels), "
-                 "scalar (the same op on CUDA's scalar f32-FMA kernels) or unfused (matmul, "
-                 "softmax, matmul: the weights stored), to compare")
-      ->check(CLI::IsMember({"fused", "wmma", "scalar", "unfused"}));
-  app.add_option("--attention-backward", o.attention_backward,
-                 "the mma.sync attention's backward for up to 80 tokens and head dims up to 64: "
-                 "split (a dK/dV and a dQ kernel) or one_block (one block per head), to compare")
-      ->check(CLI::IsMember({"split", "one_block"}));
-  app.add_option("--attention-forward", o.attention_forward,
-                 "the mma.sync attention's forward for 65 to 80 tokens and head dims up to 64: "
-                 "tiled (blocks of 64 queries, key tiles of 64) or one_block (one block per head, "
-                 "one key tile), to compare")
-      ->check(CLI::IsMember({"tiled", "one_block"}));
   app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
                  "on: time cuDNN's convolution algorithms on the first call of each shape and "
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--elementwise", o.elementwise,
-                 "CUDA elementwise kernels: fast (merged dims, 16-byte accesses, 32-bit offsets) "
-                 "or reference (64-bit offsets over every dim), to compare")
-      ->check(CLI::IsMember({"fast", "reference"}));
-  app.add_option("--norm-output", o.norm_output,
-                 "under autocast, layer norms read only by a matrix product write: autocast (its "
-                 "16-bit dtype, the same bits) or f32 (cast by the product after), to compare")
-      ->check(CLI::IsMember({"autocast", "f32"}));
-  app.add_option("--norm-backward", o.norm_backward,
-                 "CUDA layer norm backward for rows of up to 768 columns: split (a grad_x kernel "
-                 "and a column reduction) or fused (one pass that reads grad_y and x once), to "
-                 "compare")
-      ->check(CLI::IsMember({"split", "fused"}));
-  app.add_option("--attention-loads", o.attention_loads,
-                 "how the CUDA tensor-core attention kernels fill their shared tiles: async "
-                 "(cp.async copies, all in flight before a thread waits) or sync (a load and a "
-                 "store per 16 bytes); the same bits, to compare")
-      ->check(CLI::IsMember({"async", "sync"}));
-  app.add_option("--residual-norm", o.residual_norm,
-                 "a pre-norm block's residual add and the layer norm after it: unfused (two ops) "
-                 "or fused (one kernel forward and one backward; the same bits), to compare")
-      ->check(CLI::IsMember({"unfused", "fused"}));
-  app.add_option("--gelu-dropout", o.gelu_dropout,
-                 "an MLP's GELU and the dropout after it in training: unfused (two ops) or fused "
-                 "(one kernel forward and one backward; the same bits), to compare")
-      ->check(CLI::IsMember({"unfused", "fused"}));
-  app.add_option(
-         "--dropout-add", o.dropout_add,
-         "the dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in "
-         "training: unfused (two ops) or fused (one kernel forward and one backward; the same "
-         "bits), to compare")
-      ->check(CLI::IsMember({"unfused", "fused"}));
-  app.add_option("--talking-heads", o.talking_heads,
-                 "CaiT's talking-heads attention weights (mix, softmax, mix): unfused (the ops) "
-                 "or fused (one kernel forward and one backward, nothing between stored), to "
-                 "compare")
-      ->check(CLI::IsMember({"unfused", "fused"}));
-  app.add_option("--weight-casts", o.weight_casts,
-                 "autocast's casts of the f32 parameters: per_use (each op casts what it reads) or "
-                 "per_step (all of them before each forward pass, a launch per 32; the same "
-                 "bits), to compare")
-      ->check(CLI::IsMember({"per_use", "per_step"}));
-  app.add_option("--linear-grads", o.linear_grads,
-                 "the gradients of the linear layers' f32 weights and biases under autocast: "
-                 "autocast (16-bit, then cast) or f32 (written in f32 by the backward GEMM and "
-                 "column sum), to compare")
-      ->check(CLI::IsMember({"autocast", "f32"}));
-  app.add_option("--conv-logits", o.conv_logits,
-                 "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each "
-                 "query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on "
-                 "CUDA with --cudnn-benchmark on, the faster for each shape, timed on its first "
-                 "call, the default; the choices are printed; conv elsewhere) or direct (this "
-                 "project's tensor-core kernels on CUDA, no im2col; the CPU's reference loops), "
-                 "to compare")
-      ->check(CLI::IsMember({"conv", "gemm", "auto", "direct"}));
-  app.add_option("--depthwise-conv", o.depthwise_conv,
-                 "CUDA channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters "
-                 "(MetaFormer's separable convolutions): cudnn (the default), direct (this "
-                 "project's kernels) or auto (with --cudnn-benchmark on, the faster for each shape "
-                 "and pass, timed on its first call), to compare")
-      ->check(CLI::IsMember({"cudnn", "direct", "auto"}));
+  // The kernels' choices, as train.KEY takes them (--help shows each default).
+  for (const ska::train::KernelChoiceSpec& spec : ska::train::kernel_choice_specs()) {
+    std::string flag = std::string("--") + spec.key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    app.add_option(flag, o.kernels.*spec.member, spec.help)
+        ->check(CLI::IsMember(spec.values))
+        ->capture_default_str();
+  }
   return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
 }

@@ -54,26 +54,114 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
   return o;
 }
 
+const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
+  using K = KernelChoices;
+  static const std::vector<KernelChoiceSpec> specs = {
+      {"attention",
+       &K::attention,
+       {"fused", "wmma", "scalar", "unfused"},
+       "fused (the fused attention op wherever the logits are q k^T; on CUDA bf16/f16 on the "
+       "tensor cores, the mma.sync kernels), wmma (the same on the WMMA tensor-core kernels), "
+       "scalar (the same op on CUDA's f32-FMA kernels; on the CPU wmma and scalar are fused) or "
+       "unfused (matmul, softmax, matmul: the weights stored)"},
+      {"attention_backward",
+       &K::attention_backward,
+       {"split", "one_block"},
+       "the mma.sync attention's backward for up to 80 tokens and head dims up to 64: split (a "
+       "dK/dV kernel and a dQ kernel) or one_block (one block per head that loads every operand "
+       "once; not yet measured on a GPU)"},
+      {"attention_forward",
+       &K::attention_forward,
+       {"tiled", "one_block"},
+       "the mma.sync attention's forward where the longer side has 65 to 80 rows (ViT-S's 65 "
+       "tokens): tiled (blocks of up to 64 queries, key tiles of 64) or one_block (one block per "
+       "head, every key in one tile; not yet measured on a GPU)"},
+      {"attention_loads",
+       &K::attention_loads,
+       {"async", "sync"},
+       "how the CUDA tensor-core attention kernels fill their shared tiles: async (cp.async "
+       "copies, all in flight before a thread waits) or sync (a load and a store per 16 bytes); "
+       "the same bits"},
+      {"elementwise",
+       &K::elementwise,
+       {"fast", "reference"},
+       "CUDA elementwise kernels: fast (merged dims, 16-byte accesses, 32-bit offsets) or "
+       "reference (64-bit offsets over every dim)"},
+      {"norm_output",
+       &K::norm_output,
+       {"autocast", "f32"},
+       "under autocast, layer norms read only by a matrix product write: autocast (its 16-bit "
+       "dtype, the same bits) or f32 (cast by the product after)"},
+      {"norm_backward",
+       &K::norm_backward,
+       {"split", "fused"},
+       "CUDA layer norm backward for rows of up to 768 columns: split (a grad_x kernel and a "
+       "column reduction) or fused (one pass that reads grad_y and x once; not yet measured on a "
+       "GPU)"},
+      {"residual_norm",
+       &K::residual_norm,
+       {"unfused", "fused"},
+       "a pre-norm block's residual add and the layer norm after it: unfused (two ops) or fused "
+       "(one kernel each way, add_layer_norm; the same bits; not yet measured on a GPU)"},
+      {"gelu_dropout",
+       &K::gelu_dropout,
+       {"unfused", "fused"},
+       "an MLP's GELU and the dropout after it in training: unfused (two ops) or fused (one "
+       "kernel each way, gelu_dropout; the same bits; not yet measured on a GPU)"},
+      {"dropout_add",
+       &K::dropout_add,
+       {"unfused", "fused"},
+       "the dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in "
+       "training: unfused (the dropout op first) or fused (in the sum's kernels, dropout_add / "
+       "scaled_residual; the same bits; not yet run on a GPU)"},
+      {"talking_heads",
+       &K::talking_heads,
+       {"unfused", "fused"},
+       "CaiT's talking-heads attention weights: unfused (mix, softmax, mix as ops) or fused (one "
+       "kernel each way, talking_heads_softmax, nothing between stored; within the dtype's "
+       "tolerances; not yet run on a GPU)"},
+      {"weight_casts",
+       &K::weight_casts,
+       {"per_use", "per_step"},
+       "autocast's casts of the f32 parameters: per_use (the op that reads one casts it: a "
+       "launch per parameter and use) or per_step (all of them before each forward pass, a "
+       "launch per 32, and once per evaluation pass: AutocastParamCasts; the same bits; not yet "
+       "run on a GPU)"},
+      {"linear_grads",
+       &K::linear_grads,
+       {"autocast", "f32"},
+       "the gradients of the linear layers' f32 weights and biases under autocast: autocast (a "
+       "16-bit gradient cast to f32, as torch.autocast gives them) or f32 (written in f32 by the "
+       "backward GEMM and column sum, not rounded to 16 bits; not yet run on a GPU)"},
+      {"conv_logits",
+       &K::conv_logits,
+       {"conv", "gemm", "auto", "direct"},
+       "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each query's 3x3 "
+       "neighbourhood times the filters: im2col + batched GEMM), auto (on CUDA under "
+       "cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv "
+       "elsewhere) or direct (the grid_conv_logits op: on CUDA this project's tensor-core "
+       "kernels, no im2col; not yet measured on a GPU)"},
+      {"depthwise_conv",
+       &K::depthwise_conv,
+       {"cudnn", "direct", "auto"},
+       "channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters (MetaFormer's "
+       "separable convolutions) on CUDA: cudnn, direct (this project's kernels; not yet measured "
+       "on a GPU) or auto (under cudnn_benchmark, the faster of the two for each shape and pass, "
+       "timed on its first call)"},
+  };
+  return specs;
+}
+
 KernelChoices KernelChoices::from_config(const ConfigNode& t) {
   KernelChoices k;
-  // "mma": the mma.sync kernels' name while they were not yet the default (run folders of then).
-  k.attention =
-      t.get_choice("attention", k.attention, {"fused", "wmma", "scalar", "unfused", "mma"});
-  if (k.attention == "mma") k.attention = "fused";
-  k.attention_backward =
-      t.get_choice("attention_backward", k.attention_backward, {"split", "one_block"});
-  k.attention_forward =
-      t.get_choice("attention_forward", k.attention_forward, {"tiled", "one_block"});
-  k.elementwise = t.get_choice("elementwise", k.elementwise, {"fast", "reference"});
-  k.norm_output = t.get_choice("norm_output", k.norm_output, {"autocast", "f32"});
-  k.residual_norm = t.get_choice("residual_norm", k.residual_norm, {"unfused", "fused"});
-  k.gelu_dropout = t.get_choice("gelu_dropout", k.gelu_dropout, {"unfused", "fused"});
-  k.dropout_add = t.get_choice("dropout_add", k.dropout_add, {"unfused", "fused"});
-  k.talking_heads = t.get_choice("talking_heads", k.talking_heads, {"unfused", "fused"});
-  k.weight_casts = t.get_choice("weight_casts", k.weight_casts, {"per_use", "per_step"});
-  k.linear_grads = t.get_choice("linear_grads", k.linear_grads, {"autocast", "f32"});
-  k.conv_logits = t.get_choice("conv_logits", k.conv_logits, {"conv", "gemm", "auto", "direct"});
-  k.depthwise_conv = t.get_choice("depthwise_conv", k.depthwise_conv, {"cudnn", "direct", "auto"});
+  for (const KernelChoiceSpec& spec : kernel_choice_specs()) {
+    std::vector<std::string> accepted = spec.values;
+    // "mma": the mma.sync kernels' name while they were not yet the default (run folders of then).
+    if (spec.member == &KernelChoices::attention) accepted.push_back("mma");
+    std::string& value = k.*spec.member;
+    value = t.get_choice(spec.key, value, accepted);
+    if (value == "mma") value = "fused";
+  }
   k.cudnn_benchmark = t.get<bool>("cudnn_benchmark", k.cudnn_benchmark);
   k.cudnn_deterministic = t.get<bool>("cudnn_deterministic", k.cudnn_deterministic);
   return k;
@@ -85,8 +173,10 @@ void KernelChoices::apply() const {
   set_cuda_attention_mma(attention == "fused");
   set_cuda_attention_one_block_backward(attention_backward == "one_block");
   set_cuda_attention_one_block_forward(attention_forward == "one_block");
+  set_cuda_attention_async_loads(attention_loads == "async");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
+  set_cuda_layer_norm_fused_backward(norm_backward == "fused");
   nn::set_fused_residual_norm(residual_norm == "fused");
   nn::set_fused_gelu_dropout(gelu_dropout == "fused");
   nn::set_fused_dropout_add(dropout_add == "fused");
@@ -104,20 +194,12 @@ void KernelChoices::apply() const {
 }
 
 std::string KernelChoices::describe() const {
+  static const KernelChoices defaults;
   std::string out;
-  if (attention != "fused") out += " [" + attention + " attention]";
-  if (attention_backward != "split") out += " [" + attention_backward + " attention backward]";
-  if (attention_forward != "tiled") out += " [" + attention_forward + " attention forward]";
-  if (elementwise != "fast") out += " [reference elementwise kernels]";
-  if (norm_output != "autocast") out += " [f32 norm outputs]";
-  if (residual_norm != "unfused") out += " [" + residual_norm + " residual norm]";
-  if (gelu_dropout != "unfused") out += " [" + gelu_dropout + " GELU dropout]";
-  if (dropout_add != "unfused") out += " [" + dropout_add + " dropout add]";
-  if (talking_heads != "unfused") out += " [" + talking_heads + " talking heads]";
-  if (weight_casts != "per_use") out += " [weight casts " + weight_casts + "]";
-  if (linear_grads != "autocast") out += " [" + linear_grads + " linear grads]";
-  if (conv_logits != "auto") out += " [conv logits: " + conv_logits + "]";
-  if (depthwise_conv != "cudnn") out += " [depthwise conv: " + depthwise_conv + "]";
+  for (const KernelChoiceSpec& spec : kernel_choice_specs()) {
+    const std::string& value = this->*spec.member;
+    if (value != defaults.*spec.member) out += " [" + std::string(spec.key) + ": " + value + "]";
+  }
   if (!cudnn_benchmark) out += " [cuDNN heuristics]";
   if (cudnn_deterministic) out += " [deterministic cuDNN]";
   return out;

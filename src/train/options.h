@@ -23,63 +23,27 @@ const char* precision_name(Precision p);         // "fp32", "bf16", "fp16"
 Precision precision_from_name(const std::string& name);  // ValueError naming the value
 AutocastState autocast_state(Precision p);       // disabled for fp32
 
-// Which implementation the kernels with a fast path and a reference take (`train.attention`,
-// `train.elementwise`, `train.norm_output`, `train.residual_norm`, `train.gelu_dropout`,
-// `train.dropout_add`, `train.talking_heads`, `train.weight_casts`, `train.linear_grads`,
-// `train.conv_logits`, `train.depthwise_conv`, `train.cudnn_benchmark`,
-// `train.cudnn_deterministic`): the fast ones by default; the others to
-// compare, or to work around a fast path that misbehaves on some GPU without rebuilding.
-// Process-wide switches, set by apply().
+// Which implementation the kernels with a fast path and a reference take: the string choices
+// listed, with their values and what each does, by kernel_choice_specs() (the `train:` key of each
+// is the member's name, benchmark's flag the same with dashes), and the two cuDNN booleans. The
+// fast ones by default; the others to compare, or to work around a fast path that misbehaves on
+// some GPU without rebuilding. A fast path not yet run on a GPU stays off by default. Process-wide
+// switches, set by apply().
 struct KernelChoices {
-  // fused (the fused attention op; on CUDA bf16/f16 on the tensor cores, the mma.sync kernels),
-  // wmma (the same on the WMMA tensor-core kernels), scalar (the same op on CUDA's f32-FMA
-  // kernels; on the CPU wmma and scalar are the same as fused) or unfused (matmul, softmax,
-  // matmul).
   std::string attention = "fused";
-  // The mma.sync kernels' backward pass for sequences of at most 80 tokens with head dims up to
-  // 64: split (a dK/dV kernel and a dQ kernel) or one_block (one block per head that loads every
-  // operand once; set_cuda_attention_one_block_backward, not yet measured on a GPU).
   std::string attention_backward = "split";
-  // The mma.sync attention's forward where the longer side has 65 to 80 rows (ViT-S's 65 tokens):
-  // tiled (blocks of up to 64 queries, key tiles of 64) or one_block (one block per head, every
-  // key in one tile; set_cuda_attention_one_block_forward, not yet measured on a GPU).
   std::string attention_forward = "tiled";
-  std::string elementwise = "fast";      // CUDA elementwise kernels: fast or reference indexing
-  std::string norm_output = "autocast";  // autocast: norms read by one matmul write bf16/f16
-  // A pre-norm block's residual add and the norm after it: unfused (two ops) or fused (one
-  // kernel each way, add_layer_norm; the same bits; nn::set_fused_residual_norm, not yet measured
-  // on a GPU).
+  std::string attention_loads = "async";
+  std::string elementwise = "fast";
+  std::string norm_output = "autocast";
+  std::string norm_backward = "split";
   std::string residual_norm = "unfused";
-  // An MLP's GELU and the dropout after it in training: unfused (two ops) or fused (one kernel
-  // each way, gelu_dropout; the same bits; nn::set_fused_gelu_dropout, not yet measured on a GPU).
   std::string gelu_dropout = "unfused";
-  // The dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in training:
-  // unfused (the dropout op first) or fused (in the sum's kernels, dropout_add / scaled_residual;
-  // the same bits; nn::set_fused_dropout_add, not yet run on a GPU).
   std::string dropout_add = "unfused";
-  // CaiT's talking-heads attention weights: unfused (mix, softmax, mix as ops) or fused (one kernel
-  // each way, talking_heads_softmax; within the dtype's tolerances; nn::set_fused_talking_heads,
-  // not yet run on a GPU).
   std::string talking_heads = "unfused";
-  // Autocast's casts of the f32 parameters in a training step: per_use (the op that reads one
-  // casts it: a launch per parameter) or per_step (all of them before the forward pass, a launch
-  // per 32 parameters: AutocastParamCasts; the same bits; read by TrainStep, not yet run on a
-  // GPU).
   std::string weight_casts = "per_use";
-  // The gradients of the linear layers' f32 weights and biases under autocast: autocast (a 16-bit
-  // gradient cast to f32, as torch.autocast gives them) or f32 (written in f32 by the backward
-  // GEMM and column sum, not rounded to 16 bits: set_linear_f32_grads; not yet run on a GPU).
   std::string linear_grads = "autocast";
-  // CSKA's logit convolution (nn::conv_logits): conv (the convolution; cuDNN on CUDA), gemm
-  // (each query's 3x3 neighbourhood times the filters: im2col + batched GEMM) or auto (on CUDA
-  // under cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv
-  // elsewhere) or direct (the grid_conv_logits op: on CUDA this project's tensor-core kernels,
-  // no im2col; not yet measured on a GPU).
   std::string conv_logits = "auto";
-  // Channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters (MetaFormer's
-  // separable convolutions) on CUDA: cudnn, direct (this project's kernels,
-  // cuda/kernels/conv2d_depthwise.cu; not yet measured on a GPU) or auto (under cudnn_benchmark,
-  // the faster of the two for each shape and pass, timed on its first call).
   std::string depthwise_conv = "cudnn";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
@@ -88,9 +52,20 @@ struct KernelChoices {
   bool cudnn_deterministic = false;
   static KernelChoices from_config(const ConfigNode& train);
   void apply() const;
-  // What differs from the defaults, as " [unfused attention]" etc. for a status line; "" if none.
+  // What differs from the defaults, as " [attention: unfused]" etc. for a status line; "" if
+  // none.
   std::string describe() const;
 };
+
+// One string choice of KernelChoices.
+struct KernelChoiceSpec {
+  const char* key;                     // the member's name: train.KEY, benchmark --KEY
+  std::string KernelChoices::*member;  // its default is KernelChoices{}.*member
+  std::vector<std::string> values;     // what it takes
+  const char* help;                    // what each value does
+};
+// Every string choice of KernelChoices, in the order of its members.
+const std::vector<KernelChoiceSpec>& kernel_choice_specs();
 
 // The `train:` section.
 struct TrainOptions {

@@ -168,7 +168,7 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   stats_ = std::make_unique<UpdateStats>(setup_.device);
   train_.kernels.apply();
   const std::string kernels = train_.kernels.describe();
-  if (!kernels.empty()) log("kernels:" + kernels + " (train.attention, train.elementwise, ...)");
+  if (!kernels.empty()) log("kernels (train.KEY: value):" + kernels);
   if (train_.cuda_graph != "off") {
     const std::string obstacle =
         cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_);

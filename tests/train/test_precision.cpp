@@ -1,12 +1,14 @@
 // Mixed precision and EMA evaluation in the trainer: bf16 / fp16 runs on the CPU (emulated
 // 16-bit math) against fp32, the loss scaler's state in checkpoints and exact fp16 resume,
 // version-1 training states, and the EMA's evaluation columns in summary.csv.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -375,10 +377,10 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   config.set("train.depthwise_conv=direct");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
   CHECK(k.describe() ==
-        " [scalar attention] [one_block attention backward]"
-        " [one_block attention forward] [reference elementwise kernels]"
-        " [f32 norm outputs] [fused residual norm] [fused GELU dropout] [fused dropout add]"
-        " [fused talking heads] [conv logits: conv] [depthwise conv: direct]");
+        " [attention: scalar] [attention_backward: one_block] [attention_forward: one_block]"
+        " [elementwise: reference] [norm_output: f32] [residual_norm: fused]"
+        " [gelu_dropout: fused] [dropout_add: fused] [talking_heads: fused]"
+        " [conv_logits: conv] [depthwise_conv: direct]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
@@ -439,6 +441,47 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
                       Contains("train.depthwise_conv") && Contains("native") && Contains("direct"));
 }
 
+TEST_CASE("train's kernel choices: every key reads every value it lists, and nothing else",
+          "[cpu][train]") {
+  const KernelChoices defaults;
+  std::set<std::string> keys;
+  for (const KernelChoiceSpec& spec : kernel_choice_specs()) {
+    INFO("train." << spec.key);
+    CHECK(keys.insert(spec.key).second);
+    const std::string& default_value = defaults.*spec.member;
+    CHECK(std::find(spec.values.begin(), spec.values.end(), default_value) != spec.values.end());
+    CHECK(std::string(spec.help).find(default_value) != std::string::npos);
+    for (const std::string& value : spec.values) {
+      Config config = Config::parse("train: {epochs: 1}\n");
+      config.set(std::string("train.") + spec.key + "=" + value);
+      const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
+      CHECK(k.*spec.member == value);
+      // Only this member moved, and the status line names it.
+      for (const KernelChoiceSpec& other : kernel_choice_specs()) {
+        if (other.member != spec.member) CHECK(k.*other.member == defaults.*other.member);
+      }
+      const std::string tag = std::string(" [") + spec.key + ": " + value + "]";
+      CHECK(k.describe() == (value == default_value ? std::string() : tag));
+    }
+    Config bad = Config::parse("train: {epochs: 1}\n");
+    bad.set(std::string("train.") + spec.key + "=nonsense");
+    REQUIRE_THROWS_WITH(TrainOptions::from_config(bad.root()["train"]),
+                        Contains(std::string("train.") + spec.key) && Contains("nonsense") &&
+                            Contains(spec.values.back()));
+  }
+  CHECK(keys.size() == 15);
+  // The two switches that were benchmark flags only are train keys too, applied process-wide.
+  KernelChoices k;
+  k.norm_backward = "fused";
+  k.attention_loads = "sync";
+  k.apply();
+  CHECK(set_cuda_layer_norm_fused_backward(false));
+  CHECK_FALSE(set_cuda_attention_async_loads(true));
+  defaults.apply();
+  CHECK_FALSE(set_cuda_layer_norm_fused_backward(false));
+  CHECK(set_cuda_attention_async_loads(true));
+}
+
 TEST_CASE("train.attention=unfused trains the tiny CSKA-ViT to the fused run's weights",
           "[cpu][train][slow]") {
   if (!test::fashion_mnist_available()) {
@@ -448,8 +491,8 @@ TEST_CASE("train.attention=unfused trains the tiny CSKA-ViT to the fused run's w
   const Run fused = train_tiny({});
   const Run unfused = train_tiny({"train.attention=unfused"});
   KernelChoices{}.apply();  // the switches are process-wide: back to the defaults
-  CHECK(mentions(unfused.log, "kernels: [unfused attention]"));
-  CHECK_FALSE(mentions(fused.log, "kernels:"));
+  CHECK(mentions(unfused.log, "kernels (train.KEY: value): [attention: unfused]"));
+  CHECK_FALSE(mentions(fused.log, "kernels ("));
   // The same math, rounded in another order (so not the same bits: the other path did run): 8
   // AdamW updates later the weights still agree.
   std::string diff;
