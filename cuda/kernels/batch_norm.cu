@@ -1,5 +1,7 @@
 // Batch norm of x [N, C, *] on CUDA: per-channel statistics (Welford) and gradient sums reduced in
 // two deterministic stages (blocks -> per-(channel, split) partials -> one thread per channel).
+// Parameters in x's dtype, or f32 with a bf16/f16 x (the values read as f32 either way, so the
+// mixed form computes what the f32 form computes on the widened x, rounded once at the store).
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -100,8 +102,8 @@ __global__ void bn_eval_stats(const float* running_mean, const float* running_va
   }
 }
 
-template <typename T>
-__global__ void bn_apply(const T* x, const T* w, const T* b, const float* mean, const float* rstd,
+template <typename T, typename P>
+__global__ void bn_apply(const T* x, const P* w, const P* b, const float* mean, const float* rstd,
                          Layout lay, T* y) {
   const int64_t total = lay.n * lay.c * lay.s;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -134,9 +136,9 @@ __global__ void bn_grad_partials(const T* gy, const T* x, const float* mean, con
 }
 
 // Stage 2: per channel, sums over the splits in order -> sums[c], grad_bias, grad_weight.
-template <typename T>
-__global__ void bn_grad_final(const float2* part, int64_t channels, int splits, float2* sums, T* gw,
-                              T* gb) {
+template <typename P>
+__global__ void bn_grad_final(const float2* part, int64_t channels, int splits, float2* sums, P* gw,
+                              P* gb) {
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < channels;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sg = 0.0f, sgx = 0.0f;
@@ -145,15 +147,15 @@ __global__ void bn_grad_final(const float2* part, int64_t channels, int splits, 
       sgx += part[c * splits + k].y;
     }
     sums[c] = make_float2(sg, sgx);
-    if (gb) gb[c] = from_float<T>(sg);
-    if (gw) gw[c] = from_float<T>(sgx);
+    if (gb) gb[c] = from_float<P>(sg);
+    if (gw) gw[c] = from_float<P>(sgx);
   }
 }
 
 // grad_x. Training (sums given): w * rstd * (g - mean(g) - xhat * mean(g * xhat)), since the
 // batch statistics depend on x; eval: g * w * rstd.
-template <typename T>
-__global__ void bn_grad_x(const T* gy, const T* x, const T* w, const float* mean, const float* rstd,
+template <typename T, typename P>
+__global__ void bn_grad_x(const T* gy, const T* x, const P* w, const float* mean, const float* rstd,
                           const float2* sums, Layout lay, T* gx) {
   const int64_t total = lay.n * lay.c * lay.s;
   const float inv_m = 1.0f / static_cast<float>(lay.per_channel());
@@ -193,6 +195,27 @@ void check_channel_tensor(const Tensor& t, int64_t c, DType dtype, const char* w
             " must be contiguous with ", c, " elements");
 }
 
+// The parameters' (and their gradients') dtype: x's, or f32 with a bf16/f16 x (autocast's mixed
+// batch norm: 16-bit activations, f32 weights).
+DType param_dtype(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const Tensor& p = weight.defined() ? weight : bias;
+  const bool low = x.dtype() == DType::kBF16 || x.dtype() == DType::kF16;
+  return p.defined() && low && p.dtype() == DType::kF32 ? DType::kF32 : x.dtype();
+}
+
+// Runs f(T tag, P tag) for x's dtype T and the parameters' dtype P.
+template <typename F>
+void dispatch_with_params(DType x_dtype, DType p_dtype, const char* kernel, F&& f) {
+  dispatch_floating(x_dtype, kernel, [&](auto tag) {
+    using T = decltype(tag);
+    if (p_dtype == DType::kF32 && x_dtype != DType::kF32) {
+      f(tag, float{});
+    } else {
+      f(tag, T{});
+    }
+  });
+}
+
 unsigned int channel_grid(int64_t channels) {
   SKA_CHECK(channels <= INT_MAX, ShapeError, "batch_norm: too many channels (", channels, ")");
   return static_cast<unsigned int>(channels);
@@ -227,8 +250,9 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   const Layout lay = layout_of(x);
   SKA_CHECK(x.is_contiguous() && y.is_contiguous(), ValueError,
             "batch_norm_forward: x and y must be contiguous");
-  check_channel_tensor(weight, lay.c, x.dtype(), "weight");
-  check_channel_tensor(bias, lay.c, x.dtype(), "bias");
+  const DType p_dtype = param_dtype(x, weight, bias);
+  check_channel_tensor(weight, lay.c, p_dtype, "weight");
+  check_channel_tensor(bias, lay.c, p_dtype, "bias");
   check_channel_tensor(running_mean, lay.c, DType::kF32, "running_mean");
   check_channel_tensor(running_var, lay.c, DType::kF32, "running_var");
   check_channel_tensor(save_mean, lay.c, DType::kF32, "save_mean");
@@ -236,8 +260,9 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   SKA_CHECK(training || (running_mean.defined() && running_var.defined()), ValueError,
             "batch_norm_forward: eval mode needs running_mean and running_var");
   if (lay.c == 0) return;
-  dispatch_floating(x.dtype(), "batch_norm_forward", [&](auto tag) {
+  dispatch_with_params(x.dtype(), p_dtype, "batch_norm_forward", [&](auto tag, auto param_tag) {
     using T = decltype(tag);
+    using P = decltype(param_tag);
     const cudaStream_t s = current_stream(device);
     if (training) {
       SKA_CHECK(lay.per_channel() > 0, ValueError, "batch_norm_forward: empty batch in training");
@@ -251,8 +276,8 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (x.numel() == 0) return;
-    bn_apply<T><<<grid_for(x.numel()), 256, 0, s>>>(
-        static_cast<const T*>(x.data_ptr()), data_or_null<T>(weight), data_or_null<T>(bias),
+    bn_apply<T, P><<<grid_for(x.numel()), 256, 0, s>>>(
+        static_cast<const T*>(x.data_ptr()), data_or_null<P>(weight), data_or_null<P>(bias),
         static_cast<const float*>(save_mean.data_ptr()),
         static_cast<const float*>(save_rstd.data_ptr()), lay, static_cast<T*>(y.data_ptr()));
     SKA_CUDA_CHECK_LAUNCH();
@@ -267,15 +292,19 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
   const Layout lay = layout_of(x);
   SKA_CHECK(x.is_contiguous() && grad_y.is_contiguous(), ValueError,
             "batch_norm_backward: x and grad_y must be contiguous");
-  check_channel_tensor(weight, lay.c, x.dtype(), "weight");
-  check_channel_tensor(grad_weight, lay.c, x.dtype(), "grad_weight");
-  check_channel_tensor(grad_bias, lay.c, x.dtype(), "grad_bias");
+  const DType p_dtype = param_dtype(x, weight.defined() ? weight : grad_weight, grad_bias);
+  check_channel_tensor(weight, lay.c, p_dtype, "weight");
+  check_channel_tensor(grad_weight, lay.c, p_dtype, "grad_weight");
+  check_channel_tensor(grad_bias, lay.c, p_dtype, "grad_bias");
+  SKA_CHECK(grad_y.dtype() == x.dtype() && (!grad_x.defined() || grad_x.dtype() == x.dtype()),
+            DTypeError, "batch_norm_backward: grad_y and grad_x must be x's dtype ", x.dtype());
   check_channel_tensor(save_mean, lay.c, DType::kF32, "save_mean");
   check_channel_tensor(save_rstd, lay.c, DType::kF32, "save_rstd");
   if (lay.c == 0) return;
   const bool param_grads = grad_weight.defined() || grad_bias.defined();
-  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+  dispatch_with_params(x.dtype(), p_dtype, "batch_norm_backward", [&](auto tag, auto param_tag) {
     using T = decltype(tag);
+    using P = decltype(param_tag);
     const cudaStream_t s = current_stream(device);
     const float* mean = static_cast<const float*>(save_mean.data_ptr());
     const float* rstd = static_cast<const float*>(save_rstd.data_ptr());
@@ -291,16 +320,16 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
           static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()), mean, rstd,
           lay, part);
       SKA_CUDA_CHECK_LAUNCH();
-      bn_grad_final<T><<<grid_for(lay.c), 256, 0, s>>>(part, lay.c, splits, sums,
-                                                       mutable_or_null<T>(grad_weight),
-                                                       mutable_or_null<T>(grad_bias));
+      bn_grad_final<P><<<grid_for(lay.c), 256, 0, s>>>(part, lay.c, splits, sums,
+                                                       mutable_or_null<P>(grad_weight),
+                                                       mutable_or_null<P>(grad_bias));
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (!grad_x.defined() || x.numel() == 0) return;
     SKA_CHECK(grad_x.is_contiguous(), ValueError, "batch_norm_backward: grad_x not contiguous");
-    bn_grad_x<T><<<grid_for(x.numel()), 256, 0, s>>>(
+    bn_grad_x<T, P><<<grid_for(x.numel()), 256, 0, s>>>(
         static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-        data_or_null<T>(weight), mean, rstd, training ? sums : nullptr, lay,
+        data_or_null<P>(weight), mean, rstd, training ? sums : nullptr, lay,
         static_cast<T*>(grad_x.data_ptr()));
     SKA_CUDA_CHECK_LAUNCH();
   });

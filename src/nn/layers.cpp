@@ -162,7 +162,8 @@ Tensor BatchNorm2d::forward_synchronised(const Tensor& x) {
   }
   const Shape per_channel = {1, channels, 1, 1};
   const Tensor scale = mul(rsqrt(add(var, eps)), weight).view(per_channel);
-  return add(mul(sub(xf, mean.view(per_channel)), scale), bias.view(per_channel));
+  const Tensor y = add(mul(sub(xf, mean.view(per_channel)), scale), bias.view(per_channel));
+  return y.dtype() == x.dtype() ? y : y.to(x.dtype());  // in x's dtype, as batch_norm
 }
 
 Tensor Dropout::forward(const Tensor& x) {

@@ -32,11 +32,11 @@ constexpr PolicyEntry kPolicyTable[] = {
     {"conv_logits", AutocastPolicy::kLowerPrecision},
     {"scaled_dot_attention", AutocastPolicy::kLowerPrecision},
     {"qkv_attention", AutocastPolicy::kLowerPrecision},
-    // Large reductions, exponentials and statistics: f32.
+    // Large reductions, exponentials and statistics: f32. (batch_norm is not here: as in
+    // torch.autocast it runs in its input's dtype, with f32 parameters and statistics.)
     {"softmax", AutocastPolicy::kFloat32},
     {"log_softmax", AutocastPolicy::kFloat32},
     {"layer_norm", AutocastPolicy::kFloat32},
-    {"batch_norm", AutocastPolicy::kFloat32},
     {"cross_entropy", AutocastPolicy::kFloat32},
     {"sum", AutocastPolicy::kFloat32},
     {"mean", AutocastPolicy::kFloat32},

@@ -182,16 +182,29 @@ Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Te
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
-  if (auto cast = autocast_inputs("batch_norm", {x, weight, bias})) {
-    return batch_norm((*cast)[0], (*cast)[1], (*cast)[2], running_mean, running_var, training,
-                      momentum, eps);
-  }
+  // No autocast policy: as in torch.autocast, batch norm runs in its input's dtype, a bf16/f16
+  // input with f32 parameters and statistics (computed in f32, y rounded once).
   detail::check_floating("batch_norm", x);
   SKA_CHECK(x.dim() >= 2, ShapeError, "batch_norm: expected x [N, C, ...], got shape ",
             shape_str(x.shape()));
   const int64_t channels = x.shape()[1];
-  check_channel_param("batch_norm", "weight", x, weight, channels);
-  check_channel_param("batch_norm", "bias", x, bias, channels);
+  const Tensor& any_param = weight.defined() ? weight : bias;
+  const DType param_dtype =
+      is_16bit(x.dtype()) && any_param.defined() && any_param.dtype() == DType::kF32 ? DType::kF32
+                                                                                     : x.dtype();
+  for (const auto& [what, p] : {std::pair<const char*, const Tensor&>{"weight", weight},
+                                std::pair<const char*, const Tensor&>{"bias", bias}}) {
+    if (!p.defined()) continue;
+    SKA_CHECK(p.device() == x.device(), DeviceError, "batch_norm: ", what, " on ", p.device(),
+              ", input on ", x.device());
+    SKA_CHECK(p.dtype() == param_dtype, DTypeError, "batch_norm: ", what, " is ",
+              dtype_name(p.dtype()), " for a ", dtype_name(x.dtype()), " input; expected ",
+              is_16bit(x.dtype()) ? "the input's dtype or f32 (weight and bias alike)"
+                                  : "the input's dtype");
+    SKA_CHECK(p.dim() == 1 && p.shape()[0] == channels, ShapeError, "batch_norm: ", what,
+              " must be [", channels, "] for input ", shape_str(x.shape()), ", got ",
+              shape_str(p.shape()));
+  }
   check_running_stat("running_mean", x, running_mean, channels);
   check_running_stat("running_var", x, running_var, channels);
   SKA_CHECK(training || (running_mean.defined() && running_var.defined()), ValueError,

@@ -34,7 +34,9 @@ ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weig
 Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  double eps = 1e-6);
 // x [N, C, ...]. In training, batch statistics are used and running_mean / running_var are updated
-// in place (momentum as in PyTorch); in eval the running statistics are used.
+// in place (momentum as in PyTorch); in eval the running statistics are used. weight and bias in
+// x's dtype, or f32 for a bf16/f16 x: the output is in x's dtype (under autocast, a 16-bit
+// convolution's output is normalised as it is, with f32 parameters, as torch.autocast does).
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum = 0.1, double eps = 1e-5);

@@ -324,6 +324,52 @@ TEST_CASE("batch norm gradients match finite differences", "[cpu]") {
   }, {x2});
 }
 
+TEST_CASE("batch norm of a 16-bit input with f32 parameters: the f32 form on its widened values",
+          "[cpu][autocast]") {
+  // What autocast did before (a cast of x to f32, batch norm in f32, the output cast back by the
+  // next matrix product) and what it does now (batch norm reading the 16-bit x with f32
+  // parameters) give the same bits: y and grad_x rounded once from the same f32 values, the
+  // parameters' gradients and the running statistics the same f32 values.
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (bool training : {true, false}) {
+      INFO(dtype_name(dt) << ", training " << training);
+      const Tensor x = uniform({4, 3, 5, 5}, 54, -3.0, 3.0).to(dt).set_requires_grad();
+      const Tensor w = uniform({3}, 55, 0.5, 1.5, DType::kF32).set_requires_grad();
+      const Tensor b = uniform({3}, 56, -1.0, 1.0, DType::kF32).set_requires_grad();
+      const Tensor g = uniform({4, 3, 5, 5}, 57).to(dt);
+      Tensor rm = Tensor::full({3}, 0.1, DType::kF32), rv = Tensor::full({3}, 1.5, DType::kF32);
+      Tensor rm_ref = rm.clone(), rv_ref = rv.clone();
+
+      const Tensor y = batch_norm(x, w, b, rm, rv, training);
+      REQUIRE(y.dtype() == dt);
+      CHECK(y.grad_fn()->name() == "batch_norm");  // one node: no cast of x recorded
+      y.backward(g);
+      const TensorList grads = {x.grad(), w.grad(), b.grad()};
+
+      const Tensor x32 = x.detach().to(DType::kF32).set_requires_grad();
+      const Tensor w32 = w.detach().set_requires_grad(), b32 = b.detach().set_requires_grad();
+      const Tensor y32 = batch_norm(x32, w32, b32, rm_ref, rv_ref, training);
+      y32.backward(g.to(DType::kF32));
+      const TensorList ref = {x32.grad(), w32.grad(), b32.grad()};
+
+      CHECK(ska::test::bitwise_equal(y, y32.to(dt)));
+      CHECK(ska::test::bitwise_equal(grads[0], ref[0].to(dt)));
+      CHECK(ska::test::bitwise_equal(grads[1], ref[1]));
+      CHECK(ska::test::bitwise_equal(grads[2], ref[2]));
+      CHECK(ska::test::bitwise_equal(rm, rm_ref));
+      CHECK(ska::test::bitwise_equal(rv, rv_ref));
+    }
+  }
+  // Under autocast nothing is cast: the op runs on the 16-bit input as it is.
+  const AutocastGuard autocast(DType::kBF16);
+  const Tensor x = uniform({2, 3, 4, 4}, 58).to(DType::kBF16).set_requires_grad();
+  const Tensor w = Tensor::ones({3}).to(DType::kF32).set_requires_grad();
+  const Tensor y = batch_norm(x, w, Tensor::zeros({3}, DType::kF32), Tensor(), Tensor(), true);
+  CHECK(y.dtype() == DType::kBF16);
+  CHECK(y.grad_fn()->name() == "batch_norm");
+  CHECK(y.grad_fn()->next_edges[0].fn->name() == "AccumulateGrad");  // x's own, no cast node
+}
+
 TEST_CASE("norms reject bad arguments", "[cpu]") {
   const Tensor x = uniform({2, 3}, 60);
   CHECK_THROWS_WITH(layer_norm(x, uniform({4}, 61), Tensor()),
@@ -341,6 +387,18 @@ TEST_CASE("norms reject bad arguments", "[cpu]") {
                     Catch::Contains("more than 1 value") && Catch::Contains("[1, 3]"));
   CHECK_THROWS_AS(batch_norm(x, Tensor(), Tensor(), Tensor::zeros({4}, DType::kF64),
                              Tensor::ones({3}, DType::kF64), true), ShapeError);
+  // Parameters: x's dtype, or f32 (both alike) for a 16-bit x.
+  const Tensor x16 = uniform({2, 3}, 67).to(DType::kBF16);
+  const Tensor w32 = Tensor::ones({3}, DType::kF32), b16 = Tensor::zeros({3}).to(DType::kBF16);
+  CHECK_THROWS_WITH(
+      batch_norm(x16, w32, b16, Tensor(), Tensor(), true),
+      Catch::Contains("batch_norm: bias is bf16 for a bf16 input") && Catch::Contains("f32"));
+  CHECK_THROWS_WITH(
+      batch_norm(x.to(DType::kF32), w32.to(DType::kF64), Tensor(), Tensor(), Tensor(), true),
+      Catch::Contains("weight is f64 for a f32 input"));
+  CHECK_THROWS_AS(
+      batch_norm(x16, Tensor::ones({3}, DType::kF64), Tensor(), Tensor(), Tensor(), true),
+      DTypeError);
 }
 
 TEST_CASE("CUDA add_layer_norm matches the CPU", "[cuda]") {
@@ -423,6 +481,18 @@ TEST_CASE("CUDA norms match the CPU", "[cuda]") {
         Tensor v = Tensor::full({8}, 1.5, DType::kF32, in[0].device());
         return batch_norm(in[0], in[1], in[2], m, v, training);
       }, {img, w8, b8}, dt);
+      if (dt == DType::kF32) continue;
+      // Autocast's mixed form: a 16-bit input with f32 parameters and statistics.
+      const ska::test::Tolerance tol = tolerance_for(dt);
+      ska::test::check_cuda_parity(
+          [training, dt](const TensorList& in) {
+            Tensor m = Tensor::full({8}, 0.1, DType::kF32, in[0].device());
+            Tensor v = Tensor::full({8}, 1.5, DType::kF32, in[0].device());
+            const Tensor y = batch_norm(in[0].to(dt), in[1], in[2], m, v, training);
+            CHECK(y.dtype() == dt);
+            return cat({y.to(DType::kF32).flatten(), m, v}, 0);
+          },
+          {img, w8, b8}, DType::kF32, &tol);
     }
   }
 }

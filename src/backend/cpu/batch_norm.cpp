@@ -1,11 +1,13 @@
 // CPU kernel: batch norm of x [N, C, ...] per channel (forward with running-stat update, backward
 // in training and eval modes). Channels are spread over OpenMP threads; sums accumulate in double.
+// A bf16/f16 x (with parameters in its dtype or f32) runs the f32 path on widened copies.
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/widen.h"
 
 namespace ska::cpu {
 
@@ -86,6 +88,13 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Tensor& running_mean, const Tensor& running_var, bool training,
                         double momentum, double eps, const Tensor& y, const Tensor& save_mean,
                         const Tensor& save_rstd) {
+  if (is_16bit_float(x.dtype())) {  // widened (f32 or 16-bit parameters), y rounded once
+    const Tensor result = f32_output(y);
+    batch_norm_forward(widen_f32(x), widen_f32(weight), widen_f32(bias), running_mean, running_var,
+                       training, momentum, eps, result, save_mean, save_rstd);
+    round_into(result, y);
+    return;
+  }
   dispatch_floating(x.dtype(), "batch_norm_forward", [&](auto tag) {
     using T = decltype(tag);
     const ChannelLayout l = layout_of(x);
@@ -126,6 +135,15 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                          const Tensor& save_mean, const Tensor& save_rstd, bool training,
                          const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (is_16bit_float(x.dtype())) {  // widened; each gradient rounded once into its own dtype
+    const Tensor gx = f32_output(grad_x), gw = f32_output(grad_weight), gb = f32_output(grad_bias);
+    batch_norm_backward(widen_f32(grad_y), widen_f32(x), widen_f32(weight), save_mean, save_rstd,
+                        training, gx, gw, gb);
+    round_into(gx, grad_x);
+    round_into(gw, grad_weight);
+    round_into(gb, grad_bias);
+    return;
+  }
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     const ChannelLayout l = layout_of(x);
