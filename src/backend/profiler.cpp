@@ -114,6 +114,8 @@ std::string family_of(const std::string& kernel) {
       {"star_relu", "elementwise"},
       {"fill", "elementwise"},
       {"copy", "copy"},
+      {"multi_cast", "copy"},
+      {"roll", "copy"},
       {"reduce", "reduction"},
       {"argmax", "reduction"},
       {"topk", "reduction"},

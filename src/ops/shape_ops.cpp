@@ -191,32 +191,6 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   return out;
 }
 
-namespace {
-
-// out = x rolled by `shifts` (each in [0, n)) along `dims`: for every combination of the two parts
-// of each rolled dim (the last `shift` elements move to the front), one strided copy of a block
-// from x straight into its place in out (2^k copies for k rolled dims, no intermediates).
-void roll_into(const Tensor& x, const std::vector<int64_t>& shifts,
-               const std::vector<int64_t>& dims, const Tensor& out) {
-  const size_t k = dims.size();
-  for (size_t mask = 0; mask < (size_t{1} << k); ++mask) {
-    Tensor src = x, dst = out;
-    bool empty = false;
-    for (size_t i = 0; i < k; ++i) {
-      const int64_t n = x.size(dims[i]), s = shifts[i];
-      // part 0: x[0, n - s) -> out[s, n); part 1: x[n - s, n) -> out[0, s)
-      const bool tail = (mask >> i) & 1;
-      const int64_t length = tail ? s : n - s;
-      if (length == 0) empty = true;
-      src = src.narrow(dims[i], tail ? n - s : 0, length);
-      dst = dst.narrow(dims[i], tail ? 0 : s, length);
-    }
-    if (!empty) dst.copy_(src);
-  }
-}
-
-}  // namespace
-
 Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
   SKA_CHECK(shifts.size() == dims.size(), ValueError, "roll: ", shifts.size(), " shifts for ",
             dims.size(), " dims");
@@ -225,23 +199,24 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
   for (size_t i = 0; i < dims.size(); ++i) {
     total[static_cast<size_t>(wrap_dim(dims[i], x.dim(), "roll"))] += shifts[i];
   }
-  std::vector<int64_t> ds, ss, back;  // the dims that move, their shifts, and the inverse shifts
+  // Each dim's shift in [0, n), and the shifts back.
+  std::vector<int64_t> shift(static_cast<size_t>(x.dim()), 0), back = shift;
+  bool moves = false;
   for (int64_t d = 0; d < x.dim(); ++d) {
     const int64_t n = x.shape()[d];
     if (n == 0) continue;
-    const int64_t s = ((total[static_cast<size_t>(d)] % n) + n) % n;
-    if (s == 0) continue;
-    ds.push_back(d);
-    ss.push_back(s);
-    back.push_back(n - s);
+    const size_t i = static_cast<size_t>(d);
+    shift[i] = ((total[i] % n) + n) % n;
+    back[i] = shift[i] == 0 ? 0 : n - shift[i];
+    moves = moves || shift[i] != 0;
   }
-  if (ds.empty()) return x;
+  if (!moves) return x;
+  // One pass each way (the roll kernel): the gradient of a roll is the roll back.
   const Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  roll_into(x.detach(), ss, ds, out);
-  // The gradient of a roll is the roll back: one pass, not a zero-filled gradient per part.
-  autograd::record_op("roll", {x}, {out}, [ds, back](const TensorList& g) {
+  SKA_KERNEL(x.device(), roll)(x.detach(), shift, out);
+  autograd::record_op("roll", {x}, {out}, [back](const TensorList& g) {
     const Tensor gx = Tensor::empty(g[0].shape(), g[0].dtype(), g[0].device());
-    roll_into(g[0], back, ds, gx);
+    SKA_KERNEL(gx.device(), roll)(g[0], back, gx);
     return TensorList{gx};
   });
   return out;

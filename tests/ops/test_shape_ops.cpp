@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/profiler.h"
 #include "support/test_util.h"
 
@@ -123,6 +124,43 @@ TEST_CASE("roll matches torch.roll", "[cpu]") {
   const Tensor w = uniform(r.shape(), 83);
   sum(r * w).backward();
   CHECK(z.grad().to_vector<double>() == roll(w, {2, 2}, {1, 2}).to_vector<double>());
+}
+
+TEST_CASE("roll is one kernel call each way, for any dtype, and its kernel checks its operands",
+          "[cpu]") {
+  const Tensor z = uniform({2, 4, 4, 6}, 84).to(DType::kF32).set_requires_grad(true);
+  const auto calls = [](const std::string& name) {
+    int64_t n = 0;
+    for (const profiler::KernelTime& k : profiler::stop()) n += k.name == name ? k.calls : 0;
+    return n;
+  };
+  profiler::start();
+  const Tensor r = roll(z, {-2, 1}, {1, 2});
+  CHECK(calls("roll") == 1);
+  profiler::start();
+  const Tensor r2 = roll(z, {-2, 1}, {1, 2});
+  CHECK(calls("copy") == 0);  // not a strided copy per block
+  profiler::start();
+  r.backward(uniform(r.shape(), 87).to(DType::kF32));
+  CHECK(calls("roll") == 1);
+  // The bits moved as they are: integers, bytes and 16-bit floats, strided or not.
+  const Tensor ints = Tensor::arange(24, DType::kI64).reshape({2, 3, 4}).detach();
+  CHECK(roll(ints, {1, -1}, {0, 2}).to_vector<int64_t>() ==
+        roll(ints.to(DType::kF64), {1, -1}, {0, 2}).to_vector<int64_t>());
+  const Tensor bytes = ints.to(DType::kU8).transpose(1, 2);
+  CHECK(roll(bytes, {2}, {1}).to_vector<int64_t>() ==
+        roll(ints.transpose(1, 2), {2}, {1}).to_vector<int64_t>());
+  const Tensor halves = uniform({3, 5}, 85).to(DType::kBF16);
+  CHECK(test::bitwise_equal(roll(halves, {2, 3}, {0, 1}).to(DType::kF32),
+                            roll(halves.to(DType::kF32), {2, 3}, {0, 1})));
+  // The kernel itself: one shift per dim, each in [0, n), out contiguous of x's shape and dtype.
+  const Tensor x = uniform({3, 4}, 86);
+  const Tensor out = Tensor::empty({3, 4}, DType::kF64);
+  CHECK_THROWS_WITH(cpu::roll(x, {1}, out), Catch::Contains("roll: 1 shifts for a 2-d input"));
+  CHECK_THROWS_WITH(cpu::roll(x, {0, 4}, out),
+                    Catch::Contains("shift 4 of dim 1 is outside [0, 4)"));
+  CHECK_THROWS_AS(cpu::roll(x, {0, 1}, Tensor::empty({4, 3}, DType::kF64)), ShapeError);
+  CHECK_THROWS_AS(cpu::roll(x, {0, 1}, Tensor::empty({3, 4}, DType::kF32)), ShapeError);
 }
 
 // grid_neighbourhoods by its definition, element by element: [L, H, W, C] -> [L, H, W, k*k, C].
@@ -248,10 +286,39 @@ TEST_CASE("CUDA shape ops match the CPU", "[cuda]") {
                                  {a}, dt);
     ska::test::check_cuda_parity([](const TensorList& in) { return roll(in[0], {2, -3}, {1, 2}); },
                                  {a}, dt);
+    // Swin's shifted windows: [B, H, W, C] rolled over H and W, rows of C moved as 16-byte
+    // packs; and a strided input, element by element.
+    Tensor grid = uniform({2, 4, 4, 48}, 4).set_requires_grad();
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) {
+          return roll(in[0], {-2, -2}, {1, 2});
+        },
+        {grid}, dt);
+    ska::test::check_cuda_parity(
+        [](const TensorList& in) {
+          return roll(in[0].transpose(1, 3), {1, 3}, {1, 3});
+        },
+        {grid}, dt);
     ska::test::check_cuda_parity(  // channels last of a channels-first tensor, as CSKA reads q
         [](const TensorList& in) {
           return grid_neighbourhoods(in[0].reshape({4, 7, 3, 3}).permute({0, 2, 3, 1}), 3);
         },
         {a}, dt);
+  }
+  // Every element size, bit for bit: 1, 2, 4 and 8 bytes, packs and single elements.
+  const Tensor ints = Tensor::arange(2 * 6 * 5 * 16, DType::kI64).reshape({2, 6, 5, 16}).detach();
+  for (DType dt : {DType::kU8, DType::kBF16, DType::kI32, DType::kI64}) {
+    INFO(dtype_name(dt));
+    const Tensor host = ints.to(dt);
+    for (const std::vector<int64_t>& shifts :
+         std::vector<std::vector<int64_t>>{{3, -1}, {0, 7}, {2, 0}}) {
+      const Tensor expected = roll(host, shifts, {1, 3});
+      const Tensor got = roll(host.to(Device::cuda(0)), shifts, {1, 3}).to(Device::cpu());
+      CHECK(ska::test::bitwise_equal(got, expected));
+      const Tensor strided = roll(host.transpose(0, 2), shifts, {1, 3});
+      CHECK(ska::test::bitwise_equal(
+          roll(host.to(Device::cuda(0)).transpose(0, 2), shifts, {1, 3}).to(Device::cpu()),
+          strided));
+    }
   }
 }
