@@ -190,11 +190,13 @@ void mark_read(const ConfigNode& node) {
   }
 }
 
-ConfigNode model_section(const Config& config) {
+ConfigNode model_section(const Config& config, const std::vector<std::string>& own) {
   const ConfigNode root = config.root();
   if (!is_experiment(root)) return root;
   for (const std::string& key : root.keys()) {
-    if (key != "model" && key != "data") mark_read(root[key]);
+    const bool ours =
+        key == "model" || key == "data" || std::find(own.begin(), own.end(), key) != own.end();
+    if (!ours) mark_read(root[key]);
   }
   return root["model"];
 }

@@ -63,9 +63,10 @@ Config load_config(const ConfigOptions& options);
 void mark_read(const ConfigNode& node);
 
 // The model map of a config: its `model:` section for an experiment config, else the root (a
-// configs/models/*.yaml file). Sections other than model and data belong to other commands
-// (train, validate): they are marked read so check_unused() judges only what this command uses.
-ConfigNode model_section(const Config& config);
+// configs/models/*.yaml file). Sections other than model, data and `own` (those the command reads
+// itself, e.g. {"train"}) belong to other commands: they are marked read so check_unused() judges
+// only what this command uses, typos in its own sections included.
+ConfigNode model_section(const Config& config, const std::vector<std::string>& own = {});
 // The `data:` map (of the experiment, or inside a model file); null when absent.
 ConfigNode data_section(const Config& config);
 

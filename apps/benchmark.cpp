@@ -231,11 +231,19 @@ int run_benchmark(BenchmarkOptions o) {
   using namespace ska;
   o.config.print_config_to_stderr = o.json;
   const Config config = apps::load_config(o.config);
-  const ConfigNode model_cfg = apps::model_section(config);
+  const ConfigNode model_cfg = apps::model_section(config, {"train", "optim"});
   const models::ModelInput input = apps::model_input(model_cfg);
   nn::ModulePtr model = models::build_model(model_cfg);
   const ConfigNode data = apps::data_section(config);  // validated like the other commands
   if (!data.is_null()) data::read_eval_transform(data, input.image_size, input.in_channels);
+  // The trainer's step with the experiment's optim and train sections (defaults without them),
+  // read whole so that a typo in them is reported.
+  const ConfigNode root = config.root();
+  const optim::OptimizerOptions optim_options =
+      root.has("optim") ? optim::OptimizerOptions::from_config(root["optim"])
+                        : optim::OptimizerOptions{};
+  train::TrainOptions train =
+      root.has("train") ? train::TrainOptions::from_config(root["train"]) : train::TrainOptions{};
   config.check_unused();
   SKA_CHECK(o.mode == "train" || o.mode == "infer", ValueError, "--mode must be train or infer, got '",
             o.mode, "'");
@@ -314,15 +322,6 @@ int run_benchmark(BenchmarkOptions o) {
     m = time_steps(o, device, step);
     if (o.profile) profile = profile_steps(o, device, step);
   } else {
-    // The trainer's step with the experiment's optim and train sections (defaults without them).
-    const ConfigNode root = config.root();
-    const bool experiment = root.has("optim") || root.has("train");
-    const optim::OptimizerOptions optim_options =
-        experiment && root.has("optim") ? optim::OptimizerOptions::from_config(root["optim"])
-                                        : optim::OptimizerOptions{};
-    train::TrainOptions train =
-        experiment && root.has("train") ? train::TrainOptions::from_config(root["train"])
-                                        : train::TrainOptions{};
     train.precision = train::precision_from_name(o.precision);
     train.accumulate = 1;
     train.kernels = kernels;  // the command line's choices, as applied above

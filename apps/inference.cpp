@@ -76,7 +76,7 @@ void print_top1(const Tensor& logits, const std::vector<std::string>& sources) {
 
 int run_inference(const InferenceOptions& options) {
   const Config config = apps::load_config(options.config);
-  const ConfigNode model_cfg = apps::model_section(config);
+  const ConfigNode model_cfg = apps::model_section(config, {"train"});
   const models::ModelInput input = apps::model_input(model_cfg);
   nn::ModulePtr model = models::build_model(model_cfg);
   const ConfigNode data = apps::data_section(config);
@@ -84,8 +84,10 @@ int run_inference(const InferenceOptions& options) {
   if (!options.images.empty() || !data.is_null()) {
     transform = data::read_eval_transform(data, input.image_size, input.in_channels);
   }
-  // train.attention etc. (an experiment config's; the defaults for a model file).
-  const train::KernelChoices kernels = train::KernelChoices::from_config(config.root()["train"]);
+  // train.attention etc. (an experiment config's; the defaults for a model file). The whole
+  // section is read, so that a typo in it is reported.
+  const train::KernelChoices kernels =
+      train::TrainOptions::from_config(config.root()["train"]).kernels;
   config.check_unused();
 
   apps::load_weights(*model, options.weights, options.weight_map);

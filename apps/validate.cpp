@@ -21,7 +21,7 @@ struct ValidateCommand {
 int run_validate(const ValidateCommand& cmd) {
   using namespace ska;
   const ska::Config config = apps::load_config(cmd.config);
-  const ConfigNode model_cfg = apps::model_section(config);
+  const ConfigNode model_cfg = apps::model_section(config, {"train"});
   const models::ModelInput input = apps::model_input(model_cfg);
   nn::ModulePtr model = models::build_model(model_cfg);
   const train::DataOptions data =

@@ -103,6 +103,16 @@ train: {epochs: 3, optimizer: {name: adam, lr: 0.001}}
     apps::data_section(config);
     REQUIRE_THROWS_WITH(config.check_unused(), Contains("model.mlp_dimm"));
   }
+  SECTION("a section the command reads itself is judged too") {
+    Config config = Config::parse(experiment);
+    config.set("train.epochz=4");
+    apps::model_section(config, {"train"});
+    apps::data_section(config);
+    config.root()["train"].get<int64_t>("epochs", 1);
+    config.root()["train"]["optimizer"].get<std::string>("name", "");
+    config.root()["train"]["optimizer"].get<double>("lr", 0.0);
+    REQUIRE_THROWS_WITH(config.check_unused(), Contains("train.epochz"));
+  }
   SECTION("a model file is its own model section") {
     Config config = Config::load(kTinyVit);
     REQUIRE(apps::model_section(config).path().empty());
@@ -324,6 +334,33 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
       run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --capture-range");
   CHECK(capture.exit_code == 2);
   CHECK_THAT(capture.err, Catch::Contains("--capture-range needs --device cuda"));
+}
+
+TEST_CASE("apps: a typo under train or optim is an error in benchmark, validate and inference",
+          "[cpu][apps]") {
+  // They read these sections (the kernels' choices, the step's optimizer), so they judge them.
+  const std::string quickstart = kSourceDir + "/configs/quickstart.yaml";
+  const RunResult bench =
+      run_command(SKA_BENCHMARK_EXE,
+                  "--config " + quickstart + " --batch 2 --iters 1 --set train.attenton=fused");
+  CHECK(bench.exit_code == 2);
+  CHECK_THAT(bench.err, Contains("train.attenton: unknown key; did you mean 'attention'?"));
+  const RunResult optim =
+      run_command(SKA_BENCHMARK_EXE, "--config " + quickstart + " --batch 2 --set optim.lrr=1");
+  CHECK(optim.exit_code == 2);
+  CHECK_THAT(optim.err, Contains("optim.lrr: unknown key; did you mean 'lr'?"));
+  const RunResult validate =
+      run_command(SKA_VALIDATE_EXE, "--config " + quickstart + " --checkpoint " + quickstart +
+                                        " --set train.weight_cast=per_step");
+  CHECK(validate.exit_code == 2);
+  CHECK_THAT(validate.err,
+             Contains("train.weight_cast: unknown key; did you mean 'weight_casts'?"));
+  const RunResult infer =
+      run_command(SKA_INFERENCE_EXE,
+                  "--config " + quickstart + " --weights " + quickstart + " --image " + quickstart +
+                      " --output /dev/null --set train.attention_backwards=split");
+  CHECK(infer.exit_code == 2);
+  CHECK_THAT(infer.err, Contains("train.attention_backwards: unknown key"));
 }
 
 TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps]") {
