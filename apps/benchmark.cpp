@@ -54,6 +54,8 @@ struct BenchmarkOptions {
   // --attention, --weight-casts, ...: train.KEY's choices (train::kernel_choice_specs()).
   ska::train::KernelChoices kernels;
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
+  std::string variants;                // --variants: kernel-choice variants timed in this process
+  int rounds = 1;                      // times the variants are timed in turn
   double peak_tflops = 0.0;         // the MFU reference; 0: the GPU's bf16 dense peak
   bool cuda_graph = false;          // infer: replay the forward as one captured CUDA Graph
 };
@@ -139,6 +141,93 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
   m.peak_bytes = stats.peak_allocated;
   m.peak_requested_bytes = stats.peak_requested;
   return m;
+}
+
+// One entry of --variants: what it is called and the kernels' choices it runs with.
+struct Variant {
+  std::string label;
+  ska::train::KernelChoices kernels;
+  std::vector<Measurement> rounds;  // one per round
+  Measurement result;               // the round with the median time
+};
+
+std::vector<std::string> split_on(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  if (!text.empty() && text.back() == sep) parts.emplace_back();
+  return parts;
+}
+
+// --variants "a=x,b=y;c=z;default": the command line's choices first ("command line"), then each
+// ';'-separated item: those choices with its ','-separated train.KEY=value overrides ("default":
+// none). The keys and values are checked as the train section checks them (a typo is an error
+// with a suggestion).
+std::vector<Variant> parse_variants(const std::string& text,
+                                    const ska::train::KernelChoices& base) {
+  using namespace ska;
+  std::vector<Variant> out{{"command line", base, {}, {}}};
+  if (text.empty()) return out;
+  for (const std::string& item : split_on(text, ';')) {
+    SKA_CHECK(!item.empty(), ValueError, "--variants '", text,
+              "': an empty variant (write 'default' for the command line's choices)");
+    Config config = Config::parse("train: {}\n", "--variants");
+    for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
+      config.set(std::string("train.") + spec.key + "=" + base.*spec.member);
+    }
+    config.set(std::string("train.cudnn_benchmark=") + (base.cudnn_benchmark ? "true" : "false"));
+    config.set(std::string("train.cudnn_deterministic=") +
+               (base.cudnn_deterministic ? "true" : "false"));
+    if (item != "default") {
+      for (const std::string& assignment : split_on(item, ',')) {
+        SKA_CHECK(assignment.find('=') != std::string::npos, ValueError, "--variants '", item,
+                  "': expected KEY=VALUE, got '", assignment, "'");
+        config.set("train." + assignment);
+      }
+    }
+    train::KernelChoices k;
+    try {
+      k = train::KernelChoices::from_config(config.root()["train"]);
+      config.check_unused();
+    } catch (const Error& e) {
+      SKA_FAIL(ValueError, "--variants '", item, "': ", e.what());
+    }
+    out.push_back({item, k, {}, {}});
+  }
+  return out;
+}
+
+// Times every variant `rounds` times, in turn (variant 1, 2, ..., then again), through
+// `measure`, which applies the variant's choices and times its steps; each variant's result is
+// its round with the median time.
+void time_variants(std::vector<Variant>& variants, int rounds,
+                   const std::function<Measurement(const ska::train::KernelChoices&)>& measure) {
+  for (int r = 0; r < rounds; ++r) {
+    for (Variant& v : variants) v.rounds.push_back(measure(v.kernels));
+  }
+  for (Variant& v : variants) {
+    std::vector<Measurement> sorted = v.rounds;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Measurement& a, const Measurement& b) { return a.median_ms < b.median_ms; });
+    v.result = sorted[sorted.size() / 2];
+  }
+}
+
+// The --variants table: images/s, ms/step and peak memory of each, and its speed against the
+// first (the command line's choices).
+void print_variants(const std::vector<Variant>& variants, int rounds, int iters) {
+  std::printf("variants (%d round%s of %d steps each, in turn; the median round):\n", rounds,
+              rounds == 1 ? "" : "s", iters);
+  std::printf("  %-44s %10s %9s %8s %9s\n", "variant", "images/s", "ms/step", "vs first",
+              "peak MiB");
+  const double first = variants.front().result.median_ms;
+  for (const Variant& v : variants) {
+    std::printf("  %-44s %10.1f %9.3f %8.3f %9.1f\n", v.label.c_str(), v.result.images_per_s,
+                v.result.median_ms, first / v.result.median_ms,
+                static_cast<double>(v.result.peak_bytes) / (1024.0 * 1024.0));
+  }
+  std::printf("  ('vs first' above 1: faster than the command line's choices)\n");
 }
 
 // Where a step's time goes: `iters` more steps with the kernel profiler on (one synchronisation
@@ -266,6 +355,10 @@ int run_benchmark(BenchmarkOptions o) {
   if (dtype != DType::kF32) model->to(dtype);
   train::KernelChoices kernels = o.kernels;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
+  std::vector<Variant> variants = parse_variants(o.variants, kernels);
+  SKA_CHECK(variants.size() == 1 || (!o.cuda_graph && !o.profile && !o.capture_range), ValueError,
+            "--variants times each variant's eager steps; it takes neither --cuda-graph, "
+            "--profile nor --capture-range");
   kernels.apply();
 
   manual_seed(0);
@@ -300,9 +393,10 @@ int run_benchmark(BenchmarkOptions o) {
     // --weight-casts per_step: the parameters cast in one call a forward pass, as evaluation
     // casts them once a pass (train::EvalPrecision).
     const TensorList params = model->parameters(false);
+    train::KernelChoices current = kernels;  // a --variants entry's while it is timed
     const auto forward = [&] {
       std::optional<AutocastParamCasts> casts;
-      if (o.precision != "fp32" && o.kernels.weight_casts == "per_step") casts.emplace(params);
+      if (o.precision != "fp32" && current.weight_casts == "per_step") casts.emplace(params);
       return (*model)(images);
     };
     std::function<void()> step = [&] { forward(); };
@@ -319,7 +413,14 @@ int run_benchmark(BenchmarkOptions o) {
       }
       step = [&] { graph->replay(); };
     }
-    m = time_steps(o, device, step);
+    time_variants(variants, o.rounds, [&](const train::KernelChoices& k) {
+      current = k;
+      k.apply();
+      return time_steps(o, device, step);
+    });
+    current = kernels;
+    kernels.apply();
+    m = variants.front().result;
     if (o.profile) profile = profile_steps(o, device, step);
   } else {
     train.precision = train::precision_from_name(o.precision);
@@ -332,8 +433,13 @@ int run_benchmark(BenchmarkOptions o) {
     std::unique_ptr<optim::LossScaler> scaler;
     if (train.precision == train::Precision::kFP16) scaler = std::make_unique<optim::LossScaler>();
     const auto comm = dist::make_communicator(dist::World{}, device);
-    train::TrainStep step(*model, *optimizer, scaler.get(), ema.get(), *comm, train,
-                          train::DistributedOptions{});
+    // A step of its own for each --variants entry (TrainStep reads train.weight_casts).
+    const auto make_step = [&](const train::KernelChoices& k) {
+      train.kernels = k;
+      return std::make_unique<train::TrainStep>(*model, *optimizer, scaler.get(), ema.get(), *comm,
+                                                train, train::DistributedOptions{});
+    };
+    std::unique_ptr<train::TrainStep> step = make_step(kernels);
     train::UpdateStats stats(device);
     std::ostringstream what;
     what << optimizer->name();
@@ -341,7 +447,7 @@ int run_benchmark(BenchmarkOptions o) {
     if (ema) what << ", EMA " << train.ema_decay;
     step_description = what.str();
     const std::function<void()> eager_step = [&] {
-      stats.record(step.apply_update(step.micro_step(images, labels, true), optim_options.lr));
+      stats.record(step->apply_update(step->micro_step(images, labels, true), optim_options.lr));
     };
     std::function<void()> train_step = eager_step;
     std::unique_ptr<train::GraphedStep> graphed;  // the trainer's train.cuda_graph step
@@ -351,16 +457,26 @@ int run_benchmark(BenchmarkOptions o) {
       // Warm-up outside the capture: algorithm choices, optimizer state, constants on the device.
       for (int i = 0; i < 2; ++i) eager_step();
       try {
-        graphed = std::make_unique<train::GraphedStep>(step, *optimizer, stats,
-                                                       default_generator(device), images, labels,
-                                                       optim_options.lr);
+        graphed = std::make_unique<train::GraphedStep>(
+            *step, *optimizer, stats, default_generator(device), images, labels, optim_options.lr);
       } catch (const Error& e) {
         SKA_FAIL(DeviceError, "--cuda-graph: the training step of ", o.config.config,
                  " could not be captured: ", e.what());
       }
       train_step = [&] { graphed->run(images, labels, optim_options.lr); };
     }
-    m = time_steps(o, device, train_step);
+    time_variants(variants, o.rounds, [&](const train::KernelChoices& k) {
+      if (variants.size() > 1) {
+        k.apply();
+        step = make_step(k);
+      }
+      return time_steps(o, device, train_step);
+    });
+    if (variants.size() > 1) {
+      kernels.apply();
+      step = make_step(kernels);
+    }
+    m = variants.front().result;
     if (o.profile) profile = profile_steps(o, device, train_step);
     stats.read();
     activations = activation_bytes_per_image(*model, images, o.precision);
@@ -396,6 +512,28 @@ int run_benchmark(BenchmarkOptions o) {
       j["mfu"] = flops.mfu();
     }
     if (profile) j["profile"] = profile_json(*profile, o.iters);
+    if (variants.size() > 1) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const Variant& v : variants) {
+        nlohmann::json choices;
+        for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
+          choices[spec.key] = v.kernels.*spec.member;
+        }
+        choices["cudnn_benchmark"] = v.kernels.cudnn_benchmark;
+        choices["cudnn_deterministic"] = v.kernels.cudnn_deterministic;
+        nlohmann::json round_ms = nlohmann::json::array();
+        for (const Measurement& r : v.rounds) round_ms.push_back(r.median_ms);
+        rows.push_back({{"variant", v.label},
+                        {"images_per_s", v.result.images_per_s},
+                        {"median_ms", v.result.median_ms},
+                        {"round_ms", round_ms},
+                        {"peak_bytes", v.result.peak_bytes},
+                        {"peak_requested_bytes", v.result.peak_requested_bytes},
+                        {"kernels", choices}});
+      }
+      j["variants"] = rows;
+      j["rounds"] = o.rounds;
+    }
     std::cout << j.dump() << std::endl;
   } else {
     std::ostringstream line;
@@ -430,6 +568,7 @@ int run_benchmark(BenchmarkOptions o) {
       line << "\n  " << choice;
     }
     std::cout << line.str() << std::endl;
+    if (variants.size() > 1) print_variants(variants, o.rounds, o.iters);
     if (profile) print_profile(*profile, o.iters, o.top);
   }
   return 0;
@@ -466,6 +605,15 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-graph", o.cuda_graph,
                "CUDA: capture the step (infer: the forward; train: the whole training step) once "
                "as a CUDA Graph and time its replays (what the kernel launches cost)");
+  app.add_option("--variants", o.variants,
+                 "kernel-choice variants timed in this process after the command line's "
+                 "choices: ';'-separated, each 'default' or ','-separated KEY=VALUE of train's "
+                 "kernel keys (e.g. 'attention_backward=one_block;weight_casts=per_step,"
+                 "linear_grads=f32'); prints a table ('variants' in --json)");
+  app.add_option("--rounds", o.rounds,
+                 "with --variants: times the list is timed in turn (each variant's median round "
+                 "is reported; interleaving evens out drift)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--peak-tflops", o.peak_tflops,
                  "the peak TFLOP/s MFU is reported against (default: the GPU's bf16 dense peak "
                  "from a table of NVIDIA data sheets; none on the CPU)")

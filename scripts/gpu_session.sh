@@ -14,9 +14,7 @@
 #             attention kernels, the latter with synchronous tile loads, with the one-block
 #             backward, with the one-block forward and backward, with the fused layer norm
 #             backward, with the fused residual add + layer norm, and with that and the fused
-#             GELU + dropout (--attention wmma / fused, --attention-loads sync,
-#             --attention-backward one_block, --attention-forward one_block, --norm-backward
-#             fused, --residual-norm fused, --gelu-dropout fused) back to back:
+#             GELU + dropout, in one benchmark --variants process per model, two rounds in turn:
 #             cifar10_vit_s and cifar10_cska_vit at 512, imagenet_caformer_s18 at 128
 #             (ATTN="CONFIG:BATCH ..." for others)
 #   depthwise the channels-last depthwise 7x7 convolution (CAFormer-S18's first stage) on cuDNN
@@ -211,23 +209,12 @@ for stage in "${stages[@]}"; do
     [ $? = 125 ] || grep -E "_attention" "$logs/attention_ops.log" | sed 's/^/  /' | tee -a "$summary"
     for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
-      for kernels in wmma fused sync_loads one_block one_block_both norm_fused residual_fused \
-                     gelu_fused; do
-        flags=(--attention "$kernels")
-        [ "$kernels" = sync_loads ] && flags=(--attention fused --attention-loads sync)
-        [ "$kernels" = one_block ] && flags=(--attention fused --attention-backward one_block)
-        [ "$kernels" = one_block_both ] &&
-          flags=(--attention fused --attention-backward one_block --attention-forward one_block)
-        [ "$kernels" = norm_fused ] && flags=(--attention fused --norm-backward fused)
-        [ "$kernels" = residual_fused ] && flags=(--attention fused --residual-norm fused)
-        [ "$kernels" = gelu_fused ] &&
-          flags=(--attention fused --residual-norm fused --gelu-dropout fused)
-        stage_run "attention_${config}_$kernels" 45 "$build/apps/benchmark" --config "$config" \
-          --device cuda --precision bf16 --batch "$batch" --iters 20 "${flags[@]}"
-        [ $? = 125 ] && continue
-        grep -E "images/s|TFLOP/s" "$logs/attention_${config}_$kernels.log" |
-          sed "s/^ */  $kernels: /" | tee -a "$summary"
-      done
+      # One process: the default (mma.sync) kernels first, then each variant, two rounds in turn.
+      stage_run "attention_$config" 120 "$build/apps/benchmark" --config "$config" \
+        --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
+        "attention=wmma;attention_loads=sync;attention_backward=one_block;attention_backward=one_block,attention_forward=one_block;norm_backward=fused;residual_norm=fused;residual_norm=fused,gelu_dropout=fused"
+      [ $? = 125 ] && continue
+      sed -n '/^variants/,$p' "$logs/attention_$config.log" | sed 's/^/  /' | tee -a "$summary"
     done ;;
   depthwise)
     stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \

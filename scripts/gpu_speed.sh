@@ -1,32 +1,24 @@
 #!/usr/bin/env bash
 # The GPU speed matrix of the speed issue in one go: for each CONFIG[:BATCH], our training step
 # beside eager PyTorch and torch.compile (scripts/benchmark.sh, bf16 autocast), then our step
-# with one fast path switched off at a time, to see what each is worth: --attention wmma (the
-# WMMA attention kernels instead of mma.sync), --attention-loads sync (the attention kernels'
-# tiles loaded through registers, not cp.async), --attention-backward one_block (its backward in
-# one block per head for up to 80 tokens), --attention-forward one_block (its forward likewise,
-# for 65 to 80 tokens), --norm-backward fused (layer norm's backward in one
-# pass), --residual-norm fused (a block's residual add and layer norm in one kernel each way),
-# --gelu-dropout fused (an MLP's GELU and dropout in one kernel each way), --dropout-add fused
-# (ViT's and CaiT's branch dropouts inside the residual sums' kernels),
-# --talking-heads fused (CaiT's mix, softmax, mix in one kernel each way), --weight-casts
-# per_step (the parameters' autocast casts in a launch per 32 before the forward pass),
-# --linear-grads f32 (the linear layers' weight and bias gradients written in f32 by the GEMM and
-# column sum, no cast), both of them together, --depthwise-conv
-# direct / auto (channels-last depthwise convolutions on this project's kernels, or the faster of
-# those and cuDNN's per shape),
-# --conv-logits conv / gemm / direct (CSKA's logit
-# convolution always as a convolution, always as im2col + GEMM, or by this project's tensor-core
-# kernels, instead of the faster of the first two per shape), --attention scalar (no tensor cores),
-# --attention unfused, --elementwise reference, --cudnn-benchmark off, --norm-output f32; and
-# --cuda-graph on. Ends with one table.
+# with the kernels' choices varied one at a time (train.KEY, `benchmark --variants`, all in one
+# process per config, ROUNDS rounds in turn): the WMMA attention kernels, synchronous tile loads,
+# the one-block attention backward and forward, the fused layer-norm backward, the fused residual
+# norm, the fused GELU + dropout, the dropouts in the residual sums, the fused talking heads, the
+# parameters' casts per step, f32 linear-layer gradients (and both), this project's depthwise
+# convolution kernels (and the faster per shape), CSKA's logits as convolution / GEMM / direct
+# kernels, the scalar and unfused attention, the reference elementwise kernels, f32 norm
+# outputs, and every fast path not yet the default at once ("new"); then --cudnn-benchmark off
+# and --cuda-graph, a process each. Should the --variants process fail (a kernel's error takes
+# the process down), each variant runs on its own. Ends with one table.
 # Usage: scripts/gpu_speed.sh [CONFIG[:BATCH] ...]
 #   default: cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128
 #            imagenet_cskaformer_s18:128
 # Environment: BUILD_DIR (default build-gpu), MODE (train|infer, default train), DEVICE (default
 # cuda; cpu runs f32, for trying the script without a GPU), COMPILE
 # (auto|off, default auto: the torch.compile column costs about a minute per model), TWIN
-# (on|off, default on; off: only our step and its variants, no PyTorch), ITERS (default 20).
+# (on|off, default on; off: only our step and its variants, no PyTorch), ITERS (default 20),
+# ROUNDS (default 2).
 # Logs and JSON lines go to $OUT (or BUILD_DIR/logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,17 +36,43 @@ bench=$build/apps/benchmark
 [ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
   imagenet_cskaformer_s18:128
 
-variants=(default "--attention wmma" "--attention-loads sync" "--attention-backward one_block"
-          "--attention-forward one_block" "--norm-backward fused" "--residual-norm fused"
-          "--gelu-dropout fused" "--dropout-add fused" "--talking-heads fused"
-          "--weight-casts per_step" "--linear-grads f32" "--weight-casts per_step --linear-grads f32"
-          "--depthwise-conv direct"
-          "--depthwise-conv auto"
-          "--conv-logits conv" "--conv-logits gemm" "--conv-logits direct" "--attention scalar"
-          "--attention unfused"
-          "--elementwise reference" "--cudnn-benchmark off" "--norm-output f32" "--cuda-graph")
+# The kernel choices' variants, timed in one benchmark process per config (--variants: one model
+# build and warm-up, the variants in turn, ROUNDS times); "new" is every fast path not yet the
+# default at once. Then the switches that are not kernel choices, one process each.
+kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=one_block"
+  "attention_forward=one_block" "norm_backward=fused" "residual_norm=fused" "gelu_dropout=fused"
+  "dropout_add=fused" "talking_heads=fused" "weight_casts=per_step" "linear_grads=f32"
+  "weight_casts=per_step,linear_grads=f32" "depthwise_conv=direct" "depthwise_conv=auto"
+  "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct" "attention=scalar"
+  "attention=unfused" "elementwise=reference" "norm_output=f32"
+  "attention_backward=one_block,attention_forward=one_block,norm_backward=fused,residual_norm=fused,gelu_dropout=fused,dropout_add=fused,talking_heads=fused,weight_casts=per_step,linear_grads=f32")
+process_variants=("--cudnn-benchmark off" "--cuda-graph")
+joined=$(IFS=';'; echo "${kernel_variants[*]}")
 rows=$logs/speed_variants.jsonl
 : >"$rows"
+
+# Appends rows of benchmark's JSON ($1) to $rows: one per --variants entry ("command line" as
+# "default"), or only the entry labelled $2 when given; a run without variants is one row, $2.
+append_rows() {
+  python3 -c 'import json, sys
+run, only = json.load(open(sys.argv[1])), sys.argv[2]
+for v in run.get("variants") or [dict(run, variant=only)]:
+    if only and "variants" in run and v["variant"] != only:
+        continue
+    label = "default" if v["variant"] == "command line" else v["variant"]
+    print(json.dumps({"config": run["config"], "variant": label,
+                      "images_per_s": v["images_per_s"], "peak_bytes": v["peak_bytes"]}))' \
+    "$1" "${2:-}" >>"$rows"
+}
+
+# One benchmark process; $1 the config, $2 the label of its row, the rest its flags.
+run_one() {
+  local config=$1 label=$2
+  shift 2
+  "$bench" --config "$config" --device "$device" --precision "$precision" --batch "$batch" \
+    --mode "$mode" --iters "$iters" "$@" --json >"$logs/speed_one.json" 2>"$logs/speed_one.err"
+}
+
 for item in "$@"; do
   config=${item%%:*}
   batch=${item#*:}
@@ -65,20 +83,28 @@ for item in "$@"; do
       --dtype "$dtype" --mode "$mode" --iters "$iters" --compile "${COMPILE:-auto}" 2>&1 \
       | tee "$logs/speed_$config.log"
   fi
-  for v in "${variants[@]}"; do
-    flags=()
-    [ "$v" = default ] || read -r -a flags <<<"$v"
+  echo "== $config: our step and ${#kernel_variants[@]} kernel-choice variants, rounds: ${ROUNDS:-2}"
+  if run_one "$config" default --variants "$joined" --rounds "${ROUNDS:-2}"; then
+    append_rows "$logs/speed_one.json"
+  else
+    # A variant that fails takes the process with it: then each on its own, to keep the rest.
+    tail -3 "$logs/speed_one.err"
+    echo "== $config: --variants failed; one process per variant"
+    for v in default "${kernel_variants[@]}"; do
+      if [ "$v" = default ]; then run_one "$config" default; else run_one "$config" "$v" --variants "$v"; fi \
+        && append_rows "$logs/speed_one.json" "$v" \
+        || echo "{\"config\": \"$config\", \"variant\": \"$v\", \"error\": true}" >>"$rows"
+    done
+  fi
+  for v in "${process_variants[@]}"; do
+    read -r -a flags <<<"$v"
     echo "== $config: our step, $v"
-    if ! "$bench" --config "$config" --device "$device" --precision "$precision" --batch "$batch" \
-         --mode "$mode" --iters "$iters" "${flags[@]}" --json >"$logs/speed_one.json" \
-         2>"$logs/speed_one.err"; then
+    if run_one "$config" "$v" "${flags[@]}"; then
+      append_rows "$logs/speed_one.json" "$v"
+    else
       tail -3 "$logs/speed_one.err"
       echo "{\"config\": \"$config\", \"variant\": \"$v\", \"error\": true}" >>"$rows"
-      continue
     fi
-    python3 -c 'import json, sys
-row = json.load(open(sys.argv[1])); row["variant"] = sys.argv[2]; print(json.dumps(row))' \
-      "$logs/speed_one.json" "$v" >>"$rows"
   done
 done
 
@@ -86,18 +112,23 @@ python3 - "$rows" "$mode, $precision" <<'EOF'
 import json, sys
 
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"\n{'config':<28} {'variant':<26} {'images/s':>10} {'vs default':>10} {'peak MiB':>9}")
+
+
+def short(label):  # the variant of every not-yet-default fast path at once is long
+    return "new (every fast path not yet default)" if label.count(",") > 3 else label[:40]
+
+print(f"\n{'config':<28} {'variant':<40} {'images/s':>10} {'vs default':>10} {'peak MiB':>9}")
 base = {}
 for r in rows:
     name = r["config"].split("/")[-1].removesuffix(".yaml")
     if r.get("error"):
-        print(f"{name:<28} {r['variant']:<26} {'failed':>10}")
+        print(f"{name:<28} {short(r['variant']):<40} {'failed':>10}")
         continue
     rate = r["images_per_s"]
     if r["variant"] == "default":
         base[name] = rate
     ratio = rate / base[name] if base.get(name) else float("nan")
-    print(f"{name:<28} {r['variant']:<26} {rate:>10.1f} {ratio:>10.2f} "
+    print(f"{name:<28} {short(r['variant']):<40} {rate:>10.1f} {ratio:>10.2f} "
           f"{r['peak_bytes'] / 2**20:>9.0f}")
 print(f"({sys.argv[2]}; 'vs default' above 1: our step was faster with that switch)")
 EOF

@@ -363,6 +363,54 @@ TEST_CASE("apps: a typo under train or optim is an error in benchmark, validate 
   CHECK_THAT(infer.err, Contains("train.attention_backwards: unknown key"));
 }
 
+TEST_CASE("apps: benchmark --variants times kernel-choice variants in one process", "[cpu][apps]") {
+  for (const char* mode : {"train", "infer"}) {
+    INFO(mode);
+    const RunResult r = run_command(
+        SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --mode " + mode +
+                               " --batch 2 --warmup 0 --iters 2 --precision bf16 --rounds 2 --json"
+                               " --variants 'weight_casts=per_step,linear_grads=f32;default'");
+    REQUIRE(r.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    REQUIRE(j.at("variants").size() == 3);
+    const nlohmann::json& first = j.at("variants")[0];
+    const nlohmann::json& both = j.at("variants")[1];
+    CHECK(first.at("variant") == "command line");
+    CHECK(first.at("kernels").at("weight_casts") == "per_use");
+    CHECK(both.at("variant") == "weight_casts=per_step,linear_grads=f32");
+    CHECK(both.at("kernels").at("weight_casts") == "per_step");
+    CHECK(both.at("kernels").at("linear_grads") == "f32");
+    CHECK(both.at("kernels").at("attention") == "fused");  // the rest: the command line's
+    CHECK(j.at("variants")[2].at("kernels") == first.at("kernels"));
+    for (const nlohmann::json& v : j.at("variants")) {
+      CHECK(v.at("round_ms").size() == 2);
+      CHECK(v.at("images_per_s").get<double>() > 0.0);
+    }
+    // The run's own figures are the first variant's.
+    CHECK(j.at("median_ms") == first.at("median_ms"));
+  }
+  const RunResult text =
+      run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit +
+                                         " --batch 2 --warmup 0 --iters 1 --variants "
+                                         "'attention=unfused'");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Contains("variants (1 round of 1 steps each") &&
+                           Contains("attention=unfused") && Contains("vs first"));
+  const RunResult typo =
+      run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --variants 'weight_cast=per_step'");
+  CHECK(typo.exit_code == 2);
+  CHECK_THAT(typo.err, Contains("--variants 'weight_cast=per_step': train.weight_cast: unknown "
+                                "key; did you mean 'weight_casts'?"));
+  const RunResult value =
+      run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --variants 'residual_norm=on'");
+  CHECK(value.exit_code == 2);
+  CHECK_THAT(value.err, Contains("'on' is not a valid choice") && Contains("unfused, fused"));
+  const RunResult profiled =
+      run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --profile --variants 'default'");
+  CHECK(profiled.exit_code == 2);
+  CHECK_THAT(profiled.err, Contains("--variants times each variant's eager steps"));
+}
+
 TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps]") {
   const RunResult r =
       run_command(SKA_BENCHMARK_EXE,
