@@ -151,11 +151,16 @@ struct Variant {
   Measurement result;               // the round with the median time
 };
 
+// text's parts between `sep`s, each without surrounding blanks.
 std::vector<std::string> split_on(const std::string& text, char sep) {
+  const auto trimmed = [](const std::string& t) {
+    const size_t b = t.find_first_not_of(" \t"), e = t.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+  };
   std::vector<std::string> parts;
   std::string part;
   std::istringstream in(text);
-  while (std::getline(in, part, sep)) parts.push_back(part);
+  while (std::getline(in, part, sep)) parts.push_back(trimmed(part));
   if (!text.empty() && text.back() == sep) parts.emplace_back();
   return parts;
 }
@@ -172,26 +177,27 @@ std::vector<Variant> parse_variants(const std::string& text,
   for (const std::string& item : split_on(text, ';')) {
     SKA_CHECK(!item.empty(), ValueError, "--variants '", text,
               "': an empty variant (write 'default' for the command line's choices)");
-    Config config = Config::parse("train: {}\n", "--variants");
-    for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
-      config.set(std::string("train.") + spec.key + "=" + base.*spec.member);
-    }
-    config.set(std::string("train.cudnn_benchmark=") + (base.cudnn_benchmark ? "true" : "false"));
-    config.set(std::string("train.cudnn_deterministic=") +
-               (base.cudnn_deterministic ? "true" : "false"));
-    if (item != "default") {
-      for (const std::string& assignment : split_on(item, ',')) {
-        SKA_CHECK(assignment.find('=') != std::string::npos, ValueError, "--variants '", item,
-                  "': expected KEY=VALUE, got '", assignment, "'");
-        config.set("train." + assignment);
-      }
-    }
     train::KernelChoices k;
     try {
+      Config config = Config::parse("train: {}\n", "--variants");
+      for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
+        config.set(std::string("train.") + spec.key + "=" + base.*spec.member);
+      }
+      config.set(std::string("train.cudnn_benchmark=") + (base.cudnn_benchmark ? "true" : "false"));
+      config.set(std::string("train.cudnn_deterministic=") +
+                 (base.cudnn_deterministic ? "true" : "false"));
+      if (item != "default") {
+        for (const std::string& assignment : split_on(item, ',')) {
+          SKA_CHECK(assignment.find('=') != std::string::npos, ValueError,
+                    "expected KEY=VALUE, got '", assignment, "'");
+          config.set("train." + assignment);
+        }
+      }
       k = train::KernelChoices::from_config(config.root()["train"]);
       config.check_unused();
     } catch (const Error& e) {
-      SKA_FAIL(ValueError, "--variants '", item, "': ", e.what());
+      SKA_FAIL(ValueError, "--variants '", item, "': ", e.what(),
+               " (a variant takes train's kernel keys: --help lists them)");
     }
     out.push_back({item, k, {}, {}});
   }
@@ -200,30 +206,41 @@ std::vector<Variant> parse_variants(const std::string& text,
 
 // Times every variant `rounds` times, in turn (variant 1, 2, ..., then again), through
 // `measure`, which applies the variant's choices and times its steps; each variant's result is
-// its round with the median time.
+// its round with the (lower) median time. Each round's figure goes to stderr as it is taken, so
+// a run cut short still leaves what it measured.
 void time_variants(std::vector<Variant>& variants, int rounds,
                    const std::function<Measurement(const ska::train::KernelChoices&)>& measure) {
   for (int r = 0; r < rounds; ++r) {
-    for (Variant& v : variants) v.rounds.push_back(measure(v.kernels));
+    for (Variant& v : variants) {
+      v.rounds.push_back(measure(v.kernels));
+      if (variants.size() > 1) {
+        std::fprintf(stderr, "variant %s, round %d: %.1f images/s (%.3f ms/step)\n",
+                     v.label.c_str(), r + 1, v.rounds.back().images_per_s,
+                     v.rounds.back().median_ms);
+      }
+    }
   }
   for (Variant& v : variants) {
     std::vector<Measurement> sorted = v.rounds;
     std::sort(sorted.begin(), sorted.end(),
               [](const Measurement& a, const Measurement& b) { return a.median_ms < b.median_ms; });
-    v.result = sorted[sorted.size() / 2];
+    v.result = sorted[(sorted.size() - 1) / 2];  // the lower median: of two, the faster
   }
 }
 
 // The --variants table: images/s, ms/step and peak memory of each, and its speed against the
 // first (the command line's choices).
 void print_variants(const std::vector<Variant>& variants, int rounds, int iters) {
-  std::printf("variants (%d round%s of %d steps each, in turn; the median round):\n", rounds,
+  std::printf("variants (%d round%s of %d steps each, in turn; the lower median round):\n", rounds,
               rounds == 1 ? "" : "s", iters);
-  std::printf("  %-44s %10s %9s %8s %9s\n", "variant", "images/s", "ms/step", "vs first",
+  size_t width = 8;
+  for (const Variant& v : variants) width = std::max(width, v.label.size());
+  const int w = static_cast<int>(width);
+  std::printf("  %-*s %10s %9s %8s %9s\n", w, "variant", "images/s", "ms/step", "vs first",
               "peak MiB");
   const double first = variants.front().result.median_ms;
   for (const Variant& v : variants) {
-    std::printf("  %-44s %10.1f %9.3f %8.3f %9.1f\n", v.label.c_str(), v.result.images_per_s,
+    std::printf("  %-*s %10.1f %9.3f %8.3f %9.1f\n", w, v.label.c_str(), v.result.images_per_s,
                 v.result.median_ms, first / v.result.median_ms,
                 static_cast<double>(v.result.peak_bytes) / (1024.0 * 1024.0));
   }
@@ -356,6 +373,8 @@ int run_benchmark(BenchmarkOptions o) {
   train::KernelChoices kernels = o.kernels;
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   std::vector<Variant> variants = parse_variants(o.variants, kernels);
+  SKA_CHECK(o.rounds == 1 || variants.size() > 1, ValueError, "--rounds ", o.rounds,
+            " needs --variants (rounds time the variants in turn)");
   SKA_CHECK(variants.size() == 1 || (!o.cuda_graph && !o.profile && !o.capture_range), ValueError,
             "--variants times each variant's eager steps; it takes neither --cuda-graph, "
             "--profile nor --capture-range");

@@ -210,11 +210,14 @@ for stage in "${stages[@]}"; do
     for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
       # One process: the default (mma.sync) kernels first, then each variant, two rounds in turn.
-      stage_run "attention_$config" 120 "$build/apps/benchmark" --config "$config" \
+      stage_run "attention_$config" 150 "$build/apps/benchmark" --config "$config" \
         --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
         "attention=wmma;attention_loads=sync;attention_backward=one_block;attention_backward=one_block,attention_forward=one_block;norm_backward=fused;residual_norm=fused;residual_norm=fused,gelu_dropout=fused"
+      # The table; or, from a run cut short, the rounds it measured (benchmark's stderr).
       [ $? = 125 ] && continue
-      sed -n '/^variants/,$p' "$logs/attention_$config.log" | sed 's/^/  /' | tee -a "$summary"
+      { grep -q '^variants' "$logs/attention_$config.log" &&
+          sed -n '/^variants/,$p' "$logs/attention_$config.log" ||
+          grep '^variant ' "$logs/attention_$config.log"; } | sed 's/^/  /' | tee -a "$summary"
     done ;;
   depthwise)
     stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
@@ -312,7 +315,7 @@ for stage in "${stages[@]}"; do
   memcheck)
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
     stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*,scaled_residual on CUDA*,scaled_residual with a dropout of y on CUDA*,dropout_add on CUDA*,talking_heads_softmax on CUDA*,multi_cast on CUDA*,CUDA gemm and column sums*,cuda conv logits*,CUDA shape ops match the CPU,CUDA norms match the CPU"
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*,scaled_residual on CUDA*,scaled_residual with a dropout of y on CUDA*,dropout_add on CUDA*,talking_heads_softmax on CUDA*,multi_cast on CUDA*,CUDA gemm and column sums*,cuda conv logits*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)"
     # The asynchronous tile copies of the attention and conv-logit kernels: a missing wait or

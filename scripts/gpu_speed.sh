@@ -44,8 +44,9 @@ kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=one
   "dropout_add=fused" "talking_heads=fused" "weight_casts=per_step" "linear_grads=f32"
   "weight_casts=per_step,linear_grads=f32" "depthwise_conv=direct" "depthwise_conv=auto"
   "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct" "attention=scalar"
-  "attention=unfused" "elementwise=reference" "norm_output=f32"
-  "attention_backward=one_block,attention_forward=one_block,norm_backward=fused,residual_norm=fused,gelu_dropout=fused,dropout_add=fused,talking_heads=fused,weight_casts=per_step,linear_grads=f32")
+  "attention=unfused" "elementwise=reference" "norm_output=f32")
+every_new="attention_backward=one_block,attention_forward=one_block,norm_backward=fused,residual_norm=fused,gelu_dropout=fused,dropout_add=fused,talking_heads=fused,weight_casts=per_step,linear_grads=f32"
+kernel_variants+=("$every_new")
 process_variants=("--cudnn-benchmark off" "--cuda-graph")
 joined=$(IFS=';'; echo "${kernel_variants[*]}")
 rows=$logs/speed_variants.jsonl
@@ -65,10 +66,10 @@ for v in run.get("variants") or [dict(run, variant=only)]:
     "$1" "${2:-}" >>"$rows"
 }
 
-# One benchmark process; $1 the config, $2 the label of its row, the rest its flags.
+# One benchmark process; $1 the config, the rest its flags.
 run_one() {
-  local config=$1 label=$2
-  shift 2
+  local config=$1
+  shift
   "$bench" --config "$config" --device "$device" --precision "$precision" --batch "$batch" \
     --mode "$mode" --iters "$iters" "$@" --json >"$logs/speed_one.json" 2>"$logs/speed_one.err"
 }
@@ -84,22 +85,32 @@ for item in "$@"; do
       | tee "$logs/speed_$config.log"
   fi
   echo "== $config: our step and ${#kernel_variants[@]} kernel-choice variants, rounds: ${ROUNDS:-2}"
-  if run_one "$config" default --variants "$joined" --rounds "${ROUNDS:-2}"; then
+  if run_one "$config" --variants "$joined" --rounds "${ROUNDS:-2}"; then
     append_rows "$logs/speed_one.json"
   else
     # A variant that fails takes the process with it: then each on its own, to keep the rest.
     tail -3 "$logs/speed_one.err"
     echo "== $config: --variants failed; one process per variant"
     for v in default "${kernel_variants[@]}"; do
-      if [ "$v" = default ]; then run_one "$config" default; else run_one "$config" "$v" --variants "$v"; fi \
-        && append_rows "$logs/speed_one.json" "$v" \
-        || echo "{\"config\": \"$config\", \"variant\": \"$v\", \"error\": true}" >>"$rows"
+      flags=()  # KEY=VALUE,... as benchmark's own flags: --key value ...
+      if [ "$v" != default ]; then
+        IFS=, read -r -a pairs <<<"$v"
+        for kv in "${pairs[@]}"; do
+          key=${kv%%=*}
+          flags+=("--${key//_/-}" "${kv#*=}")
+        done
+      fi
+      if run_one "$config" "${flags[@]}"; then
+        append_rows "$logs/speed_one.json" "$v"
+      else
+        echo "{\"config\": \"$config\", \"variant\": \"$v\", \"error\": true}" >>"$rows"
+      fi
     done
   fi
   for v in "${process_variants[@]}"; do
     read -r -a flags <<<"$v"
     echo "== $config: our step, $v"
-    if run_one "$config" "$v" "${flags[@]}"; then
+    if run_one "$config" "${flags[@]}"; then
       append_rows "$logs/speed_one.json" "$v"
     else
       tail -3 "$logs/speed_one.err"
@@ -108,14 +119,14 @@ for item in "$@"; do
   done
 done
 
-python3 - "$rows" "$mode, $precision" <<'EOF'
+python3 - "$rows" "$mode, $precision" "$every_new" <<'EOF'
 import json, sys
 
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 
 
 def short(label):  # the variant of every not-yet-default fast path at once is long
-    return "new (every fast path not yet default)" if label.count(",") > 3 else label[:40]
+    return "new (every fast path not yet default)" if label == sys.argv[3] else label[:40]
 
 print(f"\n{'config':<28} {'variant':<40} {'images/s':>10} {'vs default':>10} {'peak MiB':>9}")
 base = {}

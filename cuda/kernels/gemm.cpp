@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "backend/backend.h"
+#include "backend/gemm_checks.h"
 #include "core/error.h"
 #include "core/precision.h"
 #include "cuda/runtime/check.h"
@@ -67,12 +68,19 @@ uint32_t alignment_of(const void* p) {
 }
 
 // Descriptors and algorithm of one problem shape; `mu` guards the bias pointer attribute.
+// `found` is false when cuBLASLt has no algorithm for a row-sum epilogue (the caller then sums
+// with the reduce kernel).
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool found = true;
   std::mutex mu;
 };
+
+// What the GEMM's epilogue adds: nothing, the bias (EPILOGUE_BIAS), or the row sums of our a,
+// which is cuBLASLt's B (EPILOGUE_BGRADB: the sums over k of B, one per column of its D).
+enum class Epilogue : int64_t { kNone = 0, kBias = 1, kRowSumsOfA = 2 };
 
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
                                    int32_t batch, int64_t batch_stride) {
@@ -99,7 +107,7 @@ struct Problem {
   Operand a_slot, b_slot;  // b and a (see the file comment)
   uint64_t m, n, k;        // of the column-major problem: m = N, n = M
   int32_t batch;
-  bool bias;
+  Epilogue epilogue;
   bool tf32;  // f32 data on TF32 tensor cores (core/precision.h)
   std::array<uint32_t, 4> align;  // A slot, B slot, C, D
 
@@ -110,7 +118,8 @@ struct Problem {
             static_cast<int64_t>(a_slot.cols), a_slot.ld, a_slot.batch_stride, b_slot.op,
             static_cast<int64_t>(b_slot.rows), static_cast<int64_t>(b_slot.cols), b_slot.ld,
             b_slot.batch_stride, static_cast<int64_t>(m), static_cast<int64_t>(n),
-            static_cast<int64_t>(k), batch, bias, tf32, align[0], align[1], align[2], align[3]};
+            static_cast<int64_t>(k), batch, static_cast<int64_t>(epilogue), tf32, align[0],
+            align[1], align[2], align[3]};
     // clang-format on
   }
 };
@@ -125,7 +134,11 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
   const int32_t ta = pr.a_slot.op, tb = pr.b_slot.op;
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  if (pr.bias) {
+  if (pr.epilogue == Epilogue::kRowSumsOfA) {
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BGRADB;  // its bias-gradient output: c's type
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+  }
+  if (pr.epilogue == Epilogue::kBias) {
     const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const int32_t bias_type = c_type;
     const int64_t bias_batch_stride = 0;  // one bias for every batch
@@ -160,6 +173,11 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
                                         plan->c, plan->c, pref, 1, &result, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
+  if (pr.epilogue == Epilogue::kRowSumsOfA &&
+      (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS)) {
+    plan->found = false;  // not supported for this problem: the caller sums the rows itself
+    return plan;
+  }
   SKA_CUBLAS_CHECK(st);
   SKA_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, CudaError,
             "cuda gemm: cuBLASLt found no algorithm for ", dtype_name(pr.dtype), " into ",
@@ -223,12 +241,21 @@ void gemm(const GemmArgs& args) {
               ShapeError, "cuda gemm: bias must be a contiguous [", n, "] of c's dtype, got ",
               args.bias.str());
   }
+  check_gemm_row_sums("cuda gemm", args);
   cuda_data_type(c.dtype());  // throws DTypeError for unsupported dtypes
   if (m == 0 || n == 0 || batch == 0) return;
   const int device = c.device().index;
   DeviceGuard guard(device);
+  // a's row sums by the reduce kernel (the GEMM's epilogue computes them where it can).
+  const auto sum_rows = [&] {
+    const Tensor rows =
+        Tensor::make_view(a.storage(), {m, k}, {a.stride(-2), a.stride(-1)}, a.offset(), a.dtype());
+    reduce(ReduceOp::kSum, rows, std::vector<int64_t>{1},
+           args.a_row_sums.view({args.a_row_sums.numel(), 1}));
+  };
   if (k == 0) {
     gemm_empty_k(args);
+    if (args.a_row_sums.defined()) fill(args.a_row_sums, 0.0);
     return;
   }
 
@@ -242,17 +269,27 @@ void gemm(const GemmArgs& args) {
   pr.n = static_cast<uint64_t>(m);
   pr.k = static_cast<uint64_t>(k);
   pr.batch = static_cast<int32_t>(batch);
-  pr.bias = args.bias.defined();
+  pr.epilogue = args.bias.defined() ? Epilogue::kBias : Epilogue::kNone;
+  if (args.a_row_sums.defined() && alignment_of(args.a_row_sums.data_ptr()) >= 16) {
+    pr.epilogue = Epilogue::kRowSumsOfA;
+  }
   pr.tf32 = tf32_policy().matmul;
   pr.align = {alignment_of(b.data_ptr()), alignment_of(a.data_ptr()), alignment_of(c.data_ptr()),
               alignment_of(c.data_ptr())};
-  Plan& plan = plan_for(pr);
+  Plan* chosen = &plan_for(pr);
+  if (!chosen->found) {  // no epilogue for these row sums: the plain product, then the reduce
+    pr.epilogue = Epilogue::kNone;
+    chosen = &plan_for(pr);
+  }
+  Plan& plan = *chosen;
+  if (args.a_row_sums.defined() && pr.epilogue != Epilogue::kRowSumsOfA) sum_rows();
 
   const Tensor ws = workspace(device, kWorkspaceBytes);
   const cudaStream_t stream = current_stream(device);
   std::lock_guard<std::mutex> lock(plan.mu);
-  if (pr.bias) {
-    const void* bias_ptr = args.bias.data_ptr();
+  if (pr.epilogue != Epilogue::kNone) {
+    const void* bias_ptr =
+        pr.epilogue == Epilogue::kBias ? args.bias.data_ptr() : args.a_row_sums.data_ptr();
     set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr));
   }
   SKA_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device), plan.desc, &args.alpha, b.data_ptr(),

@@ -61,6 +61,10 @@ struct GemmArgs {
   Tensor a, b, c, bias;
   float alpha = 1.0f;
   float beta = 0.0f;
+  // Optional output: [M] contiguous of c's dtype, the sums of a's rows over k, unscaled (a linear
+  // layer's bias gradient beside its weight gradient's product: on CUDA cuBLASLt's BGRADB
+  // epilogue, in the same pass over a). One matrix (batch 1) and no bias.
+  Tensor a_row_sums;
 };
 
 // Pairs the fused attention kernels exclude on top of the bias: weight 0, as a -inf logit would

@@ -144,14 +144,19 @@ bool rows_fold_into_matrix(const Tensor& a) {
 std::atomic<bool> g_linear_f32_grads{false};
 
 // a [M, K] @ b [K, N] into a new [M, N] tensor of `dtype` (a's, or f32 for 16-bit a and b), no
-// history.
-Tensor gemm_into(const Tensor& a, const Tensor& b, DType dtype) {
+// history; with `row_sums`, also a's row sums over K into a new [M] tensor of `dtype`, by the
+// same kernel call (a linear layer's bias gradient beside its weight gradient).
+Tensor gemm_into(const Tensor& a, const Tensor& b, DType dtype, Tensor* row_sums = nullptr) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   Tensor c = Tensor::empty({m, n}, dtype, a.device());
   GemmArgs args;
   args.a = single_gemm_operand(a);
   args.b = single_gemm_operand(b);
   args.c = Tensor::make_view(c.storage(), {1, m, n}, {m * n, n, 1}, 0, dtype);
+  if (row_sums != nullptr) {
+    *row_sums = Tensor::empty({m}, dtype, a.device());
+    args.a_row_sums = *row_sums;
+  }
   SKA_KERNEL(a.device(), gemm)(args);
   MacCounter::add(m * n * k);
   return c;
@@ -240,9 +245,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const Tensor w_saved = need_x ? w : Tensor();   // only the input's
     autograd::record_op("linear", {xc, weight, bias}, {y}, [=](const TensorList& g) {
       const Tensor g2 = g[0].reshape({rows, out_features});
-      return TensorList{need_x ? matmul(g2, w_saved).reshape(x_shape) : Tensor(),
-                        need_w ? gemm_into(g2.transpose(0, 1), x_saved, DType::kF32) : Tensor(),
-                        need_b ? column_sums_f32(g2) : Tensor()};
+      const Tensor gx = need_x ? matmul(g2, w_saved).reshape(x_shape) : Tensor();
+      // Both parameters' gradients from one kernel call where both are wanted: the bias's is
+      // the row sums of the weight-gradient product's first operand, g2^T.
+      Tensor gb;
+      const Tensor gw =
+          need_w ? gemm_into(g2.transpose(0, 1), x_saved, DType::kF32, need_b ? &gb : nullptr)
+                 : Tensor();
+      if (need_b && !need_w) gb = column_sums_f32(g2);
+      return TensorList{gx, gw, gb};
     });
     return y;
   }

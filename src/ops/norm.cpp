@@ -198,8 +198,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
     SKA_CHECK(p.device() == x.device(), DeviceError, "batch_norm: ", what, " on ", p.device(),
               ", input on ", x.device());
     SKA_CHECK(p.dtype() == param_dtype, DTypeError, "batch_norm: ", what, " is ",
-              dtype_name(p.dtype()), " for a ", dtype_name(x.dtype()), " input; expected ",
-              is_16bit(x.dtype()) ? "the input's dtype or f32 (weight and bias alike)"
+              dtype_name(p.dtype()), " for a ", dtype_name(x.dtype()), " input",
+              any_param.dtype() != p.dtype()
+                  ? std::string(" and a ") + dtype_name(any_param.dtype()) + " weight"
+                  : std::string(),
+              "; expected ",
+              is_16bit(x.dtype()) ? "the input's dtype or f32, weight and bias alike"
                                   : "the input's dtype");
     SKA_CHECK(p.dim() == 1 && p.shape()[0] == channels, ShapeError, "batch_norm: ", what,
               " must be [", channels, "] for input ", shape_str(x.shape()), ", got ",
@@ -225,8 +229,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
   autograd::record_op("batch_norm", {x, weight, bias}, {y}, [=](const TensorList& g) {
     Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
     Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
-    SKA_KERNEL(xc.device(), batch_norm_backward)(g[0].contiguous(), xc, w, save_mean, save_rstd,
-                                                 training, gx, gw, gb);
+    // The output gradient in y's (x's) dtype, as the kernels read it.
+    const Tensor gy =
+        g[0].dtype() == xc.dtype() ? g[0].contiguous() : g[0].to(xc.dtype()).contiguous();
+    SKA_KERNEL(xc.device(), batch_norm_backward)
+    (gy, xc, w, save_mean, save_rstd, training, gx, gw, gb);
     return TensorList{gx, gw, gb};
   });
   return y;

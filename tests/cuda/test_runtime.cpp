@@ -281,6 +281,26 @@ TEST_CASE("CUDA gemm and column sums of 16-bit operands into f32 match the CPU",
       cuda::reduce(ReduceOp::kSum, g.to(gpu).view({130, 96}), {dim}, got);
       ska::test::require_close(got, want, {1e-5, 1e-5}, "sums into f32");
     }
+    // The weight gradient's product with the bias gradient from the same call (cuBLASLt's
+    // BGRADB epilogue where it has one, else the reduce kernel), into f32 and into 16 bits.
+    for (DType out : {DType::kF32, dt}) {
+      INFO("into " << dtype_name(out));
+      GemmArgs h, d;
+      h.a = g.transpose(1, 2);
+      h.b = x;
+      h.c = Tensor::empty({1, 96, 64}, out);
+      h.a_row_sums = Tensor::empty({96}, out);
+      d.a = g.to(gpu).transpose(1, 2);
+      d.b = x.to(gpu);
+      d.c = Tensor::empty({1, 96, 64}, out, gpu);
+      d.a_row_sums = Tensor::empty({96}, out, gpu);
+      cpu::gemm(h);
+      cuda::gemm(d);
+      const ska::test::Tolerance tol =
+          out == DType::kF32 ? ska::test::Tolerance{1e-5, 1e-5} : ska::test::tolerance_for(dt);
+      ska::test::require_close(d.c, h.c, tol, "the product beside the row sums");
+      ska::test::require_close(d.a_row_sums, h.a_row_sums, tol, "a's row sums");
+    }
   }
 }
 

@@ -214,6 +214,40 @@ TEST_CASE("gemm of 16-bit operands into an f32 c: the f32 product, not rounded",
   CHECK_THROWS_WITH(cpu::gemm(bad), Catch::Contains("bias"));
 }
 
+TEST_CASE("gemm with a_row_sums: the product and a's row sums in one call", "[cpu]") {
+  // A weight gradient's shapes: a = g^T [out, rows] (column-major), b = x [rows, in].
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    INFO(dtype_name(dt));
+    const Tensor g = uniform({1, 40, 6}, 37).to(dt);
+    const Tensor x = uniform({1, 40, 5}, 38).to(dt);
+    GemmArgs args;
+    args.a = g.transpose(1, 2);
+    args.b = x;
+    args.c = Tensor::empty({1, 6, 5}, DType::kF32);
+    args.a_row_sums = Tensor::empty({6}, DType::kF32);
+    cpu::gemm(args);
+    GemmArgs plain = args;
+    plain.c = Tensor::empty({1, 6, 5}, DType::kF32);
+    plain.a_row_sums = Tensor();
+    cpu::gemm(plain);
+    CHECK(test::bitwise_equal(args.c, plain.c));
+    // The row sums of g^T are g's column sums (a bias gradient), the same bits as reduce's.
+    const Tensor sums = Tensor::empty({1, 6}, DType::kF32);
+    cpu::reduce(ReduceOp::kSum, g.view({40, 6}), {0}, sums);
+    CHECK(test::bitwise_equal(args.a_row_sums, sums.view({6})));
+  }
+  // One matrix without a bias, [M] of c's dtype.
+  GemmArgs bad;
+  bad.a = uniform({1, 2, 3}, 39);
+  bad.b = uniform({1, 3, 4}, 40);
+  bad.c = Tensor::empty({1, 2, 4}, DType::kF64);
+  bad.a_row_sums = Tensor::empty({3}, DType::kF64);
+  CHECK_THROWS_WITH(cpu::gemm(bad), Catch::Contains("a_row_sums must be a contiguous [2]"));
+  bad.a_row_sums = Tensor::empty({2}, DType::kF64);
+  bad.bias = Tensor::zeros({4}, DType::kF64);
+  CHECK_THROWS_WITH(cpu::gemm(bad), Catch::Contains("a_row_sums needs one matrix and no bias"));
+}
+
 TEST_CASE("reduce of a 16-bit tensor into f32: the f32 sums, not rounded", "[cpu]") {
   const Tensor x = uniform({300, 9}, 36, -4.0, 4.0).to(DType::kBF16);
   for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{0}, {1}}) {

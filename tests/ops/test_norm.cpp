@@ -326,10 +326,12 @@ TEST_CASE("batch norm gradients match finite differences", "[cpu]") {
 
 TEST_CASE("batch norm of a 16-bit input with f32 parameters: the f32 form on its widened values",
           "[cpu][autocast]") {
-  // What autocast did before (a cast of x to f32, batch norm in f32, the output cast back by the
-  // next matrix product) and what it does now (batch norm reading the 16-bit x with f32
-  // parameters) give the same bits: y and grad_x rounded once from the same f32 values, the
-  // parameters' gradients and the running statistics the same f32 values.
+  // What autocast did before (a cast of x to f32, batch norm in f32) and what it does now (batch
+  // norm reading the 16-bit x with f32 parameters): y and grad_x are the f32 values rounded
+  // once to x's dtype, the parameters' gradients and the running statistics the same f32
+  // values. (Where only a matrix product reads y, as in CvT, which rounded it to 16 bits anyway,
+  // the model's values are then the same bits; other readers now see y in 16 bits, as in
+  // torch.autocast.)
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (bool training : {true, false}) {
       INFO(dtype_name(dt) << ", training " << training);
@@ -368,6 +370,10 @@ TEST_CASE("batch norm of a 16-bit input with f32 parameters: the f32 form on its
   CHECK(y.dtype() == DType::kBF16);
   CHECK(y.grad_fn()->name() == "batch_norm");
   CHECK(y.grad_fn()->next_edges[0].fn->name() == "AccumulateGrad");  // x's own, no cast node
+  // An f32 gradient arriving for the 16-bit y is read in y's dtype.
+  y.backward(Tensor::ones({2, 3, 4, 4}, DType::kF32));
+  CHECK(x.grad().dtype() == DType::kBF16);
+  CHECK(w.grad().dtype() == DType::kF32);
 }
 
 TEST_CASE("norms reject bad arguments", "[cpu]") {
@@ -390,9 +396,9 @@ TEST_CASE("norms reject bad arguments", "[cpu]") {
   // Parameters: x's dtype, or f32 (both alike) for a 16-bit x.
   const Tensor x16 = uniform({2, 3}, 67).to(DType::kBF16);
   const Tensor w32 = Tensor::ones({3}, DType::kF32), b16 = Tensor::zeros({3}).to(DType::kBF16);
-  CHECK_THROWS_WITH(
-      batch_norm(x16, w32, b16, Tensor(), Tensor(), true),
-      Catch::Contains("batch_norm: bias is bf16 for a bf16 input") && Catch::Contains("f32"));
+  CHECK_THROWS_WITH(batch_norm(x16, w32, b16, Tensor(), Tensor(), true),
+                    Catch::Contains("batch_norm: bias is bf16 for a bf16 input and a f32 weight") &&
+                        Catch::Contains("weight and bias alike"));
   CHECK_THROWS_WITH(
       batch_norm(x.to(DType::kF32), w32.to(DType::kF64), Tensor(), Tensor(), Tensor(), true),
       Catch::Contains("weight is f64 for a f32 input"));

@@ -1,14 +1,15 @@
 // CPU kernel: batched GEMM on OpenBLAS (CBLAS), with transposed operands, batch broadcasting
 // (batch stride 0), alpha/beta and an optional bias added to every row of the result.
-#include <cstdint>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/backend.h"
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/widen.h"
+#include "backend/gemm_checks.h"
 
 namespace ska::cpu {
 
@@ -64,6 +65,7 @@ void check_gemm_args(const GemmArgs& args, OperandLayout& la, OperandLayout& lb)
               ShapeError, "gemm: bias must be a contiguous [", n, "] tensor of c's dtype, got ",
               args.bias.str());
   }
+  check_gemm_row_sums("gemm", args);
 }
 
 // How many parts each of `batch` GEMMs of m * n * k multiply-adds is split into: enough parts
@@ -135,6 +137,17 @@ void gemm_typed(const GemmArgs& args, const OperandLayout& la, const OperandLayo
 void gemm(const GemmArgs& args) {
   OperandLayout la{}, lb{};
   check_gemm_args(args, la, lb);
+  if (args.a_row_sums.defined()) {  // as reduce sums them: a[0]'s rows over k
+    const Tensor& a = args.a;
+    const Tensor rows = Tensor::make_view(a.storage(), {a.size(1), a.size(2)},
+                                          {a.stride(1), a.stride(2)}, a.offset(), a.dtype());
+    reduce(ReduceOp::kSum, rows, std::vector<int64_t>{1},
+           args.a_row_sums.view({args.a_row_sums.numel(), 1}));
+    GemmArgs product = args;
+    product.a_row_sums = Tensor();
+    gemm(product);
+    return;
+  }
   if (args.c.numel() == 0) return;
   if (is_16bit_float(args.a.dtype())) {  // f32 products and sums, one rounding per 16-bit output
     GemmArgs wide = args;
