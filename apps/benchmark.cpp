@@ -574,7 +574,7 @@ int run_benchmark(BenchmarkOptions o) {
          << " MiB (tensors " << static_cast<double>(m.peak_requested_bytes) / (1024.0 * 1024.0)
          << " MiB)";
     if (o.cuda_graph) line << " [CUDA Graph]";
-    line << kernels.describe();
+    line << kernels.describe({device.is_cuda(), o.mode == "train", o.precision != "fp32"});
     if (!step_description.empty()) line << " (step: " << step_description << ")";
     line.precision(3);
     line << "\n  " << flops.gflops_per_image << " GFLOP per image ("

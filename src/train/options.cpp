@@ -55,86 +55,97 @@ TrainOptions TrainOptions::from_config(const ConfigNode& t) {
 }
 
 const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
-  using K = KernelChoices;
+  using K = KernelChoiceSpec;
+  using C = KernelChoices;
   static const std::vector<KernelChoiceSpec> specs = {
       {"attention",
-       &K::attention,
+       &C::attention,
        {"fused", "wmma", "scalar", "unfused"},
        "fused (the fused attention op wherever the logits are q k^T; on CUDA bf16/f16 on the "
        "tensor cores, the mma.sync kernels), wmma (the same on the WMMA tensor-core kernels), "
        "scalar (the same op on CUDA's f32-FMA kernels; on the CPU wmma and scalar are fused) or "
        "unfused (matmul, softmax, matmul: the weights stored)"},
       {"attention_backward",
-       &K::attention_backward,
+       &C::attention_backward,
        {"split", "one_block"},
        "the mma.sync attention's backward for up to 80 tokens and head dims up to 64: split (a "
        "dK/dV kernel and a dQ kernel) or one_block (one block per head that loads every operand "
-       "once; not yet measured on a GPU)"},
+       "once; not yet measured on a GPU)",
+       K::kCudaOnly},
       {"attention_forward",
-       &K::attention_forward,
+       &C::attention_forward,
        {"tiled", "one_block"},
        "the mma.sync attention's forward where the longer side has 65 to 80 rows (ViT-S's 65 "
        "tokens): tiled (blocks of up to 64 queries, key tiles of 64) or one_block (one block per "
-       "head, every key in one tile; not yet measured on a GPU)"},
+       "head, every key in one tile; not yet measured on a GPU)",
+       K::kCudaOnly},
       {"attention_loads",
-       &K::attention_loads,
+       &C::attention_loads,
        {"async", "sync"},
        "how the CUDA tensor-core attention kernels fill their shared tiles: async (cp.async "
        "copies, all in flight before a thread waits) or sync (a load and a store per 16 bytes); "
-       "the same bits"},
+       "the same bits",
+       K::kCudaOnly},
       {"elementwise",
-       &K::elementwise,
+       &C::elementwise,
        {"fast", "reference"},
        "CUDA elementwise kernels: fast (merged dims, 16-byte accesses, 32-bit offsets) or "
-       "reference (64-bit offsets over every dim)"},
+       "reference (64-bit offsets over every dim)",
+       K::kCudaOnly},
       {"norm_output",
-       &K::norm_output,
+       &C::norm_output,
        {"autocast", "f32"},
        "under autocast, layer norms read only by a matrix product write: autocast (its 16-bit "
-       "dtype, the same bits) or f32 (cast by the product after)"},
+       "dtype, the same bits) or f32 (cast by the product after)",
+       K::kAutocastOnly},
       {"norm_backward",
-       &K::norm_backward,
+       &C::norm_backward,
        {"split", "fused"},
        "CUDA layer norm backward for rows of up to 768 columns: split (a grad_x kernel and a "
        "column reduction) or fused (one pass that reads grad_y and x once; not yet measured on a "
-       "GPU)"},
+       "GPU)",
+       K::kCudaOnly | K::kTrainingOnly},
       {"residual_norm",
-       &K::residual_norm,
+       &C::residual_norm,
        {"unfused", "fused"},
        "a pre-norm block's residual add and the layer norm after it: unfused (two ops) or fused "
        "(one kernel each way, add_layer_norm; the same bits; not yet measured on a GPU)"},
       {"gelu_dropout",
-       &K::gelu_dropout,
+       &C::gelu_dropout,
        {"unfused", "fused"},
        "an MLP's GELU and the dropout after it in training: unfused (two ops) or fused (one "
-       "kernel each way, gelu_dropout; the same bits; not yet measured on a GPU)"},
+       "kernel each way, gelu_dropout; the same bits; not yet measured on a GPU)",
+       K::kTrainingOnly},
       {"dropout_add",
-       &K::dropout_add,
+       &C::dropout_add,
        {"unfused", "fused"},
        "the dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in "
        "training: unfused (the dropout op first) or fused (in the sum's kernels, dropout_add / "
-       "scaled_residual; the same bits; not yet run on a GPU)"},
+       "scaled_residual; the same bits; not yet run on a GPU)",
+       K::kTrainingOnly},
       {"talking_heads",
-       &K::talking_heads,
+       &C::talking_heads,
        {"unfused", "fused"},
        "CaiT's talking-heads attention weights: unfused (mix, softmax, mix as ops) or fused (one "
        "kernel each way, talking_heads_softmax, nothing between stored; within the dtype's "
        "tolerances; not yet run on a GPU)"},
       {"weight_casts",
-       &K::weight_casts,
+       &C::weight_casts,
        {"per_use", "per_step"},
        "autocast's casts of the f32 parameters: per_use (the op that reads one casts it: a "
        "launch per parameter and use) or per_step (all of them before each forward pass, a "
        "launch per 32, and once per evaluation pass: AutocastParamCasts; the same bits; not yet "
-       "run on a GPU)"},
+       "run on a GPU)",
+       K::kAutocastOnly},
       {"linear_grads",
-       &K::linear_grads,
+       &C::linear_grads,
        {"autocast", "f32"},
        "the gradients of the linear layers' f32 weights and biases under autocast: autocast (a "
        "16-bit gradient cast to f32, as torch.autocast gives them) or f32 (written in f32 by the "
-       "backward GEMM and column sum, not rounded to 16 bits; not yet run on a GPU)"},
+       "backward GEMM and column sum, not rounded to 16 bits; not yet run on a GPU)",
+       K::kAutocastOnly | K::kTrainingOnly},
       {"conv_logits",
-       &K::conv_logits,
+       &C::conv_logits,
        {"conv", "gemm", "auto", "direct"},
        "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each query's 3x3 "
        "neighbourhood times the filters: im2col + batched GEMM), auto (on CUDA under "
@@ -142,12 +153,13 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        "elsewhere) or direct (the grid_conv_logits op: on CUDA this project's tensor-core "
        "kernels, no im2col; not yet measured on a GPU)"},
       {"depthwise_conv",
-       &K::depthwise_conv,
+       &C::depthwise_conv,
        {"cudnn", "direct", "auto"},
        "channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters (MetaFormer's "
        "separable convolutions) on CUDA: cudnn, direct (this project's kernels; not yet measured "
        "on a GPU) or auto (under cudnn_benchmark, the faster of the two for each shape and pass, "
-       "timed on its first call)"},
+       "timed on its first call)",
+       K::kCudaOnly},
   };
   return specs;
 }
@@ -193,15 +205,20 @@ void KernelChoices::apply() const {
   set_cudnn_deterministic(cudnn_deterministic);
 }
 
-std::string KernelChoices::describe() const {
+std::string KernelChoices::describe(const KernelRun& run) const {
   static const KernelChoices defaults;
   std::string out;
   for (const KernelChoiceSpec& spec : kernel_choice_specs()) {
+    if (((spec.scope & KernelChoiceSpec::kCudaOnly) && !run.cuda) ||
+        ((spec.scope & KernelChoiceSpec::kTrainingOnly) && !run.training) ||
+        ((spec.scope & KernelChoiceSpec::kAutocastOnly) && !run.autocast)) {
+      continue;
+    }
     const std::string& value = this->*spec.member;
     if (value != defaults.*spec.member) out += " [" + std::string(spec.key) + ": " + value + "]";
   }
-  if (!cudnn_benchmark) out += " [cuDNN heuristics]";
-  if (cudnn_deterministic) out += " [deterministic cuDNN]";
+  if (!cudnn_benchmark && run.cuda) out += " [cuDNN heuristics]";
+  if (cudnn_deterministic && run.cuda) out += " [deterministic cuDNN]";
   return out;
 }
 

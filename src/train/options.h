@@ -23,6 +23,13 @@ const char* precision_name(Precision p);         // "fp32", "bf16", "fp16"
 Precision precision_from_name(const std::string& name);  // ValueError naming the value
 AutocastState autocast_state(Precision p);       // disabled for fp32
 
+// Where a run is, for KernelChoices::describe: what a choice can change depends on it.
+struct KernelRun {
+  bool cuda = true;      // on a CUDA device (the CPU has one implementation of most kernels)
+  bool training = true;  // a training step (dropout, gradients), not evaluation or inference
+  bool autocast = true;  // under autocast (bf16/f16 with f32 weights)
+};
+
 // Which implementation the kernels with a fast path and a reference take: the string choices
 // listed, with their values and what each does, by kernel_choice_specs() (the `train:` key of each
 // is the member's name, benchmark's flag the same with dashes), and the two cuDNN booleans. The
@@ -52,17 +59,20 @@ struct KernelChoices {
   bool cudnn_deterministic = false;
   static KernelChoices from_config(const ConfigNode& train);
   void apply() const;
-  // What differs from the defaults, as " [attention: unfused]" etc. for a status line; "" if
-  // none.
-  std::string describe() const;
+  // What differs from the defaults and can change `run`, as " [attention: unfused]" etc. for a
+  // status line; "" if none.
+  std::string describe(const KernelRun& run = KernelRun()) const;
 };
 
 // One string choice of KernelChoices.
 struct KernelChoiceSpec {
+  // Where a choice can change anything (KernelChoices::describe leaves it out elsewhere).
+  enum Scope : unsigned { kAnywhere = 0, kCudaOnly = 1, kTrainingOnly = 2, kAutocastOnly = 4 };
   const char* key;                     // the member's name: train.KEY, benchmark --KEY
   std::string KernelChoices::*member;  // its default is KernelChoices{}.*member
   std::vector<std::string> values;     // what it takes
   const char* help;                    // what each value does
+  unsigned scope = kAnywhere;          // Scope flags
 };
 // Every string choice of KernelChoices, in the order of its members.
 const std::vector<KernelChoiceSpec>& kernel_choice_specs();

@@ -167,7 +167,8 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
                                       train_, dist_, sharding_.get());
   stats_ = std::make_unique<UpdateStats>(setup_.device);
   train_.kernels.apply();
-  const std::string kernels = train_.kernels.describe();
+  const std::string kernels =
+      train_.kernels.describe({setup_.device.is_cuda(), true, train_.autocast().enabled});
   if (!kernels.empty()) log("kernels (train.KEY: value):" + kernels);
   if (train_.cuda_graph != "off") {
     const std::string obstacle =

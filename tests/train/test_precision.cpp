@@ -470,6 +470,23 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
                             Contains(spec.values.back()));
   }
   CHECK(keys.size() == 15);
+  // A status line names only what can change the run: CUDA-only choices not on the CPU, training
+  // ones not in evaluation, autocast ones not in f32.
+  KernelChoices some;
+  some.attention_loads = "sync";   // CUDA only
+  some.gelu_dropout = "fused";     // training only
+  some.weight_casts = "per_step";  // autocast only
+  some.attention = "unfused";      // anywhere
+  some.cudnn_benchmark = false;    // CUDA only
+  CHECK(some.describe() ==
+        " [attention: unfused] [attention_loads: sync] [gelu_dropout: fused] [weight_casts: "
+        "per_step] [cuDNN heuristics]");
+  CHECK(some.describe({false, true, true}) ==
+        " [attention: unfused] [gelu_dropout: fused] [weight_casts: per_step]");
+  CHECK(some.describe({true, false, true}) ==
+        " [attention: unfused] [attention_loads: sync] [weight_casts: per_step] [cuDNN "
+        "heuristics]");
+  CHECK(some.describe({false, false, false}) == " [attention: unfused]");
   // The two switches that were benchmark flags only are train keys too, applied process-wide.
   KernelChoices k;
   k.norm_backward = "fused";
