@@ -8,6 +8,7 @@
 
 #include "models/block_chain.h"
 #include "models/stage_mixers.h"
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 namespace ska::models {
@@ -83,7 +84,17 @@ std::string ConvAttention::type_name() const {
 }
 
 Tensor ConvAttention::with_cls(const Tensor& cls, const Tensor& tokens) const {
-  return o_.cls_token ? cat({cls, tokens}, 1) : tokens;
+  if (!o_.cls_token) return tokens;
+  // Under autocast the projected tokens come in 16 bits (batch norm runs in its input's dtype)
+  // and the class token in f32; cat would promote the tokens to f32 for the linear layer that
+  // reads the result to cast back. The class token joins them in 16 bits instead: the same
+  // values for that layer (it rounds the class token as it would), the same gradients, and no
+  // copy of the tokens either way.
+  const AutocastState autocast = autocast_state();
+  if (autocast.enabled && tokens.dtype() == autocast.dtype && cls.dtype() == DType::kF32) {
+    return cat({cls.to(autocast.dtype), tokens}, 1);
+  }
+  return cat({cls, tokens}, 1);
 }
 
 // q [B, h, N, d] -> [B, h, N, keys]: the spatial queries' logits over the strided grid from the
