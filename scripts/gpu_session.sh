@@ -228,7 +228,7 @@ for stage in "${stages[@]}"; do
       "${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}" "images/s|depthwise conv " ;;
   logits)
     forms_stage logits --conv-logits "${LOGITS_FORMS:-conv gemm auto direct}" \
-      "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits \[" ;;
+      "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits " ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
       --cases cskaf,cska_logits,cska_conv_logits
