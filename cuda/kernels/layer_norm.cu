@@ -8,7 +8,9 @@
 // an f32 x (computed in f32, rounded once at the store; the gradient widened as it is read).
 // The add_layer_norm entry points also take a bf16/f16 x with f32 parameters (P, the parameters'
 // and their gradients' dtype; T otherwise) and a 16-bit or f32 output: autocast's 16-bit stream,
-// normalised in f32 as layer_norm normalises autocast's f32 copy of it.
+// normalised in f32 as layer_norm normalises autocast's f32 copy of it; and the dropout the branch
+// ends in (BranchDrop: the mask drawn as dropout_forward draws it, kept as its bits, and applied
+// to the branch's gradient on the way back).
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -16,6 +18,8 @@
 
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
+#include "backend/residual_norm_checks.h"
+#include "core/random.h"
 #include "cuda/kernels/common.cuh"
 
 namespace ska::cuda {
@@ -27,6 +31,7 @@ constexpr int kRowLanes = 8;      // ... and rows walked in parallel (threadIdx.
 constexpr int kChunkRows = 64;    // rows per partial-sum chunk
 constexpr int kMaxChunks = 1024;  // gridDim.y bound for the partial sums
 constexpr int kFusedMaxCols = 768;  // the fused backward: 24 columns a lane
+constexpr unsigned kFullMask = 0xffffffffu;
 
 std::atomic<bool> g_fused_backward{false};
 
@@ -76,12 +81,29 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY
   normalize_row(xr, s, w, b, y + row * cols, mean, rstd, row, cols, eps, lane);
 }
 
+// The dropout a residual branch ends in, taken into add_layer_norm's kernels: element i of the
+// flat tensor is kept where the uniform of Philox counter offset (+ *offset_base) + i / 4, word
+// i % 4, is below keep (dropout_forward_kernel's draws), and bit i % 8 of bits[i / 8] records it.
+// bits null: no dropout.
+struct BranchDrop {
+  uint8_t* bits = nullptr;
+  const int64_t* offset_base = nullptr;
+  uint64_t seed = 0, offset = 0;
+  float keep = 1.0f, scale = 1.0f;  // scale as the host passes it; rounded to the branch's dtype
+};
+
 // layer_norm_forward_kernel on sum = x + y, which it writes as it reads it: the same sums in the
 // same order, so the same bits as the add kernel followed by the layer norm. Each lane reads back
 // only the elements it wrote itself.
+// With a dropout (drop.bits set; rows of a multiple of 8 elements), y is first dropped as
+// dropout_forward_kernel drops it (rounded to TR), the bits of dropout followed by add. The
+// lanes still take columns c = lane + 32k in that order (the same sums); the draws go by 128
+// columns: lane l draws the counter of columns 4l..4l+3 of the group, keeps its 4 bits as a
+// nibble, and the lane holding column c reads it from lane (c % 128) / 4 by a shuffle. Lanes 2m
+// and 2m + 1 form byte m of the group's 16 bytes of the mask.
 template <typename T, typename TR, typename P, typename TY>
-__global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, const P* w, const P* b,
-                                              T* sum, TY* out, float* mean, float* rstd,
+__global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDrop drop, const P* w,
+                                              const P* b, T* sum, TY* out, float* mean, float* rstd,
                                               int64_t rows, int64_t cols, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;  // warp-uniform
@@ -89,28 +111,85 @@ __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, const P* 
   const int64_t base = row * cols;
   T* sr = sum + base;
   float s = 0.0f;
-  for (int64_t c = lane; c < cols; c += 32) {
-    const T v = residual_add(x[base + c], y[base + c]);
-    sr[c] = v;
-    s += to_float(v);
+  if (drop.bits == nullptr) {
+    for (int64_t c = lane; c < cols; c += 32) {
+      const T v = residual_add(x[base + c], y[base + c]);
+      sr[c] = v;
+      s += to_float(v);
+    }
+  } else {
+    const uint64_t offset =
+        drop.offset + (drop.offset_base != nullptr ? static_cast<uint64_t>(*drop.offset_base) : 0);
+    const float scale = to_float(from_float<TR>(drop.scale));  // as dropout's output holds it
+    for (int64_t c0 = 0; c0 < cols; c0 += 128) {               // warp-uniform, as the shuffles need
+      const int64_t first = c0 + 4 * lane;  // this lane's draw: columns first..first + 3
+      uint32_t nibble = 0;
+      if (first < cols) {
+        const PhiloxOut r =
+            philox4x32_10(drop.seed, offset + static_cast<uint64_t>((base + first) / 4));
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          nibble |= static_cast<uint32_t>(philox_uniform(r.w[k]) < drop.keep) << k;
+      }
+      const uint32_t high = __shfl_down_sync(kFullMask, nibble, 1);
+      if ((lane & 1) == 0 && first < cols) {
+        drop.bits[(base + first) / 8] = static_cast<uint8_t>(nibble | (high << 4));
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t c = c0 + 32 * k + lane;
+        const uint32_t held = __shfl_sync(kFullMask, nibble, 8 * k + lane / 4);
+        if (c < cols) {
+          const bool kept = (held >> (lane & 3)) & 1u;
+          const TR dropped = from_float<TR>(__fmul_rn(to_float(y[base + c]), kept ? scale : 0.0f));
+          const T v = residual_add(x[base + c], dropped);
+          sr[c] = v;
+          s += to_float(v);
+        }
+      }
+    }
   }
   normalize_row(static_cast<const T*>(sr), s, w, b, out + base, mean, rstd, row, cols, eps, lane);
 }
 
+// Where add_layer_norm_backward writes the residual branch's gradient: `out` (null: not
+// wanted), of TY (`low`: a 16-bit branch of an f32 stream) or of T, passed through the branch's
+// dropout where `bits` is set.
+struct BranchGrad {
+  void* out = nullptr;
+  bool low = false;
+  const uint8_t* bits = nullptr;
+  float scale = 1.0f;  // dropout's, as the host passes it (rounded to the branch's dtype here)
+};
+
 // Stores one element of grad_x: the layer-norm gradient g rounded to T, plus the residual
-// gradient where there is one (add_layer_norm_backward), and its 16-bit copy where wanted.
+// gradient where there is one (add_layer_norm_backward); and the branch's gradient where wanted:
+// that sum cast to the branch's dtype (add's gradient), then dropout's backward (its bits).
 template <typename T, typename TY>
-__device__ __forceinline__ void store_grad_x(float g, const T* res, T* gx, TY* low, int64_t i) {
+__device__ __forceinline__ void store_grad_x(float g, const T* res, T* gx, const BranchGrad& br,
+                                             int64_t i) {
   T out = from_float<T>(g);
   if (res) out = residual_add(out, res[i]);
   gx[i] = out;
-  if (low) low[i] = from_float<TY>(to_float(out));
+  if (br.out == nullptr) return;
+  const float reaching = br.low ? to_float(from_float<TY>(to_float(out))) : to_float(out);
+  float v = reaching;
+  if (br.bits != nullptr) {  // dropout_backward_kernel's product, its scale rounded as there
+    const float scale =
+        br.low ? to_float(from_float<TY>(br.scale)) : to_float(from_float<T>(br.scale));
+    v = __fmul_rn(reaching, (br.bits[i >> 3] >> (i & 7)) & 1 ? scale : 0.0f);
+  }
+  if (br.low) {
+    static_cast<TY*>(br.out)[i] = from_float<TY>(v);
+  } else {
+    static_cast<T*>(br.out)[i] = from_float<T>(v);
+  }
 }
 
 // grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with gw = grad_y * weight.
 template <typename T, typename P, typename TY>
 __global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const P* w, const float* mean,
-                                         const float* rstd, const T* res, T* gx, TY* low,
+                                         const float* rstd, const T* res, T* gx, BranchGrad low,
                                          int64_t rows, int64_t cols) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
@@ -128,7 +207,7 @@ __global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const P* w, c
   for (int64_t c = lane; c < cols; c += 32) {
     const float gw = to_float(gy[base + c]) * (w ? to_float(w[c]) : 1.0f);
     const float xhat = (to_float(x[base + c]) - mu) * rs;
-    store_grad_x(rs * (gw - mean_gw - xhat * mean_gwx), res, gx, low, base + c);
+    store_grad_x<T, TY>(rs * (gw - mean_gw - xhat * mean_gwx), res, gx, low, base + c);
   }
 }
 
@@ -164,8 +243,8 @@ __global__ void layer_norm_param_partials(const TY* gy, const T* x, const float*
 template <typename T, typename P, typename TY, int kPerLane>
 __global__ void __launch_bounds__(kRowWarps * 32)
     layer_norm_backward_fused_kernel(const TY* gy, const T* x, const P* w, const float* mean,
-                                     const float* rstd, const T* res, T* gx, TY* low, int64_t rows,
-                                     int64_t cols, int64_t chunk_rows, float* part_w,
+                                     const float* rstd, const T* res, T* gx, BranchGrad low,
+                                     int64_t rows, int64_t cols, int64_t chunk_rows, float* part_w,
                                      float* part_b) {
   extern __shared__ float red[];  // [kRowWarps][cols]
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -205,7 +284,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
         const int64_t c = lane + 32 * k;
         if (c < cols) {
           const float xhat = xd[k] * rs;
-          store_grad_x(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx), res, gx, low, base + c);
+          store_grad_x<T, TY>(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx), res, gx, low,
+                              base + c);
         }
       }
     }
@@ -279,7 +359,7 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
 template <typename T, typename P, typename TY>
 void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                            const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& grad_x, const Tensor& grad_x_low,
+                           const Tensor& grad_x, const BranchGrad& branch,
                            const Tensor& grad_weight, const Tensor& grad_bias, int64_t rows,
                            int64_t cols, int device, cudaStream_t s) {
   const int64_t chunks = std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
@@ -296,8 +376,7 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
             static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
             data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
             static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
-            mutable_or_null<T>(grad_x), mutable_or_null<TY>(grad_x_low), rows, cols, chunk_rows,
-            part_w, part_b);
+            mutable_or_null<T>(grad_x), branch, rows, cols, chunk_rows, part_w, part_b);
     SKA_CUDA_CHECK_LAUNCH();
   };
   if (cols <= 128) {
@@ -386,12 +465,12 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 namespace {
 
-// layer_norm_backward and add_layer_norm_backward (grad_sum and grad_x_low undefined in the
-// first): one body, so that the two write grad_x with the same kernels.
+// layer_norm_backward and add_layer_norm_backward (grad_sum and grad_branch undefined and drop
+// inactive in the first): one body, so that the two write grad_x with the same kernels.
 void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
               const Tensor& weight, DType param_dtype, const Tensor& mean, const Tensor& rstd,
-              const Tensor& grad_x, const Tensor& grad_x_low, const Tensor& grad_weight,
-              const Tensor& grad_bias) {
+              const DropoutDraw& drop, const Tensor& grad_x, const Tensor& grad_branch,
+              const Tensor& grad_weight, const Tensor& grad_bias) {
   const int device = device_index(x);
   DeviceGuard guard(device);
   const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
@@ -406,16 +485,23 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
     SKA_CHECK(grad_x.is_contiguous() && grad_x.dtype() == x.dtype(), ValueError, kernel,
               ": grad_x must be contiguous, of x's dtype");
   }
-  for (const Tensor* t : {&grad_sum, &grad_x_low}) {
-    if (!t->defined()) continue;
-    SKA_CHECK(grad_x.defined() && t->is_contiguous() && t->numel() == x.numel(), ValueError, kernel,
-              ": grad_sum and grad_x_low need grad_x and x's size, contiguous");
+  if (grad_sum.defined()) {
+    SKA_CHECK(grad_x.defined() && grad_sum.is_contiguous() && grad_sum.numel() == x.numel(),
+              ValueError, kernel, ": grad_sum needs grad_x and x's size, contiguous");
   }
   SKA_CHECK(!grad_sum.defined() || grad_sum.dtype() == x.dtype(), DTypeError, kernel,
             ": grad_sum must have x's dtype ", dtype_name(x.dtype()));
-  SKA_CHECK(!grad_x_low.defined() ||
-                (grad_x_low.dtype() == grad_y.dtype() && grad_y.dtype() != x.dtype()),
-            DTypeError, kernel, ": grad_x_low must have grad_y's 16-bit dtype");
+  check_add_layer_norm_grads(kernel, x, grad_y, grad_x, grad_branch);
+  if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_branch);
+  BranchGrad branch;
+  if (grad_branch.defined()) {
+    branch.out = grad_branch.data_ptr();
+    branch.low = grad_branch.dtype() != x.dtype();
+    if (drop.active()) {
+      branch.bits = static_cast<const uint8_t*>(drop.bits.data_ptr());
+      branch.scale = static_cast<float>(drop.scale);
+    }
+  }
   dispatch_norm(x.dtype(), param_dtype, grad_y.dtype(), kernel, [&](auto t, auto p, auto ty) {
     using T = decltype(t);
     using P = decltype(p);
@@ -429,7 +515,7 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
       return;
     }
     if (g_fused_backward.load() && cols <= kFusedMaxCols) {
-      launch_fused_backward<T, P, TY>(grad_y, grad_sum, x, weight, mean, rstd, grad_x, grad_x_low,
+      launch_fused_backward<T, P, TY>(grad_y, grad_sum, x, weight, mean, rstd, grad_x, branch,
                                       grad_weight, grad_bias, rows, cols, device, s);
       return;
     }
@@ -438,7 +524,7 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
           static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
           data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
           static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
-          static_cast<T*>(grad_x.data_ptr()), mutable_or_null<TY>(grad_x_low), rows, cols);
+          static_cast<T*>(grad_x.data_ptr()), branch, rows, cols);
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (grad_weight.defined() || grad_bias.defined()) {
@@ -453,13 +539,13 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
 void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias) {
-  backward("layer_norm_backward", grad_y, Tensor(), x, weight, x.dtype(), mean, rstd, grad_x,
-           Tensor(), grad_weight, grad_bias);
+  backward("layer_norm_backward", grad_y, Tensor(), x, weight, x.dtype(), mean, rstd, DropoutDraw(),
+           grad_x, Tensor(), grad_weight, grad_bias);
 }
 
-void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight,
-                            const Tensor& bias, double eps, const Tensor& sum, const Tensor& normed,
-                            const Tensor& mean, const Tensor& rstd) {
+void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw& drop,
+                            const Tensor& weight, const Tensor& bias, double eps, const Tensor& sum,
+                            const Tensor& normed, const Tensor& mean, const Tensor& rstd) {
   const int device = device_index(x);
   DeviceGuard guard(device);
   const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
@@ -480,6 +566,16 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weig
             dtype_name(param_dtype), " parameters needs y of its dtype, got ",
             dtype_name(y.dtype()));
   const char* kernel = "add_layer_norm_forward";
+  BranchDrop branch_drop;
+  if (drop.active()) {
+    check_add_layer_norm_drop(kernel, drop, x, y);
+    branch_drop.bits = static_cast<uint8_t*>(drop.bits.data_ptr());
+    branch_drop.offset_base = data_or_null<int64_t>(drop.offset_base);
+    branch_drop.seed = drop.seed;
+    branch_drop.offset = drop.offset;
+    branch_drop.keep = static_cast<float>(drop.keep_prob);
+    branch_drop.scale = static_cast<float>(drop.scale);
+  }
   dispatch_norm(x.dtype(), param_dtype, normed.dtype(), kernel, [&](auto t, auto p, auto ty) {
     using T = decltype(t);
     using P = decltype(p);
@@ -489,9 +585,10 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weig
       add_layer_norm_forward_kernel<T, TR, P, TY>
           <<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(
               static_cast<const T*>(x.data_ptr()), static_cast<const TR*>(y.data_ptr()),
-              data_or_null<P>(weight), data_or_null<P>(bias), static_cast<T*>(sum.data_ptr()),
-              static_cast<TY*>(normed.data_ptr()), static_cast<float*>(mean.data_ptr()),
-              static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
+              branch_drop, data_or_null<P>(weight), data_or_null<P>(bias),
+              static_cast<T*>(sum.data_ptr()), static_cast<TY*>(normed.data_ptr()),
+              static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), rows,
+              cols, static_cast<float>(eps));
       SKA_CUDA_CHECK_LAUNCH();
     };
     if (y.dtype() == x.dtype()) return run(T{});
@@ -504,16 +601,17 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weig
 
 void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             const Tensor& grad_x, const Tensor& grad_x_low,
-                             const Tensor& grad_weight, const Tensor& grad_bias) {
+                             const DropoutDraw& drop, const Tensor& grad_x,
+                             const Tensor& grad_branch, const Tensor& grad_weight,
+                             const Tensor& grad_bias) {
   SKA_CHECK(!grad_x.defined() || grad_sum.defined(), ValueError,
             "add_layer_norm_backward: grad_sum is required with grad_x");
   const DType param_dtype = weight.defined()        ? weight.dtype()
                             : grad_weight.defined() ? grad_weight.dtype()
                             : grad_bias.defined()   ? grad_bias.dtype()
                                                     : x.dtype();
-  backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, param_dtype, mean, rstd, grad_x,
-           grad_x_low, grad_weight, grad_bias);
+  backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, param_dtype, mean, rstd, drop,
+           grad_x, grad_branch, grad_weight, grad_bias);
 }
 
 }  // namespace ska::cuda

@@ -217,19 +217,12 @@ void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y,
                              const Tensor& yk, const DropoutDraw& drop, const Tensor& out) {
   const char* kKernel = "scaled_residual_forward";
   const Geometry geo = check(kKernel, x, xs, y, ys, yk, out);
-  if (drop.active()) check_dropout_bits(kKernel, drop.bits, y);
+  if (drop.active()) check_dropout_draw(kKernel, drop, y);
   if (geo.rows == 0 || geo.cols == 0) return;
   const int device = device_index(x);
   DeviceGuard guard(device);
   if (drop.active()) {
-    const int64_t* base = nullptr;
-    if (drop.offset_base.defined()) {
-      SKA_CHECK(drop.offset_base.numel() == 1 && drop.offset_base.dtype() == DType::kI64 &&
-                    drop.offset_base.device() == out.device(),
-                DTypeError, kKernel, ": offset_base must be one i64 element on ", out.device(),
-                ", got ", drop.offset_base.str());
-      base = static_cast<const int64_t*>(drop.offset_base.data_ptr());
-    }
+    const int64_t* base = data_or_null<int64_t>(drop.offset_base);
     const int64_t n = out.numel();
     dispatch_residual(out.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
       using TX = decltype(tx);

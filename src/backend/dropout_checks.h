@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/kernel_types.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -26,6 +27,19 @@ inline void check_dropout_bits(const char* kernel, const Tensor& bits, const Ten
                 bits.numel() == (like.numel() + 7) / 8 && bits.device() == like.device(),
             ValueError, kernel, ": bits must be ", (like.numel() + 7) / 8,
             " contiguous u8 bytes on ", like.device(), ", got ", bits.str());
+}
+
+// An active DropoutDraw of `like`'s elements: its bits as check_dropout_bits checks them, and an
+// offset_base (a CUDA Graph capture's) undefined or one i64 element on like's device.
+inline void check_dropout_draw(const char* kernel, const DropoutDraw& drop, const Tensor& like) {
+  check_dropout_bits(kernel, drop.bits, like);
+  SKA_CHECK(!drop.offset_base.defined() ||
+                (drop.offset_base.numel() == 1 && drop.offset_base.dtype() == DType::kI64 &&
+                 drop.offset_base.device() == like.device()),
+            DTypeError, kernel, ": offset_base must be one i64 element on ", like.device(),
+            ", got ", drop.offset_base.str());
+  SKA_CHECK(drop.keep_prob > 0.0 && drop.keep_prob <= 1.0, ValueError, kernel,
+            ": keep_prob must be in (0, 1], got ", drop.keep_prob);
 }
 
 // x, y and out contiguous, of one shape and device; out of x's dtype (f32, bf16 or f16), y of it

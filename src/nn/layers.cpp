@@ -118,6 +118,11 @@ ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
   }
+  if (!branch_keep.defined() && !branch_scale.defined()) {
+    // The branch's closing dropout goes into add_layer_norm's kernels.
+    const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
+    return add_layer_norm(scaled_x, branch, weight, bias, eps, output_dtype(scaled_x), branch_drop);
+  }
   const Tensor kept = apply_drop_path_factors(dropout(branch, branch_drop, true), branch_keep);
   const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
   const Tensor scaled_branch = branch_scale.defined() ? mul(kept, branch_scale) : kept;

@@ -49,7 +49,8 @@ class LayerNorm : public Module {
   // (ScaledOperand), branch_keep drop path's per-sample factors of the branch (DroppedOperand),
   // through scaled_residual in the unfused form. branch_drop: the probability of the dropout the
   // branch ends in, taken over from it (Module::take_output_dropout) and applied here first (0:
-  // none; pass 0 outside training), inside the sum's kernels in the unfused form (residual_sum).
+  // none; pass 0 outside training): inside add_layer_norm's kernels in the fused form where no
+  // scale or drop path comes between, inside the sum's kernels in the unfused form (residual_sum).
   ResidualNorm forward_residual(const Tensor& x, const Tensor& branch,
                                 const Tensor& x_scale = Tensor(),
                                 const Tensor& branch_scale = Tensor(),

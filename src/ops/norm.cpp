@@ -10,6 +10,7 @@
 #include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/pointwise.h"
+#include "ops/random.h"
 
 namespace ska {
 
@@ -121,14 +122,25 @@ bool residual_norm_fusable(const Tensor& x, const Tensor& y, const Tensor& weigh
 }  // namespace
 
 ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight,
-                            const Tensor& bias, double eps, std::optional<DType> out_dtype) {
+                            const Tensor& bias, double eps, std::optional<DType> out_dtype,
+                            double y_drop, Generator* gen) {
+  SKA_CHECK(y_drop >= 0.0 && y_drop < 1.0, ValueError,
+            "add_layer_norm: dropout probability must be in [0, 1), got ", y_drop);
   // The unfused norm's output: out_dtype, else its input's dtype (f32 for autocast's copy).
   const DType normed_dtype =
       out_dtype.value_or(autocast_16bit_stream(x, weight, bias) ? DType::kF32 : x.dtype());
-  if (!residual_norm_fusable(x, y, weight, bias, normed_dtype)) {
-    Tensor sum = add(x, y);
-    Tensor normed = layer_norm(sum, weight, bias, eps, out_dtype);
-    return {std::move(sum), std::move(normed)};
+  const bool fusable = residual_norm_fusable(x, y, weight, bias, normed_dtype);
+  // The branch's dropout goes into the kernels where the mask's bytes stay within rows.
+  const bool drop_inside =
+      fusable && y_drop > 0.0 && x.dtype() != DType::kF64 && x.shape().back() % 8 == 0;
+  if (!fusable || (y_drop > 0.0 && !drop_inside)) {
+    const Tensor branch = dropout(y, y_drop, true, gen);
+    if (!fusable) {
+      Tensor sum = add(x, branch);
+      Tensor normed = layer_norm(sum, weight, bias, eps, out_dtype);
+      return {std::move(sum), std::move(normed)};
+    }
+    return add_layer_norm(x, branch, weight, bias, eps, out_dtype);
   }
   const Tensor xc = kernel_input(x), yc = kernel_input(y);
   const Tensor w = kernel_input(weight), b = kernel_input(bias);
@@ -138,7 +150,18 @@ ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weig
   const Tensor rstd = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
   Tensor sum = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor normed = Tensor::empty(x.shape(), normed_dtype, x.device());
-  SKA_KERNEL(x.device(), add_layer_norm_forward)(xc, yc, w, b, eps, sum, normed, mean, rstd);
+  // The dropout's draws as the dropout op takes them (the same generator offsets).
+  DropoutDraw drop;
+  if (drop_inside) {
+    Generator& g = gen ? *gen : default_generator(y.device());
+    drop.seed = g.seed();
+    drop.offset = g.advance(static_cast<uint64_t>(y.numel()));
+    drop.keep_prob = 1.0 - y_drop;
+    drop.scale = 1.0 / drop.keep_prob;
+    drop.offset_base = g.capture_base();
+    drop.bits = Tensor::empty({(y.numel() + 7) / 8}, DType::kU8, y.device());
+  }
+  SKA_KERNEL(x.device(), add_layer_norm_forward)(xc, yc, drop, w, b, eps, sum, normed, mean, rstd);
 
   const bool need_x = x.requires_grad(), need_y = y.requires_grad();
   const bool need_w = weight.defined() && weight.requires_grad();
@@ -152,14 +175,15 @@ ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weig
         const Tensor grad_normed = g[1].to(normed_dtype).contiguous();
         Tensor gx = grad_buffer(need_x || need_y, saved_sum);
         const Tensor grad_sum = gx.defined() ? g[0].to(saved_sum.dtype()).contiguous() : Tensor();
-        // y's 16-bit gradient, written by the same kernel where y is of the output's dtype.
-        Tensor gy_low = need_y && y_dtype != saved_sum.dtype()
-                            ? Tensor::empty(saved_sum.shape(), y_dtype, saved_sum.device())
-                            : Tensor();
+        // y's gradient, written by the same kernel where it is not grad_x itself: y of the
+        // output's 16-bit dtype, or a dropped branch.
+        Tensor gy_branch = need_y && (y_dtype != saved_sum.dtype() || drop.active())
+                               ? Tensor::empty(saved_sum.shape(), y_dtype, saved_sum.device())
+                               : Tensor();
         Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
-        SKA_KERNEL(saved_sum.device(), add_layer_norm_backward)(
-            grad_normed, grad_sum, saved_sum, w, mean, rstd, gx, gy_low, gw, gb);
-        Tensor gy = need_y ? (gy_low.defined() ? gy_low : gx) : Tensor();
+        SKA_KERNEL(saved_sum.device(), add_layer_norm_backward)
+        (grad_normed, grad_sum, saved_sum, w, mean, rstd, drop, gx, gy_branch, gw, gb);
+        Tensor gy = need_y ? (gy_branch.defined() ? gy_branch : gx) : Tensor();
         return TensorList{need_x ? gx : Tensor(), gy, gw, gb};
       });
   return {std::move(sum), std::move(normed)};

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace ska {
@@ -23,13 +24,19 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // under autocast, a bf16/f16 x and y with f32 parameters (normalised as layer_norm normalises
 // autocast's f32 copy of the sum; the output f32 unless out_dtype says otherwise). Otherwise it
 // runs the two ops.
+// y_drop > 0: the branch ends in a training dropout of that probability, sum = x +
+// dropout(y, y_drop, true, gen): the same draws (generator offsets), values and gradients as the
+// dropout op before the sum, bit for bit. The one kernel takes it in, without writing the dropped
+// branch, where it takes the sum and x is f32, bf16 or f16 with rows of a multiple of 8 elements;
+// otherwise the dropout op runs first. Pass 0 outside training.
 struct ResidualNorm {
   Tensor sum;
   Tensor normed;
 };
 ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight,
                             const Tensor& bias, double eps = 1e-5,
-                            std::optional<DType> out_dtype = std::nullopt);
+                            std::optional<DType> out_dtype = std::nullopt, double y_drop = 0.0,
+                            Generator* gen = nullptr);
 // Layer norm over dim 1 of x [N, C, ...] (channels-first layout).
 Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  double eps = 1e-6);

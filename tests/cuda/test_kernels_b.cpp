@@ -208,7 +208,10 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
   using ska::test::bitwise_equal;
   // ViT-S's shape (65 tokens of 384) and a width past the fused backward's 768 columns; an f32
   // stream with a bf16 branch and output (autocast), f32 / bf16 throughout, and autocast's bf16
-  // stream with f32 parameters (normalised as its f32 copy, with a bf16 or an f32 output).
+  // stream with f32 parameters (normalised as its f32 copy, with a bf16 or an f32 output). Each
+  // without and with the branch's dropout inside (the bits of dropout, add, layer norm; and of
+  // the cast and dropout's backward for the branch's gradient), 1000 columns taking a part group
+  // of the draws, 96 a row of less than one group.
   struct Case {
     int64_t rows, cols;
     DType x, y, out, param;
@@ -219,50 +222,84 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
                         Case{300, 96, DType::kBF16, DType::kBF16, DType::kBF16, DType::kBF16},
                         Case{4160, 384, DType::kBF16, DType::kBF16, DType::kBF16, DType::kF32},
                         Case{300, 1000, DType::kF16, DType::kF16, DType::kF32, DType::kF32}}) {
-    INFO(c.rows << "x" << c.cols << " " << dtype_name(c.x) << " + " << dtype_name(c.y) << " -> "
-                << dtype_name(c.out) << ", parameters " << dtype_name(c.param));
-    const Shape shape{c.rows, c.cols};
-    const Tensor x = uniform(shape, 51, -3, 5).to(kGpu, c.x);
-    const Tensor y = uniform(shape, 52, -2, 2).to(kGpu, c.y);
-    const Tensor w = uniform({c.cols}, 53, 0.5, 1.5).to(kGpu, c.param);
-    const Tensor b = uniform({c.cols}, 54).to(kGpu, c.param);
-    const auto stats = [&] { return Tensor::empty({c.rows}, DType::kF32, kGpu); };
-    // Unfused: binary add, layer norm (of the sum's f32 copy for f32 parameters).
-    const Tensor sum0 = Tensor::empty(shape, c.x, kGpu), out0 = Tensor::empty(shape, c.out, kGpu);
-    const Tensor m0 = stats(), r0 = stats();
-    cuda::binary(BinaryOp::kAdd, x, y, sum0);
-    const Tensor norm_in = sum0.to(c.param == c.x ? c.x : DType::kF32);
-    cuda::layer_norm_forward(norm_in, w, b, 1e-5, out0, m0, r0);
-    const Tensor sum1 = Tensor::empty(shape, c.x, kGpu), out1 = Tensor::empty(shape, c.out, kGpu);
-    const Tensor m1 = stats(), r1 = stats();
-    cuda::add_layer_norm_forward(x, y, w, b, 1e-5, sum1, out1, m1, r1);
-    CHECK(bitwise_equal(sum1, sum0));
-    CHECK(bitwise_equal(out1, out0));
-    CHECK(bitwise_equal(m1, m0));
-    CHECK(bitwise_equal(r1, r0));
-    // Backward on both layer-norm backward paths: layer_norm_backward, add, cast.
-    const Tensor gy = uniform(shape, 55).to(kGpu, c.out);
-    const Tensor gs = uniform(shape, 56).to(kGpu, c.x);
-    for (const bool fused_backward : {false, true}) {
-      INFO("fused layer norm backward " << fused_backward);
-      const bool previous = set_cuda_layer_norm_fused_backward(fused_backward);
-      const Tensor norm_grad = Tensor::empty(shape, norm_in.dtype(), kGpu);
-      const Tensor gx0 = Tensor::empty(shape, c.x, kGpu);
-      const Tensor gw0 = Tensor::empty({c.cols}, c.param, kGpu);
-      const Tensor gb0 = Tensor::empty({c.cols}, c.param, kGpu);
-      cuda::layer_norm_backward(gy, norm_in, w, m0, r0, norm_grad, gw0, gb0);
-      cuda::binary(BinaryOp::kAdd, norm_grad.to(c.x), gs, gx0);
-      const Tensor gx1 = Tensor::empty(shape, c.x, kGpu);
-      // A 16-bit copy for y's gradient where y is 16-bit and x is not.
-      const Tensor low = c.y != c.x ? Tensor::empty(shape, c.out, kGpu) : Tensor();
-      const Tensor gw1 = Tensor::empty({c.cols}, c.param, kGpu);
-      const Tensor gb1 = Tensor::empty({c.cols}, c.param, kGpu);
-      cuda::add_layer_norm_backward(gy, gs, sum1, w, m1, r1, gx1, low, gw1, gb1);
-      set_cuda_layer_norm_fused_backward(previous);
-      CHECK(bitwise_equal(gx1, gx0));
-      if (low.defined()) CHECK(bitwise_equal(low, gx0.to(c.out)));
-      CHECK(bitwise_equal(gw1, gw0));
-      CHECK(bitwise_equal(gb1, gb0));
+    for (const bool with_drop : {false, true}) {
+      INFO(c.rows << "x" << c.cols << " " << dtype_name(c.x) << " + " << dtype_name(c.y) << " -> "
+                  << dtype_name(c.out) << ", parameters " << dtype_name(c.param) << ", dropout "
+                  << with_drop);
+      const Shape shape{c.rows, c.cols};
+      const Tensor x = uniform(shape, 51, -3, 5).to(kGpu, c.x);
+      const Tensor y = uniform(shape, 52, -2, 2).to(kGpu, c.y);
+      const Tensor w = uniform({c.cols}, 53, 0.5, 1.5).to(kGpu, c.param);
+      const Tensor b = uniform({c.cols}, 54).to(kGpu, c.param);
+      const auto stats = [&] { return Tensor::empty({c.rows}, DType::kF32, kGpu); };
+      const auto mask = [&] { return Tensor::empty({(x.numel() + 7) / 8}, DType::kU8, kGpu); };
+      // p = 0.3 from counter 17 plus a capture's offset base of 5.
+      DropoutDraw drop;
+      if (with_drop) {
+        drop.seed = 1234;
+        drop.offset = 17;
+        drop.keep_prob = 0.7;
+        drop.scale = 1.0 / 0.7;
+        drop.offset_base = Tensor::full({1}, 5.0, DType::kI64).to(kGpu);
+        drop.bits = mask();
+      }
+      // Unfused: dropout, binary add, layer norm (of the sum's f32 copy for f32 parameters).
+      Tensor branch = y;
+      const Tensor bits0 = with_drop ? mask() : Tensor();
+      if (with_drop) {
+        branch = Tensor::empty(shape, c.y, kGpu);
+        cuda::dropout_forward(y, drop.seed, drop.offset, drop.keep_prob, drop.scale,
+                              drop.offset_base, branch, bits0);
+      }
+      const Tensor sum0 = Tensor::empty(shape, c.x, kGpu);
+      const Tensor out0 = Tensor::empty(shape, c.out, kGpu);
+      const Tensor m0 = stats(), r0 = stats();
+      cuda::binary(BinaryOp::kAdd, x, branch, sum0);
+      const Tensor norm_in = sum0.to(c.param == c.x ? c.x : DType::kF32);
+      cuda::layer_norm_forward(norm_in, w, b, 1e-5, out0, m0, r0);
+      const Tensor sum1 = Tensor::empty(shape, c.x, kGpu);
+      const Tensor out1 = Tensor::empty(shape, c.out, kGpu);
+      const Tensor m1 = stats(), r1 = stats();
+      cuda::add_layer_norm_forward(x, y, drop, w, b, 1e-5, sum1, out1, m1, r1);
+      CHECK(bitwise_equal(sum1, sum0));
+      CHECK(bitwise_equal(out1, out0));
+      CHECK(bitwise_equal(m1, m0));
+      CHECK(bitwise_equal(r1, r0));
+      if (with_drop) {
+        CHECK(bitwise_equal(drop.bits, bits0));
+        const double kept = mean(drop.bits.to(Device::cpu(), DType::kF32)).item() / 255.0;
+        CHECK(kept > 0.2);  // not all zeros (a byte of 8 kept elements is 255)
+      }
+      // Backward on both layer-norm backward paths: layer_norm_backward, add, cast, dropout.
+      const Tensor gy = uniform(shape, 55).to(kGpu, c.out);
+      const Tensor gs = uniform(shape, 56).to(kGpu, c.x);
+      for (const bool fused_backward : {false, true}) {
+        INFO("fused layer norm backward " << fused_backward);
+        const bool previous = set_cuda_layer_norm_fused_backward(fused_backward);
+        const Tensor norm_grad = Tensor::empty(shape, norm_in.dtype(), kGpu);
+        const Tensor gx0 = Tensor::empty(shape, c.x, kGpu);
+        const Tensor gw0 = Tensor::empty({c.cols}, c.param, kGpu);
+        const Tensor gb0 = Tensor::empty({c.cols}, c.param, kGpu);
+        cuda::layer_norm_backward(gy, norm_in, w, m0, r0, norm_grad, gw0, gb0);
+        cuda::binary(BinaryOp::kAdd, norm_grad.to(c.x), gs, gx0);
+        Tensor branch0;  // y's gradient: add's cast to y's dtype, then dropout's backward
+        if (with_drop) {
+          branch0 = Tensor::empty(shape, c.y, kGpu);
+          cuda::dropout_backward(gx0.to(c.y), bits0, drop.scale, branch0);
+        } else if (c.y != c.x) {
+          branch0 = gx0.to(c.y);
+        }
+        const Tensor gx1 = Tensor::empty(shape, c.x, kGpu);
+        const Tensor branch1 = branch0.defined() ? Tensor::empty(shape, c.y, kGpu) : Tensor();
+        const Tensor gw1 = Tensor::empty({c.cols}, c.param, kGpu);
+        const Tensor gb1 = Tensor::empty({c.cols}, c.param, kGpu);
+        cuda::add_layer_norm_backward(gy, gs, sum1, w, m1, r1, drop, gx1, branch1, gw1, gb1);
+        set_cuda_layer_norm_fused_backward(previous);
+        CHECK(bitwise_equal(gx1, gx0));
+        if (branch0.defined()) CHECK(bitwise_equal(branch1, branch0));
+        CHECK(bitwise_equal(gw1, gw0));
+        CHECK(bitwise_equal(gb1, gb0));
+      }
     }
   }
 }

@@ -10,7 +10,6 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -71,24 +70,6 @@ struct Run {
   int64_t casts_served = -1;   // AutocastParamCasts::uses(), with the casts made up front
 };
 
-// The nodes named `name` reachable from `root`'s grad_fn (with `into_leaf`, only those whose
-// first input is a leaf's gradient sink).
-int count_nodes(const Tensor& root, const std::string& name, bool into_leaf = false) {
-  std::vector<autograd::Node*> stack = {root.grad_fn().get()};
-  std::set<autograd::Node*> seen;
-  int count = 0;
-  while (!stack.empty()) {
-    autograd::Node* n = stack.back();
-    stack.pop_back();
-    if (n == nullptr || !seen.insert(n).second) continue;
-    const bool leaf_input = !n->next_edges.empty() && n->next_edges[0].fn != nullptr &&
-                            n->next_edges[0].fn->name() == "AccumulateGrad";
-    if (n->name() == name && (leaf_input || !into_leaf)) ++count;
-    for (const autograd::Edge& e : n->next_edges) stack.push_back(e.fn.get());
-  }
-  return count;
-}
-
 // Forward (under bf16 autocast unless switched off; eval mode unless asked), a fixed
 // weighting of the logits as the loss, backward; the model is rebuilt from the same seed each
 // time.
@@ -111,11 +92,11 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
     if (switches.param_casts) casts.emplace(model->parameters(true));
     r.logits = (*model)(images);
     if (casts) r.casts_served = casts->uses();
-    r.param_cast_nodes = count_nodes(r.logits, "to", true);
-    r.fused_nodes = count_nodes(r.logits, "add_layer_norm");
-    r.gelu_dropout_nodes = count_nodes(r.logits, "gelu_dropout");
-    r.dropout_add_nodes = count_nodes(r.logits, "dropout_add");
-    r.dropout_nodes = count_nodes(r.logits, "dropout");
+    r.param_cast_nodes = test::count_nodes(r.logits, "to", true);
+    r.fused_nodes = test::count_nodes(r.logits, "add_layer_norm");
+    r.gelu_dropout_nodes = test::count_nodes(r.logits, "gelu_dropout");
+    r.dropout_add_nodes = test::count_nodes(r.logits, "dropout_add");
+    r.dropout_nodes = test::count_nodes(r.logits, "dropout");
     const Tensor weights = test::uniform(r.logits.shape(), 6, -1.0, 1.0, DType::kF32).to(device);
     loss = sum(mul(r.logits, weights));
   }
@@ -188,7 +169,14 @@ void check_fused_residual_norm(Device device) {
       const Run trained = run_fixture(name, device, fused);
       const bool mlp_dropout = name.rfind("vit", 0) == 0 || name.rfind("cait", 0) == 0;
       CHECK((trained.gelu_dropout_nodes > 0) == mlp_dropout);
-      check_same_bits(trained, run_fixture(name, device, unfused));
+      const Run trained_unfused = run_fixture(name, device, unfused);
+      check_same_bits(trained, trained_unfused);
+      // ViT's fused sums take the dropout closing their branch into add_layer_norm's kernels (one
+      // dropout node fewer each; CaiT's branches are scaled by LayerScale first), as the MLPs'
+      // gelu_dropout nodes take theirs.
+      const int taken = trained_unfused.dropout_nodes - trained.dropout_nodes;
+      CHECK(taken == (name.rfind("vit", 0) == 0 ? expected_fused_adds(name) : 0) +
+                         trained.gelu_dropout_nodes);
       // ViT's and CaiT's blocks apply the dropouts closing their branches in the residual sums,
       // inside the sums' kernels (set_fused_dropout_add) where no norm is fused with them: ViT's
       // last block's two sums with the fused residual norm, all four sums of the two blocks

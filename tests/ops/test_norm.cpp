@@ -1,5 +1,6 @@
 // Layer norm (channels-last and channels-first) and batch norm: hand-computed values, running-stat
 // updates, gradients by finite differences, errors, and CUDA parity.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -213,6 +214,88 @@ TEST_CASE("add_layer_norm: the values and gradients of add then layer_norm, bit 
   }
 }
 
+TEST_CASE(
+    "add_layer_norm with the branch's dropout: the draws, values and gradients of dropout, add and "
+    "layer_norm",
+    "[cpu]") {
+  using ska::test::bitwise_equal;
+  // 40 columns take the dropout into the one kernel; 37 (a mask byte across rows) run the dropout
+  // op first. f32; an f32 stream with a bf16 branch and output (autocast); f64 (the dropout op
+  // first); autocast's bf16 stream with f32 parameters.
+  struct Case {
+    DType x, y;
+    std::optional<DType> out;
+    bool autocast;
+  };
+  for (const int64_t cols : {40, 37}) {
+    for (const Case& c : {Case{DType::kF32, DType::kF32, std::nullopt, false},
+                          Case{DType::kF32, DType::kBF16, DType::kBF16, false},
+                          Case{DType::kF64, DType::kF64, std::nullopt, false},
+                          Case{DType::kBF16, DType::kBF16, DType::kBF16, true}}) {
+      INFO(cols << " columns, " << dtype_name(c.x) << " + " << dtype_name(c.y) << ", autocast "
+                << c.autocast);
+      const Shape shape{6, cols};
+      const DType param = c.autocast ? DType::kF32 : c.x;
+      struct Run {
+        ResidualNorm r;
+        Tensor gx, gy, gw, gb;
+        uint64_t offset;
+        int dropout_nodes;
+      } run[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Tensor x = uniform(shape, 110, -2.0, 2.0).to(c.x).set_requires_grad();
+        Tensor y = uniform(shape, 111, -2.0, 2.0).to(c.y).set_requires_grad();
+        Tensor w = uniform({cols}, 112, 0.5, 1.5).to(param).set_requires_grad();
+        Tensor b = uniform({cols}, 113).to(param).set_requires_grad();
+        Generator gen(77);
+        gen.advance(40);  // start past counter 0
+        Tensor loss;
+        {
+          std::optional<AutocastGuard> autocast;
+          if (c.autocast) autocast.emplace(DType::kBF16);
+          ResidualNorm& r = run[fused].r;
+          if (fused == 1) {
+            r = add_layer_norm(x, y, w, b, 1e-5, c.out, 0.3, &gen);
+          } else {
+            r.sum = add(x, dropout(y, 0.3, true, &gen));
+            r.normed = layer_norm(r.sum, w, b, 1e-5, c.out);
+          }
+          loss = add(sum(mul(r.sum, uniform(shape, 114).to(r.sum.dtype()))),
+                     sum(mul(r.normed, uniform(shape, 115).to(r.normed.dtype()))));
+        }
+        run[fused].dropout_nodes = ska::test::count_nodes(loss, "dropout");
+        loss.backward();
+        run[fused].gx = x.grad();
+        run[fused].gy = y.grad();
+        run[fused].gw = w.grad();
+        run[fused].gb = b.grad();
+        run[fused].offset = gen.offset();
+      }
+      const Run &f = run[1], &u = run[0];
+      const bool inside = cols % 8 == 0 && c.x != DType::kF64;
+      CHECK(f.r.sum.grad_fn()->name() == "add_layer_norm");
+      CHECK(u.dropout_nodes == 1);
+      CHECK(f.dropout_nodes == (inside ? 0 : 1));
+      CHECK(f.offset == u.offset);  // the same draws
+      CHECK(bitwise_equal(f.r.sum, u.r.sum));
+      CHECK(bitwise_equal(f.r.normed, u.r.normed));
+      CHECK(bitwise_equal(f.gx, u.gx));
+      CHECK(f.gy.dtype() == c.y);
+      CHECK(bitwise_equal(f.gy, u.gy));
+      CHECK(bitwise_equal(f.gw, u.gw));
+      CHECK(bitwise_equal(f.gb, u.gb));
+      // Some of the branch dropped, some kept (its gradient is zero exactly where dropped).
+      const std::vector<double> gy = f.gy.to_vector<double>();
+      const auto zeros = std::count(gy.begin(), gy.end(), 0.0);
+      CHECK(zeros > 0);
+      CHECK(zeros < static_cast<long>(gy.size()) / 2);
+    }
+  }
+  CHECK_THROWS_WITH(add_layer_norm(uniform({2, 8}, 1), uniform({2, 8}, 2), Tensor(), Tensor(), 1e-5,
+                                   std::nullopt, 1.0),
+                    Catch::Contains("add_layer_norm") && Catch::Contains("[0, 1)"));
+}
+
 TEST_CASE("add_layer_norm gradients match finite differences", "[cpu]") {
   Tensor x = uniform({3, 5}, 86, -2.0, 2.0).set_requires_grad();
   Tensor y = uniform({3, 5}, 87, -2.0, 2.0).set_requires_grad();
@@ -420,6 +503,15 @@ TEST_CASE("CUDA add_layer_norm matches the CPU", "[cuda]") {
       ska::test::check_cuda_parity(
           [](const TensorList& in) {
             return residual_norm_outputs(add_layer_norm(in[0], in[1], in[2], in[3]));
+          },
+          {x, y, w, b}, dt);
+      // With the branch's dropout (inside the kernels for 384 columns): the same draws on both
+      // devices from generators of one seed.
+      ska::test::check_cuda_parity(
+          [](const TensorList& in) {
+            Generator gen(5);
+            return residual_norm_outputs(
+                add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, std::nullopt, 0.25, &gen));
           },
           {x, y, w, b}, dt);
       if (dt == DType::kF32) continue;

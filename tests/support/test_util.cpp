@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -239,6 +240,22 @@ void check_cuda_parity(const std::function<Tensor(const TensorList&)>& f, const 
                     "CUDA gradient of input " + std::to_string(k) + " vs CPU");
     }
   }
+}
+
+int count_nodes(const Tensor& root, const std::string& name, bool into_leaf) {
+  std::vector<autograd::Node*> stack = {root.grad_fn().get()};
+  std::set<autograd::Node*> seen;
+  int count = 0;
+  while (!stack.empty()) {
+    autograd::Node* n = stack.back();
+    stack.pop_back();
+    if (n == nullptr || !seen.insert(n).second) continue;
+    const bool leaf_input = !n->next_edges.empty() && n->next_edges[0].fn != nullptr &&
+                            n->next_edges[0].fn->name() == "AccumulateGrad";
+    if (n->name() == name && (leaf_input || !into_leaf)) ++count;
+    for (const autograd::Edge& e : n->next_edges) stack.push_back(e.fn.get());
+  }
+  return count;
 }
 
 }  // namespace ska::test

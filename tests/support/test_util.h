@@ -67,4 +67,8 @@ bool cuda_available_or_skip();
 void check_cuda_parity(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
                        DType dtype, const Tolerance* tol = nullptr);
 
+// The autograd nodes named `name` reachable from `root`'s grad_fn (with `into_leaf`, only those
+// whose first input is a leaf's gradient sink).
+int count_nodes(const Tensor& root, const std::string& name, bool into_leaf = false);
+
 }  // namespace ska::test

@@ -14,6 +14,7 @@
 #include "backend/cpu/loops.h"
 #include "backend/cpu/vec_math.h"
 #include "backend/cpu/widen.h"
+#include "backend/residual_norm_checks.h"
 
 namespace ska::cpu {
 
@@ -292,20 +293,31 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
 
 namespace ska::cpu {
 
-// The reference composes the two kernels the unfused ops run, so its bits are theirs.
-// A 16-bit sum (with f32 parameters) is normalised as its f32 copy, as autocast's layer_norm does.
-void add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight,
-                            const Tensor& bias, double eps, const Tensor& sum, const Tensor& normed,
-                            const Tensor& mean, const Tensor& rstd) {
-  binary(BinaryOp::kAdd, x, y, sum);
+// The reference composes the kernels the unfused ops run (dropout, add, layer norm; cast and
+// dropout backward), so its bits are theirs. A 16-bit sum (with f32 parameters) is normalised as
+// its f32 copy, as autocast's layer_norm does.
+void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw& drop,
+                            const Tensor& weight, const Tensor& bias, double eps, const Tensor& sum,
+                            const Tensor& normed, const Tensor& mean, const Tensor& rstd) {
+  Tensor branch = y;
+  if (drop.active()) {
+    check_add_layer_norm_drop("add_layer_norm_forward", drop, x, y);
+    branch = Tensor::empty(y.shape(), y.dtype(), y.device());
+    dropout_forward(y, drop.seed, drop.offset, drop.keep_prob, drop.scale, drop.offset_base, branch,
+                    drop.bits);
+  }
+  binary(BinaryOp::kAdd, x, branch, sum);
   layer_norm_forward(is_16bit_float(sum.dtype()) ? widen_f32(sum) : sum, weight, bias, eps, normed,
                      mean, rstd);
 }
 
 void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             const Tensor& grad_x, const Tensor& grad_x_low,
-                             const Tensor& grad_weight, const Tensor& grad_bias) {
+                             const DropoutDraw& drop, const Tensor& grad_x,
+                             const Tensor& grad_branch, const Tensor& grad_weight,
+                             const Tensor& grad_bias) {
+  check_add_layer_norm_grads("add_layer_norm_backward", x, grad_y, grad_x, grad_branch);
+  if (drop.active()) check_add_layer_norm_drop("add_layer_norm_backward", drop, x, grad_branch);
   // A 16-bit x: the gradient of its f32 copy, rounded to x's dtype as the cast's backward does.
   const bool narrow = is_16bit_float(x.dtype());
   const Tensor x_norm = narrow ? widen_f32(x) : x;
@@ -319,7 +331,9 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
     copy(norm_grad, rounded);
   }
   binary(BinaryOp::kAdd, rounded, grad_sum, grad_x);
-  if (grad_x_low.defined()) copy(grad_x, grad_x_low);
+  if (!grad_branch.defined()) return;
+  copy(grad_x, grad_branch);  // add's gradient cast to the branch's dtype
+  if (drop.active()) dropout_backward(grad_branch, drop.bits, drop.scale, grad_branch);
 }
 
 }  // namespace ska::cpu

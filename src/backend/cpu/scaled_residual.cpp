@@ -78,7 +78,7 @@ void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y,
                              const Tensor& yk, const DropoutDraw& drop, const Tensor& out) {
   Tensor branch = y;
   if (drop.active()) {
-    check_dropout_bits("scaled_residual_forward", drop.bits, y);
+    check_dropout_draw("scaled_residual_forward", drop, y);
     branch = Tensor::empty(y.shape(), y.dtype(), y.device());
     dropout_forward(y.contiguous(), drop.seed, drop.offset, drop.keep_prob, drop.scale,
                     drop.offset_base, branch, drop.bits);
@@ -91,7 +91,7 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
                               const Tensor& ys, const Tensor& yk, const DropoutDraw& drop,
                               const Tensor& gx, const Tensor& gy, const Tensor& gxs,
                               const Tensor& gys) {
-  if (drop.active()) check_dropout_bits("scaled_residual_backward", drop.bits, g);
+  if (drop.active()) check_dropout_draw("scaled_residual_backward", drop, g);
   if (gx.defined()) write(scaled(g, xs, g.dtype()), gx);
   if (gy.defined()) {
     // The gradient reaching the dropped branch (drop path's output, in y's dtype), then its mul's,

@@ -1,0 +1,46 @@
+// The operands of add_layer_norm_forward / _backward (backend/kernels.inc) that the CPU twin and
+// the CUDA kernels check alike: the branch's dropout and the branch's gradient.
+#pragma once
+
+#include "backend/dropout_checks.h"
+#include "backend/kernel_types.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ska {
+
+// An active dropout of the branch: x of f32, bf16 or f16 with rows of a multiple of 8 elements
+// (a byte of the mask never spans two rows), and the draw as check_dropout_draw checks it for
+// `branch`'s elements (y in the forward pass, grad_branch in the backward).
+inline void check_add_layer_norm_drop(const char* kernel, const DropoutDraw& drop, const Tensor& x,
+                                      const Tensor& branch) {
+  const DType dt = x.dtype();
+  SKA_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, DTypeError, kernel,
+            ": a dropout of the branch needs x of f32, bf16 or f16, got ", dtype_name(dt));
+  const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
+  SKA_CHECK(cols % 8 == 0, ShapeError, kernel,
+            ": a dropout of the branch needs rows of a multiple of 8 elements, got x ", x.str());
+  SKA_CHECK(branch.defined() && branch.numel() == x.numel(), ShapeError, kernel,
+            ": a dropout of the branch needs the branch (its gradient) of x's size ",
+            shape_str(x.shape()), ", got ", branch.defined() ? branch.str() : "none");
+  check_dropout_draw(kernel, drop, branch);
+}
+
+// grad_branch (undefined, or y's gradient) beside grad_x: contiguous, of x's size, in x's dtype or,
+// for an f32 x, in grad_y's bf16/f16 dtype.
+inline void check_add_layer_norm_grads(const char* kernel, const Tensor& x, const Tensor& grad_y,
+                                       const Tensor& grad_x, const Tensor& grad_branch) {
+  if (!grad_branch.defined()) return;
+  SKA_CHECK(grad_x.defined() && grad_branch.is_contiguous() && grad_branch.numel() == x.numel() &&
+                grad_branch.device() == x.device(),
+            ValueError, kernel, ": grad_branch needs grad_x and must be contiguous, of x's size ",
+            shape_str(x.shape()), " on ", x.device(), ", got ", grad_branch.str());
+  const DType b = grad_branch.dtype();
+  const bool low =
+      x.dtype() == DType::kF32 && b == grad_y.dtype() && (b == DType::kBF16 || b == DType::kF16);
+  SKA_CHECK(b == x.dtype() || low, DTypeError, kernel, ": grad_branch of dtype ", dtype_name(b),
+            " for x ", dtype_name(x.dtype()), " and grad_y ", dtype_name(grad_y.dtype()),
+            "; expected x's dtype, or grad_y's bf16/f16 with an f32 x");
+}
+
+}  // namespace ska
