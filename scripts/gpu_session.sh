@@ -212,7 +212,7 @@ for stage in "${stages[@]}"; do
       # One process: the default (mma.sync) kernels first, then each variant, two rounds in turn.
       stage_run "attention_$config" 150 "$build/apps/benchmark" --config "$config" \
         --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
-        "attention=wmma;attention_loads=sync;attention_backward=one_block;attention_backward=one_block,attention_forward=one_block;norm_backward=fused;residual_norm=fused;residual_norm=fused,gelu_dropout=fused"
+        "attention=wmma;attention_loads=sync;attention_backward=one_block;attention_backward=one_block,attention_forward=one_block;norm_backward=fused;norm_forward=held;residual_norm=fused;residual_norm=fused,gelu_dropout=fused;residual_norm=fused,norm_forward=held,norm_backward=fused"
       # The table; or, from a run cut short, the rounds it measured (benchmark's stderr).
       [ $? = 125 ] && continue
       { grep -q '^variants' "$logs/attention_$config.log" &&

@@ -40,12 +40,13 @@ bench=$build/apps/benchmark
 # build and warm-up, the variants in turn, ROUNDS times); "new" is every fast path not yet the
 # default at once. Then the switches that are not kernel choices, one process each.
 kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=one_block"
-  "attention_forward=one_block" "norm_backward=fused" "residual_norm=fused" "gelu_dropout=fused"
+  "attention_forward=one_block" "norm_forward=held" "norm_backward=fused" "residual_norm=fused"
+  "gelu_dropout=fused"
   "dropout_add=fused" "talking_heads=fused" "weight_casts=per_step" "linear_grads=f32"
   "weight_casts=per_step,linear_grads=f32" "depthwise_conv=direct" "depthwise_conv=auto"
   "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct" "attention=scalar"
   "attention=unfused" "elementwise=reference" "norm_output=f32")
-every_new="attention_backward=one_block,attention_forward=one_block,norm_backward=fused,residual_norm=fused,gelu_dropout=fused,dropout_add=fused,talking_heads=fused,weight_casts=per_step,linear_grads=f32"
+every_new="attention_backward=one_block,attention_forward=one_block,norm_forward=held,norm_backward=fused,residual_norm=fused,gelu_dropout=fused,dropout_add=fused,talking_heads=fused,weight_casts=per_step,linear_grads=f32"
 kernel_variants+=("$every_new")
 process_variants=("--cudnn-benchmark off" "--cuda-graph")
 joined=$(IFS=';'; echo "${kernel_variants[*]}")

@@ -4,6 +4,9 @@
 // keeps each row in registers and sums the parameter gradients on the way (one read of grad_y
 // and x instead of three).
 // add_layer_norm_forward / _backward fold a pre-norm block's residual add into the same passes.
+// set_cuda_layer_norm_held_forward: rows of up to 1024 columns take forward kernels that load
+// the whole row into registers first (each lane's columns in one burst of independent loads)
+// and read it once; the same operations in the same order, so the same bits.
 // T is x's (and the parameters') dtype, TY the output's and its gradient's: T, or bf16/f16 for
 // an f32 x (computed in f32, rounded once at the store; the gradient widened as it is read).
 // The add_layer_norm entry points also take a bf16/f16 x with f32 parameters (P, the parameters'
@@ -15,6 +18,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <tuple>
+#include <type_traits>
 
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
@@ -33,7 +38,10 @@ constexpr int kMaxChunks = 1024;  // gridDim.y bound for the partial sums
 constexpr int kFusedMaxCols = 768;  // the fused backward: 24 columns a lane
 constexpr unsigned kFullMask = 0xffffffffu;
 
+constexpr int kHeldMaxCols = 1024;  // the held forward kernels: 32 columns a lane
+
 std::atomic<bool> g_fused_backward{false};
+std::atomic<bool> g_held_forward{false};
 
 // a + b as the binary add kernel computes it: in f32, rounded once. __fadd_rn keeps the compiler
 // from contracting it with a product before it (the layer-norm gradient) into one FMA, which
@@ -69,6 +77,39 @@ __device__ __forceinline__ void normalize_row(const T* xr, float s, const P* w, 
   }
 }
 
+// normalize_row for a row held in registers: v[k] is column lane + 32k (0 past the end), `s`
+// the lane's sum of its columns in that order. The same operations in the same order as
+// normalize_row, so the same bits, without reading the row again.
+template <typename P, typename TY, int kPerLane>
+__device__ __forceinline__ void normalize_held_row(const float (&v)[kPerLane], float s, const P* w,
+                                                   const P* b, TY* yr, float* mean, float* rstd,
+                                                   int64_t row, int64_t cols, float eps, int lane) {
+  const float mu = warp_sum(s) / static_cast<float>(cols);
+  float var = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    if (lane + 32 * k < cols) {
+      const float d = v[k] - mu;
+      var += d * d;
+    }
+  }
+  const float rs = 1.0f / sqrtf(warp_sum(var) / static_cast<float>(cols) + eps);
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    if (c < cols) {
+      float out = (v[k] - mu) * rs;
+      if (w) out *= to_float(w[c]);
+      if (b) out += to_float(b[c]);
+      yr[c] = from_float<TY>(out);
+    }
+  }
+}
+
 template <typename T, typename TY>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY* y, float* mean,
                                           float* rstd, int64_t rows, int64_t cols, float eps) {
@@ -79,6 +120,30 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, TY
   float s = 0.0f;
   for (int64_t c = lane; c < cols; c += 32) s += to_float(xr[c]);
   normalize_row(xr, s, w, b, y + row * cols, mean, rstd, row, cols, eps, lane);
+}
+
+// layer_norm_forward_kernel with the row held in registers (rows of at most 32 x kPerLane
+// columns): every load issued before the first sum waits for one.
+template <typename T, typename TY, int kPerLane>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    layer_norm_forward_held_kernel(const T* x, const T* w, const T* b, TY* y, float* mean,
+                                   float* rstd, int64_t rows, int64_t cols, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  if (row >= rows) return;  // warp-uniform
+  const int lane = threadIdx.x & 31;
+  const T* xr = x + row * cols;
+  float v[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    v[k] = c < cols ? to_float(xr[c]) : 0.0f;
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    if (lane + 32 * k < cols) s += v[k];
+  }
+  normalize_held_row(v, s, w, b, y + row * cols, mean, rstd, row, cols, eps, lane);
 }
 
 // The dropout a residual branch ends in, taken into add_layer_norm's kernels: element i of the
@@ -92,15 +157,49 @@ struct BranchDrop {
   float keep = 1.0f, scale = 1.0f;  // scale as the host passes it; rounded to the branch's dtype
 };
 
+// The branch's dropout in add_layer_norm's forward kernels. The lanes take columns c = lane + 32k
+// (the norm's order); the draws go by groups of 128 columns: lane l draws the counter of columns
+// 4l..4l+3 of the group (draw_group) and keeps its 4 bits as a nibble, lanes 2m and 2m + 1 store
+// byte m of the group's 16 bytes of the mask, and the lane holding column c reads its bit from
+// lane (c % 128) / 4 by a shuffle (kept_in_group). Every lane of the warp calls both.
+__device__ __forceinline__ uint32_t draw_group(const BranchDrop& drop, uint64_t offset,
+                                               int64_t base, int64_t c0, int64_t cols, int lane) {
+  const int64_t first = c0 + 4 * lane;  // this lane's draw: columns first..first + 3
+  uint32_t nibble = 0;
+  if (first < cols) {
+    const PhiloxOut r =
+        philox4x32_10(drop.seed, offset + static_cast<uint64_t>((base + first) / 4));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      nibble |= static_cast<uint32_t>(philox_uniform(r.w[k]) < drop.keep) << k;
+    }
+  }
+  const uint32_t high = __shfl_down_sync(kFullMask, nibble, 1);
+  if ((lane & 1) == 0 && first < cols) {
+    drop.bits[(base + first) / 8] = static_cast<uint8_t>(nibble | (high << 4));
+  }
+  return nibble;
+}
+// Whether column c0 + 32j + lane of the group whose nibbles draw_group returned is kept.
+__device__ __forceinline__ bool kept_in_group(uint32_t nibble, int j, int lane) {
+  return (__shfl_sync(kFullMask, nibble, 8 * j + lane / 4) >> (lane & 3)) & 1u;
+}
+// The counter offset of a launch's draws (a CUDA Graph's base added on the device).
+__device__ __forceinline__ uint64_t draw_offset(const BranchDrop& drop) {
+  return drop.offset + (drop.offset_base != nullptr ? static_cast<uint64_t>(*drop.offset_base) : 0);
+}
+// sum = x + dropout(y) for one element, as dropout's output (rounded to TR, its scale `scale`
+// already rounded to TR) and then the add kernel compute it.
+template <typename T, typename TR>
+__device__ __forceinline__ T dropped_sum(T x, TR y, bool kept, float scale) {
+  return residual_add(x, from_float<TR>(__fmul_rn(to_float(y), kept ? scale : 0.0f)));
+}
+
 // layer_norm_forward_kernel on sum = x + y, which it writes as it reads it: the same sums in the
 // same order, so the same bits as the add kernel followed by the layer norm. Each lane reads back
 // only the elements it wrote itself.
 // With a dropout (drop.bits set; rows of a multiple of 8 elements), y is first dropped as
-// dropout_forward_kernel drops it (rounded to TR), the bits of dropout followed by add. The
-// lanes still take columns c = lane + 32k in that order (the same sums); the draws go by 128
-// columns: lane l draws the counter of columns 4l..4l+3 of the group, keeps its 4 bits as a
-// nibble, and the lane holding column c reads it from lane (c % 128) / 4 by a shuffle. Lanes 2m
-// and 2m + 1 form byte m of the group's 16 bytes of the mask.
+// dropout_forward_kernel drops it (rounded to TR): the bits of dropout followed by add.
 template <typename T, typename TR, typename P, typename TY>
 __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDrop drop, const P* w,
                                               const P* b, T* sum, TY* out, float* mean, float* rstd,
@@ -118,31 +217,16 @@ __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDro
       s += to_float(v);
     }
   } else {
-    const uint64_t offset =
-        drop.offset + (drop.offset_base != nullptr ? static_cast<uint64_t>(*drop.offset_base) : 0);
+    const uint64_t offset = draw_offset(drop);
     const float scale = to_float(from_float<TR>(drop.scale));  // as dropout's output holds it
     for (int64_t c0 = 0; c0 < cols; c0 += 128) {               // warp-uniform, as the shuffles need
-      const int64_t first = c0 + 4 * lane;  // this lane's draw: columns first..first + 3
-      uint32_t nibble = 0;
-      if (first < cols) {
-        const PhiloxOut r =
-            philox4x32_10(drop.seed, offset + static_cast<uint64_t>((base + first) / 4));
+      const uint32_t nibble = draw_group(drop, offset, base, c0, cols, lane);
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          nibble |= static_cast<uint32_t>(philox_uniform(r.w[k]) < drop.keep) << k;
-      }
-      const uint32_t high = __shfl_down_sync(kFullMask, nibble, 1);
-      if ((lane & 1) == 0 && first < cols) {
-        drop.bits[(base + first) / 8] = static_cast<uint8_t>(nibble | (high << 4));
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t c = c0 + 32 * k + lane;
-        const uint32_t held = __shfl_sync(kFullMask, nibble, 8 * k + lane / 4);
+      for (int j = 0; j < 4; ++j) {
+        const int64_t c = c0 + 32 * j + lane;
+        const bool kept = kept_in_group(nibble, j, lane);
         if (c < cols) {
-          const bool kept = (held >> (lane & 3)) & 1u;
-          const TR dropped = from_float<TR>(__fmul_rn(to_float(y[base + c]), kept ? scale : 0.0f));
-          const T v = residual_add(x[base + c], dropped);
+          const T v = dropped_sum(x[base + c], y[base + c], kept, scale);
           sr[c] = v;
           s += to_float(v);
         }
@@ -150,6 +234,57 @@ __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDro
     }
   }
   normalize_row(static_cast<const T*>(sr), s, w, b, out + base, mean, rstd, row, cols, eps, lane);
+}
+
+// add_layer_norm_forward_kernel with the row held in registers (rows of at most 32 x kPerLane
+// columns, kPerLane a multiple of 4): x and y loaded in one burst, the sum written and normalised
+// from registers. The same operations in the same order: the same bits.
+template <typename T, typename TR, typename P, typename TY, int kPerLane>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    add_layer_norm_forward_held_kernel(const T* x, const TR* y, BranchDrop drop, const P* w,
+                                       const P* b, T* sum, TY* out, float* mean, float* rstd,
+                                       int64_t rows, int64_t cols, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
+  if (row >= rows) return;  // warp-uniform
+  const int lane = threadIdx.x & 31;
+  const int64_t base = row * cols;
+  T xv[kPerLane];
+  TR yv[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    if (c < cols) {
+      xv[k] = x[base + c];
+      yv[k] = y[base + c];
+    }
+  }
+  bool kept[kPerLane] = {};
+  float scale = 1.0f;
+  if (drop.bits != nullptr) {
+    const uint64_t offset = draw_offset(drop);
+    scale = to_float(from_float<TR>(drop.scale));
+#pragma unroll
+    for (int g = 0; g < kPerLane / 4; ++g) {
+      const uint32_t nibble = draw_group(drop, offset, base, 128 * g, cols, lane);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) kept[4 * g + j] = kept_in_group(nibble, j, lane);
+    }
+  }
+  float v[kPerLane];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    v[k] = 0.0f;
+    if (c < cols) {
+      const T t = drop.bits != nullptr ? dropped_sum(xv[k], yv[k], kept[k], scale)
+                                       : residual_add(xv[k], yv[k]);
+      sum[base + c] = t;
+      v[k] = to_float(t);
+      s += v[k];
+    }
+  }
+  normalize_held_row(v, s, w, b, out + base, mean, rstd, row, cols, eps, lane);
 }
 
 // Where add_layer_norm_backward writes the residual branch's gradient: `out` (null: not
@@ -314,6 +449,37 @@ unsigned int row_warp_blocks(int64_t rows) {
   return static_cast<unsigned int>(blocks);
 }
 
+// Launches a warp-per-row kernel over `rows` rows (kRowWarps a block) on the device's current
+// stream with `args` (a tuple of its parameters), and checks the launch.
+template <typename... Params, typename... Args>
+void launch_rows(void (*kernel)(Params...), int64_t rows, int device,
+                 const std::tuple<Args...>& args) {
+  std::apply(
+      [&](const auto&... a) {
+        kernel<<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(a...);
+      },
+      args);
+  SKA_CUDA_CHECK_LAUNCH();
+}
+
+// With set_cuda_layer_norm_held_forward on and rows of at most kHeldMaxCols columns, calls
+// f(std::integral_constant<int, kPerLane>) with the columns a lane holds (a multiple of 4, as the
+// dropout's groups of 128 columns need) and returns true; otherwise false.
+template <typename F>
+bool with_held_row(int64_t cols, F&& f) {
+  if (!g_held_forward.load() || cols > kHeldMaxCols) return false;
+  if (cols <= 256) {
+    f(std::integral_constant<int, 8>{});
+  } else if (cols <= 512) {
+    f(std::integral_constant<int, 16>{});
+  } else if (cols <= 768) {
+    f(std::integral_constant<int, 24>{});
+  } else {
+    f(std::integral_constant<int, kHeldMaxCols / 32>{});
+  }
+  return true;
+}
+
 void check_param(const Tensor& p, DType dtype, int64_t cols, const char* what) {
   if (!p.defined()) return;
   SKA_CHECK(p.dtype() == dtype, DTypeError, "layer_norm: ", what, " dtype ", p.dtype(),
@@ -454,12 +620,15 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   dispatch_output(x.dtype(), y.dtype(), "layer_norm_forward", [&](auto tag, auto out_tag) {
     using T = decltype(tag);
     using TY = decltype(out_tag);
-    layer_norm_forward_kernel<T, TY>
-        <<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(
-            static_cast<const T*>(x.data_ptr()), data_or_null<T>(weight), data_or_null<T>(bias),
-            static_cast<TY*>(y.data_ptr()), static_cast<float*>(mean.data_ptr()),
-            static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
-    SKA_CUDA_CHECK_LAUNCH();
+    const auto args = std::make_tuple(
+        static_cast<const T*>(x.data_ptr()), data_or_null<T>(weight), data_or_null<T>(bias),
+        static_cast<TY*>(y.data_ptr()), static_cast<float*>(mean.data_ptr()),
+        static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
+    const bool held = with_held_row(cols, [&](auto per_lane) {
+      launch_rows(layer_norm_forward_held_kernel<T, TY, decltype(per_lane)::value>, rows, device,
+                  args);
+    });
+    if (!held) launch_rows(layer_norm_forward_kernel<T, TY>, rows, device, args);
   });
 }
 
@@ -582,14 +751,16 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
     using TY = decltype(ty);
     const auto run = [&](auto residual_tag) {
       using TR = decltype(residual_tag);
-      add_layer_norm_forward_kernel<T, TR, P, TY>
-          <<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(
-              static_cast<const T*>(x.data_ptr()), static_cast<const TR*>(y.data_ptr()),
-              branch_drop, data_or_null<P>(weight), data_or_null<P>(bias),
-              static_cast<T*>(sum.data_ptr()), static_cast<TY*>(normed.data_ptr()),
-              static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), rows,
-              cols, static_cast<float>(eps));
-      SKA_CUDA_CHECK_LAUNCH();
+      const auto args = std::make_tuple(
+          static_cast<const T*>(x.data_ptr()), static_cast<const TR*>(y.data_ptr()), branch_drop,
+          data_or_null<P>(weight), data_or_null<P>(bias), static_cast<T*>(sum.data_ptr()),
+          static_cast<TY*>(normed.data_ptr()), static_cast<float*>(mean.data_ptr()),
+          static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
+      const bool held = with_held_row(cols, [&](auto per_lane) {
+        launch_rows(add_layer_norm_forward_held_kernel<T, TR, P, TY, decltype(per_lane)::value>,
+                    rows, device, args);
+      });
+      if (!held) launch_rows(add_layer_norm_forward_kernel<T, TR, P, TY>, rows, device, args);
     };
     if (y.dtype() == x.dtype()) return run(T{});
     SKA_CHECK(y.dtype() == normed.dtype(), DTypeError, "add_layer_norm_forward: y of dtype ",
@@ -617,6 +788,10 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
 }  // namespace ska::cuda
 
 namespace ska {
+
+bool set_cuda_layer_norm_held_forward(bool enabled) {
+  return cuda::g_held_forward.exchange(enabled);
+}
 
 bool set_cuda_layer_norm_fused_backward(bool enabled) {
   return cuda::g_fused_backward.exchange(enabled);

@@ -86,6 +86,14 @@ bool set_cuda_attention_async_loads(bool enabled);
 // records the setting.
 bool set_cuda_layer_norm_fused_backward(bool enabled);
 
+// Layer norm's forward pass on CUDA (layer_norm and add_layer_norm) for rows of at most 1024
+// columns: on, kernels that load each lane's columns of the row into registers in one burst and
+// read the row once; off (the default until measured on a GPU), kernels that walk the row three
+// times, each load waiting for the last. The same operations in the same order, so the same bits.
+// Returns the previous setting; `benchmark --norm-forward held`. Without CUDA it only records the
+// setting.
+bool set_cuda_layer_norm_held_forward(bool enabled);
+
 // How the CUDA backend computes the backward-input pass of a stride-1 convolution
 // (backend/conv2d_rotated.h). kTimed, the default: under cudnn_benchmark, the first call of each
 // shape has cuDNN time its backward-data kernels against its forward kernels on the rotated

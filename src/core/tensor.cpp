@@ -66,6 +66,12 @@ bool set_cuda_attention_mma(bool enabled) {
   setting = enabled;
   return previous;
 }
+bool set_cuda_layer_norm_held_forward(bool enabled) {
+  static bool setting = false;
+  const bool previous = setting;
+  setting = enabled;
+  return previous;
+}
 bool set_cuda_layer_norm_fused_backward(bool enabled) {
   static bool setting = false;
   const bool previous = setting;

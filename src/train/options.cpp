@@ -98,6 +98,14 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        "under autocast, layer norms read only by a matrix product write: autocast (its 16-bit "
        "dtype, the same bits) or f32 (cast by the product after)",
        K::kAutocastOnly},
+      {"norm_forward",
+       &C::norm_forward,
+       {"loop", "held"},
+       "CUDA layer norm forward (and the fused residual add's) for rows of up to 1024 columns: "
+       "loop (walks the row three times, each load waiting for the last) or held (each lane's "
+       "columns loaded into registers in one burst, the row read once; the same bits; not yet "
+       "measured on a GPU)",
+       K::kCudaOnly},
       {"norm_backward",
        &C::norm_backward,
        {"split", "fused"},
@@ -188,6 +196,7 @@ void KernelChoices::apply() const {
   set_cuda_attention_async_loads(attention_loads == "async");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");
+  set_cuda_layer_norm_held_forward(norm_forward == "held");
   set_cuda_layer_norm_fused_backward(norm_backward == "fused");
   nn::set_fused_residual_norm(residual_norm == "fused");
   nn::set_fused_gelu_dropout(gelu_dropout == "fused");

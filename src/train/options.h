@@ -43,6 +43,7 @@ struct KernelChoices {
   std::string attention_loads = "async";
   std::string elementwise = "fast";
   std::string norm_output = "autocast";
+  std::string norm_forward = "loop";
   std::string norm_backward = "split";
   std::string residual_norm = "unfused";
   std::string gelu_dropout = "unfused";

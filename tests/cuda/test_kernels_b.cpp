@@ -257,18 +257,34 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
       cuda::binary(BinaryOp::kAdd, x, branch, sum0);
       const Tensor norm_in = sum0.to(c.param == c.x ? c.x : DType::kF32);
       cuda::layer_norm_forward(norm_in, w, b, 1e-5, out0, m0, r0);
+      // The fused forward on the loop kernels, then on the held-row ones (and layer_norm's held
+      // kernel against its loop kernel's output above): the same bits.
       const Tensor sum1 = Tensor::empty(shape, c.x, kGpu);
       const Tensor out1 = Tensor::empty(shape, c.out, kGpu);
       const Tensor m1 = stats(), r1 = stats();
-      cuda::add_layer_norm_forward(x, y, drop, w, b, 1e-5, sum1, out1, m1, r1);
-      CHECK(bitwise_equal(sum1, sum0));
-      CHECK(bitwise_equal(out1, out0));
-      CHECK(bitwise_equal(m1, m0));
-      CHECK(bitwise_equal(r1, r0));
-      if (with_drop) {
-        CHECK(bitwise_equal(drop.bits, bits0));
-        const double kept = mean(drop.bits.to(Device::cpu(), DType::kF32)).item() / 255.0;
-        CHECK(kept > 0.2);  // not all zeros (a byte of 8 kept elements is 255)
+      for (const bool held : {false, true}) {
+        INFO("held-row forward " << held);
+        const bool previous = set_cuda_layer_norm_held_forward(held);
+        cuda::add_layer_norm_forward(x, y, drop, w, b, 1e-5, sum1, out1, m1, r1);
+        const Tensor out_norm = Tensor::empty(shape, c.out, kGpu);
+        const Tensor m_norm = stats(), r_norm = stats();
+        cuda::layer_norm_forward(norm_in, w, b, 1e-5, out_norm, m_norm, r_norm);
+        set_cuda_layer_norm_held_forward(previous);
+        CHECK(bitwise_equal(sum1, sum0));
+        CHECK(bitwise_equal(out1, out0));
+        CHECK(bitwise_equal(m1, m0));
+        CHECK(bitwise_equal(r1, r0));
+        if (c.param == c.x) {  // layer_norm's own kernels take parameters of x's dtype
+          CHECK(bitwise_equal(out_norm, out0));
+          CHECK(bitwise_equal(m_norm, m0));
+          CHECK(bitwise_equal(r_norm, r0));
+        }
+        if (with_drop) {
+          CHECK(bitwise_equal(drop.bits, bits0));
+          const double kept = mean(drop.bits.to(Device::cpu(), DType::kF32)).item() / 255.0;
+          CHECK(kept > 0.2);     // not all zeros (a byte of 8 kept elements is 255)
+          drop.bits.fill_(0.0);  // the next pass writes it again
+        }
       }
       // Backward on both layer-norm backward paths: layer_norm_backward, add, cast, dropout.
       const Tensor gy = uniform(shape, 55).to(kGpu, c.out);

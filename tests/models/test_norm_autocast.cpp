@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "backend/device_runtime.h"
 #include "models/model_golden.h"
 #include "nn/layers.h"
 #include "ops/autocast.h"
@@ -33,6 +34,7 @@ struct Switches {
   bool fused_dropout_add = false;
   bool param_casts = false;  // the parameters cast up front (AutocastParamCasts)
   bool linear_f32_grads = false;
+  bool held_forward = false;  // CUDA layer norm forward on the held-row kernels
   bool autocast = true;
   bool training = false;  // train mode: dropout and drop path draw
 };
@@ -42,7 +44,8 @@ struct SwitchScope {
         fused_residual_norm(nn::fused_residual_norm_enabled()),
         fused_gelu_dropout(nn::fused_gelu_dropout_enabled()),
         fused_dropout_add(nn::fused_dropout_add_enabled()),
-        linear_f32_grads(linear_f32_grads_enabled()) {
+        linear_f32_grads(linear_f32_grads_enabled()),
+        held_forward(set_cuda_layer_norm_held_forward(s.held_forward)) {
     nn::set_norm_autocast_outputs(s.norm_outputs);
     nn::set_fused_residual_norm(s.fused_residual_norm);
     nn::set_fused_gelu_dropout(s.fused_gelu_dropout);
@@ -55,8 +58,10 @@ struct SwitchScope {
     nn::set_fused_gelu_dropout(fused_gelu_dropout);
     nn::set_fused_dropout_add(fused_dropout_add);
     set_linear_f32_grads(linear_f32_grads);
+    set_cuda_layer_norm_held_forward(held_forward);
   }
-  bool norm_outputs, fused_residual_norm, fused_gelu_dropout, fused_dropout_add, linear_f32_grads;
+  bool norm_outputs, fused_residual_norm, fused_gelu_dropout, fused_dropout_add, linear_f32_grads,
+      held_forward;
 };
 
 struct Run {
@@ -289,6 +294,25 @@ TEST_CASE("the blocks' fused residual add + layer norm: the same bits on CUDA",
           "[cuda][autocast]") {
   if (!test::cuda_available_or_skip()) return;
   check_fused_residual_norm(Device::cuda(0));
+}
+
+// CUDA's held-row layer norm forward kernels (set_cuda_layer_norm_held_forward): every fixture's
+// logits and gradients keep their bits, with the residual adds fused (and ViT's branch dropouts
+// inside them, in training) and without, under autocast.
+TEST_CASE("the held-row layer norm forward: the same bits on CUDA", "[cuda][autocast]") {
+  if (!test::cuda_available_or_skip()) return;
+  for (const std::string& name : model_fixtures()) {
+    for (const bool fused : {false, true}) {
+      INFO("fixture " << name << ", residual norm fused " << fused);
+      Switches loop;
+      loop.fused_residual_norm = fused;
+      loop.training = fused;
+      Switches held = loop;
+      held.held_forward = true;
+      check_same_bits(run_fixture(name, Device::cuda(0), held),
+                      run_fixture(name, Device::cuda(0), loop));
+    }
+  }
 }
 
 TEST_CASE("the parameters cast up front give every fixture the same bits as casts per use",

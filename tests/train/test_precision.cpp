@@ -469,7 +469,7 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
                         Contains(std::string("train.") + spec.key) && Contains("nonsense") &&
                             Contains(spec.values.back()));
   }
-  CHECK(keys.size() == 15);
+  CHECK(keys.size() == 16);
   // A status line names only what can change the run: CUDA-only choices not on the CPU, training
   // ones not in evaluation, autocast ones not in f32.
   KernelChoices some;
@@ -490,12 +490,15 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
   // The two switches that were benchmark flags only are train keys too, applied process-wide.
   KernelChoices k;
   k.norm_backward = "fused";
+  k.norm_forward = "held";
   k.attention_loads = "sync";
   k.apply();
   CHECK(set_cuda_layer_norm_fused_backward(false));
+  CHECK(set_cuda_layer_norm_held_forward(false));
   CHECK_FALSE(set_cuda_attention_async_loads(true));
   defaults.apply();
   CHECK_FALSE(set_cuda_layer_norm_fused_backward(false));
+  CHECK_FALSE(set_cuda_layer_norm_held_forward(false));
   CHECK(set_cuda_attention_async_loads(true));
 }
 
