@@ -113,20 +113,22 @@ ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
                                          const Tensor& x_scale, const Tensor& branch_scale,
                                          const Tensor& branch_keep, double branch_drop) {
   // The model summary records this norm as a module of its own, so it takes the unfused form.
-  if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active()) {
+  // So do sums with a scale (CaiT's LayerScale, MetaFormer's res_scale): scaled_residual applies
+  // the scales, the branch's dropout and drop path in its one pass, where the fused form would
+  // need a multiply of its own for each scale first (a kernel and a pass more, not fewer).
+  if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active() ||
+      x_scale.defined() || branch_scale.defined()) {
     Tensor sum = residual_sum(x, branch, branch_drop, x_scale, branch_scale, branch_keep);
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
   }
-  if (!branch_keep.defined() && !branch_scale.defined()) {
-    // The branch's closing dropout goes into add_layer_norm's kernels.
-    const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
-    return add_layer_norm(scaled_x, branch, weight, bias, eps, output_dtype(scaled_x), branch_drop);
+  // The branch's closing dropout goes into add_layer_norm's kernels, unless drop path's factors
+  // multiply the dropped branch first.
+  if (!branch_keep.defined()) {
+    return add_layer_norm(x, branch, weight, bias, eps, output_dtype(x), branch_drop);
   }
   const Tensor kept = apply_drop_path_factors(dropout(branch, branch_drop, true), branch_keep);
-  const Tensor scaled_x = x_scale.defined() ? mul(x, x_scale) : x;
-  const Tensor scaled_branch = branch_scale.defined() ? mul(kept, branch_scale) : kept;
-  return add_layer_norm(scaled_x, scaled_branch, weight, bias, eps, output_dtype(scaled_x));
+  return add_layer_norm(x, kept, weight, bias, eps, output_dtype(x));
 }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
