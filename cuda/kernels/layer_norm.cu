@@ -51,6 +51,32 @@ __device__ __forceinline__ T residual_add(T a, TR b) {
   return from_float<T>(__fadd_rn(to_float(a), to_float(b)));
 }
 
+// The pieces of a row's forward, with every rounding explicit (no contraction left to the
+// compiler), so that the loop and held-row kernels, which call them in the same order, give the
+// same bits: a lane's sum of squared deviations gains (x - mu)^2 as one fused multiply-add; the
+// statistics from the warp's sums; an element normalised, times its weight and plus its bias
+// (one fused multiply-add where there are both).
+__device__ __forceinline__ float add_square_deviation(float acc, float x, float mu) {
+  const float d = __fsub_rn(x, mu);
+  return __fmaf_rn(d, d, acc);
+}
+__device__ __forceinline__ float row_mean(float lane_sum, int64_t cols) {
+  return __fdiv_rn(warp_sum(lane_sum), static_cast<float>(cols));
+}
+__device__ __forceinline__ float row_rstd(float lane_squares, int64_t cols, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(
+                             __fdiv_rn(warp_sum(lane_squares), static_cast<float>(cols)), eps)));
+}
+template <typename P>
+__device__ __forceinline__ float normalised(float x, float mu, float rs, const P* w, const P* b,
+                                            int64_t c) {
+  const float xhat = __fmul_rn(__fsub_rn(x, mu), rs);
+  if (w && b) return __fmaf_rn(xhat, to_float(w[c]), to_float(b[c]));
+  if (w) return __fmul_rn(xhat, to_float(w[c]));
+  if (b) return __fadd_rn(xhat, to_float(b[c]));
+  return xhat;
+}
+
 // The rest of a row's forward once each lane has summed its elements into `s`: the mean, the
 // variance around it (a second pass: no cancellation, unlike E[x^2] - E[x]^2), the statistics
 // and the normalised row. xr: the row as layer norm reads it.
@@ -58,22 +84,16 @@ template <typename T, typename P, typename TY>
 __device__ __forceinline__ void normalize_row(const T* xr, float s, const P* w, const P* b, TY* yr,
                                               float* mean, float* rstd, int64_t row, int64_t cols,
                                               float eps, int lane) {
-  const float mu = warp_sum(s) / static_cast<float>(cols);
+  const float mu = row_mean(s, cols);
   float v = 0.0f;
-  for (int64_t c = lane; c < cols; c += 32) {
-    const float d = to_float(xr[c]) - mu;
-    v += d * d;
-  }
-  const float rs = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(cols) + eps);
+  for (int64_t c = lane; c < cols; c += 32) v = add_square_deviation(v, to_float(xr[c]), mu);
+  const float rs = row_rstd(v, cols, eps);
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
   }
   for (int64_t c = lane; c < cols; c += 32) {
-    float out = (to_float(xr[c]) - mu) * rs;
-    if (w) out *= to_float(w[c]);
-    if (b) out += to_float(b[c]);
-    yr[c] = from_float<TY>(out);
+    yr[c] = from_float<TY>(normalised(to_float(xr[c]), mu, rs, w, b, c));
   }
 }
 
@@ -84,16 +104,13 @@ template <typename P, typename TY, int kPerLane>
 __device__ __forceinline__ void normalize_held_row(const float (&v)[kPerLane], float s, const P* w,
                                                    const P* b, TY* yr, float* mean, float* rstd,
                                                    int64_t row, int64_t cols, float eps, int lane) {
-  const float mu = warp_sum(s) / static_cast<float>(cols);
+  const float mu = row_mean(s, cols);
   float var = 0.0f;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
-    if (lane + 32 * k < cols) {
-      const float d = v[k] - mu;
-      var += d * d;
-    }
+    if (lane + 32 * k < cols) var = add_square_deviation(var, v[k], mu);
   }
-  const float rs = 1.0f / sqrtf(warp_sum(var) / static_cast<float>(cols) + eps);
+  const float rs = row_rstd(var, cols, eps);
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
@@ -101,12 +118,7 @@ __device__ __forceinline__ void normalize_held_row(const float (&v)[kPerLane], f
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int64_t c = lane + 32 * k;
-    if (c < cols) {
-      float out = (v[k] - mu) * rs;
-      if (w) out *= to_float(w[c]);
-      if (b) out += to_float(b[c]);
-      yr[c] = from_float<TY>(out);
-    }
+    if (c < cols) yr[c] = from_float<TY>(normalised(v[k], mu, rs, w, b, c));
   }
 }
 
@@ -462,22 +474,27 @@ void launch_rows(void (*kernel)(Params...), int64_t rows, int device,
   SKA_CUDA_CHECK_LAUNCH();
 }
 
+// Calls f(std::integral_constant<int, K>) with the first K of kPerLane... (ascending) whose 32
+// lanes hold a row of `cols` columns (32 K >= cols) and returns true; false where none does.
+template <int... kPerLane, typename F>
+bool with_columns_per_lane(int64_t cols, F&& f) {
+  bool done = false;
+  const auto try_one = [&](auto per_lane) {
+    if (!done && cols <= 32 * decltype(per_lane)::value) {
+      f(per_lane);
+      done = true;
+    }
+  };
+  (try_one(std::integral_constant<int, kPerLane>{}), ...);
+  return done;
+}
+
 // With set_cuda_layer_norm_held_forward on and rows of at most kHeldMaxCols columns, calls
 // f(std::integral_constant<int, kPerLane>) with the columns a lane holds (a multiple of 4, as the
 // dropout's groups of 128 columns need) and returns true; otherwise false.
 template <typename F>
 bool with_held_row(int64_t cols, F&& f) {
-  if (!g_held_forward.load() || cols > kHeldMaxCols) return false;
-  if (cols <= 256) {
-    f(std::integral_constant<int, 8>{});
-  } else if (cols <= 512) {
-    f(std::integral_constant<int, 16>{});
-  } else if (cols <= 768) {
-    f(std::integral_constant<int, 24>{});
-  } else {
-    f(std::integral_constant<int, kHeldMaxCols / 32>{});
-  }
-  return true;
+  return g_held_forward.load() && with_columns_per_lane<8, 16, 24, kHeldMaxCols / 32>(cols, f);
 }
 
 void check_param(const Tensor& p, DType dtype, int64_t cols, const char* what) {
@@ -545,15 +562,7 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
             mutable_or_null<T>(grad_x), branch, rows, cols, chunk_rows, part_w, part_b);
     SKA_CUDA_CHECK_LAUNCH();
   };
-  if (cols <= 128) {
-    run(std::integral_constant<int, 4>{});
-  } else if (cols <= 256) {
-    run(std::integral_constant<int, 8>{});
-  } else if (cols <= 512) {
-    run(std::integral_constant<int, 16>{});
-  } else {
-    run(std::integral_constant<int, kFusedMaxCols / 32>{});
-  }
+  with_columns_per_lane<4, 8, 16, kFusedMaxCols / 32>(cols, run);
   if (params) {
     sum_column_partials<P><<<grid_for(cols), 256, 0, s>>>(part_w, part_b, chunks, cols,
                                                           mutable_or_null<P>(grad_weight),
@@ -661,7 +670,8 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
   SKA_CHECK(!grad_sum.defined() || grad_sum.dtype() == x.dtype(), DTypeError, kernel,
             ": grad_sum must have x's dtype ", dtype_name(x.dtype()));
   check_add_layer_norm_grads(kernel, x, grad_y, grad_x, grad_branch);
-  if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_branch);
+  if (drop.active() && grad_branch.defined())
+    check_add_layer_norm_drop(kernel, drop, x, grad_branch);
   BranchGrad branch;
   if (grad_branch.defined()) {
     branch.out = grad_branch.data_ptr();

@@ -33,11 +33,12 @@ inline void check_dropout_bits(const char* kernel, const Tensor& bits, const Ten
 // offset_base (a CUDA Graph capture's) undefined or one i64 element on like's device.
 inline void check_dropout_draw(const char* kernel, const DropoutDraw& drop, const Tensor& like) {
   check_dropout_bits(kernel, drop.bits, like);
-  SKA_CHECK(!drop.offset_base.defined() ||
-                (drop.offset_base.numel() == 1 && drop.offset_base.dtype() == DType::kI64 &&
-                 drop.offset_base.device() == like.device()),
-            DTypeError, kernel, ": offset_base must be one i64 element on ", like.device(),
-            ", got ", drop.offset_base.str());
+  if (drop.offset_base.defined()) {
+    SKA_CHECK(drop.offset_base.device() == like.device(), DeviceError, kernel, ": offset_base on ",
+              drop.offset_base.device(), ", expected ", like.device());
+    SKA_CHECK(drop.offset_base.numel() == 1 && drop.offset_base.dtype() == DType::kI64, DTypeError,
+              kernel, ": offset_base must be one i64 element, got ", drop.offset_base.str());
+  }
   SKA_CHECK(drop.keep_prob > 0.0 && drop.keep_prob <= 1.0, ValueError, kernel,
             ": keep_prob must be in (0, 1], got ", drop.keep_prob);
 }

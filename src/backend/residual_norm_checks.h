@@ -31,10 +31,11 @@ inline void check_add_layer_norm_drop(const char* kernel, const DropoutDraw& dro
 inline void check_add_layer_norm_grads(const char* kernel, const Tensor& x, const Tensor& grad_y,
                                        const Tensor& grad_x, const Tensor& grad_branch) {
   if (!grad_branch.defined()) return;
-  SKA_CHECK(grad_x.defined() && grad_branch.is_contiguous() && grad_branch.numel() == x.numel() &&
-                grad_branch.device() == x.device(),
+  SKA_CHECK(grad_branch.device() == x.device(), DeviceError, kernel, ": grad_branch on ",
+            grad_branch.device(), ", x on ", x.device());
+  SKA_CHECK(grad_x.defined() && grad_branch.is_contiguous() && grad_branch.numel() == x.numel(),
             ValueError, kernel, ": grad_branch needs grad_x and must be contiguous, of x's size ",
-            shape_str(x.shape()), " on ", x.device(), ", got ", grad_branch.str());
+            shape_str(x.shape()), ", got ", grad_branch.str());
   const DType b = grad_branch.dtype();
   const bool low =
       x.dtype() == DType::kF32 && b == grad_y.dtype() && (b == DType::kBF16 || b == DType::kF16);

@@ -151,16 +151,7 @@ ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weig
   Tensor sum = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor normed = Tensor::empty(x.shape(), normed_dtype, x.device());
   // The dropout's draws as the dropout op takes them (the same generator offsets).
-  DropoutDraw drop;
-  if (drop_inside) {
-    Generator& g = gen ? *gen : default_generator(y.device());
-    drop.seed = g.seed();
-    drop.offset = g.advance(static_cast<uint64_t>(y.numel()));
-    drop.keep_prob = 1.0 - y_drop;
-    drop.scale = 1.0 / drop.keep_prob;
-    drop.offset_base = g.capture_base();
-    drop.bits = Tensor::empty({(y.numel() + 7) / 8}, DType::kU8, y.device());
-  }
+  const DropoutDraw drop = drop_inside ? dropout_draw(y, y_drop, gen) : DropoutDraw();
   SKA_KERNEL(x.device(), add_layer_norm_forward)(xc, yc, drop, w, b, eps, sum, normed, mean, rstd);
 
   const bool need_x = x.requires_grad(), need_y = y.requires_grad();
@@ -181,8 +172,10 @@ ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weig
                                ? Tensor::empty(saved_sum.shape(), y_dtype, saved_sum.device())
                                : Tensor();
         Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
+        // The mask only shapes y's gradient: without one, nothing to pass it through.
+        const DropoutDraw branch_drop = need_y ? drop : DropoutDraw();
         SKA_KERNEL(saved_sum.device(), add_layer_norm_backward)
-        (grad_normed, grad_sum, saved_sum, w, mean, rstd, drop, gx, gy_branch, gw, gb);
+        (grad_normed, grad_sum, saved_sum, w, mean, rstd, branch_drop, gx, gy_branch, gw, gb);
         Tensor gy = need_y ? (gy_branch.defined() ? gy_branch : gx) : Tensor();
         return TensorList{need_x ? gx : Tensor(), gy, gw, gb};
       });

@@ -191,17 +191,7 @@ Tensor scaled_residual(const Tensor& x, const Tensor& x_scale, const Tensor& y,
   const Tensor ys = y_scale.defined() ? y_scale.detach().contiguous() : Tensor();
   const Tensor yk = y_keep.defined() ? y_keep.detach().contiguous() : Tensor();
   // The dropout's draws as the dropout op takes them (the same generator offsets).
-  DropoutDraw drop;
-  if (y_drop > 0.0) {
-    SKA_CHECK(y_drop < 1.0, ValueError, "dropout probability must be in [0, 1), got ", y_drop);
-    Generator& g = gen ? *gen : default_generator(y.device());
-    drop.seed = g.seed();
-    drop.offset = g.advance(static_cast<uint64_t>(y.numel()));
-    drop.keep_prob = 1.0 - y_drop;
-    drop.scale = 1.0 / drop.keep_prob;
-    drop.offset_base = g.capture_base();
-    drop.bits = Tensor::empty({(y.numel() + 7) / 8}, DType::kU8, y.device());
-  }
+  const DropoutDraw drop = y_drop > 0.0 ? dropout_draw(y, y_drop, gen) : DropoutDraw();
   Tensor out = Tensor::empty(x.shape(), *dtype, x.device());
   SKA_KERNEL(x.device(), scaled_residual_forward)(x.detach(), xs, y.detach(), ys, yk, drop, out);
   const bool need_x = x.requires_grad(), need_y = y.requires_grad();

@@ -118,6 +118,19 @@ Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training, Ge
   return out;
 }
 
+DropoutDraw dropout_draw(const Tensor& like, double p, Generator* gen) {
+  SKA_CHECK(p >= 0.0 && p < 1.0, ValueError, "dropout probability must be in [0, 1), got ", p);
+  Generator& g = pick(gen, like.device());
+  DropoutDraw drop;
+  drop.seed = g.seed();
+  drop.offset = g.advance(static_cast<uint64_t>(like.numel()));
+  drop.keep_prob = 1.0 - p;
+  drop.scale = 1.0 / drop.keep_prob;
+  drop.offset_base = g.capture_base();
+  drop.bits = Tensor::empty({(like.numel() + 7) / 8}, DType::kU8, like.device());
+  return drop;
+}
+
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
   detail::check_floating("drop_path", x);

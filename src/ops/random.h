@@ -1,6 +1,7 @@
 // Random tensors and stochastic regularisers, drawn from the per-device generators.
 #pragma once
 
+#include "backend/kernel_types.h"
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -25,6 +26,10 @@ Tensor gelu_dropout(const Tensor& x, double p, bool training, bool tanh_approxim
 // read once; otherwise the two ops.
 Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training,
                    Generator* gen = nullptr);
+// The draws of a training dropout of `like` with probability p (in [0, 1)) that another op's
+// kernels apply (kernel_types.h's DropoutDraw: scaled_residual, add_layer_norm): the generator
+// offsets the dropout op would take, and the mask's bits to fill.
+DropoutDraw dropout_draw(const Tensor& like, double p, Generator* gen = nullptr);
 // Drops whole samples (dim 0) with probability p, scaling survivors by 1 / (1 - p).
 Tensor drop_path(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 // x times per-sample factors (drop_path_factors; undefined: x itself), broadcast over every dim

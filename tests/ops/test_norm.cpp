@@ -291,6 +291,29 @@ TEST_CASE(
       CHECK(zeros < static_cast<long>(gy.size()) / 2);
     }
   }
+  // A branch without a gradient (y frozen): only x's or the weight's, the mask unused on the way
+  // back (16 f32 columns: the dropout inside the kernels).
+  for (const bool x_grad : {true, false}) {
+    INFO("x needs a gradient " << x_grad << ", the weight " << !x_grad);
+    Tensor grads[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor x = uniform({4, 16}, 120).to(DType::kF32).set_requires_grad(x_grad);
+      const Tensor y = uniform({4, 16}, 121).to(DType::kF32);
+      Tensor w = uniform({16}, 122, 0.5, 1.5).to(DType::kF32).set_requires_grad(!x_grad);
+      Generator gen(3);
+      ResidualNorm r;
+      if (fused == 1) {
+        r = add_layer_norm(x, y, w, Tensor(), 1e-5, std::nullopt, 0.5, &gen);
+        CHECK(r.sum.grad_fn()->name() == "add_layer_norm");
+      } else {
+        r.sum = add(x, dropout(y, 0.5, true, &gen));
+        r.normed = layer_norm(r.sum, w, Tensor());
+      }
+      sum(mul(r.normed, uniform({4, 16}, 123).to(DType::kF32))).backward();
+      grads[fused] = x_grad ? x.grad() : w.grad();
+    }
+    CHECK(bitwise_equal(grads[1], grads[0]));
+  }
   CHECK_THROWS_WITH(add_layer_norm(uniform({2, 8}, 1), uniform({2, 8}, 2), Tensor(), Tensor(), 1e-5,
                                    std::nullopt, 1.0),
                     Catch::Contains("add_layer_norm") && Catch::Contains("[0, 1)"));

@@ -317,7 +317,9 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
                              const Tensor& grad_branch, const Tensor& grad_weight,
                              const Tensor& grad_bias) {
   check_add_layer_norm_grads("add_layer_norm_backward", x, grad_y, grad_x, grad_branch);
-  if (drop.active()) check_add_layer_norm_drop("add_layer_norm_backward", drop, x, grad_branch);
+  if (drop.active() && grad_branch.defined()) {
+    check_add_layer_norm_drop("add_layer_norm_backward", drop, x, grad_branch);
+  }
   // A 16-bit x: the gradient of its f32 copy, rounded to x's dtype as the cast's backward does.
   const bool narrow = is_16bit_float(x.dtype());
   const Tensor x_norm = narrow ? widen_f32(x) : x;
