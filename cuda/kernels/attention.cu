@@ -243,6 +243,53 @@ __global__ void attention_delta_kernel(const T* out, View ov, const T* go, View 
   if (lane == 0) delta[row] = s;
 }
 
+// attention_delta_kernel with 16-byte loads: `lanes` (a power of two, dv / (16 / sizeof(T)))
+// lanes a row, each multiplying one vector of dO and of O, then summing across its row's lanes;
+// 32 / lanes rows a warp. Every row of both operands starts 16-byte aligned (the host checks).
+template <typename T>
+__global__ void attention_delta_vector_kernel(const T* out, View ov, const T* go, View gov,
+                                              float* delta, int64_t rows, int nq, int lanes) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int lane = threadIdx.x % 32, part = lane % lanes;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kDeltaWarps + threadIdx.x / 32;
+  const int64_t row = warp * (32 / lanes) + lane / lanes;
+  float s = 0.0f;
+  if (row < rows) {
+    const int64_t g = row / nq;
+    const int i = static_cast<int>(row % nq);
+    const uint4 o =
+        *reinterpret_cast<const uint4*>(out + ov.lead.offset(g) + i * ov.row + part * kVec);
+    const uint4 d =
+        *reinterpret_cast<const uint4*>(go + gov.lead.offset(g) + i * gov.row + part * kVec);
+    const T* ov_elems = reinterpret_cast<const T*>(&o);
+    const T* dv_elems = reinterpret_cast<const T*>(&d);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) s += to_float(dv_elems[k]) * to_float(ov_elems[k]);
+  }
+  for (int offset = lanes / 2; offset > 0; offset /= 2) {  // within the row's lanes
+    s += __shfl_xor_sync(0xffffffffu, s, offset);
+  }
+  if (row < rows && part == 0) delta[row] = s;
+}
+
+// The lanes a row takes in attention_delta_vector_kernel for operands `a` and `b` of views av and
+// bv with dv columns, or 0 where it cannot take them: 16-byte vectors need dense, aligned rows.
+template <typename T>
+int delta_vector_lanes(const T* a, const View& av, const T* b, const View& bv, int dv) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (!elementwise_fast_paths() || dv <= 0 || dv % kVec != 0) return 0;
+  const int lanes = dv / kVec;
+  if (lanes > 32 || (lanes & (lanes - 1)) != 0) return 0;
+  const auto dense = [](const T* p, const View& v) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0 || v.col != 1 || v.row % kVec != 0) return false;
+    for (int d = 0; d < v.lead.ndim; ++d) {
+      if (v.lead.sizes[d] > 1 && v.lead.strides[d] % kVec != 0) return false;
+    }
+    return true;
+  };
+  return dense(a, av) && dense(b, bv) ? lanes : 0;
+}
+
 // dQ and grad_bias: a block per (leading index g, tile of queries), walking the key tiles.
 //   dZ[i, j] = P[i, j] * (dO[i] . v[j] - D[i]),  dQ[i] = scale * sum over j of dZ[i, j] k[j].
 template <typename T, int kC>
@@ -646,10 +693,20 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     if (grad_bias.defined()) a.gbv = view_of(grad_bias, geo.nlead);
     if (geo.nq > 0) {
       const int64_t rows = geo.groups * geo.nq;
-      const unsigned int grid = grid_of(kKernel, (rows + kDeltaWarps - 1) / kDeltaWarps, 1);
-      attention_delta_kernel<T><<<grid, kDeltaWarps * 32, 0, stream>>>(
-          static_cast<const T*>(out.data_ptr()), view_of(out, geo.nlead), a.go, a.gov,
-          static_cast<float*>(delta.data_ptr()), rows, geo.nq, geo.dv);
+      const T* op = static_cast<const T*>(out.data_ptr());
+      const View ov = view_of(out, geo.nlead);
+      float* dp = static_cast<float*>(delta.data_ptr());
+      const int lanes = delta_vector_lanes(op, ov, a.go, a.gov, geo.dv);
+      if (lanes > 0) {
+        const int64_t rows_per_block = static_cast<int64_t>(kDeltaWarps) * (32 / lanes);
+        const unsigned int grid = grid_of(kKernel, (rows + rows_per_block - 1) / rows_per_block, 1);
+        attention_delta_vector_kernel<T>
+            <<<grid, kDeltaWarps * 32, 0, stream>>>(op, ov, a.go, a.gov, dp, rows, geo.nq, lanes);
+      } else {
+        const unsigned int grid = grid_of(kKernel, (rows + kDeltaWarps - 1) / kDeltaWarps, 1);
+        attention_delta_kernel<T>
+            <<<grid, kDeltaWarps * 32, 0, stream>>>(op, ov, a.go, a.gov, dp, rows, geo.nq, geo.dv);
+      }
       SKA_CUDA_CHECK_LAUNCH();
     }
     if constexpr (!std::is_same_v<T, float>) {

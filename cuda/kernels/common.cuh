@@ -121,6 +121,10 @@ struct StridedIndexer {
 // The indexer of a tensor view; throws ShapeError beyond kMaxDims dims.
 StridedIndexer make_indexer(const Tensor& t);
 
+// Whether the elementwise kernels' fast paths are on (set_cuda_elementwise_fast_paths,
+// `train.elementwise`): other kernels with a vectorised form take it only then.
+bool elementwise_fast_paths();
+
 // Grid size for n elements at `threads` per block, capped for grid-stride loops.
 inline unsigned int grid_for(int64_t n, int threads = 256) {
   const int64_t blocks = (n + threads - 1) / threads;

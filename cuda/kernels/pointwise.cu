@@ -442,6 +442,8 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
   });
 }
 
+bool elementwise_fast_paths() { return g_fast_paths.load(std::memory_order_relaxed); }
+
 }  // namespace ska::cuda
 
 namespace ska {

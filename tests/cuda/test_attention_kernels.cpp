@@ -555,6 +555,44 @@ TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' 
   }
 }
 
+TEST_CASE("cuda attention: D = rowsum(dO * O) by 16-byte vectors agrees with the per-row kernel",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // The backward pass's D: by 16-byte vectors (several rows a warp) where the rows are dense and
+  // aligned, else one warp a row (the elementwise fast paths off). The two sum in different
+  // orders: the outputs and lse are the same bits, the gradients equal to rounding. Head dims 64
+  // and 128 (8 and 16 lanes a row in 16 bits, 16 and 32 in f32), views of [B, N, h, d] (strided
+  // rows), 16 (2 lanes).
+  for (const Case& c :
+       {plain_case("D, d 64", {2, 3}, 65, 65, 64, 64, 2101),
+        plain_case("D, d 128", {2, 2}, 40, 72, 128, 128, 2111),
+        plain_case("D, d 16", {3, 2}, 33, 47, 16, 16, 2121), split_heads_case(64)}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      INFO(c.name << ", " << dtype_name(dtype));
+      const Prepared x = prepare(c, dtype);
+      const std::vector<std::vector<double>> vectors = values(run(c, x.gpu, 0.125, true));
+      const bool previous = set_cuda_elementwise_fast_paths(false);
+      const std::vector<std::vector<double>> rows = values(run(c, x.gpu, 0.125, true));
+      set_cuda_elementwise_fast_paths(previous);
+      REQUIRE(vectors.size() == rows.size());
+      CHECK(vectors[0] == rows[0]);  // out
+      CHECK(vectors[1] == rows[1]);  // lse
+      const ska::test::Tolerance tol = tolerance_for(dtype);
+      for (size_t i = 2; i < vectors.size(); ++i) {
+        INFO("result " << i << " (grad_q, grad_k, grad_v, grad_bias)");
+        REQUIRE(vectors[i].size() == rows[i].size());
+        double worst = 0.0;
+        for (size_t j = 0; j < rows[i].size(); ++j) {
+          const double excess =
+              std::abs(vectors[i][j] - rows[i][j]) - (tol.atol + tol.rtol * std::abs(rows[i][j]));
+          worst = std::max(worst, excess);
+        }
+        CHECK(worst <= 0.0);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda attention: the one-block forward for 65 to 80 rows, against the CPU", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   // ViT-S's 65 tokens with LSA's bias, class attention over 65 keys, the 80-row limit, queries
