@@ -4,7 +4,8 @@
 Checks their index arithmetic without a GPU: every fragment load, the C-to-A reuse of the
 logits, the quad reductions, the tile and tail logic and the writes are mirrored line by line
 (registers as numpy arrays over the 32 lanes of a warp), and mma is computed from the PTX
-ISA's m16n8k16 fragment layouts; the forward tiled and, where it applies, in its one-block form,
+ISA's m16n8k16 fragment layouts (and ldmatrix's, for the B fragments read down a tile's rows);
+the forward tiled and, where it applies, in its one-block form,
 the backward as two kernels and in one block. Values stay float64 (no bf16 rounding of P and dS), so every
 output must match a dense float64 reference to ~1e-15; outputs start as NaN, so an element the
 kernels never write shows up. Run: /usr/bin/python3 scripts/attention_mma_emulate.py (Debian's
@@ -45,6 +46,22 @@ def load_b_rows(m, base, ld):
 def load_b_cols(m, base, ld):
     p = base + 2*T*ld + G
     return pair2(m, p, p+ld), pair2(m, p+8*ld, p+9*ld)
+def ldmatrix(m, addr, count, trans):
+    # PTX ldmatrix.m8n8.b16 with `count` matrices: thread 8j + r gives the address of row r of
+    # matrix j (16 bytes: 8 elements); register j of thread i holds two elements of matrix j:
+    # row i // 4, columns 2 (i % 4) and + 1; with .trans, column i // 4, rows 2 (i % 4) and + 1.
+    regs = []
+    for j in range(count):
+        rows = [m[addr[8*j + r]:addr[8*j + r] + 8] for r in range(8)]
+        mat = np.array(rows)  # [row, col]
+        if trans:
+            regs.append(np.stack([mat[2*T, G], mat[2*T + 1, G]], 1))
+        else:
+            regs.append(np.stack([mat[G, 2*T], mat[G, 2*T + 1]], 1))
+    return regs
+def load_b_cols_ldsm(m, base, ld):  # the kernels' ldmatrix.x2.trans: lane l addresses row l % 16
+    b0, b1 = ldmatrix(m, base + (L & 15)*ld, 2, True)
+    return b0, b1
 def a_from_c(c0, c1):
     return [np.stack([c0[0], c0[1]], 1), np.stack([c0[2], c0[3]], 1),
             np.stack([c1[0], c1[1]], 1), np.stack([c1[2], c1[3]], 1)]
@@ -78,7 +95,7 @@ def accumulate_weights(out, w, b_m, ldb, cols, live, kN, kOut):
         fa = a_from_c(w[2*kb], w[2*kb+1])
         for nd in range(kOut):
             if nd >= tiles: break
-            b0, b1 = load_b_cols(b_m, kb*16*ldb + nd*8, ldb)
+            b0, b1 = load_b_cols_ldsm(b_m, kb*16*ldb + nd*8, ldb)
             out[nd] = mma(out[nd], fa, b0, b1)
 
 def split_rows(n):
@@ -296,6 +313,14 @@ def reference(q, k, v, bias, scale, go):
     return out, lse, scale*ds@k, scale*ds.T@q, p.T@go, ds, delta
 
 rng = np.random.default_rng(0)
+# ldmatrix's transposed load gives the registers of the 16-bit loads it replaced (any tile offset
+# and row stride the kernels use: 8-wide pieces of tiles with rows of 16 * k + 8 elements).
+for ld in (24, 40, 72, 136):
+    tile = rng.uniform(-1, 1, 32 * ld)
+    for base in (0, 8, 16 * ld + 8, 16 * ld + 16):
+        if base + 15 * ld + 8 > tile.size: continue
+        for got, want in zip(load_b_cols_ldsm(tile, base, ld), load_b_cols(tile, base, ld)):
+            assert np.array_equal(got, want), (ld, base)
 worst = 0.0
 for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True), (1, 197, 48, 48, False),
                                   (33, 47, 16, 48, True), (40, 72, 128, 128, False), (65, 65, 0, 64, True),

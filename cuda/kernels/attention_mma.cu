@@ -110,11 +110,12 @@ __device__ __forceinline__ void multiply_rows(float (&acc)[kN][4], const T* a, i
 
 // out[nd] (nd < 8-wide tiles of `cols` columns, at most kOut) += w b: w the 16 x (16 x kb)
 // weights held as C fragments w[0..] (their columns the contraction), b the tile's rows
-// (row stride ldb), only the 16-row pieces that hold one of `live` rows.
+// (row stride ldb), only the 16-row pieces that hold one of `live` rows. `ldsm`
+// (Inputs::async_loads): b's fragments by ldmatrix, else by 16-bit loads (the same registers).
 template <typename T, int kN, int kOut>
 __device__ __forceinline__ void accumulate_weights(float (&out)[kOut][4], const float (&w)[kN][4],
                                                    const T* b, int ldb, int cols, int live,
-                                                   int lane) {
+                                                   int lane, bool ldsm) {
   const int pieces = (live + 15) / 16, tiles = cols / 8;
 #pragma unroll
   for (int kb = 0; kb < kN / 2; ++kb) {
@@ -125,7 +126,11 @@ __device__ __forceinline__ void accumulate_weights(float (&out)[kOut][4], const 
     for (int nd = 0; nd < kOut; ++nd) {
       if (nd >= tiles) break;
       uint32_t b0, b1;
-      load_b_cols(b0, b1, b + kb * 16 * ldb + nd * 8, ldb, lane);
+      if (ldsm) {
+        load_b_cols_ldsm(b0, b1, b + kb * 16 * ldb + nd * 8, ldb, lane);
+      } else {
+        load_b_cols(b0, b1, b + kb * 16 * ldb + nd * 8, ldb, lane);
+      }
       mma<T>(out[nd], fa, b0, b1);
     }
   }
@@ -256,7 +261,7 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[nd][e] *= alpha[e >> 1];
     }
-    accumulate_weights<T, kN, kOut>(o, s, v_s, ldv, in.dv, live, lane);
+    accumulate_weights<T, kN, kOut>(o, s, v_s, ldv, in.dv, live, lane, in.async_loads);
   }
   if (!active) return;
   T* og = a.out + a.ov.lead.offset(grp);
@@ -345,8 +350,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArg
         ds[n][e] = dse;
       }
     }
-    accumulate_weights<T, kN, kOut>(dv, p, go_s, ldv, in.dv, live, lane);
-    accumulate_weights<T, kN, kOut>(dk, ds, q_s, ldd, in.d, live, lane);
+    accumulate_weights<T, kN, kOut>(dv, p, go_s, ldv, in.dv, live, lane, in.async_loads);
+    accumulate_weights<T, kN, kOut>(dk, ds, q_s, ldd, in.d, live, lane, in.async_loads);
   }
   if (!active) return;
   write_rows<T, kOut>(dk, in.d, scale, a.gk + a.gkv.lead.offset(grp), a.gkv.row, w0, in.nk, lane);
@@ -417,7 +422,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
         ds[n][e] = dse;
       }
     }
-    accumulate_weights<T, kN, kOut>(dq, ds, k_s, ldd, in.d, live, lane);
+    accumulate_weights<T, kN, kOut>(dq, ds, k_s, ldd, in.d, live, lane, in.async_loads);
   }
   if (!active) return;
   write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
@@ -493,8 +498,8 @@ __global__ void __launch_bounds__(kShortWarps * 32)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
     }
-    accumulate_weights<T, kN, kOut>(dv, w, go_s, ldv, in.dv, in.nq, lane);
-    accumulate_weights<T, kN, kOut>(dk, dw, q_s, ldd, in.d, in.nq, lane);
+    accumulate_weights<T, kN, kOut>(dv, w, go_s, ldv, in.dv, in.nq, lane, in.async_loads);
+    accumulate_weights<T, kN, kOut>(dk, dw, q_s, ldd, in.d, in.nq, lane, in.async_loads);
     write_rows<T, kOut>(dk, in.d, scale, a.gk + a.gkv.lead.offset(grp), a.gkv.row, w0, in.nk, lane);
     write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + a.gvv.lead.offset(grp), a.gvv.row, w0, in.nk, lane);
   }
@@ -523,7 +528,7 @@ __global__ void __launch_bounds__(kShortWarps * 32)
     float dq[kOut][4];
 #pragma unroll
     for (int nd = 0; nd < kOut; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
-    accumulate_weights<T, kN, kOut>(dq, w, k_s, ldd, in.d, in.nk, lane);
+    accumulate_weights<T, kN, kOut>(dq, w, k_s, ldd, in.d, in.nk, lane, in.async_loads);
     write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
   }
 }

@@ -31,7 +31,8 @@ struct Inputs {
   const float* scale_factor;  // null, or one f32 on the device that multiplies scale
   const float* bias_factor;   // null, or one f32 on the device that multiplies the bias
   bool diagonal;              // AttentionMask::kDiagonal: query i and key i excluded
-  bool async_loads;           // load_tile's copies asynchronous (set_cuda_attention_async_loads)
+  bool async_loads;  // load_tile's copies asynchronous and the mma.sync kernels' ldmatrix fragment
+                     // loads (set_cuda_attention_async_loads)
 };
 
 // Whether the launch's mask excludes pair (i, j): its logit is -inf, its gradient +0.

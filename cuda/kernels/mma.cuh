@@ -88,4 +88,24 @@ __device__ __forceinline__ void load_b_cols(uint32_t& b0, uint32_t& b1, const T*
   b1 = load_pair(p + 8 * ld, p + 9 * ld);
 }
 
+// load_b_cols by one ldmatrix (sm_75 and newer; `m` in shared memory, its 16 rows 16-byte
+// aligned): the two 8 x 8 blocks of the 16 x 8 tile, rows 0-7 (b0) and 8-15 (b1), transposed as
+// they load. With .trans, thread i receives column i / 4 of a block at rows 2 (i % 4) and
+// 2 (i % 4) + 1, low half first: (k 2t..2t+1, n g), B's layout. One instruction where
+// load_b_cols issues four 16-bit loads and packs them: the same registers.
+template <typename T>
+__device__ __forceinline__ void load_b_cols_ldsm(uint32_t& b0, uint32_t& b1, const T* m, int ld,
+                                                 int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  // Lanes 0-7 address rows 0-7 (the first block), lanes 8-15 rows 8-15; the others' addresses
+  // are not read, and are the same rows again.
+  const auto row = static_cast<unsigned>(__cvta_generic_to_shared(m + (lane & 15) * ld));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(b0), "=r"(b1)
+               : "r"(row));
+#else
+  load_b_cols(b0, b1, m, ld, lane);
+#endif
+}
+
 }  // namespace ska::cuda::attn
