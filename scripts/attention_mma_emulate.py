@@ -62,6 +62,11 @@ def ldmatrix(m, addr, count, trans):
 def load_b_cols_ldsm(m, base, ld):  # the kernels' ldmatrix.x2.trans: lane l addresses row l % 16
     b0, b1 = ldmatrix(m, base + (L & 15)*ld, 2, True)
     return b0, b1
+def load_a_ldsm(m, base, ld):  # ldmatrix.x4: row l % 16, column 8 (l / 16)
+    return ldmatrix(m, base + (L & 15)*ld + (L >> 4)*8, 4, False)
+def load_b_rows_ldsm(m, base, ld):  # ldmatrix.x2: row l % 8, column 8 ((l / 8) % 2)
+    b0, b1 = ldmatrix(m, base + (L & 7)*ld + ((L >> 3) & 1)*8, 2, False)
+    return b0, b1
 def a_from_c(c0, c1):
     return [np.stack([c0[0], c0[1]], 1), np.stack([c0[2], c0[3]], 1),
             np.stack([c1[0], c1[1]], 1), np.stack([c1[2], c1[3]], 1)]
@@ -81,10 +86,10 @@ def multiply_rows(kN, a_m, a_base, lda, b_m, ldb, steps, live):
     acc = [[np.zeros(32) for _ in range(4)] for _ in range(kN)]
     tiles = (live + 7) // 8
     for ks in range(steps):
-        fa = load_a(a_m, a_base + ks*16, lda)
+        fa = load_a_ldsm(a_m, a_base + ks*16, lda)
         for n in range(kN):
             if n >= tiles: break
-            b0, b1 = load_b_rows(b_m, n*8*ldb + ks*16, ldb)
+            b0, b1 = load_b_rows_ldsm(b_m, n*8*ldb + ks*16, ldb)
             acc[n] = mma(acc[n], fa, b0, b1)
     return acc
 
@@ -313,14 +318,18 @@ def reference(q, k, v, bias, scale, go):
     return out, lse, scale*ds@k, scale*ds.T@q, p.T@go, ds, delta
 
 rng = np.random.default_rng(0)
-# ldmatrix's transposed load gives the registers of the 16-bit loads it replaced (any tile offset
-# and row stride the kernels use: 8-wide pieces of tiles with rows of 16 * k + 8 elements).
+# ldmatrix gives the registers of the 16- and 32-bit loads it replaced (any tile offset and row
+# stride the kernels use: 8-wide pieces of tiles with rows of 16 * k + 8 elements).
 for ld in (24, 40, 72, 136):
     tile = rng.uniform(-1, 1, 32 * ld)
     for base in (0, 8, 16 * ld + 8, 16 * ld + 16):
-        if base + 15 * ld + 8 > tile.size: continue
+        if base + 15 * ld + 16 > tile.size: continue
         for got, want in zip(load_b_cols_ldsm(tile, base, ld), load_b_cols(tile, base, ld)):
-            assert np.array_equal(got, want), (ld, base)
+            assert np.array_equal(got, want), ("b cols", ld, base)
+        for got, want in zip(load_b_rows_ldsm(tile, base, ld), load_b_rows(tile, base, ld)):
+            assert np.array_equal(got, want), ("b rows", ld, base)
+        for got, want in zip(load_a_ldsm(tile, base, ld), load_a(tile, base, ld)):
+            assert np.array_equal(got, want), ("a", ld, base)
 worst = 0.0
 for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True), (1, 197, 48, 48, False),
                                   (33, 47, 16, 48, True), (40, 72, 128, 128, False), (65, 65, 0, 64, True),

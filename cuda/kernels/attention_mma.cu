@@ -88,21 +88,30 @@ __device__ __forceinline__ float quad_sum(float v) {
 // acc[n] (n < 8-wide tiles covering `live` columns of the other side, at most kN) += the
 // warp's 16 rows of `a` (row stride lda) times the rows of `b` (row stride ldb) transposed,
 // over `steps` 16-wide slices of the head dim: S = Q K^T, dP = dO V^T and their transposes.
+// `ldsm` (Inputs::async_loads): the fragments by ldmatrix, else by 32-bit loads (the same
+// registers).
 template <typename T, int kN>
-__device__ __forceinline__ void multiply_rows(float (&acc)[kN][4], const T* a, int lda,
-                                              const T* b, int ldb, int steps, int live,
-                                              int lane) {
+__device__ __forceinline__ void multiply_rows(float (&acc)[kN][4], const T* a, int lda, const T* b,
+                                              int ldb, int steps, int live, int lane, bool ldsm) {
 #pragma unroll
   for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   const int tiles = (live + 7) / 8;
   for (int ks = 0; ks < steps; ++ks) {
     uint32_t fa[4];
-    load_a(fa, a + ks * 16, lda, lane);
+    if (ldsm) {
+      load_a_ldsm(fa, a + ks * 16, lda, lane);
+    } else {
+      load_a(fa, a + ks * 16, lda, lane);
+    }
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
       if (n >= tiles) break;
       uint32_t b0, b1;
-      load_b_rows(b0, b1, b + n * 8 * ldb + ks * 16, ldb, lane);
+      if (ldsm) {
+        load_b_rows_ldsm(b0, b1, b + n * 8 * ldb + ks * 16, ldb, lane);
+      } else {
+        load_b_rows(b0, b1, b + n * 8 * ldb + ks * 16, ldb, lane);
+      }
       mma<T>(acc[n], fa, b0, b1);
     }
   }
@@ -220,7 +229,8 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
     if (!active) continue;
     const int live = min(kWidth, in.nk - j0);
     float s[kN][4];
-    multiply_rows<T, kN>(s, q_s + warp * kRows * ldd, ldd, k_s, ldd, dsteps, live, lane);
+    multiply_rows<T, kN>(s, q_s + warp * kRows * ldd, ldd, k_s, ldd, dsteps, live, lane,
+                         in.async_loads);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
@@ -332,8 +342,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_kv_kernel(BackwardArg
     if (!active) continue;
     const int live = min(kWidth, in.nq - i0);
     float p[kN][4], ds[kN][4];
-    multiply_rows<T, kN>(p, k_s + warp * kRows * ldd, ldd, q_s, ldd, in.d / 16, live, lane);
-    multiply_rows<T, kN>(ds, v_s + warp * kRows * ldv, ldv, go_s, ldv, in.dv / 16, live, lane);
+    multiply_rows<T, kN>(p, k_s + warp * kRows * ldd, ldd, q_s, ldd, in.d / 16, live, lane,
+                         in.async_loads);
+    multiply_rows<T, kN>(ds, v_s + warp * kRows * ldv, ldv, go_s, ldv, in.dv / 16, live, lane,
+                         in.async_loads);
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
 #pragma unroll
@@ -403,8 +415,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
     if (!active) continue;
     const int live = min(kWidth, in.nk - j0);
     float ds[kN][4], dp[kN][4];
-    multiply_rows<T, kN>(ds, q_s + warp * kRows * ldd, ldd, k_s, ldd, in.d / 16, live, lane);
-    multiply_rows<T, kN>(dp, go_s + warp * kRows * ldv, ldv, v_s, ldv, in.dv / 16, live, lane);
+    multiply_rows<T, kN>(ds, q_s + warp * kRows * ldd, ldd, k_s, ldd, in.d / 16, live, lane,
+                         in.async_loads);
+    multiply_rows<T, kN>(dp, go_s + warp * kRows * ldv, ldv, v_s, ldv, in.dv / 16, live, lane,
+                         in.async_loads);
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
 #pragma unroll
@@ -474,8 +488,9 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   if (w0 < in.nk) {
     // dK, dV: S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys over every query.
     const int keys_of[2] = {w0 + g, w0 + g + 8};
-    multiply_rows<T, kN>(w, k_s + w0 * ldd, ldd, q_s, ldd, in.d / 16, in.nq, lane);
-    multiply_rows<T, kN>(dw, v_s + w0 * ldv, ldv, go_s, ldv, in.dv / 16, in.nq, lane);
+    multiply_rows<T, kN>(w, k_s + w0 * ldd, ldd, q_s, ldd, in.d / 16, in.nq, lane, in.async_loads);
+    multiply_rows<T, kN>(dw, v_s + w0 * ldv, ldv, go_s, ldv, in.dv / 16, in.nq, lane,
+                         in.async_loads);
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
 #pragma unroll
@@ -506,8 +521,9 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   if (w0 < in.nq) {
     // dQ and grad_bias: S = Q K^T and dP = dO V^T for the warp's 16 queries over every key.
     const int rows_of[2] = {w0 + g, w0 + g + 8};
-    multiply_rows<T, kN>(w, q_s + w0 * ldd, ldd, k_s, ldd, in.d / 16, in.nk, lane);
-    multiply_rows<T, kN>(dw, go_s + w0 * ldv, ldv, v_s, ldv, in.dv / 16, in.nk, lane);
+    multiply_rows<T, kN>(w, q_s + w0 * ldd, ldd, k_s, ldd, in.d / 16, in.nk, lane, in.async_loads);
+    multiply_rows<T, kN>(dw, go_s + w0 * ldv, ldv, v_s, ldv, in.dv / 16, in.nk, lane,
+                         in.async_loads);
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
 #pragma unroll

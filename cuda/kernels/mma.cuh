@@ -88,6 +88,43 @@ __device__ __forceinline__ void load_b_cols(uint32_t& b0, uint32_t& b1, const T*
   b1 = load_pair(p + 8 * ld, p + 9 * ld);
 }
 
+// Shared-memory address of p for ldmatrix.
+template <typename T>
+__device__ __forceinline__ unsigned shared_address(const T* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// load_a by one ldmatrix.x4 (sm_75 and newer; `m` in shared memory, rows 16-byte aligned): lanes
+// 0-7 address rows 0-7 at column 0 (a[0]), 8-15 rows 8-15 (a[1]), 16-23 rows 0-7 at column 8
+// (a[2]), 24-31 rows 8-15 at column 8 (a[3]); thread i receives row i / 4, columns 2 (i % 4) and
+// + 1 of each: load_a's registers.
+template <typename T>
+__device__ __forceinline__ void load_a_ldsm(uint32_t (&a)[4], const T* m, int ld, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned row = shared_address(m + (lane & 15) * ld + (lane >> 4) * 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(row));
+#else
+  load_a(a, m, ld, lane);
+#endif
+}
+
+// load_b_rows by one ldmatrix.x2 (as load_a_ldsm): lanes 0-7 address rows 0-7 at column 0 (b0),
+// lanes 8-15 the same rows at column 8 (b1).
+template <typename T>
+__device__ __forceinline__ void load_b_rows_ldsm(uint32_t& b0, uint32_t& b1, const T* m, int ld,
+                                                 int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned row = shared_address(m + (lane & 7) * ld + ((lane >> 3) & 1) * 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(b0), "=r"(b1)
+               : "r"(row));
+#else
+  load_b_rows(b0, b1, m, ld, lane);
+#endif
+}
+
 // load_b_cols by one ldmatrix (sm_75 and newer; `m` in shared memory, its 16 rows 16-byte
 // aligned): the two 8 x 8 blocks of the 16 x 8 tile, rows 0-7 (b0) and 8-15 (b1), transposed as
 // they load. With .trans, thread i receives column i / 4 of a block at rows 2 (i % 4) and
@@ -99,7 +136,7 @@ __device__ __forceinline__ void load_b_cols_ldsm(uint32_t& b0, uint32_t& b1, con
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
   // Lanes 0-7 address rows 0-7 (the first block), lanes 8-15 rows 8-15; the others' addresses
   // are not read, and are the same rows again.
-  const auto row = static_cast<unsigned>(__cvta_generic_to_shared(m + (lane & 15) * ld));
+  const unsigned row = shared_address(m + (lane & 15) * ld);
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(b0), "=r"(b1)
                : "r"(row));
