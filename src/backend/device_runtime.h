@@ -73,8 +73,8 @@ bool set_cuda_attention_one_block_forward(bool enabled);
 
 // How the tensor-core attention kernels fill their shared tiles: on (the default), asynchronous
 // 16-byte copies (cp.async on sm_80 and newer), all of a thread's in flight before it waits, and
-// the mma.sync kernels' transposed B fragments by ldmatrix; off, a load into registers and a store
-// per 16 bytes, each waiting for global memory, and the fragments by 16-bit shared loads. The
+// the mma.sync kernels' fragments by ldmatrix; off, a load into registers and a store per 16
+// bytes, each waiting for global memory, and the fragments by 16- and 32-bit shared loads. The
 // same data either way, so the same bits. Returns the previous setting; `benchmark
 // --attention-loads sync` compares. Without CUDA it only records the setting.
 bool set_cuda_attention_async_loads(bool enabled);

@@ -83,9 +83,9 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        &C::attention_loads,
        {"async", "sync"},
        "how the CUDA tensor-core attention kernels fill their shared tiles and read fragments "
-       "from them: async (cp.async copies, all in flight before a thread waits; transposed "
-       "fragments by ldmatrix) or sync (a load and a store per 16 bytes; fragments by 16-bit "
-       "loads); the same bits",
+       "from them: async (cp.async copies, all in flight before a thread waits; mma.sync "
+       "fragments by ldmatrix) or sync (a load and a store per 16 bytes; fragments by 16- and "
+       "32-bit loads); the same bits",
        K::kCudaOnly},
       {"elementwise",
        &C::elementwise,
