@@ -4,7 +4,7 @@
 Checks their index arithmetic without a GPU: every fragment load, the C-to-A reuse of the
 logits, the quad reductions, the tile and tail logic and the writes are mirrored line by line
 (registers as numpy arrays over the 32 lanes of a warp), and mma is computed from the PTX
-ISA's m16n8k16 fragment layouts (and ldmatrix's, for the B fragments read down a tile's rows);
+ISA's m16n8k16 fragment layouts (every fragment loaded by ldmatrix, as the kernels load them);
 the forward tiled and, where it applies, in its one-block form,
 the backward as two kernels and in one block. Values stay float64 (no bf16 rounding of P and dS), so every
 output must match a dense float64 reference to ~1e-15; outputs start as NaN, so an element the

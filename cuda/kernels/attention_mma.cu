@@ -17,9 +17,10 @@
 // neighbouring 8-key tiles, rounded to the input dtype, are exactly the A fragment of the
 // second product (O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K): no shared-memory round trip
 // between the products, the slow part of the WMMA kernels. Operands are read from the padded
-// shared tiles with 32-bit loads (a row's two neighbours) or, where the contraction runs down a
-// tile's rows (V, dO, Q and K as the second product's B), two 16-bit loads; the 16-byte row
-// padding keeps both free of bank conflicts.
+// shared tiles by ldmatrix (transposed where the contraction runs down a tile's rows: V, dO, Q
+// and K as the second product's B), or, with Inputs::async_loads off, by 32-bit loads (a row's
+// two neighbours) and two 16-bit loads; the 16-byte row padding keeps them free of bank
+// conflicts.
 // Key (or query) tiles are 64 wide (32 for head dims above 64, to bound registers), and 8- or
 // 16-wide pieces of a tile past the end are skipped, so a 65-token sequence costs 80 keys, not
 // 128. Rounding P and dS to bf16/f16 before the second product is the one loss of precision
