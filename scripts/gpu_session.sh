@@ -56,7 +56,8 @@
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
-#             elementwise, reductions, dropout and dropout_add, layer norm, depthwise convolution,
+#             elementwise, reductions, dropout and dropout_add, layer norm and add_layer_norm (the
+#             branch's dropout, the held-row forward), depthwise convolution,
 #             residual sums, talking heads, multi-tensor casts, GEMM and column sums into f32,
 #             conv logits),
 #             then racecheck over the attention and conv-logit kernels' tile loads (asynchronous
@@ -315,7 +316,7 @@ for stage in "${stages[@]}"; do
   memcheck)
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
     stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda depthwise conv*,scaled_residual on CUDA*,scaled_residual with a dropout of y on CUDA*,dropout_add on CUDA*,talking_heads_softmax on CUDA*,multi_cast on CUDA*,CUDA gemm and column sums*,cuda conv logits*"
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda add_layer_norm*,cuda depthwise conv*,scaled_residual on CUDA*,scaled_residual with a dropout of y on CUDA*,dropout_add on CUDA*,talking_heads_softmax on CUDA*,multi_cast on CUDA*,CUDA gemm and column sums*,cuda conv logits*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)"
     # The asynchronous tile copies of the attention and conv-logit kernels: a missing wait or
