@@ -118,7 +118,9 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        &C::residual_norm,
        {"unfused", "fused"},
        "a pre-norm block's residual add and the layer norm after it: unfused (two ops) or fused "
-       "(one kernel each way, add_layer_norm; the same bits; not yet measured on a GPU)"},
+       "(one kernel each way, add_layer_norm, with a ViT branch's closing dropout inside in "
+       "training; sums with a scale stay scaled_residual and the norm; the same bits; not yet "
+       "measured on a GPU)"},
       {"gelu_dropout",
        &C::gelu_dropout,
        {"unfused", "fused"},
