@@ -33,8 +33,11 @@
 #             backward-input choice and with each form forced (backward-data, rotated forward),
 #             and as the mixers run them in each train.conv_logits form (conv, gemm, direct)
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
-#             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128 (COMPILE=on
-#             adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..." for others)
+#             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128, then
+#             cifar10_cska_cait, cifar10_cska_swin and cifar10_cska_cvt at 512 while time lasts;
+#             ours also with the step replayed as a CUDA Graph (GRAPH=off leaves it out;
+#             COMPILE=on adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..."
+#             for others)
 #   dp        NCCL at world size 1 against no data parallelism (weights, speed); benchmark_comm
 #             and --nproc-per-node N where there are N >= 2 GPUs (scripts/gpu_dp_check.sh,
 #             DP_STEPS steps, default 100)
@@ -77,7 +80,7 @@ stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    -h|--help) sed -n '2,67p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
   esac
@@ -237,11 +240,12 @@ for stage in "${stages[@]}"; do
     grep -E "cska" "$logs/convs.log" | sed 's/^/  /' | tee -a "$summary" ;;
   speed)
     for item in ${SPEED:-cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
-                imagenet_caformer_s18:128}; do
+                imagenet_caformer_s18:128 cifar10_cska_cait:512 cifar10_cska_swin:512 \
+                cifar10_cska_cvt:512}; do
       config=${item%%:*} batch=${item#*:}
       stage_run "speed_$config" 120 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
         --device cuda --batch "$batch" --dtype bf16 --mode train --iters 20 \
-        --compile "${COMPILE:-off}"
+        --compile "${COMPILE:-off}" --cuda-graph "${GRAPH:-on}"
       [ $? = 125 ] && continue
       grep -E "^(# |mode |train)" "$logs/speed_$config.log" | sed 's/^/  /' | tee -a "$summary"
     done ;;
