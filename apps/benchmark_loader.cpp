@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,14 @@ struct LoaderBenchOptions {
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The CPU time this process has used, every thread's: for a phase on one thread, its own cost,
+// which a busy machine inflates far less than the wall-clock time.
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // The sizes ImageNet's training images mostly have (width x height), in rotation.
@@ -151,11 +160,14 @@ int run(const LoaderBenchOptions& o) {
   for (int64_t i = 0; i < images.size(); ++i) data::decode_image_rgb(images.samples()[i].path);
   double pixels = 0;
   const Clock::time_point decode_start = Clock::now();
+  const double decode_cpu_start = cpu_seconds();
   for (int64_t i = 0; i < images.size(); ++i) {
     const Tensor rgb = data::decode_image_rgb(images.samples()[i].path);
     pixels += static_cast<double>(rgb.size(0) * rgb.size(1));
   }
   const double decode_rate = static_cast<double>(images.size()) / seconds_since(decode_start);
+  const double decode_cpu_ms =
+      1e3 * (cpu_seconds() - decode_cpu_start) / static_cast<double>(images.size());
 
   // 2. and 3. Whole training samples: one thread, then the DataLoader with each worker count;
   // 4. evaluation samples (the eval transform: shorter side to 224 / crop_pct, centre crop).
@@ -169,7 +181,10 @@ int run(const LoaderBenchOptions& o) {
   data::LoaderOptions train_loader = train::train_loader_options(data, repeated, 42);
   data::LoaderOptions eval_loader = train::eval_loader_options(data, repeated);
   train_loader.batch_size = eval_loader.batch_size = batch;
-  auto rate_with = [&](data::LoaderOptions loader, int workers) {
+  struct Rate {
+    double images_per_s, cpu_ms_per_image;  // the latter: the process's CPU time, every thread's
+  };
+  auto rate_with = [&](data::LoaderOptions loader, int workers) -> Rate {
     loader.workers = workers;
     loader.prefetch = std::max(4, workers);
     data::DataLoader pipeline(repeated, loader);
@@ -178,13 +193,18 @@ int run(const LoaderBenchOptions& o) {
     for (int i = 0; i < std::max(1, workers); ++i) pipeline.next(b);  // workers started, queue full
     int64_t made = 0;
     const Clock::time_point start = Clock::now();
+    const double cpu_start = cpu_seconds();
     while (seconds_since(start) < o.seconds && pipeline.next(b)) made += b.images.size(0);
-    return static_cast<double>(made) / seconds_since(start);
+    const double n = static_cast<double>(std::max<int64_t>(made, 1));
+    return {static_cast<double>(made) / seconds_since(start),
+            1e3 * (cpu_seconds() - cpu_start) / n};
   };
-  const double sample_rate = rate_with(train_loader, 0);
+  const Rate sample = rate_with(train_loader, 0);
+  const double sample_rate = sample.images_per_s;
   std::vector<Row> rows;
-  for (int w : o.workers) rows.push_back({w, rate_with(train_loader, w)});
-  const double eval_rate = rate_with(eval_loader, 0);
+  for (int w : o.workers) rows.push_back({w, rate_with(train_loader, w).images_per_s});
+  const Rate eval = rate_with(eval_loader, 0);
+  const double eval_rate = eval.images_per_s;
 
   const double per_worker = rows.back().images_per_s / rows.back().workers;
   const int needed = static_cast<int>(std::ceil(o.target / per_worker));
@@ -197,8 +217,11 @@ int run(const LoaderBenchOptions& o) {
                         {"batch", batch},
                         {"cores", std::thread::hardware_concurrency()},
                         {"decode_images_per_s", decode_rate},
+                        {"decode_cpu_ms", decode_cpu_ms},
                         {"sample_images_per_s", sample_rate},
+                        {"sample_cpu_ms", sample.cpu_ms_per_image},
                         {"eval_images_per_s", eval_rate},
+                        {"eval_cpu_ms", eval.cpu_ms_per_image},
                         {"target_images_per_s", o.target},
                         {"workers_needed", needed}};
     for (const Row& r : rows) {
@@ -210,14 +233,16 @@ int run(const LoaderBenchOptions& o) {
                 static_cast<long long>(images.size()), synthetic ? "synthetic " : "",
                 mean_file_bytes / 1000, pixels / static_cast<double>(images.size()) / 1e6,
                 std::thread::hardware_concurrency(), static_cast<long long>(batch));
-    std::printf("decode only, 1 thread:                %8.1f images/s\n", decode_rate);
-    std::printf("decode + augment (%lldpx), 1 thread:  %8.1f images/s\n",
-                static_cast<long long>(input.image_size), sample_rate);
+    std::printf("decode only, 1 thread:                %8.1f images/s (%.3f CPU ms each)\n",
+                decode_rate, decode_cpu_ms);
+    std::printf("decode + augment (%lldpx), 1 thread:  %8.1f images/s (%.3f CPU ms each)\n",
+                static_cast<long long>(input.image_size), sample_rate, sample.cpu_ms_per_image);
     for (const Row& r : rows) {
       std::printf("DataLoader, %2d workers:               %8.1f images/s (%.1f per worker)\n",
                   r.workers, r.images_per_s, r.images_per_s / r.workers);
     }
-    std::printf("evaluation (eval transform), 1 thread: %7.1f images/s\n", eval_rate);
+    std::printf("evaluation (eval transform), 1 thread: %7.1f images/s (%.3f CPU ms each)\n",
+                eval_rate, eval.cpu_ms_per_image);
     std::printf("workers for %.0f images/s per GPU:      %d (at %.1f images/s per worker)\n",
                 o.target, needed, per_worker);
   }

@@ -101,8 +101,7 @@ RandomResizedCrop::RandomResizedCrop(int size, std::array<double, 2> scale,
 
 void RandomResizedCrop::apply(Image& image, SampleRng& rng) const {
   const CropBox box = random_resized_crop_box(image.height, image.width, scale_, ratio_, rng);
-  image_crop(image, box.top, box.left, box.height, box.width);
-  image_resize(image, size_, size_, resample_);
+  image_resized_crop(image, box.top, box.left, box.height, box.width, size_, size_, resample_);
 }
 
 ColorJitter::ColorJitter(double brightness, double contrast, double saturation)

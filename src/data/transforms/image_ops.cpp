@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/simd_clones.h"
 
 namespace ska::data {
 namespace {
@@ -330,10 +332,16 @@ namespace {
 // PIL's separable resampling coefficients for one axis (Resample.c): the filter is stretched by
 // the downscale factor (antialiasing), normalised, then quantised to 22-bit fixed point.
 constexpr int kPrecisionBits = 32 - 8 - 2;
+constexpr int32_t kHalf = int32_t{1} << (kPrecisionBits - 1);  // rounds the fixed-point sum
 
+// Every output reads the same number of inputs, `taps` (the widest filter of the axis): output o
+// reads inputs [start[o], start[o] + taps) with weights[o * taps ...]. PIL's own window of an
+// output is narrower near the edges; it is placed inside this one with zero weights around it
+// (integer sums, so the zeros change nothing), and the loops below get a fixed trip count.
 struct AxisCoeffs {
-  std::vector<int> start, count;
-  std::vector<std::vector<int32_t>> weights;
+  int taps = 0;
+  std::vector<int> start;
+  std::vector<int32_t> weights;
 };
 
 AxisCoeffs resample_coeffs(int in_size, int out_size, Resample resample) {
@@ -349,103 +357,232 @@ AxisCoeffs resample_coeffs(int in_size, int out_size, Resample resample) {
   const double scale = static_cast<double>(in_size) / out_size;
   const double filter_scale = std::max(scale, 1.0);
   const double support = support_base * filter_scale;
-  AxisCoeffs c;
+  std::vector<int> lo_of(out_size), hi_of(out_size);
+  int taps = 1;
   for (int o = 0; o < out_size; ++o) {
     const double centre = (o + 0.5) * scale;
-    const int lo = std::max(0, static_cast<int>(centre - support + 0.5));
-    const int hi = std::min(in_size, static_cast<int>(centre + support + 0.5));
+    lo_of[o] = std::max(0, static_cast<int>(centre - support + 0.5));
+    hi_of[o] = std::min(in_size, static_cast<int>(centre + support + 0.5));
+    taps = std::max(taps, hi_of[o] - lo_of[o]);
+  }
+  taps = std::min(taps, in_size);
+  AxisCoeffs c;
+  c.taps = taps;
+  c.start.resize(out_size);
+  c.weights.assign(static_cast<size_t>(out_size) * taps, 0);
+  for (int o = 0; o < out_size; ++o) {
+    const double centre = (o + 0.5) * scale;
+    const int lo = lo_of[o], hi = hi_of[o];
     std::vector<double> w(std::max(0, hi - lo));
     double total = 0.0;
     for (int i = lo; i < hi; ++i) total += w[i - lo] = filter((i - centre + 0.5) / filter_scale);
-    std::vector<int32_t> q(w.size());
+    const int start = std::min(lo, in_size - taps);
+    c.start[o] = start;
+    int32_t* q = &c.weights[static_cast<size_t>(o) * taps + (lo - start)];
     for (size_t i = 0; i < w.size(); ++i) {
       const double v = (total != 0.0 ? w[i] / total : w[i]) * (1 << kPrecisionBits);
       q[i] = static_cast<int32_t>(v < 0 ? v - 0.5 : v + 0.5);
     }
-    c.start.push_back(lo);
-    c.count.push_back(hi - lo);
-    c.weights.push_back(std::move(q));
   }
   return c;
 }
 
-constexpr int32_t kHalf = int32_t{1} << (kPrecisionBits - 1);  // rounds the fixed-point sum
+// A sum of 22-bit fixed-point products (kHalf included) to uint8, as PIL clips it.
+inline uint8_t fixed_to_u8(int32_t acc) {
+  const int32_t v = acc >> kPrecisionBits;
+  return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+}
 
-uint8_t fixed_to_u8(int32_t acc) {
-  return static_cast<uint8_t>(std::clamp<int32_t>(acc >> kPrecisionBits, 0, 255));
+// The horizontal pass works on tiles of kTileLanes bytes per input column: kTileLanes / channels
+// rows of one column's pixels side by side, so that every output column is a weighted sum of
+// whole tile columns, one vector operation per tap for all of those rows (48 lanes: 16 RGB rows).
+constexpr int kTileLanes = 48;
+
+// out[o][i] = fixed_to_u8(kHalf + sum over k of tile[start[o] + k][i] * w[o][k]) for the
+// `outputs` outputs, i < kTileLanes. Sums are int32 as in PIL (the weights of one output sum to
+// 2^22, so 255 x their absolute sum stays below 2^31): exact in any order, so vector lanes give
+// PIL's bits.
+SKA_CPU_SIMD_CLONES
+void weighted_tile_columns(const uint8_t* tile, const int* start, const int32_t* weights, int taps,
+                           int outputs, uint8_t* out) {
+  for (int o = 0; o < outputs; ++o) {
+    int32_t acc[kTileLanes];
+    for (int i = 0; i < kTileLanes; ++i) acc[i] = kHalf;
+    const uint8_t* column = tile + static_cast<size_t>(start[o]) * kTileLanes;
+    const int32_t* w = weights + static_cast<size_t>(o) * taps;
+    for (int k = 0; k < taps; ++k, column += kTileLanes) {
+      const int32_t wk = w[k];
+      for (int i = 0; i < kTileLanes; ++i) acc[i] += column[i] * wk;
+    }
+    uint8_t* dst = out + static_cast<size_t>(o) * kTileLanes;
+    for (int i = 0; i < kTileLanes; ++i) dst[i] = fixed_to_u8(acc[i]);
+  }
+}
+
+// out row o (len bytes) = fixed_to_u8(kHalf + sum over k of row (start[o] + k) of src * w[o][k]),
+// src's rows `stride` bytes apart; acc: len int32 of scratch.
+SKA_CPU_SIMD_CLONES
+void weighted_rows(const uint8_t* src, size_t stride, size_t len, const int* start,
+                   const int32_t* weights, int taps, int outputs, uint8_t* out, int32_t* acc) {
+  for (int o = 0; o < outputs; ++o) {
+    for (size_t i = 0; i < len; ++i) acc[i] = kHalf;
+    const int32_t* w = weights + static_cast<size_t>(o) * taps;
+    for (int k = 0; k < taps; ++k) {
+      const uint8_t* row = src + static_cast<size_t>(start[o] + k) * stride;
+      const int32_t wk = w[k];
+      for (size_t i = 0; i < len; ++i) acc[i] += row[i] * wk;
+    }
+    uint8_t* dst = out + static_cast<size_t>(o) * len;
+    for (size_t i = 0; i < len; ++i) dst[i] = fixed_to_u8(acc[i]);
+  }
+}
+
+// Rows [top, top + height) x columns [left, left + width) of an image, read in place.
+struct Window {
+  const uint8_t* origin;  // pixel (top, left)
+  size_t stride;          // bytes between rows
+  int height, width, channels;
+};
+
+Window window_of(const Image& image, int top, int left, int height, int width) {
+  const size_t stride = static_cast<size_t>(image.width) * image.channels;
+  return {image.pixels.data() + top * stride + static_cast<size_t>(left) * image.channels, stride,
+          height, width, image.channels};
+}
+
+// Copies `count` pixels of kCh bytes: pixel x from src + x * kCh * src_step to dst + x * dst_step.
+template <int kCh>
+void interleave_pixels(const uint8_t* src, int src_step, uint8_t* dst, int dst_step, int count) {
+  for (int x = 0; x < count; ++x, src += kCh * src_step, dst += dst_step)
+    for (int c = 0; c < kCh; ++c) dst[c] = src[c];
+}
+
+// Calls f(std::integral_constant<int, ch>{}) for 1 to 4 channels.
+template <typename F>
+void with_channels(int ch, F&& f) {
+  switch (ch) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
+}
+
+// PIL's horizontal pass over a window to `width` columns: [window.height, width, channels].
+Image resample_horizontal(const Window& in, int width, Resample resample) {
+  const AxisCoeffs cx = resample_coeffs(in.width, width, resample);
+  const int ch = in.channels;
+  Image out;
+  out.height = in.height;
+  out.width = width;
+  out.channels = ch;
+  out.pixels.resize(static_cast<size_t>(in.height) * width * ch);
+  const size_t out_row = static_cast<size_t>(width) * ch;
+  if (kTileLanes % ch != 0) {  // above 4 channels (no image of this project): sample by sample
+    for (int y = 0; y < in.height; ++y) {
+      const uint8_t* src = in.origin + y * in.stride;
+      for (int x = 0; x < width; ++x) {
+        const int32_t* w = &cx.weights[static_cast<size_t>(x) * cx.taps];
+        for (int c = 0; c < ch; ++c) {
+          int32_t acc = kHalf;
+          for (int k = 0; k < cx.taps; ++k) acc += src[(cx.start[x] + k) * ch + c] * w[k];
+          out.pixels[y * out_row + static_cast<size_t>(x) * ch + c] = fixed_to_u8(acc);
+        }
+      }
+    }
+    return out;
+  }
+  const int rows_per_tile = kTileLanes / ch;
+  std::vector<uint8_t> tile(static_cast<size_t>(in.width) * kTileLanes, 0);
+  std::vector<uint8_t> sums(static_cast<size_t>(width) * kTileLanes);
+  for (int y0 = 0; y0 < in.height; y0 += rows_per_tile) {
+    const int rows = std::min(rows_per_tile, in.height - y0);
+    // Tile column x: pixel x of rows y0.. side by side (past the window's last row, stale bytes
+    // whose sums are never stored).
+    with_channels(ch, [&](auto channels) {
+      constexpr int kCh = decltype(channels)::value;
+      for (int r = 0; r < rows; ++r) {
+        interleave_pixels<kCh>(in.origin + (y0 + r) * in.stride, 1, tile.data() + r * kCh,
+                               kTileLanes, in.width);
+      }
+    });
+    weighted_tile_columns(tile.data(), cx.start.data(), cx.weights.data(), cx.taps, width,
+                          sums.data());
+    with_channels(ch, [&](auto channels) {
+      constexpr int kCh = decltype(channels)::value;
+      for (int r = 0; r < rows; ++r) {
+        interleave_pixels<kCh>(sums.data() + r * kCh, kTileLanes / kCh,
+                               &out.pixels[(y0 + r) * out_row], kCh, width);
+      }
+    });
+  }
+  return out;
+}
+
+// PIL's vertical pass over a window to `height` rows: each output row a weighted sum of whole
+// input rows.
+Image resample_vertical(const Window& in, int height, Resample resample) {
+  const AxisCoeffs cy = resample_coeffs(in.height, height, resample);
+  Image out;
+  out.height = height;
+  out.width = in.width;
+  out.channels = in.channels;
+  const size_t row = static_cast<size_t>(in.width) * in.channels;
+  out.pixels.resize(height * row);
+  std::vector<int32_t> acc(row);
+  weighted_rows(in.origin, in.stride, row, cy.start.data(), cy.weights.data(), cy.taps, height,
+                out.pixels.data(), acc.data());
+  return out;
 }
 
 }  // namespace
 
 void image_resize(Image& image, int height, int width, Resample resample) {
+  image_resized_crop(image, 0, 0, image.height, image.width, height, width, resample);
+}
+
+void image_resized_crop(Image& image, int top, int left, int crop_height, int crop_width,
+                        int height, int width, Resample resample) {
   SKA_CHECK(height > 0 && width > 0, ValueError, "resize: target size must be positive");
-  if (height == image.height && width == image.width) return;
+  SKA_CHECK(top >= 0 && left >= 0 && crop_height > 0 && crop_width > 0 &&
+                top + crop_height <= image.height && left + crop_width <= image.width,
+            ValueError, "resized crop: window (", top, ", ", left, ", ", crop_height, ", ",
+            crop_width, ") outside a ", image.height, "x", image.width, " image");
+  if (crop_height == image.height && crop_width == image.width && height == image.height &&
+      width == image.width) {
+    return;
+  }
   const int ch = image.channels;
   if (resample == Resample::kNearest) {
     Image out = make_like(image, height, width);
     for (int y = 0; y < height; ++y) {
-      const int sy =
-          std::min(image.height - 1, static_cast<int>((y + 0.5) * image.height / height));
+      const int sy = std::min(crop_height - 1, static_cast<int>((y + 0.5) * crop_height / height));
       for (int x = 0; x < width; ++x) {
-        const int sx = std::min(image.width - 1, static_cast<int>((x + 0.5) * image.width / width));
-        std::copy_n(&image.at(sy, sx, 0), ch, &out.at(y, x, 0));
+        const int sx = std::min(crop_width - 1, static_cast<int>((x + 0.5) * crop_width / width));
+        std::copy_n(&image.at(top + sy, left + sx, 0), ch, &out.at(y, x, 0));
       }
     }
     image = std::move(out);
     return;
   }
-  // PIL order: the horizontal pass (rounded to uint8), then the vertical one. Sums are int32 as
-  // in PIL: the weights of one output sum to 2^22, so 255 x their absolute sum stays below 2^31.
-  if (width != image.width) {
-    const AxisCoeffs cx = resample_coeffs(image.width, width, resample);
-    Image out = make_like(image, image.height, width);
-    const size_t in_row = static_cast<size_t>(image.width) * ch,
-                 out_row = static_cast<size_t>(width) * ch;
-    for (int y = 0; y < image.height; ++y) {
-      const uint8_t* src = &image.pixels[y * in_row];
-      uint8_t* dst = &out.pixels[y * out_row];
-      for (int x = 0; x < width; ++x) {
-        const int32_t* w = cx.weights[x].data();
-        const uint8_t* p = src + static_cast<size_t>(cx.start[x]) * ch;
-        const int n = cx.count[x];
-        if (ch == 3) {
-          int32_t a0 = kHalf, a1 = kHalf, a2 = kHalf;
-          for (int k = 0; k < n; ++k, p += 3) {
-            a0 += p[0] * w[k];
-            a1 += p[1] * w[k];
-            a2 += p[2] * w[k];
-          }
-          dst[3 * x] = fixed_to_u8(a0);
-          dst[3 * x + 1] = fixed_to_u8(a1);
-          dst[3 * x + 2] = fixed_to_u8(a2);
-        } else {
-          for (int c = 0; c < ch; ++c) {
-            int32_t acc = kHalf;
-            for (int k = 0; k < n; ++k) acc += p[k * ch + c] * w[k];
-            dst[x * ch + c] = fixed_to_u8(acc);
-          }
-        }
-      }
-    }
-    image = std::move(out);
+  // PIL order: the horizontal pass (rounded to uint8), then the vertical one; an axis whose size
+  // does not change is only cropped, as when PIL resizes a crop.
+  Window window = window_of(image, top, left, crop_height, crop_width);
+  Image mid;
+  if (width != crop_width) {
+    mid = resample_horizontal(window, width, resample);
+    window = window_of(mid, 0, 0, mid.height, mid.width);
   }
-  if (height != image.height) {
-    // Row by row: each output row is a weighted sum of whole input rows (contiguous, vectorised).
-    const AxisCoeffs cy = resample_coeffs(image.height, height, resample);
-    Image out = make_like(image, height, image.width);
-    const size_t row = static_cast<size_t>(image.width) * ch;
-    std::vector<int32_t> acc(row);
-    for (int y = 0; y < height; ++y) {
-      std::fill(acc.begin(), acc.end(), kHalf);
-      for (int k = 0; k < cy.count[y]; ++k) {
-        const uint8_t* src = &image.pixels[(cy.start[y] + k) * row];
-        const int32_t w = cy.weights[y][k];
-        for (size_t i = 0; i < row; ++i) acc[i] += src[i] * w;
-      }
-      uint8_t* dst = &out.pixels[y * row];
-      for (size_t i = 0; i < row; ++i) dst[i] = fixed_to_u8(acc[i]);
-    }
-    image = std::move(out);
+  if (height != crop_height) {
+    image = resample_vertical(window, height, resample);
+  } else if (width != crop_width) {
+    image = std::move(mid);
+  } else {
+    image_crop(image, top, left, crop_height, crop_width);
   }
 }
 

@@ -47,5 +47,10 @@ void image_crop(Image& image, int top, int left, int height, int width);
 // downscale factor (antialiasing), 22-bit fixed point, horizontal pass first; nearest samples
 // floor((x + 0.5) * in / out).
 void image_resize(Image& image, int height, int width, Resample resample);
+// image_crop to the window [top, top + crop_height) x [left, left + crop_width), then
+// image_resize to height x width (torchvision's resized_crop; the filters see only the window),
+// reading the window in place rather than copying it first. The same pixels.
+void image_resized_crop(Image& image, int top, int left, int crop_height, int crop_width,
+                        int height, int width, Resample resample);
 
 }  // namespace ska::data
