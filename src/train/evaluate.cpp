@@ -1,6 +1,7 @@
 // Evaluation over a loader, and the sums that add up across workers (see evaluate.h).
 #include "train/evaluate.h"
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -10,20 +11,16 @@
 
 namespace ska::train {
 
-namespace {
-
-// Top-1 and top-5 hits of one row of logits.
 void count_hits(const float* row, int64_t classes, int64_t label, int64_t& top1, int64_t& top5) {
   const float target = row[label];
+  if (std::isnan(target)) return;  // a NaN label logit ranks nowhere: a miss, not a tie
   int64_t above = 0;  // classes ranked before the label (ties go to the lower index, as topk)
   for (int64_t c = 0; c < classes; ++c) {
-    if (row[c] > target || (row[c] == target && c < label)) ++above;
+    if (std::isnan(row[c]) || row[c] > target || (row[c] == target && c < label)) ++above;
   }
   top1 += above < 1;
   top5 += above < 5;
 }
-
-}  // namespace
 
 EvalSums evaluate_sums(nn::Module& model, data::DataLoader& loader, Device device,
                        const EvalPrecision& precision) {

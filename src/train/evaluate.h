@@ -35,6 +35,11 @@ struct EvalPrecision {
   bool cast_params_once = false;
 };
 
+// Adds one row of logits' top-1 and top-5 hits to the counts, ranking as torch.topk does: higher
+// first, ties to the lower index, NaN above every number. A row whose label logit is NaN (a
+// diverged model) is a miss, so that it can never score, nor become the best checkpoint.
+void count_hits(const float* row, int64_t classes, int64_t label, int64_t& top1, int64_t& top5);
+
 // Evaluates `model` (eval mode, no grad, in `precision`) on every batch of `loader`.
 EvalSums evaluate_sums(nn::Module& model, data::DataLoader& loader, Device device,
                        const EvalPrecision& precision = EvalPrecision());

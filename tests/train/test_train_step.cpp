@@ -410,3 +410,31 @@ TEST_CASE("CUDA Graph: replays of the captured training step equal eager steps b
     CHECK(eager.stats.loss_sum == replayed.stats.loss_sum);
   }
 }
+
+TEST_CASE("evaluation counts NaN logits as misses, ranking as torch.topk does", "[cpu][train]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  auto hits = [](std::vector<float> row, int64_t label) {
+    int64_t top1 = 0, top5 = 0;
+    count_hits(row.data(), static_cast<int64_t>(row.size()), label, top1, top5);
+    return std::make_pair(top1, top5);
+  };
+  using P = std::pair<int64_t, int64_t>;
+  CHECK(hits({0.1f, 0.9f, 0.3f}, 1) == P{1, 1});
+  CHECK(hits({0.1f, 0.9f, 0.3f}, 2) == P{0, 1});
+  CHECK(hits({0.5f, 0.5f, 0.1f}, 0) == P{1, 1});  // ties: the lower index first
+  CHECK(hits({0.5f, 0.5f, 0.1f}, 1) == P{0, 1});
+  // A diverged model: every logit NaN, or the label's. A miss for any label (the old counting
+  // ranked nothing above a NaN and scored such a row 100%).
+  for (int64_t label = 0; label < 3; ++label) CHECK(hits({nan, nan, nan}, label) == P{0, 0});
+  CHECK(hits({0.1f, nan, 0.3f}, 1) == P{0, 0});
+  // NaN elsewhere ranks above the label (torch.topk puts NaN first).
+  CHECK(hits({nan, 0.9f, 0.3f}, 1) == P{0, 1});
+  CHECK(hits({nan, nan, nan, nan, nan, 1.0f}, 5) == P{0, 0});
+  CHECK(hits({nan, nan, nan, nan, 2.0f, 1.0f}, 5) == P{0, 0});
+  CHECK(hits({nan, nan, nan, 3.0f, 2.0f, 1.0f}, 5) == P{0, 0});
+  CHECK(hits({nan, nan, nan, 3.0f, 0.0f, 1.0f}, 5) == P{0, 1});
+  // Infinities rank as numbers.
+  CHECK(hits({inf, 0.9f, -inf}, 0) == P{1, 1});
+  CHECK(hits({inf, 0.9f, -inf}, 2) == P{0, 1});
+}
