@@ -2,18 +2,21 @@
 // main() wrapper that maps errors to exit codes.
 #include "app_common.h"
 
-#include <cstdint>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
 #include "io/safetensors.h"
 #include "io/weight_map.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/options.h"
 
 namespace ska::apps {
 namespace fs = std::filesystem;
@@ -193,11 +196,17 @@ void mark_read(const ConfigNode& node) {
 ConfigNode model_section(const Config& config, const std::vector<std::string>& own) {
   const ConfigNode root = config.root();
   if (!is_experiment(root)) return root;
-  for (const std::string& key : root.keys()) {
-    const bool ours =
-        key == "model" || key == "data" || std::find(own.begin(), own.end(), key) != own.end();
-    if (!ours) mark_read(root[key]);
-  }
+  // The trainer's sections this command does not use are read as the trainer reads them, so that
+  // a typo or a bad value inside one is an error here too; a key outside the trainer's sections
+  // (a misspelt section, `trian:`) stays unread and check_unused() reports it.
+  const train::TrainOptions train_options = train::TrainOptions::from_config(root["train"]);
+  const optim::OptimizerOptions optim_options = optim::OptimizerOptions::from_config(root["optim"]);
+  if (std::find(own.begin(), own.end(), "sched") == own.end())
+    optim::ScheduleOptions::from_config(root["sched"], optim_options.lr, train_options.epochs);
+  if (std::find(own.begin(), own.end(), "checkpoint") == own.end())
+    train::CheckpointOptions::from_config(root["checkpoint"]);
+  if (std::find(own.begin(), own.end(), "distributed") == own.end())
+    train::DistributedOptions::from_config(root["distributed"]);
   return root["model"];
 }
 

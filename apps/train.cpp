@@ -95,6 +95,16 @@ bool has_checkpoint(const std::string& run_dir) {
   }
 }
 
+// What in `dir` says a run has used it (a checkpoint, or the logs every start writes); empty for
+// a folder no run has written to (absent, empty, or made by a job scheduler).
+std::string run_traces(const std::string& dir) {
+  if (has_checkpoint(dir)) return "a checkpoint";
+  for (const char* name : {"summary.csv", "metrics.jsonl", "checkpoints"}) {
+    if (fs::exists(fs::path(dir) / name)) return std::string("its ") + name;
+  }
+  return "";
+}
+
 // Removes a run folder this command made, when the run failed before it began: the lock is
 // released first, the log announces it.
 void discard_run_folder(ska::train::TrainerSetup& setup) {
@@ -183,6 +193,15 @@ int run_train(TrainCommand cmd) {
     }
     if (!resume.empty()) train::resolve_checkpoint(resume);  // fails before creating anything
     if (!cmd.output.empty()) {
+      // A run folder is never written over by another run: continuing it takes --resume (auto:
+      // from its checkpoint, or anew when it has none, a requeued job that died before its first).
+      const std::string traces = run_traces(cmd.output);
+      const bool continues = resume.empty() ? cmd.resume == "auto"
+                                            : fs::weakly_canonical(run_dir_of(resume)) ==
+                                                  fs::weakly_canonical(fs::absolute(cmd.output));
+      SKA_CHECK(traces.empty() || continues, ValueError, "--output '", cmd.output,
+                "' already holds a run (", traces, "); continue it with --resume ", cmd.output,
+                " (or --resume auto), or choose another folder");
       setup.run_dir = cmd.output;
       fresh_folder = !fs::exists(setup.run_dir);
     } else if (!resume.empty()) {
@@ -303,8 +322,15 @@ int run_train(TrainCommand cmd) {
 
 int main(int argc, char** argv) {
   ska::apps::limit_openmp_spinning(argv);
-  // A worker's errors name its rank.
-  const ska::dist::World world = ska::dist::world_from_environment();
+  // A worker's errors name its rank. A launch environment that cannot be read (RANK outside
+  // WORLD_SIZE, a port that is not one) is an error like any other, not an abort.
+  ska::dist::World world;
+  try {
+    world = ska::dist::world_from_environment();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return 2;
+  }
   const std::string name =
       world.distributed() ? "train [rank " + std::to_string(world.rank) + "]" : "train";
   CLI::App app{"Trains a model from an experiment config", name};

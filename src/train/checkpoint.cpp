@@ -212,6 +212,12 @@ void write_train_state(const std::string& path, const TrainState& s) {
   header["loss_scale_growth_tracker"] = s.loss_scale_growth_tracker;
   header["best_ema_top1"] = s.best_ema_top1;
   header["best_ema_epoch"] = s.best_ema_epoch;
+  // A sum that is not a finite number (JSON would hold null) is left out: the epoch's mean then
+  // covers the updates after a resume only, and the checkpoint still loads.
+  const bool loss_kept =
+      std::isfinite(s.epoch_loss_sum) && std::abs(s.epoch_loss_sum) <= kMaxNumber;
+  header["epoch_loss_sum"] = loss_kept ? s.epoch_loss_sum : 0.0;
+  header["epoch_loss_updates"] = loss_kept ? s.epoch_loss_updates : 0;
   header["info"] = s.info;
   Json rngs = Json::object();
   for (const auto& [name, r] : s.rngs) rngs[name] = {{"seed", r.seed}, {"offset", r.offset}};
@@ -278,6 +284,10 @@ TrainState read_train_state(const std::string& path) {
       s.loss_scale_growth_tracker = get_counter(h, "loss_scale_growth_tracker", 0, path);
       s.best_ema_top1 = get_number(h, "best_ema_top1", -1.0, 100.0, path);
       s.best_ema_epoch = get_counter(h, "best_ema_epoch", -1, path);
+    }
+    if (h.contains("epoch_loss_updates")) {  // written since 2026-11-27; before, 0 (not kept)
+      s.epoch_loss_sum = get_number(h, "epoch_loss_sum", -kMaxNumber, kMaxNumber, path);
+      s.epoch_loss_updates = get_counter(h, "epoch_loss_updates", 0, path);
     }
     s.info = h.at("info").get<std::map<std::string, std::string>>();
     for (const auto& [name, v] : h.at("rngs").items()) {

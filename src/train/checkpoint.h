@@ -40,6 +40,10 @@ struct TrainState {
   int64_t best_ema_epoch = -1;
   double loss_scale = 1.0;       // fp16 dynamic loss scale (optim/loss_scaler.h); 1 without
   int64_t loss_scale_growth_tracker = 0;  // finite updates since the scale last changed
+  // The epoch in progress's applied updates and their losses' sum so far (a run resumed mid-epoch
+  // logs the whole epoch's mean train loss, not the mean since the resume).
+  double epoch_loss_sum = 0.0;
+  int64_t epoch_loss_updates = 0;
   std::map<std::string, RngState> rngs;           // "host", "cuda:0", "trainer"
   std::map<std::string, Tensor> optimizer;        // Optimizer::state_dict()
   std::map<std::string, std::string> info;        // free-form (config name, optimizer name)

@@ -7,10 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/plot.h"
 #include "io/tensorboard.h"
 
@@ -125,13 +128,58 @@ void RunOutput::append(const std::string& file, const std::string& text) const {
   out << text << "\n";
 }
 
-void RunOutput::start(const std::string& config_text) const {
+void RunOutput::start(const std::string& config_text, const RunStart& at) const {
   if (!enabled_) return;
   std::ofstream(fs::path(run_dir_) / "config.yaml") << config_text;
   events_ = std::make_unique<io::TbWriter>(run_dir_);
-  if (!fs::exists(fs::path(run_dir_) / "summary.csv")) {
-    append("summary.csv", std::string("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr") +
-                              (has_ema_ ? ",ema_eval_loss,ema_eval_top1,ema_eval_top5" : ""));
+  const std::string header = std::string("epoch,train_loss,eval_loss,eval_top1,eval_top5,lr") +
+                             (has_ema_ ? ",ema_eval_loss,ema_eval_top1,ema_eval_top5" : "");
+  const fs::path summary = fs::path(run_dir_) / "summary.csv";
+  const fs::path metrics = fs::path(run_dir_) / "metrics.jsonl";
+  if (!at.resumed) {
+    io::write_file_atomic(summary.string(), header + "\n");
+    fs::remove(metrics);
+    return;
+  }
+  // Keep the rows of epochs before the checkpoint's and the records up to its update.
+  int64_t dropped = 0;
+  std::string kept_summary = header + "\n";
+  if (fs::exists(summary)) {
+    std::ifstream in(summary);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      const size_t comma = line.find(',');
+      const std::optional<int64_t> epoch = parse_decimal(line.substr(0, comma), int64_t{1} << 48);
+      if (epoch && *epoch < at.epoch) {
+        kept_summary += line + "\n";
+      } else {
+        ++dropped;
+      }
+    }
+  }
+  std::string kept_metrics;
+  if (fs::exists(metrics)) {
+    std::ifstream in(metrics);
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      const bool before = j.is_object() && j.value("step", int64_t{-1}) >= 0 &&
+                          j.value("step", int64_t{-1}) <= at.step &&
+                          (j.value("kind", "") != "epoch" || j.value("epoch", at.epoch) < at.epoch);
+      if (before) {
+        kept_metrics += line + "\n";
+      } else {
+        ++dropped;  // after the checkpoint, or a line cut short by a kill
+      }
+    }
+  }
+  io::write_file_atomic(summary.string(), kept_summary);
+  io::write_file_atomic(metrics.string(), kept_metrics);
+  if (dropped > 0) {
+    line("resume: dropped " + std::to_string(dropped) +
+         " summary.csv rows and metrics.jsonl records written after the checkpoint (update " +
+         std::to_string(at.step) + ")");
   }
 }
 

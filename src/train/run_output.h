@@ -31,6 +31,13 @@ struct EpochRecord {
 // curves.png: two panels side by side, each kCurvesPanelWidth x kCurvesHeight pixels.
 constexpr int kCurvesPanelWidth = 480, kCurvesHeight = 320;
 
+// Where fit() starts: a fresh run, or a resume from a checkpoint taken at update `step` with
+// `epoch` the epoch then in progress (or the next one, at an epoch's end).
+struct RunStart {
+  bool resumed = false;
+  int64_t epoch = 0, step = 0;
+};
+
 class RunOutput {
  public:
   // `enabled` false: every call does nothing (the non-zero ranks). `log` receives finished lines.
@@ -40,9 +47,12 @@ class RunOutput {
 
   bool enabled() const { return enabled_; }
   void line(const std::string& text) const;
-  // config.yaml, summary.csv's header unless the file exists (a resumed run appends), and a new
-  // TensorBoard event file (one per start: TensorBoard reads every file of the folder).
-  void start(const std::string& config_text) const;
+  // config.yaml, summary.csv's header, and a new TensorBoard event file (one per start:
+  // TensorBoard reads every file of the folder, and drops a tag's points past a step that comes
+  // again). A resumed run keeps summary.csv and metrics.jsonl up to its checkpoint and drops
+  // what the run wrote after it (an epoch evaluated, then killed before its checkpoint, runs
+  // again: one row per epoch); a fresh one starts them anew.
+  void start(const std::string& config_text, const RunStart& at) const;
   // Each record goes to metrics.jsonl and, as the same numbers, to the event file (tags in
   // run_output.cpp: train/loss, train/lr, eval/top1, ema/top1, ...).
   void step(int64_t epoch, int64_t step, double loss, double lr, double images_per_s) const;

@@ -9,12 +9,15 @@
 #include <ctime>
 #include <filesystem>
 #include <numeric>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "core/precision.h"
 #include "distributed/functional.h"
+#include "distributed/optimizer_sharding.h"  // broadcast_bytes
 #include "models/model.h"
 #include "ops/pointwise.h"
 
@@ -31,6 +34,36 @@ constexpr int64_t kEagerUpdatesBeforeCapture = 3;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Every worker must build the same model: one that does not (a config or --set that differs
+// between ranks) would meet the others in collectives of other sizes, which Gloo and NCCL cannot
+// report sensibly. Rank 0's tensor names, shapes and dtypes go to every worker; all learn whether
+// any differs and fail alike, naming the first difference each sees.
+void check_same_model(const nn::Module& model, dist::Communicator& comm) {
+  std::vector<std::string> lines;
+  for (const auto& [name, t] : model.state_dict())
+    lines.push_back(name + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype()));
+  std::string mine;
+  for (const std::string& line : lines) mine += line + "\n";
+  const std::string root = dist::broadcast_bytes(comm, comm.rank() == 0 ? mine : std::string(), 0);
+  Tensor differs = Tensor::from_vector<int64_t>({root == mine ? 0 : 1}, {1}).to(comm.device());
+  comm.all_reduce(differs);
+  const int64_t workers = differs.to_vector<int64_t>()[0];
+  if (workers == 0) return;
+  std::string first = "this worker's matches rank 0's";
+  if (root != mine) {
+    std::istringstream theirs(root);
+    std::string line;
+    size_t i = 0;
+    while (std::getline(theirs, line) && i < lines.size() && line == lines[i]) ++i;
+    first = i < lines.size() ? "here '" + lines[i] + "'" : "here fewer tensors";
+    if (!line.empty() && line != (i < lines.size() ? lines[i] : ""))
+      first += ", on rank 0 '" + line + "'";
+  }
+  SKA_FAIL(ConfigError, workers, " of the ", comm.world_size(),
+           " workers build a different model from rank 0's (", first,
+           "): every worker must run the same config and --set options");
 }
 
 }  // namespace
@@ -136,6 +169,7 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   model_->train();
   // Every worker starts from rank 0's weights (they are equal already; this makes it certain).
   if (parallel) {
+    check_same_model(*model_, *comm_);
     for (const auto& [name, t] : model_->state_dict()) comm_->broadcast(t, 0);
   }
   seed_rank_generators();
@@ -207,7 +241,7 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   }
   state_.info["precision"] = precision_name(train_.precision);
   state_.info["world_size"] = std::to_string(world);
-  output_->start(config_text_);
+  output_->start(config_text_, RunStart{!setup_.resume.empty(), state_.epoch, state_.step});
 }
 
 Trainer::~Trainer() = default;
@@ -333,6 +367,8 @@ void Trainer::save(bool is_best) {
   state_.optimizer = sharding_ ? std::move(optimizer_state) : optimizer_->state_dict();
   state_.loss_scale = scaler_ ? scaler_->scale_value() : 1.0;
   state_.loss_scale_growth_tracker = scaler_ ? scaler_->growth_tracker() : 0;
+  state_.epoch_loss_sum = epoch_loss_.loss_sum;
+  state_.epoch_loss_updates = epoch_loss_.applied;
   const std::string dir = checkpoints_->save(model_->state_dict(), ema_tensors(), state_, is_best);
   state_.optimizer.clear();
   log("checkpoint " + dir);
@@ -427,7 +463,9 @@ void Trainer::train_epoch(int64_t epoch, TrainResult& result, bool& stop) {
   train_batches_->start_epoch(epoch, state_.batch);
   model_->train();
   const auto t0 = Clock::now();
-  epoch_loss_ = LossSums{};
+  // Resumed inside this epoch: its updates before the checkpoint count towards its mean loss.
+  epoch_loss_ =
+      state_.batch > 0 ? LossSums{state_.epoch_loss_sum, state_.epoch_loss_updates} : LossSums{};
   window_loss_ = LossSums{};
   stats_read_step_ = state_.step;
   Tensor pending_loss;  // the update's micro-batch losses, on the device

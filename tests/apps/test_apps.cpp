@@ -83,9 +83,10 @@ TEST_CASE("apps: an experiment config is validated strictly on its model section
 model: {family: vit, image_size: 8, in_channels: 3, num_classes: 5, patch_size: 4, dim: 8,
         depth: 1, mlp_dim: 8, mixer: {type: lsa, heads: 2, head_dim: 4}}
 data: {dataset: cifar10, root: /data, mean: [0.5], crop_pct: 1.0}
-train: {epochs: 3, optimizer: {name: adam, lr: 0.001}}
+optim: {name: adam, lr: 0.001}
+train: {epochs: 3}
 )";
-  SECTION("other commands' sections are not judged") {
+  SECTION("the trainer's other sections are read as the trainer reads them") {
     Config config = Config::parse(experiment);
     const ConfigNode model = apps::model_section(config);
     REQUIRE(model.path() == "model");
@@ -95,6 +96,21 @@ train: {epochs: 3, optimizer: {name: adam, lr: 0.001}}
     const data::EvalTransform t = data::read_eval_transform(data, 8, 3);
     REQUIRE(t.mean == std::vector<double>{0.5, 0.5, 0.5});
     REQUIRE_NOTHROW(config.check_unused());
+  }
+  SECTION("a typo in one of them is reported, though the command does not use it") {
+    Config config = Config::parse(experiment);
+    config.set("train.optimizer={name: adam}");
+    apps::model_section(config);
+    apps::data_section(config);
+    REQUIRE_THROWS_WITH(config.check_unused(), Contains("train.optimizer: unknown key"));
+  }
+  SECTION("so is a section that is none of the trainer's") {
+    Config config = Config::parse(experiment);
+    config.set("trian.epochs=4");
+    apps::model_section(config);
+    apps::data_section(config);
+    REQUIRE_THROWS_WITH(config.check_unused(),
+                        Contains("trian: unknown key; did you mean 'train'?"));
   }
   SECTION("a typo in the model section is reported") {
     Config config = Config::parse(experiment);
@@ -108,9 +124,6 @@ train: {epochs: 3, optimizer: {name: adam, lr: 0.001}}
     config.set("train.epochz=4");
     apps::model_section(config, {"train"});
     apps::data_section(config);
-    config.root()["train"].get<int64_t>("epochs", 1);
-    config.root()["train"]["optimizer"].get<std::string>("name", "");
-    config.root()["train"]["optimizer"].get<double>("lr", 0.0);
     REQUIRE_THROWS_WITH(config.check_unused(), Contains("train.epochz"));
   }
   SECTION("a model file is its own model section") {
@@ -361,6 +374,39 @@ TEST_CASE("apps: a typo under train or optim is an error in benchmark, validate 
                       " --output /dev/null --set train.attention_backwards=split");
   CHECK(infer.exit_code == 2);
   CHECK_THAT(infer.err, Contains("train.attention_backwards: unknown key"));
+}
+
+TEST_CASE("apps: a misspelt section, or a typo in a section the command does not use, is an error",
+          "[cpu][apps][hardening]") {
+  // Every command that takes an experiment config judges all of the trainer's sections as
+  // `train` does: before, validate, benchmark and inference ignored `trian:` (evaluating in f32)
+  // and took `sched.min_lrr` or `checkpoint.kep` without a word.
+  const std::string quickstart = kSourceDir + "/configs/quickstart.yaml";
+  const RunResult validate =
+      run_command(SKA_VALIDATE_EXE, "--config " + quickstart + " --checkpoint " + quickstart +
+                                        " --set trian.precision=bf16");
+  CHECK(validate.exit_code == 2);
+  CHECK_THAT(validate.err, Contains("trian: unknown key; did you mean 'train'?"));
+  const RunResult bench = run_command(
+      SKA_BENCHMARK_EXE, "--config " + quickstart + " --batch 2 --iters 1 --set modle.dim=1");
+  CHECK(bench.exit_code == 2);
+  CHECK_THAT(bench.err, Contains("modle: unknown key; did you mean 'model'?"));
+  for (const std::string& typo : {"sched.min_lrr=1", "checkpoint.kep=1", "distributed.bucket=1"}) {
+    INFO(typo);
+    const RunResult r = run_command(
+        SKA_BENCHMARK_EXE, "--config " + quickstart + " --batch 2 --iters 1 --set " + typo);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(typo.substr(0, typo.find('=')) + ": unknown key"));
+  }
+  const RunResult range =
+      run_command(SKA_SUMMARY_EXE, "--config " + quickstart + " --set checkpoint.keep=0");
+  CHECK(range.exit_code == 2);
+  CHECK_THAT(range.err, Contains("checkpoint.keep"));
+  const RunResult infer = run_command(SKA_INFERENCE_EXE, "--config " + quickstart + " --weights " +
+                                                             quickstart + " --image " + quickstart +
+                                                             " --output /dev/null --set optm.lr=1");
+  CHECK(infer.exit_code == 2);
+  CHECK_THAT(infer.err, Contains("optm: unknown key; did you mean 'optim'?"));
 }
 
 TEST_CASE("apps: benchmark --variants times kernel-choice variants in one process", "[cpu][apps]") {

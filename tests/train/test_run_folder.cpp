@@ -198,3 +198,65 @@ TEST_CASE("a run that fails before it begins leaves no folder behind, an existin
   REQUIRE_THAT(existing.out, !Contains("removed"));
   REQUIRE(read_text(dir + "/mine/notes.txt") == "keep");
 }
+
+TEST_CASE("train --output on a folder that holds a run refuses, unless it resumes that run",
+          "[cpu][train][hardening][slow]") {
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  const std::string dir = test::train_scratch_dir("output_taken");
+  const std::string config = dir + "/tiny.yaml";
+  std::ofstream(config) << test::tiny_experiment_yaml(128, 50, 32, 1, 0.0);
+  const std::string run = dir + "/run";
+  const auto train = [&](const std::string& args) {
+    return test::run_command(SKA_TRAIN_EXE, "--config " + config + " --output " + run + " " + args);
+  };
+  const auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const test::RunResult first = train("");
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  const std::string checkpoint = resolve_checkpoint(run);
+  const std::string weights = bytes(checkpoint + "/model.safetensors");
+  const std::string summary = bytes(run + "/summary.csv");
+  REQUIRE_FALSE(weights.empty());
+
+  // Another run into it (a different seed, say): refused, and nothing of the first one changes.
+  const test::RunResult again = train("--set train.seed=9");
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 2);
+  REQUIRE_THAT(again.err,
+               Contains("already holds a run (a checkpoint)") && Contains("--resume " + run));
+  REQUIRE(bytes(checkpoint + "/model.safetensors") == weights);
+  REQUIRE(bytes(run + "/summary.csv") == summary);
+  REQUIRE(resolve_checkpoint(run) == checkpoint);
+
+  // Resuming it is what --output on a used folder is for (the run has finished: nothing to do).
+  const test::RunResult resumed = train("--resume " + run);
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  REQUIRE(bytes(run + "/summary.csv") == summary);
+
+  // A folder whose run left logs but no checkpoint: refused too; --resume auto starts it anew,
+  // and the new run's logs replace the old ones (one row per epoch).
+  const std::string bare = dir + "/bare";
+  fs::create_directories(bare);
+  std::ofstream(bare + "/summary.csv") << "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n"
+                                       << "0,9.0,9.0,1.0,5.0,0.1\n";
+  const test::RunResult refused =
+      test::run_command(SKA_TRAIN_EXE, "--config " + config + " --output " + bare);
+  REQUIRE(refused.exit_code == 2);
+  REQUIRE_THAT(refused.err, Contains("already holds a run (its summary.csv)"));
+  const test::RunResult anew = test::run_command(
+      SKA_TRAIN_EXE, "--config " + config + " --output " + bare + " --resume auto");
+  INFO(anew.out << anew.err);
+  REQUIRE(anew.exit_code == 0);
+  std::ifstream rows(bare + "/summary.csv");
+  std::string line;
+  int n = 0;
+  while (std::getline(rows, line)) n += line.rfind("0,9.0", 0) == 0 ? 100 : 1;
+  CHECK(n == 2);  // the header and this run's epoch 0
+}
