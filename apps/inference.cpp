@@ -2,6 +2,7 @@
 // logits as a float32 .npy [N, num_classes]; prints each input's top-1 class.
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 
 #include "app_common.h"
@@ -14,6 +15,7 @@
 namespace {
 
 using namespace ska;
+namespace fs = std::filesystem;
 
 struct InferenceOptions {
   apps::ConfigOptions config;
@@ -89,6 +91,13 @@ int run_inference(const InferenceOptions& options) {
   const train::KernelChoices kernels =
       train::TrainOptions::from_config(config.root()["train"]).kernels;
   config.check_unused();
+  // Where the logits go, checked before the forward pass rather than after it.
+  const fs::path out_dir = fs::absolute(options.output).parent_path();
+  SKA_CHECK(!fs::is_directory(options.output) && options.output.back() != '/', ValueError,
+            "--output '", options.output,
+            "' is a folder; expected the path of the .npy file to write");
+  SKA_CHECK(fs::is_directory(out_dir), ValueError, "--output '", options.output, "': the folder '",
+            out_dir.string(), "' does not exist");
 
   apps::load_weights(*model, options.weights, options.weight_map);
   const Device device = apps::device_option(options.device);

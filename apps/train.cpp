@@ -300,12 +300,15 @@ int run_train(TrainCommand cmd) {
     setup.log(line);
     return 0;
   }
-  std::snprintf(line, sizeof(line),
-                "train: final top-1 %.2f%% top-5 %.2f%% loss %.4f (best top-1 %.2f%% at epoch %lld), "
-                "%lld steps, %.1f s, %.1f img/s (run dir: %s)",
-                r.final_eval.top1, r.final_eval.top5, r.final_eval.loss, r.best_top1,
-                static_cast<long long>(r.best_epoch), static_cast<long long>(r.steps),
-                r.train_seconds, r.images_per_s, setup.run_dir.c_str());
+  std::snprintf(
+      line, sizeof(line),
+      "train: %s top-1 %.2f%% top-5 %.2f%% loss %.4f (best top-1 %.2f%% at epoch %lld), "
+      "%lld steps%s, %.1f s, %.1f img/s (run dir: %s)",
+      r.stopped_at_max_steps ? "last evaluation" : "final", r.final_eval.top1, r.final_eval.top5,
+      r.final_eval.loss, r.best_top1, static_cast<long long>(r.best_epoch),
+      static_cast<long long>(r.steps),
+      r.stopped_at_max_steps ? " (stopped at train.max_steps, before the last epoch)" : "",
+      r.train_seconds, r.images_per_s, setup.run_dir.c_str());
   setup.log(line);
   if (r.final_ema_eval.count > 0) {
     std::snprintf(line, sizeof(line),

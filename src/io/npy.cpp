@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/checked_math.h"
+#include "io/atomic_file.h"
 
 namespace ska {
 
@@ -231,18 +232,13 @@ std::string preamble(DType dtype, const Shape& shape) {
 void write_npy(const std::string& path, const Tensor& tensor) {
   const std::string head = preamble(tensor.dtype(), tensor.shape());
   const Tensor host = tensor.detach().to(Device::cpu()).contiguous();
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    SKA_CHECK(out.good(), IOError, path, ": cannot write .npy file: ", std::strerror(errno));
-    out.write(head.data(), static_cast<std::streamsize>(head.size()));
-    out.write(static_cast<const char*>(host.data_ptr()),
-              static_cast<std::streamsize>(host.numel() * host.element_size()));
-    out.flush();
-    SKA_CHECK(out.good(), IOError, path, ": write failed: ", std::strerror(errno));
-  }
-  SKA_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, IOError, path,
-            ": cannot rename the written file into place: ", std::strerror(errno));
+  SKA_CHECK(!std::filesystem::is_directory(path), IOError, path,
+            ": is a folder; expected the path of the .npy file to write");
+  // A temporary beside it, renamed into place once complete; removed on any failure.
+  io::AtomicFile file(path);
+  file.write(head.data(), head.size());
+  file.write(host.data_ptr(), static_cast<uint64_t>(host.numel()) * host.element_size());
+  file.commit();
 }
 
 }  // namespace ska

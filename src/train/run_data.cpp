@@ -31,13 +31,22 @@ std::unique_ptr<data::InMemoryDataset> shape_for_model(const data::InMemoryDatas
   return std::make_unique<data::InMemoryDataset>(mem->name(), images, labels, mem->num_classes());
 }
 
+// The split of the configured dataset; IOError when it holds no images.
+std::unique_ptr<data::Dataset> load_split(const DataOptions& options, const std::string& split) {
+  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
+  SKA_CHECK(loaded->size() > 0, IOError, "data.dataset: ", options.dataset, "'s ", split, " split",
+            options.root.empty() ? std::string() : " under '" + options.root + "'",
+            " holds no images: nothing to ", split == "test" ? "evaluate on" : "train on");
+  return loaded;
+}
+
 }  // namespace
 
 std::unique_ptr<data::InMemoryDataset> load_training_dataset(const DataOptions& options,
                                                              const std::string& split,
                                                              int64_t image_size, int64_t channels,
                                                              int64_t subset) {
-  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
+  std::unique_ptr<data::Dataset> loaded = load_split(options, split);
   const auto* mem = dynamic_cast<const data::InMemoryDataset*>(loaded.get());
   SKA_CHECK(mem != nullptr, ValueError, "load_training_dataset reads in-memory datasets only; '",
             options.dataset, "' is a folder dataset (use load_dataset_split)");
@@ -47,7 +56,7 @@ std::unique_ptr<data::InMemoryDataset> load_training_dataset(const DataOptions& 
 std::unique_ptr<data::Dataset> load_dataset_split(const DataOptions& options,
                                                   const std::string& split, int64_t image_size,
                                                   int64_t channels, int64_t subset) {
-  std::unique_ptr<data::Dataset> loaded = data::load_dataset(options.dataset, options.root, split);
+  std::unique_ptr<data::Dataset> loaded = load_split(options, split);
   if (const auto* mem = dynamic_cast<const data::InMemoryDataset*>(loaded.get())) {
     return shape_for_model(mem, options, image_size, channels, subset);
   }

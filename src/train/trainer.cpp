@@ -609,6 +609,8 @@ TrainResult Trainer::fit() {
   result.best_ema_top1 = state_.best_ema_top1;
   result.best_ema_epoch = state_.best_ema_epoch;
   result.steps = state_.step;
+  result.stopped_at_max_steps = result.stop_signal == 0 && state_.epoch < epochs &&
+                                train_.max_steps > 0 && state_.step >= train_.max_steps;
   if (comm_->rank() == 0) {
     const std::vector<std::string> saved = checkpoints_->list();
     if (!saved.empty()) result.last_checkpoint = saved.back();

@@ -74,6 +74,7 @@ struct TrainResult {
   double images_per_s = 0.0;    // training images per second, all workers together
   std::string last_checkpoint;
   int stop_signal = 0;          // the signal that stopped the run early (after a checkpoint); 0: none
+  bool stopped_at_max_steps = false;  // train.max_steps ended it before its last epoch did
 };
 
 class Trainer {

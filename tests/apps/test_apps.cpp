@@ -289,6 +289,26 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
     REQUIRE(logits.shape() == Shape{2, 5});
     test::require_close(logits.narrow(0, 1, 1), one, test::tolerance_for(DType::kF32));
   }
+  SECTION("an --output that cannot be written fails before the forward pass, leaving nothing") {
+    fs::create_directories(dir + "/out_folder");
+    for (const std::string& out : {dir + "/out_folder", dir + "/out_folder/"}) {
+      r = run_command(SKA_INFERENCE_EXE, "--config " + kTinyVit + " --output " + out +
+                                             " --weights " + dir + "/ours.safetensors --input " +
+                                             dir + "/x.npy");
+      REQUIRE(r.exit_code == 2);
+      REQUIRE_THAT(r.err, Contains("is a folder; expected the path of the .npy file to write"));
+    }
+    REQUIRE(fs::is_empty(dir + "/out_folder"));
+    r = run_command(SKA_INFERENCE_EXE, "--config " + kTinyVit + " --output " + dir +
+                                           "/missing/l.npy --weights " + dir +
+                                           "/ours.safetensors --input " + dir + "/x.npy");
+    REQUIRE(r.exit_code == 2);
+    REQUIRE_THAT(r.err, Contains("/missing' does not exist"));
+    // write_npy itself: a folder in the way is an error, and no temporary is left behind.
+    REQUIRE_THROWS_WITH(write_npy(dir + "/out_folder", Tensor::zeros({2})),
+                        Contains("is a folder"));
+    REQUIRE(fs::is_empty(dir + "/out_folder"));
+  }
   SECTION("errors name the file and what was expected") {
     write_npy(dir + "/bad.npy", Tensor::zeros({2, 3, 9, 8}));
     r = run_command(SKA_INFERENCE_EXE,

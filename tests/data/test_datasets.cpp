@@ -23,6 +23,7 @@
 #include "data/datasets/mat_file.h"
 #include "data/datasets/svhn.h"
 #include "io/png.h"
+#include "train/run_data.h"
 
 using namespace ska;
 using namespace ska::data;
@@ -629,6 +630,36 @@ TEST_CASE("imagenet folders: class mismatch, undecodable files, missing root", "
                           Contains("expected the same classes in both splits"));
   REQUIRE_THROWS_WITH(read_imagenet(dir.path("none"), Split::kTest),
                       Contains(dir.path("none") + "/val'") && Contains("/train/<class>/*.JPEG"));
+}
+
+TEST_CASE("a dataset split without images is an error naming the dataset, split and root",
+          "[cpu][data]") {
+  // An IDX test split of 0 images loads (the format allows it), but a run on it would evaluate
+  // nothing and report 0% (or, before, a train.max_steps message for a run that had none).
+  ScratchDir dir("idx_empty_split");
+  const std::string root = dir.copy_fixture("fashion_mnist");
+  write_bytes(root + "/t10k-images-idx3-ubyte", idx_images_header({0, 28, 28}));
+  write_bytes(root + "/t10k-labels-idx1-ubyte", std::string("\0\0\x08\x01\0\0\0\0", 8));
+  CHECK(read_fashion_mnist(root, Split::kTest).size() == 0);
+  train::DataOptions options;
+  options.dataset = "fashion_mnist";
+  options.root = root;
+  REQUIRE_THROWS_WITH(train::load_dataset_split(options, "test", 28, 1, 0),
+                      Contains("data.dataset: fashion_mnist's test split under '" + root +
+                               "' holds no images: nothing to evaluate on"));
+  CHECK(train::load_dataset_split(options, "train", 28, 1, 0)->size() > 0);
+}
+
+TEST_CASE("imagenet folders: a class folder without images is an error naming it", "[cpu][data]") {
+  // torchvision's ImageFolder refuses such a folder; silently training on the other classes
+  // (with a class that never appears) would not be noticed.
+  ScratchDir dir("imagenet_empty_class");
+  const std::string root = make_imagenet(dir);
+  for (const auto& e : fs::directory_iterator(root + "/train/n02")) fs::remove(e.path());
+  REQUIRE_THROWS_WITH(read_imagenet(root, Split::kTrain),
+                      Contains("1 of the 2 class folders under '" + root + "/train'") &&
+                          Contains("'n02'") && Contains("hold no image files"));
+  CHECK(read_imagenet(root, Split::kTest).size() == 2);  // val's n02 has its image
 }
 
 TEST_CASE("decode_image_rgb: a header announcing gigapixels, or no bytes, fail before decoding",

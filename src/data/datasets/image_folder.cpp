@@ -176,16 +176,27 @@ std::vector<std::string> list_class_folders(const std::string& dir) {
 ImageFolderDataset scan_image_folder(const std::string& dir, const std::string& name,
                                      const std::vector<std::string>& classes) {
   std::vector<FolderSample> samples;
+  std::vector<std::string> empty;  // class folders without an image (torchvision refuses them)
   for (size_t label = 0; label < classes.size(); ++label) {
     const fs::path folder = fs::path(dir) / classes[label];
     SKA_CHECK(fs::is_directory(folder), IOError, name, ": missing the class folder '",
               folder.string(), "'");
+    const size_t before = samples.size();
     for (std::string& path : list_images(folder)) {
       samples.push_back(FolderSample{std::move(path), static_cast<int64_t>(label)});
     }
+    if (samples.size() == before) empty.push_back(classes[label]);
   }
   SKA_CHECK(!samples.empty(), IOError, name, ": no image files under '", dir,
             "'; expected <class>/<image>.JPEG (or .jpg, .png, ...)");
+  if (!empty.empty()) {
+    std::string listed;
+    for (size_t i = 0; i < empty.size() && i < 5; ++i) listed += (i ? ", '" : "'") + empty[i] + "'";
+    if (empty.size() > 5) listed += " and " + std::to_string(empty.size() - 5) + " more";
+    SKA_FAIL(IOError, name, ": ", empty.size(), " of the ", classes.size(),
+             " class folders under '", dir, "' hold no image files: ", listed,
+             "; a class without images cannot be learnt (remove the folder or add its images)");
+  }
   return ImageFolderDataset(name, classes, std::move(samples));
 }
 
