@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "io/safetensors.h"
 #include "io/weight_map.h"
@@ -86,6 +88,26 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
         return "";
       },
       "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator number_above(double lo, bool inclusive) {
+  std::ostringstream bound;
+  bound << (inclusive ? ">= " : "> ") << lo;
+  const std::string range = "a number " + bound.str();
+  return CLI::Validator(
+      [lo, inclusive, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value)) {
+          return "'" + text + "' is not " + range;
+        }
+        if (inclusive ? value < lo : value <= lo) {
+          return "value " + text + " is out of range; expected " + range;
+        }
+        return "";
+      },
+      "NUMBER " + bound.str());
 }
 
 Device device_option(const std::string& text) {

@@ -46,6 +46,9 @@ constexpr int64_t kMaxBatch = int64_t{1} << 16;
 // A CLI11 check that the value is an integer in [lo, hi]; the usage error reads
 // "--batch: value 0 is out of range; expected an integer in [1, 65536]".
 CLI::Validator integer_in(int64_t lo, int64_t hi);
+// The same for a number above `lo` (or at least `lo` with `inclusive`), without an upper bound:
+// "--seconds: value 0 is out of range; expected a number > 0".
+CLI::Validator number_above(double lo, bool inclusive = false);
 
 // Adds --batch (an integer in [1, kMaxBatch]) with `help` to `app`.
 void add_batch_option(CLI::App& app, int64_t& batch, const std::string& help);
@@ -63,9 +66,10 @@ Config load_config(const ConfigOptions& options);
 void mark_read(const ConfigNode& node);
 
 // The model map of a config: its `model:` section for an experiment config, else the root (a
-// configs/models/*.yaml file). Sections other than model, data and `own` (those the command reads
-// itself, e.g. {"train"}) belong to other commands: they are marked read so check_unused() judges
-// only what this command uses, typos in its own sections included.
+// configs/models/*.yaml file). The trainer's other sections (train, optim, and sched, checkpoint
+// and distributed unless in `own`, those the command reads itself) are read as the trainer reads
+// them, so that check_unused() reports a typo or a bad value in any of them, and a key outside
+// the trainer's sections (a misspelt section) too.
 ConfigNode model_section(const Config& config, const std::vector<std::string>& own = {});
 // The `data:` map (of the experiment, or inside a model file); null when absent.
 ConfigNode data_section(const Config& config);

@@ -618,14 +618,16 @@ int main(int argc, char** argv) {
                  "fp32, or bf16 / fp16 autocast with f32 weights (what train.precision does)");
   app.add_option("--dtype", o.dtype, "f32, or bf16 / f16 on CUDA (weights and activations)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
-  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.warmup, "untimed steps first")
+      ->check(ska::apps::integer_in(0, 1000000));
   app.add_option("--iters", o.iters, "timed steps (the median is reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(ska::apps::integer_in(1, 1000000));
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--profile", o.profile,
                "then time every kernel over --iters more steps: where a step's time goes, by op "
                "family and by kernel (NVTX ranges name each kernel for Nsight)");
-  app.add_option("--top", o.top, "kernels listed by --profile")->check(CLI::PositiveNumber);
+  app.add_option("--top", o.top, "kernels listed by --profile")
+      ->check(ska::apps::integer_in(1, 100000));
   app.add_flag("--capture-range", o.capture_range,
                "CUDA: the timed steps between cudaProfilerStart and cudaProfilerStop, so that "
                "ncu --profile-from-start off (scripts/gpu_kernels.sh) or nsys profile "
@@ -641,11 +643,11 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds,
                  "with --variants: times the list is timed in turn (each variant's median round "
                  "is reported; interleaving evens out drift)")
-      ->check(CLI::PositiveNumber);
+      ->check(ska::apps::integer_in(1, 10000));
   app.add_option("--peak-tflops", o.peak_tflops,
                  "the peak TFLOP/s MFU is reported against (default: the GPU's bf16 dense peak "
                  "from a table of NVIDIA data sheets; none on the CPU)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ska::apps::number_above(0.0, /*inclusive=*/true));
   app.add_option("--cudnn-benchmark", o.cudnn_benchmark,
                  "on: time cuDNN's convolution algorithms on the first call of each shape and "
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")

@@ -138,12 +138,13 @@ int main(int argc, char** argv) {
   app.add_option("--nproc-per-node", o.nproc_per_node,
                  "start this many workers on this machine (else the world comes from the "
                  "environment: torchrun, srun, mpirun)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ska::apps::integer_in(0, 1024));
   app.add_option("--min", o.min_size, "smallest message, bytes (K, M, G suffixes)");
   app.add_option("--max", o.max_size, "largest message; sizes double from --min");
   app.add_option("--warmup", o.warmup, "untimed all-reduces per size")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--iters", o.iters, "timed all-reduces per size")->check(CLI::PositiveNumber);
+      ->check(ska::apps::integer_in(0, 1000000));
+  app.add_option("--iters", o.iters, "timed all-reduces per size")
+      ->check(ska::apps::integer_in(1, 1000000));
   app.add_option("--timeout", o.timeout_s, "seconds before a stuck collective fails");
   app.add_flag("--json", o.json, "print one JSON object (rank 0)");
   return ska::apps::run_main(app, argc, argv, [&] {

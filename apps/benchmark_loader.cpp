@@ -268,9 +268,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "images per batch (default: the config's data.batch_size)")
       ->check(ska::apps::integer_in(1, ska::apps::kMaxBatch));
   app.add_option("--seconds", o.seconds, "timed seconds per worker count")
-      ->check(CLI::PositiveNumber);
+      ->check(ska::apps::number_above(0.0));
   app.add_option("--target", o.target, "images/s one GPU consumes (the 'workers needed' line)")
-      ->check(CLI::PositiveNumber);
+      ->check(ska::apps::number_above(0.0));
   app.add_flag("--keep", o.keep, "keep the synthetic folder (its path is printed)");
   app.add_flag("--json", o.json, "print one JSON object");
   return ska::apps::run_main(app, argc, argv, [&] {

@@ -79,7 +79,8 @@ std::string format_duration(double s) {
 
 // The run folder a checkpoint or run path belongs to (<run>/checkpoints/step-N -> <run>).
 std::string run_dir_of(const std::string& resume) {
-  const fs::path p = fs::absolute(resume);
+  fs::path p = fs::absolute(resume).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "RUN/checkpoints/step-8/", as a shell completes it
   if (fs::is_directory(p / "checkpoints")) return p.string();
   if (p.parent_path().filename() == "checkpoints") return p.parent_path().parent_path().string();
   if (p.filename() == "checkpoints") return p.parent_path().string();
@@ -158,6 +159,8 @@ ska::Device worker_device(const std::string& text, const ska::dist::World& world
 int run_train(TrainCommand cmd) {
   using namespace ska;
   const dist::World world = dist::world_from_environment();
+  SKA_CHECK(cmd.node_rank == 0 || cmd.nnodes > 1, ValueError, "--node-rank ", cmd.node_rank,
+            " needs --nnodes, the job's node count (with --nproc-per-node and --master-addr)");
   if (cmd.nproc_per_node > 1 || cmd.nnodes > 1) {
     SKA_CHECK(!world.distributed(), ValueError, "--nproc-per-node starts the workers itself, but "
               "this process already is worker ", world.rank, " of ", world.world_size, " (",

@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '9,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
+usage() { sed -n '9,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 [ $# -ge 1 ] && [ "${1#-}" = "$1" ] || usage
 config=$1
 shift

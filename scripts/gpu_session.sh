@@ -243,7 +243,7 @@ for stage in "${stages[@]}"; do
                 imagenet_caformer_s18:128 cifar10_cska_cait:512 cifar10_cska_swin:512 \
                 cifar10_cska_cvt:512}; do
       config=${item%%:*} batch=${item#*:}
-      stage_run "speed_$config" 120 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
+      stage_run "speed_$config" 150 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
         --device cuda --batch "$batch" --dtype bf16 --mode train --iters 20 \
         --compile "${COMPILE:-off}" --cuda-graph "${GRAPH:-on}"
       [ $? = 125 ] && continue

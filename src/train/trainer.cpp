@@ -259,9 +259,20 @@ void Trainer::seed_rank_generators() {
 }
 
 void Trainer::restore(const Checkpoint& c) {
-  model_->load_state_dict(c.model);
-  optimizer_->load_state_dict(sharding_ ? sharding_->local_state(c.state.optimizer)
-                                        : c.state.optimizer);
+  // A checkpoint of another model or optimizer: the error names the checkpoint.
+  const auto loading = [&c](const char* what, const auto& load) {
+    try {
+      load();
+    } catch (const Error& e) {
+      SKA_FAIL(ValueError, "checkpoint '", c.dir, "': its ", what, " do not fit this run (was ",
+               "it written with another config?): ", e.what());
+    }
+  };
+  loading("weights", [&] { model_->load_state_dict(c.model); });
+  loading("optimizer state", [&] {
+    optimizer_->load_state_dict(sharding_ ? sharding_->local_state(c.state.optimizer)
+                                          : c.state.optimizer);
+  });
   if (ema_) {
     SKA_CHECK(!c.ema.empty(), IOError, "checkpoint '", c.dir, "' has no EMA weights but ",
               "train.ema_decay is set");

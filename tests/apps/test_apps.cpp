@@ -16,6 +16,7 @@
 #include "app_test_util.h"
 #include "backend/profiler.h"
 #include "data/eval_transform.h"
+#include "io/atomic_file.h"
 #include "io/npy.h"
 #include "io/png.h"
 #include "io/safetensors.h"
@@ -304,10 +305,20 @@ TEST_CASE("inference command: npy and images in, logits out, with and without a 
                                            "/ours.safetensors --input " + dir + "/x.npy");
     REQUIRE(r.exit_code == 2);
     REQUIRE_THAT(r.err, Contains("/missing' does not exist"));
-    // write_npy itself: a folder in the way is an error, and no temporary is left behind.
+    // write_npy itself: a folder in the way is an error, and no temporary is left beside it,
+    // nor by a write that fails after its temporary exists (the rename onto a non-empty folder).
     REQUIRE_THROWS_WITH(write_npy(dir + "/out_folder", Tensor::zeros({2})),
                         Contains("is a folder"));
-    REQUIRE(fs::is_empty(dir + "/out_folder"));
+    std::ofstream(dir + "/out_folder/keep.txt") << "x";
+    {
+      io::AtomicFile file(dir + "/out_folder");
+      file.write("abc", 3);
+      REQUIRE_THROWS_WITH(file.commit(), Contains("renaming"));
+    }
+    for (const auto& e : fs::directory_iterator(dir)) {
+      INFO(e.path().string());
+      CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+    }
   }
   SECTION("errors name the file and what was expected") {
     write_npy(dir + "/bad.npy", Tensor::zeros({2, 3, 9, 8}));
@@ -619,6 +630,20 @@ TEST_CASE("apps: --batch out of range names the option and the range", "[cpu][ap
                                                          kTinyVit + " --output x.npy --batch abc");
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("--batch: 'abc' is not an integer in [1, 65536]"));
+  // benchmark's counts and numbers say their ranges the same way (CLI11's own checks printed
+  // "Value 0 not in range 0.000000 to 1797693134862315708145274237317043567981...").
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--iters 0", "--iters: value 0 is out of range; expected an integer in [1, 1000000]"},
+      {"--warmup -1", "--warmup: value -1 is out of range; expected an integer in [0, 1000000]"},
+      {"--top 0", "--top: value 0 is out of range; expected an integer in [1, 100000]"},
+      {"--peak-tflops -1", "--peak-tflops: value -1 is out of range; expected a number >= 0"},
+      {"--peak-tflops nan", "--peak-tflops: 'nan' is not a number >= 0"}};
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    const RunResult b = run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit + " " + args);
+    CHECK(b.exit_code == 1);
+    CHECK_THAT(b.err, Contains(message));
+  }
 }
 
 TEST_CASE("apps: integer weights for float parameters are a dtype error naming the file",

@@ -445,7 +445,7 @@ TEST_CASE("transforms: image_resize and image_resized_crop give the plain PIL al
   std::mt19937 rng(7);
   auto draw = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int trial = 0; trial < 300; ++trial) {
-    const int ch = std::vector<int>{1, 2, 3, 3, 4}[draw(0, 4)];
+    const int ch = std::vector<int>{1, 2, 3, 3, 4, 5, 6, 8}[draw(0, 7)];
     Image base = make_image(draw(1, 70), draw(1, 70), ch);
     for (auto& p : base.pixels) p = static_cast<uint8_t>(draw(0, 255));
     if (trial % 7 == 0)  // extremes: 0/255 edges make the cubic's overshoot clip
@@ -481,6 +481,17 @@ TEST_CASE("transforms: image_resize and image_resized_crop give the plain PIL al
     Image resized = cropped;
     image_resize(resized, out_h, out_w, mode);
     CHECK(max_abs_diff(resized, want) == 0);
+  }
+  // A window whose size is the output's: a crop, nothing resampled.
+  Image base = make_image(9, 11, 3);
+  for (size_t i = 0; i < base.pixels.size(); ++i) base.pixels[i] = static_cast<uint8_t>(i * 7);
+  for (const Resample mode : {Resample::kBicubic, Resample::kBilinear, Resample::kNearest}) {
+    Image got = base, want = base;
+    image_resized_crop(got, 2, 3, 5, 6, 5, 6, mode);
+    image_crop(want, 2, 3, 5, 6);
+    REQUIRE(got.height == 5);
+    REQUIRE(got.width == 6);
+    CHECK(max_abs_diff(got, want) == 0);
   }
   Image im = make_image(4, 5, 3);
   CHECK_THROWS_WITH(image_resized_crop(im, 1, 0, 4, 5, 2, 2, Resample::kBicubic),

@@ -234,11 +234,23 @@ TEST_CASE("train --output on a folder that holds a run refuses, unless it resume
   REQUIRE(bytes(run + "/summary.csv") == summary);
   REQUIRE(resolve_checkpoint(run) == checkpoint);
 
-  // Resuming it is what --output on a used folder is for (the run has finished: nothing to do).
-  const test::RunResult resumed = train("--resume " + run);
-  INFO(resumed.out << resumed.err);
-  REQUIRE(resumed.exit_code == 0);
+  // Resuming it with another model: an error naming the checkpoint, and the run is untouched.
+  const test::RunResult other = train("--resume " + run + " --set model.dim=48");
+  INFO(other.out << other.err);
+  REQUIRE(other.exit_code == 2);
+  REQUIRE_THAT(other.err, Contains("checkpoint '" + checkpoint) &&
+                              Contains("its weights do not fit this run"));
+  REQUIRE(bytes(checkpoint + "/model.safetensors") == weights);
   REQUIRE(bytes(run + "/summary.csv") == summary);
+
+  // Resuming it is what --output on a used folder is for (the run has finished: nothing to do),
+  // from the run folder or from its checkpoint, as a shell completes it (a trailing slash).
+  for (const std::string& from : {run, checkpoint + "/"}) {
+    const test::RunResult resumed = train("--resume " + from);
+    INFO(from << "\n" << resumed.out << resumed.err);
+    REQUIRE(resumed.exit_code == 0);
+    REQUIRE(bytes(run + "/summary.csv") == summary);
+  }
 
   // A folder whose run left logs but no checkpoint: refused too; --resume auto starts it anew,
   // and the new run's logs replace the old ones (one row per epoch).

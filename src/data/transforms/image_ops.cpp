@@ -457,7 +457,7 @@ void interleave_pixels(const uint8_t* src, int src_step, uint8_t* dst, int dst_s
     for (int c = 0; c < kCh; ++c) dst[c] = src[c];
 }
 
-// Calls f(std::integral_constant<int, ch>{}) for 1 to 4 channels.
+// Calls f(std::integral_constant<int, ch>{}) for 1 to 4 channels (each divides kTileLanes).
 template <typename F>
 void with_channels(int ch, F&& f) {
   switch (ch) {
@@ -467,8 +467,10 @@ void with_channels(int ch, F&& f) {
       return f(std::integral_constant<int, 2>{});
     case 3:
       return f(std::integral_constant<int, 3>{});
-    default:
+    case 4:
       return f(std::integral_constant<int, 4>{});
+    default:
+      SKA_FAIL(ValueError, "resize: the tiled pass takes 1 to 4 channels, not ", ch);
   }
 }
 
@@ -482,7 +484,7 @@ Image resample_horizontal(const Window& in, int width, Resample resample) {
   out.channels = ch;
   out.pixels.resize(static_cast<size_t>(in.height) * width * ch);
   const size_t out_row = static_cast<size_t>(width) * ch;
-  if (kTileLanes % ch != 0) {  // above 4 channels (no image of this project): sample by sample
+  if (ch > 4) {  // no image of this project: sample by sample
     for (int y = 0; y < in.height; ++y) {
       const uint8_t* src = in.origin + y * in.stride;
       for (int x = 0; x < width; ++x) {
