@@ -99,6 +99,34 @@ TEST_CASE("transforms: to_normalized_batch packs HWC images into normalised NCHW
   REQUIRE_THROWS_AS(to_normalized_batch({a, make_image(2, 2, 3)}, {0, 0, 0}, {1, 1, 1}),
                     ValueError);
   REQUIRE_THROWS_AS(to_normalized_batch({a}, {0}, {1}), ValueError);
+  // The RGB path (vector clones) and the generic one give the plain formula's bits: the f32
+  // multiply by 1 / (255 std), then the add of -mean / std, each rounded.
+  std::mt19937 rng(3);
+  for (const int c : {1, 3, 4}) {
+    std::vector<Image> images;
+    for (int n = 0; n < 3; ++n) {
+      Image im = make_image(7, 13, c);
+      for (auto& p : im.pixels) p = static_cast<uint8_t>(rng() & 255);
+      images.push_back(im);
+    }
+    const std::vector<double> mean = {0.485, 0.456, 0.406, 0.5}, std = {0.229, 0.224, 0.225, 0.3};
+    const std::vector<double> m(mean.begin(), mean.begin() + c), sd(std.begin(), std.begin() + c);
+    const Tensor got = to_normalized_batch(images, m, sd);
+    const float* g = got.data<float>();
+    int64_t mismatches = 0;
+    for (int n = 0; n < 3; ++n)
+      for (int k = 0; k < c; ++k) {
+        const float scale = static_cast<float>(1.0 / (255.0 * sd[k]));
+        const float shift = static_cast<float>(-m[k] / sd[k]);
+        for (int p = 0; p < 7 * 13; ++p) {
+          volatile float product = images[n].pixels[p * c + k] * scale;  // rounded here
+          const float want = product + shift;
+          mismatches += g[(n * c + k) * 7 * 13 + p] != want;
+        }
+      }
+    INFO(c << " channels");
+    CHECK(mismatches == 0);
+  }
 }
 
 TEST_CASE("transforms: augmentation is deterministic per (seed, stream) and varies across streams",

@@ -4,8 +4,31 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/simd_clones.h"
 
 namespace ska::data {
+
+namespace {
+
+// HWC RGB bytes to three normalised f32 planes (out: R, then G, then B, `plane` floats each):
+// v * scale + shift per channel, a multiply and an add each (this file is compiled without
+// contraction into FMAs, so every ISA of the clones gives the baseline's bits).
+SKA_CPU_SIMD_CLONES
+void normalise_rgb(const uint8_t* px, size_t plane, const float* scale, const float* shift,
+                   float* out) {
+  float* r = out;
+  float* g = out + plane;
+  float* b = out + 2 * plane;
+  const float s0 = scale[0], s1 = scale[1], s2 = scale[2];
+  const float t0 = shift[0], t1 = shift[1], t2 = shift[2];
+  for (size_t p = 0; p < plane; ++p) {
+    r[p] = px[3 * p] * s0 + t0;
+    g[p] = px[3 * p + 1] * s1 + t1;
+    b[p] = px[3 * p + 2] * s2 + t2;
+  }
+}
+
+}  // namespace
 
 Tensor to_normalized_batch(const std::vector<Image>& images, const std::vector<double>& mean,
                            const std::vector<double>& std) {
@@ -30,6 +53,10 @@ Tensor to_normalized_batch(const std::vector<Image>& images, const std::vector<d
               ValueError, "to_normalized_batch: image ", n, " is ", im.height, "x", im.width, "x",
               im.channels, ", expected ", h, "x", w, "x", c);
     float* base = dst + static_cast<size_t>(n) * c * plane;
+    if (c == 3) {
+      normalise_rgb(im.pixels.data(), plane, scale.data(), shift.data(), base);
+      continue;
+    }
     for (size_t p = 0; p < plane; ++p) {
       for (int k = 0; k < c; ++k) base[k * plane + p] = im.pixels[p * c + k] * scale[k] + shift[k];
     }
