@@ -114,6 +114,23 @@ bool sample(const Image& in, double xin, double yin, Resample resample, uint8_t*
     }
   }
   const uint8_t* base = in.pixels.data();
+  if (ch == 3) {  // RGB: the three sums side by side, each in the per-channel loop's order
+    double v0 = 0.0, v1 = 0.0, v2 = 0.0;
+    for (int j = 0; j < taps; ++j) {
+      const uint8_t* r = base + static_cast<size_t>(rows[j]) * w * 3;
+      for (int i = 0; i < taps; ++i) {
+        const double weight = wx[i] * wy[j];
+        const uint8_t* p = r + static_cast<size_t>(cols[i]) * 3;
+        v0 += weight * p[0];
+        v1 += weight * p[1];
+        v2 += weight * p[2];
+      }
+    }
+    out[0] = clip8(v0);  // PIL truncates
+    out[1] = clip8(v1);
+    out[2] = clip8(v2);
+    return true;
+  }
   for (int c = 0; c < ch; ++c) {
     double v = 0.0;
     for (int j = 0; j < taps; ++j) {
