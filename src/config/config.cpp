@@ -98,7 +98,8 @@ void collect_unused(const ConfigValue& value, const std::string& path, const Con
     for (const auto& [key, child] : value.entries) {
       const std::string child_path = detail::join_key(path, key);
       if (asked == nullptr || asked->count(key) == 0) {
-        problems.push_back(unknown_key_message(child_path, key, asked));
+        // Where it was written (the file of an include, or the --set that made it).
+        problems.push_back(unknown_key_message(child_path, key, asked) + value_location(*child));
       } else {
         collect_unused(*child, child_path, state, problems);
       }

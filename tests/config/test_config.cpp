@@ -160,13 +160,30 @@ TEST_CASE("config: unknown keys are reported with suggestions", "[cpu][config]")
     mixer.get<std::string>("type");
     mixer.get<std::string>("activation", "gelu");
   }
+  // Where the key was written comes last (an include's file, or the --set that made it).
   CHECK(unused_message(config) ==
-        "model.stages[1].mixer.activaton: unknown key; did you mean 'activation'?");
+        "model.stages[1].mixer.activaton: unknown key; did you mean 'activation'? (at "
+        "<string>:4:38)");
 
   const Config clean = Config::parse("a: 1\nb: {c: 2}\n");
   clean.root().get<int>("a");
   clean.root()["b"].get<int>("c");
   CHECK_NOTHROW(clean.check_unused());
+}
+
+TEST_CASE("config: an unknown key says the file and line of an include that wrote it",
+          "[cpu][config]") {
+  const TempDir tmp;
+  const std::string part = tmp.write("part.yaml", "depth: 2\ndeptj: 3\n");
+  Config config = Config::load(tmp.write("top.yaml", "model: {include: part.yaml}\n"));
+  config.set("model.widht=4");
+  config.root()["model"].get<int>("depth");
+  config.root()["model"].get<int>("width", 1);
+  const std::string message = unused_message(config);
+  CHECK_THAT(message,
+             Contains("model.deptj: unknown key; did you mean 'depth'? (at " + part + ":2:8)"));
+  CHECK_THAT(message, Contains("model.widht: unknown key; did you mean 'width'? (from override "
+                               "'model.widht=4')"));
 }
 
 TEST_CASE("config: unknown key suggestions by case and prefix, else the known keys",
