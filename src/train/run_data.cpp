@@ -23,6 +23,17 @@ std::unique_ptr<data::InMemoryDataset> shape_for_model(const data::InMemoryDatas
     labels = labels.narrow(0, 0, subset).contiguous();
   }
   if (images.size(1) != image_size || images.size(3) != channels) {
+    // The dataset's images are padded (centred) and their channels replicated to the model's
+    // input; a model input they cannot become is a config error naming the keys.
+    const int64_t h = images.size(1), w = images.size(2), c = images.size(3);
+    SKA_CHECK(h <= image_size && w <= image_size && (image_size - h) % 2 == 0 &&
+                  (image_size - w) % 2 == 0 && (c == channels || c == 1),
+              ConfigError, "model.image_size ", image_size, ", model.in_channels ", channels, ": ",
+              options.dataset, "'s ", h, "x", w, "x", c,
+              " images are padded equally on each side (and grey ones replicated) to the model's "
+              "input; expected model.image_size ",
+              std::max(h, w), " + 2k (k >= 0)",
+              c == 1 ? std::string() : ", model.in_channels " + std::to_string(c));
     images = data::pad_and_replicate(images, image_size, channels);
   }
   SKA_CHECK(images.size(1) == image_size && images.size(2) == image_size, ValueError,

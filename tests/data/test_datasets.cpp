@@ -648,6 +648,12 @@ TEST_CASE("a dataset split without images is an error naming the dataset, split 
                       Contains("data.dataset: fashion_mnist's test split under '" + root +
                                "' holds no images: nothing to evaluate on"));
   CHECK(train::load_dataset_split(options, "train", 28, 1, 0)->size() > 0);
+  // A model input the images cannot be padded to names the model's keys.
+  REQUIRE_THROWS_WITH(train::load_dataset_split(options, "train", 16, 1, 0),
+                      Contains("model.image_size 16, model.in_channels 1: fashion_mnist's "
+                               "28x28x1 images") &&
+                          Contains("expected model.image_size 28 + 2k (k >= 0)"));
+  CHECK(train::load_dataset_split(options, "train", 32, 3, 0)->size() > 0);  // the paper's layout
 }
 
 TEST_CASE("imagenet folders: a class folder without images is an error naming it", "[cpu][data]") {
