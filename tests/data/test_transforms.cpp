@@ -46,8 +46,9 @@ Image fixture_base() {
   return im;
 }
 
-std::map<std::string, Image> load_fixtures() {
-  std::ifstream in(std::string(SKA_TEST_FIXTURES) + "/augment/ops.txt");
+// tests/fixtures/augment/<file>: one image a line, "name height width channels values..." (HWC).
+std::map<std::string, Image> load_fixtures(const std::string& file = "ops.txt") {
+  std::ifstream in(std::string(SKA_TEST_FIXTURES) + "/augment/" + file);
   REQUIRE(in.good());
   std::map<std::string, Image> out;
   std::string line;
@@ -423,8 +424,6 @@ Image reference_resize(const Image& in, int height, int width, Resample mode) {
 TEST_CASE("transforms: resized crops equal PIL's crop then resize (Pillow 9.4 golden outputs)",
           "[cpu][data]") {
   // scripts/make_resize_fixtures.py: windows of 30x27 images, several 16-row tiles tall.
-  std::ifstream in(std::string(SKA_TEST_FIXTURES) + "/augment/resize.txt");
-  REQUIRE(in.good());
   struct Case {
     int channels, top, left, height, width;
     Resample mode;
@@ -437,15 +436,8 @@ TEST_CASE("transforms: resized crops equal PIL's crop then resize (Pillow 9.4 go
       {"CropKeepHeight", {3, 3, 2, 25, 21, Resample::kBicubic}},
       {"CropGreyDownBicubic", {1, 1, 1, 28, 25, Resample::kBicubic}},
       {"CropGreyUpBilinear", {1, 5, 10, 20, 10, Resample::kBilinear}}};
-  std::string line;
   int seen = 0;
-  while (std::getline(in, line)) {
-    std::istringstream s(line);
-    std::string name;
-    Image want;
-    s >> name >> want.height >> want.width >> want.channels;
-    int v;
-    while (s >> v) want.pixels.push_back(static_cast<uint8_t>(v));
+  for (const auto& [name, want] : load_fixtures("resize.txt")) {
     INFO(name);
     REQUIRE(cases.count(name) == 1);
     const Case& c = cases.at(name);
