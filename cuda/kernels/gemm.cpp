@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/cublaslt.h"
 #include "cuda/runtime/runtime.h"
 
 namespace ska::cuda {
@@ -85,11 +86,11 @@ enum class Epilogue : int64_t { kNone = 0, kBias = 1, kRowSumsOfA = 2 };
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
                                    int32_t batch, int64_t batch_stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  SKA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+  SKA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&layout, type, rows, cols, ld));
   if (batch > 1) {
-    SKA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                      &batch, sizeof(batch)));
-    SKA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+    SKA_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
+    SKA_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(
         layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride, sizeof(batch_stride)));
   }
   return layout;
@@ -97,7 +98,7 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, uint64_t rows, uint64_t 
 
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* value,
               size_t size) {
-  SKA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, value, size));
+  SKA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(desc, attr, value, size));
 }
 
 struct Problem {
@@ -130,7 +131,7 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
   const cudaDataType_t c_type = cuda_data_type(pr.c_dtype);
   const cublasComputeType_t compute =
       pr.dtype == DType::kF32 && pr.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  SKA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+  SKA_CUBLAS_CHECK(cublaslt().matmul_desc_create(&plan->desc, compute, CUDA_R_32F));
   const int32_t ta = pr.a_slot.op, tb = pr.b_slot.op;
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
@@ -155,24 +156,24 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
                         static_cast<int64_t>(pr.m * pr.n));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  SKA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  SKA_CUBLAS_CHECK(cublaslt().preference_create(&pref));
   const uint64_t max_ws = kWorkspaceBytes;
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+  cublasStatus_t st = cublaslt().preference_set_attribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws));
   const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i) {
-    st = cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &pr.align[static_cast<size_t>(i)],
-                                              sizeof(uint32_t));
+    st = cublaslt().preference_set_attribute(pref, align_attrs[i],
+                                             &pr.align[static_cast<size_t>(i)], sizeof(uint32_t));
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(pr.device), plan->desc, plan->a, plan->b,
-                                        plan->c, plan->c, pref, 1, &result, &found);
+    st = cublaslt().algo_get_heuristic(cublaslt_handle(pr.device), plan->desc, plan->a, plan->b,
+                                       plan->c, plan->c, pref, 1, &result, &found);
   }
-  cublasLtMatmulPreferenceDestroy(pref);
+  cublaslt().preference_destroy(pref);
   if (pr.epilogue == Epilogue::kRowSumsOfA &&
       (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS)) {
     plan->found = false;  // not supported for this problem: the caller sums the rows itself
@@ -292,10 +293,10 @@ void gemm(const GemmArgs& args) {
         pr.epilogue == Epilogue::kBias ? args.bias.data_ptr() : args.a_row_sums.data_ptr();
     set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr));
   }
-  SKA_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device), plan.desc, &args.alpha, b.data_ptr(),
-                                  plan.a, a.data_ptr(), plan.b, &args.beta, c.data_ptr(), plan.c,
-                                  c.data_ptr(), plan.c, &plan.algo, ws.data_ptr(), kWorkspaceBytes,
-                                  stream));
+  SKA_CUBLAS_CHECK(cublaslt().matmul(cublaslt_handle(device), plan.desc, &args.alpha, b.data_ptr(),
+                                     plan.a, a.data_ptr(), plan.b, &args.beta, c.data_ptr(), plan.c,
+                                     c.data_ptr(), plan.c, &plan.algo, ws.data_ptr(),
+                                     kWorkspaceBytes, stream));
 }
 
 }  // namespace ska::cuda

@@ -3,6 +3,7 @@
 #include "cuda/runtime/check.h"
 
 #include "core/error.h"
+#include "cuda/runtime/cublaslt.h"
 
 namespace ska::cuda {
 
@@ -16,8 +17,8 @@ void check_cuda(cudaError_t status, const char* expr, const char* file, int line
 
 void check_cublas(cublasStatus_t status, const char* expr, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  SKA_FAIL(CudaError, "cuBLAS error ", cublasGetStatusName(status), " (",
-           cublasGetStatusString(status), ") from ", expr, " at ", file, ":", line);
+  SKA_FAIL(CudaError, "cuBLAS error ", cublaslt().status_name(status), " (",
+           cublaslt().status_string(status), ") from ", expr, " at ", file, ":", line);
 }
 
 void check_cudnn(cudnnStatus_t status, const char* expr, const char* file, int line) {

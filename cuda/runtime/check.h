@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <nccl.h>

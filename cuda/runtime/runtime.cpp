@@ -7,6 +7,8 @@
 // Handles: one cuBLASLt handle per device (cublasLtMatmul takes the stream per call, so one handle
 // is safely shared by threads); cuDNN handles carry a stream, so each thread gets its own per
 // device, taken from a per-device pool and returned to it when the thread exits.
+#include "cuda/runtime/runtime.h"
+
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -15,7 +17,7 @@
 
 #include "core/error.h"
 #include "cuda/runtime/check.h"
-#include "cuda/runtime/runtime.h"
+#include "cuda/runtime/cublaslt.h"
 
 namespace ska {
 
@@ -138,7 +140,7 @@ cublasLtHandle_t cublaslt_handle(int device) {
   DeviceState& s = state(device);
   std::call_once(s.lt_once, [&] {
     DeviceGuard guard(device);
-    SKA_CUBLAS_CHECK(cublasLtCreate(&s.lt));
+    SKA_CUBLAS_CHECK(cublaslt().create(&s.lt));
   });
   return s.lt;
 }

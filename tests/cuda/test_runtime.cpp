@@ -9,10 +9,13 @@
 #ifdef SKA_WITH_CUDA
 
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/cublaslt.h"
 #include "cuda/runtime/runtime.h"
 #include "ops/ops.h"
 
@@ -163,6 +166,24 @@ TEST_CASE("CUDA StreamGuard selects the current stream of this thread", "[cuda]"
   CHECK(cuda::sm_count(0) > 0);
   CHECK(cuda::cudnn_handle(0) != nullptr);
   CHECK(cuda::cublaslt_handle(0) != nullptr);
+}
+
+// No device needed: the library is loaded by the first call (not linked), and a failed status is
+// reported by name with the call and its file:line.
+TEST_CASE("cuBLASLt is loaded on first use and names its statuses") {
+  const cuda::CublasLt& lt = cuda::cublaslt();
+  CHECK(&lt == &cuda::cublaslt());
+  CHECK(std::string(lt.status_name(CUBLAS_STATUS_NOT_SUPPORTED)) == "CUBLAS_STATUS_NOT_SUPPORTED");
+  CHECK(std::string(lt.status_string(CUBLAS_STATUS_SUCCESS)).size() > 0);
+  CHECK_NOTHROW(cuda::check_cublas(CUBLAS_STATUS_SUCCESS, "f()", "a.cpp", 1));
+  try {
+    cuda::check_cublas(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul(x)", "gemm.cpp", 12);
+    FAIL("no error");
+  } catch (const CudaError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("CUBLAS_STATUS_INVALID_VALUE") != std::string::npos);
+    CHECK(what.find("cublasLtMatmul(x) at gemm.cpp:12") != std::string::npos);
+  }
 }
 
 TEST_CASE("CUDA Philox draws equal the CPU's bit for bit", "[cuda]") {
