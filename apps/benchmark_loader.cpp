@@ -1,6 +1,7 @@
 // benchmark_loader: how many training images per second the input pipeline makes from JPEG
 // folders (ImageNet), per thread and with N worker threads: decoding alone, one thread's whole
-// sample (decode, the config's augmentation, normalisation), the DataLoader at each worker
+// sample (decode, the config's augmentation, normalisation; then again with every JPEG decoded
+// whole rather than only RandomResizedCrop's window), the DataLoader at each worker
 // count, and one thread's evaluation samples (the eval transform). With no --images it writes a
 // synthetic ImageNet-like folder first (JPEGs of ImageNet's typical sizes and file sizes). Files
 // are read from the page cache after the first pass, so this measures CPU cost, not the disk.
@@ -201,6 +202,9 @@ int run(const LoaderBenchOptions& o) {
   };
   const Rate sample = rate_with(train_loader, 0);
   const double sample_rate = sample.images_per_s;
+  data::LoaderOptions whole_images = train_loader;  // the same samples, every JPEG decoded whole
+  whole_images.decode_windows = false;
+  const Rate sample_whole = rate_with(whole_images, 0);
   std::vector<Row> rows;
   for (int w : o.workers) rows.push_back({w, rate_with(train_loader, w).images_per_s});
   const Rate eval = rate_with(eval_loader, 0);
@@ -220,6 +224,8 @@ int run(const LoaderBenchOptions& o) {
                         {"decode_cpu_ms", decode_cpu_ms},
                         {"sample_images_per_s", sample_rate},
                         {"sample_cpu_ms", sample.cpu_ms_per_image},
+                        {"sample_whole_images_per_s", sample_whole.images_per_s},
+                        {"sample_whole_cpu_ms", sample_whole.cpu_ms_per_image},
                         {"eval_images_per_s", eval_rate},
                         {"eval_cpu_ms", eval.cpu_ms_per_image},
                         {"target_images_per_s", o.target},
@@ -237,6 +243,8 @@ int run(const LoaderBenchOptions& o) {
                 decode_rate, decode_cpu_ms);
     std::printf("decode + augment (%lldpx), 1 thread:  %8.1f images/s (%.3f CPU ms each)\n",
                 static_cast<long long>(input.image_size), sample_rate, sample.cpu_ms_per_image);
+    std::printf("  the same, JPEGs decoded whole:       %8.1f images/s (%.3f CPU ms each)\n",
+                sample_whole.images_per_s, sample_whole.cpu_ms_per_image);
     for (const Row& r : rows) {
       std::printf("DataLoader, %2d workers:               %8.1f images/s (%.1f per worker)\n",
                   r.workers, r.images_per_s, r.images_per_s / r.workers);

@@ -5,6 +5,8 @@ transparency, grey + alpha, 1-bit), and expected.txt with the pixels Pillow deco
 converted to RGB (what torchvision's and timm's loaders see); and eval.txt, timm's evaluation
 transform (torchvision Resize(floor(size / crop_pct)) on the shorter side, CenterCrop(size),
 ToTensor, Normalize with ImageNet's mean and std) of rgb420.jpg and grey.jpg at a few sizes.
+The window_*.jpg files (several iMCUs wide and tall, in each chroma layout) test window decoding
+against our own whole-image decode, so they have no expected pixels.
 Run with Debian's /usr/bin/python3 (python3-pil, python3-torchvision, libjpeg62-turbo).
 Each line of expected.txt: file height width 3 values... (HWC uint8).
 Each line of eval.txt: file size crop_pct interpolation channels values... (CHW float32)."""
@@ -46,6 +48,12 @@ def main():
     palette.save(f"{OUT}/palette.png", transparency=3)
     Image.fromarray(content(6, 5, 2, 7), "LA").save(f"{OUT}/grey_alpha.png")
     Image.fromarray(content(4, 11, 1, 8)[:, :, 0] > 128).save(f"{OUT}/bilevel.png")
+    Image.fromarray(content(50, 70, 3, 9), "RGB").save(f"{OUT}/window_420.jpg", quality=90)
+    Image.fromarray(content(45, 67, 3, 10), "RGB").save(
+        f"{OUT}/window_422_progressive.jpg", quality=90, subsampling=1, progressive=True)
+    Image.fromarray(content(33, 41, 3, 11), "RGB").save(f"{OUT}/window_444.jpg", quality=90,
+                                                        subsampling=0)
+    Image.fromarray(content(29, 37, 1, 12)[:, :, 0], "L").save(f"{OUT}/window_grey.jpg", quality=90)
     names = ["rgb420.jpg", "rgb444_progressive.jpg", "grey.jpg", "cmyk.jpg", "rgba.png",
              "palette.png", "grey_alpha.png", "bilevel.png"]
     with open(f"{OUT}/expected.txt", "w") as f:

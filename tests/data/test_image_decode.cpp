@@ -181,6 +181,92 @@ TEST_CASE("JPEG: a progressive file with hundreds of scans is refused", "[cpu][d
   REQUIRE_THROWS_WITH(decode(bomb, "scans.jpg"), Contains("more than 500 progressive scans"));
 }
 
+// Window decoding must give the whole decode's pixels in every chroma layout (4:2:0, 4:2:2
+// progressive, 4:4:4, grey, CMYK), for windows touching each edge, one pixel wide or tall, and the
+// whole image; a file cut short still fails.
+TEST_CASE("JPEG: a window decodes to the whole image's pixels there", "[cpu][data]") {
+  const std::vector<std::string> files = {
+      "window_420.jpg", "window_422_progressive.jpg", "window_444.jpg", "window_grey.jpg",
+      "rgb420.jpg",     "rgb444_progressive.jpg",     "grey.jpg",       "cmyk.jpg"};
+  uint32_t state = 12345;
+  const auto draw = [&](int n) {  // [0, n)
+    state = state * 1664525u + 1013904223u;
+    return static_cast<int>((state >> 8) % static_cast<uint32_t>(n));
+  };
+  int64_t windows = 0;
+  for (const std::string& name : files) {
+    INFO(name);
+    const std::vector<uint8_t> bytes = fixture_bytes(name);
+    const Tensor whole = decode(bytes, name);
+    const int h = static_cast<int>(whole.size(0)), w = static_cast<int>(whole.size(1));
+    std::vector<CropBox> boxes = {
+        {0, 0, h, w},         {0, 0, 1, 1},         {h - 1, w - 1, 1, 1},
+        {0, 0, h, 1},         {0, w - 1, h, 1},     {h / 2, 0, 1, w},
+        {1, 1, h - 2, w - 2}, {0, 1, h - 1, w - 1}, {h / 3, w / 3, h / 3, w / 3}};
+    for (int i = 0; i < 150; ++i) {
+      CropBox b;
+      b.height = 1 + draw(h);
+      b.width = 1 + draw(w);
+      b.top = draw(h - b.height + 1);
+      b.left = draw(w - b.width + 1);
+      boxes.push_back(b);
+    }
+    for (const CropBox& box : boxes) {
+      INFO("window " << box.width << "x" << box.height << " at (" << box.left << ", " << box.top
+                     << ")");
+      int seen_h = 0, seen_w = 0;
+      const Tensor got = decode_jpeg_rgb_window(bytes.data(), bytes.size(), name, kManyPixels,
+                                                [&](int height, int width) {
+                                                  seen_h = height;
+                                                  seen_w = width;
+                                                  return box;
+                                                });
+      REQUIRE(seen_h == h);
+      REQUIRE(seen_w == w);
+      const Tensor want = image_tensor_window(whole, box, name);
+      REQUIRE(got.shape() == Shape{box.height, box.width, 3});
+      REQUIRE(got.to_vector<uint8_t>() == want.to_vector<uint8_t>());
+      ++windows;
+    }
+  }
+  CHECK(windows == 8 * 159);
+  // The same through the image-folder entry point (it reads the file).
+  const CropBox box{3, 5, 20, 30};
+  const auto choose = [&](int, int) { return box; };
+  REQUIRE(decode_image_rgb_window(kImages + "window_420.jpg", choose).to_vector<uint8_t>() ==
+          image_tensor_window(decode_image_rgb(kImages + "window_420.jpg"), box, "")
+              .to_vector<uint8_t>());
+  // PNG files decode whole, then the window is cut.
+  REQUIRE(decode_image_rgb_window(kImages + "rgba.png",
+                                  [](int, int) {
+                                    return CropBox{1, 2, 3, 4};
+                                  })
+              .to_vector<uint8_t>() ==
+          image_tensor_window(decode_image_rgb(kImages + "rgba.png"), CropBox{1, 2, 3, 4}, "")
+              .to_vector<uint8_t>());
+
+  // A window outside the image names the file; a file cut short fails even when the window lies
+  // in the part that is there.
+  const std::vector<uint8_t> bytes = fixture_bytes("window_420.jpg");
+  REQUIRE_THROWS_WITH(
+      decode_jpeg_rgb_window(bytes.data(), bytes.size(), "w.jpg", kManyPixels,
+                             [](int h, int w) {
+                               return CropBox{h - 4, 0, 5, w};
+                             }),
+      Contains("w.jpg: the window 70x5 at (0, 46) does not lie inside the 70x50 image"));
+  REQUIRE_THROWS_AS(decode_jpeg_rgb_window(bytes.data(), bytes.size(), "w.jpg", kManyPixels,
+                                           [](int, int) {
+                                             return CropBox{0, 0, 0, 3};
+                                           }),
+                    ValueError);
+  const std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + bytes.size() * 3 / 4);
+  REQUIRE_THROWS_WITH(decode_jpeg_rgb_window(cut.data(), cut.size(), "cut.jpg", kManyPixels,
+                                             [](int, int) {
+                                               return CropBox{0, 0, 2, 2};
+                                             }),
+                      Contains("cut.jpg: cannot decode the JPEG: truncated"));
+}
+
 TEST_CASE("JPEG: encode_jpeg_rgb writes a 4:2:0 file that decodes close to its input",
           "[cpu][data]") {
   const int64_t h = 37, w = 50;

@@ -2,11 +2,13 @@
 // statistics of the random ones, torchvision/PIL golden outputs (scripts/make_augment_fixtures.py),
 // mixup/cutmix targets, random erasing, and the config factory.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <sstream>
@@ -619,6 +621,53 @@ TEST_CASE("transforms: timm RandAugment: op gate 0.5, magnitude noise, increasin
   const bool left_filled = tr.at(0, 0, 0) == 124 && tr.at(0, 0, 2) == 104;
   const bool right_filled = tr.at(0, 9, 0) == 124 && tr.at(0, 9, 1) == 116;
   CHECK(left_filled != right_filled);
+}
+
+// The loader decodes only the window of a WindowFirst transform: apply() on the whole image must
+// equal draw_window, then apply_to_window on the window's pixels, from the same random state.
+TEST_CASE("transforms: RandomResizedCrop and the timm pipeline read only the window they draw",
+          "[cpu][data]") {
+  const Config timm = Config::parse(
+      "augment: {random_resized_crop: true, hflip: 0.5, randaugment: rand-m9-mstd0.5-inc1,\n"
+      "          color_jitter: 0.4, interpolation: bilinear}");
+  const Config jitter = Config::parse("augment: {random_resized_crop: true, color_jitter: 0.4}");
+  const std::vector<std::shared_ptr<const Transform>> transforms = {
+      std::make_shared<RandomResizedCrop>(12),
+      std::make_shared<RandomResizedCrop>(20, std::array<double, 2>{0.5, 1.0},
+                                          std::array<double, 2>{0.2, 5.0}, Resample::kBilinear),
+      read_train_augment(timm.root(), 16, 3, 10, {0.5, 0.4, 0.3}).transform,
+      read_train_augment(jitter.root(), 16, 3, 10, {0.5, 0.4, 0.3}).transform};
+  std::mt19937 gen(4);
+  int compared = 0;
+  for (const auto& t : transforms) {
+    INFO(t->name());
+    const WindowFirst* windowed = t->window_first();
+    REQUIRE(windowed != nullptr);
+    for (int s = 0; s < 60; ++s) {
+      Image source = make_image(23 + s % 17, 31 + (s * 7) % 23, s % 5 == 0 ? 1 : 3);
+      for (uint8_t& v : source.pixels) v = static_cast<uint8_t>(gen());
+      SampleRng whole_rng(9, s), window_rng(9, s);
+      Image whole = source;
+      t->apply(whole, whole_rng);
+      const CropBox box = windowed->draw_window(source.height, source.width, window_rng);
+      Image window = source;
+      image_crop(window, box.top, box.left, box.height, box.width);
+      REQUIRE(window.height == box.height);
+      REQUIRE(window.width == box.width);
+      windowed->apply_to_window(window, window_rng);
+      REQUIRE(window.height == whole.height);
+      REQUIRE(window.width == whole.width);
+      REQUIRE(window.pixels == whole.pixels);
+      REQUIRE(window_rng.next_u32() == whole_rng.next_u32());  // the same draws, in order
+      ++compared;
+    }
+  }
+  CHECK(compared == 240);
+  // The CIFAR recipe crops after padding: it reads the whole image.
+  const Config cifar = Config::parse("augment: {crop_padding: 4, hflip: 0.5}");
+  CHECK(read_train_augment(cifar.root(), 32, 3, 10, {0.5, 0.5, 0.5}).transform->window_first() ==
+        nullptr);
+  CHECK(RandomHorizontalFlip(0.5).window_first() == nullptr);
 }
 
 TEST_CASE(

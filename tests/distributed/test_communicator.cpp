@@ -287,7 +287,7 @@ void exercise_store(Store& store) {
   auto start = Clock::now();
   CHECK_THROWS_WITH(store.get("never"), Contains("key 'never'") && Contains(store.address()) &&
                                             Contains("timed out after 0.3 s"));
-  CHECK(seconds_since(start) < 2);
+  CHECK(seconds_since(start) < 20);  // not a hang (bounds far above the timeouts: loaded CI)
   CHECK_THROWS_AS(store.wait({"never"}), CommError);
 }
 
@@ -311,7 +311,7 @@ TEST_CASE("TcpStore: no server within the timeout, a port taken, a lost server",
   CHECK_THROWS_WITH(TcpStore("127.0.0.1", port, false, 0.3),
                     Contains("could not reach the rendezvous store at tcp://127.0.0.1:" +
                              std::to_string(port)));
-  CHECK(seconds_since(start) < 2);
+  CHECK(seconds_since(start) < 20);
   auto server = std::make_unique<TcpStore>("127.0.0.1", 0, true, 1);
   CHECK_THROWS_WITH(TcpStore("127.0.0.1", server->port(), true, 1), Contains("cannot serve"));
   TcpStore client("127.0.0.1", server->port(), false, 1);
@@ -426,14 +426,14 @@ TEST_CASE("launch_local_workers: one failure stops the others", "[cpu][distribut
   auto start = Clock::now();
   const std::string fails = "if [ \"$RANK\" = 1 ]; then sleep 0.2; exit 7; fi; exec sleep 60";
   CHECK(launch_local_workers({"/bin/sh", "-c", fails}, options) == 7);
-  CHECK(seconds_since(start) < 5);
+  CHECK(seconds_since(start) < 30);  // not the 60 s the others sleep
 
   // A worker that ignores SIGTERM is killed after grace_s; a signal's code is 128 + signal.
   start = Clock::now();
   const std::string killed =
       "if [ \"$RANK\" = 0 ]; then sleep 0.2; kill -9 $$; fi; trap '' TERM; exec sleep 60";
   CHECK(launch_local_workers({"/bin/sh", "-c", killed}, options) == 128 + SIGKILL);
-  CHECK(seconds_since(start) < 5);
+  CHECK(seconds_since(start) < 30);
 }
 
 TEST_CASE("launch_local_workers: SIGTERM is forwarded to the workers", "[cpu][distributed]") {
@@ -448,7 +448,7 @@ TEST_CASE("launch_local_workers: SIGTERM is forwarded to the workers", "[cpu][di
   int code = launch_local_workers({"/bin/sh", "-c", "exec sleep 60"}, options);
   terminate.join();
   CHECK(code == 128 + SIGTERM);
-  CHECK(seconds_since(start) < 2);
+  CHECK(seconds_since(start) < 30);  // not the 60 s the workers sleep
 }
 
 TEST_CASE("launch_local_workers: after a forwarded signal the workers have signal_grace_s",
@@ -481,5 +481,5 @@ TEST_CASE("launch_local_workers: after a forwarded signal the workers have signa
   start = Clock::now();
   CHECK(launch_local_workers({"/bin/sh", "-c", deaf}, options) == 128 + SIGTERM);
   twice.join();
-  CHECK(seconds_since(start) < 5);
+  CHECK(seconds_since(start) < 20);  // not signal_grace_s (30 s)
 }

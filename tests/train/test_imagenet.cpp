@@ -2,12 +2,15 @@
 // different sizes (shapes, determinism, workers, resume, the eval transform, a corrupt file),
 // a tiny model trained and resumed from it, and every configs/imagenet_*.yaml validated.
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -261,6 +264,59 @@ TEST_CASE("streaming loader on an image folder: shapes, determinism, workers and
   LoaderOptions no_size = streaming_options(0, rrc_flip());
   no_size.image_size = 0;
   REQUIRE_THROWS_WITH(DataLoader(ds, no_size), Contains("decoded per sample"));
+}
+
+namespace {
+
+// Forwards to a folder dataset, counting whole and window reads.
+class CountingDataset : public data::Dataset {
+ public:
+  explicit CountingDataset(const data::ImageFolderDataset& base) : base_(base) {}
+  const std::string& name() const override { return base_.name(); }
+  int64_t size() const override { return base_.size(); }
+  int64_t num_classes() const override { return base_.num_classes(); }
+  int64_t label(int64_t index) const override { return base_.label(index); }
+  data::Sample get(int64_t index) const override {
+    ++wholes;
+    return base_.get(index);
+  }
+  data::Sample get_window(int64_t index, const data::WindowChooser& choose) const override {
+    ++windows;
+    return base_.get_window(index, choose);
+  }
+  mutable std::atomic<int> wholes{0}, windows{0};
+
+ private:
+  const data::ImageFolderDataset& base_;
+};
+
+}  // namespace
+
+TEST_CASE("streaming loader: decoding only RandomResizedCrop's window gives the same batches",
+          "[cpu][train]") {
+  const std::string root = make_tiny_imagenet(test::train_scratch_dir("imagenet_windows"));
+  const data::ImageFolderDataset folder = data::read_imagenet(root, data::Split::kTrain);
+  // Read through a subset (data.train_subset), which must pass window reads on.
+  auto counting = std::make_unique<CountingDataset>(folder);
+  const CountingDataset& counts = *counting;
+  std::vector<int64_t> all(static_cast<size_t>(folder.size()));
+  std::iota(all.begin(), all.end(), 0);
+  const data::SubsetDataset ds(std::move(counting), all);
+  const Config c = Config::parse(
+      "augment: {random_resized_crop: true, hflip: 0.5, randaugment: rand-m9-mstd0.5-inc1}");
+  const auto timm = data::read_train_augment(c.root(), 16, 3, 3, kMean).transform;
+  REQUIRE(timm->window_first() != nullptr);
+  LoaderOptions windows = streaming_options(2, timm), whole = streaming_options(2, timm);
+  REQUIRE(windows.decode_windows);
+  whole.decode_windows = false;
+  DataLoader a(ds, windows), b(ds, whole);
+  for (int64_t epoch : {0, 3}) {
+    const EpochData from_windows = run_epoch(a, epoch), from_whole = run_epoch(b, epoch);
+    REQUIRE(from_windows.labels == from_whole.labels);
+    REQUIRE(from_windows.images == from_whole.images);
+  }
+  CHECK(counts.windows == 2 * 16);  // two epochs of 16 images each way
+  CHECK(counts.wholes == 2 * 16);
 }
 
 TEST_CASE("streaming evaluation: dataset order, the eval transform, the last partial batch",

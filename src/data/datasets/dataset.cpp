@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "data/datasets/image_decode.h"
+
 namespace ska::data {
 
 Split parse_split(const std::string& name) {
@@ -46,6 +48,15 @@ void InMemoryDataset::check_index(int64_t index) const {
 int64_t InMemoryDataset::label(int64_t index) const {
   check_index(index);
   return labels_.data<int64_t>()[index];
+}
+
+Sample Dataset::get_window(int64_t index, const WindowChooser& choose) const {
+  Sample sample = get(index);
+  const CropBox box =
+      choose(static_cast<int>(sample.image.size(0)), static_cast<int>(sample.image.size(1)));
+  sample.image =
+      image_tensor_window(sample.image, box, name() + " sample " + std::to_string(index));
+  return sample;
 }
 
 Sample InMemoryDataset::get(int64_t index) const {

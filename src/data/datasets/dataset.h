@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "data/image_window.h"
 
 namespace ska::data {
 
@@ -30,6 +31,10 @@ class Dataset {
   virtual int64_t num_classes() const = 0;
   virtual int64_t label(int64_t index) const = 0;  // without decoding the image
   virtual Sample get(int64_t index) const = 0;     // ValueError when index is out of range
+  // The window `choose` picks, given the image's height and width, of get(index)'s image:
+  // [box.height, box.width, C], the same pixels. Datasets of encoded files decode only what the
+  // window needs where the format allows (JPEG); the default crops get(index)'s image.
+  virtual Sample get_window(int64_t index, const WindowChooser& choose) const;
 };
 
 // A whole split in memory: images uint8 [N, H, W, C], labels i64 [N] in [0, num_classes).

@@ -5,9 +5,10 @@
 // caller, which turns a failure into an IOError after the library state is released.
 #include "data/datasets/image_decode.h"
 
+#include <algorithm>
 #include <csetjmp>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -103,6 +104,58 @@ bool jpeg_start(JpegState& s) {
   if (setjmp(s.error.jump)) return false;
   jpeg_start_decompress(&s.cinfo);
   return true;
+}
+
+// Reads the rows and columns of `box` into `image` (box.height x box.width x 3) through `row`
+// (one decoded row), leaving the rest of the file undecoded. False with the message set on failure.
+bool jpeg_read_window(JpegState& s, const CropBox& box, uint8_t* image, uint8_t* row) {
+  if (setjmp(s.error.jump)) return false;
+  j_decompress_ptr cinfo = &s.cinfo;
+  // A cropped region's first and last columns are upsampled as if they were the image's edges:
+  // one more column either side keeps the window's own columns away from them. And a region whose
+  // subsampled chroma would be under 2 samples wide is upsampled by a cruder method: the region
+  // spans at least two iMCUs (libjpeg-turbo moves its start down to an iMCU boundary).
+  const auto first = static_cast<JDIMENSION>(box.left > 0 ? box.left - 1 : 0);
+  const JDIMENSION imcu = static_cast<JDIMENSION>(cinfo->max_h_samp_factor) * DCTSIZE;
+  const JDIMENSION end = std::min<JDIMENSION>(
+      cinfo->output_width, std::max<JDIMENSION>(static_cast<JDIMENSION>(box.left + box.width + 1),
+                                                first / imcu * imcu + 2 * imcu));
+  JDIMENSION x = first, width = end - first;
+  jpeg_crop_scanline(cinfo, &x, &width);  // x moves down to an iMCU boundary, width up
+  const auto top = static_cast<JDIMENSION>(box.top);
+  if (top > 0 && jpeg_skip_scanlines(cinfo, top) != top) {
+    std::snprintf(s.error.message, sizeof(s.error.message), "could not skip to row %u", top);
+    return false;
+  }
+  const size_t skip = box.left - x;
+  const size_t out_row = static_cast<size_t>(box.width) * 3;
+  const bool grey = cinfo->out_color_space == JCS_GRAYSCALE;
+  while (cinfo->output_scanline < top + static_cast<JDIMENSION>(box.height)) {
+    uint8_t* out = image + (cinfo->output_scanline - top) * out_row;
+    JSAMPROW target = row;
+    jpeg_read_scanlines(cinfo, &target, 1);
+    if (grey) {
+      for (int i = 0; i < box.width; ++i)
+        out[3 * i] = out[3 * i + 1] = out[3 * i + 2] = row[skip + i];
+    } else {
+      std::memcpy(out, row + 3 * skip, out_row);
+    }
+  }
+  jpeg_abort_decompress(cinfo);  // the rows below the window stay undecoded
+  return true;
+}
+
+// The file ends with the EOI marker (FF D9). Entropy-coded data stuffs a zero after every FF, so
+// a file cut short ends so only by chance of a marker, and a cut file is what must not pass.
+bool ends_with_eoi(const uint8_t* data, size_t size) {
+  return size >= 4 && data[size - 2] == 0xFF && data[size - 1] == 0xD9;
+}
+
+void check_window(const CropBox& box, int64_t height, int64_t width, const std::string& where) {
+  SKA_CHECK(box.height > 0 && box.width > 0 && box.top >= 0 && box.left >= 0 &&
+                box.top + box.height <= height && box.left + box.width <= width,
+            ValueError, where, ": the window ", box.width, "x", box.height, " at (", box.left, ", ",
+            box.top, ") does not lie inside the ", width, "x", height, " image");
 }
 
 // Pillow's CMYK -> RGB for one pixel, given its CMYK values as Pillow holds them.
@@ -256,6 +309,49 @@ Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& wher
   Tensor image = Tensor::empty({height, width, 3}, DType::kU8);
   std::vector<uint8_t> row(static_cast<size_t>(width) * 4);
   SKA_CHECK(jpeg_read_rows(s, image.data<uint8_t>(), row.data()), IOError, where,
+            ": cannot decode the JPEG: ", s.error.message);
+  return image;
+}
+
+Tensor image_tensor_window(const Tensor& image, const CropBox& box, const std::string& where) {
+  SKA_CHECK(image.dtype() == DType::kU8 && image.dim() == 3, ValueError, where,
+            ": a window of a uint8 [H, W, C] image was asked of a ", shape_str(image.shape()),
+            " tensor");
+  const int64_t height = image.size(0), width = image.size(1), channels = image.size(2);
+  check_window(box, height, width, where);
+  if (box.height == height && box.width == width) return image;
+  const Tensor source = image.contiguous();
+  Tensor out = Tensor::empty({box.height, box.width, channels}, DType::kU8);
+  const size_t row = static_cast<size_t>(box.width * channels);
+  for (int y = 0; y < box.height; ++y) {
+    std::memcpy(out.data<uint8_t>() + y * row,
+                source.data<uint8_t>() + ((box.top + y) * width + box.left) * channels, row);
+  }
+  return out;
+}
+
+Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::string& where,
+                              int64_t max_pixels, const WindowChooser& choose) {
+  auto state = std::make_unique<JpegState>();
+  JpegState& s = *state;
+  SKA_CHECK(jpeg_open(s, data, size), IOError, where,
+            ": cannot decode the JPEG: ", s.error.message);
+  const int64_t height = s.cinfo.image_height, width = s.cinfo.image_width;
+  SKA_CHECK(height * width <= max_pixels, IOError, where, ": the JPEG is ", width, "x", height,
+            " pixels; expected at most ", max_pixels, " pixels");
+  const CropBox box = choose(static_cast<int>(height), static_cast<int>(width));
+  const bool whole = box.top == 0 && box.left == 0 && box.height == height && box.width == width;
+  if (whole || s.cinfo.out_color_space == JCS_CMYK || !ends_with_eoi(data, size)) {
+    state.reset();
+    return image_tensor_window(decode_jpeg_rgb(data, size, where, max_pixels), box, where);
+  }
+  check_window(box, height, width, where);
+  SKA_CHECK(jpeg_start(s), IOError, where, ": cannot decode the JPEG: ", s.error.message);
+  SKA_CHECK(s.cinfo.output_height == height && s.cinfo.output_width == width, IOError, where,
+            ": libjpeg decodes the ", width, "x", height, " JPEG at another size");
+  Tensor image = Tensor::empty({box.height, box.width, 3}, DType::kU8);
+  std::vector<uint8_t> row(static_cast<size_t>(width) * 3);
+  SKA_CHECK(jpeg_read_window(s, box, image.data<uint8_t>(), row.data()), IOError, where,
             ": cannot decode the JPEG: ", s.error.message);
   return image;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/image_window.h"
 
 namespace ska::data {
 
@@ -19,6 +20,22 @@ namespace ska::data {
 // IOError "<where>: ..." with libjpeg's message, or when the image has more than `max_pixels`.
 Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& where,
                        int64_t max_pixels);
+
+// The window of a JPEG file's image that `choose(height, width)` picks once the header is read:
+// RGB uint8 [box.height, box.width, 3], the same pixels as decode_jpeg_rgb's image there (tested
+// bit for bit in every chroma layout). Rows below the window are not decoded; rows above it are
+// entropy-decoded only (libjpeg-turbo's jpeg_skip_scanlines); only the window's columns, widened
+// to whole iMCUs and by one column either side (the smooth chroma upsampling reads its
+// neighbours), are transformed and converted. CMYK files, files that do not end with the EOI
+// marker (a truncated file must still fail as decode_jpeg_rgb fails it, and only a whole decode
+// reaches the end) and windows covering the whole image are decoded whole and then cropped.
+// ValueError when the window does not lie inside the image; IOError as decode_jpeg_rgb.
+Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::string& where,
+                              int64_t max_pixels, const WindowChooser& choose);
+
+// The window `box` of `image` (uint8 [H, W, C]) as a tensor of its own. ValueError naming `where`
+// when the box does not lie inside the image or is empty.
+Tensor image_tensor_window(const Tensor& image, const CropBox& box, const std::string& where);
 
 // A PNG file as RGB uint8 [H, W, 3]: palettes expanded, 16-bit samples to their high byte, grey
 // replicated and alpha (or a tRNS colour) dropped, as Pillow's convert("RGB") does; interlaced

@@ -162,6 +162,13 @@ Sample ImageFolderDataset::get(int64_t index) const {
   return Sample{decode_image_rgb(s.path, what), s.label};
 }
 
+Sample ImageFolderDataset::get_window(int64_t index, const WindowChooser& choose) const {
+  const FolderSample& s = sample(index);
+  const std::string what = name_ + " sample " + std::to_string(index) + ", class '" +
+                           classes_[static_cast<size_t>(s.label)] + "'";
+  return Sample{decode_image_rgb_window(s.path, choose, what), s.label};
+}
+
 std::vector<std::string> list_class_folders(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;
@@ -214,7 +221,10 @@ ImageFolderDataset read_imagenet(const std::string& root, Split split) {
   return scan_image_folder(dir, "imagenet", classes);
 }
 
-Tensor decode_image_rgb(const std::string& path, const std::string& what) {
+namespace {
+
+// The whole image, or the window `choose` picks when it is not null.
+Tensor decode_image(const std::string& path, const WindowChooser* choose, const std::string& what) {
   const std::string where = what.empty() ? "" : " (" + what + ")";
   const std::vector<uint8_t> bytes = read_file_bytes(path, "image");
   SKA_CHECK(!bytes.empty(), IOError, "cannot decode the image '", path, "'", where,
@@ -228,10 +238,19 @@ Tensor decode_image_rgb(const std::string& path, const std::string& what) {
             size.height, " pixels; expected at most ", kMaxImagePixels, " pixels");
   const std::string named = "image '" + path + "'" + where;
   if (starts_as_jpeg(bytes.data(), bytes.size())) {
-    return decode_jpeg_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels);
+    return choose != nullptr
+               ? decode_jpeg_rgb_window(bytes.data(), bytes.size(), named, kMaxImagePixels, *choose)
+               : decode_jpeg_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels);
   }
+  const auto windowed = [&](const Tensor& image) {
+    return choose == nullptr ? image
+                             : image_tensor_window(image,
+                                                   (*choose)(static_cast<int>(image.size(0)),
+                                                             static_cast<int>(image.size(1))),
+                                                   named);
+  };
   if (starts_as_png(bytes.data(), bytes.size())) {
-    return decode_png_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels);
+    return windowed(decode_png_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels));
   }
 #ifndef SKA_WITH_OPENCV
   SKA_FAIL(IOError, "cannot decode the image '", path, "'", where,
@@ -251,8 +270,19 @@ Tensor decode_image_rgb(const std::string& path, const std::string& what) {
   Tensor out = Tensor::empty({bgr.rows, bgr.cols, 3}, DType::kU8);
   cv::Mat rgb(bgr.rows, bgr.cols, CV_8UC3, out.data<uint8_t>());  // converts into `out`
   cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
-  return out;
+  return windowed(out);
 #endif
+}
+
+}  // namespace
+
+Tensor decode_image_rgb(const std::string& path, const std::string& what) {
+  return decode_image(path, nullptr, what);
+}
+
+Tensor decode_image_rgb_window(const std::string& path, const WindowChooser& choose,
+                               const std::string& what) {
+  return decode_image(path, &choose, what);
 }
 
 }  // namespace ska::data

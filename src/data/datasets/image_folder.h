@@ -26,6 +26,8 @@ class ImageFolderDataset : public Dataset {
   int64_t label(int64_t index) const override;
   // Decodes the file: RGB uint8 [H, W, 3]. IOError naming the file when it cannot be decoded.
   Sample get(int64_t index) const override;
+  // JPEG files decode only the window (decode_jpeg_rgb_window); other formats whole, then cropped.
+  Sample get_window(int64_t index, const WindowChooser& choose) const override;
 
   const std::vector<std::string>& classes() const { return classes_; }  // label -> folder name
   const std::vector<FolderSample>& samples() const { return samples_; }
@@ -55,5 +57,8 @@ ImageFolderDataset read_imagenet(const std::string& root, Split split);
 // Any image file OpenCV reads, as RGB uint8 [H, W, 3] (grey files replicated). IOError naming
 // the file (and `what`, e.g. "sample 12, class 'n01440764'") when it cannot be decoded.
 Tensor decode_image_rgb(const std::string& path, const std::string& what = "");
+// The window `choose` picks of that image (decode_jpeg_rgb_window for JPEG files).
+Tensor decode_image_rgb_window(const std::string& path, const WindowChooser& choose,
+                               const std::string& what = "");
 
 }  // namespace ska::data

@@ -180,6 +180,17 @@ data::Image DataLoader::read_image(int64_t index, int64_t* label) const {
     return image_of(all.data<uint8_t>() + index * h * w * c, h, w, c);
   }
   const Sample sample = dataset_.get(index);  // decodes; IOError naming the file
+  return image_of_sample(sample, index, label);
+}
+
+data::Image DataLoader::read_image_window(int64_t index, const WindowFirst& transform,
+                                          SampleRng& rng, int64_t* label) const {
+  const Sample sample = dataset_.get_window(
+      index, [&](int height, int width) { return transform.draw_window(height, width, rng); });
+  return image_of_sample(sample, index, label);
+}
+
+data::Image DataLoader::image_of_sample(const Sample& sample, int64_t index, int64_t* label) const {
   SKA_CHECK(sample.image.dtype() == DType::kU8 && sample.image.dim() == 3, ValueError,
             "DataLoader: ", dataset_.name(), " sample ", index,
             " is not a uint8 [H, W, C] image");
@@ -203,8 +214,9 @@ Batch DataLoader::make_batch(int64_t b) const {
   std::vector<Image> images(eval != nullptr ? 0 : static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const int64_t index = indices_[static_cast<size_t>(first + i)];
-    Image image = read_image(index, batch.labels.data<int64_t>() + i);
+    Image image;
     if (eval != nullptr) {  // preprocessed at once: a decoded full-size image is not kept
+      image = read_image(index, batch.labels.data<int64_t>() + i);
       const Tensor chw = preprocess_pixels(image.pixels.data(), image.height, image.width,
                                                  image.channels, *eval);
       std::memcpy(batch.images.data<float>() + i * chw.numel(), chw.data<float>(),
@@ -214,7 +226,18 @@ Batch DataLoader::make_batch(int64_t b) const {
     if (options_.transform) {
       SampleRng rng(options_.seed, SampleRng::stream_of(static_cast<uint64_t>(epoch_),
                                                                     static_cast<uint64_t>(index)));
-      options_.transform->apply(image, rng);
+      const WindowFirst* windowed = memory_ == nullptr && options_.decode_windows
+                                        ? options_.transform->window_first()
+                                        : nullptr;
+      if (windowed != nullptr) {
+        image = read_image_window(index, *windowed, rng, batch.labels.data<int64_t>() + i);
+        windowed->apply_to_window(image, rng);
+      } else {
+        image = read_image(index, batch.labels.data<int64_t>() + i);
+        options_.transform->apply(image, rng);
+      }
+    } else {
+      image = read_image(index, batch.labels.data<int64_t>() + i);
     }
     const int64_t size = options_.image_size;
     SKA_CHECK(size == 0 || (image.height == size && image.width == size), ValueError,

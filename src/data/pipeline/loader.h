@@ -46,6 +46,10 @@ struct LoaderOptions {
   // Evaluation preprocessing (resize the shorter side to image_size / crop_pct, centre crop,
   // normalise with its own mean/std), used instead of `transform`, `mean` and `std`. Null: off.
   std::shared_ptr<const EvalTransform> eval_transform;
+  // When `transform` starts by drawing a window from the image's size (RandomResizedCrop), decode
+  // only that window (Dataset::get_window: JPEG files skip the rest). The same pixels either way;
+  // false decodes every image whole (benchmark_loader compares the two).
+  bool decode_windows = true;
 };
 
 // One batch: images f32 [B, C, H, W] (normalised), labels i64 [B], both on the CPU.
@@ -58,8 +62,9 @@ struct Batch {
 class DataLoader {
  public:
   // `dataset` must outlive the loader. An InMemoryDataset is read from its tensors; any other
-  // dataset is decoded with get(index) in the workers, then transformed to options.image_size (or
-  // preprocessed by options.eval_transform). A sample depends only on (seed, epoch, index).
+  // dataset is decoded with get(index) (or get_window, see decode_windows) in the workers, then
+  // transformed to options.image_size (or preprocessed by options.eval_transform). A sample depends
+  // only on (seed, epoch, index).
   DataLoader(const Dataset& dataset, LoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
@@ -82,6 +87,10 @@ class DataLoader {
   void stop_workers();
   void worker_loop();
   Image read_image(int64_t index, int64_t* label) const;  // as stored, before transforms
+  // The window `transform` draws (with `rng`) of the image, decoded alone where the format allows.
+  Image read_image_window(int64_t index, const WindowFirst& transform, SampleRng& rng,
+                          int64_t* label) const;
+  Image image_of_sample(const Sample& sample, int64_t index, int64_t* label) const;
 
   const Dataset& dataset_;
   const InMemoryDataset* memory_ = nullptr;  // the fast path when the dataset is in memory
@@ -114,6 +123,9 @@ class SubsetDataset : public Dataset {
   int64_t num_classes() const override { return base_->num_classes(); }
   int64_t label(int64_t index) const override { return base_->label(base_index(index)); }
   Sample get(int64_t index) const override { return base_->get(base_index(index)); }
+  Sample get_window(int64_t index, const WindowChooser& choose) const override {
+    return base_->get_window(base_index(index), choose);
+  }
 
  private:
   int64_t base_index(int64_t index) const;

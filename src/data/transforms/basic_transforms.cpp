@@ -104,6 +104,14 @@ void RandomResizedCrop::apply(Image& image, SampleRng& rng) const {
   image_resized_crop(image, box.top, box.left, box.height, box.width, size_, size_, resample_);
 }
 
+CropBox RandomResizedCrop::draw_window(int height, int width, SampleRng& rng) const {
+  return random_resized_crop_box(height, width, scale_, ratio_, rng);
+}
+
+void RandomResizedCrop::apply_to_window(Image& window, SampleRng&) const {
+  image_resized_crop(window, 0, 0, window.height, window.width, size_, size_, resample_);
+}
+
 ColorJitter::ColorJitter(double brightness, double contrast, double saturation)
     : brightness_(brightness), contrast_(contrast), saturation_(saturation) {
   SKA_CHECK(brightness >= 0 && contrast >= 0 && saturation >= 0, ValueError,

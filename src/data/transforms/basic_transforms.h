@@ -58,23 +58,24 @@ class PadReplicate : public Transform {
 };
 
 // The crop window RandomResizedCrop draws (torchvision/timm get_params).
-struct CropBox {
-  int top = 0, left = 0, height = 0, width = 0;
-};
 // Up to 10 attempts: area fraction ~ U(scale), log aspect ~ U(log ratio), w = round(sqrt(A r)),
 // h = round(sqrt(A / r)); accepted when it fits, then top/left uniform. Otherwise the centre crop
 // of the whole image clamped to the ratio range.
 CropBox random_resized_crop_box(int height, int width, std::array<double, 2> scale,
                                 std::array<double, 2> ratio, SampleRng& rng);
 
-// timm RandomResizedCropAndInterpolation(size, scale, ratio, bicubic).
-class RandomResizedCrop : public Transform {
+// timm RandomResizedCropAndInterpolation(size, scale, ratio, bicubic). It reads only the window it
+// draws, so the loader decodes only that window (WindowFirst).
+class RandomResizedCrop : public Transform, public WindowFirst {
  public:
   RandomResizedCrop(int size, std::array<double, 2> scale = {0.08, 1.0},
                     std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0},
                     Resample resample = Resample::kBicubic);
   void apply(Image& image, SampleRng& rng) const override;
   std::string name() const override { return "RandomResizedCrop"; }
+  const WindowFirst* window_first() const override { return this; }
+  CropBox draw_window(int height, int width, SampleRng& rng) const override;
+  void apply_to_window(Image& window, SampleRng& rng) const override;
 
  private:
   int size_;

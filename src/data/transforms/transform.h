@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "data/image_window.h"
 
 namespace ska::data {
 
@@ -54,16 +55,31 @@ class SampleRng {
   int word_ = 4;
 };
 
+// A transform that begins by drawing a window from the image's size alone and then reads no pixel
+// outside it (RandomResizedCrop, or a Compose that starts with one). The loader uses it to decode
+// only the window (datasets/image_decode.h). The contract, tested bit for bit: for every image and
+// random source, apply(image, rng) equals draw_window(height, width, rng), then
+// apply_to_window(the window's pixels, rng), from the same random state.
+class WindowFirst {
+ public:
+  virtual ~WindowFirst() = default;
+  virtual CropBox draw_window(int height, int width, SampleRng& rng) const = 0;
+  // `window` holds exactly the drawn box's pixels.
+  virtual void apply_to_window(Image& window, SampleRng& rng) const = 0;
+};
+
 // One augmentation step applied to a single image (random crop, flip, RandAugment, ...).
 class Transform {
  public:
   virtual ~Transform() = default;
   virtual void apply(Image& image, SampleRng& rng) const = 0;
   virtual std::string name() const = 0;
+  // This transform as a WindowFirst one, or null when it reads the whole image.
+  virtual const WindowFirst* window_first() const { return nullptr; }
 };
 
 // Applies transforms in order.
-class Compose : public Transform {
+class Compose : public Transform, public WindowFirst {
  public:
   explicit Compose(std::vector<std::unique_ptr<Transform>> steps) : steps_(std::move(steps)) {}
   void apply(Image& image, SampleRng& rng) const override {
@@ -71,6 +87,18 @@ class Compose : public Transform {
   }
   std::string name() const override { return "Compose"; }
   size_t size() const { return steps_.size(); }
+
+  // A WindowFirst transform when the first step is one.
+  const WindowFirst* window_first() const override {
+    return !steps_.empty() && steps_.front()->window_first() != nullptr ? this : nullptr;
+  }
+  CropBox draw_window(int height, int width, SampleRng& rng) const override {
+    return steps_.front()->window_first()->draw_window(height, width, rng);
+  }
+  void apply_to_window(Image& window, SampleRng& rng) const override {
+    steps_.front()->window_first()->apply_to_window(window, rng);
+    for (size_t i = 1; i < steps_.size(); ++i) steps_[i]->apply(window, rng);
+  }
 
  private:
   std::vector<std::unique_ptr<Transform>> steps_;
