@@ -32,7 +32,10 @@ void* open_library() {
 template <class F>
 void bind(void* lib, F& entry, const char* name) {
   entry = reinterpret_cast<F>(dlsym(lib, name));
-  if (!entry) SKA_FAIL(CudaError, kSoname, " has no entry point ", name, " (", dlerror(), ")");
+  if (entry) return;
+  const std::string why = dlerror();
+  dlclose(lib);
+  SKA_FAIL(CudaError, kSoname, " has no entry point ", name, " (", why, ")");
 }
 
 CublasLt load() {

@@ -1,6 +1,7 @@
 // Tests of the commands: config lookup and sections (app_common), the summary report on a model
 // whose MACs are known by hand, and the built `summary` / `inference` executables end to end.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <string>
 
 #include "app_common.h"
 #include "app_test_util.h"
@@ -61,6 +63,40 @@ nn::ModulePtr build_from_file(const std::string& path) {
 }
 
 }  // namespace
+
+// Run only by name, by the test below, in the process limit_openmp_spinning re-executes.
+TEST_CASE("apps: limit_openmp_spinning's re-executed process", "[.][openmp_child]") {
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  REQUIRE(spin != nullptr);
+  REQUIRE(std::string(spin) == "10000");
+}
+
+// ctest sets OMP_WAIT_POLICY for every test, so the commands' own re-execution is tested here.
+TEST_CASE("apps: the commands re-execute themselves once with GOMP_SPINCOUNT=10000",
+          "[cpu][apps]") {
+  const auto run = [](const char* wait_policy) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::unsetenv("GOMP_SPINCOUNT");
+      if (wait_policy != nullptr) {
+        ::setenv("OMP_WAIT_POLICY", wait_policy, 1);
+      } else {
+        ::unsetenv("OMP_WAIT_POLICY");
+      }
+      std::string name = "apps: limit_openmp_spinning's re-executed process", warn = "-w",
+                  no_tests = "NoTests", program = "ska_tests";
+      char* argv[] = {program.data(), name.data(), warn.data(), no_tests.data(), nullptr};
+      ska::apps::limit_openmp_spinning(argv);
+      ::_exit(42);  // returned: not re-executed
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  CHECK(run(nullptr) == 0);     // re-executed; the child test saw GOMP_SPINCOUNT=10000
+  CHECK(run("passive") == 42);  // the user's OpenMP setting is left alone
+}
 
 TEST_CASE("apps: bare config names are looked up in the configs folders", "[cpu][apps]") {
   const std::string vit = apps::resolve_config_path("vit_s");

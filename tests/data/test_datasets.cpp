@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -460,10 +459,6 @@ void write_gzip(const std::string& path, const std::string& header, size_t zeros
   REQUIRE(gzclose(out) == Z_OK);
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace
 
 TEST_CASE("idx reader: dims whose product overflows 64 bits are rejected, plain and gzip",
@@ -494,11 +489,10 @@ TEST_CASE("idx reader: a gzip bomb is decompressed no further than its header an
   SECTION("3 images announced, 64 MiB of zeros behind them") {
     write_gzip(gz, idx_images_header({3, 28, 28}), size_t{64} << 20);
     REQUIRE(fs::file_size(gz) < (size_t{1} << 20));  // a small file
-    const auto start = std::chrono::steady_clock::now();
     REQUIRE_THROWS_AS(load(), IOError);
+    // It stopped after 2353 bytes (inflating all 64 MiB takes only ~0.2 s: no timing tells).
     REQUIRE_THROWS_WITH(load(), Contains(gz) && Contains("holds more than 2352 data bytes") &&
                                     Contains("trailing data"));
-    CHECK(seconds_since(start) < 20.0);  // the message says it stopped after 2353 bytes
   }
   SECTION("exactly what is announced is read") {
     write_gzip(gz, idx_images_header({3, 28, 28}), 3 * 28 * 28);

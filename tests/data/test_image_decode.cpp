@@ -4,15 +4,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+// jpeglib.h needs size_t and FILE declared first.
+#include <jpeglib.h>
 
 #include "core/error.h"
 #include "data/datasets/file_bytes.h"
@@ -93,6 +100,60 @@ std::string scratch_file(const std::string& name, const std::vector<uint8_t>& by
       .write(reinterpret_cast<const char*>(bytes.data()),
              static_cast<std::streamsize>(bytes.size()));
   return path;
+}
+
+// A JPEG of `h` x `w` seeded noise with the given sampling factors (h, v per component: luma,
+// Cb, Cr), written by libjpeg with its default tables: layouts Pillow cannot write (4x1 luma,
+// chroma sampled finer than luma, 4:4:0) for the window tests.
+struct JpegMemory {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr error;
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  ~JpegMemory() {
+    jpeg_destroy_compress(&cinfo);
+    std::free(buffer);
+  }
+};
+
+std::vector<uint8_t> encode_sampled(int h, int w, const std::array<int, 6>& factors,
+                                    bool progressive, uint32_t seed) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(h) * w * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    rgb[i] = static_cast<uint8_t>((i % 3 == 0 ? (i / 3 % w) * 7 : (i / 3 / w) * 11) + (seed >> 27));
+  }
+  JpegMemory m;
+  m.cinfo.err = jpeg_std_error(&m.error);  // errors exit: the arguments are known to be good
+  jpeg_create_compress(&m.cinfo);
+  jpeg_mem_dest(&m.cinfo, &m.buffer, &m.size);
+  m.cinfo.image_width = static_cast<JDIMENSION>(w);
+  m.cinfo.image_height = static_cast<JDIMENSION>(h);
+  m.cinfo.input_components = 3;
+  m.cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&m.cinfo);
+  jpeg_set_quality(&m.cinfo, 90, TRUE);
+  for (int c = 0; c < 3; ++c) {
+    m.cinfo.comp_info[c].h_samp_factor = factors[2 * c];
+    m.cinfo.comp_info[c].v_samp_factor = factors[2 * c + 1];
+  }
+  if (progressive) jpeg_simple_progression(&m.cinfo);
+  jpeg_start_compress(&m.cinfo, TRUE);
+  while (m.cinfo.next_scanline < m.cinfo.image_height) {
+    JSAMPROW row = rgb.data() + size_t{m.cinfo.next_scanline} * w * 3;
+    jpeg_write_scanlines(&m.cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&m.cinfo);
+  return std::vector<uint8_t>(m.buffer, m.buffer + m.size);
+}
+
+// decode_jpeg_rgb_window(box) against the whole decode's window.
+void require_window(const std::vector<uint8_t>& bytes, const Tensor& whole, const CropBox& box) {
+  INFO("window " << box.width << "x" << box.height << " at (" << box.left << ", " << box.top
+                 << ")");
+  const Tensor got = decode_jpeg_rgb_window(bytes.data(), bytes.size(), "w", kManyPixels,
+                                            [&](int, int) { return box; });
+  REQUIRE(got.to_vector<uint8_t>() == image_tensor_window(whole, box, "w").to_vector<uint8_t>());
 }
 
 }  // namespace
@@ -265,6 +326,92 @@ TEST_CASE("JPEG: a window decodes to the whole image's pixels there", "[cpu][dat
                                                return CropBox{0, 0, 2, 2};
                                              }),
                       Contains("cut.jpg: cannot decode the JPEG: truncated"));
+}
+
+// Every column range (and the first, last, middle and all rows) of images whose last iMCU column
+// is 1 to 4 pixels wide, in layouts with 16- and 32-pixel iMCUs and chroma finer than luma: where
+// the region near the right edge is narrow, libjpeg-turbo changes the upsampling method.
+TEST_CASE("JPEG: window decoding at the right edge, in unusual chroma layouts", "[cpu][data]") {
+  struct Layout {
+    std::array<int, 6> factors;
+    std::vector<int> widths;
+  };
+  const std::vector<Layout> layouts = {
+      {{2, 2, 1, 1, 1, 1}, {18, 34}},  // 4:2:0
+      {{2, 1, 1, 1, 1, 1}, {17, 19}},  // 4:2:2
+      {{1, 2, 1, 1, 1, 1}, {9, 10}},   // 4:4:0
+      {{4, 1, 2, 1, 1, 1}, {35, 36}},  // 32-pixel iMCUs, Cb finer than Cr
+      {{1, 1, 2, 2, 1, 1}, {18, 9}},   // Cb sampled finer than luma
+      {{2, 2, 1, 1, 2, 1}, {18}}};
+  int64_t windows = 0;
+  for (const Layout& layout : layouts) {
+    for (int w : layout.widths) {
+      for (bool progressive : {false, true}) {
+        const int h = 13;
+        INFO("factors " << layout.factors[0] << "x" << layout.factors[1] << " " << layout.factors[2]
+                        << "x" << layout.factors[3] << " " << layout.factors[4] << "x"
+                        << layout.factors[5] << ", " << w << "x" << h
+                        << (progressive ? " progressive" : ""));
+        const std::vector<uint8_t> bytes =
+            encode_sampled(h, w, layout.factors, progressive, static_cast<uint32_t>(w));
+        const Tensor whole = decode(bytes);
+        REQUIRE(whole.shape() == Shape{h, w, 3});
+        for (int left = 0; left < w; ++left) {
+          for (int width = 1; left + width <= w; ++width) {
+            for (const auto& [top, height] : {std::pair{0, h}, {0, 1}, {h - 1, 1}, {5, 4}}) {
+              require_window(bytes, whole, CropBox{top, left, height, width});
+              ++windows;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(windows > 10000);
+}
+
+// A corrupt file fails the window decode as it fails the whole decode, even where the damage lies
+// below the window: a marker other than a restart in the entropy-coded data sends it whole.
+TEST_CASE("JPEG: a corrupt file past the window fails the window decode too",
+          "[cpu][data][hardening]") {
+  const std::vector<uint8_t> good = fixture_bytes("window_420.jpg");
+  const auto segment = [&](uint8_t marker) {  // the marker segment (FF marker length...) of `good`
+    for (size_t i = 2; i + 3 < good.size(); ++i) {
+      if (good[i] == 0xFF && good[i + 1] == marker) {
+        const size_t length = size_t{good[i + 2]} << 8 | good[i + 3];
+        return std::vector<uint8_t>(good.begin() + static_cast<std::ptrdiff_t>(i),
+                                    good.begin() + static_cast<std::ptrdiff_t>(i + 2 + length));
+      }
+    }
+    FAIL("no marker " << int{marker});
+    return std::vector<uint8_t>();
+  };
+  const auto before_eoi = [&](const std::vector<uint8_t>& extra) {
+    std::vector<uint8_t> bad = good;
+    bad.insert(bad.end() - 2, extra.begin(), extra.end());
+    return bad;
+  };
+  std::vector<uint8_t> stray_soi = good;
+  stray_soi[good.size() * 7 / 10] = 0xFF;
+  stray_soi[good.size() * 7 / 10 + 1] = 0xD8;
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> files = {
+      {"a second SOF", before_eoi(segment(0xC0))},
+      {"a second SOS", before_eoi(segment(0xDA))},
+      {"a bad table", before_eoi({0xFF, 0xC4, 0x00, 0x01})},
+      {"a stray SOI", stray_soi}};
+  for (const auto& [what, bytes] : files) {
+    INFO(what);
+    REQUIRE_THROWS_AS(decode(bytes), IOError);
+    REQUIRE_THROWS_WITH(decode_jpeg_rgb_window(bytes.data(), bytes.size(), "bad.jpg", kManyPixels,
+                                               [](int, int) {
+                                                 return CropBox{0, 0, 8, 16};
+                                               }),
+                        Contains("bad.jpg: cannot decode the JPEG"));
+  }
+  // Restart markers and fill bytes are not damage: the window path reads such a file.
+  std::vector<uint8_t> filled = good;
+  filled.insert(filled.end() - 2, {0xFF, 0xFF});
+  require_window(filled, decode(filled), CropBox{2, 3, 10, 20});
 }
 
 TEST_CASE("JPEG: encode_jpeg_rgb writes a 4:2:0 file that decodes close to its input",

@@ -112,16 +112,18 @@ bool jpeg_read_window(JpegState& s, const CropBox& box, uint8_t* image, uint8_t*
   if (setjmp(s.error.jump)) return false;
   j_decompress_ptr cinfo = &s.cinfo;
   // A cropped region's first and last columns are upsampled as if they were the image's edges:
-  // one more column either side keeps the window's own columns away from them. And a region whose
-  // subsampled chroma would be under 2 samples wide is upsampled by a cruder method: the region
-  // spans at least two iMCUs (libjpeg-turbo moves its start down to an iMCU boundary).
-  const auto first = static_cast<JDIMENSION>(box.left > 0 ? box.left - 1 : 0);
+  // one more column either side keeps the window's own columns away from them. And when any
+  // component of the region would be under 2 samples wide, libjpeg-turbo upsamples them all by a
+  // cruder method: the region spans at least two iMCUs, moved left where the image's right edge
+  // caps it (libjpeg-turbo's region starts at an iMCU boundary).
   const JDIMENSION imcu = static_cast<JDIMENSION>(cinfo->max_h_samp_factor) * DCTSIZE;
+  JDIMENSION start = static_cast<JDIMENSION>(box.left > 0 ? box.left - 1 : 0) / imcu * imcu;
   const JDIMENSION end = std::min<JDIMENSION>(
-      cinfo->output_width, std::max<JDIMENSION>(static_cast<JDIMENSION>(box.left + box.width + 1),
-                                                first / imcu * imcu + 2 * imcu));
-  JDIMENSION x = first, width = end - first;
-  jpeg_crop_scanline(cinfo, &x, &width);  // x moves down to an iMCU boundary, width up
+      cinfo->output_width,
+      std::max<JDIMENSION>(static_cast<JDIMENSION>(box.left + box.width + 1), start + 2 * imcu));
+  if (end - start < 2 * imcu) start = end > 2 * imcu ? (end - 2 * imcu) / imcu * imcu : 0;
+  JDIMENSION x = start, width = end - start;
+  jpeg_crop_scanline(cinfo, &x, &width);  // x is on an iMCU boundary already
   const auto top = static_cast<JDIMENSION>(box.top);
   if (top > 0 && jpeg_skip_scanlines(cinfo, top) != top) {
     std::snprintf(s.error.message, sizeof(s.error.message), "could not skip to row %u", top);
@@ -149,6 +151,25 @@ bool jpeg_read_window(JpegState& s, const CropBox& box, uint8_t* image, uint8_t*
 // a file cut short ends so only by chance of a marker, and a cut file is what must not pass.
 bool ends_with_eoi(const uint8_t* data, size_t size) {
   return size >= 4 && data[size - 2] == 0xFF && data[size - 1] == 0xD9;
+}
+
+// The entropy-coded data of a single-scan file, from after its scan header to the final EOI
+// (`end`), holds no marker but restarts (FF D0-D7), stuffed zeros (FF 00) and fill bytes (FF FF).
+// A window decode stops after the window's last row, so any other marker past it (a second SOI,
+// SOF or SOS, a table), on which the whole decode fails, would go unread: false sends such a file
+// to the whole decode. (A multi-scan file is read to its end by jpeg_start_decompress.)
+bool only_restarts_follow(const uint8_t* p, const uint8_t* end) {
+  while (p < end) {
+    const auto* ff =
+        static_cast<const uint8_t*>(std::memchr(p, 0xFF, static_cast<size_t>(end - p)));
+    if (ff == nullptr) return true;
+    const uint8_t* code = ff + 1;
+    while (code < end && *code == 0xFF) ++code;
+    if (code == end) return true;  // fill bytes before the EOI
+    if (*code != 0x00 && (*code < 0xD0 || *code > 0xD7)) return false;
+    p = code + 1;
+  }
+  return true;
 }
 
 void check_window(const CropBox& box, int64_t height, int64_t width, const std::string& where) {
@@ -341,7 +362,9 @@ Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::strin
             " pixels; expected at most ", max_pixels, " pixels");
   const CropBox box = choose(static_cast<int>(height), static_cast<int>(width));
   const bool whole = box.top == 0 && box.left == 0 && box.height == height && box.width == width;
-  if (whole || s.cinfo.out_color_space == JCS_CMYK || !ends_with_eoi(data, size)) {
+  if (whole || s.cinfo.out_color_space == JCS_CMYK || !ends_with_eoi(data, size) ||
+      (!jpeg_has_multiple_scans(&s.cinfo) &&
+       !only_restarts_follow(s.cinfo.src->next_input_byte, data + size - 2))) {
     state.reset();
     return image_tensor_window(decode_jpeg_rgb(data, size, where, max_pixels), box, where);
   }
