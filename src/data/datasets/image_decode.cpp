@@ -315,18 +315,36 @@ bool starts_as_png(const uint8_t* data, size_t size) {
   return size >= 8 && std::memcmp(data, "\x89PNG\r\n\x1a\n", 8) == 0;
 }
 
-Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& where,
-                       int64_t max_pixels) {
+namespace {
+
+// The header read and the image's size checked: IOError naming `where` otherwise.
+std::unique_ptr<JpegState> open_jpeg(const uint8_t* data, size_t size, const std::string& where,
+                                     int64_t max_pixels) {
   auto state = std::make_unique<JpegState>();
-  JpegState& s = *state;
-  SKA_CHECK(jpeg_open(s, data, size), IOError, where,
-            ": cannot decode the JPEG: ", s.error.message);
-  const int64_t height = s.cinfo.image_height, width = s.cinfo.image_width;
+  SKA_CHECK(jpeg_open(*state, data, size), IOError, where,
+            ": cannot decode the JPEG: ", state->error.message);
+  const int64_t height = state->cinfo.image_height, width = state->cinfo.image_width;
   SKA_CHECK(height * width <= max_pixels, IOError, where, ": the JPEG is ", width, "x", height,
             " pixels; expected at most ", max_pixels, " pixels");
+  return state;
+}
+
+void start_jpeg(JpegState& s, const std::string& where) {
   SKA_CHECK(jpeg_start(s), IOError, where, ": cannot decode the JPEG: ", s.error.message);
-  SKA_CHECK(s.cinfo.output_height == height && s.cinfo.output_width == width, IOError, where,
-            ": libjpeg decodes the ", width, "x", height, " JPEG at another size");
+  SKA_CHECK(
+      s.cinfo.output_height == s.cinfo.image_height && s.cinfo.output_width == s.cinfo.image_width,
+      IOError, where, ": libjpeg decodes the ", s.cinfo.image_width, "x", s.cinfo.image_height,
+      " JPEG at another size");
+}
+
+}  // namespace
+
+Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& where,
+                       int64_t max_pixels) {
+  std::unique_ptr<JpegState> state = open_jpeg(data, size, where, max_pixels);
+  JpegState& s = *state;
+  const int64_t height = s.cinfo.image_height, width = s.cinfo.image_width;
+  start_jpeg(s, where);
   Tensor image = Tensor::empty({height, width, 3}, DType::kU8);
   std::vector<uint8_t> row(static_cast<size_t>(width) * 4);
   SKA_CHECK(jpeg_read_rows(s, image.data<uint8_t>(), row.data()), IOError, where,
@@ -353,13 +371,9 @@ Tensor image_tensor_window(const Tensor& image, const CropBox& box, const std::s
 
 Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::string& where,
                               int64_t max_pixels, const WindowChooser& choose) {
-  auto state = std::make_unique<JpegState>();
+  std::unique_ptr<JpegState> state = open_jpeg(data, size, where, max_pixels);
   JpegState& s = *state;
-  SKA_CHECK(jpeg_open(s, data, size), IOError, where,
-            ": cannot decode the JPEG: ", s.error.message);
   const int64_t height = s.cinfo.image_height, width = s.cinfo.image_width;
-  SKA_CHECK(height * width <= max_pixels, IOError, where, ": the JPEG is ", width, "x", height,
-            " pixels; expected at most ", max_pixels, " pixels");
   const CropBox box = choose(static_cast<int>(height), static_cast<int>(width));
   const bool whole = box.top == 0 && box.left == 0 && box.height == height && box.width == width;
   if (whole || s.cinfo.out_color_space == JCS_CMYK || !ends_with_eoi(data, size) ||
@@ -369,9 +383,7 @@ Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::strin
     return image_tensor_window(decode_jpeg_rgb(data, size, where, max_pixels), box, where);
   }
   check_window(box, height, width, where);
-  SKA_CHECK(jpeg_start(s), IOError, where, ": cannot decode the JPEG: ", s.error.message);
-  SKA_CHECK(s.cinfo.output_height == height && s.cinfo.output_width == width, IOError, where,
-            ": libjpeg decodes the ", width, "x", height, " JPEG at another size");
+  start_jpeg(s, where);
   Tensor image = Tensor::empty({box.height, box.width, 3}, DType::kU8);
   std::vector<uint8_t> row(static_cast<size_t>(width) * 3);
   SKA_CHECK(jpeg_read_window(s, box, image.data<uint8_t>(), row.data()), IOError, where,
