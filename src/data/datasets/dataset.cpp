@@ -52,10 +52,8 @@ int64_t InMemoryDataset::label(int64_t index) const {
 
 Sample Dataset::get_window(int64_t index, const WindowChooser& choose) const {
   Sample sample = get(index);
-  const CropBox box =
-      choose(static_cast<int>(sample.image.size(0)), static_cast<int>(sample.image.size(1)));
   sample.image =
-      image_tensor_window(sample.image, box, name() + " sample " + std::to_string(index));
+      image_tensor_window(sample.image, choose, name() + " sample " + std::to_string(index));
   return sample;
 }
 

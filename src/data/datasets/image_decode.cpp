@@ -369,6 +369,15 @@ Tensor image_tensor_window(const Tensor& image, const CropBox& box, const std::s
   return out;
 }
 
+Tensor image_tensor_window(const Tensor& image, const WindowChooser& choose,
+                           const std::string& where) {
+  SKA_CHECK(image.dim() == 3, ValueError, where,
+            ": a window of a uint8 [H, W, C] image was asked of a ", shape_str(image.shape()),
+            " tensor");
+  return image_tensor_window(
+      image, choose(static_cast<int>(image.size(0)), static_cast<int>(image.size(1))), where);
+}
+
 Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::string& where,
                               int64_t max_pixels, const WindowChooser& choose) {
   std::unique_ptr<JpegState> state = open_jpeg(data, size, where, max_pixels);

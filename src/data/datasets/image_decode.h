@@ -40,6 +40,9 @@ Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::strin
 // The window `box` of `image` (uint8 [H, W, C]) as a tensor of its own. ValueError naming `where`
 // when the box does not lie inside the image or is empty.
 Tensor image_tensor_window(const Tensor& image, const CropBox& box, const std::string& where);
+// The window `choose` picks, given `image`'s height and width, as above.
+Tensor image_tensor_window(const Tensor& image, const WindowChooser& choose,
+                           const std::string& where);
 
 // A PNG file as RGB uint8 [H, W, 3]: palettes expanded, 16-bit samples to their high byte, grey
 // replicated and alpha (or a tRNS colour) dropped, as Pillow's convert("RGB") does; interlaced

@@ -155,18 +155,19 @@ const FolderSample& ImageFolderDataset::sample(int64_t index) const {
 
 int64_t ImageFolderDataset::label(int64_t index) const { return sample(index).label; }
 
+std::string ImageFolderDataset::describe(int64_t index) const {
+  return name_ + " sample " + std::to_string(index) + ", class '" +
+         classes_[static_cast<size_t>(sample(index).label)] + "'";
+}
+
 Sample ImageFolderDataset::get(int64_t index) const {
   const FolderSample& s = sample(index);
-  const std::string what = name_ + " sample " + std::to_string(index) + ", class '" +
-                           classes_[static_cast<size_t>(s.label)] + "'";
-  return Sample{decode_image_rgb(s.path, what), s.label};
+  return Sample{decode_image_rgb(s.path, describe(index)), s.label};
 }
 
 Sample ImageFolderDataset::get_window(int64_t index, const WindowChooser& choose) const {
   const FolderSample& s = sample(index);
-  const std::string what = name_ + " sample " + std::to_string(index) + ", class '" +
-                           classes_[static_cast<size_t>(s.label)] + "'";
-  return Sample{decode_image_rgb_window(s.path, choose, what), s.label};
+  return Sample{decode_image_rgb_window(s.path, choose, describe(index)), s.label};
 }
 
 std::vector<std::string> list_class_folders(const std::string& dir) {
@@ -243,11 +244,7 @@ Tensor decode_image(const std::string& path, const WindowChooser* choose, const 
                : decode_jpeg_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels);
   }
   const auto windowed = [&](const Tensor& image) {
-    return choose == nullptr ? image
-                             : image_tensor_window(image,
-                                                   (*choose)(static_cast<int>(image.size(0)),
-                                                             static_cast<int>(image.size(1))),
-                                                   named);
+    return choose == nullptr ? image : image_tensor_window(image, *choose, named);
   };
   if (starts_as_png(bytes.data(), bytes.size())) {
     return windowed(decode_png_rgb(bytes.data(), bytes.size(), named, kMaxImagePixels));

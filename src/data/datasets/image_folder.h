@@ -34,6 +34,7 @@ class ImageFolderDataset : public Dataset {
 
  private:
   const FolderSample& sample(int64_t index) const;
+  std::string describe(int64_t index) const;  // "imagenet sample 12, class 'n01440764'"
 
   std::string name_;
   std::vector<std::string> classes_;
