@@ -1,9 +1,11 @@
-// Indexing along one dim on CUDA: index_select, gather (copies, any dtype) and index_add,
+// Indexing along one dim on CUDA: index_select, gather (copies, any dtype), index_add
+// (deterministic: each output element sums its rows in index order, as the CPU does) and
 // scatter_add (atomicAdd, f32/bf16/f16). Indices are i64; out-of-range ones are skipped.
 //
 // No host-side range check (it would need a device sync): an index outside [0, size(dim)) never
 // touches memory; index_select / gather write 0 for it and index_add / scatter_add drop it.
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/backend.h"
 #include "cuda/kernels/common.cuh"
@@ -63,6 +65,64 @@ __global__ void index_add_kernel(const T* src, const int64_t* index, IndexGeomet
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t it, ix;
     if (index_offsets(g, index, i, &it, &ix)) atomicAdd(out + ix, src[it]);
+  }
+}
+
+// The accumulator of a deterministic sum of T values: f32 for the 16-bit types, as the CPU's.
+template <typename T>
+using SumType = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T>
+__device__ __forceinline__ SumType<T> widen(T v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return v;
+  } else {
+    return to_float(v);
+  }
+}
+template <typename T>
+__device__ __forceinline__ T narrow(SumType<T> v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return v;
+  } else {
+    return from_float<T>(v);
+  }
+}
+
+// index_add on contiguous src [outer, n, inner] into out [outer, rows, inner], one thread per
+// element of out: its value plus the src rows whose index names its row, added in index order in
+// SumType<T> and rounded once, so the bits match the CPU's (and repeat from run to run, where
+// atomics would add in whatever order the threads arrive). Work: out's size times n, so for
+// tables and index lists of moderate size (a relative position bias: 169 x 2401).
+constexpr int64_t kIndexAddOutputRows = 1024;
+template <typename T>
+__global__ void index_add_by_output(const T* src, const int64_t* index, int64_t n, int64_t rows,
+                                    int64_t inner, int64_t numel, T* out) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < numel;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = e % inner, k = (e / inner) % rows, o = e / (inner * rows);
+    const T* s = src + o * n * inner + j;
+    SumType<T> acc = widen(out[e]);
+    for (int64_t i = 0; i < n; ++i) {
+      if (index[i] == k) acc += widen(s[i * inner]);
+    }
+    out[e] = narrow<T>(acc);
+  }
+}
+
+// The same sums for large problems, one thread per column (o, j) walking the index in order:
+// deterministic too, f32 bits equal to the CPU's; a 16-bit out is rounded after each add.
+template <typename T>
+__global__ void index_add_by_column(const T* src, const int64_t* index, int64_t n, int64_t rows,
+                                    int64_t inner, int64_t columns, T* out) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < columns;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = c % inner, o = c / inner;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = index[i];
+      if (k < 0 || k >= rows) continue;
+      T* d = out + (o * rows + k) * inner + j;
+      *d = narrow<T>(widen(*d) + widen(src[(o * n + i) * inner + j]));
+    }
   }
 }
 
@@ -184,8 +244,39 @@ void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor
   check_other_dims(src.shape(), out.shape(), dim, true, "index_add");
   SKA_CHECK(src.shape()[dim] == index.numel(), ShapeError, "index_add: src ",
             shape_str(src.shape()), " does not hold ", index.numel(), " indices along dim ", dim);
-  launch_add(src, index, geometry(src.shape(), src.strides(), out, dim, false, "index_add"), out,
-             "index_add");
+  if (!src.is_contiguous() || !out.is_contiguous()) {  // strided operands: the atomic kernel
+    launch_add(src, index, geometry(src.shape(), src.strides(), out, dim, false, "index_add"),
+               out, "index_add");
+    return;
+  }
+  SKA_CHECK(src.dtype() == out.dtype(), DTypeError, "index_add: src is ", src.dtype(),
+            ", out is ", out.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= out.shape()[d];
+  for (int64_t d = dim + 1; d < out.dim(); ++d) inner *= out.shape()[d];
+  const int64_t n = index.numel(), rows = out.shape()[dim];
+  if (out.numel() == 0 || n == 0) return;
+  const int device = device_index(out);
+  DeviceGuard guard(device);
+  const cudaStream_t s = current_stream(device);
+  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
+  // By output element for tables of up to kIndexAddOutputRows rows while that reads the index at most
+  // 2^31 times in all, else by column.
+  const bool by_output = rows <= kIndexAddOutputRows &&
+                         static_cast<double>(out.numel()) * static_cast<double>(n) <= 2147483648.0;
+  dispatch_floating(out.dtype(), "index_add", [&](auto tag) {
+    using T = decltype(tag);
+    const T* sp = static_cast<const T*>(src.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    if (by_output) {
+      index_add_by_output<T><<<grid_for(out.numel()), 256, 0, s>>>(sp, idx, n, rows, inner,
+                                                                  out.numel(), op);
+    } else {
+      index_add_by_column<T><<<grid_for(outer * inner), 256, 0, s>>>(sp, idx, n, rows, inner,
+                                                                    outer * inner, op);
+    }
+    SKA_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor& out) {

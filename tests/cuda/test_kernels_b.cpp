@@ -587,4 +587,42 @@ TEST_CASE("cuda cross entropy and index kernels: out-of-range indices", "[cuda]"
   CHECK(sel.to_vector<float>() == std::vector<float>{2, 2, 1, 1, 0, 0, 2, 2});
 }
 
+TEST_CASE("cuda index_add sums repeated indices in index order, as the CPU", "[cuda]") {
+  // A relative position bias's gradient (Swin: 169 table entries, 49 x 49 lookups) and, past the
+  // by-output kernel's row limit, a wider table summed by column; both deterministic.
+  struct Case {
+    Shape out;
+    int64_t dim, n;
+  };
+  for (const Case& c : {Case{{169}, 0, 2401}, Case{{2, 13, 3}, 1, 40}, Case{{1500, 3}, 0, 5000}}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      INFO(shape_str(c.out) << " along " << c.dim << ", " << c.n << " indices, "
+                            << dtype_name(dt));
+      Shape src_shape = c.out;
+      src_shape[static_cast<size_t>(c.dim)] = c.n;
+      const int64_t rows = c.out[static_cast<size_t>(c.dim)];
+      std::vector<int64_t> idx(static_cast<size_t>(c.n));
+      for (int64_t i = 0; i < c.n; ++i) idx[static_cast<size_t>(i)] = (i * 7919 + i / 3) % rows;
+      const Tensor index = Tensor::from_vector(idx, {c.n});
+      const Tensor src = uniform(src_shape, 31, -1.0, 1.0, DType::kF32).to(dt);
+      const Tensor start = uniform(c.out, 32, -1.0, 1.0, DType::kF32).to(dt);
+      const Tensor want = start.clone();
+      cpu::index_add(src, c.dim, index, want);
+      std::vector<std::vector<float>> runs;
+      for (int run = 0; run < 2; ++run) {
+        const Tensor got = start.to(kGpu);
+        cuda::index_add(src.to(kGpu), c.dim, index.to(kGpu), got);
+        runs.push_back(got.to(Device::cpu(), DType::kF32).to_vector<float>());
+        // The CPU's bits, but for a 16-bit table past the by-output kernel (rounded per add).
+        if (dt == DType::kF32 || rows <= 1024) {
+          CHECK(ska::test::bitwise_equal(got.to(Device::cpu()), want));
+        } else {
+          require_close(got, want, {0.05, 0.02}, "index_add by column");
+        }
+      }
+      CHECK(runs[0] == runs[1]);
+    }
+  }
+}
+
 #endif  // SKA_WITH_CUDA
