@@ -523,11 +523,18 @@ TEST_CASE("CUDA add_layer_norm matches the CPU", "[cuda]") {
       Tensor y = uniform(shape, 96, -2.0, 2.0).set_requires_grad();
       Tensor w = uniform({c}, 97, 0.5, 1.5).set_requires_grad();
       Tensor b = uniform({c}, 98).set_requires_grad();
+      // In bf16 the CUDA op normalises the sum rounded to bf16 (its output), the f32 reference
+      // the exact sum: the weight gradient adds that difference (2^-9 of the sum, relative) over
+      // every row, 130 of them for [2, 65, 384], so its error grows as their square root (up to
+      // 0.046 of a 0.48 gradient seen on an H200, where bf16's tolerance allows 0.030).
+      const int64_t rows = shape_numel(shape) / c;
+      const ska::test::Tolerance sum_rows =
+          dt == DType::kBF16 && rows > 64 ? ska::test::Tolerance{0.08, 0.02} : tolerance_for(dt);
       ska::test::check_cuda_parity(
           [](const TensorList& in) {
             return residual_norm_outputs(add_layer_norm(in[0], in[1], in[2], in[3]));
           },
-          {x, y, w, b}, dt);
+          {x, y, w, b}, dt, &sum_rows);
       // With the branch's dropout (inside the kernels for 384 columns): the same draws on both
       // devices from generators of one seed.
       ska::test::check_cuda_parity(
@@ -536,7 +543,7 @@ TEST_CASE("CUDA add_layer_norm matches the CPU", "[cuda]") {
             return residual_norm_outputs(
                 add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, std::nullopt, 0.25, &gen));
           },
-          {x, y, w, b}, dt);
+          {x, y, w, b}, dt, &sum_rows);
       if (dt == DType::kF32) continue;
       // The autocast form: an f32 stream, a 16-bit branch and a 16-bit norm output.
       const ska::test::Tolerance tol = tolerance_for(dt);
