@@ -52,8 +52,8 @@ constexpr int kMaxWarps = 4;  // a block owns 16 to 64 rows
 constexpr unsigned kFull = 0xffffffffu;
 
 std::atomic<bool> g_mma{true};
-std::atomic<bool> g_one_block{false};
-std::atomic<bool> g_one_block_forward{false};
+std::atomic<bool> g_one_block{true};
+std::atomic<bool> g_one_block_forward{true};
 
 // The one-block backward (mma_one_block_backward_kernel): sequences of at most kShortRows queries
 // and keys, head dims up to 64.

@@ -156,7 +156,7 @@ void launch_correlation(const Tensor& in, const Tensor& w, const Tensor& bias, i
   });
 }
 
-std::atomic<DepthwiseConv> g_mode{DepthwiseConv::kCudnn};
+std::atomic<DepthwiseConv> g_mode{DepthwiseConv::kTimed};
 
 // (pass, device, dtype, N, C, H, W, K, pad_h, pad_w) -> direct kernels faster.
 using ChoiceKey = std::array<int64_t, 10>;

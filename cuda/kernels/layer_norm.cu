@@ -40,7 +40,7 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 constexpr int kHeldMaxCols = 1024;  // the held forward kernels: 32 columns a lane
 
-std::atomic<bool> g_fused_backward{false};
+std::atomic<bool> g_fused_backward{true};
 std::atomic<bool> g_held_forward{false};
 
 // a + b as the binary add kernel computes it: in f32, rounded once. __fadd_rn keeps the compiler

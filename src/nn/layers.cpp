@@ -65,9 +65,9 @@ void set_norm_autocast_outputs(bool enabled) {
 }
 
 namespace {
-std::atomic<bool> g_fused_residual_norm{false};
-std::atomic<bool> g_fused_gelu_dropout{false};
-std::atomic<bool> g_fused_dropout_add{false};
+std::atomic<bool> g_fused_residual_norm{true};
+std::atomic<bool> g_fused_gelu_dropout{true};
+std::atomic<bool> g_fused_dropout_add{true};
 }  // namespace
 
 bool fused_dropout_add_enabled() { return g_fused_dropout_add.load(std::memory_order_relaxed); }

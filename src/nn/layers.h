@@ -76,13 +76,12 @@ bool norm_autocast_outputs_enabled();
 void set_norm_autocast_outputs(bool enabled);
 
 // Whether LayerNorm::forward_residual runs the residual add and the norm as one op (default
-// false until the CUDA kernels are timed; `train.residual_norm`, `benchmark --residual-norm`).
+// true; `train.residual_norm`, `benchmark --residual-norm`).
 bool fused_residual_norm_enabled();
 void set_fused_residual_norm(bool enabled);
 
 // Whether Mlp runs its GELU and the dropout after it as one op in training (gelu_dropout,
-// ops/random.h; default false until the CUDA kernels are timed; `train.gelu_dropout`,
-// `benchmark --gelu-dropout`).
+// ops/random.h; default true; `train.gelu_dropout`, `benchmark --gelu-dropout`).
 bool fused_gelu_dropout_enabled();
 void set_fused_gelu_dropout(bool enabled);
 
@@ -95,8 +94,7 @@ void set_fused_gelu_dropout(bool enabled);
 Tensor residual_sum(const Tensor& x, const Tensor& branch, double p,
                     const Tensor& x_scale = Tensor(), const Tensor& branch_scale = Tensor(),
                     const Tensor& branch_keep = Tensor());
-// `train.dropout_add`, `benchmark --dropout-add`: unfused or fused (default false until the CUDA
-// kernels are run).
+// `train.dropout_add`, `benchmark --dropout-add`: unfused or fused (the default).
 bool fused_dropout_add_enabled();
 void set_fused_dropout_add(bool enabled);
 

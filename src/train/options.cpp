@@ -70,14 +70,14 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        {"split", "one_block"},
        "the mma.sync attention's backward for up to 80 tokens and head dims up to 64: split (a "
        "dK/dV kernel and a dQ kernel) or one_block (one block per head that loads every operand "
-       "once; not yet measured on a GPU)",
+       "once; the default: CSKA-ViT-S's bf16 training step 1.12x faster on an H200)",
        K::kCudaOnly},
       {"attention_forward",
        &C::attention_forward,
        {"tiled", "one_block"},
        "the mma.sync attention's forward where the longer side has 65 to 80 rows (ViT-S's 65 "
        "tokens): tiled (blocks of up to 64 queries, key tiles of 64) or one_block (one block per "
-       "head, every key in one tile; not yet measured on a GPU)",
+       "head, every key in one tile; the default)",
        K::kCudaOnly},
       {"attention_loads",
        &C::attention_loads,
@@ -111,28 +111,27 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        &C::norm_backward,
        {"split", "fused"},
        "CUDA layer norm backward for rows of up to 768 columns: split (a grad_x kernel and a "
-       "column reduction) or fused (one pass that reads grad_y and x once; not yet measured on a "
-       "GPU)",
+       "column reduction) or fused (one pass that reads grad_y and x once; the default)",
        K::kCudaOnly | K::kTrainingOnly},
       {"residual_norm",
        &C::residual_norm,
        {"unfused", "fused"},
        "a pre-norm block's residual add and the layer norm after it: unfused (two ops) or fused "
        "(one kernel each way, add_layer_norm, with a ViT branch's closing dropout inside in "
-       "training; sums with a scale stay scaled_residual and the norm; the same bits; not yet "
-       "measured on a GPU)"},
+       "training; sums with a scale stay scaled_residual and the norm; the same bits; the "
+       "default)"},
       {"gelu_dropout",
        &C::gelu_dropout,
        {"unfused", "fused"},
        "an MLP's GELU and the dropout after it in training: unfused (two ops) or fused (one "
-       "kernel each way, gelu_dropout; the same bits; not yet measured on a GPU)",
+       "kernel each way, gelu_dropout; the same bits; the default)",
        K::kTrainingOnly},
       {"dropout_add",
        &C::dropout_add,
        {"unfused", "fused"},
        "the dropout closing a ViT or CaiT block's branch and the residual sum it feeds, in "
        "training: unfused (the dropout op first) or fused (in the sum's kernels, dropout_add / "
-       "scaled_residual; the same bits; not yet run on a GPU)",
+       "scaled_residual; the same bits; the default)",
        K::kTrainingOnly},
       {"talking_heads",
        &C::talking_heads,
@@ -160,16 +159,16 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        {"conv", "gemm", "auto", "direct"},
        "CSKA's logit convolution: conv (the convolution; cuDNN on CUDA), gemm (each query's 3x3 "
        "neighbourhood times the filters: im2col + batched GEMM), auto (on CUDA under "
-       "cudnn_benchmark, the faster of the two for each shape, timed on its first call; conv "
+       "cudnn_benchmark, the fastest of the three for each shape, timed on its first call; conv "
        "elsewhere) or direct (the grid_conv_logits op: on CUDA this project's tensor-core "
-       "kernels, no im2col; not yet measured on a GPU)"},
+       "kernels, no im2col)"},
       {"depthwise_conv",
        &C::depthwise_conv,
        {"cudnn", "direct", "auto"},
        "channels-last depthwise convolutions with stride 1 and 3x3 to 7x7 filters (MetaFormer's "
-       "separable convolutions) on CUDA: cudnn, direct (this project's kernels; not yet measured "
-       "on a GPU) or auto (under cudnn_benchmark, the faster of the two for each shape and pass, "
-       "timed on its first call)",
+       "separable convolutions) on CUDA: cudnn, direct (this project's kernels) or auto (the "
+       "default: under cudnn_benchmark, the faster of the two for each shape and pass, timed on "
+       "its first call; CAFormer-S18's bf16 training step 1.7x faster than on cuDNN on an H200)",
        K::kCudaOnly},
   };
   return specs;

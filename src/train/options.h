@@ -33,26 +33,26 @@ struct KernelRun {
 // Which implementation the kernels with a fast path and a reference take: the string choices
 // listed, with their values and what each does, by kernel_choice_specs() (the `train:` key of each
 // is the member's name, benchmark's flag the same with dashes), and the two cuDNN booleans. The
-// fast ones by default; the others to compare, or to work around a fast path that misbehaves on
-// some GPU without rebuilding. A fast path not yet run on a GPU stays off by default. Process-wide
-// switches, set by apply().
+// fast ones by default (a fast path becomes the default once measured faster on a GPU); the
+// others to compare, or to work around a fast path that misbehaves on some GPU without
+// rebuilding. Process-wide switches, set by apply().
 struct KernelChoices {
   std::string attention = "fused";
-  std::string attention_backward = "split";
-  std::string attention_forward = "tiled";
+  std::string attention_backward = "one_block";
+  std::string attention_forward = "one_block";
   std::string attention_loads = "async";
   std::string elementwise = "fast";
   std::string norm_output = "autocast";
   std::string norm_forward = "loop";
-  std::string norm_backward = "split";
-  std::string residual_norm = "unfused";
-  std::string gelu_dropout = "unfused";
-  std::string dropout_add = "unfused";
+  std::string norm_backward = "fused";
+  std::string residual_norm = "fused";
+  std::string gelu_dropout = "fused";
+  std::string dropout_add = "fused";
   std::string talking_heads = "unfused";
   std::string weight_casts = "per_use";
   std::string linear_grads = "autocast";
   std::string conv_logits = "auto";
-  std::string depthwise_conv = "cudnn";
+  std::string depthwise_conv = "auto";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
   bool cudnn_benchmark = true;

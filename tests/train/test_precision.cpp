@@ -352,48 +352,48 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
           "[cpu][train]") {
   const KernelChoices defaults;
   CHECK(defaults.attention == "fused");
-  CHECK(defaults.attention_backward == "split");
-  CHECK(defaults.attention_forward == "tiled");
+  CHECK(defaults.attention_backward == "one_block");
+  CHECK(defaults.attention_forward == "one_block");
   CHECK(defaults.elementwise == "fast");
   CHECK(defaults.norm_output == "autocast");
-  CHECK(defaults.residual_norm == "unfused");
-  CHECK(defaults.gelu_dropout == "unfused");
-  CHECK(defaults.dropout_add == "unfused");
+  CHECK(defaults.residual_norm == "fused");
+  CHECK(defaults.gelu_dropout == "fused");
+  CHECK(defaults.dropout_add == "fused");
   CHECK(defaults.talking_heads == "unfused");
   CHECK(defaults.conv_logits == "auto");
-  CHECK(defaults.depthwise_conv == "cudnn");
+  CHECK(defaults.depthwise_conv == "auto");
   CHECK(defaults.describe().empty());
   Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   config.set("train.attention=scalar");
-  config.set("train.attention_backward=one_block");
-  config.set("train.attention_forward=one_block");
+  config.set("train.attention_backward=split");
+  config.set("train.attention_forward=tiled");
   config.set("train.elementwise=reference");
   config.set("train.norm_output=f32");
-  config.set("train.residual_norm=fused");
-  config.set("train.gelu_dropout=fused");
-  config.set("train.dropout_add=fused");
+  config.set("train.residual_norm=unfused");
+  config.set("train.gelu_dropout=unfused");
+  config.set("train.dropout_add=unfused");
   config.set("train.talking_heads=fused");
   config.set("train.conv_logits=conv");
   config.set("train.depthwise_conv=direct");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
   CHECK(k.describe() ==
-        " [attention: scalar] [attention_backward: one_block] [attention_forward: one_block]"
-        " [elementwise: reference] [norm_output: f32] [residual_norm: fused]"
-        " [gelu_dropout: fused] [dropout_add: fused] [talking_heads: fused]"
+        " [attention: scalar] [attention_backward: split] [attention_forward: tiled]"
+        " [elementwise: reference] [norm_output: f32] [residual_norm: unfused]"
+        " [gelu_dropout: unfused] [dropout_add: unfused] [talking_heads: fused]"
         " [conv_logits: conv] [depthwise_conv: direct]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
   CHECK(nn::fused_attention_enabled());
   CHECK_FALSE(nn::norm_autocast_outputs_enabled());
-  CHECK(nn::fused_residual_norm_enabled());
-  CHECK(nn::fused_gelu_dropout_enabled());
-  CHECK(nn::fused_dropout_add_enabled());
+  CHECK_FALSE(nn::fused_residual_norm_enabled());
+  CHECK_FALSE(nn::fused_gelu_dropout_enabled());
+  CHECK_FALSE(nn::fused_dropout_add_enabled());
   CHECK(nn::fused_talking_heads_enabled());
   CHECK_FALSE(set_cuda_attention_tensor_cores(true));
   CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
-  CHECK(set_cuda_attention_one_block_backward(true));
-  CHECK(set_cuda_attention_one_block_forward(true));
+  CHECK_FALSE(set_cuda_attention_one_block_backward(true));
+  CHECK_FALSE(set_cuda_attention_one_block_forward(true));
   CHECK(set_cuda_depthwise_conv(DepthwiseConv::kDirect) == DepthwiseConv::kDirect);
   KernelChoices timed;
   timed.depthwise_conv = "auto";
@@ -420,16 +420,16 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kAuto);
   CHECK(nn::fused_attention_enabled());
   CHECK(nn::norm_autocast_outputs_enabled());
-  CHECK_FALSE(nn::fused_residual_norm_enabled());
-  CHECK_FALSE(nn::fused_gelu_dropout_enabled());
-  CHECK_FALSE(nn::fused_dropout_add_enabled());
+  CHECK(nn::fused_residual_norm_enabled());
+  CHECK(nn::fused_gelu_dropout_enabled());
+  CHECK(nn::fused_dropout_add_enabled());
   CHECK_FALSE(nn::fused_talking_heads_enabled());
   CHECK(set_cuda_attention_mma(true));
-  CHECK_FALSE(set_cuda_attention_one_block_backward(false));
-  CHECK_FALSE(set_cuda_attention_one_block_forward(false));
+  CHECK(set_cuda_attention_one_block_backward(true));
+  CHECK(set_cuda_attention_one_block_forward(true));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
-  CHECK(set_cuda_depthwise_conv(DepthwiseConv::kCudnn) == DepthwiseConv::kCudnn);
+  CHECK(set_cuda_depthwise_conv(DepthwiseConv::kTimed) == DepthwiseConv::kTimed);
   // A value outside the choices names the key and the choices.
   Config bad = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   bad.set("train.attention=flash");
@@ -474,30 +474,30 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
   // ones not in evaluation, autocast ones not in f32.
   KernelChoices some;
   some.attention_loads = "sync";   // CUDA only
-  some.gelu_dropout = "fused";     // training only
+  some.gelu_dropout = "unfused";   // training only
   some.weight_casts = "per_step";  // autocast only
   some.attention = "unfused";      // anywhere
   some.cudnn_benchmark = false;    // CUDA only
   CHECK(some.describe() ==
-        " [attention: unfused] [attention_loads: sync] [gelu_dropout: fused] [weight_casts: "
+        " [attention: unfused] [attention_loads: sync] [gelu_dropout: unfused] [weight_casts: "
         "per_step] [cuDNN heuristics]");
   CHECK(some.describe({false, true, true}) ==
-        " [attention: unfused] [gelu_dropout: fused] [weight_casts: per_step]");
+        " [attention: unfused] [gelu_dropout: unfused] [weight_casts: per_step]");
   CHECK(some.describe({true, false, true}) ==
         " [attention: unfused] [attention_loads: sync] [weight_casts: per_step] [cuDNN "
         "heuristics]");
   CHECK(some.describe({false, false, false}) == " [attention: unfused]");
   // The two switches that were benchmark flags only are train keys too, applied process-wide.
   KernelChoices k;
-  k.norm_backward = "fused";
+  k.norm_backward = "split";
   k.norm_forward = "held";
   k.attention_loads = "sync";
   k.apply();
-  CHECK(set_cuda_layer_norm_fused_backward(false));
+  CHECK_FALSE(set_cuda_layer_norm_fused_backward(true));
   CHECK(set_cuda_layer_norm_held_forward(false));
   CHECK_FALSE(set_cuda_attention_async_loads(true));
   defaults.apply();
-  CHECK_FALSE(set_cuda_layer_norm_fused_backward(false));
+  CHECK(set_cuda_layer_norm_fused_backward(true));
   CHECK_FALSE(set_cuda_layer_norm_held_forward(false));
   CHECK(set_cuda_attention_async_loads(true));
 }

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cfloat>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -209,12 +211,17 @@ ConvLogitsForm auto_form(const Tensor& q, const Conv2d& conv, int64_t height, in
   }
   if (capturing(q.device())) return ConvLogitsForm::kConv;  // timing would synchronise
   const ConvLogitsTiming t = time_conv_logits(q, conv, height, width);
-  const ConvLogitsForm form = t.gemm_ms < t.conv_ms ? ConvLogitsForm::kGemm : ConvLogitsForm::kConv;
+  ConvLogitsForm form = t.gemm_ms < t.conv_ms ? ConvLogitsForm::kGemm : ConvLogitsForm::kConv;
+  if (t.direct_ms < std::min(t.conv_ms, t.gemm_ms)) form = ConvLogitsForm::kDirect;
   std::ostringstream line;
-  line << "conv logits " << q.str() << " -> " << conv.weight.size(0) / q.size(1)
-       << " keys on " << q.device() << (backward ? " (forward + backward)" : " (forward)")
-       << ": conv " << fixed_ms(t.conv_ms) << ", gemm " << fixed_ms(t.gemm_ms) << ": "
-       << (form == ConvLogitsForm::kGemm ? "gemm" : "conv");
+  line << "conv logits " << q.str() << " -> " << conv.weight.size(0) / q.size(1) << " keys on "
+       << q.device() << (backward ? " (forward + backward)" : " (forward)") << ": conv "
+       << fixed_ms(t.conv_ms) << ", gemm " << fixed_ms(t.gemm_ms);
+  if (std::isfinite(t.direct_ms)) line << ", direct " << fixed_ms(t.direct_ms);
+  line << ": "
+       << (form == ConvLogitsForm::kDirect ? "direct"
+           : form == ConvLogitsForm::kGemm ? "gemm"
+                                           : "conv");
   std::lock_guard<std::mutex> lock(choices.mutex);
   choices.forms.emplace(key, form);
   choices.lines.push_back(line.str());
@@ -247,9 +254,10 @@ ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t h
   SKA_CHECK(gemm_form_applies(conv, q.size(1)), ValueError,
             "time_conv_logits: the convolution has no matrix-product form");
   const bool backward = GradMode::is_enabled();
+  enum Form { kByConv, kByGemm, kByDirect };
   // One call of a form on detached operands, so that neither the caller's graph nor the
   // parameters' gradients see it.
-  const auto run = [&](bool gemm) {
+  const auto run = [&](Form form) {
     Tensor x = q.detach(), w = conv.weight.detach(), b;
     if (conv.bias.defined()) b = conv.bias.detach();
     if (backward) {
@@ -258,26 +266,30 @@ ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t h
       if (b.defined()) b.set_requires_grad(true);
     }
     const Conv2dOptions& o = conv.options;
-    const Tensor y =
-        gemm ? logits_by_gemm(x, w, b, height, width)
-             : logits_by_conv(x, height, width, [&](const Tensor& image) {
-                 return conv2d(image, w, b, o.stride, o.padding, o.dilation, o.groups);
-               });
+    const Tensor y = form == kByGemm ? logits_by_gemm(x, w, b, height, width)
+                     : form == kByDirect
+                         ? logits_by_direct(x, w, b, height, width)
+                         : logits_by_conv(x, height, width, [&](const Tensor& image) {
+                             return conv2d(image, w, b, o.stride, o.padding, o.dilation, o.groups);
+                           });
     if (backward) y.backward(Tensor::ones(y.shape(), y.dtype(), y.device()));
   };
   const Device device = q.device();
   const MacCountingPause not_counted;  // the timing calls are no part of a model's MAC count
-  ConvLogitsTiming t{1e300, 1e300};
+  const double never = std::numeric_limits<double>::infinity();
+  ConvLogitsTiming t{never, never, never};
+  std::vector<Form> forms = {kByConv, kByGemm};
+  if (direct_form_applies(q, conv, width)) forms.push_back(kByDirect);
   for (int i = -1; i < reps; ++i) {  // i = -1: a warm-up call of each (cuDNN's own timing)
-    for (const bool gemm : {false, true}) {
+    for (const Form form : forms) {
       synchronize(device);
       const auto start = std::chrono::steady_clock::now();
-      run(gemm);
+      run(form);
       synchronize(device);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
-      double& best = gemm ? t.gemm_ms : t.conv_ms;
+      double& best = form == kByGemm ? t.gemm_ms : form == kByDirect ? t.direct_ms : t.conv_ms;
       if (i >= 0) best = std::min(best, ms);
     }
   }

@@ -59,16 +59,18 @@ Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width)
 // How conv_logits computes (`train.conv_logits`, `benchmark --conv-logits`): kConv through the
 // convolution (cuDNN on CUDA); kGemm as im2col + batched GEMM (cuBLAS on CUDA), which steps
 // around cuDNN's slow backward-data kernels for grouped convolutions with many outputs per group;
-// kAuto on CUDA under cudnn_benchmark() (core/precision.h): the first call of each shape, dtype
-// and grad mode times both forms (time_conv_logits) and keeps the faster, as cuDNN's timed
-// algorithms; elsewhere (the CPU, cuDNN's heuristics, inside a CUDA Graph capture) kConv, so that
-// CPU runs stay bit for bit repeatable. A convolution the product does not express (dilated,
-// strided) stays a convolution. Process-wide; default kAuto (measured on an H100:
-// CSKAFormer-S18's logits 2.7x faster as a GEMM, CSKA-ViT-S's 2.1x faster as a convolution).
 // kDirect: the grid_conv_logits op (ops/conv.h), on CUDA this project's tensor-core kernels
 // (cuda/kernels/conv_logits.cu: no image, no neighbourhood matrix) where they take the call
 // (bf16/f16, head dims multiples of 16 up to 128), the convolution elsewhere; on the CPU its
-// reference loops. Not yet measured on a GPU, so kAuto does not consider it.
+// reference loops. kAuto on CUDA under cudnn_benchmark() (core/precision.h): the first call of
+// each shape, dtype and grad mode times the forms (time_conv_logits: the direct one where it
+// applies) and keeps the fastest, as cuDNN's timed algorithms; elsewhere (the CPU, cuDNN's
+// heuristics, inside a CUDA Graph capture) kConv, so that CPU runs stay bit for bit repeatable.
+// A convolution the product does not express (dilated, strided) stays a convolution.
+// Process-wide; default kAuto (measured on an H200, 2026-11-28, bf16 training steps:
+// CSKAFormer-S18 at batch 128 runs 2.2x faster with the logits as a GEMM than as cuDNN's
+// convolution, 1.19x faster than by the direct kernels; CSKA-ViT-S at 512 1.11x faster by the
+// direct kernels than as a convolution, 1.4x faster than as a GEMM).
 enum class ConvLogitsForm { kConv, kGemm, kAuto, kDirect };
 ConvLogitsForm conv_logits_form();
 void set_conv_logits_form(ConvLogitsForm form);
@@ -79,6 +81,7 @@ void set_conv_logits_form(ConvLogitsForm form);
 // product does not express.
 struct ConvLogitsTiming {
   double conv_ms, gemm_ms;
+  double direct_ms;  // infinity where the direct form does not take the call
 };
 ConvLogitsTiming time_conv_logits(const Tensor& q, const Conv2d& conv, int64_t height,
                                   int64_t width, int reps = 3);
