@@ -175,10 +175,9 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
   const bool narrow_c = pr.c_dtype != DType::kF32;
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  for (const uint32_t reductions :
-       {narrow_c ? uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE}
-                 : uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK},
-        uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK}}) {
+  for (const uint32_t reductions : {narrow_c ? uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE}
+                                             : uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK},
+                                    uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK}}) {
     if (st != CUBLAS_STATUS_SUCCESS || found > 0) break;
     st = cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                              &reductions, sizeof(reductions));

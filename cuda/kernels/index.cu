@@ -245,12 +245,12 @@ void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor
   SKA_CHECK(src.shape()[dim] == index.numel(), ShapeError, "index_add: src ",
             shape_str(src.shape()), " does not hold ", index.numel(), " indices along dim ", dim);
   if (!src.is_contiguous() || !out.is_contiguous()) {  // strided operands: the atomic kernel
-    launch_add(src, index, geometry(src.shape(), src.strides(), out, dim, false, "index_add"),
-               out, "index_add");
+    launch_add(src, index, geometry(src.shape(), src.strides(), out, dim, false, "index_add"), out,
+               "index_add");
     return;
   }
-  SKA_CHECK(src.dtype() == out.dtype(), DTypeError, "index_add: src is ", src.dtype(),
-            ", out is ", out.dtype());
+  SKA_CHECK(src.dtype() == out.dtype(), DTypeError, "index_add: src is ", src.dtype(), ", out is ",
+            out.dtype());
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= out.shape()[d];
   for (int64_t d = dim + 1; d < out.dim(); ++d) inner *= out.shape()[d];
@@ -260,8 +260,8 @@ void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor
   DeviceGuard guard(device);
   const cudaStream_t s = current_stream(device);
   const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
-  // By output element for tables of up to kIndexAddOutputRows rows while that reads the index at most
-  // 2^31 times in all, else by column.
+  // By output element for tables of up to kIndexAddOutputRows rows while that reads the index at
+  // most 2^31 times in all, else by column.
   const bool by_output = rows <= kIndexAddOutputRows &&
                          static_cast<double>(out.numel()) * static_cast<double>(n) <= 2147483648.0;
   dispatch_floating(out.dtype(), "index_add", [&](auto tag) {
@@ -269,11 +269,11 @@ void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor
     const T* sp = static_cast<const T*>(src.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
     if (by_output) {
-      index_add_by_output<T><<<grid_for(out.numel()), 256, 0, s>>>(sp, idx, n, rows, inner,
-                                                                  out.numel(), op);
+      index_add_by_output<T>
+          <<<grid_for(out.numel()), 256, 0, s>>>(sp, idx, n, rows, inner, out.numel(), op);
     } else {
-      index_add_by_column<T><<<grid_for(outer * inner), 256, 0, s>>>(sp, idx, n, rows, inner,
-                                                                    outer * inner, op);
+      index_add_by_column<T>
+          <<<grid_for(outer * inner), 256, 0, s>>>(sp, idx, n, rows, inner, outer * inner, op);
     }
     SKA_CUDA_CHECK_LAUNCH();
   });

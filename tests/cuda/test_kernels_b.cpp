@@ -596,8 +596,7 @@ TEST_CASE("cuda index_add sums repeated indices in index order, as the CPU", "[c
   };
   for (const Case& c : {Case{{169}, 0, 2401}, Case{{2, 13, 3}, 1, 40}, Case{{1500, 3}, 0, 5000}}) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-      INFO(shape_str(c.out) << " along " << c.dim << ", " << c.n << " indices, "
-                            << dtype_name(dt));
+      INFO(shape_str(c.out) << " along " << c.dim << ", " << c.n << " indices, " << dtype_name(dt));
       Shape src_shape = c.out;
       src_shape[static_cast<size_t>(c.dim)] = c.n;
       const int64_t rows = c.out[static_cast<size_t>(c.dim)];
