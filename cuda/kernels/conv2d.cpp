@@ -315,16 +315,25 @@ bool capturing(int device) {
 }
 
 // The cached choice for this key, or a fresh query: timed on `data` under cudnn_benchmark()
-// (except during a graph capture, which gets the heuristic choice), ranked by the heuristics
-// otherwise. The conv descriptor gets the choice's math type.
+// (except during a graph capture, where timing would synchronise), ranked by the heuristics
+// otherwise. A capture under cudnn_benchmark() takes the algorithm timed for the problem before
+// it (the eager warm-up steps), so that the graph runs what those steps ran (the same bits; the
+// heuristics' first choice for some grouped 16-bit convolutions cannot be captured: cuDNN
+// 9.19's backward-filter pass of CSKA-Swin's logit convolution on an H200); the heuristics' only
+// for a problem never timed. The conv descriptor gets the choice's math type.
 AlgoChoice choose_algo(ConvDir dir, int device, DType dt, bool nhwc, const Shape& xs,
                        const Shape& ws, const Conv2dParams& p, cudnnHandle_t h, const Conv& c,
                        const ConvData& data, const char* kernel) {
-  const bool timed = cudnn_benchmark() && !capturing(device);
+  const bool capture = capturing(device);
+  const bool timed = cudnn_benchmark() && !capture;
   const AlgoKey key = algo_key(dir, device, dt, nhwc, xs, ws, p, timed);
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = algo_cache().find(key);
+    auto it = algo_cache().end();
+    if (capture && cudnn_benchmark()) {
+      it = algo_cache().find(algo_key(dir, device, dt, nhwc, xs, ws, p, true));
+    }
+    if (it == algo_cache().end()) it = algo_cache().find(key);
     if (it != algo_cache().end()) {
       SKA_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.d, it->second.math));
       return it->second;
