@@ -10,11 +10,12 @@
 #   attention the fused attention op alone, ours (and its one-block kernels) against PyTorch's SDPA
 #             with each backend forced, cuDNN's included (scripts/benchmark_ops.sh --cases
 #             _attention, bf16: ViT-S's LSA and plain attention at 65 tokens, CAFormer-S18's
-#             stages 3 and 4); then our bf16 training step with the WMMA and the mma.sync
-#             attention kernels, the latter with synchronous tile loads, with the one-block
-#             backward, with the one-block forward and backward, with the fused layer norm
-#             backward, with the fused residual add + layer norm, and with that and the fused
-#             GELU + dropout, in one benchmark --variants process per model, two rounds in turn:
+#             stages 3 and 4); then our bf16 training step with the default kernels and with
+#             each switched back: WMMA attention, synchronous tile loads, the split backward,
+#             that and the tiled forward, the split layer norm backward, the held-row forward,
+#             the unfused residual add + layer norm, that and the unfused GELU + dropout, and
+#             the held forward with fused talking heads, in one benchmark --variants process per
+#             model, two rounds in turn:
 #             cifar10_vit_s and cifar10_cska_vit at 512, imagenet_caformer_s18 at 128
 #             (ATTN="CONFIG:BATCH ..." for others)
 #   depthwise the channels-last depthwise 7x7 convolution (CAFormer-S18's first stage) on cuDNN
@@ -216,7 +217,7 @@ for stage in "${stages[@]}"; do
       # One process: the default (mma.sync) kernels first, then each variant, two rounds in turn.
       stage_run "attention_$config" 150 "$build/apps/benchmark" --config "$config" \
         --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
-        "attention=wmma;attention_loads=sync;attention_backward=one_block;attention_backward=one_block,attention_forward=one_block;norm_backward=fused;norm_forward=held;residual_norm=fused;residual_norm=fused,gelu_dropout=fused;residual_norm=fused,norm_forward=held,norm_backward=fused"
+        "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused"
       # The table; or, from a run cut short, the rounds it measured (benchmark's stderr).
       [ $? = 125 ] && continue
       { grep -q '^variants' "$logs/attention_$config.log" &&

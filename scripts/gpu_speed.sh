@@ -3,12 +3,13 @@
 # beside eager PyTorch and torch.compile (scripts/benchmark.sh, bf16 autocast), then our step
 # with the kernels' choices varied one at a time (train.KEY, `benchmark --variants`, all in one
 # process per config, ROUNDS rounds in turn): the WMMA attention kernels, synchronous tile loads,
-# the one-block attention backward and forward, the fused layer-norm backward, the fused residual
-# norm, the fused GELU + dropout, the dropouts in the residual sums, the fused talking heads, the
-# parameters' casts per step, f32 linear-layer gradients (and both), this project's depthwise
-# convolution kernels (and the faster per shape), CSKA's logits as convolution / GEMM / direct
-# kernels, the scalar and unfused attention, the reference elementwise kernels, f32 norm
-# outputs, and every fast path not yet the default at once ("new"); then --cudnn-benchmark off
+# the split attention backward and the tiled forward, the split layer-norm backward, the
+# held-row layer-norm forward, the unfused residual norm, the unfused GELU + dropout, the
+# dropouts before the residual sums, the fused talking heads, the parameters' casts per step,
+# f32 linear-layer gradients (and both), cuDNN's depthwise convolutions and this project's
+# forced, CSKA's logits as convolution / GEMM / direct kernels, the scalar and unfused attention,
+# the reference elementwise kernels, f32 norm outputs, and every fast path not yet the default
+# at once ("new"); then --cudnn-benchmark off
 # and --cuda-graph, a process each. Should the --variants process fail (a kernel's error takes
 # the process down), each variant runs on its own. Ends with one table.
 # Usage: scripts/gpu_speed.sh [CONFIG[:BATCH] ...]
@@ -39,14 +40,13 @@ bench=$build/apps/benchmark
 # The kernel choices' variants, timed in one benchmark process per config (--variants: one model
 # build and warm-up, the variants in turn, ROUNDS times); "new" is every fast path not yet the
 # default at once. Then the switches that are not kernel choices, one process each.
-kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=one_block"
-  "attention_forward=one_block" "norm_forward=held" "norm_backward=fused" "residual_norm=fused"
-  "gelu_dropout=fused"
-  "dropout_add=fused" "talking_heads=fused" "weight_casts=per_step" "linear_grads=f32"
-  "weight_casts=per_step,linear_grads=f32" "depthwise_conv=direct" "depthwise_conv=auto"
-  "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct" "attention=scalar"
-  "attention=unfused" "elementwise=reference" "norm_output=f32")
-every_new="attention_backward=one_block,attention_forward=one_block,norm_forward=held,norm_backward=fused,residual_norm=fused,gelu_dropout=fused,dropout_add=fused,talking_heads=fused,weight_casts=per_step,linear_grads=f32"
+kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=split"
+  "attention_forward=tiled" "norm_forward=held" "norm_backward=split" "residual_norm=unfused"
+  "gelu_dropout=unfused" "dropout_add=unfused" "talking_heads=fused" "weight_casts=per_step"
+  "linear_grads=f32" "weight_casts=per_step,linear_grads=f32" "depthwise_conv=cudnn"
+  "depthwise_conv=direct" "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct"
+  "attention=scalar" "attention=unfused" "elementwise=reference" "norm_output=f32")
+every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_grads=f32"
 kernel_variants+=("$every_new")
 process_variants=("--cudnn-benchmark off" "--cuda-graph")
 joined=$(IFS=';'; echo "${kernel_variants[*]}")
