@@ -69,8 +69,32 @@ void check_factors(const char* op, const Tensor& q, DType want, const Tensor& sc
   }
 }
 
+// Whether t is broadcast along some dim (a zero stride over more than one element).
+bool broadcast_somewhere(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1 && t.stride(d) == 0) return true;
+  }
+  return false;
+}
+
+// The tensor whose dims' order the output takes: q, or v where q has head dim 0 (softmax_attend:
+// the logits given; q's strides then carry no order) and v is not broadcast, so that heads split
+// from a token-major projection come back token-major and merge without a copy.
+const Tensor& output_layout(const Tensor& qv, const Tensor& vv) {
+  return qv.size(-1) == 0 && !broadcast_somewhere(vv) ? vv : qv;
+}
+
+// An input's gradient of `shape`: in the input's order of dims where it is not broadcast (heads
+// split from a token-major projection get a token-major gradient, which goes back through the
+// split as a view), contiguous where it is (the op sums it after).
+Tensor empty_grad_like(const Shape& shape, const Tensor& input) {
+  if (broadcast_somewhere(input)) return Tensor::empty(shape, input.dtype(), input.device());
+  return detail::empty_like_layout(shape, input, input.dtype());
+}
+
 // The forward kernel on prepared views (qv, kv, vv rows readable, all with q's leading dims;
-// bv broadcast): the output laid out like qv and each row's log-sum-exp. Counts the MACs.
+// bv broadcast): the output laid out like output_layout(qv, vv) and each row's log-sum-exp.
+// Counts the MACs.
 struct Forward {
   Tensor out, lse;
 };
@@ -82,7 +106,7 @@ Forward run_forward(const Tensor& qv, const Tensor& kv, const Tensor& vv, const 
   out_shape.insert(out_shape.end(), {nq, vv.size(-1)});
   lse_shape.push_back(nq);
   Forward f;
-  f.out = detail::empty_like_layout(out_shape, qv, qv.dtype());
+  f.out = detail::empty_like_layout(out_shape, output_layout(qv, vv), qv.dtype());
   f.lse = Tensor::empty(lse_shape, factor_dtype_of(qv), qv.device());
   SKA_KERNEL(qv.device(), attention_forward)
   (qv, kv, vv, bv, mask, scale, factor, bfactor, f.out, f.lse);
@@ -170,14 +194,13 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
                       [=](const TensorList& g) {
     const Tensor go = rows_readable(g[0]);
     const Device dev = qv.device();
-    const DType dt = qv.dtype();
     Shape gk_shape = lead, gv_shape = lead, gb_shape = lead;
     gk_shape.insert(gk_shape.end(), {nk, d});
     gv_shape.insert(gv_shape.end(), {nk, dv});
     gb_shape.insert(gb_shape.end(), {nq, nk});
-    const Tensor gq = Tensor::empty(qv.shape(), dt, dev);
-    const Tensor gk = Tensor::empty(gk_shape, dt, dev);
-    const Tensor gv = Tensor::empty(gv_shape, dt, dev);
+    const Tensor gq = empty_grad_like(qv.shape(), qv);
+    const Tensor gk = empty_grad_like(gk_shape, kv);
+    const Tensor gv = empty_grad_like(gv_shape, vv);
     const Tensor gb = need_bias || need_bfactor ? empty_bias_grad(gb_shape, bv) : Tensor();
     SKA_KERNEL(dev, attention_backward)
     (qv, kv, vv, bv, mask, saved_out, lse, go, scale, factor, bfactor, gq, gk, gv, gb);

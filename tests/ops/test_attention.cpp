@@ -216,6 +216,46 @@ TEST_CASE("fused attention of split heads comes out ready to merge", "[cpu]") {
   require_close(out, unfused(q, k, v, 0.3, Tensor()), Tolerance{1e-12, 1e-10});
 }
 
+TEST_CASE("softmax_attend and split-head gradients merge back without copies", "[cpu]") {
+  // CSKA's path: given logits, v split from a token-major [B, N, h * d] projection. The output
+  // comes out token-major like v (q has no head dim to take an order from), and each input's
+  // gradient in its input's order, so merging the heads and undoing the splits are views.
+  const int64_t batch = 2, n = 10, h = 4, d = 8;
+  const Tensor proj = uniform({batch, n, 2 * h * d}, 41).set_requires_grad();
+  const Tensor proj2 = proj.detach().clone().set_requires_grad();
+  const Tensor logits = uniform({batch, h, n, n}, 42, -2, 2).set_requires_grad();
+  const Tensor w = uniform({batch, n, h * d}, 43);
+  const auto heads = [&](const Tensor& p, int64_t part) {
+    return p.narrow(2, part * h * d, h * d).reshape({batch, n, h, d}).permute({0, 2, 1, 3});
+  };
+  const Tensor out = softmax_attend(logits, heads(proj, 1), Tensor());
+  CHECK(out.permute({0, 2, 1, 3}).is_contiguous());  // [B, N, h, d] in memory
+  const Tensor merged = out.permute({0, 2, 1, 3}).reshape({batch, n, h * d});
+  CHECK(merged.data_ptr() == out.data_ptr());  // a view
+  // q, k and v split from one projection: their gradients need no [B, N, h, d] reordering.
+  const Tensor y = scaled_dot_attention(heads(proj, 0), heads(proj, 0), heads(proj, 1), 0.3);
+  profiler::start();
+  sum(mul(merged, w)).backward();
+  sum(mul(y.permute({0, 2, 1, 3}).reshape({batch, n, h * d}), w)).backward();
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  for (const auto& c : calls) {
+    INFO(c.name << " " << c.operands);
+    CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 4, 10, 8]") != std::string::npos));
+    CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 10, 4, 8]") != std::string::npos));
+  }
+  // The same numbers as from contiguous heads.
+  const auto contiguous_heads = [&](int64_t part) { return heads(proj2, part).contiguous(); };
+  const Tensor out2 = softmax_attend(logits.detach(), contiguous_heads(1), Tensor());
+  const Tensor y2 =
+      scaled_dot_attention(contiguous_heads(0), contiguous_heads(0), contiguous_heads(1), 0.3);
+  sum(mul(out2.permute({0, 2, 1, 3}).reshape({batch, n, h * d}), w)).backward();
+  sum(mul(y2.permute({0, 2, 1, 3}).reshape({batch, n, h * d}), w)).backward();
+  CHECK(test::bitwise_equal(out, out2));
+  CHECK(test::bitwise_equal(y, y2));
+  CHECK(test::bitwise_equal(proj.grad(), proj2.grad()));
+}
+
 namespace {
 
 // The heads of a packed [B, N, 3 * h * d] projection: part 0 (q), 1 (k) or 2 (v) as [B, h, N, d].
