@@ -1,7 +1,10 @@
 // Pointwise ops with broadcasting and their gradients.
 #include "ops/pointwise.h"
 
+#include <algorithm>
+#include <numeric>
 #include <optional>
+#include <vector>
 
 #include "autograd/node.h"
 #include "backend/backend.h"
@@ -30,6 +33,16 @@ DType binary_dtype(const char* name, const Tensor& a, const Tensor& b) {
   return a.dtype();
 }
 
+// `t` seen with its dims in `order` (a view without history).
+Tensor reordered(const Tensor& t, const std::vector<size_t>& order) {
+  Shape shape(order.size()), strides(order.size());
+  for (size_t j = 0; j < order.size(); ++j) {
+    shape[j] = t.shape()[order[j]];
+    strides[j] = t.strides()[order[j]];
+  }
+  return Tensor::make_view(t.storage(), shape, strides, t.offset(), t.dtype());
+}
+
 Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
   if (auto cast = autocast_inputs(name, {a, b})) return binary_raw(op, (*cast)[0], (*cast)[1]);
@@ -37,7 +50,24 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   detail::check_floating(name, a);
   detail::check_floating(name, b);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape, binary_op_is_comparison(op) ? DType::kU8 : dtype, a.device());
+  const DType out_dtype = binary_op_is_comparison(op) ? DType::kU8 : dtype;
+  // Two operands of the output's shape lying in one dense order of dims other than row-major
+  // (gradients of heads split from a token-major projection, summed by autograd): the output
+  // takes that order too, so that what follows it (undoing the split) stays a view. The kernel
+  // sees the three with their dims in memory order, the output contiguous.
+  if (a.shape() == shape && b.shape() == shape && a.strides() == b.strides() &&
+      !a.is_contiguous() && a.is_non_overlapping_and_dense()) {
+    std::vector<size_t> order(shape.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return a.strides()[x] > a.strides()[y]; });
+    const Tensor stored = Tensor::empty(reordered(a, order).shape(), out_dtype, a.device());
+    SKA_KERNEL(a.device(), binary)(op, reordered(a, order), reordered(b, order), stored);
+    Shape strides(shape.size());
+    for (size_t j = 0; j < order.size(); ++j) strides[order[j]] = stored.strides()[j];
+    return Tensor::make_view(stored.storage(), shape, strides, stored.offset(), out_dtype);
+  }
+  Tensor out = Tensor::empty(shape, out_dtype, a.device());
   SKA_KERNEL(a.device(), binary)(op, detail::broadcast_raw(a, shape), detail::broadcast_raw(b, shape), out);
   return out;
 }

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "autograd/node.h"
+#include "ops/detail.h"
 #include "ops/reduce.h"
 
 namespace ska {
@@ -65,10 +66,16 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
   return out;
 }
 
-// Backward of a view that selects part of the input: scatter grad into zeros of the input shape.
-autograd::BackwardFn embed_backward(Shape in_shape, std::function<Tensor(const Tensor&)> view_of) {
-  return [in_shape = std::move(in_shape), view_of = std::move(view_of)](const TensorList& g) {
-    Tensor z = Tensor::zeros(in_shape, g[0].dtype(), g[0].device());
+// Backward of a view that selects part of the input: scatter grad into zeros of the input shape,
+// laid out in the input's order of dims (the rows of heads split from a token-major projection
+// come back token-major, so undoing the split is a view, not a copy).
+autograd::BackwardFn embed_backward(const Tensor& in,
+                                    std::function<Tensor(const Tensor&)> view_of) {
+  return [in_shape = in.shape(), in_strides = in.strides(),
+          view_of = std::move(view_of)](const TensorList& g) {
+    Tensor z = detail::empty_in_stride_order(in_shape, in_strides, g[0].dtype(), g[0].device(),
+                                             /*last_innermost=*/true);
+    z.fill_(0.0);
     view_of(z).copy_(g[0]);
     return TensorList{z};
   };
@@ -146,7 +153,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   st[d] *= step;
   Tensor out = raw_view(*this, s, st, offset() + start * strides()[d]);
   autograd::record_op("slice", {*this}, {out},
-                      embed_backward(shape(), [d, start, end, step](const Tensor& z) {
+                      embed_backward(*this, [d, start, end, step](const Tensor& z) {
                         return z.slice(d, start, end, step);
                       }));
   return out;

@@ -94,6 +94,37 @@ TEST_CASE("unbind: views of each index, one backward without zero-filled copies"
       {uniform({4, 3, 2}, 14).set_requires_grad()});
 }
 
+TEST_CASE("narrowed head splits and the sum of their gradients keep the projection's layout",
+          "[cpu]") {
+  // CSKA's queries: heads split from a token-major projection [B, N, h * d], the class row and
+  // the spatial rows narrowed from them. Each narrow's gradient comes back laid out like its
+  // input, autograd's sum of the two keeps that order, and undoing the split is then a view:
+  // no copy of a [B, h, N, d] or [B, N, h, d] tensor in the backward pass.
+  const int64_t batch = 2, n = 5, h = 3, d = 4;
+  const Tensor proj = uniform({batch, n, h * d}, 21).set_requires_grad();
+  const Tensor heads = proj.reshape({batch, n, h, d}).permute({0, 2, 1, 3});
+  const Tensor first = heads.narrow(2, 0, 1), rest = heads.narrow(2, 1, n - 1);
+  const Tensor w0 = uniform(first.shape(), 22), w1 = uniform(rest.shape(), 23);
+  profiler::start();
+  sum(add(sum(mul(first, w0)), sum(mul(rest, w1)))).backward();
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  for (const auto& c : calls) {
+    INFO(c.name << " " << c.operands);
+    CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 3, 5, 4]") != std::string::npos));
+    CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 5, 3, 4]") != std::string::npos));
+  }
+  // The values: each token's gradient is its row's weights.
+  const Tensor want = cat({w0, w1}, 2).permute({0, 2, 1, 3}).reshape({batch, n, h * d});
+  require_close(proj.grad(), want, {0.0, 0.0}, "gradient of the projection");
+  // A sum of two tensors in one permuted dense order comes out in that order, the same values.
+  const Tensor x = uniform({2, 3, 4}, 24).permute({2, 0, 1}),
+               y = uniform({2, 3, 4}, 25).permute({2, 0, 1});
+  const Tensor z = add(x, y);
+  CHECK(z.strides() == x.strides());
+  require_close(z, add(x.contiguous(), y.contiguous()), {0.0, 0.0}, "permuted sum");
+}
+
 TEST_CASE("constant pad", "[cpu]") {
   const Tensor x = values({1, 2, 3, 4}, {1, 2, 2});
   const Tensor y = pad(x, {1, 0, 0, 1}, -1.0);  // last dim: 1 before; second last: 1 after
