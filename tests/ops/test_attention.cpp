@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "backend/profiler.h"
 #include "ops/autocast.h"
 #include "ops/mac_counter.h"
 #include "ops/ops.h"
@@ -234,16 +233,13 @@ TEST_CASE("softmax_attend and split-head gradients merge back without copies", "
   CHECK(merged.data_ptr() == out.data_ptr());  // a view
   // q, k and v split from one projection: their gradients need no [B, N, h, d] reordering.
   const Tensor y = scaled_dot_attention(heads(proj, 0), heads(proj, 0), heads(proj, 1), 0.3);
-  profiler::start();
-  sum(mul(merged, w)).backward();
-  sum(mul(y.permute({0, 2, 1, 3}).reshape({batch, n, h * d}), w)).backward();
-  std::vector<profiler::KernelTime> calls;
-  profiler::stop(&calls);
-  for (const auto& c : calls) {
-    INFO(c.name << " " << c.operands);
-    CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 4, 10, 8]") != std::string::npos));
-    CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 10, 4, 8]") != std::string::npos));
-  }
+  CHECK(test::copies_of(
+            [&] {
+              sum(mul(merged, w)).backward();
+              sum(mul(y.permute({0, 2, 1, 3}).reshape({batch, n, h * d}), w)).backward();
+            },
+            {"[2, 4, 10, 8]", "[2, 10, 4, 8]"})
+            .empty());
   // The same numbers as from contiguous heads.
   const auto contiguous_heads = [&](int64_t part) { return heads(proj2, part).contiguous(); };
   const Tensor out2 = softmax_attend(logits.detach(), contiguous_heads(1), Tensor());
@@ -440,15 +436,9 @@ TEST_CASE("fused attention: a permuted bias gets its gradient in its own layout,
     const Tensor v = uniform({batch, h, keys, 6}, 94);
     const Tensor w = uniform({batch, h, n, 6}, 95);
     const Tensor out = scaled_dot_attention(q, k, v, 0.5, base.transpose(0, 1));
-    profiler::start();
-    sum(mul(out, w)).backward();
-    std::vector<profiler::KernelTime> calls;
-    profiler::stop(&calls);
-    for (const auto& c : calls) {
-      INFO(c.name << " " << c.operands);
-      CHECK_FALSE((c.name == "copy" && c.operands.find("[3, 2, 20, 20]") != std::string::npos));
-      CHECK_FALSE((c.name == "copy" && c.operands.find("[2, 3, 20, 20]") != std::string::npos));
-    }
+    CHECK(
+        test::copies_of([&] { sum(mul(out, w)).backward(); }, {"[3, 2, 20, 20]", "[2, 3, 20, 20]"})
+            .empty());
     CHECK(base.grad().is_contiguous());
     // The same numbers as with the bias copied into [B, h, N, K] first.
     const Tensor out2 = scaled_dot_attention(q, k, v, 0.5, base2.transpose(0, 1).contiguous());

@@ -17,6 +17,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "backend/profiler.h"
 
 namespace ska::test {
 
@@ -256,6 +257,25 @@ int count_nodes(const Tensor& root, const std::string& name, bool into_leaf) {
     for (const autograd::Edge& e : n->next_edges) stack.push_back(e.fn.get());
   }
   return count;
+}
+
+std::vector<std::string> copies_of(const std::function<void()>& fn,
+                                   const std::vector<std::string>& shapes) {
+  profiler::start();
+  fn();
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  std::vector<std::string> found;
+  for (const auto& c : calls) {
+    if (c.name != "copy") continue;
+    for (const std::string& shape : shapes) {
+      if (c.operands.find(shape) != std::string::npos) {
+        found.push_back("copy " + c.operands);
+        break;
+      }
+    }
+  }
+  return found;
 }
 
 }  // namespace ska::test
