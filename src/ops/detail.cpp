@@ -43,16 +43,23 @@ Tensor empty_like_layout(const Shape& shape, const Tensor& like, DType dtype,
   return empty_in_stride_order(shape, like.strides(), dtype, like.device(), last_innermost);
 }
 
-Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, DType dtype, Device device,
-                             bool last_innermost) {
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  if (rank == 0) return Tensor::empty(shape, dtype, device);
+std::vector<int64_t> dims_by_stride(const Shape& strides, bool last_innermost) {
+  const int64_t rank = static_cast<int64_t>(strides.size());
+  if (rank == 0) return {};
   std::vector<int64_t> order(static_cast<size_t>(last_innermost ? rank - 1 : rank));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return strides[static_cast<size_t>(a)] > strides[static_cast<size_t>(b)];
   });
   if (last_innermost) order.push_back(rank - 1);
+  return order;
+}
+
+Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, DType dtype, Device device,
+                             bool last_innermost) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (rank == 0) return Tensor::empty(shape, dtype, device);
+  const std::vector<int64_t> order = dims_by_stride(strides, last_innermost);
   Shape stored(static_cast<size_t>(rank));
   std::vector<int64_t> inverse(static_cast<size_t>(rank));
   for (size_t j = 0; j < static_cast<size_t>(rank); ++j) {

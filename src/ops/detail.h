@@ -24,6 +24,9 @@ Tensor empty_like_layout(const Shape& shape, const Tensor& like, DType dtype,
 // The same from `like`'s strides alone (for a backward that must not keep `like` alive).
 Tensor empty_in_stride_order(const Shape& shape, const Shape& strides, DType dtype, Device device,
                              bool last_innermost);
+// The dims in the order empty_in_stride_order lays them out: outermost (largest stride) first,
+// ties in their order; with `last_innermost` the last dim last whatever its stride.
+std::vector<int64_t> dims_by_stride(const Shape& strides, bool last_innermost);
 // Sorted, unique, wrapped dims; empty `dims` means all dims.
 std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op);
 // `shape` with every dim in `dims` set to 1.

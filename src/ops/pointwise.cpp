@@ -1,8 +1,6 @@
 // Pointwise ops with broadcasting and their gradients.
 #include "ops/pointwise.h"
 
-#include <algorithm>
-#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -34,11 +32,11 @@ DType binary_dtype(const char* name, const Tensor& a, const Tensor& b) {
 }
 
 // `t` seen with its dims in `order` (a view without history).
-Tensor reordered(const Tensor& t, const std::vector<size_t>& order) {
+Tensor reordered(const Tensor& t, const std::vector<int64_t>& order) {
   Shape shape(order.size()), strides(order.size());
   for (size_t j = 0; j < order.size(); ++j) {
-    shape[j] = t.shape()[order[j]];
-    strides[j] = t.strides()[order[j]];
+    shape[j] = t.shape()[static_cast<size_t>(order[j])];
+    strides[j] = t.strides()[static_cast<size_t>(order[j])];
   }
   return Tensor::make_view(t.storage(), shape, strides, t.offset(), t.dtype());
 }
@@ -57,15 +55,12 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
   // sees the three with their dims in memory order, the output contiguous.
   if (a.shape() == shape && b.shape() == shape && a.strides() == b.strides() &&
       !a.is_contiguous() && a.is_non_overlapping_and_dense()) {
-    std::vector<size_t> order(shape.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t x, size_t y) { return a.strides()[x] > a.strides()[y]; });
-    const Tensor stored = Tensor::empty(reordered(a, order).shape(), out_dtype, a.device());
-    SKA_KERNEL(a.device(), binary)(op, reordered(a, order), reordered(b, order), stored);
-    Shape strides(shape.size());
-    for (size_t j = 0; j < order.size(); ++j) strides[order[j]] = stored.strides()[j];
-    return Tensor::make_view(stored.storage(), shape, strides, stored.offset(), out_dtype);
+    const Tensor out = detail::empty_in_stride_order(shape, a.strides(), out_dtype, a.device(),
+                                                     /*last_innermost=*/false);
+    const std::vector<int64_t> order = detail::dims_by_stride(a.strides(), false);
+    SKA_KERNEL(a.device(), binary)
+    (op, reordered(a, order), reordered(b, order), reordered(out, order));
+    return out;
   }
   Tensor out = Tensor::empty(shape, out_dtype, a.device());
   SKA_KERNEL(a.device(), binary)(op, detail::broadcast_raw(a, shape), detail::broadcast_raw(b, shape), out);
