@@ -432,6 +432,9 @@ int run_benchmark(BenchmarkOptions o) {
       step();  // warm-up outside the capture: algorithm choices, constants placed on the device
       synchronize(device);
       try {
+        const ForbidDraws host_draws(default_generator(Device::cpu()),
+                                     "capturing the forward as a CUDA Graph (--cuda-graph), whose "
+                                     "replays would all repeat them");
         graph = std::make_unique<DeviceGraph>(device, [&] { graph_output = forward(); });
       } catch (const Error& e) {
         SKA_FAIL(DeviceError, "--cuda-graph: the forward of ", o.config.config,
@@ -479,7 +482,8 @@ int run_benchmark(BenchmarkOptions o) {
     std::function<void()> train_step = eager_step;
     std::unique_ptr<train::GraphedStep> graphed;  // the trainer's train.cuda_graph step
     if (o.cuda_graph) {
-      const std::string obstacle = train::cuda_graph_obstacle(device, 1, comm->backend(), train);
+      const std::string obstacle = train::cuda_graph_obstacle(
+          device, 1, comm->backend(), train, ska::nn::host_draws_in_training(*model));
       SKA_CHECK(obstacle.empty(), ValueError, "--cuda-graph: ", obstacle);
       // Warm-up outside the capture: algorithm choices, optimizer state, constants on the device.
       for (int i = 0; i < 2; ++i) eager_step();

@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 
+#include "core/error.h"
+
 namespace ska {
 
 namespace {
@@ -21,6 +23,10 @@ uint64_t& base_seed() {
   return s;
 }
 }  // namespace
+
+void Generator::fail_forbidden_draw(uint64_t n) const {
+  SKA_FAIL(ValueError, "random numbers (", n, ") drawn on the host while ", forbidden_);
+}
 
 void Generator::begin_capture(Device device) {
   SKA_CHECK(!capture_base_.defined(), ValueError, "a generator can capture one graph at a time");

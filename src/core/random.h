@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "core/device.h"
 #include "core/tensor.h"
@@ -69,6 +71,7 @@ class Generator {
   }
   // Reserves counters for n numbers and returns the first counter.
   uint64_t advance(uint64_t n) {
+    if (!forbidden_.empty()) fail_forbidden_draw(n);
     const uint64_t start = offset_;
     offset_ += (n + 3) / 4;
     return start;
@@ -85,11 +88,32 @@ class Generator {
   // Undefined unless a capture is under way.
   const Tensor& capture_base() const { return capture_base_; }
 
+  // While `why` is set (ForbidDraws), every draw throws a ValueError naming it: the host's
+  // generator during a CUDA Graph capture, whose replays repeat only the device's work, so a
+  // number drawn on the host then would be the same in every replay.
+  void forbid_draws(std::string why) { forbidden_ = std::move(why); }
+  void allow_draws() { forbidden_.clear(); }
+
  private:
+  [[noreturn]] void fail_forbidden_draw(uint64_t n) const;
+
   uint64_t seed_;
   uint64_t offset_ = 0;
   Tensor capture_base_;
   uint64_t offset_before_capture_ = 0;
+  std::string forbidden_;
+};
+
+// Forbids draws from `gen` while alive (Generator::forbid_draws), allowing them again after.
+class ForbidDraws {
+ public:
+  ForbidDraws(Generator& gen, std::string why) : gen_(gen) { gen_.forbid_draws(std::move(why)); }
+  ~ForbidDraws() { gen_.allow_draws(); }
+  ForbidDraws(const ForbidDraws&) = delete;
+  ForbidDraws& operator=(const ForbidDraws&) = delete;
+
+ private:
+  Generator& gen_;
 };
 
 // The default generator of a device (one per CUDA device, one for the host).

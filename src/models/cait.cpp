@@ -156,6 +156,12 @@ std::vector<bool> CaitLayerStack::draw_kept_layers() const {
   return kept;
 }
 
+std::string CaitLayerStack::host_draws() const {
+  if (layer_dropout_ <= 0.0 || blocks_.empty()) return "";
+  return "layer dropout (model.layer_dropout: " + ::ska::detail::str_cat(layer_dropout_) +
+         ") picks the layers that run with host random numbers at every training step";
+}
+
 Tensor CaitLayerStack::forward(const Tensor& x) {
   const std::vector<bool> kept = draw_kept_layers();
   Tensor y = x;

@@ -95,6 +95,8 @@ class CaitLayerStack : public nn::Module {
   void append(std::shared_ptr<CaitBlock> block);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "CaitLayerStack"; }
+  // With layer dropout, which layers run is drawn on the host at every training forward.
+  std::string host_draws() const override;
 
  private:
   std::vector<bool> draw_kept_layers() const;

@@ -110,6 +110,14 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::st
   return out;
 }
 
+std::string host_draws_in_training(Module& root) {
+  for (const auto& [name, module] : root.named_modules()) {
+    const std::string what = module->host_draws();
+    if (!what.empty()) return (name.empty() ? root.type_name() : name) + ": " + what;
+  }
+  return "";
+}
+
 TensorList Module::parameters(bool trainable_only) const {
   TensorList out;
   for (const auto& [name, t] : named_parameters(trainable_only)) out.push_back(t);

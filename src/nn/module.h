@@ -50,6 +50,11 @@ class Module {
   // sum (residual_sum, nn/layers.h). 0 for a module that ends in no dropout it can hand
   // over; nothing changes then. A block calls it once, when it is built.
   virtual double take_output_dropout() { return 0.0; }
+  // What this module's own forward draws on the host in training ("" when nothing), which a
+  // CUDA Graph of the training step would freeze: the graph replays the device's work alone, so
+  // a decision the host draws (CaiT's layer dropout) would be the captured step's in every
+  // replay. Device draws (dropout, drop path) replay correctly. See host_draws_in_training().
+  virtual std::string host_draws() const { return ""; }
 
   // --- Registration (in the constructor) ---
   // Trainable parameters require grad; non-trainable ones (e.g. Swin's stored masks in the
@@ -104,6 +109,10 @@ class Module {
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+// The first module under `root` (root included) whose training forward draws on the host, as
+// "NAME: WHAT" (Module::host_draws; the name is root's for root itself), or "" when none does.
+std::string host_draws_in_training(Module& root);
 
 // Applies children in order.
 class Sequential : public Module {

@@ -6,7 +6,7 @@
 namespace ska::train {
 
 std::string cuda_graph_obstacle(Device device, int world_size, const std::string& comm_backend,
-                                const TrainOptions& train) {
+                                const TrainOptions& train, const std::string& model_host_draws) {
   if (!device.is_cuda()) return "it needs a CUDA device";
   if (world_size > 1) return "data parallelism is not captured yet (one worker only)";
   if (comm_backend != "single") {
@@ -16,6 +16,11 @@ std::string cuda_graph_obstacle(Device device, int world_size, const std::string
   if (train.accumulate > 1) return "train.accumulate > 1 is not captured yet";
   if (train.precision == Precision::kFP16) {
     return "fp16 reads its loss scale on the host every step (use bf16)";
+  }
+  if (!model_host_draws.empty()) {
+    return "the model draws on the host in training, which every replay would repeat as "
+           "captured (" +
+           model_host_draws + ")";
   }
   return "";
 }
@@ -31,6 +36,11 @@ GraphedStep::GraphedStep(TrainStep& step, optim::Optimizer& optimizer, UpdateSta
   // Written outside the capture, so that the captured step writes no learning rate of its own.
   optimizer_.set_lr(lr);
   synchronize(device);
+  // A host draw inside the step would be frozen into every replay: fail the capture instead
+  // (cuda_graph_obstacle turns away the models known to draw there before it is tried).
+  const ForbidDraws host_draws(default_generator(Device::cpu()),
+                               "capturing the training step as a CUDA Graph (train.cuda_graph), "
+                               "whose replays would all repeat them");
   generator_.begin_capture(device);
   try {
     graph_ = std::make_unique<DeviceGraph>(device, [&] {

@@ -19,9 +19,11 @@ namespace ska::train {
 
 // Why the step cannot be captured under these settings ("" when it can): CUDA, one worker whose
 // gradients go through no communicator (`comm_backend` "single"), no gradient accumulation, not
-// fp16 (whose loss scale is a host number read every step).
+// fp16 (whose loss scale is a host number read every step), and a model that draws nothing on
+// the host in training (`model_host_draws`: nn::host_draws_in_training of the model, "" when it
+// draws nothing there).
 std::string cuda_graph_obstacle(Device device, int world_size, const std::string& comm_backend,
-                                const TrainOptions& train);
+                                const TrainOptions& train, const std::string& model_host_draws);
 
 class GraphedStep {
  public:

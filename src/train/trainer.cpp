@@ -206,7 +206,8 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
   if (!kernels.empty()) log("kernels (train.KEY: value):" + kernels);
   if (train_.cuda_graph != "off") {
     const std::string obstacle =
-        cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_);
+        cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_,
+                            nn::host_draws_in_training(*model_));
     SKA_CHECK(obstacle.empty() || train_.cuda_graph == "auto", ValueError,
               "train.cuda_graph: on, but ", obstacle, " (auto falls back to eager steps)");
     graph_wanted_ = obstacle.empty();

@@ -36,6 +36,25 @@ TEST_CASE("a generator's state reproduces its draws", "[cpu]") {
   CHECK(rand({10}, DType::kF32, Device::cpu(), &h).to_vector<float>() == a.to_vector<float>());
 }
 
+TEST_CASE("ForbidDraws: a draw from a forbidden generator fails, naming why, and takes nothing",
+          "[cpu]") {
+  Generator g(7);
+  const uint64_t offset = g.advance(5);
+  {
+    const ForbidDraws guard(g, "capturing the test step");
+    REQUIRE_THROWS_AS(rand({3}, DType::kF32, Device::cpu(), &g), ValueError);
+    REQUIRE_THROWS_WITH(randn({2}, DType::kF64, Device::cpu(), &g),
+                        Catch::Contains("drawn on the host while capturing the test step"));
+    CHECK(g.offset() == offset + 2);  // the failed draws consumed no counters
+    Generator other(7);               // only the forbidden generator refuses
+    CHECK(rand({3}, DType::kF32, Device::cpu(), &other).numel() == 3);
+  }
+  Generator h(7);
+  h.advance(5);
+  CHECK(rand({6}, DType::kF32, Device::cpu(), &g).to_vector<float>() ==
+        rand({6}, DType::kF32, Device::cpu(), &h).to_vector<float>());
+}
+
 TEST_CASE("replays of a captured step draw the dropout masks of the eager steps", "[cpu]") {
   // Eager: three steps, each with a dropout mask of 10 and a drop-path mask of 3 samples.
   const Tensor x = Tensor::ones({10}), paths = Tensor::ones({3, 2});

@@ -11,6 +11,7 @@
 #include "models/model_golden.h"
 #include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
+#include "train/graph_step.h"
 
 using namespace ska;
 using ska::models::CaitAttention;
@@ -165,6 +166,33 @@ TEST_CASE("cait layer dropout acts in training only and keeps a layer", "[cpu][m
     int matches = 0;
     for (auto& b : blocks) matches += test::nmse(y, (*b)(x)) < 1e-12 ? 1 : 0;
     CHECK(matches == 1);
+  }
+}
+
+TEST_CASE("cait layer dropout draws on the host: a CUDA Graph of its training step is refused",
+          "[cpu][models][cait]") {
+  // Which layers run is drawn on the host at every training forward: a captured step would
+  // replay the captured draw forever, so the obstacle names the key (train.cuda_graph: auto
+  // then runs eager steps) and a draw inside a capture fails (ForbidDraws).
+  const std::string base =
+      "family: cait\nimage_size: 16\nnum_classes: 3\ndim: 8\ndepth: 2\ncls_depth: 1\n"
+      "heads: 2\nhead_dim: 4\nmlp_dim: 8\nmixer: cska\n";
+  const nn::ModulePtr dropping = build_from_text(base + "layer_dropout: 0.05\n");
+  const std::string draws = nn::host_draws_in_training(*dropping);
+  CHECK_THAT(draws,
+             Catch::Contains("patch_layers") && Catch::Contains("model.layer_dropout: 0.05"));
+  const std::string obstacle =
+      train::cuda_graph_obstacle(Device::cuda(0), 1, "single", train::TrainOptions{}, draws);
+  CHECK_THAT(obstacle, Catch::Contains("draws on the host") && Catch::Contains("layer_dropout"));
+  CHECK(nn::host_draws_in_training(*build_from_text(base + "layer_dropout: 0.0\n")).empty());
+
+  dropping->train();
+  const Tensor x = test::uniform({1, 3, 16, 16}, 9, -1.0, 1.0, DType::kF32);
+  {
+    const ForbidDraws guard(default_generator(Device::cpu()), "capturing a test step");
+    REQUIRE_THROWS_WITH((*dropping)(x), Catch::Contains("capturing a test step"));
+    dropping->eval();  // evaluation runs every layer and draws nothing
+    CHECK((*dropping)(x).size(0) == 1);
   }
 }
 

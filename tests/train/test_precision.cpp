@@ -300,16 +300,17 @@ TEST_CASE("validate reproduces the trainer's bf16 evaluation, EMA included",
 
 TEST_CASE("train.cuda_graph: where the step can be captured, and the choices", "[cpu][train]") {
   TrainOptions t;
-  CHECK(cuda_graph_obstacle(Device::cpu(), 1, "single", t) == "it needs a CUDA device");
-  CHECK(cuda_graph_obstacle(Device::cuda(0), 1, "single", t).empty());
-  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 2, "single", t), Contains("one worker only"));
+  CHECK(cuda_graph_obstacle(Device::cpu(), 1, "single", t, "") == "it needs a CUDA device");
+  CHECK(cuda_graph_obstacle(Device::cuda(0), 1, "single", t, "").empty());
+  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 2, "single", t, ""), Contains("one worker only"));
   t.accumulate = 2;
-  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 1, "single", t), Contains("train.accumulate"));
+  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 1, "single", t, ""),
+             Contains("train.accumulate"));
   t.accumulate = 1;
   t.precision = Precision::kFP16;
-  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 1, "single", t), Contains("use bf16"));
+  CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 1, "single", t, ""), Contains("use bf16"));
   t.precision = Precision::kBF16;
-  CHECK(cuda_graph_obstacle(Device::cuda(0), 1, "single", t).empty());
+  CHECK(cuda_graph_obstacle(Device::cuda(0), 1, "single", t, "").empty());
 
   Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
   config.set("train.cuda_graph=yes");
