@@ -6,7 +6,9 @@
 #   scripts/gpu_session.sh [--budget SECONDS] [STAGE ...]
 #
 # Stages (default: all, in this order; each is skipped when too little time is left):
-#   tests     every [cuda] test but the slow whole-zoo one (CUDA against the CPU, bit-exact paths)
+#   tests     every [cuda] test but the slow whole-zoo ones (CUDA against the CPU, bit-exact paths)
+#   graphs    the [cuda][graph] tests: every zoo model's training step replayed as a CUDA Graph
+#             against its eager steps, bit for bit (CaiT's capture refused for its layer dropout)
 #   attention the fused attention op alone, ours (and its one-block kernels) against PyTorch's SDPA
 #             with each backend forced, cuDNN's included (scripts/benchmark_ops.sh --cases
 #             _attention, bf16: ViT-S's LSA and plain attention at 65 tokens, CAFormer-S18's
@@ -50,7 +52,8 @@
 #   loader    benchmark_loader on that machine's cores: synthetic ImageNet-like JPEGs through the
 #             MetaFormer augmentation, images/s at 1, 2, 4, 8 and 16 workers: the CPU cores an
 #             ImageNet GPU needs
-#   zoo       the whole-zoo [cuda][slow] test: every model's logits and gradients against the CPU
+#   zoo       the whole-zoo [cuda][slow] tests: every model's logits and gradients against the
+#             CPU, and its graph replays against its eager steps (graphs)
 #   table8    scripts/reproduce.sh table8 --epochs T8_EPOCHS (default 1) when Fashion-MNIST's
 #             four .gz files are in data/fashion_mnist (carried); runs in runs/gpu_session, so a
 #             later call on the same machine resumes it; then TensorBoard reads one run folder
@@ -86,7 +89,7 @@ while [ $# -gt 0 ]; do
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests attention depthwise logits convs speed dp profile kernels loader zoo table8 variants
+all=(tests graphs attention depthwise logits convs speed dp profile kernels loader zoo table8 variants
      memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
@@ -208,6 +211,7 @@ forms_stage() {
 for stage in "${stages[@]}"; do
   case $stage in
   tests) test_stage cuda_tests 200 "[cuda]~[slow]" ;;
+  graphs) test_stage graphs 150 "[cuda][graph]" ;;
   attention)
     stage_run attention_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
       --dtype bf16 --cases _attention

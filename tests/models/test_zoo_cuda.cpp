@@ -21,12 +21,6 @@ using train::KernelChoices;
 
 namespace {
 
-const std::vector<std::string> kZoo = {
-    "vit_s",        "ska_vit_s",      "cska_vit_s",      "cait_s",         "ska_cait_s",
-    "cska_cait_s",  "swin_t",         "ska_swin_t",      "cska_swin_t",    "cvt_13",
-    "ska_cvt_13",   "cska_cvt_13",    "caformer_s18",    "skaformer_s18",  "cskaformer_s18",
-    "convformer_s18", "caformer_b36", "skaformer_b36",   "cskaformer_b36"};
-
 double sum_of_squares(const Tensor& t) {
   double s = 0.0;
   for (double v : t.to_vector<double>()) s += v * v;
@@ -241,7 +235,7 @@ TEST_CASE("zoo on CUDA: logits and every parameter gradient of every model match
   if (!test::cuda_available_or_skip()) return;
   // Every model is compared even after one fails or throws; the first failures are localized.
   int localized = 0;
-  for (const std::string& name : kZoo) {
+  for (const std::string& name : test::zoo_models()) {
     for (const bool bf16 : {false, true}) {
       bool ok = false;
       CHECK_NOTHROW(ok = compare_devices(name, Device::cuda(0), bf16));

@@ -278,4 +278,13 @@ std::vector<std::string> copies_of(const std::function<void()>& fn,
   return found;
 }
 
+const std::vector<std::string>& zoo_models() {
+  static const std::vector<std::string> kZoo = {
+      "vit_s",          "ska_vit_s",    "cska_vit_s",    "cait_s",        "ska_cait_s",
+      "cska_cait_s",    "swin_t",       "ska_swin_t",    "cska_swin_t",   "cvt_13",
+      "ska_cvt_13",     "cska_cvt_13",  "caformer_s18",  "skaformer_s18", "cskaformer_s18",
+      "convformer_s18", "caformer_b36", "skaformer_b36", "cskaformer_b36"};
+  return kZoo;
+}
+
 }  // namespace ska::test

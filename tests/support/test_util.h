@@ -71,6 +71,9 @@ void check_cuda_parity(const std::function<Tensor(const TensorList&)>& f, const 
 // whose first input is a leaf's gradient sink).
 int count_nodes(const Tensor& root, const std::string& name, bool into_leaf = false);
 
+// The model configs of the zoo (configs/models/NAME.yaml), every family and mixer at full size.
+const std::vector<std::string>& zoo_models();
+
 // The copy kernels `fn` runs (under the kernel profiler) with an operand of one of `shapes` (as
 // the profiler writes them: "[2, 3, 5, 4]"), each as "copy OPERANDS"; empty if none.
 std::vector<std::string> copies_of(const std::function<void()>& fn,
