@@ -6,7 +6,7 @@ logits, the quad reductions, the tile and tail logic and the writes are mirrored
 (registers as numpy arrays over the 32 lanes of a warp), and mma is computed from the PTX
 ISA's m16n8k16 fragment layouts (every fragment loaded by ldmatrix, as the kernels load them);
 the forward tiled and, where it applies, in its one-block form,
-the backward as two kernels and in one block. Values stay float64 (no bf16 rounding of P and dS), so every
+the backward as two kernels, in one block, and in one block computing each weight once (one pass). Values stay float64 (no bf16 rounding of P and dS), so every
 output must match a dense float64 reference to ~1e-15; outputs start as NaN, so an element the
 kernels never write shows up. Run: /usr/bin/python3 scripts/attention_mma_emulate.py (Debian's
 python3-numpy). The [cuda] tests remain the real check on a GPU; keep this in step with the
@@ -67,6 +67,12 @@ def load_a_ldsm(m, base, ld):  # ldmatrix.x4: row l % 16, column 8 (l / 16)
 def load_b_rows_ldsm(m, base, ld):  # ldmatrix.x2: row l % 8, column 8 ((l / 8) % 2)
     b0, b1 = ldmatrix(m, base + (L & 7)*ld + ((L >> 3) & 1)*8, 2, False)
     return b0, b1
+def load_a_trans(m, base, ld):  # A fragment of the transposed 16 x 16 block: a(r, c) = m[c][r]
+    p = base + 2*T*ld + G
+    return [pair2(m, p, p+ld), pair2(m, p+8, p+ld+8), pair2(m, p+8*ld, p+9*ld),
+            pair2(m, p+8*ld+8, p+9*ld+8)]
+def load_a_trans_ldsm(m, base, ld):  # ldmatrix.x4.trans: row l % 8 (+ 8 for l >= 16), column 8 ((l / 8) % 2)
+    return ldmatrix(m, base + ((L & 7) + ((L >> 4) & 1)*8)*ld + ((L >> 3) & 1)*8, 4, True)
 def a_from_c(c0, c1):
     return [np.stack([c0[0], c0[1]], 1), np.stack([c0[2], c0[3]], 1),
             np.stack([c1[0], c1[1]], 1), np.stack([c1[2], c1[3]], 1)]
@@ -309,6 +315,68 @@ def backward_one_block(q, k, v, bias, scale, lse, delta, go):
             write_rows(dq, d, scale, gq, w0, nq, kOut)
     return gq, gk, gv, gb
 
+def backward_one_pass(q, k, v, bias, scale, lse, delta, go):
+    """mma_one_pass_backward_kernel: the query side first (P and dS stored to shared tiles),
+    then, after the barrier, dK and dV from the tiles read transposed."""
+    nq, d = q.shape; nk, dv = v.shape
+    kShort = 80; kN = kShort//8; kOut = head_of(d, dv)//8; kWeightLd = kShort + 8
+    assert nq <= kShort and nk <= kShort and head_of(d, dv) <= 64
+    ldd, ldv = ld16(d), ld16(dv)
+    gq = np.full((nq, d), np.nan); gk = np.full((nk, d), np.nan); gv = np.full((nk, dv), np.nan)
+    gb = np.full((nq, nk), np.nan)
+    def b_at(i, j): return bias[i, j] if bias is not None else 0.0
+    q_s = load_tile(q, 0, kShort, nq, d, ldd); go_s = load_tile(go, 0, kShort, nq, dv, ldv)
+    k_s = load_tile(k, 0, kShort, nk, d, ldd); v_s = load_tile(v, 0, kShort, nk, dv, ldv)
+    lse_s = np.array([lse[i] if i < nq else 0 for i in range(kShort)])
+    delta_s = np.array([delta[i] if i < nq else 0 for i in range(kShort)])
+    p_s = np.full(kShort*kWeightLd, np.nan); ds_s = np.full(kShort*kWeightLd, np.nan)  # never-written: NaN
+    pieces = (max(nq, nk, 1) + 15)//16
+    for warp in range(pieces):  # phase 1
+        w0 = warp*16
+        if w0 >= nq: continue
+        rows_of = [w0 + G, w0 + G + 8]
+        w = multiply_rows(kN, q_s, w0*ldd, ldd, k_s, ldd, d//16, nk)
+        dw = multiply_rows(kN, go_s, w0*ldv, ldv, v_s, ldv, dv//16, nk)
+        for n in range(kN):
+            for e in range(4):
+                i = rows_of[e >> 1]; j = n*8 + 2*T + (e & 1)
+                pe = np.zeros(32); dse = np.zeros(32)
+                for lane in range(32):
+                    if i[lane] < nq and j[lane] < nk:
+                        z = scale*w[n][e][lane] + b_at(i[lane], j[lane])
+                        pe[lane] = np.exp(z - lse_s[i[lane]])
+                        dse[lane] = pe[lane]*(dw[n][e][lane] - delta_s[i[lane]])
+                        gb[i[lane], j[lane]] = dse[lane]
+                w[n][e] = pe; dw[n][e] = dse
+        for n in range(kN):
+            for r in range(2):
+                at = (w0 + G + 8*r)*kWeightLd + n*8 + 2*T
+                p_s[at] = w[n][2*r]; p_s[at + 1] = w[n][2*r + 1]
+                ds_s[at] = dw[n][2*r]; ds_s[at + 1] = dw[n][2*r + 1]
+        dq = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
+        accumulate_weights(dq, dw, k_s, ldd, d, nk, kN, kOut)
+        write_rows(dq, d, scale, gq, w0, nq, kOut)
+    qpieces = (nq + 15)//16
+    for warp in range(pieces):  # phase 2, after the barrier
+        w0 = warp*16
+        if w0 >= nk: continue
+        dk = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
+        dvv = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
+        for kb in range(kN//2):
+            if kb >= qpieces: break
+            fp = load_a_trans_ldsm(p_s, kb*16*kWeightLd + w0, kWeightLd)
+            fds = load_a_trans_ldsm(ds_s, kb*16*kWeightLd + w0, kWeightLd)
+            for nd in range(kOut):
+                if nd < dv//8:
+                    b0, b1 = load_b_cols_ldsm(go_s, kb*16*ldv + nd*8, ldv)
+                    dvv[nd] = mma(dvv[nd], fp, b0, b1)
+                if nd < d//8:
+                    b0, b1 = load_b_cols_ldsm(q_s, kb*16*ldd + nd*8, ldd)
+                    dk[nd] = mma(dk[nd], fds, b0, b1)
+        write_rows(dk, d, scale, gk, w0, nk, kOut)
+        write_rows(dvv, dv, 1.0, gv, w0, nk, kOut)
+    return gq, gk, gv, gb
+
 def reference(q, k, v, bias, scale, go):
     z = scale*q@k.T + (bias if bias is not None else 0)
     m = z.max(1, keepdims=True); p = np.exp(z - m); l = p.sum(1, keepdims=True); p /= l
@@ -330,6 +398,14 @@ for ld in (24, 40, 72, 136):
             assert np.array_equal(got, want), ("b rows", ld, base)
         for got, want in zip(load_a_ldsm(tile, base, ld), load_a(tile, base, ld)):
             assert np.array_equal(got, want), ("a", ld, base)
+        for got, want in zip(load_a_trans_ldsm(tile, base, ld), load_a_trans(tile, base, ld)):
+            assert np.array_equal(got, want), ("a trans", ld, base)
+# load_a_trans is the transpose's A fragment: the fragment load_a gives of the transposed block.
+blk = rng.uniform(-1, 1, (16, 16)); ld = 24
+tile = np.zeros(16 * ld); tile.reshape(16, ld)[:, :16] = blk
+tile_t = np.zeros(16 * ld); tile_t.reshape(16, ld)[:, :16] = blk.T
+for got, want in zip(load_a_trans(tile, 0, ld), load_a(tile_t, 0, ld)):
+    assert np.array_equal(got, want), "a trans is not the transpose's fragment"
 worst = 0.0
 for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True), (1, 197, 48, 48, False),
                                   (33, 47, 16, 48, True), (40, 72, 128, 128, False), (65, 65, 0, 64, True),
@@ -350,6 +426,9 @@ for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True
         errs += [np.abs(out1-ro).max(), np.abs(lse1-rl).max()]
     if nq <= 80 and nk <= 80 and head_of(d, dv) <= 64:  # the one-block backward's problems
         gq, gk, gv, gb = backward_one_block(q, k, v, bias, scale, rl, delta, go)
+        errs += [np.abs(gq-rgq).max() if d else 0, np.abs(gk-rgk).max() if d else 0,
+                 np.abs(gv-rgv).max(), np.abs(gb-rgb).max()]
+        gq, gk, gv, gb = backward_one_pass(q, k, v, bias, scale, rl, delta, go)
         errs += [np.abs(gq-rgq).max() if d else 0, np.abs(gk-rgk).max() if d else 0,
                  np.abs(gv-rgv).max(), np.abs(gb-rgb).max()]
     print((nq, nk, d, dv, use_bias), ["%.1e" % e for e in errs])

@@ -16,10 +16,15 @@
 #             each switched back: WMMA attention, synchronous tile loads, the split backward,
 #             that and the tiled forward, the split layer norm backward, the held-row forward,
 #             the unfused residual add + layer norm, that and the unfused GELU + dropout, and
-#             the held forward with fused talking heads, in one benchmark --variants process per
+#             the held forward with fused talking heads, and the one-pass backward, in one
+#             benchmark --variants process per
 #             model, two rounds in turn:
 #             cifar10_vit_s and cifar10_cska_vit at 512, imagenet_caformer_s18 at 128
 #             (ATTN="CONFIG:BATCH ..." for others)
+#   cait      CaiT's not-yet-default paths in our bf16 training step, one benchmark --variants
+#             process per model, two rounds: fused talking heads, the parameters' casts once a
+#             step, the linear layers' gradients in f32, the one-pass attention backward, and all
+#             four: cifar10_cska_cait and cifar10_cait_s at 512 (CAIT="CONFIG:BATCH ..." for others)
 #   depthwise the channels-last depthwise 7x7 convolution (CAFormer-S18's first stage) on cuDNN
 #             and on this project's kernels (scripts/benchmark_ops.sh --cases dwconv, bf16, against
 #             PyTorch), then our bf16 training step with --depthwise-conv cudnn / direct / auto
@@ -89,7 +94,7 @@ while [ $# -gt 0 ]; do
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests graphs attention depthwise logits convs speed dp profile kernels loader zoo table8 variants
+all=(tests graphs attention cait depthwise logits convs speed dp profile kernels loader zoo table8 variants
      memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
@@ -221,12 +226,23 @@ for stage in "${stages[@]}"; do
       # One process: the default (mma.sync) kernels first, then each variant, two rounds in turn.
       stage_run "attention_$config" 150 "$build/apps/benchmark" --config "$config" \
         --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
-        "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused"
+        "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass"
       # The table; or, from a run cut short, the rounds it measured (benchmark's stderr).
       [ $? = 125 ] && continue
       { grep -q '^variants' "$logs/attention_$config.log" &&
           sed -n '/^variants/,$p' "$logs/attention_$config.log" ||
           grep '^variant ' "$logs/attention_$config.log"; } | sed 's/^/  /' | tee -a "$summary"
+    done ;;
+  cait)
+    for item in ${CAIT:-cifar10_cska_cait:512 cifar10_cait_s:512}; do
+      config=${item%%:*} batch=${item#*:}
+      stage_run "cait_$config" 150 "$build/apps/benchmark" --config "$config" \
+        --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
+        "talking_heads=fused;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass"
+      [ $? = 125 ] && continue
+      { grep -q '^variants' "$logs/cait_$config.log" &&
+          sed -n '/^variants/,$p' "$logs/cait_$config.log" ||
+          grep '^variant ' "$logs/cait_$config.log"; } | sed 's/^/  /' | tee -a "$summary"
     done ;;
   depthwise)
     stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \

@@ -41,12 +41,13 @@ bench=$build/apps/benchmark
 # build and warm-up, the variants in turn, ROUNDS times); "new" is every fast path not yet the
 # default at once. Then the switches that are not kernel choices, one process each.
 kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=split"
+  "attention_backward=one_pass"
   "attention_forward=tiled" "norm_forward=held" "norm_backward=split" "residual_norm=unfused"
   "gelu_dropout=unfused" "dropout_add=unfused" "talking_heads=fused" "weight_casts=per_step"
   "linear_grads=f32" "weight_casts=per_step,linear_grads=f32" "depthwise_conv=cudnn"
   "depthwise_conv=direct" "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct"
   "attention=scalar" "attention=unfused" "elementwise=reference" "norm_output=f32")
-every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_grads=f32"
+every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass"
 kernel_variants+=("$every_new")
 process_variants=("--cudnn-benchmark off" "--cuda-graph")
 joined=$(IFS=';'; echo "${kernel_variants[*]}")

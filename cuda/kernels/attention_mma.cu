@@ -54,6 +54,7 @@ constexpr unsigned kFull = 0xffffffffu;
 std::atomic<bool> g_mma{true};
 std::atomic<bool> g_one_block{true};
 std::atomic<bool> g_one_block_forward{true};
+std::atomic<bool> g_one_pass{false};
 
 // The one-block backward (mma_one_block_backward_kernel): sequences of at most kShortRows queries
 // and keys, head dims up to 64.
@@ -550,6 +551,157 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   }
 }
 
+// The one-pass backward's shared memory: the one-block kernel's tiles (q, dO, k, v, the
+// log-sum-exps and D), then P and dS as [kShortRows queries][kWeightLd] tiles of 16-bit values.
+constexpr int kWeightLd = kShortRows + 8;  // 176-byte rows: ldmatrix's 8 rows in 8 bank groups
+struct OnePassSmem {
+  Smem tiles;
+  int p, ds, bytes;
+  __host__ __device__ OnePassSmem(int d, int dv)
+      : tiles(kShortRows, true, kShortRows, d, dv, 2 * kShortRows) {
+    p = (tiles.bytes + 127) / 128 * 128;
+    ds = p + kShortRows * kWeightLd * 2;
+    bytes = ds + kShortRows * kWeightLd * 2;
+  }
+};
+
+// The backward of one leading index in one block with every weight computed once
+// (train.attention_backward: one_pass), for the problems of mma_one_block_backward_kernel. Warp
+// w first takes queries [16w, 16w + 16) as that kernel's query side does (S = Q K^T and
+// dP = dO V^T over every key, P = exp(z - lse) and dS = P (dP - D) on the accumulators, dQ =
+// dS K, grad_bias) and stores P and dS, rounded to T as the second products read them, in
+// shared [query][key] tiles; after one barrier it takes keys [16w, 16w + 16): dV = P^T dO and
+// dK = dS^T Q, with P^T's and dS^T's A fragments read from the tiles transposed. Five products
+// instead of seven, and exp, the mask and the bias read once per logit instead of twice (CSKA's
+// logits, the bias here, no longer read down their columns). The sums run in the one-block
+// kernel's order; P and dS come from S rather than from S^T, so the results are within rounding
+// of that kernel's, not always its bits.
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kShortWarps * 32)
+    mma_one_pass_backward_kernel(BackwardArgs<T> a) {
+  constexpr int kN = kShortRows / 8, kOut = kHead / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in), bscale = bias_scale(in);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int64_t grp = blockIdx.x;
+  const int w0 = warp * kRows;  // the warp's first query (phase 1) and first key (phase 2)
+  const int ldd = ld16(in.d), ldv = ld16(in.dv);
+  const OnePassSmem at(in.d, in.dv);
+  T* q_s = reinterpret_cast<T*>(smem + at.tiles.a_d);
+  T* go_s = reinterpret_cast<T*>(smem + at.tiles.a_dv);
+  T* k_s = reinterpret_cast<T*>(smem + at.tiles.b_d);
+  T* v_s = reinterpret_cast<T*>(smem + at.tiles.b_dv);
+  float* lse_s = reinterpret_cast<float*>(smem + at.tiles.f);
+  float* delta_s = lse_s + kShortRows;
+  T* p_s = reinterpret_cast<T*>(smem + at.p);
+  T* ds_s = reinterpret_cast<T*>(smem + at.ds);
+
+  const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+  T* gbg = grad_bias_of(a, grp);
+  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d,
+            in.async_loads, /*wait=*/false);
+  load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv,
+            in.async_loads, /*wait=*/false);
+  load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d,
+            in.async_loads, /*wait=*/false);
+  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv,
+            in.async_loads);
+  for (int i = threadIdx.x; i < kShortRows; i += blockDim.x) {
+    lse_s[i] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
+    delta_s[i] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;
+  }
+  __syncthreads();
+
+  if (w0 < in.nq) {
+    // Phase 1: P and dS of the warp's 16 queries over every key; dQ and grad_bias.
+    const int rows_of[2] = {w0 + g, w0 + g + 8};
+    float w[kN][4], dw[kN][4];
+    multiply_rows<T, kN>(w, q_s + w0 * ldd, ldd, k_s, ldd, in.d / 16, in.nk, lane, in.async_loads);
+    multiply_rows<T, kN>(dw, go_s + w0 * ldv, ldv, v_s, ldv, in.dv / 16, in.nk, lane,
+                         in.async_loads);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = rows_of[e >> 1], j = n * 8 + 2 * t + (e & 1);
+        float pe = 0.0f, dse = 0.0f;
+        if (i < in.nq && j < in.nk) {
+          if (!excluded(in, i, j)) {
+            float z = scale * w[n][e];
+            if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
+            pe = expf(z - lse_s[i]);
+            dse = pe * (dw[n][e] - delta_s[i]);
+          }
+          if (gbg != nullptr) store_grad_bias(gbg, a, i, j, bscale, dse);
+        }
+        w[n][e] = pe;
+        dw[n][e] = dse;
+      }
+    }
+    // Every row and column of the warp's piece, zero past the ends: phase 2 reads them whole.
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int at_row = (w0 + g + 8 * r) * kWeightLd + n * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(p_s + at_row) = pack<T>(w[n][2 * r], w[n][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(ds_s + at_row) = pack<T>(dw[n][2 * r], dw[n][2 * r + 1]);
+      }
+    }
+    float dq[kOut][4];
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
+    accumulate_weights<T, kN, kOut>(dq, dw, k_s, ldd, in.d, in.nk, lane, in.async_loads);
+    write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
+  }
+  __syncthreads();  // every query piece's P and dS is in the tiles
+  if (w0 >= in.nk) return;
+  // Phase 2: dV = P^T dO and dK = dS^T Q for the warp's 16 keys over every query, in pieces of
+  // 16 queries in order (the one-block kernel's sums).
+  float dk[kOut][4], dv[kOut][4];
+#pragma unroll
+  for (int nd = 0; nd < kOut; ++nd) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[nd][e] = dv[nd][e] = 0.0f;
+  }
+  const int pieces = (in.nq + 15) / 16, dv_tiles = in.dv / 8, d_tiles = in.d / 8;
+#pragma unroll
+  for (int kb = 0; kb < kN / 2; ++kb) {
+    if (kb >= pieces) break;
+    uint32_t fp[4], fds[4];
+    if (in.async_loads) {
+      load_a_trans_ldsm(fp, p_s + kb * 16 * kWeightLd + w0, kWeightLd, lane);
+      load_a_trans_ldsm(fds, ds_s + kb * 16 * kWeightLd + w0, kWeightLd, lane);
+    } else {
+      load_a_trans(fp, p_s + kb * 16 * kWeightLd + w0, kWeightLd, lane);
+      load_a_trans(fds, ds_s + kb * 16 * kWeightLd + w0, kWeightLd, lane);
+    }
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) {
+      uint32_t b0, b1;
+      if (nd < dv_tiles) {
+        if (in.async_loads) {
+          load_b_cols_ldsm(b0, b1, go_s + kb * 16 * ldv + nd * 8, ldv, lane);
+        } else {
+          load_b_cols(b0, b1, go_s + kb * 16 * ldv + nd * 8, ldv, lane);
+        }
+        mma<T>(dv[nd], fp, b0, b1);
+      }
+      if (nd < d_tiles) {
+        if (in.async_loads) {
+          load_b_cols_ldsm(b0, b1, q_s + kb * 16 * ldd + nd * 8, ldd, lane);
+        } else {
+          load_b_cols(b0, b1, q_s + kb * 16 * ldd + nd * 8, ldd, lane);
+        }
+        mma<T>(dk[nd], fds, b0, b1);
+      }
+    }
+  }
+  write_rows<T, kOut>(dk, in.d, scale, a.gk + a.gkv.lead.offset(grp), a.gkv.row, w0, in.nk, lane);
+  write_rows<T, kOut>(dv, in.dv, 1.0f, a.gv + a.gvv.lead.offset(grp), a.gvv.row, w0, in.nk, lane);
+}
+
 // --- Host side ---
 
 // Blocks of 16-row warps over n rows: as few blocks as kMaxWarps allows, their warps balanced
@@ -601,6 +753,12 @@ void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
   dispatch_head_dim(in.d, in.dv, [&](auto head) {
     constexpr int kHead = decltype(head)::value, kWidth = tile_width<kHead>();
     if constexpr (kHead <= 64) {
+      if (g_one_pass.load() && in.nq <= kShortRows && in.nk <= kShortRows) {
+        const int pieces = (std::max(std::max(in.nq, in.nk), 1) + kRows - 1) / kRows;
+        launch(mma_one_pass_backward_kernel<T, kHead>, grid_of(kKernel, groups, 1), pieces,
+               OnePassSmem(in.d, in.dv).bytes, stream, a);
+        return;
+      }
       if (g_one_block.load() && in.nq <= kShortRows && in.nk <= kShortRows) {
         const int pieces = (std::max(std::max(in.nq, in.nk), 1) + kRows - 1) / kRows;
         const Smem smem(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows);
@@ -643,6 +801,9 @@ bool set_cuda_attention_one_block_backward(bool enabled) {
 }
 bool set_cuda_attention_one_block_forward(bool enabled) {
   return cuda::attn::g_one_block_forward.exchange(enabled);
+}
+bool set_cuda_attention_one_pass_backward(bool enabled) {
+  return cuda::attn::g_one_pass.exchange(enabled);
 }
 
 }  // namespace ska

@@ -88,6 +88,17 @@ __device__ __forceinline__ void load_b_cols(uint32_t& b0, uint32_t& b1, const T*
   b1 = load_pair(p + 8 * ld, p + 9 * ld);
 }
 
+// The A fragment of the transpose of the 16 x 16 block at `m` (row-major, row stride ld):
+// a(r, c) = m[c][r] (P^T and dS^T read from tiles of P and dS stored [query][key]).
+template <typename T>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* m, int ld, int lane) {
+  const T* p = m + 2 * (lane & 3) * ld + (lane >> 2);
+  a[0] = load_pair(p, p + ld);
+  a[1] = load_pair(p + 8, p + ld + 8);
+  a[2] = load_pair(p + 8 * ld, p + 9 * ld);
+  a[3] = load_pair(p + 8 * ld + 8, p + 9 * ld + 8);
+}
+
 // Shared-memory address of p for ldmatrix.
 template <typename T>
 __device__ __forceinline__ unsigned shared_address(const T* p) {
@@ -107,6 +118,23 @@ __device__ __forceinline__ void load_a_ldsm(uint32_t (&a)[4], const T* m, int ld
                : "r"(row));
 #else
   load_a(a, m, ld, lane);
+#endif
+}
+
+// load_a_trans by one ldmatrix.x4.trans (sm_75 and newer; `m` in shared memory, rows 16-byte
+// aligned): lanes 0-7 address rows 0-7 of m at column 0 (a[0]), 8-15 the same rows at column 8
+// (a[1]), 16-23 rows 8-15 at column 0 (a[2]), 24-31 rows 8-15 at column 8 (a[3]); transposed as
+// they load, thread i receives column i / 4 at rows 2 (i % 4) and + 1: load_a_trans's registers.
+template <typename T>
+__device__ __forceinline__ void load_a_trans_ldsm(uint32_t (&a)[4], const T* m, int ld, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned row =
+      shared_address(m + ((lane & 7) + ((lane >> 4) & 1) * 8) * ld + ((lane >> 3) & 1) * 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(row));
+#else
+  load_a_trans(a, m, ld, lane);
 #endif
 }
 

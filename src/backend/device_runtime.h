@@ -65,6 +65,12 @@ bool set_cuda_attention_mma(bool enabled);
 // (CSKA-ViT-S's bf16 training step 1.12x faster on an H200; train.attention_backward: split
 // turns it off). Returns the previous setting.
 bool set_cuda_attention_one_block_backward(bool enabled);
+// With the mma.sync kernels, the backward pass of those problems in one block per leading index
+// that computes each weight once (train.attention_backward: one_pass): P and dS from the query
+// side, shared through shared memory for dK and dV (five products instead of the one-block
+// kernel's seven). Takes precedence over the one-block backward; off by default (not yet timed
+// on a GPU). Returns the previous setting.
+bool set_cuda_attention_one_pass_backward(bool enabled);
 // With the mma.sync kernels, the forward pass of a problem whose longer side has 65 to 80 rows
 // (ViT-S's 65 tokens) in one block per leading index with every key in one 80-wide tile, instead
 // of two blocks per index each walking two 64-wide key tiles (the second holding one key). The

@@ -84,6 +84,12 @@ bool set_cuda_attention_one_block_backward(bool enabled) {
   setting = enabled;
   return previous;
 }
+bool set_cuda_attention_one_pass_backward(bool enabled) {
+  static bool setting = false;
+  const bool previous = setting;
+  setting = enabled;
+  return previous;
+}
 bool set_cuda_attention_one_block_forward(bool enabled) {
   static bool setting = false;
   const bool previous = setting;

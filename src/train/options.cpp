@@ -67,10 +67,12 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        "unfused (matmul, softmax, matmul: the weights stored)"},
       {"attention_backward",
        &C::attention_backward,
-       {"split", "one_block"},
+       {"split", "one_block", "one_pass"},
        "the mma.sync attention's backward for up to 80 tokens and head dims up to 64: split (a "
-       "dK/dV kernel and a dQ kernel) or one_block (one block per head that loads every operand "
-       "once; the default: CSKA-ViT-S's bf16 training step 1.12x faster on an H200)",
+       "dK/dV kernel and a dQ kernel), one_block (one block per head that loads every operand "
+       "once; the default: CSKA-ViT-S's bf16 training step 1.12x faster on an H200) or one_pass "
+       "(the same block computing each weight once, shared through shared memory for dK and dV: "
+       "five products instead of seven; not yet timed on a GPU)",
        K::kCudaOnly},
       {"attention_forward",
        &C::attention_forward,
@@ -193,7 +195,8 @@ void KernelChoices::apply() const {
   nn::set_fused_attention(attention != "unfused");
   set_cuda_attention_tensor_cores(attention == "fused" || attention == "wmma");
   set_cuda_attention_mma(attention == "fused");
-  set_cuda_attention_one_block_backward(attention_backward == "one_block");
+  set_cuda_attention_one_block_backward(attention_backward != "split");
+  set_cuda_attention_one_pass_backward(attention_backward == "one_pass");
   set_cuda_attention_one_block_forward(attention_forward == "one_block");
   set_cuda_attention_async_loads(attention_loads == "async");
   set_cuda_elementwise_fast_paths(elementwise == "fast");

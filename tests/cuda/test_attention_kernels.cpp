@@ -239,6 +239,13 @@ struct OneBlockBackward {
   ~OneBlockBackward() { set_cuda_attention_one_block_backward(previous); }
 };
 
+// The mma.sync kernels' one-pass backward (the one-block backward's problems, each weight
+// computed once and shared for dK and dV) while alive.
+struct OnePassBackward {
+  bool previous = set_cuda_attention_one_pass_backward(true);
+  ~OnePassBackward() { set_cuda_attention_one_pass_backward(previous); }
+};
+
 // The mma.sync kernels' one-block forward (problems whose longer side has 65 to 80 rows, head dims
 // up to 64; others keep the tiled launch) while alive.
 struct OneBlockForward {
@@ -282,9 +289,17 @@ void check_case(const Case& c, double scale,
       const OneBlockBackward backward;
       one_block_both = on_host(run(c, x.gpu, scale, true));
     }
+    Results one_pass;
+    {
+      const OnePassBackward on;
+      one_pass = on_host(run(c, x.gpu, scale, true));
+    }
     const Results cpu = run(c, x.cpu, scale, false);
     const Results ref = reference(c, x.ref, scale);
     const ska::test::Tolerance tol = tolerance_for(dtype);
+    compare(one_pass, cpu, tol, "one-pass backward cuda vs cpu", by_nmse);
+    compare(one_pass, ref, tol, "one-pass backward cuda vs reference", by_nmse);
+    compare(one_pass, one_block, tol, "one-pass backward vs one-block backward", by_nmse);
     compare(one_block, cpu, tol, "one-block backward cuda vs cpu", by_nmse);
     compare(one_block_both, cpu, tol, "one-block forward and backward cuda vs cpu", by_nmse);
     compare(one_block_both, ref, tol, "one-block forward and backward cuda vs reference", by_nmse);
@@ -468,16 +483,20 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
       return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
     };
     // values() copies to the host before the next run (both runs write the same out tensor).
-    // WMMA, mma.sync, mma.sync with the one-block backward, and with the one-block forward too
-    for (const int mode : {0, 1, 2, 3}) {
+    // WMMA, mma.sync, mma.sync with the one-block backward, and with the one-block forward too,
+    // and with the one-pass backward
+    for (const int mode : {0, 1, 2, 3, 4}) {
       const bool use_mma = mode > 0;
       const bool previous = set_cuda_attention_mma(use_mma);
       const bool previous_one_block = set_cuda_attention_one_block_backward(mode >= 2);
-      const bool previous_forward = set_cuda_attention_one_block_forward(mode == 3);
+      const bool previous_forward = set_cuda_attention_one_block_forward(mode >= 3);
+      const bool previous_one_pass = set_cuda_attention_one_pass_backward(mode == 4);
       for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {  // 16-bit: tensor cores
         INFO("N = " << n << ", " << dtype_name(dtype) << (use_mma ? ", mma.sync" : "")
-                    << (mode >= 2 ? ", one-block backward" : "")
-                    << (mode == 3 ? ", one-block forward" : ""));
+                    << (mode == 4   ? ", one-pass backward"
+                        : mode >= 2 ? ", one-block backward"
+                                    : "")
+                    << (mode >= 3 ? ", one-block forward" : ""));
         const Prepared x = prepare(c, dtype);
         const std::vector<std::vector<double>> first = values(run(c, x.gpu, 0.125, true));
         const std::vector<std::vector<double>> second = values(run(c, x.gpu, 0.125, true));
@@ -489,6 +508,7 @@ TEST_CASE("cuda attention: two runs give the same bits, forward and backward", "
       set_cuda_attention_mma(previous);
       set_cuda_attention_one_block_backward(previous_one_block);
       set_cuda_attention_one_block_forward(previous_forward);
+      set_cuda_attention_one_pass_backward(previous_one_pass);
     }
   }
 }
@@ -530,15 +550,18 @@ TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' 
   for (const Problem s : {Problem{65, 65, 64, 64}, Problem{197, 197, 32, 32},
                           Problem{1, 197, 48, 48}, Problem{65, 65, 0, 64}}) {
     const Case c = biased_case("tile loads", {2, 3}, s.nq, s.nk, s.d, s.dv, 1901);
-    for (const int mode : {0, 1, 2}) {  // WMMA, mma.sync, mma.sync one-block
+    // WMMA, mma.sync, mma.sync one-block, mma.sync one-block forward and one-pass backward
+    for (const int mode : {0, 1, 2, 3}) {
       const bool previous_mma = set_cuda_attention_mma(mode > 0);
-      const bool previous_backward = set_cuda_attention_one_block_backward(mode == 2);
-      const bool previous_forward = set_cuda_attention_one_block_forward(mode == 2);
+      const bool previous_backward = set_cuda_attention_one_block_backward(mode >= 2);
+      const bool previous_forward = set_cuda_attention_one_block_forward(mode >= 2);
+      const bool previous_one_pass = set_cuda_attention_one_pass_backward(mode == 3);
       for (const DType dtype : {DType::kBF16, DType::kF16}) {
         INFO(s.nq << " x " << s.nk << ", d " << s.d << ", " << dtype_name(dtype) << ", "
                   << (mode == 0   ? "WMMA"
                       : mode == 1 ? "mma.sync"
-                                  : "mma.sync one-block"));
+                      : mode == 2 ? "mma.sync one-block"
+                                  : "mma.sync one-pass backward"));
         const Prepared x = prepare(c, dtype);
         const std::vector<std::vector<double>> async = values(run(c, x.gpu, 0.125, true));
         const bool previous_loads = set_cuda_attention_async_loads(false);
@@ -553,6 +576,7 @@ TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' 
       set_cuda_attention_mma(previous_mma);
       set_cuda_attention_one_block_backward(previous_backward);
       set_cuda_attention_one_block_forward(previous_forward);
+      set_cuda_attention_one_pass_backward(previous_one_pass);
     }
   }
 }

@@ -394,8 +394,14 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(set_cuda_attention_tensor_cores(true));
   CHECK_FALSE(set_cuda_elementwise_fast_paths(true));
   CHECK_FALSE(set_cuda_attention_one_block_backward(true));
+  CHECK_FALSE(set_cuda_attention_one_pass_backward(false));
   CHECK_FALSE(set_cuda_attention_one_block_forward(true));
   CHECK(set_cuda_depthwise_conv(DepthwiseConv::kDirect) == DepthwiseConv::kDirect);
+  KernelChoices one_pass;
+  one_pass.attention_backward = "one_pass";
+  one_pass.apply();
+  CHECK(set_cuda_attention_one_pass_backward(true));
+  CHECK(set_cuda_attention_one_block_backward(true));
   KernelChoices timed;
   timed.depthwise_conv = "auto";
   timed.apply();
@@ -427,6 +433,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(nn::fused_talking_heads_enabled());
   CHECK(set_cuda_attention_mma(true));
   CHECK(set_cuda_attention_one_block_backward(true));
+  CHECK_FALSE(set_cuda_attention_one_pass_backward(false));
   CHECK(set_cuda_attention_one_block_forward(true));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
