@@ -127,7 +127,7 @@ void Optimizer::step(const Tensor& skip) {
             skip.str());
   write_lrs();
   std::vector<std::vector<Item>> work(groups_.size());
-  size_t stepping = 0;
+  std::vector<int64_t> stepping_counts;  // the counts_ elements of the parameters that step
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (const auto& [name, param] : groups_[g].params) {
       const Tensor grad = param.grad();
@@ -137,19 +137,22 @@ void Optimizer::step(const Tensor& skip) {
                 ValueError, "grad of parameter '", name, "' is ", grad.str(),
                 " but the parameter is ", param.str());
       work[g].push_back({param, grad.contiguous(), &state_for(name, param)});
-      ++stepping;
+      stepping_counts.push_back(index_.at(name));
     }
   }
   begin_step();
-  // The counts advance first (the kernels read them): one launch when every parameter steps.
-  if (stepping == index_.size()) {
-    SKA_KERNEL(counts_.device(), advance_counts)(counts_, skip);
-  } else {
-    for (const auto& items : work) {
-      for (const Item& item : items) {
-        SKA_KERNEL(counts_.device(), advance_counts)(item.state->step, skip);
-      }
+  // The counts advance first (the kernels read them): one launch for each run of consecutive
+  // counts, so one when every parameter steps, and a few when a layer's parameters have no
+  // gradient (CaiT's layer dropout), not one per parameter.
+  std::sort(stepping_counts.begin(), stepping_counts.end());
+  for (size_t first = 0; first < stepping_counts.size();) {
+    size_t end = first + 1;
+    while (end < stepping_counts.size() && stepping_counts[end] == stepping_counts[end - 1] + 1) {
+      ++end;
     }
+    const Tensor run = counts_.narrow(0, stepping_counts[first], static_cast<int64_t>(end - first));
+    SKA_KERNEL(counts_.device(), advance_counts)(run, skip);
+    first = end;
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (!work[g].empty()) update_group(groups_[g], work[g], skip);

@@ -3,9 +3,13 @@
 // trips, parameter grouping, and CPU-vs-CUDA parity of the fused update kernels.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/profiler.h"
 #include "io/safetensors.h"
 #include "optim/optimizer.h"
 #include "support/test_util.h"
@@ -173,6 +177,39 @@ TEST_CASE("optim: a parameter without a grad is skipped and keeps no state", "[c
   CHECK_FALSE(a.grad().defined());
   a.set_grad(Tensor::full({3}, 0.5));
   REQUIRE_THROWS_WITH(opt->step(), Catch::Contains("grad of parameter 'a'"));
+}
+
+TEST_CASE("optim: the step counts of the parameters that step advance, a launch per run of them",
+          "[cpu][optim]") {
+  // Five parameters over two groups; the third and the fifth have no gradient (a layer that
+  // layer dropout skipped): their counts stay, the others' advance, in two advance_counts calls
+  // (runs 0-1 and 3) instead of one per parameter; with every gradient, one call.
+  std::vector<Tensor> p;
+  for (int i = 0; i < 5; ++i) p.push_back(Tensor::ones({3}).set_requires_grad(true));
+  OptimizerOptions o;
+  o.name = "adamw";
+  auto opt = make_optimizer(o, {ParamGroup{{{"p0", p[0]}, {"p1", p[1]}, {"p2", p[2]}}, 0.1, 0.0},
+                                ParamGroup{{{"p3", p[3]}, {"p4", p[4]}}, 0.1, 0.0}});
+  const auto advance_calls = [&](const std::vector<int>& with_grads) {
+    for (int i : with_grads) p[static_cast<size_t>(i)].set_grad(Tensor::full({3}, 0.5));
+    profiler::start();
+    opt->step();
+    int64_t calls = 0;
+    for (const profiler::KernelTime& k : profiler::stop()) {
+      if (k.name == "advance_counts") calls += k.calls;
+    }
+    opt->zero_grad();
+    return calls;
+  };
+  CHECK(advance_calls({0, 1, 2, 3, 4}) == 1);
+  CHECK(advance_calls({0, 1, 3}) == 2);
+  CHECK(advance_calls({4}) == 1);
+  const std::map<std::string, Tensor> state = opt->state_dict();
+  const std::vector<double> steps = {2, 2, 1, 2, 2};
+  for (int i = 0; i < 5; ++i) {
+    INFO("p" << i);
+    CHECK(state.at("p" + std::to_string(i) + ".step").item() == steps[static_cast<size_t>(i)]);
+  }
 }
 
 TEST_CASE("optim: the kernels read each group's lr as set_lr or groups() last set it",
