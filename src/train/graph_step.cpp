@@ -53,6 +53,23 @@ GraphedStep::GraphedStep(TrainStep& step, optim::Optimizer& optimizer, UpdateSta
   draws_ = generator_.end_capture();
 }
 
+std::unique_ptr<GraphedStep> capture_step(const std::string& mode, TrainStep& step,
+                                          optim::Optimizer& optimizer, UpdateStats& stats,
+                                          Generator& generator, const Tensor& images,
+                                          const Tensor& target, double lr,
+                                          const std::function<void(const std::string&)>& log) {
+  try {
+    return std::make_unique<GraphedStep>(step, optimizer, stats, generator, images, target, lr);
+  } catch (const Error& e) {
+    SKA_CHECK(mode == "auto", DeviceError, "train.cuda_graph: on, but the training step could not ",
+              "be captured: ", e.what(), " (train.cuda_graph: auto runs eager steps instead)");
+    optimizer.zero_grad();
+    log(std::string("warning: train.cuda_graph: auto: the training step could not be captured (") +
+        e.what() + "); eager steps from here");
+    return nullptr;
+  }
+}
+
 bool GraphedStep::fits(const Tensor& images, const Tensor& target) const {
   return images.shape() == images_.shape() && images.dtype() == images_.dtype() &&
          target.shape() == target_.shape() && target.dtype() == target_.dtype() &&

@@ -6,6 +6,7 @@
 // eager steps compute.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,5 +46,16 @@ class GraphedStep {
   CapturedDraws draws_;
   std::unique_ptr<DeviceGraph> graph_;
 };
+
+// The training step captured as GraphedStep, under train.cuda_graph `mode` (on or auto). A capture
+// that fails is an error under `on` (the reason and the way out named); under `auto` it is
+// reported through `log` and gives null, with the gradients a backward cut short left in the
+// graph's released memory dropped (optimizer.zero_grad) and the generator's offset restored, so
+// that eager steps go on exactly as if no capture had been tried.
+std::unique_ptr<GraphedStep> capture_step(const std::string& mode, TrainStep& step,
+                                          optim::Optimizer& optimizer, UpdateStats& stats,
+                                          Generator& generator, const Tensor& images,
+                                          const Tensor& target, double lr,
+                                          const std::function<void(const std::string&)>& log);
 
 }  // namespace ska::train

@@ -435,8 +435,13 @@ bool Trainer::replay_update(const Tensor& images, const Tensor& target) {
   const int64_t update_in_epoch = (state_.batch + 1) / train_.accumulate;
   const double lr = schedule_->lr(state_.epoch, update_in_epoch, steps_per_epoch_);
   if (!graphed_) {
-    graphed_ = std::make_unique<GraphedStep>(*step_, *optimizer_, *stats_,
-                                             default_generator(setup_.device), images, target, lr);
+    graphed_ = capture_step(train_.cuda_graph, *step_, *optimizer_, *stats_,
+                            default_generator(setup_.device), images, target, lr,
+                            [this](const std::string& line) { log(line); });
+    if (!graphed_) {  // auto, and the capture failed: this batch and the rest run eagerly
+      graph_wanted_ = false;
+      return false;
+    }
     log("train.cuda_graph: captured the training step at update " +
         std::to_string(state_.step + 1) + " (images " + shape_str(images.shape()) + ")");
   }

@@ -19,6 +19,7 @@
 #include "optim/optimizer.h"
 #include "support/test_util.h"
 #include "train/evaluate.h"
+#include "train/graph_step.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
@@ -270,7 +271,76 @@ StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::s
   return r;
 }
 
+// run_dropout_steps's five eager updates (AdamW, CSKA) on `device` with a capture of the step
+// tried after the second (capture_step under train.cuda_graph `mode`), which fails: on the CPU
+// always, on CUDA because a grad-ready hook on the first parameter (the last gradient of the
+// backward pass) reads a value back to the host, so the capture stops with most gradients
+// written into the graph's memory. `warnings` collects what capture_step logged.
+StepRun run_with_failed_capture(Device device, const std::string& mode,
+                                std::vector<std::string>& warnings) {
+  Config config = Config::parse(test::tiny_experiment_yaml(64, 64, 4, 1, 0.2));
+  config.set("optim.name=adamw");
+  config.set("model.mixer.type=cska");
+  manual_seed(11);
+  nn::ModulePtr model = models::build_model(config.root()["model"]);
+  model->to(device);
+  model->named_parameters(true).front().second.register_grad_ready_hook(
+      [](const Tensor& g) { (void)sum(g).item(); });
+  auto opt = optim::make_optimizer(optim::OptimizerOptions::from_config(config.root()["optim"]),
+                                   model->named_parameters(true));
+  optim::ModelEma ema(*model, 0.9);
+  auto comm = dist::make_communicator(dist::World{}, device);
+  TrainOptions train;
+  train.clip_grad = 1.0;
+  TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
+  UpdateStats stats(device);
+  model->train();
+  const Tensor images = test::uniform({4, 1, 28, 28}, 100).to(device, DType::kF32);
+  const Tensor labels = Tensor::from_vector<int64_t>({1, 4, 7, 9}, {4}, DType::kI64).to(device);
+  for (int i = 0; i < 5; ++i) {
+    if (i == 2) {
+      const auto graphed =
+          capture_step(mode, step, *opt, stats, default_generator(device), images, labels, 2e-3,
+                       [&](const std::string& line) { warnings.push_back(line); });
+      CHECK(graphed == nullptr);
+    }
+    stats.record(step.apply_update(step.micro_step(images, labels, true), 2e-3));
+  }
+  StepRun r;
+  for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.to(Device::cpu());
+  for (const auto& [name, t] : opt->state_dict()) r.optimizer[name] = t.to(Device::cpu());
+  for (const auto& [name, t] : ema.state_dict()) r.ema[name] = t.to(Device::cpu());
+  r.stats = stats.read();
+  return r;
+}
+
+// A failed capture under auto leaves the run where five eager updates take it, bit for bit.
+void check_failed_capture_falls_back(Device device) {
+  const StepRun eager = run_dropout_steps(device, "adamw", "cska", false);
+  std::vector<std::string> warnings;
+  const StepRun fallen_back = run_with_failed_capture(device, "auto", warnings);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains("train.cuda_graph: auto") && Contains("eager steps"));
+  require_same_bits(eager, fallen_back);
+  CHECK(eager.stats.applied == fallen_back.stats.applied);
+  CHECK(eager.stats.loss_sum == fallen_back.stats.loss_sum);
+  REQUIRE_THROWS_WITH(run_with_failed_capture(device, "on", warnings),
+                      Contains("train.cuda_graph: on") && Contains("could not be captured"));
+}
+
 }  // namespace
+
+TEST_CASE("train.cuda_graph: a failed capture is an error under on, eager steps under auto",
+          "[cpu][train]") {
+  // On the CPU every capture fails (a CUDA Graph needs CUDA) before the step runs.
+  check_failed_capture_falls_back(Device::cpu());
+}
+
+TEST_CASE("train.cuda_graph on CUDA: a capture failing in the backward pass falls back exactly",
+          "[cuda][train][graph]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_failed_capture_falls_back(Device::cuda(0));
+}
 
 TEST_CASE("train.weight_casts: per_step trains to the bits of per_use, linear_grads: f32 close",
           "[cpu][train]") {
