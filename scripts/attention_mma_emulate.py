@@ -260,6 +260,14 @@ def backward(q, k, v, bias, scale, lse, delta, go):
                 write_rows(dq, d, scale, gq, w0, nq, kOut)
     return gq, gk, gv, gb
 
+def one_block_tiles(q, k, v, go, lse, delta):  # load_one_block_tiles: every operand once, 80 rows
+    kShort = 80; nq, d = q.shape; nk, dv = v.shape
+    ldd, ldv = ld16(d), ld16(dv)
+    return (load_tile(q, 0, kShort, nq, d, ldd), load_tile(go, 0, kShort, nq, dv, ldv),
+            load_tile(k, 0, kShort, nk, d, ldd), load_tile(v, 0, kShort, nk, dv, ldv),
+            np.array([lse[i] if i < nq else 0 for i in range(kShort)]),
+            np.array([delta[i] if i < nq else 0 for i in range(kShort)]))
+
 def backward_one_block(q, k, v, bias, scale, lse, delta, go):
     """mma_one_block_backward_kernel: one block, every operand loaded once (80 rows)."""
     nq, d = q.shape; nk, dv = v.shape
@@ -269,10 +277,7 @@ def backward_one_block(q, k, v, bias, scale, lse, delta, go):
     gq = np.full((nq, d), np.nan); gk = np.full((nk, d), np.nan); gv = np.full((nk, dv), np.nan)
     gb = np.full((nq, nk), np.nan)
     def b_at(i, j): return bias[i, j] if bias is not None else 0.0
-    q_s = load_tile(q, 0, kShort, nq, d, ldd); go_s = load_tile(go, 0, kShort, nq, dv, ldv)
-    k_s = load_tile(k, 0, kShort, nk, d, ldd); v_s = load_tile(v, 0, kShort, nk, dv, ldv)
-    lse_s = np.array([lse[i] if i < nq else 0 for i in range(kShort)])
-    delta_s = np.array([delta[i] if i < nq else 0 for i in range(kShort)])
+    q_s, go_s, k_s, v_s, lse_s, delta_s = one_block_tiles(q, k, v, go, lse, delta)
     pieces = (max(nq, nk, 1) + 15)//16
     for warp in range(pieces):
         w0 = warp*16
@@ -325,10 +330,7 @@ def backward_one_pass(q, k, v, bias, scale, lse, delta, go):
     gq = np.full((nq, d), np.nan); gk = np.full((nk, d), np.nan); gv = np.full((nk, dv), np.nan)
     gb = np.full((nq, nk), np.nan)
     def b_at(i, j): return bias[i, j] if bias is not None else 0.0
-    q_s = load_tile(q, 0, kShort, nq, d, ldd); go_s = load_tile(go, 0, kShort, nq, dv, ldv)
-    k_s = load_tile(k, 0, kShort, nk, d, ldd); v_s = load_tile(v, 0, kShort, nk, dv, ldv)
-    lse_s = np.array([lse[i] if i < nq else 0 for i in range(kShort)])
-    delta_s = np.array([delta[i] if i < nq else 0 for i in range(kShort)])
+    q_s, go_s, k_s, v_s, lse_s, delta_s = one_block_tiles(q, k, v, go, lse, delta)
     p_s = np.full(kShort*kWeightLd, np.nan); ds_s = np.full(kShort*kWeightLd, np.nan)  # never-written: NaN
     pieces = (max(nq, nk, 1) + 15)//16
     for warp in range(pieces):  # phase 1

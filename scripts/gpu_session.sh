@@ -196,6 +196,23 @@ test_stage() {
   failed_cases "$logs/$1.log" | head -40 | tee -a "$summary"
 }
 
+# variants_stage PREFIX "CONFIG:BATCH ..." VARIANTS: our bf16 training step of each config in one
+# benchmark --variants process (150 s at most): the defaults first, then each of the
+# ';'-separated VARIANTS, two rounds in turn; the table (or, from a run cut short, the rounds it
+# measured: benchmark's stderr) goes to the summary.
+variants_stage() {
+  local prefix=$1 items=$2 variants=$3 item config batch
+  for item in $items; do
+    config=${item%%:*} batch=${item#*:}
+    stage_run "${prefix}_$config" 150 "$build/apps/benchmark" --config "$config" \
+      --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants "$variants"
+    [ $? = 125 ] && continue
+    { grep -q '^variants' "$logs/${prefix}_$config.log" &&
+        sed -n '/^variants/,$p' "$logs/${prefix}_$config.log" ||
+        grep '^variant ' "$logs/${prefix}_$config.log"; } | sed 's/^/  /' | tee -a "$summary"
+  done
+}
+
 # forms_stage PREFIX OPTION "FORMS" "CONFIG:BATCH ..." PATTERN: our bf16 training step (10 steps,
 # 60 s at most) of each config with OPTION set to each form in turn, back to back; the lines of
 # its output matching PATTERN go to the summary.
@@ -221,29 +238,12 @@ for stage in "${stages[@]}"; do
     stage_run attention_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
       --dtype bf16 --cases _attention
     [ $? = 125 ] || grep -E "_attention" "$logs/attention_ops.log" | sed 's/^/  /' | tee -a "$summary"
-    for item in ${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
-      config=${item%%:*} batch=${item#*:}
-      # One process: the default (mma.sync) kernels first, then each variant, two rounds in turn.
-      stage_run "attention_$config" 150 "$build/apps/benchmark" --config "$config" \
-        --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
-        "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass"
-      # The table; or, from a run cut short, the rounds it measured (benchmark's stderr).
-      [ $? = 125 ] && continue
-      { grep -q '^variants' "$logs/attention_$config.log" &&
-          sed -n '/^variants/,$p' "$logs/attention_$config.log" ||
-          grep '^variant ' "$logs/attention_$config.log"; } | sed 's/^/  /' | tee -a "$summary"
-    done ;;
+    variants_stage attention \
+      "${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}" \
+      "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass" ;;
   cait)
-    for item in ${CAIT:-cifar10_cska_cait:512 cifar10_cait_s:512}; do
-      config=${item%%:*} batch=${item#*:}
-      stage_run "cait_$config" 150 "$build/apps/benchmark" --config "$config" \
-        --device cuda --precision bf16 --batch "$batch" --iters 20 --rounds 2 --variants \
-        "talking_heads=fused;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass"
-      [ $? = 125 ] && continue
-      { grep -q '^variants' "$logs/cait_$config.log" &&
-          sed -n '/^variants/,$p' "$logs/cait_$config.log" ||
-          grep '^variant ' "$logs/cait_$config.log"; } | sed 's/^/  /' | tee -a "$summary"
-    done ;;
+    variants_stage cait "${CAIT:-cifar10_cska_cait:512 cifar10_cait_s:512}" \
+      "talking_heads=fused;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass" ;;
   depthwise)
     stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
       --dtype bf16 --cases dwconv

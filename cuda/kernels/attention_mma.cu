@@ -444,6 +444,41 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
   write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
 }
 
+// The one-block backward kernels' operands of leading index `grp` in shared memory (`at`: their
+// Smem), every row loaded once and published by a barrier: q and dO, k and v, zero past the
+// ends, and the queries' log-sum-exps and D.
+template <typename T>
+struct OneBlockTiles {
+  T *q, *go, *k, *v;
+  float *lse, *delta;
+};
+template <typename T>
+__device__ __forceinline__ OneBlockTiles<T> load_one_block_tiles(unsigned char* smem,
+                                                                 const Smem& at,
+                                                                 const BackwardArgs<T>& a,
+                                                                 int64_t grp) {
+  const Inputs<T>& in = a.in;
+  const int ldd = ld16(in.d), ldv = ld16(in.dv);
+  float* lse = reinterpret_cast<float*>(smem + at.f);
+  const OneBlockTiles<T> s{reinterpret_cast<T*>(smem + at.a_d), reinterpret_cast<T*>(smem + at.a_dv),
+                           reinterpret_cast<T*>(smem + at.b_d), reinterpret_cast<T*>(smem + at.b_dv),
+                           lse, lse + kShortRows};
+  load_tile(s.q, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d,
+            in.async_loads, /*wait=*/false);
+  load_tile(s.go, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv,
+            in.async_loads, /*wait=*/false);
+  load_tile(s.k, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d,
+            in.async_loads, /*wait=*/false);
+  load_tile(s.v, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv,
+            in.async_loads);
+  for (int i = threadIdx.x; i < kShortRows; i += blockDim.x) {
+    s.lse[i] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
+    s.delta[i] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;
+  }
+  __syncthreads();
+  return s;
+}
+
 // The whole backward of one leading index in one block, for short sequences (at most
 // kShortRows queries and keys, head dims up to 64): the block loads q, k, v, dO, lse and D once;
 // then warp w computes dK and dV for keys [16w, 16w + 16) as mma_grad_kv_kernel does with every
@@ -462,29 +497,12 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   const int64_t grp = blockIdx.x;
   const int w0 = warp * kRows;  // the warp's first key (dK, dV) and first query (dQ)
   const int ldd = ld16(in.d), ldv = ld16(in.dv);
-  const Smem at(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows);
-  T* q_s = reinterpret_cast<T*>(smem + at.a_d);
-  T* go_s = reinterpret_cast<T*>(smem + at.a_dv);
-  T* k_s = reinterpret_cast<T*>(smem + at.b_d);
-  T* v_s = reinterpret_cast<T*>(smem + at.b_dv);
-  float* lse_s = reinterpret_cast<float*>(smem + at.f);
-  float* delta_s = lse_s + kShortRows;
-
+  const OneBlockTiles<T> tiles = load_one_block_tiles(
+      smem, Smem(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows), a, grp);
+  const T *q_s = tiles.q, *go_s = tiles.go, *k_s = tiles.k, *v_s = tiles.v;
+  const float *lse_s = tiles.lse, *delta_s = tiles.delta;
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
   T* gbg = grad_bias_of(a, grp);
-  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d,
-            in.async_loads, /*wait=*/false);
-  load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv,
-            in.async_loads, /*wait=*/false);
-  load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d,
-            in.async_loads, /*wait=*/false);
-  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv,
-            in.async_loads);
-  for (int i = threadIdx.x; i < kShortRows; i += blockDim.x) {
-    lse_s[i] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
-    delta_s[i] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;
-  }
-  __syncthreads();
 
   float w[kN][4], dw[kN][4];  // this warp's weights and their gradients, in turn for both passes
   if (w0 < in.nk) {
@@ -588,30 +606,13 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   const int w0 = warp * kRows;  // the warp's first query (phase 1) and first key (phase 2)
   const int ldd = ld16(in.d), ldv = ld16(in.dv);
   const OnePassSmem at(in.d, in.dv);
-  T* q_s = reinterpret_cast<T*>(smem + at.tiles.a_d);
-  T* go_s = reinterpret_cast<T*>(smem + at.tiles.a_dv);
-  T* k_s = reinterpret_cast<T*>(smem + at.tiles.b_d);
-  T* v_s = reinterpret_cast<T*>(smem + at.tiles.b_dv);
-  float* lse_s = reinterpret_cast<float*>(smem + at.tiles.f);
-  float* delta_s = lse_s + kShortRows;
+  const OneBlockTiles<T> tiles = load_one_block_tiles(smem, at.tiles, a, grp);
+  const T *q_s = tiles.q, *go_s = tiles.go, *k_s = tiles.k, *v_s = tiles.v;
+  const float *lse_s = tiles.lse, *delta_s = tiles.delta;
   T* p_s = reinterpret_cast<T*>(smem + at.p);
   T* ds_s = reinterpret_cast<T*>(smem + at.ds);
-
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
   T* gbg = grad_bias_of(a, grp);
-  load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d,
-            in.async_loads, /*wait=*/false);
-  load_tile(go_s, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv,
-            in.async_loads, /*wait=*/false);
-  load_tile(k_s, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d,
-            in.async_loads, /*wait=*/false);
-  load_tile(v_s, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv,
-            in.async_loads);
-  for (int i = threadIdx.x; i < kShortRows; i += blockDim.x) {
-    lse_s[i] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
-    delta_s[i] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;
-  }
-  __syncthreads();
 
   if (w0 < in.nq) {
     // Phase 1: P and dS of the warp's 16 queries over every key; dQ and grad_bias.

@@ -216,17 +216,32 @@ struct StepPrecision {
   std::string linear_grads = "autocast";
 };
 
-// Five updates of a tiny ViT with dropout 0.2 on `gpu` (CUDA, or the CPU without a graph): all
-// eager, or two eager and three replays of the captured step (the images are the step's fixed
-// input buffer).
+// What run_dropout_steps does after its first two eager updates: three more (kEager); three
+// replays of the step captured then (kReplays); or, with a grad-ready hook on the first parameter
+// (the last gradient of the backward pass) reading a value back to the host, a capture tried by
+// capture_step under train.cuda_graph `mode` and failing (on the CPU always, on CUDA in the
+// backward pass, with most gradients written into the graph's memory), then three more eager
+// updates (kFailedCapture; `warnings` collects what capture_step logged).
+struct AfterTwo {
+  enum Kind { kEager, kReplays, kFailedCapture } kind = kEager;
+  std::string mode = "auto";
+  std::vector<std::string>* warnings = nullptr;
+};
+
+// Five updates of a tiny ViT with dropout 0.2 on `gpu` (CUDA, or the CPU without a graph), as
+// `after` says (the images are the captured step's fixed input buffer).
 StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::string& mixer,
-                          bool graph, const StepPrecision& precision = {}) {
+                          const AfterTwo& after, const StepPrecision& precision = {}) {
   Config config = Config::parse(test::tiny_experiment_yaml(64, 64, 4, 1, 0.2));
   config.set("optim.name=" + optimizer);
   config.set("model.mixer.type=" + mixer);
   manual_seed(11);
   nn::ModulePtr model = models::build_model(config.root()["model"]);
   model->to(gpu);
+  if (after.kind == AfterTwo::kFailedCapture) {
+    model->named_parameters(true).front().second.register_grad_ready_hook(
+        [](const Tensor& g) { (void)sum(g).item(); });
+  }
   StepRun r;
   for (const auto& [name, t] : model->state_dict()) r.initial[name] = t.to(Device::cpu()).clone();
   auto opt = optim::make_optimizer(optim::OptimizerOptions::from_config(config.root()["optim"]),
@@ -252,7 +267,7 @@ StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::s
   };
   Generator& gen = default_generator(gpu);
   for (int i = 0; i < 2; ++i) eager();
-  if (graph) {
+  if (after.kind == AfterTwo::kReplays) {
     gen.begin_capture(gpu);
     DeviceGraph captured(gpu, eager);
     const CapturedDraws draws = gen.end_capture();
@@ -262,6 +277,13 @@ StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::s
     }
     synchronize(gpu);
   } else {
+    if (after.kind == AfterTwo::kFailedCapture) {
+      const auto graphed = capture_step(after.mode, step, *opt, stats, gen, images, labels, 2e-3,
+                                        [&](const std::string& line) {
+                                          if (after.warnings) after.warnings->push_back(line);
+                                        });
+      CHECK(graphed == nullptr);
+    }
     for (int i = 0; i < 3; ++i) eager();
   }
   for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.to(Device::cpu());
@@ -271,60 +293,18 @@ StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::s
   return r;
 }
 
-// run_dropout_steps's five eager updates (AdamW, CSKA) on `device` with a capture of the step
-// tried after the second (capture_step under train.cuda_graph `mode`), which fails: on the CPU
-// always, on CUDA because a grad-ready hook on the first parameter (the last gradient of the
-// backward pass) reads a value back to the host, so the capture stops with most gradients
-// written into the graph's memory. `warnings` collects what capture_step logged.
-StepRun run_with_failed_capture(Device device, const std::string& mode,
-                                std::vector<std::string>& warnings) {
-  Config config = Config::parse(test::tiny_experiment_yaml(64, 64, 4, 1, 0.2));
-  config.set("optim.name=adamw");
-  config.set("model.mixer.type=cska");
-  manual_seed(11);
-  nn::ModulePtr model = models::build_model(config.root()["model"]);
-  model->to(device);
-  model->named_parameters(true).front().second.register_grad_ready_hook(
-      [](const Tensor& g) { (void)sum(g).item(); });
-  auto opt = optim::make_optimizer(optim::OptimizerOptions::from_config(config.root()["optim"]),
-                                   model->named_parameters(true));
-  optim::ModelEma ema(*model, 0.9);
-  auto comm = dist::make_communicator(dist::World{}, device);
-  TrainOptions train;
-  train.clip_grad = 1.0;
-  TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
-  UpdateStats stats(device);
-  model->train();
-  const Tensor images = test::uniform({4, 1, 28, 28}, 100).to(device, DType::kF32);
-  const Tensor labels = Tensor::from_vector<int64_t>({1, 4, 7, 9}, {4}, DType::kI64).to(device);
-  for (int i = 0; i < 5; ++i) {
-    if (i == 2) {
-      const auto graphed =
-          capture_step(mode, step, *opt, stats, default_generator(device), images, labels, 2e-3,
-                       [&](const std::string& line) { warnings.push_back(line); });
-      CHECK(graphed == nullptr);
-    }
-    stats.record(step.apply_update(step.micro_step(images, labels, true), 2e-3));
-  }
-  StepRun r;
-  for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.to(Device::cpu());
-  for (const auto& [name, t] : opt->state_dict()) r.optimizer[name] = t.to(Device::cpu());
-  for (const auto& [name, t] : ema.state_dict()) r.ema[name] = t.to(Device::cpu());
-  r.stats = stats.read();
-  return r;
-}
-
 // A failed capture under auto leaves the run where five eager updates take it, bit for bit.
 void check_failed_capture_falls_back(Device device) {
-  const StepRun eager = run_dropout_steps(device, "adamw", "cska", false);
+  const StepRun eager = run_dropout_steps(device, "adamw", "cska", {});
   std::vector<std::string> warnings;
-  const StepRun fallen_back = run_with_failed_capture(device, "auto", warnings);
+  const StepRun fallen_back =
+      run_dropout_steps(device, "adamw", "cska", {AfterTwo::kFailedCapture, "auto", &warnings});
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Contains("train.cuda_graph: auto") && Contains("eager steps"));
   require_same_bits(eager, fallen_back);
   CHECK(eager.stats.applied == fallen_back.stats.applied);
   CHECK(eager.stats.loss_sum == fallen_back.stats.loss_sum);
-  REQUIRE_THROWS_WITH(run_with_failed_capture(device, "on", warnings),
+  REQUIRE_THROWS_WITH(run_dropout_steps(device, "adamw", "cska", {AfterTwo::kFailedCapture, "on"}),
                       Contains("train.cuda_graph: on") && Contains("could not be captured"));
 }
 
@@ -353,18 +333,18 @@ TEST_CASE("train.weight_casts: per_step trains to the bits of per_use, linear_gr
     return calls;
   };
   profiler::start();
-  const StepRun per_use = run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true});
+  const StepRun per_use = run_dropout_steps(Device::cpu(), "adamw", "cska", {}, {true});
   CHECK(multi_casts() == 0);
   profiler::start();
   const StepRun per_step =
-      run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true, "per_step", "autocast"});
+      run_dropout_steps(Device::cpu(), "adamw", "cska", {}, {true, "per_step", "autocast"});
   CHECK(multi_casts() == 5);
   require_same_bits(per_use, per_step);
   // The linear layers' weight gradients in f32 (not rounded to bf16): not the same bits, but
   // the five updates move the weights the same way (Adam's steps are about lr each, so compare
   // the directions: cosine of the two changes over every weight).
   const StepRun f32 =
-      run_dropout_steps(Device::cpu(), "adamw", "cska", false, {true, "per_step", "f32"});
+      run_dropout_steps(Device::cpu(), "adamw", "cska", {}, {true, "per_step", "f32"});
   std::string diff;
   CHECK_FALSE(test::bitwise_equal(per_use.weights, f32.weights, &diff));
   double dot = 0.0, a2 = 0.0, b2 = 0.0;
@@ -471,10 +451,9 @@ TEST_CASE("CUDA Graph: replays of the captured training step equal eager steps b
     // bf16: the parameters cast up front and the linear layers' gradients written in f32.
     const StepPrecision precision{c.bf16, c.bf16 ? "per_step" : "per_use",
                                   c.bf16 ? "f32" : "autocast"};
-    const StepRun eager =
-        run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, false, precision);
+    const StepRun eager = run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, {}, precision);
     const StepRun replayed =
-        run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, true, precision);
+        run_dropout_steps(Device::cuda(0), c.optimizer, c.mixer, {AfterTwo::kReplays}, precision);
     require_same_bits(eager, replayed);
     CHECK(eager.stats.applied == replayed.stats.applied);
     CHECK(eager.stats.loss_sum == replayed.stats.loss_sum);
