@@ -291,6 +291,22 @@ TEST_CASE("JPEG: a window decodes to the whole image's pixels there", "[cpu][dat
     }
   }
   CHECK(windows == 8 * 159);
+  // A damaged progressive file (the image fuzzer's finding): its blocks without AC coefficients
+  // are smoothed from their neighbours, which a cropped region's edges would change; the window
+  // must still be the whole decode's pixels there.
+  {
+    const std::vector<uint8_t> bytes = fixture_bytes("damaged_progressive.jpg");
+    const Tensor whole = decode(bytes, "damaged_progressive.jpg");
+    REQUIRE(whole.shape() == Shape{11, 144, 3});
+    for (const CropBox& box : {CropBox{3, 44, 6, 94}, CropBox{0, 9, 11, 40}, CropBox{5, 60, 1, 1}}) {
+      INFO("window " << box.width << "x" << box.height << " at (" << box.left << ", " << box.top
+                     << ")");
+      const Tensor got = decode_jpeg_rgb_window(bytes.data(), bytes.size(), "damaged", kManyPixels,
+                                                [&](int, int) { return box; });
+      REQUIRE(got.to_vector<uint8_t>() ==
+              image_tensor_window(whole, box, "damaged").to_vector<uint8_t>());
+    }
+  }
   // The same through the image-folder entry point (it reads the file).
   const CropBox box{3, 5, 20, 30};
   const auto choose = [&](int, int) { return box; };
