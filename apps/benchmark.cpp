@@ -482,6 +482,10 @@ int run_benchmark(BenchmarkOptions o) {
     std::function<void()> train_step = eager_step;
     std::unique_ptr<train::GraphedStep> graphed;  // the trainer's train.cuda_graph step
     if (o.cuda_graph) {
+      // As the trainer does: host draws that can move to the device do (CaiT's layer dropout).
+      if (train::cuda_graph_obstacle(device, 1, comm->backend(), train, "").empty()) {
+        train::move_draws_to_device(*model, *optimizer, device);
+      }
       const std::string obstacle = train::cuda_graph_obstacle(
           device, 1, comm->backend(), train, ska::nn::host_draws_in_training(*model));
       SKA_CHECK(obstacle.empty(), ValueError, "--cuda-graph: ", obstacle);

@@ -21,7 +21,8 @@ constexpr int kThreads = 256;
 // One thread per Philox counter (4 elements).
 template <typename T>
 __global__ void uniform_kernel(T* __restrict__ out, int64_t n, uint64_t seed, uint64_t offset,
-                               double lo, double span) {
+                               const int64_t* __restrict__ offset_base, double lo, double span) {
+  if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -36,7 +37,8 @@ __global__ void uniform_kernel(T* __restrict__ out, int64_t n, uint64_t seed, ui
 
 template <typename T>
 __global__ void normal_kernel(T* __restrict__ out, int64_t n, uint64_t seed, uint64_t offset,
-                              double mean, double std) {
+                              const int64_t* __restrict__ offset_base, double mean, double std) {
+  if (offset_base != nullptr) offset += static_cast<uint64_t>(*offset_base);
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -295,20 +297,6 @@ void launch_random(const Tensor& out, const char* name, Launch&& launch) {
 
 }  // namespace
 
-void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
-  launch_random(out, "random_uniform", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    uniform_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, lo, hi - lo);
-  });
-}
-
-void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std) {
-  launch_random(out, "random_normal", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    normal_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, mean, std);
-  });
-}
-
 namespace {
 // The device pointer of a capture's offset base (null when undefined), checked.
 const int64_t* offset_base_ptr(const Tensor& offset_base, const Tensor& out, const char* kernel) {
@@ -320,6 +308,24 @@ const int64_t* offset_base_ptr(const Tensor& offset_base, const Tensor& out, con
   return static_cast<const int64_t*>(offset_base.data_ptr());
 }
 }  // namespace
+
+void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi,
+                    const Tensor& offset_base) {
+  const int64_t* base = offset_base_ptr(offset_base, out, "random_uniform");
+  launch_random(out, "random_uniform", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    uniform_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, base, lo, hi - lo);
+  });
+}
+
+void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std,
+                   const Tensor& offset_base) {
+  const int64_t* base = offset_base_ptr(offset_base, out, "random_normal");
+  launch_random(out, "random_normal", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    normal_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, base, mean, std);
+  });
+}
 
 void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double keep_prob,
                       double scale, const Tensor& offset_base) {

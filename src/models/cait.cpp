@@ -4,7 +4,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <utility>
 
+#include "autograd/grad_mode.h"
 #include "core/random.h"
 #include "ops/ops.h"
 
@@ -122,10 +125,10 @@ CaitBlock::CaitBlock(const CaitBlockOptions& o) : class_block_(o.attention.class
 Tensor CaitBlock::residual_mlp(const Tensor& x, const Tensor& attended) {
   const double attn_drop = is_training() ? attn_drop_ : 0.0;
   const double mlp_drop = is_training() ? mlp_drop_ : 0.0;
-  const nn::ScaledOperand branch1 = nn::scaled_operand(*ls1_, attended);
+  const nn::ScaledOperand branch1 = scaled_branch(*ls1_, attended);
   const ResidualNorm mixed =
       norm2_->forward_residual(x, branch1.value, Tensor(), branch1.scale, Tensor(), attn_drop);
-  const nn::ScaledOperand branch2 = nn::scaled_operand(*ls2_, (*mlp_)(mixed.normed));
+  const nn::ScaledOperand branch2 = scaled_branch(*ls2_, (*mlp_)(mixed.normed));
   return nn::residual_sum(mixed.sum, branch2.value, mlp_drop, Tensor(), branch2.scale);
 }
 
@@ -138,6 +141,18 @@ Tensor CaitBlock::forward(const Tensor& x) {
   const Tensor context = cat({(*norm1_)(cls), patches}, 1);
   const Tensor updated = residual_mlp(cls, (*attn_)(context));
   return cat({updated, patches}, 1);
+}
+
+nn::ScaledOperand CaitBlock::scaled_branch(nn::Module& ls, const Tensor& branch) {
+  nn::ScaledOperand scaled = nn::scaled_operand(ls, branch);
+  if (!kept_.defined() || !is_training()) return scaled;
+  // The LayerScale times the flag: kept blocks multiply by the LayerScale's own bits.
+  if (scaled.scale.defined()) {
+    scaled.scale = mul(scaled.scale, kept_.to(scaled.scale.dtype()));
+  } else {
+    scaled.value = mul(scaled.value, kept_.to(scaled.value.dtype()));
+  }
+  return scaled;
 }
 
 void CaitLayerStack::append(std::shared_ptr<CaitBlock> block) {
@@ -157,12 +172,60 @@ std::vector<bool> CaitLayerStack::draw_kept_layers() const {
 }
 
 std::string CaitLayerStack::host_draws() const {
-  if (layer_dropout_ <= 0.0 || blocks_.empty()) return "";
+  if (layer_dropout_ <= 0.0 || blocks_.empty() || kept_.defined()) return "";
   return "layer dropout (model.layer_dropout: " + ::ska::detail::str_cat(layer_dropout_) +
          ") picks the layers that run with host random numbers at every training step";
 }
 
+std::vector<std::pair<std::string, Tensor>> CaitLayerStack::draw_on_device(Device device) {
+  if (layer_dropout_ <= 0.0 || blocks_.empty()) return {};
+  const int64_t n = static_cast<int64_t>(blocks_.size());
+  kept_ = Tensor::ones({n}, DType::kF32, device);
+  dropped_ = Tensor::zeros({n}, DType::kU8, device);
+  threshold_ = Tensor::full({1}, layer_dropout_, DType::kF64, device);
+  std::vector<double> lower(static_cast<size_t>(n)), upper(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    lower[static_cast<size_t>(i)] = static_cast<double>(i);
+    upper[static_cast<size_t>(i)] =
+        i + 1 < n ? static_cast<double>(i + 1) : std::numeric_limits<double>::infinity();
+  }
+  lower_ = Tensor::from_vector(lower, {n}, DType::kF64).to(device);
+  upper_ = Tensor::from_vector(upper, {n}, DType::kF64).to(device);
+  std::vector<std::pair<std::string, Tensor>> gates;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& block = blocks_[static_cast<size_t>(i)];
+    block->set_kept(kept_.narrow(0, i, 1));
+    const Tensor flag = dropped_.narrow(0, i, 1);
+    for (const auto& [name, param] : block->named_parameters(true)) {
+      gates.emplace_back(std::to_string(i) + "." + name, flag);
+    }
+  }
+  return gates;
+}
+
+// draw_kept_layers' rule on the device, in f64 as there.
+void CaitLayerStack::draw_kept_on_device() {
+  NoGradGuard no_grad;
+  const int64_t n = kept_.numel();
+  const Tensor u = rand({n + 1}, DType::kF64, kept_.device());
+  const Tensor drawn = ge(u.narrow(0, 0, n), threshold_).to(DType::kF64);
+  const Tensor none = rsub(1.0, amax(drawn));  // 1 when every block drew out
+  const Tensor scaled = mul(u.narrow(0, n, 1), static_cast<double>(n));  // u_n n
+  const Tensor pick = mul(ge(scaled, lower_).to(DType::kF64), lt(scaled, upper_).to(DType::kF64));
+  const Tensor kept = maximum(drawn, mul(pick, none));
+  kept_.copy_(kept);
+  dropped_.copy_(rsub(1.0, kept));
+}
+
 Tensor CaitLayerStack::forward(const Tensor& x) {
+  if (kept_.defined()) {
+    SKA_CHECK(x.device() == kept_.device(), DeviceError, "CaitLayerStack: its layer dropout ",
+              "draws on ", kept_.device(), " (draw_on_device), but the input is on ", x.device());
+    if (is_training()) draw_kept_on_device();  // the blocks read kept_ in training
+    Tensor y = x;
+    for (const auto& block : blocks_) y = (*block)(y);
+    return y;
+  }
   const std::vector<bool> kept = draw_kept_layers();
   Tensor y = x;
   for (size_t i = 0; i < blocks_.size(); ++i) {

@@ -72,10 +72,17 @@ class CaitBlock : public nn::Module {
   explicit CaitBlock(const CaitBlockOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "CaitBlock"; }
+  // In training, the two branches are multiplied by `kept` (one f32 element on the block's
+  // device, 0 or 1; undefined: always 1), folded into their LayerScales: at 0 the block returns
+  // its input bit for bit and its parameters get zero gradients (CaitLayerStack's layer dropout
+  // drawn on the device).
+  void set_kept(Tensor kept) { kept_ = std::move(kept); }
 
  private:
   // x + ls1(attended), then the MLP's residual.
   Tensor residual_mlp(const Tensor& x, const Tensor& attended);
+  // What scaled_operand(ls, branch) gives, times kept_ when it applies.
+  nn::ScaledOperand scaled_branch(nn::Module& ls, const Tensor& branch);
 
   bool class_block_;
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
@@ -85,24 +92,44 @@ class CaitBlock : public nn::Module {
   // The probabilities of the dropouts that close the attention's and the MLP's branches, taken
   // over from them (Module::take_output_dropout) and applied in the residual sums.
   double attn_drop_ = 0.0, mlp_drop_ = 0.0;
+  Tensor kept_;  // set_kept
 };
 
 // Blocks applied in order; in training each block is skipped with probability layer_dropout
 // (the same draw for the whole batch), keeping at least one. Eval runs every block.
+//
+// Which blocks run is drawn on the host at every training forward (n + 1 uniform f64 draws from
+// the CPU's generator: block i runs if u_i >= layer_dropout; if none does, block
+// min(n - 1, floor(u_n n)) does), and the others are not computed. After draw_on_device the same
+// rule is evaluated on the device from the device's generator, every block is computed, and a
+// dropped one is multiplied out (CaitBlock::set_kept): the same outputs and gradients as the
+// skipped block's (but for a dropped block whose branches overflow: 0 * inf), zero gradients for
+// its parameters, which the optimizer's grad gates then leave alone, and the draws replayable by
+// a CUDA Graph; it costs the dropped blocks' work (layer_dropout of the stack's on average).
 class CaitLayerStack : public nn::Module {
  public:
   explicit CaitLayerStack(double layer_dropout) : layer_dropout_(layer_dropout) {}
   void append(std::shared_ptr<CaitBlock> block);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "CaitLayerStack"; }
-  // With layer dropout, which layers run is drawn on the host at every training forward.
+  // With layer dropout, which layers run is drawn on the host at every training forward, until
+  // draw_on_device.
   std::string host_draws() const override;
+  // Block i's parameters ("i.<name>") gated by element i of the dropped flags.
+  std::vector<std::pair<std::string, Tensor>> draw_on_device(Device device) override;
+  // After draw_on_device: which blocks the last training forward ran (f32 [n], 0 or 1).
+  const Tensor& kept_on_device() const { return kept_; }
 
  private:
   std::vector<bool> draw_kept_layers() const;
+  void draw_kept_on_device();  // writes kept_ and dropped_
 
   double layer_dropout_;
   std::vector<std::shared_ptr<CaitBlock>> blocks_;
+  // draw_on_device's state, on the device: the blocks kept (f32 [n]) and dropped (u8 [n]) by the
+  // last training forward, and the rule's constants: layer_dropout (f64 [1]), block i's share
+  // [i / n, (i + 1) / n) of u_n scaled to [i, i + 1) (f64 [n] each; the last one open).
+  Tensor kept_, dropped_, threshold_, lower_, upper_;
 };
 
 struct CaitOptions {

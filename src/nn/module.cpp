@@ -118,6 +118,16 @@ std::string host_draws_in_training(Module& root) {
   return "";
 }
 
+std::vector<std::pair<std::string, Tensor>> draw_on_device(Module& root, Device device) {
+  std::vector<std::pair<std::string, Tensor>> gates;
+  for (const auto& [name, module] : root.named_modules()) {
+    for (auto& [param, flag] : module->draw_on_device(device)) {
+      gates.emplace_back(name.empty() ? param : name + "." + param, std::move(flag));
+    }
+  }
+  return gates;
+}
+
 TensorList Module::parameters(bool trainable_only) const {
   TensorList out;
   for (const auto& [name, t] : named_parameters(trainable_only)) out.push_back(t);

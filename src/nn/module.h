@@ -55,6 +55,17 @@ class Module {
   // a decision the host draws (CaiT's layer dropout) would be the captured step's in every
   // replay. Device draws (dropout, drop path) replay correctly. See host_draws_in_training().
   virtual std::string host_draws() const { return ""; }
+  // Makes the draws host_draws() names happen on `device` (where the module is) instead, so that
+  // a CUDA Graph of the training step replays them: host_draws() is "" from then on. What such a
+  // draw decides reaches the device's work through tensors the forward writes there. Returns the
+  // parameters (names relative to this module) whose gradient a training forward may then leave
+  // out, each with its flag: one u8 element on `device`, nonzero after a forward that left the
+  // parameter out. The backward gives such a parameter zeros; the optimizer must leave it as it
+  // is while its flag is set (optim::Optimizer::set_grad_gates). Default: nothing to move.
+  virtual std::vector<std::pair<std::string, Tensor>> draw_on_device(Device device) {
+    (void)device;
+    return {};
+  }
 
   // --- Registration (in the constructor) ---
   // Trainable parameters require grad; non-trainable ones (e.g. Swin's stored masks in the
@@ -113,6 +124,9 @@ using ModulePtr = std::shared_ptr<Module>;
 // The first module under `root` (root included) whose training forward draws on the host, as
 // "NAME: WHAT" (Module::host_draws; the name is root's for root itself), or "" when none does.
 std::string host_draws_in_training(Module& root);
+// Module::draw_on_device for root and every module below it; the flags keyed by the parameters'
+// names in root (as root.named_parameters() gives them). Call it once the model is on `device`.
+std::vector<std::pair<std::string, Tensor>> draw_on_device(Module& root, Device device);
 
 // Applies children in order.
 class Sequential : public Module {

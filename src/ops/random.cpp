@@ -15,17 +15,21 @@ namespace {
 Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_generator(device); }
 }  // namespace
 
+// Under a CUDA Graph capture the generator hands out offsets relative to its capture base, which
+// the kernels add, so that each replay draws new numbers (Generator::begin_capture).
 Tensor rand(const Shape& shape, DType dtype, Device device, Generator* gen) {
   Tensor out = Tensor::empty(shape, dtype, device);
-  const uint64_t offset = pick(gen, device).advance(static_cast<uint64_t>(out.numel()));
-  SKA_KERNEL(device, random_uniform)(out, pick(gen, device).seed(), offset, 0.0, 1.0);
+  Generator& g = pick(gen, device);
+  const uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  SKA_KERNEL(device, random_uniform)(out, g.seed(), offset, 0.0, 1.0, g.capture_base());
   return out;
 }
 
 Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
   Tensor out = Tensor::empty(shape, dtype, device);
-  const uint64_t offset = pick(gen, device).advance(static_cast<uint64_t>(out.numel()));
-  SKA_KERNEL(device, random_normal)(out, pick(gen, device).seed(), offset, 0.0, 1.0);
+  Generator& g = pick(gen, device);
+  const uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  SKA_KERNEL(device, random_normal)(out, g.seed(), offset, 0.0, 1.0, g.capture_base());
   return out;
 }
 

@@ -119,6 +119,35 @@ Optimizer::ParamState& Optimizer::state_for(const std::string& name, const Tenso
   return state;
 }
 
+void Optimizer::set_grad_gates(const NamedTensors& gates) {
+  std::vector<Tensor> flags;
+  std::map<std::string, size_t> gate_of;
+  std::map<const void*, size_t> by_address;  // a layer's parameters share one flag
+  for (const auto& [param, flag] : gates) {
+    SKA_CHECK(index_.count(param) != 0, ValueError, name(), ": grad gate for '", param,
+              "', which is not one of this optimizer's parameters");
+    SKA_CHECK(flag.numel() == 1 && flag.dtype() == DType::kU8 && flag.device() == counts_.device(),
+              ValueError, name(), ": the grad gate of '", param, "' must be one u8 element on ",
+              counts_.device(), ", got ", flag.str());
+    const auto [it, added] = by_address.emplace(flag.data_ptr(), flags.size());
+    if (added) flags.push_back(flag);
+    gate_of[param] = it->second;
+  }
+  gates_ = std::move(flags);
+  gate_of_ = std::move(gate_of);
+}
+
+namespace {
+
+// One u8 element, nonzero where `skip` (undefined: never) or `gate` is.
+Tensor skip_or(const Tensor& skip, const Tensor& gate) {
+  if (!skip.defined()) return gate;
+  const Tensor both = add(skip.to(DType::kF32).reshape({1}), gate.to(DType::kF32).reshape({1}));
+  return gt(both, Tensor::zeros({1}, DType::kF32, both.device()));
+}
+
+}  // namespace
+
 void Optimizer::step(const Tensor& skip) {
   NoGradGuard no_grad;
   SKA_CHECK(!skip.defined() || (skip.numel() == 1 && skip.dtype() == DType::kU8 &&
@@ -126,8 +155,12 @@ void Optimizer::step(const Tensor& skip) {
             ValueError, name(), ": skip must be one u8 element on ", counts_.device(), ", got ",
             skip.str());
   write_lrs();
-  std::vector<std::vector<Item>> work(groups_.size());
-  std::vector<int64_t> stepping_counts;  // the counts_ elements of the parameters that step
+  // Part 0: the parameters without a gate, under `skip`; part 1 + k: those of gate k, under
+  // `skip` or that gate.
+  const size_t parts = 1 + gates_.size();
+  std::vector<std::vector<std::vector<Item>>> work(parts,
+                                                   std::vector<std::vector<Item>>(groups_.size()));
+  std::vector<std::vector<int64_t>> stepping_counts(parts);  // counts_ elements that step
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (const auto& [name, param] : groups_[g].params) {
       const Tensor grad = param.grad();
@@ -136,26 +169,31 @@ void Optimizer::step(const Tensor& skip) {
                     grad.device() == param.device(),
                 ValueError, "grad of parameter '", name, "' is ", grad.str(),
                 " but the parameter is ", param.str());
-      work[g].push_back({param, grad.contiguous(), &state_for(name, param)});
-      stepping_counts.push_back(index_.at(name));
+      const auto gate = gate_of_.find(name);
+      const size_t part = gate == gate_of_.end() ? 0 : 1 + gate->second;
+      work[part][g].push_back({param, grad.contiguous(), &state_for(name, param)});
+      stepping_counts[part].push_back(index_.at(name));
     }
   }
   begin_step();
-  // The counts advance first (the kernels read them): one launch for each run of consecutive
-  // counts, so one when every parameter steps, and a few when a layer's parameters have no
-  // gradient (CaiT's layer dropout), not one per parameter.
-  std::sort(stepping_counts.begin(), stepping_counts.end());
-  for (size_t first = 0; first < stepping_counts.size();) {
-    size_t end = first + 1;
-    while (end < stepping_counts.size() && stepping_counts[end] == stepping_counts[end - 1] + 1) {
-      ++end;
+  for (size_t part = 0; part < parts; ++part) {
+    if (stepping_counts[part].empty()) continue;
+    const Tensor part_skip = part == 0 ? skip : skip_or(skip, gates_[part - 1]);
+    // The counts advance first (the kernels read them): one launch for each run of consecutive
+    // counts, so one when every parameter steps, and a few when a layer's parameters have no
+    // gradient (CaiT's layer dropout), not one per parameter.
+    std::vector<int64_t>& counts = stepping_counts[part];
+    std::sort(counts.begin(), counts.end());
+    for (size_t first = 0; first < counts.size();) {
+      size_t end = first + 1;
+      while (end < counts.size() && counts[end] == counts[end - 1] + 1) ++end;
+      const Tensor run = counts_.narrow(0, counts[first], static_cast<int64_t>(end - first));
+      SKA_KERNEL(counts_.device(), advance_counts)(run, part_skip);
+      first = end;
     }
-    const Tensor run = counts_.narrow(0, stepping_counts[first], static_cast<int64_t>(end - first));
-    SKA_KERNEL(counts_.device(), advance_counts)(run, skip);
-    first = end;
-  }
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    if (!work[g].empty()) update_group(groups_[g], work[g], skip);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (!work[part][g].empty()) update_group(groups_[g], work[part][g], part_skip);
+    }
   }
   global_grad_norm_ = Tensor();
 }

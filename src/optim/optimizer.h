@@ -57,8 +57,9 @@ struct OptimizerOptions {
 // Base class: groups, learning rate, zeroing, the step loop and the state bookkeeping.
 // Parameters must be contiguous floating tensors on one device; grads must match their shape,
 // dtype and device. A parameter without a grad is skipped (its step count does not advance), as
-// in PyTorch. The update counts live on the parameters' device, so that a step can be skipped
-// by a flag computed there (non-finite gradients) without the host reading it.
+// in PyTorch; so is one whose grad gate is set (set_grad_gates). The update counts live on the
+// parameters' device, so that a step can be skipped by a flag computed there (non-finite gradients)
+// without the host reading it.
 class Optimizer {
  public:
   explicit Optimizer(std::vector<ParamGroup> groups);
@@ -84,6 +85,15 @@ class Optimizer {
   // an optimizer that needs one (LAMB's clip) when this one steps only some parameters (the
   // sharded optimizer state of data parallelism: each worker updates its share).
   void set_global_grad_norm(const Tensor& norm) { global_grad_norm_ = norm; }
+
+  // Parameters whose gradient a training forward may leave out by a decision drawn on the device
+  // (nn::draw_on_device: CaiT's layer dropout, drawn there so that a CUDA Graph can replay it):
+  // each entry names a parameter and its flag, one u8 element on the parameters' device (a view
+  // shared by a layer's parameters). The backward gives a left-out parameter a zero gradient;
+  // while its flag is nonzero, step() leaves it, its moments and its update count as they are,
+  // as it leaves a parameter without a grad. Replaces earlier gates; ValueError for a name this
+  // optimizer lacks or a flag that is not one u8 element on that device.
+  void set_grad_gates(const NamedTensors& gates);
 
   // State for checkpoints: "<param>.step" (i64 scalar, CPU) and "<param>.<slot>" per parameter
   // that has been stepped. The tensors are the live state: clone them for a snapshot.
@@ -136,6 +146,9 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::map<std::string, ParamState> state_;
   std::map<std::string, int64_t> index_;  // parameter name -> its element of counts_
+  // set_grad_gates: the distinct flags, and each gated parameter's index into them.
+  std::vector<Tensor> gates_;
+  std::map<std::string, size_t> gate_of_;
   Tensor counts_;  // i64 [parameters] on their device: the update count of each parameter
   Tensor lrs_;     // f64 [groups] on that device: each group's lr, as the kernels read it
   std::vector<double> lrs_written_;  // what lrs_ holds (NaN: not written yet)

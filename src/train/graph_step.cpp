@@ -25,6 +25,12 @@ std::string cuda_graph_obstacle(Device device, int world_size, const std::string
   return "";
 }
 
+std::string move_draws_to_device(nn::Module& model, optim::Optimizer& optimizer, Device device) {
+  const std::string draws = nn::host_draws_in_training(model);
+  if (!draws.empty()) optimizer.set_grad_gates(nn::draw_on_device(model, device));
+  return draws;
+}
+
 GraphedStep::GraphedStep(TrainStep& step, optim::Optimizer& optimizer, UpdateStats& stats,
                          Generator& generator, const Tensor& images, const Tensor& target,
                          double lr)

@@ -12,6 +12,7 @@
 
 #include "backend/device_runtime.h"
 #include "core/random.h"
+#include "nn/module.h"
 #include "optim/optimizer.h"
 #include "train/options.h"
 #include "train/train_step.h"
@@ -25,6 +26,12 @@ namespace ska::train {
 // draws nothing there).
 std::string cuda_graph_obstacle(Device device, int world_size, const std::string& comm_backend,
                                 const TrainOptions& train, const std::string& model_host_draws);
+
+// For a step that could be captured but for the model's draws on the host: moves them to the
+// device (nn::draw_on_device, CaiT's layer dropout) and hands the optimizer the parameters they
+// may leave without a gradient (Optimizer::set_grad_gates). Returns what drew on the host
+// (nn::host_draws_in_training before the move; "" when nothing did, and nothing changes).
+std::string move_draws_to_device(nn::Module& model, optim::Optimizer& optimizer, Device device);
 
 class GraphedStep {
  public:

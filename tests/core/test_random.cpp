@@ -56,13 +56,16 @@ TEST_CASE("ForbidDraws: a draw from a forbidden generator fails, naming why, and
 }
 
 TEST_CASE("replays of a captured step draw the dropout masks of the eager steps", "[cpu]") {
-  // Eager: three steps, each with a dropout mask of 10 and a drop-path mask of 3 samples.
+  // Eager: three steps, each with a dropout mask of 10, a drop-path mask of 3 samples and
+  // uniform and normal draws of 5 and 6 (rand, randn: CaiT's layer dropout on the device).
   const Tensor x = Tensor::ones({10}), paths = Tensor::ones({3, 2});
   Generator eager(7);
-  std::vector<std::vector<float>> masks;
+  std::vector<std::vector<float>> masks, uniforms, normals;
   for (int step = 0; step < 3; ++step) {
     masks.push_back(dropout(x, 0.5, true, &eager).to_vector<float>());
     masks.push_back(drop_path(paths, 0.5, true, &eager).to_vector<float>());
+    uniforms.push_back(rand({5}, DType::kF32, Device::cpu(), &eager).to_vector<float>());
+    normals.push_back(randn({6}, DType::kF32, Device::cpu(), &eager).to_vector<float>());
   }
   // Captured: the same draws once, with offsets relative to the capture base.
   Generator g(7);
@@ -70,11 +73,13 @@ TEST_CASE("replays of a captured step draw the dropout masks of the eager steps"
   const uint64_t before = g.offset();
   g.begin_capture(Device::cpu());
   REQUIRE(g.capture_base().defined());
-  const uint64_t first = g.advance(10), second = g.advance(3);  // what dropout, drop_path take
+  // What dropout, drop_path, rand and randn take.
+  const uint64_t first = g.advance(10), second = g.advance(3), third = g.advance(5),
+                 fourth = g.advance(6);
   const CapturedDraws draws = g.end_capture();
   CHECK_FALSE(g.capture_base().defined());
   CHECK(first == 0);
-  CHECK(draws.counters == 3 + 1);
+  CHECK(draws.counters == 3 + 1 + 2 + 2);
   CHECK(g.offset() == before);
   // Replays: the kernels as the captured launches call them, the base written before each.
   Generator r(7);
@@ -86,6 +91,11 @@ TEST_CASE("replays of a captured step draw the dropout masks of the eager steps"
     CHECK(a.to_vector<float>() == masks[2 * step]);
     const std::vector<float> kept = b.to_vector<float>(), dropped = masks[2 * step + 1];
     for (int i = 0; i < 3; ++i) CHECK(dropped[2 * i] == kept[i]);  // x = 1: the mask itself
+    Tensor u = Tensor::empty({5}), n = Tensor::empty({6});
+    cpu::random_uniform(u, r.seed(), third, 0.0, 1.0, draws.base);
+    cpu::random_normal(n, r.seed(), fourth, 0.0, 1.0, draws.base);
+    CHECK(u.to_vector<float>() == uniforms[step]);
+    CHECK(n.to_vector<float>() == normals[step]);
   }
   CHECK(r.offset() == eager.offset());
   CHECK_THROWS_WITH(r.end_capture(), Catch::Contains("without begin_capture"));

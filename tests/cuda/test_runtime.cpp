@@ -193,8 +193,8 @@ TEST_CASE("CUDA Philox draws equal the CPU's bit for bit", "[cuda]") {
     const uint64_t seed = 0x1234567890abcdefull, offset = 17;
     Tensor c = Tensor::empty({n}, DType::kF32);
     Tensor g = Tensor::empty({n}, DType::kF32, Device::cuda(0));
-    cpu::random_uniform(c, seed, offset, -2.0, 3.0);
-    cuda::random_uniform(g, seed, offset, -2.0, 3.0);
+    cpu::random_uniform(c, seed, offset, -2.0, 3.0, Tensor());
+    cuda::random_uniform(g, seed, offset, -2.0, 3.0, Tensor());
     const std::vector<float> gu = g.to_vector<float>();
     CHECK(std::memcmp(gu.data(), c.data<float>(), static_cast<size_t>(n) * 4) == 0);
     cpu::random_bernoulli(c, seed, offset, 0.3, 1.0 / 0.3, Tensor());
@@ -202,8 +202,8 @@ TEST_CASE("CUDA Philox draws equal the CPU's bit for bit", "[cuda]") {
     const std::vector<float> gb = g.to_vector<float>();
     CHECK(std::memcmp(gb.data(), c.data<float>(), static_cast<size_t>(n) * 4) == 0);
     // Normal draws use logf/cosf/sinf, which may differ by an ulp between CUDA and glibc.
-    cpu::random_normal(c, seed, offset, 0.5, 2.0);
-    cuda::random_normal(g, seed, offset, 0.5, 2.0);
+    cpu::random_normal(c, seed, offset, 0.5, 2.0, Tensor());
+    cuda::random_normal(g, seed, offset, 0.5, 2.0, Tensor());
     ska::test::require_close(g, c, {1e-5, 1e-5}, "normal draws");
   }
 }

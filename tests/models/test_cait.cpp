@@ -196,6 +196,85 @@ TEST_CASE("cait layer dropout draws on the host: a CUDA Graph of its training st
   }
 }
 
+TEST_CASE("cait layer dropout drawn on the device runs the layers the host's draw runs",
+          "[cpu][models][cait]") {
+  // Two copies of one model, one with its layer dropout moved to the device (here the CPU, so
+  // both draw from the same generator): the same outputs and input gradients bit for bit, the
+  // same parameter gradients for the layers that ran and zeros for the layers dropped (the host
+  // leaves them without a grad); exactly one layer kept when every draw dropped out.
+  for (const double p : {0.5, 0.95}) {
+    INFO("layer_dropout " << p);
+    const std::string yaml =
+        "family: cait\nimage_size: 16\nnum_classes: 3\ndim: 8\ndepth: 3\ncls_depth: 2\n"
+        "heads: 2\nhead_dim: 4\nmlp_dim: 8\nmixer: cska\ndropout: 0\nemb_dropout: 0\n"
+        "layer_dropout: " +
+        std::to_string(p) + "\n";
+    manual_seed(4);
+    const nn::ModulePtr host = build_from_text(yaml);
+    manual_seed(4);
+    const nn::ModulePtr device = build_from_text(yaml);
+    const auto gates = nn::draw_on_device(*device, Device::cpu());
+    CHECK(nn::host_draws_in_training(*device).empty());
+    manual_seed(4);
+    const nn::ModulePtr none = build_from_text(
+        std::string(yaml).replace(yaml.find("layer_dropout"), std::string::npos, "") +
+        "layer_dropout: 0\n");
+    CHECK(nn::draw_on_device(*none, Device::cpu()).empty());
+    // Every parameter of the layers, and nothing else, has a gate.
+    int64_t layer_params = 0;
+    for (const auto& [name, param] : device->named_parameters(true)) {
+      layer_params += name.rfind("patch_layers.", 0) == 0 || name.rfind("class_layers.", 0) == 0;
+    }
+    CHECK(static_cast<int64_t>(gates.size()) == layer_params);
+    std::vector<models::CaitLayerStack*> stacks;
+    for (const auto& [name, module] : device->named_modules()) {
+      if (auto* stack = dynamic_cast<models::CaitLayerStack*>(module)) stacks.push_back(stack);
+    }
+    REQUIRE(stacks.size() == 2);
+    host->train();
+    device->train();
+    int dropped = 0, forced = 0;
+    for (int trial = 0; trial < 12; ++trial) {
+      INFO("trial " << trial);
+      Tensor x = test::uniform({2, 3, 16, 16}, 30 + trial, -1.0, 1.0, DType::kF32);
+      Tensor xh = x.clone().set_requires_grad(true), xd = x.clone().set_requires_grad(true);
+      manual_seed(100 + trial);
+      const Tensor yh = (*host)(xh);
+      manual_seed(100 + trial);
+      const Tensor yd = (*device)(xd);
+      REQUIRE(test::bitwise_equal(yh, yd));
+      const Tensor w = test::uniform(yh.shape(), 60 + trial, -1.0, 1.0, DType::kF32);
+      sum(mul(yh, w)).backward();
+      sum(mul(yd, w)).backward();
+      CHECK(test::bitwise_equal(xh.grad(), xd.grad()));
+      const auto hp = host->named_parameters(true), dp = device->named_parameters(true);
+      for (size_t i = 0; i < hp.size(); ++i) {
+        INFO(hp[i].first);
+        const Tensor gd = dp[i].second.grad();
+        REQUIRE(gd.defined());
+        const Tensor gh = hp[i].second.grad();
+        if (gh.defined()) {
+          CHECK(test::bitwise_equal(gh, gd));
+        } else {  // zeros (-0 too: a LayerScale's gradient times the flag 0)
+          CHECK(amax(abs(gd)).item() == 0.0);
+        }
+        hp[i].second.zero_grad();
+        dp[i].second.zero_grad();
+      }
+      for (const auto* stack : stacks) {
+        const std::vector<float> kept = stack->kept_on_device().to_vector<float>();
+        int running = 0;
+        for (float k : kept) running += k == 1.0f;
+        CHECK(running >= 1);
+        dropped += static_cast<int>(kept.size()) - running;
+        forced += running == 1;
+      }
+    }
+    CHECK(dropped > 0);
+    if (p > 0.9) CHECK(forced > 0);
+  }
+}
+
 TEST_CASE("cait config errors name the key", "[cpu][models][cait]") {
   const std::string base =
       "family: cait\nimage_size: 16\nnum_classes: 3\ndim: 8\ndepth: 1\ncls_depth: 1\n"
@@ -226,4 +305,49 @@ TEST_CASE("cait CUDA matches the CPU", "[cuda][models][cait]") {
     test::check_module_cuda_parity([&] { return build_from_text(yaml); },
                                    test::uniform({2, 3, 16, 16}, 4, -1.0, 1.0, DType::kF32));
   }
+}
+
+TEST_CASE("cait layer dropout drawn on CUDA keeps the layers the CPU's rule keeps",
+          "[cuda][models][cait]") {
+  if (!test::cuda_available_or_skip()) return;
+  // Both generators at one (seed, offset): Philox draws are the same on both backends, so the
+  // device rule keeps the same layers, and the training outputs agree to f32 tolerance.
+  const std::string yaml =
+      "family: cait\nimage_size: 16\nnum_classes: 3\ndim: 8\ndepth: 3\ncls_depth: 2\n"
+      "heads: 2\nhead_dim: 4\nmlp_dim: 8\nmixer: cska\ndropout: 0\nemb_dropout: 0\n"
+      "layer_dropout: 0.5\n";
+  const Device gpu = Device::cuda(0);
+  manual_seed(4);
+  const nn::ModulePtr cpu_model = build_from_text(yaml);
+  manual_seed(4);
+  const nn::ModulePtr gpu_model = build_from_text(yaml);
+  gpu_model->to(gpu);
+  nn::draw_on_device(*cpu_model, Device::cpu());
+  nn::draw_on_device(*gpu_model, gpu);
+  const auto stacks = [](nn::Module& m) {
+    std::vector<models::CaitLayerStack*> out;
+    for (const auto& [name, module] : m.named_modules()) {
+      if (auto* stack = dynamic_cast<models::CaitLayerStack*>(module)) out.push_back(stack);
+    }
+    return out;
+  };
+  cpu_model->train();
+  gpu_model->train();
+  int dropped = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    INFO("trial " << trial);
+    const Tensor x = test::uniform({2, 3, 16, 16}, 30 + trial, -1.0, 1.0, DType::kF32);
+    default_generator(Device::cpu()).set_state(1234, 10 * trial);
+    default_generator(gpu).set_state(1234, 10 * trial);
+    const Tensor y_cpu = (*cpu_model)(x);
+    const Tensor y_gpu = (*gpu_model)(x.to(gpu));
+    for (size_t k = 0; k < 2; ++k) {
+      const std::vector<float> kept = stacks(*cpu_model)[k]->kept_on_device().to_vector<float>();
+      CHECK(stacks(*gpu_model)[k]->kept_on_device().to_vector<float>() == kept);
+      for (float v : kept) dropped += v == 0.0f;
+    }
+    test::require_close(y_gpu.to(Device::cpu()), y_cpu, test::tolerance_for(DType::kF32),
+                        "training logits");
+  }
+  CHECK(dropped > 0);
 }

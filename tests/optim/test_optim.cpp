@@ -212,6 +212,72 @@ TEST_CASE("optim: the step counts of the parameters that step advance, a launch 
   }
 }
 
+TEST_CASE("optim: a grad gate that is set leaves its parameters as a missing grad would",
+          "[cpu][optim]") {
+  // Four parameters in two groups (AdamW with weight decay, so that a zero gradient still moves
+  // a parameter that steps); p1 and p2 share one gate (a layer), p3 has its own. Each step runs
+  // against a twin optimizer without gates whose gated parameters have no grad while their gate
+  // is set: parameters and state bit for bit, under a skip flag too.
+  const auto make = [](std::vector<Tensor>& p) {
+    p.clear();
+    for (int i = 0; i < 4; ++i) {
+      p.push_back(ska::test::uniform({3}, 20 + i, -1.0, 1.0, DType::kF32).set_requires_grad(true));
+    }
+    OptimizerOptions o;
+    o.name = "adamw";
+    return make_optimizer(o, {ParamGroup{{{"p0", p[0]}, {"p1", p[1]}}, 0.1, 0.05},
+                              ParamGroup{{{"p2", p[2]}, {"p3", p[3]}}, 0.1, 0.05}});
+  };
+  std::vector<Tensor> gated_p, plain_p;
+  auto gated = make(gated_p);
+  auto plain = make(plain_p);
+  Tensor flags = Tensor::zeros({2}, DType::kU8);  // the layer's flag, p3's flag
+  gated->set_grad_gates({{"p1", flags.narrow(0, 0, 1)},
+                         {"p2", flags.narrow(0, 0, 1)},
+                         {"p3", flags.narrow(0, 1, 1)}});
+  const std::vector<std::vector<uint8_t>> dropped = {{1, 0}, {0, 1}, {1, 1}, {0, 0}, {1, 0}};
+  for (size_t k = 0; k < dropped.size(); ++k) {
+    INFO("step " << k);
+    flags.copy_(Tensor::from_vector(dropped[k], {2}, DType::kU8));
+    const bool skip = k == 4;  // a step the non-finite check skips
+    const Tensor skip_flag = Tensor::full({1}, skip ? 1.0 : 0.0, DType::kU8);
+    for (int i = 0; i < 4; ++i) {
+      const Tensor g =
+          ska::test::uniform({3}, 40 + 4 * static_cast<int>(k) + i, -1.0, 1.0, DType::kF32);
+      const bool left_out = (i == 1 || i == 2) ? dropped[k][0] : i == 3 ? dropped[k][1] : 0;
+      // The backward gives a left-out parameter zeros; the twin gets no grad at all.
+      gated_p[static_cast<size_t>(i)].set_grad(left_out ? Tensor::zeros({3}) : g.clone());
+      if (!left_out) plain_p[static_cast<size_t>(i)].set_grad(g.clone());
+    }
+    gated->step(skip_flag);
+    plain->step(skip_flag);
+    gated->zero_grad();
+    plain->zero_grad();
+    for (int i = 0; i < 4; ++i) {
+      INFO("p" << i);
+      CHECK(gated_p[static_cast<size_t>(i)].to_vector<float>() ==
+            plain_p[static_cast<size_t>(i)].to_vector<float>());
+    }
+  }
+  // The gated optimizer keeps (zero) state for parameters it has not stepped yet; every state
+  // the twin has is the same.
+  const std::map<std::string, Tensor> a = gated->state_dict(), b = plain->state_dict();
+  for (const auto& [key, value] : b) {
+    INFO(key);
+    REQUIRE(a.count(key) == 1);
+    CHECK(a.at(key).to_vector<double>() == value.to_vector<double>());
+  }
+  // Updates counted: p0 every step but the skipped one, p1 and p2 at steps 1 and 3, p3 at 0 and 3.
+  CHECK(a.at("p0.step").item() == 4);
+  CHECK(a.at("p1.step").item() == 2);
+  CHECK(a.at("p3.step").item() == 2);
+
+  REQUIRE_THROWS_WITH(gated->set_grad_gates({{"p9", flags.narrow(0, 0, 1)}}),
+                      Catch::Contains("'p9'") && Catch::Contains("not one of"));
+  REQUIRE_THROWS_WITH(gated->set_grad_gates({{"p0", Tensor::zeros({1})}}),
+                      Catch::Contains("grad gate of 'p0'") && Catch::Contains("u8"));
+}
+
 TEST_CASE("optim: the kernels read each group's lr as set_lr or groups() last set it",
           "[cpu][optim]") {
   // Plain SGD (p -= lr * g, g = 1) over two groups, so every step's lr shows in the weights.

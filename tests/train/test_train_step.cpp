@@ -13,6 +13,7 @@
 #include "data/datasets/dataset.h"
 #include "data/pipeline/loader.h"
 #include "distributed/communicator.h"
+#include "models/cait.h"
 #include "models/model.h"
 #include "ops/linear.h"
 #include "optim/ema.h"
@@ -30,11 +31,15 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct StepRun {
-  std::map<std::string, Tensor> weights, optimizer, ema;
+struct StepRun : test::TrainedState {
   std::map<std::string, Tensor> initial;  // the weights before the updates (run_dropout_steps)
-  UpdateStats::Window stats;
 };
+
+StepRun step_run(const test::TrainedState& state) {
+  StepRun r;
+  static_cast<test::TrainedState&>(r) = state;
+  return r;
+}
 
 // a and b hold the same weights, optimizer state and EMA, bit for bit (the first tensor that
 // differs named).
@@ -72,15 +77,81 @@ StepRun run_steps(const std::string& optimizer, bool poison, double clip_grad) {
     const Tensor loss = step.micro_step(images, labels, true);
     stats.record(step.apply_update(loss, 2e-3));
   }
-  StepRun r;
-  for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.clone();
-  for (const auto& [name, t] : opt->state_dict()) r.optimizer[name] = t.clone();
-  for (const auto& [name, t] : ema.state_dict()) r.ema[name] = t.clone();
-  r.stats = stats.read();
-  return r;
+  return step_run(test::trained_state(*model, *opt, ema, stats));
+}
+
+// Six updates of a tiny CaiT on the CPU (layer dropout p, no other dropout; AdamW with weight
+// decay, an EMA, clipping at clip_grad), its layers drawn on the host or, with on_device, on the
+// device (move_draws_to_device: what train.cuda_graph sets up). `dropped`: the layers the device
+// draws left out over the six steps (on_device only).
+StepRun run_cait_layer_dropout(bool on_device, double p, double clip_grad, int* dropped = nullptr) {
+  const std::string yaml =
+      "family: cait\nimage_size: 16\nin_channels: 1\nnum_classes: 4\ndim: 8\ndepth: 3\n"
+      "cls_depth: 2\nheads: 2\nhead_dim: 4\nmlp_dim: 8\nmixer: cska\ndropout: 0\n"
+      "emb_dropout: 0\nlayer_dropout: " +
+      std::to_string(p) + "\n";
+  manual_seed(13);
+  nn::ModulePtr model = models::build_model(Config::parse(yaml).root());
+  optim::OptimizerOptions options;
+  options.weight_decay = 0.05;
+  auto opt = optim::make_optimizer(options, model->named_parameters(true));
+  if (on_device) {
+    CHECK_THAT(move_draws_to_device(*model, *opt, Device::cpu()), Contains("layer_dropout"));
+    CHECK(nn::host_draws_in_training(*model).empty());
+  }
+  optim::ModelEma ema(*model, 0.9);
+  auto comm = dist::make_communicator(dist::World{}, Device::cpu());
+  TrainOptions train;
+  train.clip_grad = clip_grad;
+  TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
+  UpdateStats stats(Device::cpu());
+  model->train();
+  const Tensor labels = Tensor::from_vector<int64_t>({0, 3, 1, 2}, {4}, DType::kI64);
+  for (int i = 0; i < 6; ++i) {
+    const Tensor images = test::uniform({4, 1, 16, 16}, 200 + i).to(DType::kF32);
+    stats.record(step.apply_update(step.micro_step(images, labels, true), 2e-3));
+    if (dropped == nullptr) continue;
+    for (const auto& [name, module] : model->named_modules()) {
+      if (auto* stack = dynamic_cast<models::CaitLayerStack*>(module)) {
+        for (float kept : stack->kept_on_device().to_vector<float>()) *dropped += kept == 0.0f;
+      }
+    }
+  }
+  return step_run(test::trained_state(*model, *opt, ema, stats));
 }
 
 }  // namespace
+
+TEST_CASE("CaiT's layer dropout drawn on the device trains as the host's draw does",
+          "[cpu][train][optim]") {
+  // The device's rule keeps the layers the host's keeps (the same generator here), a dropped
+  // layer is multiplied out instead of skipped, and the optimizer's grad gates leave its
+  // parameters alone: weights, EMA and every optimizer state the host's run has, bit for bit;
+  // the device's run also holds zero state for parameters it has not stepped yet.
+  for (const double p : {0.4, 0.9}) {
+    for (const double clip : {0.0, 1.0}) {
+      INFO("layer_dropout " << p << ", train.clip_grad " << clip);
+      int dropped = 0;
+      const StepRun host = run_cait_layer_dropout(false, p, clip);
+      const StepRun device = run_cait_layer_dropout(true, p, clip, &dropped);
+      CHECK(dropped > 0);
+      std::string diff;
+      CHECK(test::bitwise_equal(host.weights, device.weights, &diff));
+      CHECK(test::bitwise_equal(host.ema, device.ema, &diff));
+      INFO("first differing tensor: " << diff);
+      for (const auto& [name, t] : device.optimizer) {
+        INFO(name);
+        if (host.optimizer.count(name) != 0) {
+          CHECK(test::bitwise_equal(host.optimizer.at(name), t));
+        } else {
+          CHECK(test::bitwise_equal(t, Tensor::zeros(t.shape(), t.dtype())));
+        }
+      }
+      CHECK(host.optimizer.size() <= device.optimizer.size());
+      CHECK(host.stats.loss_sum == device.stats.loss_sum);
+    }
+  }
+}
 
 TEST_CASE("a skipped update changes nothing: training equals training without that batch",
           "[cpu][train][optim]") {
@@ -286,10 +357,7 @@ StepRun run_dropout_steps(Device gpu, const std::string& optimizer, const std::s
     }
     for (int i = 0; i < 3; ++i) eager();
   }
-  for (const auto& [name, t] : model->state_dict()) r.weights[name] = t.to(Device::cpu());
-  for (const auto& [name, t] : opt->state_dict()) r.optimizer[name] = t.to(Device::cpu());
-  for (const auto& [name, t] : ema.state_dict()) r.ema[name] = t.to(Device::cpu());
-  r.stats = stats.read();
+  static_cast<test::TrainedState&>(r) = test::trained_state(*model, *opt, ema, stats);
   return r;
 }
 

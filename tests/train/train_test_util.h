@@ -1,5 +1,5 @@
 // Helpers shared by the trainer tests: scratch folders, tiny experiment configs on the real
-// Fashion-MNIST files, and bitwise comparison of state dicts.
+// Fashion-MNIST files, what a few training steps leave, and bitwise comparison of state dicts.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,11 @@
 
 #include "config/config.h"
 #include "core/tensor.h"
+#include "nn/module.h"
+#include "optim/ema.h"
+#include "optim/optimizer.h"
 #include "support/test_util.h"
+#include "train/train_step.h"
 #include "train/trainer.h"
 
 namespace ska::test {
@@ -77,6 +81,24 @@ inline bool bitwise_equal(const std::map<std::string, Tensor>& a,
     }
   }
   return true;
+}
+
+// What a few training steps leave: host copies of the weights, the optimizer state and the EMA,
+// and the statistics read back.
+struct TrainedState {
+  std::map<std::string, Tensor> weights, optimizer, ema;
+  train::UpdateStats::Window stats;
+};
+
+inline TrainedState trained_state(const nn::Module& model, const optim::Optimizer& optimizer,
+                                  const optim::ModelEma& ema, train::UpdateStats& stats) {
+  const auto copies = [](const std::map<std::string, Tensor>& state) {
+    std::map<std::string, Tensor> out;
+    for (const auto& [name, t] : state) out[name] = t.to(Device::cpu()).clone();
+    return out;
+  };
+  return {copies(model.state_dict()), copies(optimizer.state_dict()), copies(ema.state_dict()),
+          stats.read()};
 }
 
 // Trains from `yaml` (with an EMA of decay 0.9) up to `max_steps` updates in `run_dir`, resuming

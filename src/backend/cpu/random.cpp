@@ -24,12 +24,22 @@ void for_each_word(int64_t n, uint64_t seed, uint64_t offset, F&& f) {
   }, 4096);
 }
 
+// The offset of a draw with its capture base added (kernels.inc).
+uint64_t with_base(uint64_t offset, const Tensor& offset_base, const char* kernel) {
+  if (!offset_base.defined()) return offset;
+  SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64, DTypeError, kernel,
+            ": offset_base must be one i64 element, got ", offset_base.str());
+  return offset + static_cast<uint64_t>(*static_cast<const int64_t*>(offset_base.data_ptr()));
+}
+
 }  // namespace
 
-void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
+void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi,
+                    const Tensor& offset_base) {
+  offset = with_base(offset, offset_base, "random_uniform");
   if (is_16bit_float(out.dtype())) {
     const Tensor result = f32_output(out);
-    random_uniform(result, seed, offset, lo, hi);
+    random_uniform(result, seed, offset, lo, hi, Tensor());
     return round_into(result, out);
   }
   dispatch_floating(out.dtype(), "random_uniform", [&](auto tag) {
@@ -41,10 +51,12 @@ void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo
   });
 }
 
-void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std) {
+void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std,
+                   const Tensor& offset_base) {
+  offset = with_base(offset, offset_base, "random_normal");
   if (is_16bit_float(out.dtype())) {
     const Tensor result = f32_output(out);
-    random_normal(result, seed, offset, mean, std);
+    random_normal(result, seed, offset, mean, std, Tensor());
     return round_into(result, out);
   }
   dispatch_floating(out.dtype(), "random_normal", [&](auto tag) {
@@ -70,11 +82,7 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
 
 void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double keep_prob,
                       double scale, const Tensor& offset_base) {
-  if (offset_base.defined()) {
-    SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64, DTypeError,
-              "random_bernoulli: offset_base must be one i64 element, got ", offset_base.str());
-    offset += static_cast<uint64_t>(*static_cast<const int64_t*>(offset_base.data_ptr()));
-  }
+  offset = with_base(offset, offset_base, "random_bernoulli");
   if (is_16bit_float(out.dtype())) {
     const Tensor result = f32_output(out);
     random_bernoulli(result, seed, offset, keep_prob, scale, Tensor());
@@ -92,14 +100,6 @@ void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double 
 }
 
 namespace {
-
-// The offset of a draw with its capture base added (see random_bernoulli).
-uint64_t with_base(uint64_t offset, const Tensor& offset_base, const char* kernel) {
-  if (!offset_base.defined()) return offset;
-  SKA_CHECK(offset_base.numel() == 1 && offset_base.dtype() == DType::kI64, DTypeError, kernel,
-            ": offset_base must be one i64 element, got ", offset_base.str());
-  return offset + static_cast<uint64_t>(*static_cast<const int64_t*>(offset_base.data_ptr()));
-}
 
 // A dropout mask's scale as a mask of `dtype` holds it (rounded to 16 bits for those), in f64.
 double mask_scale(DType dtype, double scale) {
