@@ -8,7 +8,8 @@
 # Stages (default: all, in this order; each is skipped when too little time is left):
 #   tests     every [cuda] test but the slow whole-zoo ones (CUDA against the CPU, bit-exact paths)
 #   graphs    the [cuda][graph] tests: every zoo model's training step replayed as a CUDA Graph
-#             against its eager steps, bit for bit (CaiT's capture refused for its layer dropout)
+#             against its eager steps, bit for bit (CaiT's with its layer dropout drawn on the
+#             device; drawn on the host, its capture must be refused)
 #   attention the fused attention op alone, ours (and its one-block kernels) against PyTorch's SDPA
 #             with each backend forced, cuDNN's included (scripts/benchmark_ops.sh --cases
 #             _attention, bf16: ViT-S's LSA and plain attention at 65 tokens, CAFormer-S18's
@@ -45,7 +46,7 @@
 #             cifar10_cska_cait, cifar10_cska_swin and cifar10_cska_cvt at 512 while time lasts;
 #             ours also with the step replayed as a CUDA Graph (GRAPH=off leaves it out;
 #             COMPILE=on adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..."
-#             for others)
+#             for others; SPEED_MODES="train infer" times inference too)
 #   dp        NCCL at world size 1 against no data parallelism (weights, speed); benchmark_comm
 #             and --nproc-per-node N where there are N >= 2 GPUs (scripts/gpu_dp_check.sh,
 #             DP_STEPS steps, default 100)
@@ -264,11 +265,14 @@ for stage in "${stages[@]}"; do
                 imagenet_caformer_s18:128 cifar10_cska_cait:512 cifar10_cska_swin:512 \
                 cifar10_cska_cvt:512}; do
       config=${item%%:*} batch=${item#*:}
-      stage_run "speed_$config" 150 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
-        --device cuda --batch "$batch" --dtype bf16 --mode train --iters 20 \
-        --compile "${COMPILE:-off}" --cuda-graph "${GRAPH:-on}"
-      [ $? = 125 ] && continue
-      grep -E "^(# |mode |train)" "$logs/speed_$config.log" | sed 's/^/  /' | tee -a "$summary"
+      for mode in ${SPEED_MODES:-train}; do
+        name=speed_$config; [ "$mode" = train ] || name=speed_${mode}_$config
+        stage_run "$name" 150 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
+          --device cuda --batch "$batch" --dtype bf16 --mode "$mode" --iters 20 \
+          --compile "${COMPILE:-off}" --cuda-graph "${GRAPH:-on}"
+        [ $? = 125 ] && continue
+        grep -E "^(# |mode |train|infer)" "$logs/$name.log" | sed 's/^/  /' | tee -a "$summary"
+      done
     done ;;
   profile)
     for item in ${PROFILE:-cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
