@@ -2,10 +2,12 @@
 // blocks, layer dropout, class attention, and the YAML builder. Reference: lucidrains' cait.py.
 #include "models/cait.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "core/random.h"
@@ -159,16 +161,60 @@ void CaitLayerStack::append(std::shared_ptr<CaitBlock> block) {
   blocks_.push_back(register_module(std::to_string(blocks_.size()), std::move(block)));
 }
 
-std::vector<bool> CaitLayerStack::draw_kept_layers() const {
-  const int64_t n = static_cast<int64_t>(blocks_.size());
-  std::vector<bool> kept(n, true);
-  if (!is_training() || layer_dropout_ <= 0.0 || n == 0) return kept;
-  const std::vector<double> u = rand({n + 1}, DType::kF64).to_vector<double>();
+std::vector<bool> kept_layers(const std::vector<double>& u, double layer_dropout) {
+  const int64_t n = static_cast<int64_t>(u.size()) - 1;
+  SKA_CHECK(n >= 0, ValueError, "kept_layers: needs n + 1 draws for n layers");
+  std::vector<bool> kept(static_cast<size_t>(n));
   bool any = false;
-  for (int64_t i = 0; i < n; ++i) any |= (kept[i] = u[i] >= layer_dropout_);
+  for (int64_t i = 0; i < n; ++i) any |= (kept[i] = u[i] >= layer_dropout);
   // All dropped: keep one at random so the stack never becomes the identity.
-  if (!any) kept[std::min<int64_t>(n - 1, static_cast<int64_t>(u[n] * n))] = true;
+  if (!any && n > 0) kept[std::min<int64_t>(n - 1, static_cast<int64_t>(u[n] * n))] = true;
   return kept;
+}
+
+namespace {
+
+// The smallest f32 value v with v >= a / b (b > 0): for every f32 u, u >= a / b exactly when
+// u >= v. Checked in f64, where v * b is exact for the small integers b here.
+float f32_at_or_above(double a, double b) {
+  float v = static_cast<float>(a / b);
+  while (static_cast<double>(v) * b < a) v = std::nextafter(v, std::numeric_limits<float>::max());
+  while (static_cast<double>(std::nextafter(v, -std::numeric_limits<float>::max())) * b >= a) {
+    v = std::nextafter(v, -std::numeric_limits<float>::max());
+  }
+  return v;
+}
+
+}  // namespace
+
+LayerKeepRule::LayerKeepRule(int64_t layers, double layer_dropout, Device device)
+    : layers_(layers) {
+  SKA_CHECK(layers > 0, ValueError, "LayerKeepRule: needs at least one layer");
+  threshold_ = Tensor::full({1}, f32_at_or_above(layer_dropout, 1.0), DType::kF32, device);
+  std::vector<float> lower(static_cast<size_t>(layers)), upper(static_cast<size_t>(layers));
+  const double n = static_cast<double>(layers);
+  for (int64_t i = 0; i < layers; ++i) {
+    // floor(u n) = i exactly when i / n <= u < (i + 1) / n; the last layer takes u n >= n - 1.
+    lower[static_cast<size_t>(i)] = f32_at_or_above(static_cast<double>(i), n);
+    upper[static_cast<size_t>(i)] = i + 1 < layers ? f32_at_or_above(static_cast<double>(i + 1), n)
+                                                   : std::numeric_limits<float>::infinity();
+  }
+  lower_ = Tensor::from_vector(lower, {layers}, DType::kF32).to(device);
+  upper_ = Tensor::from_vector(upper, {layers}, DType::kF32).to(device);
+}
+
+Tensor LayerKeepRule::kept(const Tensor& u) const {
+  SKA_CHECK(u.dim() == 1 && u.size(0) == layers_ + 1 && u.dtype() == DType::kF32 &&
+                u.device() == threshold_.device(),
+            ValueError, "LayerKeepRule: expected f32 [", layers_ + 1, "] on ", threshold_.device(),
+            ", got ", u.str());
+  NoGradGuard no_grad;
+  const int64_t n = layers_;
+  const Tensor drawn = ge(u.narrow(0, 0, n), threshold_).to(DType::kF32);
+  const Tensor none = rsub(1.0, amax(drawn));  // 1 when every layer drew out
+  const Tensor last = u.narrow(0, n, 1);
+  const Tensor pick = mul(ge(last, lower_).to(DType::kF32), lt(last, upper_).to(DType::kF32));
+  return maximum(drawn, mul(pick, none));
 }
 
 std::string CaitLayerStack::host_draws() const {
@@ -182,15 +228,7 @@ std::vector<std::pair<std::string, Tensor>> CaitLayerStack::draw_on_device(Devic
   const int64_t n = static_cast<int64_t>(blocks_.size());
   kept_ = Tensor::ones({n}, DType::kF32, device);
   dropped_ = Tensor::zeros({n}, DType::kU8, device);
-  threshold_ = Tensor::full({1}, layer_dropout_, DType::kF64, device);
-  std::vector<double> lower(static_cast<size_t>(n)), upper(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    lower[static_cast<size_t>(i)] = static_cast<double>(i);
-    upper[static_cast<size_t>(i)] =
-        i + 1 < n ? static_cast<double>(i + 1) : std::numeric_limits<double>::infinity();
-  }
-  lower_ = Tensor::from_vector(lower, {n}, DType::kF64).to(device);
-  upper_ = Tensor::from_vector(upper, {n}, DType::kF64).to(device);
+  rule_ = LayerKeepRule(n, layer_dropout_, device);
   std::vector<std::pair<std::string, Tensor>> gates;
   for (int64_t i = 0; i < n; ++i) {
     const auto& block = blocks_[static_cast<size_t>(i)];
@@ -203,16 +241,9 @@ std::vector<std::pair<std::string, Tensor>> CaitLayerStack::draw_on_device(Devic
   return gates;
 }
 
-// draw_kept_layers' rule on the device, in f64 as there.
 void CaitLayerStack::draw_kept_on_device() {
   NoGradGuard no_grad;
-  const int64_t n = kept_.numel();
-  const Tensor u = rand({n + 1}, DType::kF64, kept_.device());
-  const Tensor drawn = ge(u.narrow(0, 0, n), threshold_).to(DType::kF64);
-  const Tensor none = rsub(1.0, amax(drawn));  // 1 when every block drew out
-  const Tensor scaled = mul(u.narrow(0, n, 1), static_cast<double>(n));  // u_n n
-  const Tensor pick = mul(ge(scaled, lower_).to(DType::kF64), lt(scaled, upper_).to(DType::kF64));
-  const Tensor kept = maximum(drawn, mul(pick, none));
+  const Tensor kept = rule_.kept(rand({kept_.numel() + 1}, DType::kF32, kept_.device()));
   kept_.copy_(kept);
   dropped_.copy_(rsub(1.0, kept));
 }
@@ -226,7 +257,11 @@ Tensor CaitLayerStack::forward(const Tensor& x) {
     for (const auto& block : blocks_) y = (*block)(y);
     return y;
   }
-  const std::vector<bool> kept = draw_kept_layers();
+  std::vector<bool> kept(blocks_.size(), true);
+  if (is_training() && layer_dropout_ > 0.0 && !blocks_.empty()) {
+    const int64_t n = static_cast<int64_t>(blocks_.size());
+    kept = kept_layers(rand({n + 1}, DType::kF64).to_vector<double>(), layer_dropout_);
+  }
   Tensor y = x;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (kept[i]) y = (*blocks_[i])(y);

@@ -95,17 +95,37 @@ class CaitBlock : public nn::Module {
   Tensor kept_;  // set_kept
 };
 
+// CaiT's layer dropout rule: from n + 1 uniform draws u, layer i runs if u_i >= layer_dropout;
+// if none does, layer min(n - 1, floor(u_n n)) alone runs. kept_layers is the host's form (u in
+// f64, as the CPU's generator draws them for CaitLayerStack), LayerKeepRule the device's, on f32
+// draws (every uniform draw is an f32 value, so both decide alike for the same draws): its
+// thresholds are the smallest f32 values at or above layer_dropout and i / n, so that f32
+// comparisons give the exact comparisons' answers.
+std::vector<bool> kept_layers(const std::vector<double>& u, double layer_dropout);
+class LayerKeepRule {
+ public:
+  LayerKeepRule() = default;
+  LayerKeepRule(int64_t layers, double layer_dropout, Device device);
+  // u: f32 [n + 1] on the rule's device -> f32 [n], 1 for the layers that run and 0 for the others
+  // (a few elementwise ops and a max, on the device).
+  Tensor kept(const Tensor& u) const;
+
+ private:
+  int64_t layers_ = 0;
+  // f32: layer_dropout's threshold [1]; u_n's share [lower_i, upper_i) for layer i [n] each.
+  Tensor threshold_, lower_, upper_;
+};
+
 // Blocks applied in order; in training each block is skipped with probability layer_dropout
-// (the same draw for the whole batch), keeping at least one. Eval runs every block.
+// (the same draw for the whole batch), keeping at least one (kept_layers). Eval runs every block.
 //
 // Which blocks run is drawn on the host at every training forward (n + 1 uniform f64 draws from
-// the CPU's generator: block i runs if u_i >= layer_dropout; if none does, block
-// min(n - 1, floor(u_n n)) does), and the others are not computed. After draw_on_device the same
-// rule is evaluated on the device from the device's generator, every block is computed, and a
-// dropped one is multiplied out (CaitBlock::set_kept): the same outputs and gradients as the
-// skipped block's (but for a dropped block whose branches overflow: 0 * inf), zero gradients for
-// its parameters, which the optimizer's grad gates then leave alone, and the draws replayable by
-// a CUDA Graph; it costs the dropped blocks' work (layer_dropout of the stack's on average).
+// the CPU's generator), and the others are not computed. After draw_on_device the same rule is
+// evaluated on the device from the device's generator (LayerKeepRule), every block is computed,
+// and a dropped one is multiplied out (CaitBlock::set_kept): the same outputs and gradients as
+// the skipped block's (but for a dropped block whose branches overflow: 0 * inf), zero gradients
+// for its parameters, which the optimizer's grad gates then leave alone, and draws a CUDA Graph
+// replays; it costs the dropped blocks' work (layer_dropout of the stack's on average).
 class CaitLayerStack : public nn::Module {
  public:
   explicit CaitLayerStack(double layer_dropout) : layer_dropout_(layer_dropout) {}
@@ -121,15 +141,14 @@ class CaitLayerStack : public nn::Module {
   const Tensor& kept_on_device() const { return kept_; }
 
  private:
-  std::vector<bool> draw_kept_layers() const;
   void draw_kept_on_device();  // writes kept_ and dropped_
 
   double layer_dropout_;
   std::vector<std::shared_ptr<CaitBlock>> blocks_;
   // draw_on_device's state, on the device: the blocks kept (f32 [n]) and dropped (u8 [n]) by the
-  // last training forward, and the rule's constants: layer_dropout (f64 [1]), block i's share
-  // [i / n, (i + 1) / n) of u_n scaled to [i, i + 1) (f64 [n] each; the last one open).
-  Tensor kept_, dropped_, threshold_, lower_, upper_;
+  // last training forward, and the rule.
+  Tensor kept_, dropped_;
+  LayerKeepRule rule_;
 };
 
 struct CaitOptions {

@@ -1,7 +1,9 @@
 // CaiT family tests: the reference parameter counts of configs/models/*cait_s.yaml, golden logits and
 // gradients against scripts/golden_models/cait.py, gradient checks, layer dropout, CUDA parity.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,50 @@ TEST_CASE("cait layer dropout draws on the host: a CUDA Graph of its training st
     REQUIRE_THROWS_WITH((*dropping)(x), Catch::Contains("capturing a test step"));
     dropping->eval();  // evaluation runs every layer and draws nothing
     CHECK((*dropping)(x).size(0) == 1);
+  }
+}
+
+TEST_CASE("cait layer dropout's device rule decides as the host's for every f32 draw",
+          "[cpu][models][cait]") {
+  // Draws at and next to every threshold (layer_dropout, and i / n for the layer kept when all
+  // drop out: f32 values 2^-24 apart, as the generator's are) and random ones, for rates that f32
+  // cannot hold exactly: LayerKeepRule's f32 comparisons against kept_layers' f64 ones.
+  std::mt19937 rng(5);
+  for (const int64_t n : {1, 2, 3, 6, 7, 8}) {
+    for (const double p : {0.05, 0.1, 1.0 / 3.0, 0.5, 0.7, 0.95, 0.99}) {
+      INFO("n = " << n << ", layer_dropout " << p);
+      const models::LayerKeepRule rule(n, p, Device::cpu());
+      std::vector<float> near;  // f32 values on the 2^-24 grid around each threshold
+      std::vector<double> edges = {p};
+      for (int64_t i = 0; i <= n; ++i) edges.push_back(static_cast<double>(i) / n);
+      for (double e : edges) {
+        const double k = std::floor(e * 16777216.0);
+        for (double d = -2; d <= 2; ++d) {
+          const double v = (k + d) / 16777216.0;
+          if (v >= 0 && v < 1) near.push_back(static_cast<float>(v));
+        }
+      }
+      std::uniform_int_distribution<int> pick(0, static_cast<int>(near.size()) - 1);
+      std::uniform_int_distribution<uint32_t> word(0, (1u << 24) - 1);
+      for (int trial = 0; trial < 300; ++trial) {
+        std::vector<float> u(static_cast<size_t>(n + 1));
+        for (float& v : u) {
+          v = trial % 2 ? near[static_cast<size_t>(pick(rng))]
+                        : static_cast<float>(word(rng)) / 16777216.0f;
+        }
+        if (trial % 3 == 0) {  // every layer drawn out: the fallback's pick decides
+          for (int64_t i = 0; i < n; ++i) u[static_cast<size_t>(i)] = 0.0f;
+        }
+        const std::vector<double> u64(u.begin(), u.end());
+        const std::vector<bool> host = models::kept_layers(u64, p);
+        const std::vector<float> device =
+            rule.kept(Tensor::from_vector(u, {n + 1}, DType::kF32)).to_vector<float>();
+        for (int64_t i = 0; i < n; ++i) {
+          INFO("u_i " << u[static_cast<size_t>(i)] << ", u_n " << u.back() << ", layer " << i);
+          REQUIRE(device[static_cast<size_t>(i)] == (host[static_cast<size_t>(i)] ? 1.0f : 0.0f));
+        }
+      }
+    }
   }
 }
 
