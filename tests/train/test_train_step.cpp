@@ -53,6 +53,34 @@ void require_same_bits(const StepRun& a, const StepRun& b) {
   }
 }
 
+// The training step of `model` on the CPU as the trainer runs it with one process: an EMA of decay
+// 0.9, clipping at clip_grad, the update statistics; the model in training mode.
+struct CpuSteps {
+  CpuSteps(nn::Module& model, optim::Optimizer& optimizer, double clip_grad)
+      : ema(model, 0.9),
+        comm(dist::make_communicator(dist::World{}, Device::cpu())),
+        train(with_clip(clip_grad)),
+        step(model, optimizer, nullptr, &ema, *comm, train, DistributedOptions{}),
+        stats(Device::cpu()) {
+    model.train();
+  }
+  // One update on this batch at lr 2e-3.
+  void update(const Tensor& images, const Tensor& labels) {
+    stats.record(step.apply_update(step.micro_step(images, labels, true), 2e-3));
+  }
+  static TrainOptions with_clip(double clip_grad) {
+    TrainOptions options;
+    options.clip_grad = clip_grad;
+    return options;
+  }
+
+  optim::ModelEma ema;
+  std::unique_ptr<dist::Communicator> comm;
+  TrainOptions train;
+  TrainStep step;
+  UpdateStats stats;
+};
+
 // Three updates of a tiny CSKA-ViT on fixed random batches; with `poison`, a batch of NaN
 // images is stepped between the second and the third.
 StepRun run_steps(const std::string& optimizer, bool poison, double clip_grad) {
@@ -62,22 +90,15 @@ StepRun run_steps(const std::string& optimizer, bool poison, double clip_grad) {
   nn::ModulePtr model = models::build_model(config.root()["model"]);
   auto opt = optim::make_optimizer(optim::OptimizerOptions::from_config(config.root()["optim"]),
                                    model->named_parameters(true));
-  optim::ModelEma ema(*model, 0.9);
-  auto comm = dist::make_communicator(dist::World{}, Device::cpu());
-  TrainOptions train;
-  train.clip_grad = clip_grad;
-  TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
-  UpdateStats stats(Device::cpu());
-  model->train();
+  CpuSteps steps(*model, *opt, clip_grad);
   const Tensor labels = Tensor::from_vector<int64_t>({1, 4, 7, 9}, {4}, DType::kI64);
   for (int i = 0; i < 4; ++i) {
     if (i == 2 && !poison) continue;
     Tensor images = test::uniform({4, 1, 28, 28}, 100 + i).to(DType::kF32);
     if (i == 2) images.fill_(std::numeric_limits<double>::quiet_NaN());
-    const Tensor loss = step.micro_step(images, labels, true);
-    stats.record(step.apply_update(loss, 2e-3));
+    steps.update(images, labels);
   }
-  return step_run(test::trained_state(*model, *opt, ema, stats));
+  return step_run(test::trained_state(*model, *opt, steps.ema, steps.stats));
 }
 
 // Six updates of a tiny CaiT on the CPU (layer dropout p, no other dropout; AdamW with weight
@@ -99,17 +120,10 @@ StepRun run_cait_layer_dropout(bool on_device, double p, double clip_grad, int* 
     CHECK_THAT(move_draws_to_device(*model, *opt, Device::cpu()), Contains("layer_dropout"));
     CHECK(nn::host_draws_in_training(*model).empty());
   }
-  optim::ModelEma ema(*model, 0.9);
-  auto comm = dist::make_communicator(dist::World{}, Device::cpu());
-  TrainOptions train;
-  train.clip_grad = clip_grad;
-  TrainStep step(*model, *opt, nullptr, &ema, *comm, train, DistributedOptions{});
-  UpdateStats stats(Device::cpu());
-  model->train();
+  CpuSteps steps(*model, *opt, clip_grad);
   const Tensor labels = Tensor::from_vector<int64_t>({0, 3, 1, 2}, {4}, DType::kI64);
   for (int i = 0; i < 6; ++i) {
-    const Tensor images = test::uniform({4, 1, 16, 16}, 200 + i).to(DType::kF32);
-    stats.record(step.apply_update(step.micro_step(images, labels, true), 2e-3));
+    steps.update(test::uniform({4, 1, 16, 16}, 200 + i).to(DType::kF32), labels);
     if (dropped == nullptr) continue;
     for (const auto& [name, module] : model->named_modules()) {
       if (auto* stack = dynamic_cast<models::CaitLayerStack*>(module)) {
@@ -117,7 +131,7 @@ StepRun run_cait_layer_dropout(bool on_device, double p, double clip_grad, int* 
       }
     }
   }
-  return step_run(test::trained_state(*model, *opt, ema, stats));
+  return step_run(test::trained_state(*model, *opt, steps.ema, steps.stats));
 }
 
 }  // namespace
