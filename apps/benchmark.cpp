@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "app_common.h"
@@ -51,8 +52,10 @@ struct BenchmarkOptions {
   bool profile = false;  // then `iters` more steps with every kernel timed
   bool capture_range = false;  // the timed steps between cudaProfilerStart and Stop
   int top = 25;          // kernels listed by --profile
-  // --attention, --weight-casts, ...: train.KEY's choices (train::kernel_choice_specs()).
+  // --attention, --weight-casts, ...: train.KEY's choices (train::kernel_choice_specs()), and
+  // the keys of those given on the command line (the others come from the config's train:).
   ska::train::KernelChoices kernels;
+  std::set<std::string> kernel_flags;
   std::string cudnn_benchmark = "on";  // time cuDNN's convolution algorithms (core/precision.h)
   std::string variants;                // --variants: kernel-choice variants timed in this process
   int rounds = 1;                      // times the variants are timed in turn
@@ -377,7 +380,11 @@ int run_benchmark(BenchmarkOptions o) {
             o.dtype);
   model->to(device);
   if (dtype != DType::kF32) model->to(dtype);
-  train::KernelChoices kernels = o.kernels;
+  // The config's train: kernel choices (train.KEY), with those the command line gives over them.
+  train::KernelChoices kernels = train.kernels;
+  for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
+    if (o.kernel_flags.count(spec.key) != 0) kernels.*spec.member = o.kernels.*spec.member;
+  }
   kernels.cudnn_benchmark = o.cudnn_benchmark == "on";
   std::vector<Variant> variants = parse_variants(o.variants, kernels);
   SKA_CHECK(o.rounds == 1 || variants.size() > 1, ValueError, "--rounds ", o.rounds,
@@ -535,7 +542,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"cuda_graph", o.cuda_graph},
                         {"cudnn_benchmark", o.cudnn_benchmark}};
     for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
-      j[spec.key] = o.kernels.*spec.member;
+      j[spec.key] = kernels.*spec.member;
     }
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["depthwise_conv_auto"] = ska::cuda_depthwise_conv_choices();
@@ -661,12 +668,21 @@ int main(int argc, char** argv) {
                  "keep the fastest (train.cudnn_benchmark's default); off: cuDNN's heuristics")
       ->check(CLI::IsMember({"on", "off"}));
   // The kernels' choices, as train.KEY takes them (--help shows each default).
+  std::vector<std::pair<std::string, CLI::Option*>> kernel_options;
   for (const ska::train::KernelChoiceSpec& spec : ska::train::kernel_choice_specs()) {
     std::string flag = std::string("--") + spec.key;
     std::replace(flag.begin(), flag.end(), '_', '-');
-    app.add_option(flag, o.kernels.*spec.member, spec.help)
-        ->check(CLI::IsMember(spec.values))
-        ->capture_default_str();
+    const std::string help =
+        std::string(spec.help) + " (unless given: the config's train." + spec.key + ", if set)";
+    CLI::Option* option = app.add_option(flag, o.kernels.*spec.member, help)
+                              ->check(CLI::IsMember(spec.values))
+                              ->capture_default_str();
+    kernel_options.emplace_back(spec.key, option);
   }
-  return ska::apps::run_main(app, argc, argv, [&] { return run_benchmark(o); });
+  return ska::apps::run_main(app, argc, argv, [&] {
+    for (const auto& [key, option] : kernel_options) {
+      if (option->count() > 0) o.kernel_flags.insert(key);
+    }
+    return run_benchmark(o);
+  });
 }

@@ -416,6 +416,26 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
   CHECK_THAT(capture.err, Catch::Contains("--capture-range needs --device cuda"));
 }
 
+TEST_CASE("apps: benchmark takes the config's train kernel choices, the command line's over them",
+          "[cpu][apps]") {
+  const std::string quickstart = kSourceDir + "/configs/quickstart.yaml";
+  const std::string common = "--config " + quickstart + " --batch 2 --warmup 1 --iters 1 --json";
+  const auto choices = [&](const std::string& extra) {
+    const RunResult r = run_command(SKA_BENCHMARK_EXE, common + extra);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    return std::make_pair(j.at("norm_backward").get<std::string>(),
+                          j.at("residual_norm").get<std::string>());
+  };
+  // The defaults (fused, fused); the config's choices; a flag over the config's for its key.
+  CHECK(choices("") == std::make_pair(std::string("fused"), std::string("fused")));
+  const std::string sets = " --set train.norm_backward=split --set train.residual_norm=unfused";
+  CHECK(choices(sets) == std::make_pair(std::string("split"), std::string("unfused")));
+  CHECK(choices(sets + " --norm-backward fused") ==
+        std::make_pair(std::string("fused"), std::string("unfused")));
+}
+
 TEST_CASE("apps: a typo under train or optim is an error in benchmark, validate and inference",
           "[cpu][apps]") {
   // They read these sections (the kernels' choices, the step's optimizer), so they judge them.
