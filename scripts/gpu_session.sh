@@ -46,7 +46,8 @@
 #             cifar10_cska_cait, cifar10_cska_swin and cifar10_cska_cvt at 512 while time lasts;
 #             ours also with the step replayed as a CUDA Graph (GRAPH=off leaves it out;
 #             COMPILE=on adds torch.compile, about a minute per model; SPEED="CONFIG:BATCH ..."
-#             for others; SPEED_MODES="train infer" times inference too)
+#             for others; SPEED_MODES="train infer" times inference too; SPEED_SETS="k=v ..."
+#             passes config overrides, e.g. train.talking_heads=fused, to both sides)
 #   dp        NCCL at world size 1 against no data parallelism (weights, speed); benchmark_comm
 #             and --nproc-per-node N where there are N >= 2 GPUs (scripts/gpu_dp_check.sh,
 #             DP_STEPS steps, default 100)
@@ -267,9 +268,11 @@ for stage in "${stages[@]}"; do
       config=${item%%:*} batch=${item#*:}
       for mode in ${SPEED_MODES:-train}; do
         name=speed_$config; [ "$mode" = train ] || name=speed_${mode}_$config
+        sets=()
+        for kv in ${SPEED_SETS:-}; do sets+=(--set "$kv"); done
         stage_run "$name" 150 env BUILD_DIR="$build" scripts/benchmark.sh "$config" \
           --device cuda --batch "$batch" --dtype bf16 --mode "$mode" --iters 20 \
-          --compile "${COMPILE:-off}" --cuda-graph "${GRAPH:-on}"
+          --compile "${COMPILE:-off}" --cuda-graph "${GRAPH:-on}" ${sets[@]+"${sets[@]}"}
         [ $? = 125 ] && continue
         grep -E "^(# |mode |train|infer)" "$logs/$name.log" | sed 's/^/  /' | tee -a "$summary"
       done
