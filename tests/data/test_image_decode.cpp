@@ -21,6 +21,7 @@
 // jpeglib.h needs size_t and FILE declared first.
 #include <jpeglib.h>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "data/datasets/file_bytes.h"
 #include "data/datasets/image_decode.h"
@@ -306,6 +307,25 @@ TEST_CASE("JPEG: a window decodes to the whole image's pixels there", "[cpu][dat
       REQUIRE(got.to_vector<uint8_t>() ==
               image_tensor_window(whole, box, "damaged").to_vector<uint8_t>());
     }
+  }
+  // Progressive and CMYK files keep the window alone (the rows from the top are read through a
+  // row buffer): the tensors allocated while decoding a 5x4 window are its 60 bytes, not the
+  // whole image as well.
+  for (const std::string name :
+       {"window_422_progressive.jpg", "rgb444_progressive.jpg", "cmyk.jpg"}) {
+    INFO(name);
+    const std::vector<uint8_t> bytes = fixture_bytes(name);
+    Allocator& host = allocator_for(Device::cpu());
+    const int64_t before = host.stats().requested;
+    host.reset_peak();
+    const Tensor got =
+        decode_jpeg_rgb_window(bytes.data(), bytes.size(), name, kManyPixels, [](int, int) {
+          return CropBox{2, 3, 4, 5};
+        });
+    CHECK(host.stats().peak_requested - before == 4 * 5 * 3);
+    REQUIRE(
+        got.to_vector<uint8_t>() ==
+        image_tensor_window(decode(bytes, name), CropBox{2, 3, 4, 5}, name).to_vector<uint8_t>());
   }
   // The same through the image-folder entry point (it reads the file).
   const CropBox box{3, 5, 20, 30};

@@ -157,7 +157,7 @@ bool ends_with_eoi(const uint8_t* data, size_t size) {
 // (`end`), holds no marker but restarts (FF D0-D7), stuffed zeros (FF 00) and fill bytes (FF FF).
 // A window decode stops after the window's last row, so any other marker past it (a second SOI,
 // SOF or SOS, a table), on which the whole decode fails, would go unread: false sends such a file
-// to the whole decode. (Multi-scan files always take the whole decode.)
+// to the whole decode. (A multi-scan file is read to its end when decoding starts.)
 bool only_restarts_follow(const uint8_t* p, const uint8_t* end) {
   while (p < end) {
     const auto* ff =
@@ -185,29 +185,47 @@ inline uint8_t cmyk_channel(int value, int inverse_black) {
   return static_cast<uint8_t>(inverse_black - (((product >> 8) + product) >> 8));
 }
 
-// Reads every row into `image` (H x W x 3), through `row` (W x components) when the output is not
-// RGB. False with the message set on failure.
-bool jpeg_read_rows(JpegState& s, uint8_t* image, uint8_t* row) {
+// Reads the rows from the first to the window's last in order, as the whole decode reads them,
+// and keeps the columns of `box` of its rows into `image` (box.height x box.width x 3), through
+// `row` (output_width x the output's components, up to 4) unless the output is RGB and the box
+// spans every column. Then finishes the decompression when every row was read, else abandons the
+// rows below. False with the message set on failure.
+bool jpeg_read_rows(JpegState& s, const CropBox& box, uint8_t* image, uint8_t* row) {
   if (setjmp(s.error.jump)) return false;
-  const JDIMENSION width = s.cinfo.output_width;
   const bool adobe = s.cinfo.saw_Adobe_marker;
-  while (s.cinfo.output_scanline < s.cinfo.output_height) {
-    uint8_t* out = image + size_t{s.cinfo.output_scanline} * width * 3;
-    JSAMPROW target = s.cinfo.out_color_space == JCS_RGB ? out : row;
+  const J_COLOR_SPACE space = s.cinfo.out_color_space;
+  const bool full_rows =
+      box.left == 0 && static_cast<JDIMENSION>(box.width) == s.cinfo.output_width;
+  const auto top = static_cast<JDIMENSION>(box.top);
+  const auto bottom = static_cast<JDIMENSION>(box.top + box.height);
+  const size_t out_row = static_cast<size_t>(box.width) * 3;
+  while (s.cinfo.output_scanline < bottom) {
+    const JDIMENSION y = s.cinfo.output_scanline;
+    uint8_t* out = y >= top ? image + size_t{y - top} * out_row : nullptr;
+    const bool direct = out != nullptr && full_rows && space == JCS_RGB;
+    JSAMPROW target = direct ? out : row;
     jpeg_read_scanlines(&s.cinfo, &target, 1);
-    if (s.cinfo.out_color_space == JCS_GRAYSCALE) {
-      for (JDIMENSION x = 0; x < width; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = row[x];
-    } else if (s.cinfo.out_color_space == JCS_CMYK) {
+    if (out == nullptr || direct) continue;
+    if (space == JCS_RGB) {
+      std::memcpy(out, row + 3 * size_t{static_cast<size_t>(box.left)}, out_row);
+    } else if (space == JCS_GRAYSCALE) {
+      const uint8_t* in = row + box.left;
+      for (int x = 0; x < box.width; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = in[x];
+    } else if (space == JCS_CMYK) {
       // Adobe files (Photoshop, Pillow) store inverted CMYK; Pillow reads them as "CMYK;I".
-      for (JDIMENSION x = 0; x < width; ++x) {
-        const uint8_t* p = row + 4 * x;
+      for (int x = 0; x < box.width; ++x) {
+        const uint8_t* p = row + 4 * static_cast<size_t>(box.left + x);
         const int k = adobe ? 255 - p[3] : p[3];
         for (int c = 0; c < 3; ++c)
           out[3 * x + c] = cmyk_channel(adobe ? 255 - p[c] : p[c], 255 - k);
       }
     }
   }
-  jpeg_finish_decompress(&s.cinfo);
+  if (bottom == s.cinfo.output_height) {
+    jpeg_finish_decompress(&s.cinfo);
+  } else {
+    jpeg_abort_decompress(&s.cinfo);  // the rows below the window stay undecoded
+  }
   return true;
 }
 
@@ -347,7 +365,8 @@ Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& wher
   start_jpeg(s, where);
   Tensor image = Tensor::empty({height, width, 3}, DType::kU8);
   std::vector<uint8_t> row(static_cast<size_t>(width) * 4);
-  SKA_CHECK(jpeg_read_rows(s, image.data<uint8_t>(), row.data()), IOError, where,
+  const CropBox all{0, 0, static_cast<int>(height), static_cast<int>(width)};
+  SKA_CHECK(jpeg_read_rows(s, all, image.data<uint8_t>(), row.data()), IOError, where,
             ": cannot decode the JPEG: ", s.error.message);
   return image;
 }
@@ -385,23 +404,31 @@ Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::strin
   const int64_t height = s.cinfo.image_height, width = s.cinfo.image_width;
   const CropBox box = choose(static_cast<int>(height), static_cast<int>(width));
   const bool whole = box.top == 0 && box.left == 0 && box.height == height && box.width == width;
-  // Multi-scan (progressive) files decode whole: where a file leaves a block's AC coefficients
-  // unknown (damaged, or scans missing), libjpeg-turbo smooths the block from its neighbours', and
-  // a cropped region's edge blocks see other neighbours than the whole image's (the image
-  // fuzzer's finding: a damaged 144x11 progressive file, 34 values off by 1 or 2 near a window's
-  // left edge; tests/fixtures/images/damaged_progressive.jpg). Few photographs are progressive.
-  if (whole || s.cinfo.out_color_space == JCS_CMYK || !ends_with_eoi(data, size) ||
-      jpeg_has_multiple_scans(&s.cinfo) ||
-      !only_restarts_follow(s.cinfo.src->next_input_byte, data + size - 2)) {
+  // A multi-scan (progressive) file is entropy-decoded whole when decoding starts, so its errors
+  // show there; a single-scan file's past the window only in its bytes (only_restarts_follow).
+  const bool multi_scan = jpeg_has_multiple_scans(&s.cinfo);
+  const bool rest_checked =
+      ends_with_eoi(data, size) &&
+      (multi_scan || only_restarts_follow(s.cinfo.src->next_input_byte, data + size - 2));
+  if (whole || !rest_checked) {
     state.reset();
     return image_tensor_window(decode_jpeg_rgb(data, size, where, max_pixels), box, where);
   }
   check_window(box, height, width, where);
   start_jpeg(s, where);
   Tensor image = Tensor::empty({box.height, box.width, 3}, DType::kU8);
-  std::vector<uint8_t> row(static_cast<size_t>(width) * 3);
-  SKA_CHECK(jpeg_read_window(s, box, image.data<uint8_t>(), row.data()), IOError, where,
-            ": cannot decode the JPEG: ", s.error.message);
+  std::vector<uint8_t> row(static_cast<size_t>(width) * 4);
+  // Multi-scan files and CMYK files read their rows from the top, uncropped, as the whole decode
+  // does, to the window's last: where a file leaves a block's AC coefficients unknown (damaged,
+  // or scans missing), libjpeg-turbo smooths the block from its neighbours', and a cropped
+  // region's edge blocks see other neighbours than the whole image's (the image fuzzer's finding:
+  // a damaged 144x11 progressive file, 34 values off by 1 or 2 near a window's left edge;
+  // tests/fixtures/images/damaged_progressive.jpg); CMYK's conversion is jpeg_read_rows'. Few
+  // photographs are either.
+  const bool from_top = multi_scan || s.cinfo.out_color_space == JCS_CMYK;
+  SKA_CHECK(from_top ? jpeg_read_rows(s, box, image.data<uint8_t>(), row.data())
+                     : jpeg_read_window(s, box, image.data<uint8_t>(), row.data()),
+            IOError, where, ": cannot decode the JPEG: ", s.error.message);
   return image;
 }
 

@@ -25,15 +25,17 @@ Tensor decode_jpeg_rgb(const uint8_t* data, size_t size, const std::string& wher
 // RGB uint8 [box.height, box.width, 3], the same pixels as decode_jpeg_rgb's image there (tested
 // bit for bit on every window of small images in each chroma layout, right-edge iMCUs of 1 to 4
 // columns included). In a single-scan (baseline) file the rows below the window are not decoded
-// and the rows above it only entropy-decoded (libjpeg-turbo's jpeg_skip_scanlines); a progressive
-// file is entropy-decoded whole when decoding starts. Either way only the window's columns,
-// widened by one column either side (the smooth chroma upsampling reads its neighbours) and to at
-// least two iMCUs, are inverse-transformed, upsampled and converted. Decoded whole and then
-// cropped, so that they fail or succeed exactly as decode_jpeg_rgb does: windows covering the whole
-// image, CMYK files, files that do not end with the EOI marker (a file cut short) and single-scan
-// files with a marker other than a restart in their entropy-coded data (a corrupt file, whose error
-// a decode stopping after the window would not reach). ValueError when the window does not lie
-// inside the image; IOError as decode_jpeg_rgb.
+// and the rows above it only entropy-decoded (libjpeg-turbo's jpeg_skip_scanlines), and only the
+// window's columns, widened by one column either side (the smooth chroma upsampling reads its
+// neighbours) and to at least two iMCUs, are inverse-transformed, upsampled and converted. A
+// multi-scan (progressive) file, entropy-decoded whole when decoding starts, and a CMYK file give
+// their rows from the first to the window's last uncropped, as the whole decode does (block
+// smoothing of a damaged progressive file reads neighbouring blocks), and nothing below; only the
+// window is kept. Decoded whole and then cropped, so that they fail or succeed exactly as
+// decode_jpeg_rgb does: windows covering the whole image, files that do not end with the EOI
+// marker (a file cut short) and single-scan files with a marker other than a restart in their
+// entropy-coded data (a corrupt file, whose error a decode stopping after the window would not
+// reach). ValueError when the window does not lie inside the image; IOError as decode_jpeg_rgb.
 Tensor decode_jpeg_rgb_window(const uint8_t* data, size_t size, const std::string& where,
                               int64_t max_pixels, const WindowChooser& choose);
 
