@@ -490,11 +490,9 @@ int run_benchmark(BenchmarkOptions o) {
     std::unique_ptr<train::GraphedStep> graphed;  // the trainer's train.cuda_graph step
     if (o.cuda_graph) {
       // As the trainer does: host draws that can move to the device do (CaiT's layer dropout).
-      if (train::cuda_graph_obstacle(device, 1, comm->backend(), train, "").empty()) {
-        train::move_draws_to_device(*model, *optimizer, device);
-      }
-      const std::string obstacle = train::cuda_graph_obstacle(
-          device, 1, comm->backend(), train, ska::nn::host_draws_in_training(*model));
+      std::string moved;
+      const std::string obstacle =
+          train::prepare_capture(*model, *optimizer, device, 1, comm->backend(), train, &moved);
       SKA_CHECK(obstacle.empty(), ValueError, "--cuda-graph: ", obstacle);
       // Warm-up outside the capture: algorithm choices, optimizer state, constants on the device.
       for (int i = 0; i < 2; ++i) eager_step();

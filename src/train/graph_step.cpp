@@ -31,6 +31,17 @@ std::string move_draws_to_device(nn::Module& model, optim::Optimizer& optimizer,
   return draws;
 }
 
+std::string prepare_capture(nn::Module& model, optim::Optimizer& optimizer, Device device,
+                            int world_size, const std::string& comm_backend,
+                            const TrainOptions& train, std::string* moved) {
+  moved->clear();
+  const std::string obstacle = cuda_graph_obstacle(device, world_size, comm_backend, train, "");
+  if (!obstacle.empty()) return obstacle;
+  *moved = move_draws_to_device(model, optimizer, device);
+  return cuda_graph_obstacle(device, world_size, comm_backend, train,
+                             nn::host_draws_in_training(model));
+}
+
 GraphedStep::GraphedStep(TrainStep& step, optim::Optimizer& optimizer, UpdateStats& stats,
                          Generator& generator, const Tensor& images, const Tensor& target,
                          double lr)

@@ -32,6 +32,12 @@ std::string cuda_graph_obstacle(Device device, int world_size, const std::string
 // may leave without a gradient (Optimizer::set_grad_gates). Returns what drew on the host
 // (nn::host_draws_in_training before the move; "" when nothing did, and nothing changes).
 std::string move_draws_to_device(nn::Module& model, optim::Optimizer& optimizer, Device device);
+// cuda_graph_obstacle for `model`'s step, after its draws on the host have moved to the device
+// (move_draws_to_device) where nothing else stands in the way of a capture; `moved` gets what moved
+// ("" when nothing did). What the trainer and benchmark --cuda-graph check before capturing.
+std::string prepare_capture(nn::Module& model, optim::Optimizer& optimizer, Device device,
+                            int world_size, const std::string& comm_backend,
+                            const TrainOptions& train, std::string* moved);
 
 class GraphedStep {
  public:

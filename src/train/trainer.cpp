@@ -205,18 +205,13 @@ Trainer::Trainer(const Config& config, TrainerSetup setup) : setup_(std::move(se
       train_.kernels.describe({setup_.device.is_cuda(), true, train_.autocast().enabled});
   if (!kernels.empty()) log("kernels (train.KEY: value):" + kernels);
   if (train_.cuda_graph != "off") {
-    std::string obstacle =
-        cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_, "");
-    if (obstacle.empty()) {
-      // Draws on the host that can move to the device do, so that the step can be captured.
-      const std::string moved = move_draws_to_device(*model_, *optimizer_, setup_.device);
-      if (!moved.empty()) {
-        log("train.cuda_graph: what the model drew on the host is drawn on the device, so that "
-            "the step can be captured (" +
-            moved + ")");
-      }
-      obstacle = cuda_graph_obstacle(setup_.device, comm_->world_size(), comm_->backend(), train_,
-                                     nn::host_draws_in_training(*model_));
+    std::string moved;
+    const std::string obstacle = prepare_capture(
+        *model_, *optimizer_, setup_.device, comm_->world_size(), comm_->backend(), train_, &moved);
+    if (!moved.empty()) {
+      log("train.cuda_graph: what the model drew on the host is drawn on the device, so that "
+          "the step can be captured (" +
+          moved + ")");
     }
     SKA_CHECK(obstacle.empty() || train_.cuda_graph == "auto", ValueError,
               "train.cuda_graph: on, but ", obstacle, " (auto falls back to eager steps)");
