@@ -347,7 +347,8 @@ for stage in "${stages[@]}"; do
     fi ;;
   memcheck)
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
-    stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
+    # Whole blocks: memcheck sees each tensor's own cudaMalloc bounds (gpu_check.sh says why).
+    SKA_CUDA_ALLOCATOR=whole_blocks stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
       "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda add_layer_norm*,cuda depthwise conv*,scaled_residual on CUDA*,scaled_residual with a dropout of y on CUDA*,dropout_add on CUDA*,talking_heads_softmax on CUDA*,multi_cast on CUDA*,CUDA gemm and column sums*,cuda conv logits*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)"

@@ -1,29 +1,32 @@
 // The CUDA caching allocators: device memory (one per device) and pinned host memory. Freed blocks
 // are cached and reused, so the steady state makes no cudaMalloc/cudaFree (or cudaHostAlloc) calls.
+// Device blocks are cut from larger segments and merged again when freed (core/block_pool.h), so a
+// block is the request rounded to 512 bytes, not a whole cudaMalloc; pinned blocks are whole.
 //
-// Device blocks belong to the stream that was current when they were allocated: a freed block is
-// only handed out again for an allocation on the same stream, so stream order guarantees that the
-// kernels still using it have finished first. A tensor used on another stream must be synchronised
-// with its allocation stream before it is freed. While a CUDA Graph is being captured on a stream
-// (device_graph.cpp), that stream's allocations come from a private pool of the graph instead:
-// the captured kernels keep their addresses for every replay, so no other work may be handed
-// those blocks until the graph is destroyed; then the pool's blocks return to the stream. Pinned
-// blocks record an event for every asynchronous copy that uses them (record_pinned_use) and wait
-// for those events when freed.
+// Device segments and blocks belong to the stream that was current when they were allocated: a
+// freed block is only handed out again for an allocation on the same stream, so stream order
+// guarantees that the kernels still using it have finished first. A tensor used on another stream
+// must be synchronised with its allocation stream before it is freed. While a CUDA Graph is being
+// captured on a stream (device_graph.cpp), that stream's allocations come from a private pool of
+// the graph instead: the captured kernels keep their addresses for every replay, so no other work
+// may be handed those blocks until the graph is destroyed; then the pool's segments return to the
+// stream. Pinned blocks record an event for every asynchronous copy that uses them
+// (record_pinned_use) and wait for those events when freed.
+#include "cuda/runtime/caching_allocator.h"
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/block_pool.h"
 #include "core/error.h"
-#include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/runtime.h"
 
@@ -31,16 +34,6 @@ namespace ska {
 
 namespace cuda {
 namespace {
-
-constexpr size_t kSmallLimit = size_t{1} << 20;       // requests up to 1 MiB are "small"
-constexpr size_t kSmallRound = 512;                    // small sizes round to 512 B
-constexpr size_t kLargeRound = size_t{2} << 20;        // large sizes round to 2 MiB
-constexpr size_t kMaxRequest = size_t{1} << 60;        // beyond this, rounding could overflow
-
-size_t round_size(size_t nbytes) {
-  const size_t unit = nbytes <= kSmallLimit ? kSmallRound : kLargeRound;
-  return (nbytes + unit - 1) / unit * unit;
-}
 
 std::string format_bytes(int64_t bytes) {
   return std::to_string(bytes) + " bytes (" +
@@ -50,14 +43,16 @@ std::string format_bytes(int64_t bytes) {
 // The size-keyed cache with statistics; subclasses provide the system calls.
 class CachingAllocator : public Allocator {
  public:
+  explicit CachingAllocator(bool split) : pool_(split) {}
+
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.num_allocs;
       return nullptr;
     }
-    if (nbytes > kMaxRequest) throw_oom(nbytes, "request too large");
-    const size_t size = round_size(nbytes);
+    if (nbytes > BlockPool::kMaxRequest) throw_oom(nbytes, "request too large");
+    const size_t size = pool_.round(nbytes);
     const cudaStream_t stream = allocation_stream();
     std::lock_guard<std::mutex> lock(mu_);
     // Only the capturing thread's allocations join the graph's pool: a block another thread
@@ -65,23 +60,10 @@ class CachingAllocator : public Allocator {
     const bool pooled = capture_.pool != 0 && capture_.stream == stream &&
                         capture_.thread == std::this_thread::get_id();
     const uintptr_t key = pooled ? capture_.pool : stream_key(stream);
-    size_t block_size = size;
-    void* ptr = take_cached(key, &block_size);
-    if (!ptr) {
-      cudaError_t err = system_alloc(&ptr, size);
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        release_cached_locked();  // give the cache back to the system and retry once
-        err = system_alloc(&ptr, size);
-        if (err != cudaSuccess) {
-          (void)cudaGetLastError();
-          throw_oom(nbytes, cudaGetErrorString(err));
-        }
-      }
-      stats_.reserved += static_cast<int64_t>(size);
-      ++stats_.num_system_allocs;
-    }
-    active_[ptr] = Block{block_size, nbytes, key, {}};
+    size_t block_size = 0;
+    void* ptr = pool_.take(key, size, &block_size);
+    if (!ptr) ptr = take_new_segment(key, nbytes, size, &block_size);
+    active_[ptr] = Block{block_size, nbytes, {}};
     stats_.allocated += static_cast<int64_t>(block_size);
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     stats_.requested += static_cast<int64_t>(nbytes);
@@ -107,10 +89,7 @@ class CachingAllocator : public Allocator {
       (void)cudaEventDestroy(ev);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    // A block of a destroyed graph's pool goes back to the stream it was captured on.
-    const auto retired = retired_pools_.find(block.key);
-    if (retired != retired_pools_.end()) block.key = retired->second;
-    cached_.emplace(block.key, block.size, ptr);
+    pool_.give_back(ptr);
   }
 
   // Graph capture: from now on, this thread's allocations on `stream` come from pool `pool`
@@ -122,24 +101,17 @@ class CachingAllocator : public Allocator {
   }
   void end_capture_pool() {
     std::lock_guard<std::mutex> lock(mu_);
-    retired_pools_.erase(capture_.pool);
     pools_[capture_.pool] = stream_key(capture_.stream);
     capture_ = {};
   }
-  // The graph of `pool` is destroyed (its work finished): its cached blocks return to the stream
-  // it was captured on, and so do its blocks still in use when they are freed.
+  // The graph of `pool` is destroyed (its work finished): its segments return to the stream it
+  // was captured on, with their free blocks and those still in use, which join it when freed.
   void release_capture_pool(uintptr_t pool) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = pools_.find(pool);
     if (it == pools_.end()) return;
-    const uintptr_t stream = it->second;
+    pool_.rekey(pool, it->second);
     pools_.erase(it);
-    retired_pools_[pool] = stream;
-    for (auto c = cached_.lower_bound(std::make_tuple(pool, size_t{0}, nullptr));
-         c != cached_.end() && std::get<0>(*c) == pool;) {
-      cached_.emplace(stream, std::get<1>(*c), std::get<2>(*c));
-      c = cached_.erase(c);
-    }
   }
 
   MemoryStats stats() const override {
@@ -183,7 +155,6 @@ class CachingAllocator : public Allocator {
   struct Block {
     size_t size = 0;
     size_t requested = 0;  // what the caller asked for (size: the block handed out)
-    uintptr_t key = 0;  // the stream's key, or a graph's pool
     std::vector<cudaEvent_t> events;
   };
 
@@ -196,27 +167,39 @@ class CachingAllocator : public Allocator {
  private:
   static uintptr_t stream_key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
 
-  // The smallest cached block of `key` (a stream's or a pool's) that fits *size without wasting
-  // more than a quarter of it; *size becomes the block's size. nullptr when none.
-  void* take_cached(uintptr_t key, size_t* size_io) {
-    const size_t size = *size_io;
-    auto it = cached_.lower_bound(std::make_tuple(key, size, nullptr));
-    if (it == cached_.end() || std::get<0>(*it) != key) return nullptr;
-    if (std::get<1>(*it) > size + size / 4) return nullptr;
-    void* ptr = std::get<2>(*it);
-    *size_io = std::get<1>(*it);
-    cached_.erase(it);
-    return ptr;
+  // A block for a request that no cached block serves, from a new segment. When the system
+  // refuses, the cache's free segments go back to it and the request is retried, then with a
+  // segment of the request's own size.
+  void* take_new_segment(uintptr_t key, size_t nbytes, size_t size, size_t* block_size) {
+    size_t segment = pool_.segment_size(size);
+    void* ptr = nullptr;
+    cudaError_t err = system_alloc(&ptr, segment);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      release_cached_locked();
+      err = system_alloc(&ptr, segment);
+    }
+    if (err != cudaSuccess && segment > size) {
+      (void)cudaGetLastError();
+      segment = size;
+      err = system_alloc(&ptr, segment);
+    }
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw_oom(nbytes, cudaGetErrorString(err));
+    }
+    stats_.reserved += static_cast<int64_t>(segment);
+    ++stats_.num_system_allocs;
+    return pool_.take_from_new_segment(key, ptr, segment, size, block_size);
   }
 
   void release_cached_locked() {
-    if (cached_.empty()) return;
+    if (pool_.free_bytes() == 0) return;
     synchronize_before_release();
-    for (const auto& entry : cached_) {
-      system_free(std::get<2>(entry));
-      stats_.reserved -= static_cast<int64_t>(std::get<1>(entry));
+    for (const auto& [base, bytes] : pool_.remove_free_segments()) {
+      system_free(base);
+      stats_.reserved -= static_cast<int64_t>(bytes);
     }
-    cached_.clear();
   }
 
   [[noreturn]] void throw_oom(size_t nbytes, const char* reason) {
@@ -233,16 +216,27 @@ class CachingAllocator : public Allocator {
 
   mutable std::mutex mu_;
   MemoryStats stats_;
+  BlockPool pool_;
   std::unordered_map<void*, Block> active_;
-  std::set<std::tuple<uintptr_t, size_t, void*>> cached_;  // (stream or pool key, size, ptr)
   Capture capture_;
-  std::unordered_map<uintptr_t, uintptr_t> pools_;          // live graph pool -> its stream's key
-  std::unordered_map<uintptr_t, uintptr_t> retired_pools_;  // destroyed graph pool -> stream key
+  std::unordered_map<uintptr_t, uintptr_t> pools_;  // live graph pool -> its stream's key
 };
+
+// SKA_CUDA_ALLOCATOR: `split` (the default) cuts blocks out of shared segments and merges them
+// again; `whole_blocks` caches each cudaMalloc'ed block whole (the allocator before 2026-12-02).
+bool splits_device_blocks() {
+  const char* v = std::getenv("SKA_CUDA_ALLOCATOR");
+  const std::string mode = v && *v ? v : "split";
+  SKA_CHECK(mode == "split" || mode == "whole_blocks", ValueError,
+            "environment variable SKA_CUDA_ALLOCATOR=", mode,
+            ": expected `split` (the default) or `whole_blocks`");
+  return mode == "split";
+}
 
 class DeviceCachingAllocator final : public CachingAllocator {
  public:
-  explicit DeviceCachingAllocator(int device) : device_(device) {}
+  explicit DeviceCachingAllocator(int device)
+      : CachingAllocator(splits_device_blocks()), device_(device) {}
 
  protected:
   // cudaMalloc is not a stream operation: during a graph capture it is "unsafe" for CUDA (it
@@ -273,6 +267,9 @@ class DeviceCachingAllocator final : public CachingAllocator {
 };
 
 class PinnedCachingAllocator final : public CachingAllocator {
+ public:
+  PinnedCachingAllocator() : CachingAllocator(false) {}
+
  protected:
   // Portable: usable for copies with every device.
   cudaError_t system_alloc(void** ptr, size_t size) override {

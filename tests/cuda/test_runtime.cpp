@@ -8,6 +8,7 @@
 
 #ifdef SKA_WITH_CUDA
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -57,7 +58,6 @@ TEST_CASE("CUDA caching allocator reuses blocks and tracks statistics", "[cuda]"
   CHECK(alloc.stats().allocated == s0.allocated);
   void* q = alloc.allocate(1000000);
   const MemoryStats s2 = alloc.stats();
-  CHECK(q == p);
   CHECK(s2.num_system_allocs == s1.num_system_allocs);  // served from the cache
   CHECK(s2.num_allocs == s1.num_allocs + 1);
   alloc.deallocate(q);
@@ -72,17 +72,36 @@ TEST_CASE("CUDA caching allocator reuses blocks and tracks statistics", "[cuda]"
   CHECK(s3.allocated == base);
   CHECK(s3.peak_allocated >= base + (int64_t{12} << 20));
   CHECK(s3.reserved >= s3.peak_allocated);
-  // Requested bytes: the callers' own, under the blocks (rounded to 2 MiB, or a larger cached one).
+  // Requested bytes: the callers' own, under the blocks (cut from a segment, rounded to 512 B).
   alloc.reset_peak();
   const int64_t asked = alloc.stats().requested;
   void* odd = alloc.allocate(3000001);
   CHECK(alloc.stats().requested - asked == 3000001);
-  CHECK(alloc.stats().allocated - base >= int64_t{4} << 20);
+  // Splitting (the default): a large block is cut to the request rounded to 512 B, or handed out
+  // whole when what is left would be 1 MiB or less. SKA_CUDA_ALLOCATOR=whole_blocks (what
+  // gpu_check.sh runs memcheck with): a block of its own, 4 MiB, or a cached one a quarter larger.
+  const char* mode = std::getenv("SKA_CUDA_ALLOCATOR");
+  const bool whole = mode != nullptr && std::string(mode) == "whole_blocks";
+  const int64_t odd_block = alloc.stats().allocated - base;
+  CHECK(odd_block >= (whole ? int64_t{4} << 20 : 3000320));
+  CHECK(odd_block <= (whole ? int64_t{5} << 20 : 3000320 + (int64_t{1} << 20)));
+  // Small blocks: the request rounded to 512 B, with less than 512 B left over (whole blocks: or
+  // a cached one up to a quarter larger).
+  void* first = alloc.allocate(1000);
+  const int64_t small_block = alloc.stats().allocated - base - odd_block;
+  CHECK(small_block >= 1024);
+  CHECK(small_block <= (whole ? 1280 : 1535));
+  alloc.deallocate(first);
   alloc.deallocate(odd);
   CHECK(alloc.stats().requested == asked);
   CHECK(alloc.stats().peak_requested - asked == 3000001);
+  // empty_cache gives back every segment with nothing in use: a 30 MiB one of its own here.
+  void* big = alloc.allocate(size_t{30} << 20);
+  alloc.deallocate(big);
+  const int64_t held = alloc.stats().reserved;
   alloc.empty_cache();
-  CHECK(alloc.stats().reserved == alloc.stats().allocated);
+  CHECK(alloc.stats().reserved <= held - (int64_t{30} << 20));
+  CHECK(alloc.stats().reserved >= alloc.stats().allocated);
 }
 
 TEST_CASE("CUDA out-of-memory errors say how much was asked and held", "[cuda][oom]") {
