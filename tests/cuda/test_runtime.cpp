@@ -456,6 +456,37 @@ TEST_CASE("CUDA Graph: a replay reruns the captured kernels on the current input
   CHECK(y.to_vector<float>() == std::vector<float>{21, 41, 61, 81});
 }
 
+TEST_CASE("CUDA Graph: the graph's private segments return to the stream when it is destroyed",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  Allocator& alloc = allocator_for(gpu);
+  alloc.empty_cache();  // no free block of the stream can serve 300 MiB now
+  const int64_t n = (int64_t{300} << 20) / 4;
+  const Tensor x = Tensor::ones({4}, DType::kF32, gpu);
+  const void* held = nullptr;
+  Tensor y;
+  {
+    DeviceGraph graph(gpu, [&] {
+      const Tensor scratch = Tensor::empty({n}, DType::kF32, gpu);  // freed inside the capture
+      held = scratch.data_ptr();
+      y = add(x, 1.0);
+    });
+    graph.replay();
+    // The scratch block is free in the graph's pool, never the stream's while the graph lives.
+    const Tensor eager = Tensor::empty({n}, DType::kF32, gpu);
+    CHECK(eager.data_ptr() != held);
+  }
+  // Destroyed: its segment serves the stream. Two blocks of 300 MiB are free now, the eager one
+  // and the former pool's: two requests take both, without asking the system.
+  const int64_t system_allocs = alloc.stats().num_system_allocs;
+  const Tensor first = Tensor::empty({n}, DType::kF32, gpu);
+  const Tensor second = Tensor::empty({n}, DType::kF32, gpu);
+  CHECK((first.data_ptr() == held || second.data_ptr() == held));
+  CHECK(alloc.stats().num_system_allocs == system_allocs);
+  CHECK(y.to_vector<float>() == std::vector<float>{2, 2, 2, 2});
+}
+
 TEST_CASE("CUDA Graph: a capture that synchronises fails with a clear error", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   const Device gpu = Device::cuda(0);
