@@ -116,6 +116,7 @@ struct Measurement {
   double images_per_s = 0.0;
   int64_t peak_bytes = 0;            // the allocator's blocks (MemoryStats::peak_allocated)
   int64_t peak_requested_bytes = 0;  // the tensors' own bytes (MemoryStats::peak_requested)
+  int64_t peak_reserved_bytes = 0;   // held from the system, cache included (peak_reserved)
 };
 
 // Times `iters` calls of `step` after `warmup` untimed ones; the device is synchronised around
@@ -143,6 +144,7 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
   const ska::MemoryStats stats = allocator.stats();
   m.peak_bytes = stats.peak_allocated;
   m.peak_requested_bytes = stats.peak_requested;
+  m.peak_reserved_bytes = stats.peak_reserved;
   return m;
 }
 
@@ -535,6 +537,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"median_ms", m.median_ms},
                         {"peak_bytes", m.peak_bytes},
                         {"peak_requested_bytes", m.peak_requested_bytes},
+                        {"peak_reserved_bytes", m.peak_reserved_bytes},
                         {"trainable_params", model->num_parameters(true)},
                         {"step", step_description},
                         {"cuda_graph", o.cuda_graph},
@@ -570,6 +573,7 @@ int run_benchmark(BenchmarkOptions o) {
                         {"round_ms", round_ms},
                         {"peak_bytes", v.result.peak_bytes},
                         {"peak_requested_bytes", v.result.peak_requested_bytes},
+                        {"peak_reserved_bytes", v.result.peak_reserved_bytes},
                         {"kernels", choices}});
       }
       j["variants"] = rows;
@@ -585,6 +589,7 @@ int run_benchmark(BenchmarkOptions o) {
          << ":  " << m.images_per_s << " images/s  (" << m.median_ms << " ms/step, median of "
          << o.iters << "), peak memory " << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0)
          << " MiB (tensors " << static_cast<double>(m.peak_requested_bytes) / (1024.0 * 1024.0)
+         << " MiB, reserved " << static_cast<double>(m.peak_reserved_bytes) / (1024.0 * 1024.0)
          << " MiB)";
     if (o.cuda_graph) line << " [CUDA Graph]";
     line << kernels.describe({device.is_cuda(), o.mode == "train", o.precision != "fp32"});

@@ -157,6 +157,13 @@ for o, t in zip(ours, torch_rows):
     if a is not None and b is not None and b > 0:
         print(f"{o['mode']}: activations kept for the backward pass, ours "
               f"{a / 2**20:.3f} MiB/image, torch {b / 2**20:.3f} MiB/image ({a / b:.2f}x)")
+# What each side held from the device at most, its cache included (what nvidia-smi shows, less
+# the CUDA context): ours MemoryStats::peak_reserved, torch's max_memory_reserved.
+for o, t in zip(ours, torch_rows):
+    a, b = o.get("peak_reserved_bytes"), t.get("peak_reserved_bytes")
+    if a and b:
+        print(f"{o['mode']}: reserved at most, ours {a / 2**20:.1f} MiB, torch {b / 2**20:.1f} MiB "
+              f"({a / b:.2f}x)")
 if mismatch:
     sys.exit("benchmark.sh: the two models differ in trainable parameters; not the same model")
 EOF

@@ -338,8 +338,10 @@ def time_steps(step, device, warmup, iters):
         synchronize(device)
         times.append((time.perf_counter() - start) * 1e3)
     times.sort()
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return times[len(times) // 2], peak
+    cuda = device.type == "cuda"
+    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    reserved = torch.cuda.max_memory_reserved(device) if cuda else None
+    return times[len(times) // 2], peak, reserved
 
 
 def saved_bytes_per_image(model, images, autocast):
@@ -449,7 +451,7 @@ def run(args):
                 with torch.no_grad():
                     torch._foreach_lerp_(ema, [p.detach() for p in model.parameters()],
                                          1.0 - ema_decay)
-    median_ms, peak = time_steps(step, device, args.warmup, args.iters)
+    median_ms, peak, reserved = time_steps(step, device, args.warmup, args.iters)
     activations = None
     if args.mode == "train":
         try:  # torch.compile's graphs may not take the hooks: then no figure
@@ -459,7 +461,7 @@ def run(args):
     return {"config": find_config(args.config), "mode": args.mode, "device": str(device),
             "dtype": args.precision, "batch": args.batch,
             "images_per_s": args.batch * 1000.0 / median_ms, "median_ms": median_ms,
-            "peak_bytes": peak, "trainable_params": params, "threads": torch.get_num_threads(),
+            "peak_bytes": peak, "peak_reserved_bytes": reserved, "trainable_params": params, "threads": torch.get_num_threads(),
             "step": step_text,
             "attention": "sdpa" if sdpa.ENABLED else "math", "sdpa_difference": sdpa_difference,
             "compiled": bool(args.compile), "activation_bytes_per_image": activations,
@@ -501,7 +503,8 @@ def main():
     if args.json:
         print(json.dumps(r), flush=True)
         return
-    peak = f", peak memory {r['peak_bytes'] / 2**20:.1f} MiB" if r["peak_bytes"] else ""
+    peak = (f", peak memory {r['peak_bytes'] / 2**20:.1f} MiB (reserved "
+            f"{r['peak_reserved_bytes'] / 2**20:.1f} MiB)" if r["peak_bytes"] else "")
     print(f"{r['config']}  {r['mode']}  {r['device']}  {r['dtype']}  batch {r['batch']}:  "
           f"{r['images_per_s']:.1f} images/s  ({r['median_ms']:.1f} ms/step, median of "
           f"{args.iters}){peak}, {r['trainable_params']:,} trainable parameters (torch "

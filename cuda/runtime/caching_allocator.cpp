@@ -123,6 +123,7 @@ class CachingAllocator : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.peak_allocated = stats_.allocated;
     stats_.peak_requested = stats_.requested;
+    stats_.peak_reserved = stats_.reserved;
   }
 
   void empty_cache() override {
@@ -189,6 +190,7 @@ class CachingAllocator : public Allocator {
       throw_oom(nbytes, cudaGetErrorString(err));
     }
     stats_.reserved += static_cast<int64_t>(segment);
+    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     ++stats_.num_system_allocs;
     return pool_.take_from_new_segment(key, ptr, segment, size, block_size);
   }

@@ -13,6 +13,9 @@ struct MemoryStats {
   int64_t allocated = 0;       // bytes handed out and not yet returned
   int64_t peak_allocated = 0;  // high-water mark of `allocated` since the last reset
   int64_t reserved = 0;        // bytes held from the system (allocated + cached)
+  // High-water mark of `reserved` since the last reset: what the device (or process) held at
+  // most, cache included; compares with PyTorch's max_memory_reserved.
+  int64_t peak_reserved = 0;
   int64_t num_allocs = 0;      // allocation calls served
   int64_t num_system_allocs = 0;  // of those, how many went to the system (cudaMalloc/malloc)
   // The bytes callers asked for, before rounding and before a cached block larger than the

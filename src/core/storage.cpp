@@ -53,6 +53,7 @@ class HostAllocator : public Allocator {
     stats_.requested += static_cast<int64_t>(nbytes);
     stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
     stats_.reserved = stats_.allocated + static_cast<int64_t>(cached_bytes_);
+    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     ++stats_.num_allocs;
     return p;
@@ -84,6 +85,7 @@ class HostAllocator : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.peak_allocated = stats_.allocated;
     stats_.peak_requested = stats_.requested;
+    stats_.peak_reserved = stats_.reserved;
   }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -395,6 +395,8 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
     const int64_t blocks = j.at("peak_bytes"), tensors = j.at("peak_requested_bytes");
     CHECK(tensors > 0);
     CHECK(tensors <= blocks);
+    // What the allocator held from the system at most, its cache included, is at least as much.
+    CHECK(j.at("peak_reserved_bytes").get<int64_t>() >= blocks);
     // Training reports what its forward pass keeps per image (activations grow with the batch);
     // a forward without a backward keeps nothing to report.
     if (std::string(mode) == "train") {

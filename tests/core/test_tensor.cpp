@@ -131,6 +131,19 @@ TEST_CASE("host allocator statistics track live and peak bytes", "[cpu]") {
   const MemoryStats after = a.stats();
   CHECK(after.requested == start.requested);
   CHECK(after.peak_requested - start.requested == 4004000);
+  // Reserved bytes: the blocks held from the system, cached ones included, and their peak.
+  a.empty_cache();
+  a.reset_peak();
+  const MemoryStats empty = a.stats();
+  CHECK(empty.reserved == empty.allocated);
+  CHECK(empty.peak_reserved == empty.reserved);
+  { Tensor t = Tensor::empty({1000, 1001}); }  // its 4 MiB block stays cached
+  CHECK(a.stats().reserved - empty.reserved == 4 * 1024 * 1024);
+  a.empty_cache();
+  CHECK(a.stats().reserved == empty.reserved);
+  CHECK(a.stats().peak_reserved - empty.reserved == 4 * 1024 * 1024);
+  a.reset_peak();
+  CHECK(a.stats().peak_reserved == empty.reserved);
 }
 
 TEST_CASE("host allocator caches large blocks for the next request of their size", "[cpu]") {

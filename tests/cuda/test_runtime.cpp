@@ -102,6 +102,9 @@ TEST_CASE("CUDA caching allocator reuses blocks and tracks statistics", "[cuda]"
   alloc.empty_cache();
   CHECK(alloc.stats().reserved <= held - (int64_t{30} << 20));
   CHECK(alloc.stats().reserved >= alloc.stats().allocated);
+  CHECK(alloc.stats().peak_reserved >= held);  // the peak stays
+  alloc.reset_peak();
+  CHECK(alloc.stats().peak_reserved == alloc.stats().reserved);
 }
 
 TEST_CASE("CUDA out-of-memory errors say how much was asked and held", "[cuda][oom]") {
