@@ -198,7 +198,12 @@ class CachingAllocator : public Allocator {
   void release_cached_locked() {
     if (pool_.free_bytes() == 0) return;
     synchronize_before_release();
-    for (const auto& [base, bytes] : pool_.remove_free_segments()) {
+    // A graph's pool stays while the graph lives (or is being captured): its replays write to
+    // the blocks its capture freed as much as to those still held.
+    const auto live_graph = [this](uintptr_t key) {
+      return (capture_.pool != 0 && key == capture_.pool) || pools_.count(key) != 0;
+    };
+    for (const auto& [base, bytes] : pool_.remove_free_segments(live_graph)) {
       system_free(base);
       stats_.reserved -= static_cast<int64_t>(bytes);
     }

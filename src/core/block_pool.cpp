@@ -95,11 +95,13 @@ size_t BlockPool::give_back(void* ptr) {
   return size;
 }
 
-std::vector<std::pair<void*, size_t>> BlockPool::remove_free_segments() {
+std::vector<std::pair<void*, size_t>> BlockPool::remove_free_segments(
+    const std::function<bool(uintptr_t key)>& keep) {
   std::vector<std::pair<void*, size_t>> removed;
   for (auto s = segments_.begin(); s != segments_.end();) {
     const auto b = blocks_.find(s->first);
-    if (b == blocks_.end() || !b->second.free || b->second.size != s->second) {
+    if (b == blocks_.end() || !b->second.free || b->second.size != s->second ||
+        (keep && keep(b->second.key))) {
       ++s;
       continue;
     }

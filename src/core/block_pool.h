@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -53,9 +54,11 @@ class BlockPool {
   // free neighbours. Returns the block's size; 0 (and nothing changes) for an unknown address.
   size_t give_back(void* ptr);
 
-  // Removes every segment whose memory is all free and returns them (base, size), for the
-  // caller to give back to the system.
-  std::vector<std::pair<void*, size_t>> remove_free_segments();
+  // Removes every segment whose memory is all free, but those of the keys `keep` names, and
+  // returns them (base, size), for the caller to give back to the system. (A live CUDA Graph's
+  // pool must be kept: its replays write to its free blocks too.)
+  std::vector<std::pair<void*, size_t>> remove_free_segments(
+      const std::function<bool(uintptr_t key)>& keep = nullptr);
 
   // Moves every segment of key `from`, and so its blocks, free or handed out, to key `to`.
   void rekey(uintptr_t from, uintptr_t to);

@@ -178,6 +178,19 @@ TEST_CASE("block pool: keys keep their blocks apart, and rekey moves whole segme
   CHECK(pool.take(16, 4096, &got) == graph_held);
   pool.check_invariants();
   CHECK(pool.take(17, 512, &got) == nullptr);  // nothing left under the old key
+
+  // Wholly free segments of a kept key (a live graph's pool) stay; the others go.
+  BlockPool two(true);
+  char* kept = take(two, mem, 19, 4096, &b);
+  char* gone = take(two, mem, 20, 4096, &b);
+  two.give_back(kept);
+  two.give_back(gone);
+  const auto removed = two.remove_free_segments([](uintptr_t key) { return key == 19; });
+  REQUIRE(removed.size() == 1);
+  CHECK(removed[0].first == gone);
+  CHECK(two.segment_count() == 1);
+  CHECK(two.take(19, 4096, &got) == kept);
+  two.check_invariants();
 }
 
 TEST_CASE("block pool: without splitting, blocks are whole and waste at most a quarter",

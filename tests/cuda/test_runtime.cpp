@@ -465,6 +465,7 @@ TEST_CASE("CUDA Graph: the graph's private segments return to the stream when it
   const Device gpu = Device::cuda(0);
   Allocator& alloc = allocator_for(gpu);
   alloc.empty_cache();  // no free block of the stream can serve 300 MiB now
+  const int64_t base_reserved = alloc.stats().reserved;
   const int64_t n = (int64_t{300} << 20) / 4;
   const Tensor x = Tensor::ones({4}, DType::kF32, gpu);
   const void* held = nullptr;
@@ -476,7 +477,13 @@ TEST_CASE("CUDA Graph: the graph's private segments return to the stream when it
       y = add(x, 1.0);
     });
     graph.replay();
-    // The scratch block is free in the graph's pool, never the stream's while the graph lives.
+    // The scratch block is free in the graph's pool, never the stream's while the graph lives,
+    // and empty_cache keeps it: the replays write there.
+    const int64_t with_pool = alloc.stats().reserved;
+    alloc.empty_cache();
+    CHECK(alloc.stats().reserved - base_reserved >= (int64_t{300} << 20));
+    CHECK(alloc.stats().reserved <= with_pool);
+    graph.replay();
     const Tensor eager = Tensor::empty({n}, DType::kF32, gpu);
     CHECK(eager.data_ptr() != held);
   }
