@@ -210,9 +210,16 @@ class CachingAllocator : public Allocator {
   }
 
   [[noreturn]] void throw_oom(size_t nbytes, const char* reason) {
+    // Free blocks left after the retry lie in segments that still hold tensors (fragmentation).
+    const size_t free = pool_.free_bytes();
+    const std::string cached =
+        free == 0 ? ""
+                  : ", " + format_bytes(static_cast<int64_t>(free)) +
+                        " of it free in cached blocks (the largest " +
+                        format_bytes(static_cast<int64_t>(pool_.largest_free_bytes())) + ")";
     SKA_FAIL(OutOfMemoryError, name(), " out of memory: tried to allocate ",
              format_bytes(static_cast<int64_t>(nbytes)), "; ", format_bytes(stats_.allocated),
-             " allocated, ", format_bytes(stats_.reserved), " reserved (", reason, ")");
+             " allocated, ", format_bytes(stats_.reserved), " reserved", cached, " (", reason, ")");
   }
 
   struct Capture {

@@ -1,6 +1,7 @@
 // The caching allocators' block bookkeeping: best-fit search, splitting and merging (block_pool.h).
 #include "core/block_pool.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -127,6 +128,12 @@ void BlockPool::rekey(uintptr_t from, uintptr_t to) {
 size_t BlockPool::free_bytes() const {
   size_t n = 0;
   for (const FreeEntry& f : free_) n += std::get<2>(f);
+  return n;
+}
+
+size_t BlockPool::largest_free_bytes() const {
+  size_t n = 0;
+  for (const FreeEntry& f : free_) n = std::max(n, std::get<2>(f));
   return n;
 }
 

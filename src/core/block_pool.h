@@ -65,6 +65,7 @@ class BlockPool {
 
   size_t reserved_bytes() const { return reserved_; }  // all segments
   size_t free_bytes() const;                           // the free blocks'
+  size_t largest_free_bytes() const;                   // the largest free block's
   size_t segment_count() const { return segments_.size(); }
 
   // Throws std::logic_error when the bookkeeping is inconsistent: blocks that do not tile their

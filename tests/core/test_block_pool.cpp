@@ -80,11 +80,14 @@ TEST_CASE("block pool: small blocks are cut from one segment and merge back into
   CHECK(p1 == p0 + 1024);
   CHECK(p2 == p1 + 5120);
   CHECK(pool.free_bytes() == 2 * kMiB - 1024 - 5120 - 512);
+  CHECK(pool.largest_free_bytes() == 2 * kMiB - 1024 - 5120 - 512);
   pool.check_invariants();
 
   // The middle block comes back and serves a request that fits it, before the large remainder.
   CHECK(pool.give_back(p1) == 5120);
   CHECK(pool.give_back(p1) == 0);  // twice: not handed out any more, nothing changes
+  CHECK(pool.free_bytes() == 2 * kMiB - 1024 - 512);
+  CHECK(pool.largest_free_bytes() == 2 * kMiB - 1024 - 5120 - 512);  // not merged with p1
   pool.check_invariants();
   char* again = take(pool, mem, 7, 4000, &b);
   CHECK(again == p1);
