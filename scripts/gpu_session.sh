@@ -68,6 +68,9 @@
 #             T8_SETS="k=v ..." adds config overrides, e.g.
 #             T8_SETS=train.attention=unfused to step around a fast path the tests found broken;
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
+#   alloc     our bf16 training step of each ALLOC="CONFIG:BATCH ..." (default CSKA-CvT, CSKA-CaiT,
+#             CSKAFormer-S18) under SKA_CUDA_ALLOCATOR=split and =whole_blocks: images/s and
+#             the peak of the blocks, the tensors and the reserved memory
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
 #             elementwise, reductions, dropout and dropout_add, layer norm and add_layer_norm (the
@@ -96,8 +99,8 @@ while [ $# -gt 0 ]; do
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests graphs attention cait depthwise logits convs speed dp profile kernels loader zoo table8 variants
-     memcheck)
+all=(tests graphs attention cait depthwise logits convs speed alloc dp profile kernels loader zoo table8
+     variants memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -275,6 +278,20 @@ for stage in "${stages[@]}"; do
           --compile "${COMPILE:-off}" --cuda-graph "${GRAPH:-on}" ${sets[@]+"${sets[@]}"}
         [ $? = 125 ] && continue
         grep -E "^(# |mode |train|infer)" "$logs/$name.log" | sed 's/^/  /' | tee -a "$summary"
+      done
+    done ;;
+  alloc)
+    # Our bf16 training step under each CUDA allocator policy, back to back: speed and the peak
+    # of the blocks, the tensors and the reserved memory.
+    for item in ${ALLOC:-cifar10_cska_cvt:512 cifar10_cska_cait:512 imagenet_cskaformer_s18:128}; do
+      config=${item%%:*} batch=${item#*:}
+      for policy in split whole_blocks; do
+        stage_run "alloc_${config}_$policy" 60 env SKA_CUDA_ALLOCATOR=$policy \
+          "$build/apps/benchmark" --config "$config" --device cuda --precision bf16 \
+          --batch "$batch" --iters 10
+        [ $? = 125 ] && continue
+        grep -E "images/s" "$logs/alloc_${config}_$policy.log" | sed "s/^/  $policy: /" |
+          tee -a "$summary"
       done
     done ;;
   profile)
