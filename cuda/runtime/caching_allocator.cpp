@@ -189,10 +189,11 @@ class CachingAllocator : public Allocator {
       (void)cudaGetLastError();
       throw_oom(nbytes, cudaGetErrorString(err));
     }
-    stats_.reserved += static_cast<int64_t>(segment);
+    void* block = pool_.take_from_new_segment(key, ptr, segment, size, block_size);
+    stats_.reserved = static_cast<int64_t>(pool_.reserved_bytes());
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     ++stats_.num_system_allocs;
-    return pool_.take_from_new_segment(key, ptr, segment, size, block_size);
+    return block;
   }
 
   void release_cached_locked() {
@@ -203,10 +204,8 @@ class CachingAllocator : public Allocator {
     const auto live_graph = [this](uintptr_t key) {
       return (capture_.pool != 0 && key == capture_.pool) || pools_.count(key) != 0;
     };
-    for (const auto& [base, bytes] : pool_.remove_free_segments(live_graph)) {
-      system_free(base);
-      stats_.reserved -= static_cast<int64_t>(bytes);
-    }
+    for (const auto& segment : pool_.remove_free_segments(live_graph)) system_free(segment.first);
+    stats_.reserved = static_cast<int64_t>(pool_.reserved_bytes());
   }
 
   [[noreturn]] void throw_oom(size_t nbytes, const char* reason) {
