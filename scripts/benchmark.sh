@@ -157,6 +157,11 @@ for o, t in zip(ours, torch_rows):
     if a is not None and b is not None and b > 0:
         print(f"{o['mode']}: activations kept for the backward pass, ours "
               f"{a / 2**20:.3f} MiB/image, torch {b / 2**20:.3f} MiB/image ({a / b:.2f}x)")
+# The masks the twin's training forward draws (dropout and drop path at our models' sites).
+for t in torch_rows:
+    if t.get("dropout_sites") is not None:
+        print(f"{t['mode']}: torch's forward draws {t['dropout_sites']} dropout and "
+              f"{t['drop_path_sites']} drop-path masks (the config's rates, at our models' sites)")
 # What each side held from the device at most, its cache included (what nvidia-smi shows, less
 # the CUDA context): ours MemoryStats::peak_reserved, torch's max_memory_reserved.
 for o, t in zip(ours, torch_rows):

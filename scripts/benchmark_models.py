@@ -29,8 +29,11 @@ Before timing, the SDPA model's output is checked against the plain math path on
 `--compile` wraps the model in torch.compile (default mode; its compilation happens during the
 warm-up steps, so give it a few).
 
-The models are scripts/golden_models' references, written for eval mode: dropout, drop path and
-CaiT's layer dropout are not applied in `train` either (a small part of the step's time).
+The models are scripts/golden_models' references with the config's dropout, drop path and
+CaiT's layer dropout (scripts/golden_models/drop.py), at our models' sites: `train` draws the
+masks our training step draws (nn.Dropout's F.dropout, timm's per-sample drop path, CaiT's
+layers picked on the host as lucidrains' CaiT does) and reports how many a forward draws.
+With --compile, CaiT's blocks are compiled one by one in `train` (its layer choice is Python).
 Supported: vit (lsa, ska, cska), cait (mhsa, ska, cska), swin (mhsa, ska, cska), cvt (mhsa, ska,
 cska) and metaformer (sepconv, mhsa, pooling, identity, ska, cska). The trainable parameter count
 is printed so that scripts/benchmark.sh can check it against ours.
@@ -56,6 +59,7 @@ import cvt as ref_cvt  # noqa: E402
 import metaformer as ref_metaformer  # noqa: E402
 import swin as ref_swin  # noqa: E402
 import vit as ref_vit  # noqa: E402
+import drop  # noqa: E402
 import sdpa  # noqa: E402
 
 
@@ -195,7 +199,8 @@ def require_default(cfg, key, default, where):
 
 
 class FunctionalModel(nn.Module):
-    """A reference written as forward(x, params) over a dict of named tensors, as a module."""
+    """A reference written as forward(x, params, training) over a dict of named tensors, as a
+    module."""
 
     def __init__(self, params, forward):
         super().__init__()
@@ -204,7 +209,7 @@ class FunctionalModel(nn.Module):
         self.forward_fn = forward
 
     def forward(self, x):
-        return self.forward_fn(x, dict(zip(self.names, self.values)))
+        return self.forward_fn(x, dict(zip(self.names, self.values)), self.training)
 
 
 def build_vit(cfg):
@@ -216,13 +221,15 @@ def build_vit(cfg):
              dim=cfg.get("dim", 512), depth=cfg.get("depth", 6), mlp=cfg.get("mlp_dim", 512),
              classes=cfg["num_classes"], flavour="vit", cls=True, grid=(side, side),
              type=spec["type"], heads=spec.get("heads", cfg.get("heads", default_heads)),
-             head_dim=spec.get("head_dim", cfg.get("head_dim", 64)))
+             head_dim=spec.get("head_dim", cfg.get("head_dim", 64)),
+             dropout=float(cfg.get("dropout", 0.1)), emb_dropout=float(cfg.get("emb_dropout", 0.1)))
+    m["proj_drop"] = float(spec.get("proj_drop", m["dropout"]))  # as our mixers' hint
     for k in ("activation", "scale", "authors_row_order"):
         if k in spec:
             m[k] = spec[k]
     params = ref_vit.Params(0)
     ref_vit.vit_params(params, m)
-    return FunctionalModel(params.p, lambda x, p: ref_vit.vit(x, p, m))
+    return FunctionalModel(params.p, lambda x, p, training: ref_vit.vit(x, p, m, training))
 
 
 def build_cait(cfg):
@@ -251,7 +258,8 @@ def build_cvt(cfg):
                        cfg["num_classes"], dims, cfg.get("heads", [1, 3, 6]),
                        cfg.get("depths", [1, 2, 10]), cfg.get("kernels", [7, 3, 3]),
                        cfg.get("strides", [4, 2, 2]), cfg.get("paddings", [2, 1, 1]),
-                       [s.get("scale", True) for s in specs], specs[-1].get("cls_key", "query"))
+                       [s.get("scale", True) for s in specs], specs[-1].get("cls_key", "query"),
+                       [float(r) for r in cfg.get("drop_path_rates", [0.0] * len(dims))])
 
 
 class StaticKeyMixer(nn.Module):
@@ -268,7 +276,8 @@ class StaticKeyMixer(nn.Module):
                 m[k] = spec[k]
         params = ref_vit.Params(0)
         ref_vit.mixer_params(params, "", m, dim, grid[0] * grid[1])
-        self.mixer = FunctionalModel(params.p, lambda x, p: ref_vit.MIXERS[m["type"]](x, p, "", m))
+        self.mixer = FunctionalModel(params.p,
+                                     lambda x, p, _: ref_vit.MIXERS[m["type"]](x, p, "", m))
 
     def forward(self, x):
         b, h, w, c = x.shape
@@ -280,6 +289,8 @@ def build_metaformer(cfg):
     specs = [mixer_spec(v, "sepconv") for v in cfg["mixers"]]
     for i, s in enumerate(specs):
         require_type(s, ["sepconv", "mhsa", "pooling", "identity", "ska", "cska"], f"mixers[{i}]")
+        for key in ("attn_drop", "proj_drop"):  # the reference mixers have neither
+            require_default(s, key, 0.0, f"mixers[{i}]")
     for key, default in (("mlp_activation", "starrelu"), ("norm_eps", 1e-6),
                          ("head_activation", "squared_relu")):
         require_default(cfg, key, default, "metaformer")
@@ -294,7 +305,9 @@ def build_metaformer(cfg):
          for s in specs],
         mlp_ratio=cfg.get("mlp_ratio", 4), res_scale_stages=cfg.get("res_scale_stages", (2, 3)),
         head_mlp_ratio=cfg.get("head_mlp_ratio", 4),
-        head_norm_eps=float(cfg.get("head_norm_eps", 1e-6)))
+        head_norm_eps=float(cfg.get("head_norm_eps", 1e-6)),
+        drop_path_rate=float(cfg.get("drop_path_rate", 0.0)),
+        head_dropout=float(cfg.get("head_dropout", 0.0)))
     for stage, spec, dim, grid in zip(model.stages, specs, dims, grids):
         if spec["type"] in ("ska", "cska"):
             for block in stage:
@@ -369,6 +382,18 @@ def saved_bytes_per_image(model, images, autocast):
     return (saved(2 * n) - saved(n)) / n
 
 
+def compile_model(model, mode):
+    """torch.compile of the whole model; in training, of each block where the model picks its
+    layers on the host (CaiT's layer dropout), since a graph of the whole forward would be
+    compiled again for every new set of layers."""
+    if mode == "train" and getattr(model, "layer_dropout", 0.0) > 0.0:
+        for stack in (model.patch_layers, model.class_layers):
+            for i in range(len(stack)):
+                stack[i] = torch.compile(stack[i])
+        return model
+    return torch.compile(model)
+
+
 def run(args):
     cfg = model_config(args.config, args.set)
     device = torch.device(args.device)
@@ -405,10 +430,18 @@ def run(args):
         if not sdpa_difference <= limit:
             raise ConfigError(f"SDPA and the math path disagree: relative difference "
                               f"{sdpa_difference:.2e} > {limit:g}")
+    noise = None
+    if args.mode == "train":  # the masks one training forward draws, counted before compiling
+        model.train()
+        drop.count(True)
+        with torch.no_grad(), autocast():
+            model(images[:2])
+        drop.count(False)
+        noise = dict(drop.SITES)
     if args.compile:
         if not hasattr(torch, "compile"):
             raise ConfigError(f"--compile needs PyTorch 2 (this is {torch.__version__})")
-        model = torch.compile(model)
+        model = compile_model(model, args.mode)
 
     step_text = ""
     if args.mode == "infer":
@@ -466,6 +499,8 @@ def run(args):
             "step": step_text,
             "attention": "sdpa" if sdpa.ENABLED else "math", "sdpa_difference": sdpa_difference,
             "compiled": bool(args.compile), "activation_bytes_per_image": activations,
+            "dropout_sites": noise["dropout"] if noise else None,
+            "drop_path_sites": noise["drop_path"] if noise else None,
             "torch": torch.__version__}
 
 
@@ -511,6 +546,9 @@ def main():
           f"{args.iters}){peak}, {r['trainable_params']:,} trainable parameters (torch "
           f"{r['torch']}, {r['threads']} threads, attention {r['attention']}"
           f"{', compiled' if r['compiled'] else ''})" + (f" (step: {r['step']})" if r["step"] else ""))
+    if r["dropout_sites"] is not None:
+        print(f"  a training forward draws {r['dropout_sites']} dropout and "
+              f"{r['drop_path_sites']} drop-path masks")
     if r["activation_bytes_per_image"] is not None:
         print(f"  autograd saves {r['activation_bytes_per_image'] / 2**20:.3f} MiB per image for "
               f"the backward pass")

@@ -21,6 +21,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import make_golden_fixtures as mgf  # noqa: E402  (save_safetensors)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from drop import dropout  # noqa: E402  (training mode, for the benchmark twin only)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "fixtures", "models")
@@ -33,8 +35,9 @@ class Attention(nn.Module):
     gives the logits). class_query: only token 0 queries."""
 
     def __init__(self, dim, heads, head_dim, grid, logits="mhsa", scaled=True, key_grid_factor=1,
-                 activation="softmax", class_query=False, talking_heads=True):
+                 activation="softmax", class_query=False, talking_heads=True, dropout=0.0):
         super().__init__()
+        self.drop = dropout  # after the output projection, in training
         self.h, self.d, self.grid, self.kind = heads, head_dim, grid, logits
         self.scaled, self.f, self.act = scaled, key_grid_factor, activation
         self.class_query = class_query
@@ -85,7 +88,7 @@ class Attention(nn.Module):
         if self.talking_heads:
             attn = torch.einsum("bhij,hg->bgij", attn, self.mix_heads_post_attn)
         out = (attn @ v).transpose(1, 2).reshape(x.shape[0], -1, self.h * self.d)
-        return self.to_out(out)
+        return dropout(self.to_out(out), self.drop, self.training)
 
 
 class Scale(nn.Module):
@@ -98,23 +101,25 @@ class Scale(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, dim, hidden):
+    def __init__(self, dim, hidden, dropout=0.0):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.fc2 = nn.Linear(hidden, dim)
+        self.drop = dropout  # after GELU and after fc2, in training
 
-    def forward(self, x):  # eval mode: dropout is the identity
-        return self.fc2(F.gelu(self.fc1(x)))
+    def forward(self, x):
+        h = dropout(F.gelu(self.fc1(x)), self.drop, self.training)
+        return dropout(self.fc2(h), self.drop, self.training)
 
 
 class Block(nn.Module):
-    def __init__(self, dim, mlp_dim, attention, layer_scale_init=0.1):
+    def __init__(self, dim, mlp_dim, attention, layer_scale_init=0.1, dropout=0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.attn = attention
         self.ls1 = Scale(dim, layer_scale_init)
         self.norm2 = nn.LayerNorm(dim)
-        self.mlp = Mlp(dim, mlp_dim)
+        self.mlp = Mlp(dim, mlp_dim, dropout)
         self.ls2 = Scale(dim, layer_scale_init)
 
     def forward(self, x):
@@ -130,11 +135,14 @@ class Block(nn.Module):
 class CaiT(nn.Module):
     def __init__(self, image_size, in_channels, num_classes, patch_size, dim, depth, cls_depth,
                  heads, head_dim, mlp_dim, mixer="mhsa", talking_heads=True, layer_scale_init=0.1,
-                 **unused):
+                 dropout=0.0, emb_dropout=0.0, layer_dropout=0.0, **unused):
+        """The dropout rates apply in training only and are 0 unless given (the golden fixtures
+        are written in eval mode; the benchmark twin passes the config's)."""
         super().__init__()
         mix = {"type": mixer} if isinstance(mixer, str) else dict(mixer)
         kind = mix.pop("type")
-        opts = {"logits": kind, "talking_heads": talking_heads}
+        opts = {"logits": kind, "talking_heads": talking_heads, "dropout": dropout}
+        self.emb_dropout, self.layer_dropout = emb_dropout, layer_dropout
         if kind != "mhsa":
             opts.update(scaled=mix.get("scale", kind == "ska"),
                         activation=mix.get("activation", "softmax"))
@@ -145,24 +153,37 @@ class CaiT(nn.Module):
         self.pos_embed = nn.Parameter(torch.randn(1, grid * grid, dim))
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
         self.patch_layers = nn.ModuleList(
-            Block(dim, mlp_dim, Attention(dim, heads, head_dim, grid, **opts), layer_scale_init)
+            Block(dim, mlp_dim, Attention(dim, heads, head_dim, grid, **opts), layer_scale_init,
+                  dropout)
             for _ in range(depth))
         self.class_layers = nn.ModuleList(
             Block(dim, mlp_dim, Attention(dim, heads, head_dim, grid, class_query=True,
-                                          talking_heads=talking_heads), layer_scale_init)
+                                          talking_heads=talking_heads, dropout=dropout),
+                  layer_scale_init, dropout)
             for _ in range(cls_depth))
         self.head_norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 
-    def forward(self, img):  # eval mode: no dropout, no layer dropout
+    def kept(self, layers):
+        """In training, each layer runs if its uniform draw is at least layer_dropout; when all
+        drop out, one picked by a last draw runs (our kept_layers). Drawn on the host, as
+        lucidrains' CaiT does."""
+        if not self.training or self.layer_dropout <= 0.0 or len(layers) == 0:
+            return list(layers)
+        u = torch.rand(len(layers) + 1).tolist()
+        kept = [layer for layer, ui in zip(layers, u) if ui >= self.layer_dropout]
+        return kept or [layers[min(len(layers) - 1, int(u[-1] * len(layers)))]]
+
+    def forward(self, img):
         b, c, hgt, wid = img.shape
         p = self.p
         x = img.reshape(b, c, hgt // p, p, wid // p, p).permute(0, 2, 4, 3, 5, 1)
         x = self.patch_embed(x.reshape(b, (hgt // p) * (wid // p), p * p * c)) + self.pos_embed
-        for layer in self.patch_layers:
+        x = dropout(x, self.emb_dropout, self.training)
+        for layer in self.kept(self.patch_layers):
             x = layer(x)
         x = torch.cat((self.cls_token.expand(b, -1, -1), x), 1)
-        for layer in self.class_layers:
+        for layer in self.kept(self.class_layers):
             x = layer(x)
         return self.head(self.head_norm(x[:, 0]))
 

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import make_golden_fixtures as mgf  # noqa: E402  (save_safetensors)
 import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from drop import drop_path  # noqa: E402  (training mode, for the benchmark twin only)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "fixtures", "models")
@@ -120,8 +122,9 @@ class ConvAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, kind, dim, heads, grid, cls, scale, cls_key):
+    def __init__(self, kind, dim, heads, grid, cls, scale, cls_key, drop_path=0.0):
         super().__init__()
+        self.drop_path = drop_path  # on both branches, in training
         self.norm1 = nn.LayerNorm(dim)
         self.attn = ConvAttention(kind, dim, heads, grid, cls, scale, cls_key)
         self.norm2 = nn.LayerNorm(dim)
@@ -130,8 +133,9 @@ class Block(nn.Module):
         self.mlp.fc2 = nn.Linear(4 * dim, dim)
 
     def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp.fc2(quick_gelu(self.mlp.fc1(self.norm2(x))))
+        x = x + drop_path(self.attn(self.norm1(x)), self.drop_path, self.training)
+        h = self.mlp.fc2(quick_gelu(self.mlp.fc1(self.norm2(x))))
+        return x + drop_path(h, self.drop_path, self.training)
 
 
 class Embed(nn.Module):
@@ -142,14 +146,17 @@ class Embed(nn.Module):
 
 
 class Stage(nn.Module):
-    def __init__(self, kind, cin, dim, heads, depth, k, s, p, grid, cls, scale, cls_key):
+    def __init__(self, kind, cin, dim, heads, depth, k, s, p, grid, cls, scale, cls_key,
+                 drop_path=0.0):
         super().__init__()
         self.embed = Embed(cin, dim, k, s, p)
         self.cls = cls
         if cls:
             self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
-        self.blocks = nn.ModuleList([Block(kind, dim, heads, grid, cls, scale, cls_key)
-                                     for _ in range(depth)])
+        # Drop path ramps from 0 at the stage's first block to `drop_path` at its last (ours).
+        rates = [drop_path * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
+        self.blocks = nn.ModuleList([Block(kind, dim, heads, grid, cls, scale, cls_key, r)
+                                     for r in rates])
 
     def forward(self, img):
         t = self.embed.proj(img)
@@ -166,14 +173,16 @@ class Stage(nn.Module):
 
 class CvT(nn.Module):
     def __init__(self, kinds, image, in_ch, classes, dims, heads, depths, kernels, strides, pads,
-                 scales, cls_key="query"):
+                 scales, cls_key="query", drop_path_rates=None):
         super().__init__()
         self.stages = nn.ModuleList()
         grid, cin, n = image, in_ch, len(dims)
+        rates = drop_path_rates or [0.0] * n  # each stage's last block's, in training
         for i in range(n):
             grid = (grid + 2 * pads[i] - kernels[i]) // strides[i] + 1
             self.stages.append(Stage(kinds[i], cin, dims[i], heads[i], depths[i], kernels[i],
-                                     strides[i], pads[i], grid, i == n - 1, scales[i], cls_key))
+                                     strides[i], pads[i], grid, i == n - 1, scales[i], cls_key,
+                                     rates[i]))
             cin = dims[i]
         self.norm = nn.LayerNorm(cin)
         self.head = nn.Linear(cin, classes)

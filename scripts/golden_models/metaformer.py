@@ -22,6 +22,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import make_golden_fixtures as mgf  # noqa: E402  (save_safetensors)
 import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from drop import drop_path, dropout  # noqa: E402  (training mode, for the benchmark twin only)
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "fixtures", "models")
@@ -129,8 +131,9 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, mixer, mlp_ratio, res_scale):
+    def __init__(self, dim, mixer, mlp_ratio, res_scale, drop_path=0.0):
         super().__init__()
+        self.drop_path = drop_path  # on both branches, in training
         self.norm1 = norm(dim)
         self.token_mixer = make_mixer(mixer, dim)
         self.norm2 = norm(dim)
@@ -139,11 +142,11 @@ class Block(nn.Module):
             self.res_scale1, self.res_scale2 = Scale(dim), Scale(dim)
         self.has_res_scale = res_scale
 
-    def forward(self, x):  # eval mode: drop path is the identity
+    def forward(self, x):
         rs1 = self.res_scale1 if self.has_res_scale else (lambda t: t)
         rs2 = self.res_scale2 if self.has_res_scale else (lambda t: t)
-        x = rs1(x) + self.token_mixer(self.norm1(x))
-        return rs2(x) + self.mlp(self.norm2(x))
+        x = rs1(x) + drop_path(self.token_mixer(self.norm1(x)), self.drop_path, self.training)
+        return rs2(x) + drop_path(self.mlp(self.norm2(x)), self.drop_path, self.training)
 
 
 class Downsampling(nn.Module):
@@ -164,29 +167,35 @@ class Downsampling(nn.Module):
 
 
 class MlpHead(nn.Module):
-    def __init__(self, dim, classes, ratio, eps):
+    def __init__(self, dim, classes, ratio, eps, dropout=0.0):
         super().__init__()
+        self.drop = dropout  # before fc2, in training
         hidden = int(ratio * dim)
         self.fc1 = nn.Linear(dim, hidden)
         self.norm = nn.LayerNorm(hidden, eps=eps)
         self.fc2 = nn.Linear(hidden, classes)
 
     def forward(self, x):
-        return self.fc2(self.norm(F.relu(self.fc1(x)) ** 2))
+        return self.fc2(dropout(self.norm(F.relu(self.fc1(x)) ** 2), self.drop, self.training))
 
 
 class MetaFormer(nn.Module):
     def __init__(self, in_ch, classes, depths, dims, mixers, mlp_ratio=4, res_scale_stages=(2, 3),
-                 head_mlp_ratio=4, head_norm_eps=1e-6):
+                 head_mlp_ratio=4, head_norm_eps=1e-6, drop_path_rate=0.0, head_dropout=0.0):
+        """drop_path_rate (ramped from 0 at the first block to it at the last, as ours and
+        timm's) and head_dropout apply in training only; 0 unless given."""
         super().__init__()
         chans = [in_ch] + list(dims)
         self.downsample_layers = nn.ModuleList(
             [Downsampling(chans[i], chans[i + 1], i == 0) for i in range(len(dims))])
+        total = sum(depths)
+        rates = [drop_path_rate * i / (total - 1) if total > 1 else 0.0 for i in range(total)]
         self.stages = nn.ModuleList(
-            [nn.Sequential(*[Block(dims[i], mixers[i], mlp_ratio, i in res_scale_stages)
-                             for _ in range(depths[i])]) for i in range(len(dims))])
+            [nn.Sequential(*[Block(dims[i], mixers[i], mlp_ratio, i in res_scale_stages,
+                                   rates[sum(depths[:i]) + j])
+                             for j in range(depths[i])]) for i in range(len(dims))])
         self.norm = nn.LayerNorm(dims[-1], eps=1e-6)
-        self.head = MlpHead(dims[-1], classes, head_mlp_ratio, head_norm_eps)
+        self.head = MlpHead(dims[-1], classes, head_mlp_ratio, head_norm_eps, head_dropout)
 
     def forward(self, x):
         for down, stage in zip(self.downsample_layers, self.stages):

@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import make_golden_fixtures as golden  # noqa: E402  (its safetensors writer)
 import sdpa  # noqa: E402  (PyTorch's fused attention, for the benchmark twin only)
+from drop import dropout  # noqa: E402  (training mode, for the benchmark twin only)
 
 OUT_DIR = os.path.join(HERE, "..", "..", "tests", "fixtures", "models")
 golden.MAX_FIXTURE_BYTES = 100 * 1024
@@ -134,17 +135,24 @@ def layer_norm(x, p, name):
     return F.layer_norm(x, (x.shape[-1],), p[name + ".weight"], p[name + ".bias"], LN_EPS)
 
 
-def vit(images, p, m):
+def vit(images, p, m, training=False):
+    """Logits; in training, m's `emb_dropout` after the position embedding, `proj_drop` after
+    the mixer's projection and `dropout` after GELU and after fc2 (our ViT's sites; all 0 by
+    default)."""
+    drop, emb_drop = m.get("dropout", 0.0), m.get("emb_dropout", 0.0)
     x = shifted_patches(images, m["patch"])
     x = F.linear(layer_norm(x, p, "patch_embed.norm"), p["patch_embed.proj.weight"],
                  p["patch_embed.proj.bias"])
     x = torch.cat([p["cls_token"].expand(x.shape[0], -1, -1), x], dim=1) + p["pos_embed"]
+    x = dropout(x, emb_drop, training)
     for i in range(m["depth"]):
         pre = f"blocks.{i}."
-        x = x + MIXERS[m["type"]](layer_norm(x, p, pre + "norm1"), p, pre + "mixer.", m)
+        mixed = MIXERS[m["type"]](layer_norm(x, p, pre + "norm1"), p, pre + "mixer.", m)
+        x = x + dropout(mixed, m.get("proj_drop", 0.0), training)
         h = F.gelu(F.linear(layer_norm(x, p, pre + "norm2"), p[pre + "mlp.fc1.weight"],
                             p[pre + "mlp.fc1.bias"]))
-        x = x + F.linear(h, p[pre + "mlp.fc2.weight"], p[pre + "mlp.fc2.bias"])
+        h = F.linear(dropout(h, drop, training), p[pre + "mlp.fc2.weight"], p[pre + "mlp.fc2.bias"])
+        x = x + dropout(h, drop, training)
     return F.linear(layer_norm(x[:, 0], p, "norm"), p["head.weight"], p["head.bias"])
 
 
