@@ -280,19 +280,39 @@ Profile profile_steps(const BenchmarkOptions& o, ska::Device device, Step step) 
   Profile p;
   p.kernels = ska::profiler::stop(&p.calls);
   p.step_ms = total_ms / o.iters;
-  for (ska::profiler::KernelTime& c : p.calls) c.ms /= o.iters;
+  const auto per_step = [&](ska::profiler::KernelTime& k) {
+    k.ms /= o.iters;
+    k.bytes /= o.iters;
+    k.flops /= o.iters;
+  };
+  for (ska::profiler::KernelTime& c : p.calls) per_step(c);
   std::map<std::string, ska::profiler::KernelTime> families;
   for (ska::profiler::KernelTime& k : p.kernels) {
-    k.ms /= o.iters;
+    per_step(k);
     ska::profiler::KernelTime& f = families[k.family];
     f.name = f.family = k.family;
     f.calls += k.calls;
     f.ms += k.ms;
+    f.bytes += k.bytes;
+    f.flops += k.flops;
   }
   for (auto& entry : families) p.families.push_back(entry.second);
   std::sort(p.families.begin(), p.families.end(),
             [](const auto& a, const auto& b) { return a.ms > b.ms; });
   return p;
+}
+
+// What a kernel's calls reached: TFLOP/s for the products, else GB/s of their operands' bytes
+// (profiler::Traffic: a lower bound on the traffic).
+std::string rate_of(const ska::profiler::KernelTime& k) {
+  char text[32];
+  if (k.ms <= 0.0) return "-";
+  if (k.flops > 0.0) {
+    std::snprintf(text, sizeof text, "%.3g TFLOP/s", k.flops / (k.ms * 1e9));
+  } else {
+    std::snprintf(text, sizeof text, "%.3g GB/s", k.bytes / (k.ms * 1e6));
+  }
+  return text;
 }
 
 void print_profile(const Profile& p, int iters, int top) {
@@ -306,24 +326,27 @@ void print_profile(const Profile& p, int iters, int top) {
     std::printf("%-14s %10.3f %6.1f%% %11.1f\n", f.name.c_str(), f.ms, 100.0 * f.ms / p.step_ms,
                 static_cast<double>(f.calls) / iters);
   }
-  std::printf("\n%-24s %-14s %10s %7s %11s\n", "kernel", "family", "ms/step", "share",
-              "calls/step");
+  std::printf("\n%-24s %-14s %10s %7s %11s %14s\n", "kernel", "family", "ms/step", "share",
+              "calls/step", "rate");
   int shown = 0;
   for (const auto& k : p.kernels) {
     if (shown++ == top) break;
-    std::printf("%-24s %-14s %10.3f %6.1f%% %11.1f\n", k.name.c_str(), k.family.c_str(), k.ms,
-                100.0 * k.ms / p.step_ms, static_cast<double>(k.calls) / iters);
+    std::printf("%-24s %-14s %10.3f %6.1f%% %11.1f %14s\n", k.name.c_str(), k.family.c_str(), k.ms,
+                100.0 * k.ms / p.step_ms, static_cast<double>(k.calls) / iters, rate_of(k).c_str());
   }
   // The same time by operands: which copy, which convolution.
-  std::printf("\n%-24s %10s %7s %11s  %s\n", "kernel", "ms/step", "share", "calls/step",
-              "operands");
+  std::printf("\n%-24s %10s %7s %11s %14s  %s\n", "kernel", "ms/step", "share", "calls/step",
+              "rate", "operands");
   shown = 0;
   for (const auto& c : p.calls) {
     if (shown++ == top) break;
-    std::printf("%-24s %10.3f %6.1f%% %11.1f  %s\n", c.name.c_str(), c.ms,
-                100.0 * c.ms / p.step_ms, static_cast<double>(c.calls) / iters,
+    std::printf("%-24s %10.3f %6.1f%% %11.1f %14s  %s\n", c.name.c_str(), c.ms,
+                100.0 * c.ms / p.step_ms, static_cast<double>(c.calls) / iters, rate_of(c).c_str(),
                 c.operands.c_str());
   }
+  std::printf(
+      "(rate: TFLOP/s of the products; else GB/s of each operand read or written once, "
+      "a lower bound)\n");
 }
 
 nlohmann::json profile_json(const Profile& p, int iters) {
@@ -333,7 +356,9 @@ nlohmann::json profile_json(const Profile& p, int iters) {
       nlohmann::json row = {{"name", k.name},
                             {"family", k.family},
                             {"ms_per_step", k.ms},
-                            {"calls_per_step", static_cast<double>(k.calls) / iters}};
+                            {"calls_per_step", static_cast<double>(k.calls) / iters},
+                            {"bytes_per_step", k.bytes},
+                            {"flops_per_step", k.flops}};
       if (!k.operands.empty()) row["operands"] = k.operands;
       out.push_back(std::move(row));
     }

@@ -17,6 +17,7 @@ namespace {
 struct Pending {
   const char* name;
   std::string operands;
+  Traffic traffic;
   void* start;
   void* stop;
 };
@@ -29,7 +30,8 @@ std::vector<Pending> pending;  // device calls whose events are not read yet
 std::string failure;           // a device error met while recording, for stop()
 thread_local int depth = 0;    // kernel scopes open on this thread
 
-void add_to(KernelTime& t, const char* name, const std::string& operands, double ms) {
+void add_to(KernelTime& t, const char* name, const std::string& operands, const Traffic& traffic,
+            double ms) {
   if (t.name.empty()) {
     t.name = name;
     t.family = family_of(name);
@@ -37,11 +39,63 @@ void add_to(KernelTime& t, const char* name, const std::string& operands, double
   }
   ++t.calls;
   t.ms += ms;
+  t.bytes += traffic.bytes;
+  t.flops += traffic.flops;
 }
 
-void add(const char* name, const std::string& operands, double ms) {
-  add_to(totals[name], name, std::string(), ms);
-  add_to(by_operands[{name, operands}], name, operands, ms);
+void add(const char* name, const std::string& operands, const Traffic& traffic, double ms) {
+  add_to(totals[name], name, std::string(), traffic, ms);
+  add_to(by_operands[{name, operands}], name, operands, traffic, ms);
+}
+
+// The distinct elements of t (a dim of stride 0 once) times their size.
+double distinct_bytes(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0.0;
+  double elements = 1.0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) != 0) elements *= static_cast<double>(t.size(d));
+  }
+  return elements * static_cast<double>(t.element_size());
+}
+
+double numel(const Tensor* t) { return t->defined() ? static_cast<double>(t->numel()) : 0.0; }
+
+// 2 x the multiply-adds of a product kernel (traffic_of), from its tensors in argument order.
+double flops_of(const std::string& kernel, const std::vector<const Tensor*>& t) {
+  // The multiply-adds per output of a convolution: a filter's taps over its input channels.
+  const auto per_output = [](const Tensor* w) {
+    return w->defined() && w->dim() == 4 && w->size(0) > 0 ? numel(w) / w->size(0) : 0.0;
+  };
+  const auto last = [](const Tensor* x, int64_t from_end) {
+    return x->defined() && x->dim() >= from_end ? static_cast<double>(x->size(-from_end)) : 0.0;
+  };
+  if (kernel == "gemm" && t.size() == 5) return 2.0 * numel(t[2]) * last(t[0], 1);  // c, a's k
+  if (kernel == "conv2d_forward" && t.size() == 4) return 2.0 * numel(t[3]) * per_output(t[1]);
+  if (kernel == "conv2d_backward_input" && t.size() == 3) {
+    return 2.0 * numel(t[0]) * per_output(t[1]);
+  }
+  if (kernel == "conv2d_backward_weight" && t.size() == 3) {
+    return 2.0 * numel(t[0]) * per_output(t[2]);
+  }
+  // q [L.., Nq, d], v [L.., Nk, dv], out [L.., Nq, dv]: S = q k^T and O = P v forward; backward
+  // S again, dP = dO v^T, dV = P^T dO, dQ = dS k and dK = dS^T q (d = 0: the logits are given).
+  const bool forward = kernel == "attention_forward" && t.size() == 8;
+  if (forward || (kernel == "attention_backward" && t.size() == 13)) {
+    const double d = last(t[0], 1), dv = last(t[2], 1), keys = last(t[2], 2);
+    const double queries = dv > 0.0 ? numel(t[forward ? 6 : 4]) / dv : 0.0;
+    return 2.0 * queries * keys * (forward ? d + dv : 3.0 * d + 2.0 * dv);
+  }
+  // CSKA's logits [B, h, HW, K] from q [B, h, HW, d] and w [h, k*k, K, d]: k*k*d multiply-adds
+  // a logit; backward as many for grad_q and again for grad_w, each where it is wanted.
+  if (kernel == "conv_logits_forward" && t.size() == 4 && t[1]->dim() == 4) {
+    return 2.0 * numel(t[3]) * static_cast<double>(t[1]->size(1) * t[1]->size(3));
+  }
+  if (kernel == "conv_logits_backward" && t.size() == 6 && t[2]->dim() == 4) {
+    const double taps = static_cast<double>(t[2]->size(1) * t[2]->size(3));
+    const double wanted = (t[3]->defined() ? 1.0 : 0.0) + (t[4]->defined() ? 1.0 : 0.0);
+    return 2.0 * numel(t[0]) * taps * wanted;
+  }
+  return 0.0;
 }
 
 std::vector<KernelTime> longest_first(std::vector<KernelTime> list) {
@@ -53,6 +107,13 @@ std::vector<KernelTime> longest_first(std::vector<KernelTime> list) {
 }
 
 }  // namespace
+
+Traffic traffic_of(const std::string& kernel, const std::vector<const Tensor*>& tensors) {
+  Traffic t;
+  for (const Tensor* x : tensors) t.bytes += distinct_bytes(*x);
+  t.flops = flops_of(kernel, tensors);
+  return t;
+}
 
 void start() {
   const std::lock_guard<std::mutex> lock(records_mutex);
@@ -67,7 +128,9 @@ std::vector<KernelTime> stop(std::vector<KernelTime>* calls_by_operands) {
   detail::active.store(false, std::memory_order_relaxed);
   const std::lock_guard<std::mutex> lock(records_mutex);
   SKA_CHECK(failure.empty(), DeviceError, "profiler: ", failure);
-  for (const Pending& p : pending) add(p.name, p.operands, device_event_ms(p.start, p.stop));
+  for (const Pending& p : pending) {
+    add(p.name, p.operands, p.traffic, device_event_ms(p.start, p.stop));
+  }
   pending.clear();
   std::vector<KernelTime> out, calls;
   for (auto& entry : totals) out.push_back(std::move(entry.second));
@@ -138,8 +201,12 @@ std::string family_of(const std::string& kernel) {
   return "other";
 }
 
-KernelScope::KernelScope(const char* name, Device device, std::string operands)
-    : name_(name), device_(device), operands_(std::move(operands)), outer_(depth++ == 0) {
+KernelScope::KernelScope(const char* name, Device device, std::string operands, Traffic traffic)
+    : name_(name),
+      device_(device),
+      operands_(std::move(operands)),
+      traffic_(traffic),
+      outer_(depth++ == 0) {
   if (!outer_) return;
   if (device_.is_cuda()) {
     push_profile_range(name_);
@@ -164,7 +231,7 @@ KernelScope::~KernelScope() {
     try {  // a destructor must not throw: stop() reports it
       void* stop_event = record_device_event(device_);
       const std::lock_guard<std::mutex> lock(records_mutex);
-      pending.push_back({name_, operands_, start_event_, stop_event});
+      pending.push_back({name_, operands_, traffic_, start_event_, stop_event});
     } catch (const std::exception& e) {
       const std::lock_guard<std::mutex> lock(records_mutex);
       if (failure.empty()) failure = e.what();
@@ -174,7 +241,7 @@ KernelScope::~KernelScope() {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
   const std::lock_guard<std::mutex> lock(records_mutex);
-  add(name_, operands_, ms);
+  add(name_, operands_, traffic_, ms);
 }
 
 }  // namespace ska::profiler

@@ -33,7 +33,23 @@ struct KernelTime {
   std::string operands;  // the tensor arguments' shapes and dtypes, in `calls_by_operands`
   int64_t calls = 0;
   double ms = 0.0;
+  double bytes = 0.0;  // Traffic::bytes of the calls, summed
+  double flops = 0.0;  // Traffic::flops of the calls, summed
 };
+
+// What a kernel call moves and computes, from its tensor arguments alone. bytes: every tensor
+// argument's distinct elements (a dim of stride 0 counted once; the tensors of a TensorList
+// too) times their size, as if each operand were read or written once: a lower bound on the
+// call's memory traffic, so bytes / time is the bandwidth the call reached at least. flops: 2 x
+// the multiply-adds of the call where it is a product (gemm, the convolutions, the fused
+// attention and CSKA's logits; for a backward pass the products of its gradients), else 0.
+struct Traffic {
+  double bytes = 0.0;
+  double flops = 0.0;
+};
+// `tensors`: the call's tensor arguments in order (a GemmArgs as a, b, c, bias, a_row_sums;
+// undefined ones included, a TensorList's elements appended).
+Traffic traffic_of(const std::string& kernel, const std::vector<const Tensor*>& tensors);
 // Stops timing, waits for the device's outstanding events and returns one entry per kernel,
 // the longest first. A kernel called from inside another's call is counted in the outer one.
 // With `calls_by_operands`, also one entry per kernel and operand signature (operands_of), the
@@ -56,6 +72,16 @@ std::string family_of(const std::string& kernel);
 double bf16_dense_peak_tflops(const std::string& device_name);
 
 namespace detail {
+inline void gather(std::vector<const Tensor*>& out, const Tensor& t) { out.push_back(&t); }
+inline void gather(std::vector<const Tensor*>& out, const TensorList& list) {
+  for (const Tensor& t : list) out.push_back(&t);
+}
+inline void gather(std::vector<const Tensor*>& out, const GemmArgs& g) {
+  for (const Tensor* t : {&g.a, &g.b, &g.c, &g.bias, &g.a_row_sums}) out.push_back(t);
+}
+template <typename T>
+void gather(std::vector<const Tensor*>&, const T&) {}
+
 inline void describe(std::string& out, const Tensor& t) {
   if (!out.empty()) out += ", ";
   if (!t.defined()) {
@@ -84,10 +110,18 @@ std::string operands_of(const Args&... args) {
   return out;
 }
 
+// traffic_of on a call's arguments.
+template <typename... Args>
+Traffic traffic_of_call(const char* kernel, const Args&... args) {
+  std::vector<const Tensor*> tensors;
+  (detail::gather(tensors, args), ...);
+  return traffic_of(kernel, tensors);
+}
+
 // Times one kernel call (see SKA_KERNEL); only constructed while the profiler is active.
 class KernelScope {
  public:
-  KernelScope(const char* name, Device device, std::string operands = {});
+  KernelScope(const char* name, Device device, std::string operands = {}, Traffic traffic = {});
   ~KernelScope();
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
@@ -96,6 +130,7 @@ class KernelScope {
   const char* name_;
   Device device_;
   std::string operands_;
+  Traffic traffic_;
   bool outer_;  // false inside another kernel's scope
   std::chrono::steady_clock::time_point start_;
   void* start_event_ = nullptr;
@@ -111,7 +146,7 @@ struct TimedKernel {
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) const {
     if (!active()) return fn(std::forward<Args>(args)...);
-    const KernelScope scope(name, device, operands_of(args...));
+    const KernelScope scope(name, device, operands_of(args...), traffic_of_call(name, args...));
     return fn(std::forward<Args>(args)...);
   }
 };

@@ -577,21 +577,35 @@ TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps
   // The same time by kernel and operands: per kernel, the rows sum to the kernel's time and
   // calls; the quick start's CSKA logit convolution reads [8, 64, 7, 7] (64 query channels on
   // its 7x7 grid) with a [200, 16, 3, 3] filter (4 heads x 50 keys, 16 channels a head).
-  std::map<std::string, double> call_ms, call_count;
+  std::map<std::string, double> call_ms, call_count, call_bytes, call_flops;
   std::set<std::string> conv_operands;
+  double logit_conv_flops = 0.0;
   for (const auto& c : p.at("calls")) {
     const std::string name = c.at("name"), operands = c.at("operands");
     call_ms[name] += c.at("ms_per_step").get<double>();
     call_count[name] += c.at("calls_per_step").get<double>();
+    call_bytes[name] += c.at("bytes_per_step").get<double>();
+    call_flops[name] += c.at("flops_per_step").get<double>();
     if (name == "conv2d_forward") conv_operands.insert(operands);
+    if (operands == "[8, 64, 7, 7] f32, [200, 16, 3, 3] f32, [200] f32, [8, 200, 7, 7] f32") {
+      logit_conv_flops =
+          c.at("flops_per_step").get<double>() / c.at("calls_per_step").get<double>();
+    }
   }
   CHECK(conv_operands.count("[8, 64, 7, 7] f32, [200, 16, 3, 3] f32, [200] f32, "
                             "[8, 200, 7, 7] f32") == 1);
+  // Its flops: 2 x 8 x 200 x 7 x 7 outputs, 16 channels x 3 x 3 taps each.
+  CHECK(logit_conv_flops == 2.0 * (8 * 200 * 7 * 7) * (16 * 3 * 3));
   for (const auto& k : p.at("kernels")) {
     const std::string name = k.at("name");
     CHECK(call_ms[name] == Approx(k.at("ms_per_step").get<double>()));
     CHECK(call_count[name] == Approx(k.at("calls_per_step").get<double>()));
+    CHECK(call_bytes[name] == Approx(k.at("bytes_per_step").get<double>()));
+    CHECK(call_flops[name] == Approx(k.at("flops_per_step").get<double>()));
+    CHECK(k.at("bytes_per_step").get<double>() > 0.0);
   }
+  CHECK(call_flops.at("gemm") > 0.0);
+  CHECK(call_flops.at("copy") == 0.0);
   // The table is printed without --json.
   const RunResult text =
       run_command(SKA_BENCHMARK_EXE,
@@ -600,7 +614,8 @@ TEST_CASE("apps: benchmark --profile says where a step's time goes", "[cpu][apps
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("profile: 1 steps") && Catch::Contains("family") &&
                            Catch::Contains("matmul") && Catch::Contains("kernel") &&
-                           Catch::Contains("operands") && Catch::Contains("] f32"));
+                           Catch::Contains("operands") && Catch::Contains("] f32") &&
+                           Catch::Contains("TFLOP/s") && Catch::Contains("GB/s"));
 }
 
 TEST_CASE("apps: benchmark reports model FLOPs, TFLOP/s and MFU", "[cpu][apps]") {

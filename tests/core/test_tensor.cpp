@@ -193,6 +193,63 @@ TEST_CASE("sizes that overflow 64 bits are errors, not wrapped numbers", "[cpu][
   REQUIRE_THROWS_AS(checked_add<IOError>(INT64_MAX, 1, "sum"), IOError);
 }
 
+TEST_CASE("the kernel profiler counts each call's operand bytes and product flops", "[cpu][core]") {
+  const Tensor x = randn({2, 3, 6, 5}), w = randn({4, 3, 3, 3}), bias = randn({4});
+  const Tensor a = randn({2, 7, 5}), b = randn({2, 5, 3});
+  const Tensor q = randn({2, 3, 9, 4}), k = randn({2, 3, 11, 4}), v = randn({2, 3, 11, 6});
+  const Tensor row = randn({1, 6});  // broadcast: its 6 elements are read once
+  profiler::start();
+  const Tensor y = conv2d(x, w, bias, 1, 1);  // [2, 4, 6, 5]
+  const Tensor c = matmul(a, b);              // [2, 7, 3]
+  const Tensor o = scaled_dot_attention(q, k, v, 0.5);
+  const Tensor added = add(Tensor::ones({10, 6}), row);
+  std::vector<profiler::KernelTime> calls;
+  const std::vector<profiler::KernelTime> kernels = profiler::stop(&calls);
+  std::map<std::string, profiler::KernelTime> by_name;
+  for (const auto& kt : kernels) by_name[kt.name] = kt;
+  const double f = 4.0;  // bytes an f32 element
+  REQUIRE(by_name.count("conv2d_forward") == 1);
+  CHECK(by_name["conv2d_forward"].flops == 2.0 * (2 * 4 * 6 * 5) * (3 * 3 * 3));
+  CHECK(by_name["conv2d_forward"].bytes == f * (2 * 3 * 6 * 5 + 4 * 3 * 3 * 3 + 4 + 2 * 4 * 6 * 5));
+  REQUIRE(by_name.count("gemm") == 1);
+  CHECK(by_name["gemm"].flops == 2.0 * (2 * 7 * 3) * 5);
+  CHECK(by_name["gemm"].bytes == f * (2 * 7 * 5 + 2 * 5 * 3 + 2 * 7 * 3));
+  REQUIRE(by_name.count("attention_forward") == 1);
+  // S = q k^T (d 4) and O = P v (dv 6) for 2 x 3 x 9 queries and 11 keys; out [2, 3, 9, 6] and
+  // the f32 log-sum-exp [2, 3, 9] are written.
+  CHECK(by_name["attention_forward"].flops == 2.0 * (2 * 3 * 9) * 11 * (4 + 6));
+  CHECK(by_name["attention_forward"].bytes ==
+        f * (2 * 3 * 9 * 4 + 2 * 3 * 11 * 4 + 2 * 3 * 11 * 6 + 2 * 3 * 9 * 6 + 2 * 3 * 9));
+  REQUIRE(by_name.count("binary") == 1);
+  CHECK(by_name["binary"].flops == 0.0);
+  CHECK(by_name["binary"].bytes == f * (60 + 6 + 60));
+  // Per operands, the same totals.
+  for (const auto& call : calls) {
+    if (call.name != "gemm") continue;
+    CHECK(call.flops == by_name["gemm"].flops);
+    CHECK(call.bytes == by_name["gemm"].bytes);
+  }
+  // The backward passes: dL/dx and dL/dw of the convolution (the output grid's positions times
+  // a filter's taps each), the attention's five products (S, dP, dV, dQ, dK).
+  Tensor xg = x.detach().clone(), wg = w.detach().clone(), qg = q.detach().clone();
+  xg.set_requires_grad();
+  wg.set_requires_grad();
+  qg.set_requires_grad();
+  const Tensor loss =
+      add(sum(conv2d(xg, wg, Tensor(), 1, 1)), sum(scaled_dot_attention(qg, k, v, 0.5)));
+  profiler::start();
+  loss.backward();
+  by_name.clear();
+  for (const auto& kt : profiler::stop()) by_name[kt.name] = kt;
+  CHECK(by_name["conv2d_backward_input"].flops == 2.0 * (2 * 4 * 6 * 5) * (3 * 3 * 3));
+  CHECK(by_name["conv2d_backward_weight"].flops == 2.0 * (2 * 4 * 6 * 5) * (3 * 3 * 3));
+  CHECK(by_name["attention_backward"].flops == 2.0 * (2 * 3 * 9) * 11 * (3 * 4 + 2 * 6));
+  CHECK(y.size(1) == 4);
+  CHECK(c.size(2) == 3);
+  CHECK(o.size(3) == 6);
+  CHECK(added.size(0) == 10);
+}
+
 TEST_CASE("the kernel profiler counts each kernel call once, outer calls only", "[cpu][core]") {
   const Tensor a = Tensor::ones({8, 8}), b = Tensor::ones({8, 8});
   profiler::start();
