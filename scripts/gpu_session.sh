@@ -51,8 +51,9 @@
 #   dp        NCCL at world size 1 against no data parallelism (weights, speed); benchmark_comm
 #             and --nproc-per-node N where there are N >= 2 GPUs (scripts/gpu_dp_check.sh,
 #             DP_STEPS steps, default 100)
-#   profile   benchmark --profile of CSKA-ViT-S (bf16, batch 512) and CAFormer-S18 (128): time by
-#             op family and kernel (PROFILE="CONFIG:BATCH ..." profiles others)
+#   profile   benchmark --profile (bf16) of the configs short of their speed targets: ViT-S,
+#             CSKA-ViT-S and CSKA-CaiT at batch 512: time by op family, kernel and operands, with
+#             the rate each reached (TFLOP/s or GB/s) (PROFILE="CONFIG:BATCH ..." profiles others)
 #   kernels   every kernel's own GPU time and DRAM bytes in one training step by Nsight Compute,
 #             and the share of the wall-clock step the GPU was busy (scripts/gpu_kernels.sh):
 #             ViT-S at 512 and CSKAFormer-S18 at 128 (KERNELS="CONFIG:BATCH ..." for others)
@@ -295,12 +296,12 @@ for stage in "${stages[@]}"; do
       done
     done ;;
   profile)
-    for item in ${PROFILE:-cifar10_cska_vit:512 imagenet_caformer_s18:128}; do
+    for item in ${PROFILE:-cifar10_vit_s:512 cifar10_cska_vit:512 cifar10_cska_cait:512}; do
       config=${item%%:*} batch=${item#*:}
       stage_run "profile_$config" 60 "$build/apps/benchmark" --config "$config" --device cuda \
-        --precision bf16 --batch "$batch" --warmup 5 --iters 10 --profile
+        --precision bf16 --batch "$batch" --warmup 5 --iters 10 --profile --top 30
       [ $? = 125 ] && continue
-      head -60 "$logs/profile_$config.log" | sed 's/^/  /' >>"$summary"
+      head -90 "$logs/profile_$config.log" | sed 's/^/  /' >>"$summary"
     done ;;
   kernels)
     for item in ${KERNELS:-cifar10_vit_s:512 imagenet_cskaformer_s18:128}; do
