@@ -54,6 +54,10 @@ CaitAttention::CaitAttention(const CaitAttentionOptions& o) : options_(o) {
       register_module("drop", std::make_shared<nn::Dropout>(o.dropout));  // so eval() reaches it
 }
 
+bool CaitAttention::reads_input_by_matmul_only() const {
+  return !options_.class_query && nn::stacked_projections_enabled();
+}
+
 std::string CaitAttention::type_name() const {
   const std::string kind = options_.class_query ? "ClassAttention" : "TalkingHeadsAttention";
   return kind + "(" + nn::attention_kind_name(options_.logits) + ")";
@@ -63,16 +67,28 @@ Tensor CaitAttention::forward(const Tensor& x) {
   const CaitAttentionOptions& o = options_;
   SKA_CHECK(x.dim() == 3 && x.size(2) == o.dim, ShapeError, type_name(), ": expected [B, N, ",
             o.dim, "], got ", shape_str(x.shape()));
-  const Tensor q = nn::split_heads((*to_q_)(o.class_query ? x.narrow(1, 0, 1) : x), o.heads);
+  // Patch attention projects q and k, v (or v) from the same tokens: one product where the
+  // projections stack (nn::stacked_linear); class attention's query reads the class token alone.
+  nn::Linear& second = o.logits == AttentionKind::kMhsa ? *to_kv_ : *to_v_;
+  Tensor q_tokens, second_tokens;
+  if (o.class_query) {
+    q_tokens = (*to_q_)(x.narrow(1, 0, 1));
+    second_tokens = second(x);
+  } else {
+    const TensorList both = nn::stacked_linear(x, {to_q_.get(), &second});
+    q_tokens = both[0];
+    second_tokens = both[1];
+  }
+  const Tensor q = nn::split_heads(q_tokens, o.heads);
   Tensor logits, k, v;  // logits from a conv (cska), or k for q k^T
   if (o.logits == AttentionKind::kMhsa) {
-    const TensorList kv = chunk((*to_kv_)(x), 2, -1);
+    const TensorList kv = chunk(second_tokens, 2, -1);
     k = nn::split_heads(kv[0], o.heads);
     v = nn::split_heads(kv[1], o.heads);
   } else {
     SKA_CHECK(x.size(1) == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", x.size(1),
               " tokens for a ", o.grid.height, "x", o.grid.width, " patch grid");
-    v = nn::split_heads((*to_v_)(x), o.heads);
+    v = nn::split_heads(second_tokens, o.heads);
     if (o.logits == AttentionKind::kCska) {
       logits = nn::conv_logits(q, *to_k_, o.grid.height, o.grid.width);
     } else {
@@ -116,7 +132,7 @@ CaitBlock::CaitBlock(const CaitBlockOptions& o) : class_block_(o.attention.class
   mlp_ = register_module("mlp", std::make_shared<nn::Mlp>(dim, mlp));
   ls2_ = register_module("ls2", std::make_shared<nn::Scale>(dim, o.layer_scale_init));
   // The attention reads norm1's output through two projections (to_q and to_kv / to_v), so it
-  // stays f32: its gradient sums in f32.
+  // stays f32 (its gradient sums in f32), unless they stack into one product (forward sets it).
   norm2_->autocast_output = mlp_->reads_input_by_matmul_only();
   attn_drop_ = attn_->take_output_dropout();
   mlp_drop_ = mlp_->take_output_dropout();
@@ -135,7 +151,11 @@ Tensor CaitBlock::residual_mlp(const Tensor& x, const Tensor& attended) {
 }
 
 Tensor CaitBlock::forward(const Tensor& x) {
-  if (!class_block_) return residual_mlp(x, (*attn_)((*norm1_)(x)));
+  if (!class_block_) {
+    // With stacked projections one product reads norm1's output (the switch is process-wide).
+    norm1_->autocast_output = attn_->reads_input_by_matmul_only();
+    return residual_mlp(x, (*attn_)((*norm1_)(x)));
+  }
   // One split node: its backward concatenates the two gradients (two narrows would each
   // zero-fill an x-sized gradient and add them up).
   const TensorList parts = split(x, {1, x.size(1) - 1}, 1);

@@ -39,6 +39,9 @@ class CaitAttention : public nn::Module {
   explicit CaitAttention(const CaitAttentionOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override;
+  // Patch attention with stacked projections (nn::stacked_linear): q and k, v (or v) by one
+  // product of its input.
+  bool reads_input_by_matmul_only() const override;
 
   const CaitAttentionOptions& options() const { return options_; }
   // The dropout after the output projection.

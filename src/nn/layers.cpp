@@ -88,6 +88,37 @@ void set_fused_gelu_dropout(bool enabled) {
   g_fused_gelu_dropout.store(enabled, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<bool> g_stacked_projections{false};
+}  // namespace
+
+bool stacked_projections_enabled() { return g_stacked_projections.load(std::memory_order_relaxed); }
+void set_stacked_projections(bool enabled) {
+  g_stacked_projections.store(enabled, std::memory_order_relaxed);
+}
+
+TensorList stacked_linear(const Tensor& x, const std::vector<Linear*>& layers) {
+  SKA_CHECK(!layers.empty(), ValueError, "stacked_linear: no layers");
+  const bool biased = layers[0]->bias.defined();
+  for (const Linear* layer : layers) {
+    SKA_CHECK(layer->bias.defined() == biased, ValueError,
+              "stacked_linear: the layers must all have a bias or none");
+  }
+  TensorList out;
+  if (!stacked_projections_enabled() || layers.size() == 1 || SummaryRecorder::active()) {
+    for (Linear* layer : layers) out.push_back((*layer)(x));
+    return out;
+  }
+  TensorList weights, biases;
+  std::vector<int64_t> sizes;
+  for (const Linear* layer : layers) {
+    weights.push_back(layer->weight);
+    if (biased) biases.push_back(layer->bias);
+    sizes.push_back(layer->weight.size(0));
+  }
+  return split(linear(x, cat(weights, 0), biased ? cat(biases, 0) : Tensor()), sizes, -1);
+}
+
 bool fused_residual_norm_enabled() { return g_fused_residual_norm.load(std::memory_order_relaxed); }
 void set_fused_residual_norm(bool enabled) {
   g_fused_residual_norm.store(enabled, std::memory_order_relaxed);

@@ -162,6 +162,17 @@ class Activation : public Module {
   std::string kind_;
 };
 
+// The outputs of linear layers that read the same input, [..., out_i] each: with stacked
+// projections on (`train.projections: stacked`), one matrix product of x with the layers' weights
+// (and biases) stacked, split back into views of its output, so that x is read (and cast) once
+// and its gradient comes from one product, summed in the product's f32 accumulators instead of
+// two 16-bit gradients added in f32; else, and while a SummaryRecorder runs (its table lists each
+// layer's call), each layer on x. The layers all have a bias or none has.
+TensorList stacked_linear(const Tensor& x, const std::vector<Linear*>& layers);
+// Whether stacked_linear stacks (default false: not yet timed on a GPU).
+bool stacked_projections_enabled();
+void set_stacked_projections(bool enabled);
+
 // x * scale with a learnable per-channel scale over the last dim (LayerScale, res-scale).
 class Scale : public Module {
  public:

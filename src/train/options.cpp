@@ -141,6 +141,14 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        "CaiT's talking-heads attention weights: unfused (mix, softmax, mix as ops) or fused (one "
        "kernel each way, talking_heads_softmax, nothing between stored; within the dtype's "
        "tolerances; its CUDA tests pass on an H200, its speed in CaiT is not yet measured)"},
+      {"projections",
+       &C::projections,
+       {"separate", "stacked"},
+       "linear projections that read the same tokens (CaiT's patch attention: to_q with to_kv or "
+       "to_v): separate (a matrix product each) or stacked (one product on their weights "
+       "stacked, its output split into views: the input read and cast once, its gradient from "
+       "one product and its norm's output in the autocast dtype; within rounding of separate; "
+       "not yet timed on a GPU)"},
       {"weight_casts",
        &C::weight_casts,
        {"per_use", "per_step"},
@@ -207,6 +215,7 @@ void KernelChoices::apply() const {
   nn::set_fused_gelu_dropout(gelu_dropout == "fused");
   nn::set_fused_dropout_add(dropout_add == "fused");
   nn::set_fused_talking_heads(talking_heads == "fused");
+  nn::set_stacked_projections(projections == "stacked");
   set_linear_f32_grads(linear_grads == "f32");
   nn::set_conv_logits_form(conv_logits == "gemm"     ? nn::ConvLogitsForm::kGemm
                            : conv_logits == "auto"   ? nn::ConvLogitsForm::kAuto

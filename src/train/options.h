@@ -49,6 +49,7 @@ struct KernelChoices {
   std::string gelu_dropout = "fused";
   std::string dropout_add = "fused";
   std::string talking_heads = "unfused";
+  std::string projections = "separate";
   std::string weight_casts = "per_use";
   std::string linear_grads = "autocast";
   std::string conv_logits = "auto";

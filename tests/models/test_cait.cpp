@@ -11,6 +11,7 @@
 #include "core/random.h"
 #include "models/cait.h"
 #include "models/model_golden.h"
+#include "nn/layers.h"
 #include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
 #include "train/graph_step.h"
@@ -48,6 +49,15 @@ struct TalkingHeadsScope {
     nn::set_fused_talking_heads(on);
   }
   ~TalkingHeadsScope() { nn::set_fused_talking_heads(saved); }
+  bool saved;
+};
+
+// nn::set_stacked_projections(on) for a scope.
+struct StackedScope {
+  explicit StackedScope(bool on) : saved(nn::stacked_projections_enabled()) {
+    nn::set_stacked_projections(on);
+  }
+  ~StackedScope() { nn::set_stacked_projections(saved); }
   bool saved;
 };
 
@@ -123,6 +133,55 @@ TEST_CASE("cait with the fused talking heads matches the PyTorch reference",
     o.class_query = true;
     check_attention_gradients(o);
   }
+}
+
+TEST_CASE("cait with stacked projections matches the PyTorch reference",
+          "[cpu][models][cait][golden]") {
+  const StackedScope stacked(true);
+  SECTION("one product projects the patch tokens") {
+    const nn::ModulePtr model = test::build_fixture_module("cait_cska");
+    model->eval();
+    const Tensor logits = (*model)(test::uniform({2, 3, 16, 16}, 5, -1, 1, DType::kF32));
+    // Per patch layer to_q + to_v as one (2 layers), to_out, fc1 and fc2; the class layer's
+    // to_q, to_kv, to_out, fc1, fc2; the patch embedding and the head.
+    CHECK(test::count_nodes(logits, "linear") == 2 * 4 + 5 + 2);
+    CHECK(test::count_nodes(logits, "split") >= 2);
+  }
+  SECTION("mhsa") { test::check_model_golden("cait_mhsa"); }
+  SECTION("cska") { test::check_model_golden("cait_cska"); }
+  SECTION("ska, key grid 2x finer") { test::check_model_golden("cait_ska"); }
+  SECTION("the gradients of the patch attention") {
+    for (const AttentionKind kind :
+         {AttentionKind::kMhsa, AttentionKind::kSka, AttentionKind::kCska}) {
+      INFO(nn::attention_kind_name(kind));
+      check_attention_gradients(tiny_attention(kind));
+    }
+  }
+}
+
+TEST_CASE("stacked_linear: the layers' outputs from one product, or each layer's",
+          "[cpu][models][cait]") {
+  manual_seed(3);
+  nn::Linear a(6, 4), b(6, 5), c(6, 3, false);
+  a.to(DType::kF64);
+  b.to(DType::kF64);
+  c.to(DType::kF64);
+  const Tensor x = test::uniform({2, 7, 6}, 9);
+  for (const bool on : {false, true}) {
+    INFO("stacked " << on);
+    const StackedScope stacked(on);
+    const TensorList out = nn::stacked_linear(x, {&a, &b});
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].shape() == Shape{2, 7, 4});
+    CHECK(out[1].shape() == Shape{2, 7, 5});
+    test::require_close(out[0], a(x), test::tolerance_for(DType::kF64), "first");
+    test::require_close(out[1], b(x), test::tolerance_for(DType::kF64), "second");
+    CHECK(test::count_nodes(out[0], "linear") == 1);
+    CHECK(test::graph_has(out[0], "split") == on);
+    CHECK_THROWS_WITH(nn::stacked_linear(x, {&a, &c}),
+                      Catch::Contains("must all have a bias or none"));
+  }
+  CHECK_THROWS_WITH(nn::stacked_linear(x, {}), Catch::Contains("no layers"));
 }
 
 TEST_CASE("cait talking-heads attention gradients", "[cpu][models][cait]") {
@@ -346,8 +405,12 @@ TEST_CASE("cait CUDA matches the CPU", "[cuda][models][cait]") {
         mixer + "\n";
     test::check_module_cuda_parity([&] { return build_from_text(yaml); },
                                    test::uniform({2, 3, 16, 16}, 4, -1.0, 1.0, DType::kF32));
-    // The fused talking heads (the CUDA kernels) against the CPU's.
+    // The fused talking heads (the CUDA kernels) against the CPU's, and with the patch
+    // attention's projections stacked too.
     const TalkingHeadsScope fused(true);
+    test::check_module_cuda_parity([&] { return build_from_text(yaml); },
+                                   test::uniform({2, 3, 16, 16}, 4, -1.0, 1.0, DType::kF32));
+    const StackedScope stacked(true);
     test::check_module_cuda_parity([&] { return build_from_text(yaml); },
                                    test::uniform({2, 3, 16, 16}, 4, -1.0, 1.0, DType::kF32));
   }

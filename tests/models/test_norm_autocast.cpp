@@ -7,6 +7,7 @@
 // and without autocast, the MLPs' GELU fused with their dropout (nn::set_fused_gelu_dropout), and
 // the dropouts closing ViT's branches fused into the residual sums (nn::set_fused_dropout_add);
 // and the parameters' casts made up front for a step (AutocastParamCasts).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <optional>
@@ -35,6 +36,7 @@ struct Switches {
   bool param_casts = false;  // the parameters cast up front (AutocastParamCasts)
   bool linear_f32_grads = false;
   bool held_forward = false;  // CUDA layer norm forward on the held-row kernels
+  bool stacked_projections = false;  // nn::stacked_linear stacks (CaiT's patch attention)
   bool autocast = true;
   bool training = false;  // train mode: dropout and drop path draw
 };
@@ -45,7 +47,9 @@ struct SwitchScope {
         fused_gelu_dropout(nn::fused_gelu_dropout_enabled()),
         fused_dropout_add(nn::fused_dropout_add_enabled()),
         linear_f32_grads(linear_f32_grads_enabled()),
-        held_forward(set_cuda_layer_norm_held_forward(s.held_forward)) {
+        held_forward(set_cuda_layer_norm_held_forward(s.held_forward)),
+        stacked_projections(nn::stacked_projections_enabled()) {
+    nn::set_stacked_projections(s.stacked_projections);
     nn::set_norm_autocast_outputs(s.norm_outputs);
     nn::set_fused_residual_norm(s.fused_residual_norm);
     nn::set_fused_gelu_dropout(s.fused_gelu_dropout);
@@ -59,9 +63,10 @@ struct SwitchScope {
     nn::set_fused_dropout_add(fused_dropout_add);
     set_linear_f32_grads(linear_f32_grads);
     set_cuda_layer_norm_held_forward(held_forward);
+    nn::set_stacked_projections(stacked_projections);
   }
   bool norm_outputs, fused_residual_norm, fused_gelu_dropout, fused_dropout_add, linear_f32_grads,
-      held_forward;
+      held_forward, stacked_projections;
 };
 
 struct Run {
@@ -72,6 +77,9 @@ struct Run {
   int dropout_add_nodes = 0;   // dropout_add nodes
   int dropout_nodes = 0;       // dropout nodes
   int param_cast_nodes = 0;    // casts of a parameter ("to" nodes feeding a leaf's gradient)
+  int linear_nodes = 0;        // linear nodes
+  int cast_nodes = 0;          // every cast ("to" nodes)
+  std::vector<std::string> flagged;  // the norms with autocast_output set, after the forward
   int64_t casts_served = -1;   // AutocastParamCasts::uses(), with the casts made up front
 };
 
@@ -98,6 +106,8 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
     r.logits = (*model)(images);
     if (casts) r.casts_served = casts->uses();
     r.param_cast_nodes = test::count_nodes(r.logits, "to", true);
+    r.linear_nodes = test::count_nodes(r.logits, "linear");
+    r.cast_nodes = test::count_nodes(r.logits, "to");
     r.fused_nodes = test::count_nodes(r.logits, "add_layer_norm");
     r.gelu_dropout_nodes = test::count_nodes(r.logits, "gelu_dropout");
     r.dropout_add_nodes = test::count_nodes(r.logits, "dropout_add");
@@ -107,6 +117,10 @@ Run run_fixture(const std::string& name, Device device, const Switches& switches
   }
   loss.backward();
   for (const auto& [pname, p] : model->named_parameters(true)) r.grads[pname] = p.grad();
+  for (const auto& [mname, m] : model->named_modules()) {
+    if (const auto* norm = dynamic_cast<const nn::LayerNorm*>(m); norm && norm->autocast_output)
+      r.flagged.push_back(mname);
+  }
   return r;
 }
 
@@ -254,6 +268,51 @@ void check_linear_f32_grads(Device device) {
   }
 }
 
+// CaiT's patch attention with its projections stacked (train.projections: stacked): one product
+// where to_q and to_kv / to_v were two, one cast of the tokens fewer, norm1 writing the autocast
+// dtype; the logits and every gradient within bf16 rounding of the separate products' under
+// autocast (f32 accumulation over both weights at once, one rounding of the input's gradient),
+// within f32's without it; in training (dropout and CaiT's layer dropout drawing alike). The
+// other families have no such projections: the same bits.
+void check_stacked_projections(Device device) {
+  for (const std::string& name : model_fixtures()) {
+    for (const bool autocast : {true, false}) {
+      INFO("fixture " << name << " on " << device.str() << (autocast ? ", bf16 autocast" : ""));
+      Switches stacked, separate;
+      stacked.training = separate.training = true;
+      stacked.autocast = separate.autocast = autocast;
+      stacked.fused_residual_norm = separate.fused_residual_norm = true;
+      stacked.stacked_projections = true;
+      const Run with = run_fixture(name, device, stacked);
+      const Run without = run_fixture(name, device, separate);
+      if (name.rfind("cait", 0) != 0) {
+        check_same_bits(with, without);
+        continue;
+      }
+      // Each patch layer that ran (depth 2; layer dropout may leave one out) has one product
+      // fewer, norm1 writing bf16, and under autocast three casts fewer: the two projections'
+      // casts of norm1's f32 output and one of their two weights' (the stacked weight's instead).
+      int ran = 0;
+      for (const std::string norm : {"patch_layers.0.norm1", "patch_layers.1.norm1"}) {
+        ran += static_cast<int>(std::count(with.flagged.begin(), with.flagged.end(), norm));
+        CHECK(std::count(without.flagged.begin(), without.flagged.end(), norm) == 0);
+      }
+      CHECK(ran >= 1);
+      CHECK(std::count(with.flagged.begin(), with.flagged.end(), "class_layers.0.norm1") == 0);
+      CHECK(with.linear_nodes == without.linear_nodes - ran);
+      CHECK(with.cast_nodes == without.cast_nodes - (autocast ? 3 * ran : 0));
+      const test::Tolerance tol = test::tolerance_for(autocast ? DType::kBF16 : DType::kF32);
+      test::require_close(with.logits, without.logits, tol, "logits");
+      REQUIRE(with.grads.size() == without.grads.size());
+      for (const auto& [pname, g] : with.grads) {
+        INFO(pname);
+        REQUIRE(g.defined() == without.grads.at(pname).defined());
+        if (g.defined()) test::require_close(g, without.grads.at(pname), tol, "gradient");
+      }
+    }
+  }
+}
+
 // Names of the LayerNorms with autocast_output set.
 std::vector<std::string> flagged_norms(nn::Module& model) {
   std::vector<std::string> out;
@@ -334,6 +393,16 @@ TEST_CASE("linear layers writing f32 weight gradients: every fixture within bf16
 TEST_CASE("linear layers writing f32 weight gradients: the same on CUDA", "[cuda][autocast]") {
   if (!test::cuda_available_or_skip()) return;
   check_linear_f32_grads(Device::cuda(0));
+}
+
+TEST_CASE("CaiT's projections stacked into one product: every fixture within rounding",
+          "[cpu][autocast]") {
+  check_stacked_projections(Device::cpu());
+}
+
+TEST_CASE("CaiT's projections stacked into one product: the same on CUDA", "[cuda][autocast]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_stacked_projections(Device::cuda(0));
 }
 
 TEST_CASE("only norms in front of matrix products write the autocast dtype", "[cpu][autocast]") {

@@ -477,7 +477,7 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
                         Contains(std::string("train.") + spec.key) && Contains("nonsense") &&
                             Contains(spec.values.back()));
   }
-  CHECK(keys.size() == 16);
+  CHECK(keys.size() == 17);
   // A status line names only what can change the run: CUDA-only choices not on the CPU, training
   // ones not in evaluation, autocast ones not in f32.
   KernelChoices some;
@@ -500,11 +500,14 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
   k.norm_backward = "split";
   k.norm_forward = "held";
   k.attention_loads = "sync";
+  k.projections = "stacked";
   k.apply();
+  CHECK(nn::stacked_projections_enabled());
   CHECK_FALSE(set_cuda_layer_norm_fused_backward(true));
   CHECK(set_cuda_layer_norm_held_forward(false));
   CHECK_FALSE(set_cuda_attention_async_loads(true));
   defaults.apply();
+  CHECK_FALSE(nn::stacked_projections_enabled());
   CHECK(set_cuda_layer_norm_fused_backward(true));
   CHECK_FALSE(set_cuda_layer_norm_held_forward(false));
   CHECK(set_cuda_attention_async_loads(true));
