@@ -142,6 +142,16 @@ void check_same_bits(const Run& with, const Run& without) {
   }
 }
 
+// The same parameters have gradients in both runs, each within `tol` of the other run's.
+void check_close_grads(const Run& with, const Run& without, const test::Tolerance& tol) {
+  REQUIRE(with.grads.size() == without.grads.size());
+  for (const auto& [pname, g] : with.grads) {
+    INFO(pname);
+    REQUIRE(g.defined() == without.grads.at(pname).defined());
+    if (g.defined()) test::require_close(g, without.grads.at(pname), tol, "parameter gradient");
+  }
+}
+
 void check_same_bits(Device device) {
   for (const std::string& name : model_fixtures()) {
     INFO("fixture " << name << " on " << device.str());
@@ -254,16 +264,9 @@ void check_linear_f32_grads(Device device) {
       CHECK(bitwise_equal(with.logits, without.logits));
       CHECK(with.param_cast_nodes < without.param_cast_nodes);
       if (up_front) CHECK(with.casts_served > with.param_cast_nodes);  // linear reads its casts
-      REQUIRE(with.grads.size() == without.grads.size());
-      for (const auto& [pname, g] : with.grads) {
-        INFO(pname);
-        REQUIRE(g.defined() == without.grads.at(pname).defined());
-        if (!g.defined()) continue;
-        // The input gradients flowing back are those of the autocast path to the bit only
-        // through the layers after the first difference; the sums differ by bf16 roundings.
-        test::require_close(g, without.grads.at(pname), test::tolerance_for(DType::kBF16),
-                            "parameter gradient");
-      }
+      // The input gradients flowing back are those of the autocast path to the bit only
+      // through the layers after the first difference; the sums differ by bf16 roundings.
+      check_close_grads(with, without, test::tolerance_for(DType::kBF16));
     }
   }
 }
@@ -303,12 +306,7 @@ void check_stacked_projections(Device device) {
       CHECK(with.cast_nodes == without.cast_nodes - (autocast ? 3 * ran : 0));
       const test::Tolerance tol = test::tolerance_for(autocast ? DType::kBF16 : DType::kF32);
       test::require_close(with.logits, without.logits, tol, "logits");
-      REQUIRE(with.grads.size() == without.grads.size());
-      for (const auto& [pname, g] : with.grads) {
-        INFO(pname);
-        REQUIRE(g.defined() == without.grads.at(pname).defined());
-        if (g.defined()) test::require_close(g, without.grads.at(pname), tol, "gradient");
-      }
+      check_close_grads(with, without, tol);
     }
   }
 }
