@@ -1,5 +1,5 @@
-// CaiT family tests: the reference parameter counts of configs/models/*cait_s.yaml, golden logits and
-// gradients against scripts/golden_models/cait.py, gradient checks, layer dropout, CUDA parity.
+// CaiT family tests: the reference parameter counts of configs/models/*cait_s.yaml, golden logits
+// and gradients against scripts/golden_models/cait.py, gradient checks, layer dropout, CUDA parity.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -43,23 +43,15 @@ nn::ModulePtr build_from_text(const std::string& yaml) {
   return model;
 }
 
-// nn::set_fused_talking_heads(on) for a scope.
-struct TalkingHeadsScope {
-  explicit TalkingHeadsScope(bool on) : saved(nn::fused_talking_heads_enabled()) {
-    nn::set_fused_talking_heads(on);
-  }
-  ~TalkingHeadsScope() { nn::set_fused_talking_heads(saved); }
+// A process-wide switch (get, set) turned to `on` for a scope.
+template <bool (*Get)(), void (*Set)(bool)>
+struct SwitchScope {
+  explicit SwitchScope(bool on) : saved(Get()) { Set(on); }
+  ~SwitchScope() { Set(saved); }
   bool saved;
 };
-
-// nn::set_stacked_projections(on) for a scope.
-struct StackedScope {
-  explicit StackedScope(bool on) : saved(nn::stacked_projections_enabled()) {
-    nn::set_stacked_projections(on);
-  }
-  ~StackedScope() { nn::set_stacked_projections(saved); }
-  bool saved;
-};
+using TalkingHeadsScope = SwitchScope<nn::fused_talking_heads_enabled, nn::set_fused_talking_heads>;
+using StackedScope = SwitchScope<nn::stacked_projections_enabled, nn::set_stacked_projections>;
 
 CaitAttentionOptions tiny_attention(AttentionKind logits) {
   CaitAttentionOptions o;
