@@ -407,17 +407,23 @@ class GlooCommunicator : public Communicator {
   // A closed connection: a peer that died, or one that gave up after a failure of its own (which
   // it reported in the store). The pair address in Gloo's message names the peer when this rank
   // dialled it; otherwise the peers that report nothing in the store are the dead ones. A peer
-  // whose report is kUnattributed could not tell either, so its report names nobody.
+  // whose report is kUnattributed could not tell either, so its report names nobody. A rank that
+  // names the peer reports too: a rank that cannot tell then finds it among the living, not
+  // among the silent ones.
   std::string closed_connection(const std::string& what, const std::string& gloo) {
     int peer = peer_in(gloo);
     if (peer >= 0) {
       std::string report = reported_failure(*store_, peer);
+      std::string message;
       if (report.empty()) {
-        return what + " failed: rank " + std::to_string(peer) +
-               " closed its connection (did it die?)";
+        message =
+            what + " failed: rank " + std::to_string(peer) + " closed its connection (did it die?)";
+      } else if (!ends_with(report, kUnattributed)) {
+        message = what + " failed: rank " + std::to_string(peer) + " gave up first: " + report;
       }
-      if (!ends_with(report, kUnattributed)) {
-        return what + " failed: rank " + std::to_string(peer) + " gave up first: " + report;
+      if (!message.empty()) {
+        report_failure(*store_, world_.rank, message);
+        return message;
       }
     }
     // Report, then close this rank's connections before waiting for the others' reports: a peer
