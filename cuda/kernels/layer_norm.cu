@@ -13,7 +13,9 @@
 // and their gradients' dtype; T otherwise) and a 16-bit or f32 output: autocast's 16-bit stream,
 // normalised in f32 as layer_norm normalises autocast's f32 copy of it; and the dropout the branch
 // ends in (BranchDrop: the mask drawn as dropout_forward draws it, kept as its bits, and applied
-// to the branch's gradient on the way back).
+// to the branch's gradient on the way back); the branch (TR) of x's dtype, the output's, or 16-bit
+// for an f32 x and output; and a per-channel scale of the branch (CaiT's LayerScale), multiplied
+// in as scaled_residual's kernels multiply it.
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -200,22 +202,34 @@ __device__ __forceinline__ bool kept_in_group(uint32_t nibble, int j, int lane) 
 __device__ __forceinline__ uint64_t draw_offset(const BranchDrop& drop) {
   return drop.offset + (drop.offset_base != nullptr ? static_cast<uint64_t>(*drop.offset_base) : 0);
 }
-// sum = x + dropout(y) for one element, as dropout's output (rounded to TR, its scale `scale`
-// already rounded to TR) and then the add kernel compute it.
+// sum = x + branch * ys[c] for one element (the branch's value as its kernel wrote it; ys: the
+// branch's per-channel scale, null for none), as scaled_residual_forward_kernel computes it: the
+// product rounded to T, then the sum. Without a scale, residual_add's sum.
+template <typename T>
+__device__ __forceinline__ T scaled_sum(T x, float branch, const T* ys, int64_t c) {
+  if (ys) branch = to_float(from_float<T>(__fmul_rn(branch, to_float(ys[c]))));
+  return from_float<T>(__fadd_rn(to_float(x), branch));
+}
+// sum = x + dropout(y) * ys[c] for one element, as dropout's output (rounded to TR, its scale
+// `scale` already rounded to TR) and then scaled_sum compute it.
 template <typename T, typename TR>
-__device__ __forceinline__ T dropped_sum(T x, TR y, bool kept, float scale) {
-  return residual_add(x, from_float<TR>(__fmul_rn(to_float(y), kept ? scale : 0.0f)));
+__device__ __forceinline__ T dropped_sum(T x, TR y, bool kept, float scale, const T* ys,
+                                         int64_t c) {
+  return scaled_sum(x, to_float(from_float<TR>(__fmul_rn(to_float(y), kept ? scale : 0.0f))), ys,
+                    c);
 }
 
 // layer_norm_forward_kernel on sum = x + y, which it writes as it reads it: the same sums in the
 // same order, so the same bits as the add kernel followed by the layer norm. Each lane reads back
 // only the elements it wrote itself.
 // With a dropout (drop.bits set; rows of a multiple of 8 elements), y is first dropped as
-// dropout_forward_kernel drops it (rounded to TR): the bits of dropout followed by add.
+// dropout_forward_kernel drops it (rounded to TR): the bits of dropout followed by add. With a
+// branch scale ys (null: none), y (dropped) times ys[c] as scaled_residual's kernel forms it.
 template <typename T, typename TR, typename P, typename TY>
-__global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDrop drop, const P* w,
-                                              const P* b, T* sum, TY* out, float* mean, float* rstd,
-                                              int64_t rows, int64_t cols, float eps) {
+__global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDrop drop,
+                                              const T* ys, const P* w, const P* b, T* sum, TY* out,
+                                              float* mean, float* rstd, int64_t rows, int64_t cols,
+                                              float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;  // warp-uniform
   const int lane = threadIdx.x & 31;
@@ -224,7 +238,7 @@ __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDro
   float s = 0.0f;
   if (drop.bits == nullptr) {
     for (int64_t c = lane; c < cols; c += 32) {
-      const T v = residual_add(x[base + c], y[base + c]);
+      const T v = scaled_sum(x[base + c], to_float(y[base + c]), ys, c);
       sr[c] = v;
       s += to_float(v);
     }
@@ -238,7 +252,7 @@ __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDro
         const int64_t c = c0 + 32 * j + lane;
         const bool kept = kept_in_group(nibble, j, lane);
         if (c < cols) {
-          const T v = dropped_sum(x[base + c], y[base + c], kept, scale);
+          const T v = dropped_sum(x[base + c], y[base + c], kept, scale, ys, c);
           sr[c] = v;
           s += to_float(v);
         }
@@ -253,9 +267,9 @@ __global__ void add_layer_norm_forward_kernel(const T* x, const TR* y, BranchDro
 // from registers. The same operations in the same order: the same bits.
 template <typename T, typename TR, typename P, typename TY, int kPerLane>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    add_layer_norm_forward_held_kernel(const T* x, const TR* y, BranchDrop drop, const P* w,
-                                       const P* b, T* sum, TY* out, float* mean, float* rstd,
-                                       int64_t rows, int64_t cols, float eps) {
+    add_layer_norm_forward_held_kernel(const T* x, const TR* y, BranchDrop drop, const T* ys,
+                                       const P* w, const P* b, T* sum, TY* out, float* mean,
+                                       float* rstd, int64_t rows, int64_t cols, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;  // warp-uniform
   const int lane = threadIdx.x & 31;
@@ -289,8 +303,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     const int64_t c = lane + 32 * k;
     v[k] = 0.0f;
     if (c < cols) {
-      const T t = drop.bits != nullptr ? dropped_sum(xv[k], yv[k], kept[k], scale)
-                                       : residual_add(xv[k], yv[k]);
+      const T t = drop.bits != nullptr ? dropped_sum(xv[k], yv[k], kept[k], scale, ys, c)
+                                       : scaled_sum(xv[k], to_float(yv[k]), ys, c);
       sum[base + c] = t;
       v[k] = to_float(t);
       s += v[k];
@@ -300,43 +314,51 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 }
 
 // Where add_layer_norm_backward writes the residual branch's gradient: `out` (null: not
-// wanted), of TY (`low`: a 16-bit branch of an f32 stream) or of T, passed through the branch's
-// dropout where `bits` is set.
+// wanted), of TB (`low`: a 16-bit branch of an f32 stream; the kernels' template parameter) or
+// of T, through the branch's scale where `scale` is set ([cols] of T; the kernels' kScaled) and
+// through its dropout where `bits` is set.
 struct BranchGrad {
   void* out = nullptr;
   bool low = false;
+  const void* scale = nullptr;
   const uint8_t* bits = nullptr;
-  float scale = 1.0f;  // dropout's, as the host passes it (rounded to the branch's dtype here)
+  float drop_scale = 1.0f;  // dropout's, as the host passes it (rounded to the branch's dtype here)
 };
 
-// Stores one element of grad_x: the layer-norm gradient g rounded to T, plus the residual
-// gradient where there is one (add_layer_norm_backward); and the branch's gradient where wanted:
-// that sum cast to the branch's dtype (add's gradient), then dropout's backward (its bits).
-template <typename T, typename TY>
+// Stores one element (flat index i, column c) of grad_x: the layer-norm gradient g rounded to T,
+// plus the residual gradient where there is one (add_layer_norm_backward); and the branch's
+// gradient where wanted, as scaled_residual_backward_kernel forms gy: that sum times the scale
+// (rounded to T), cast to the branch's dtype (add's gradient), then dropout's backward (its bits).
+// kScaled: br.scale is set (a template parameter, so that the kernels without a scale keep their
+// registers).
+template <typename T, typename TB, bool kScaled>
 __device__ __forceinline__ void store_grad_x(float g, const T* res, T* gx, const BranchGrad& br,
-                                             int64_t i) {
+                                             int64_t i, int64_t c) {
   T out = from_float<T>(g);
   if (res) out = residual_add(out, res[i]);
   gx[i] = out;
   if (br.out == nullptr) return;
-  const float reaching = br.low ? to_float(from_float<TY>(to_float(out))) : to_float(out);
-  float v = reaching;
+  float v = to_float(out);
+  if constexpr (kScaled) {
+    v = to_float(from_float<T>(__fmul_rn(v, to_float(static_cast<const T*>(br.scale)[c]))));
+  }
+  if (br.low) v = to_float(from_float<TB>(v));
   if (br.bits != nullptr) {  // dropout_backward_kernel's product, its scale rounded as there
     const float scale =
-        br.low ? to_float(from_float<TY>(br.scale)) : to_float(from_float<T>(br.scale));
-    v = __fmul_rn(reaching, (br.bits[i >> 3] >> (i & 7)) & 1 ? scale : 0.0f);
+        br.low ? to_float(from_float<TB>(br.drop_scale)) : to_float(from_float<T>(br.drop_scale));
+    v = __fmul_rn(v, (br.bits[i >> 3] >> (i & 7)) & 1 ? scale : 0.0f);
   }
   if (br.low) {
-    static_cast<TY*>(br.out)[i] = from_float<TY>(v);
+    static_cast<TB*>(br.out)[i] = from_float<TB>(v);
   } else {
     static_cast<T*>(br.out)[i] = from_float<T>(v);
   }
 }
 
 // grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with gw = grad_y * weight.
-template <typename T, typename P, typename TY>
+template <typename T, typename P, typename TY, typename TB, bool kScaled>
 __global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const P* w, const float* mean,
-                                         const float* rstd, const T* res, T* gx, BranchGrad low,
+                                         const float* rstd, const T* res, T* gx, BranchGrad branch,
                                          int64_t rows, int64_t cols) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
@@ -354,7 +376,8 @@ __global__ void layer_norm_grad_x_kernel(const TY* gy, const T* x, const P* w, c
   for (int64_t c = lane; c < cols; c += 32) {
     const float gw = to_float(gy[base + c]) * (w ? to_float(w[c]) : 1.0f);
     const float xhat = (to_float(x[base + c]) - mu) * rs;
-    store_grad_x<T, TY>(rs * (gw - mean_gw - xhat * mean_gwx), res, gx, low, base + c);
+    store_grad_x<T, TB, kScaled>(rs * (gw - mean_gw - xhat * mean_gwx), res, gx, branch, base + c,
+                                 c);
   }
 }
 
@@ -387,10 +410,10 @@ __global__ void layer_norm_param_partials(const TY* gy, const T* x, const float*
 // per-lane column sums; at the end the block adds its warps' sums in warp order into one
 // partial per column (part_w / part_b [blocks, cols]), which sum_column_partials reduces.
 // grad_y and x are read once, where the two-kernel path reads them three times.
-template <typename T, typename P, typename TY, int kPerLane>
+template <typename T, typename P, typename TY, typename TB, bool kScaled, int kPerLane>
 __global__ void __launch_bounds__(kRowWarps * 32)
     layer_norm_backward_fused_kernel(const TY* gy, const T* x, const P* w, const float* mean,
-                                     const float* rstd, const T* res, T* gx, BranchGrad low,
+                                     const float* rstd, const T* res, T* gx, BranchGrad branch,
                                      int64_t rows, int64_t cols, int64_t chunk_rows, float* part_w,
                                      float* part_b) {
   extern __shared__ float red[];  // [kRowWarps][cols]
@@ -431,8 +454,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
         const int64_t c = lane + 32 * k;
         if (c < cols) {
           const float xhat = xd[k] * rs;
-          store_grad_x<T, TY>(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx), res, gx, low,
-                              base + c);
+          store_grad_x<T, TB, kScaled>(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx), res, gx,
+                                       branch,
+                          base + c, c);
         }
       }
     }
@@ -539,7 +563,7 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
 // The fused backward (layer_norm_backward_fused_kernel) for rows of at most kFusedMaxCols
 // columns: grad_x where wanted (plus grad_sum, and its 16-bit copy, where given), and
 // grad_weight / grad_bias through its block partials.
-template <typename T, typename P, typename TY>
+template <typename T, typename P, typename TY, typename TB, bool kScaled>
 void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                            const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& grad_x, const BranchGrad& branch,
@@ -554,7 +578,7 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
   const size_t smem = static_cast<size_t>(kRowWarps) * cols * sizeof(float);
   const auto run = [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;
-    layer_norm_backward_fused_kernel<T, P, TY, kPerLane>
+    layer_norm_backward_fused_kernel<T, P, TY, TB, kScaled, kPerLane>
         <<<static_cast<unsigned int>(chunks), kRowWarps * 32, smem, s>>>(
             static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
             data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
@@ -607,11 +631,6 @@ void dispatch_norm(DType x_dtype, DType param_dtype, DType y_dtype, const char* 
   with_x(__half{});
 }
 
-// The dtype of the parameters: weight's, else bias's, else x's.
-DType param_dtype_of(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return weight.defined() ? weight.dtype() : bias.defined() ? bias.dtype() : x.dtype();
-}
-
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
@@ -643,12 +662,12 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 namespace {
 
-// layer_norm_backward and add_layer_norm_backward (grad_sum and grad_branch undefined and drop
-// inactive in the first): one body, so that the two write grad_x with the same kernels.
+// layer_norm_backward and add_layer_norm_backward (grad_sum, y_scale and grad_branch undefined
+// and drop inactive in the first): one body, so that the two write grad_x with the same kernels.
 void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
               const Tensor& weight, DType param_dtype, const Tensor& mean, const Tensor& rstd,
-              const DropoutDraw& drop, const Tensor& grad_x, const Tensor& grad_branch,
-              const Tensor& grad_weight, const Tensor& grad_bias) {
+              const DropoutDraw& drop, const Tensor& y_scale, const Tensor& grad_x,
+              const Tensor& grad_branch, const Tensor& grad_weight, const Tensor& grad_bias) {
   const int device = device_index(x);
   DeviceGuard guard(device);
   const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
@@ -670,15 +689,16 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
   SKA_CHECK(!grad_sum.defined() || grad_sum.dtype() == x.dtype(), DTypeError, kernel,
             ": grad_sum must have x's dtype ", dtype_name(x.dtype()));
   check_add_layer_norm_grads(kernel, x, grad_y, grad_x, grad_branch);
-  if (drop.active() && grad_branch.defined())
-    check_add_layer_norm_drop(kernel, drop, x, grad_branch);
   BranchGrad branch;
   if (grad_branch.defined()) {
+    check_add_layer_norm_scale(kernel, y_scale, x, param_dtype);
+    if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_branch);
     branch.out = grad_branch.data_ptr();
     branch.low = grad_branch.dtype() != x.dtype();
+    branch.scale = y_scale.defined() ? y_scale.data_ptr() : nullptr;
     if (drop.active()) {
       branch.bits = static_cast<const uint8_t*>(drop.bits.data_ptr());
-      branch.scale = static_cast<float>(drop.scale);
+      branch.drop_scale = static_cast<float>(drop.scale);
     }
   }
   dispatch_norm(x.dtype(), param_dtype, grad_y.dtype(), kernel, [&](auto t, auto p, auto ty) {
@@ -693,19 +713,43 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
         SKA_CUDA_CHECK(cudaMemsetAsync(grad_bias.data_ptr(), 0, cols * sizeof(P), s));
       return;
     }
-    if (g_fused_backward.load() && cols <= kFusedMaxCols) {
-      launch_fused_backward<T, P, TY>(grad_y, grad_sum, x, weight, mean, rstd, grad_x, branch,
-                                      grad_weight, grad_bias, rows, cols, device, s);
-      return;
+    // TB: the 16-bit dtype of a branch gradient `low` writes: the output's where it is 16-bit
+    // (the autocast block: a bf16 branch into a bf16 norm output), else grad_branch's (an f32
+    // norm output); unused without a low branch (check_add_layer_norm_grads).
+    const auto with_branch_dtype = [&](auto tb) {
+      using TB = decltype(tb);
+      const auto launch = [&](auto scaled) {
+        constexpr bool kScaled = decltype(scaled)::value;
+        if (g_fused_backward.load() && cols <= kFusedMaxCols) {
+          launch_fused_backward<T, P, TY, TB, kScaled>(grad_y, grad_sum, x, weight, mean, rstd,
+                                                       grad_x, branch, grad_weight, grad_bias,
+                                                       rows, cols, device, s);
+          return;
+        }
+        if (grad_x.defined()) {
+          layer_norm_grad_x_kernel<T, P, TY, TB, kScaled>
+              <<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
+                  static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                  data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
+                  static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
+                  static_cast<T*>(grad_x.data_ptr()), branch, rows, cols);
+          SKA_CUDA_CHECK_LAUNCH();
+        }
+      };
+      // A scale of the branch comes with parameters of x's dtype (check_add_layer_norm_scale).
+      if constexpr (std::is_same_v<P, T>) {
+        if (branch.scale != nullptr) return launch(std::true_type{});
+      }
+      launch(std::false_type{});
+    };
+    if constexpr (std::is_same_v<TY, __nv_bfloat16> || std::is_same_v<TY, __half>) {
+      with_branch_dtype(TY{});
+    } else if (branch.low && grad_branch.dtype() == DType::kF16) {
+      with_branch_dtype(__half{});
+    } else {
+      with_branch_dtype(__nv_bfloat16{});
     }
-    if (grad_x.defined()) {
-      layer_norm_grad_x_kernel<T, P, TY><<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
-          static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-          data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
-          static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
-          static_cast<T*>(grad_x.data_ptr()), branch, rows, cols);
-      SKA_CUDA_CHECK_LAUNCH();
-    }
+    if (g_fused_backward.load() && cols <= kFusedMaxCols) return;
     if (grad_weight.defined() || grad_bias.defined()) {
       launch_param_grads<T, P, TY>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols,
                                    device, s);
@@ -719,12 +763,13 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
                          const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias) {
   backward("layer_norm_backward", grad_y, Tensor(), x, weight, x.dtype(), mean, rstd, DropoutDraw(),
-           grad_x, Tensor(), grad_weight, grad_bias);
+           Tensor(), grad_x, Tensor(), grad_weight, grad_bias);
 }
 
 void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw& drop,
-                            const Tensor& weight, const Tensor& bias, double eps, const Tensor& sum,
-                            const Tensor& normed, const Tensor& mean, const Tensor& rstd) {
+                            const Tensor& y_scale, const Tensor& weight, const Tensor& bias,
+                            double eps, const Tensor& sum, const Tensor& normed, const Tensor& mean,
+                            const Tensor& rstd) {
   const int device = device_index(x);
   DeviceGuard guard(device);
   const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
@@ -736,7 +781,7 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
             ValueError,
             "add_layer_norm_forward: x, y, sum and normed must be contiguous, of one size, the "
             "sum of x's dtype");
-  const DType param_dtype = param_dtype_of(x, weight, bias);
+  const DType param_dtype = norm_param_dtype(x, weight, bias);
   check_param(weight, param_dtype, cols, "weight");
   check_param(bias, param_dtype, cols, "bias");
   check_stats(mean, rstd, rows);
@@ -745,6 +790,7 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
             dtype_name(param_dtype), " parameters needs y of its dtype, got ",
             dtype_name(y.dtype()));
   const char* kernel = "add_layer_norm_forward";
+  check_add_layer_norm_scale(kernel, y_scale, x, param_dtype);
   BranchDrop branch_drop;
   if (drop.active()) {
     check_add_layer_norm_drop(kernel, drop, x, y);
@@ -763,7 +809,7 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
       using TR = decltype(residual_tag);
       const auto args = std::make_tuple(
           static_cast<const T*>(x.data_ptr()), static_cast<const TR*>(y.data_ptr()), branch_drop,
-          data_or_null<P>(weight), data_or_null<P>(bias), static_cast<T*>(sum.data_ptr()),
+          data_or_null<T>(y_scale), data_or_null<P>(weight), data_or_null<P>(bias), static_cast<T*>(sum.data_ptr()),
           static_cast<TY*>(normed.data_ptr()), static_cast<float*>(mean.data_ptr()),
           static_cast<float*>(rstd.data_ptr()), rows, cols, static_cast<float>(eps));
       const bool held = with_held_row(cols, [&](auto per_lane) {
@@ -773,16 +819,21 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
       if (!held) launch_rows(add_layer_norm_forward_kernel<T, TR, P, TY>, rows, device, args);
     };
     if (y.dtype() == x.dtype()) return run(T{});
-    SKA_CHECK(y.dtype() == normed.dtype(), DTypeError, "add_layer_norm_forward: y of dtype ",
-              dtype_name(y.dtype()), " for x ", dtype_name(x.dtype()), " and output ",
-              dtype_name(normed.dtype()), "; expected x's dtype or the output's");
-    run(TY{});
+    if (y.dtype() == normed.dtype()) return run(TY{});
+    // A 16-bit branch of an f32 stream normalised into f32.
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<TY, float>) {
+      if (y.dtype() == DType::kBF16) return run(__nv_bfloat16{});
+      if (y.dtype() == DType::kF16) return run(__half{});
+    }
+    SKA_FAIL(DTypeError, "add_layer_norm_forward: y of dtype ", dtype_name(y.dtype()), " for x ",
+             dtype_name(x.dtype()), " and output ", dtype_name(normed.dtype()),
+             "; expected x's dtype, the output's, or bf16/f16 for an f32 x and output");
   });
 }
 
 void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             const DropoutDraw& drop, const Tensor& grad_x,
+                             const DropoutDraw& drop, const Tensor& y_scale, const Tensor& grad_x,
                              const Tensor& grad_branch, const Tensor& grad_weight,
                              const Tensor& grad_bias) {
   SKA_CHECK(!grad_x.defined() || grad_sum.defined(), ValueError,
@@ -792,7 +843,7 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
                             : grad_bias.defined()   ? grad_bias.dtype()
                                                     : x.dtype();
   backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, param_dtype, mean, rstd, drop,
-           grad_x, grad_branch, grad_weight, grad_bias);
+           y_scale, grad_x, grad_branch, grad_weight, grad_bias);
 }
 
 }  // namespace ska::cuda

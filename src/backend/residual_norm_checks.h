@@ -27,7 +27,7 @@ inline void check_add_layer_norm_drop(const char* kernel, const DropoutDraw& dro
 }
 
 // grad_branch (undefined, or y's gradient) beside grad_x: contiguous, of x's size, in x's dtype or,
-// for an f32 x, in grad_y's bf16/f16 dtype.
+// for an f32 x, in grad_y's bf16/f16 dtype or (an f32 grad_y) in bf16/f16.
 inline void check_add_layer_norm_grads(const char* kernel, const Tensor& x, const Tensor& grad_y,
                                        const Tensor& grad_x, const Tensor& grad_branch) {
   if (!grad_branch.defined()) return;
@@ -37,11 +37,32 @@ inline void check_add_layer_norm_grads(const char* kernel, const Tensor& x, cons
             ValueError, kernel, ": grad_branch needs grad_x and must be contiguous, of x's size ",
             shape_str(x.shape()), ", got ", grad_branch.str());
   const DType b = grad_branch.dtype();
-  const bool low =
-      x.dtype() == DType::kF32 && b == grad_y.dtype() && (b == DType::kBF16 || b == DType::kF16);
+  const bool low = x.dtype() == DType::kF32 && (b == DType::kBF16 || b == DType::kF16) &&
+                   (grad_y.dtype() == b || grad_y.dtype() == DType::kF32);
   SKA_CHECK(b == x.dtype() || low, DTypeError, kernel, ": grad_branch of dtype ", dtype_name(b),
             " for x ", dtype_name(x.dtype()), " and grad_y ", dtype_name(grad_y.dtype()),
-            "; expected x's dtype, or grad_y's bf16/f16 with an f32 x");
+            "; expected x's dtype, or with an f32 x grad_y's bf16/f16 dtype or (an f32 grad_y) "
+            "bf16/f16");
+}
+
+// The dtype of a norm's parameters: weight's, else bias's, else x's.
+inline DType norm_param_dtype(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return weight.defined() ? weight.dtype() : bias.defined() ? bias.dtype() : x.dtype();
+}
+
+// The branch's scale (undefined for none): a contiguous [C] tensor of x's dtype on x's device, C
+// x's last dim, with parameters of x's dtype (not autocast's 16-bit stream).
+inline void check_add_layer_norm_scale(const char* kernel, const Tensor& y_scale, const Tensor& x,
+                                       DType param_dtype) {
+  if (!y_scale.defined()) return;
+  const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
+  SKA_CHECK(y_scale.device() == x.device() && y_scale.dtype() == x.dtype() && y_scale.dim() == 1 &&
+                y_scale.size(0) == cols && y_scale.is_contiguous(),
+            ValueError, kernel, ": the branch's scale must be a contiguous [", cols, "] ",
+            dtype_name(x.dtype()), " tensor on ", x.device(), ", got ", y_scale.str());
+  SKA_CHECK(param_dtype == x.dtype(), DTypeError, kernel, ": a branch scale with ",
+            dtype_name(param_dtype), " parameters for a ", dtype_name(x.dtype()),
+            " x; expected parameters of x's dtype");
 }
 
 }  // namespace ska

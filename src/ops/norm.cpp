@@ -98,12 +98,19 @@ bool autocast_16bit_stream(const Tensor& x, const Tensor& weight, const Tensor& 
 }
 
 bool residual_norm_fusable(const Tensor& x, const Tensor& y, const Tensor& weight,
-                           const Tensor& bias, DType out_dtype) {
+                           const Tensor& bias, DType out_dtype, const Tensor& y_scale) {
   if (!x.defined() || !y.defined() || !x.is_floating() || x.dim() == 0 || x.shape() != y.shape() ||
       y.device() != x.device()) {
     return false;
   }
   const bool narrow_stream = autocast_16bit_stream(x, weight, bias);
+  // The branch's scale as scaled_residual's kernels take it: [C] of the sum's dtype (x's).
+  if (y_scale.defined() &&
+      (narrow_stream || y_scale.dtype() != x.dtype() || y_scale.device() != x.device() ||
+       y_scale.dim() != 1 || y_scale.size(0) != x.shape().back() ||
+       (x.dtype() == DType::kF64 && x.device().is_cuda()))) {
+    return false;
+  }
   const DType param_dtype = narrow_stream ? DType::kF32 : x.dtype();
   const auto param_ok = [&](const Tensor& p) {
     return !p.defined() || (p.dtype() == param_dtype && p.device() == x.device() && p.dim() == 1 &&
@@ -116,34 +123,38 @@ bool residual_norm_fusable(const Tensor& x, const Tensor& y, const Tensor& weigh
   const bool wide_x = x.dtype() == DType::kF32 || x.dtype() == DType::kF64;
   if (autocast_state().enabled && !wide_x) return false;  // autocast would cast the sum to f32
   const bool out_ok = out_dtype == x.dtype() || (x.dtype() == DType::kF32 && is_16bit(out_dtype));
-  return out_ok && (y.dtype() == x.dtype() || (x.dtype() == DType::kF32 && y.dtype() == out_dtype));
+  // A 16-bit branch of an f32 stream: of the output's dtype, or with an f32 output.
+  const bool low_y = x.dtype() == DType::kF32 && is_16bit(y.dtype()) &&
+                     (out_dtype == y.dtype() || out_dtype == DType::kF32);
+  return out_ok && (y.dtype() == x.dtype() || low_y);
 }
 
 }  // namespace
 
 ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight,
                             const Tensor& bias, double eps, std::optional<DType> out_dtype,
-                            double y_drop, Generator* gen) {
+                            double y_drop, Generator* gen, const Tensor& y_scale) {
   SKA_CHECK(y_drop >= 0.0 && y_drop < 1.0, ValueError,
             "add_layer_norm: dropout probability must be in [0, 1), got ", y_drop);
   // The unfused norm's output: out_dtype, else its input's dtype (f32 for autocast's copy).
   const DType normed_dtype =
       out_dtype.value_or(autocast_16bit_stream(x, weight, bias) ? DType::kF32 : x.dtype());
-  const bool fusable = residual_norm_fusable(x, y, weight, bias, normed_dtype);
+  const bool fusable = residual_norm_fusable(x, y, weight, bias, normed_dtype, y_scale);
   // The branch's dropout goes into the kernels where the mask's bytes stay within rows.
   const bool drop_inside =
       fusable && y_drop > 0.0 && x.dtype() != DType::kF64 && x.shape().back() % 8 == 0;
-  if (!fusable || (y_drop > 0.0 && !drop_inside)) {
-    const Tensor branch = dropout(y, y_drop, true, gen);
-    if (!fusable) {
-      Tensor sum = add(x, branch);
-      Tensor normed = layer_norm(sum, weight, bias, eps, out_dtype);
-      return {std::move(sum), std::move(normed)};
-    }
-    return add_layer_norm(x, branch, weight, bias, eps, out_dtype);
+  if (!fusable) {
+    Tensor sum = y_scale.defined() ? scaled_residual(x, Tensor(), y, y_scale, Tensor(), y_drop, gen)
+                                   : add(x, dropout(y, y_drop, true, gen));
+    Tensor normed = layer_norm(sum, weight, bias, eps, out_dtype);
+    return {std::move(sum), std::move(normed)};
+  }
+  if (y_drop > 0.0 && !drop_inside) {
+    return add_layer_norm(x, dropout(y, y_drop, true, gen), weight, bias, eps, out_dtype, 0.0,
+                          nullptr, y_scale);
   }
   const Tensor xc = kernel_input(x), yc = kernel_input(y);
-  const Tensor w = kernel_input(weight), b = kernel_input(bias);
+  const Tensor w = kernel_input(weight), b = kernel_input(bias), ys = kernel_input(y_scale);
   const int64_t channels = x.shape().back();
   const int64_t rows = channels == 0 ? 0 : x.numel() / channels;
   const Tensor mean = Tensor::empty({rows}, stat_dtype(x.dtype()), x.device());
@@ -152,32 +163,46 @@ ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weig
   Tensor normed = Tensor::empty(x.shape(), normed_dtype, x.device());
   // The dropout's draws as the dropout op takes them (the same generator offsets).
   const DropoutDraw drop = drop_inside ? dropout_draw(y, y_drop, gen) : DropoutDraw();
-  SKA_KERNEL(x.device(), add_layer_norm_forward)(xc, yc, drop, w, b, eps, sum, normed, mean, rstd);
+  SKA_KERNEL(x.device(), add_layer_norm_forward)
+  (xc, yc, drop, ys, w, b, eps, sum, normed, mean, rstd);
 
   const bool need_x = x.requires_grad(), need_y = y.requires_grad();
   const bool need_w = weight.defined() && weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
+  const bool need_ys = y_scale.defined() && y_scale.requires_grad();
   const DType y_dtype = y.dtype();
   const Tensor saved_sum = sum.detach();
+  // The branch stays alive for the backward pass only where its scale's gradient reads it.
+  const Tensor saved_y = need_ys ? yc : Tensor();
   autograd::record_op(
-      "add_layer_norm", {x, y, weight, bias}, {sum, normed}, [=](const TensorList& g) {
+      "add_layer_norm", {x, y, weight, bias, y_scale}, {sum, normed}, [=](const TensorList& g) {
         // g[0] reaches the sum along the residual path, g[1] through the norm (zeros for an
         // output nobody used).
         const Tensor grad_normed = g[1].to(normed_dtype).contiguous();
-        Tensor gx = grad_buffer(need_x || need_y, saved_sum);
+        Tensor gx = grad_buffer(need_x || need_y || need_ys, saved_sum);
         const Tensor grad_sum = gx.defined() ? g[0].to(saved_sum.dtype()).contiguous() : Tensor();
-        // y's gradient, written by the same kernel where it is not grad_x itself: y of the
-        // output's 16-bit dtype, or a dropped branch.
-        Tensor gy_branch = need_y && (y_dtype != saved_sum.dtype() || drop.active())
+        // y's gradient, written by the same kernel where it is not grad_x itself: a y of a 16-bit
+        // dtype under an f32 x, a dropped or a scaled branch.
+        Tensor gy_branch = need_y && (y_dtype != saved_sum.dtype() || drop.active() || ys.defined())
                                ? Tensor::empty(saved_sum.shape(), y_dtype, saved_sum.device())
                                : Tensor();
         Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
-        // The mask only shapes y's gradient: without one, nothing to pass it through.
-        const DropoutDraw branch_drop = need_y ? drop : DropoutDraw();
+        // The mask and the scale only shape y's gradient: without one, nothing to pass them to.
+        const DropoutDraw branch_drop = need_y || need_ys ? drop : DropoutDraw();
         SKA_KERNEL(saved_sum.device(), add_layer_norm_backward)
-        (grad_normed, grad_sum, saved_sum, w, mean, rstd, branch_drop, gx, gy_branch, gw, gb);
+        (grad_normed, grad_sum, saved_sum, w, mean, rstd, branch_drop, need_y ? ys : Tensor(), gx,
+         gy_branch, gw, gb);
+        // The scale's gradient: the rows' sum of the gradient reaching the sum times the (dropped)
+        // branch, as scaled_residual sums it.
+        Tensor gys = need_ys ? Tensor::empty({channels}, ys.dtype(), ys.device()) : Tensor();
+        if (need_ys) {
+          SKA_KERNEL(saved_sum.device(), scaled_residual_backward)
+          (gx, Tensor(), Tensor(), saved_y, ys, Tensor(), branch_drop, Tensor(), Tensor(), Tensor(),
+           gys);
+        }
         Tensor gy = need_y ? (gy_branch.defined() ? gy_branch : gx) : Tensor();
-        return TensorList{need_x ? gx : Tensor(), gy, gw, gb};
+        return TensorList{need_x ? gx : Tensor(), gy, gw, gb,
+                          need_ys ? gys.view(y_scale.shape()) : Tensor()};
       });
   return {std::move(sum), std::move(normed)};
 }

@@ -20,7 +20,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // gradients) of add followed by layer_norm, bit for bit. Where it can, one kernel writes sum and
 // normed, and in the backward pass one kernel adds the gradient reaching sum directly to the one
 // through the norm and writes y's 16-bit copy of it: x, y of one shape, y of x's dtype or (f32 x)
-// of the output's 16-bit dtype, the parameters of x's dtype, and no autocast cast needed; or,
+// bf16/f16, the parameters of x's dtype, and no autocast cast needed; or,
 // under autocast, a bf16/f16 x and y with f32 parameters (normalised as layer_norm normalises
 // autocast's f32 copy of the sum; the output f32 unless out_dtype says otherwise). Otherwise it
 // runs the two ops.
@@ -29,6 +29,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // dropout op before the sum, bit for bit. The one kernel takes it in, without writing the dropped
 // branch, where it takes the sum and x is f32, bf16 or f16 with rows of a multiple of 8 elements;
 // otherwise the dropout op runs first. Pass 0 outside training.
+// y_scale: undefined, or a per-channel factor of the branch ([C], C the last dim: CaiT's
+// LayerScale), sum = x + dropout(y) * y_scale: the values and gradients of scaled_residual
+// (ops/pointwise.h) followed by layer_norm, bit for bit, y_scale's gradient computed by
+// scaled_residual's own kernel from the gradient reaching the sum (so the same bits as those ops
+// on either device). The one kernel takes it in where y_scale has x's dtype (no 16-bit stream with
+// f32 parameters) and x is not an f64 CUDA tensor; otherwise scaled_residual runs first.
 struct ResidualNorm {
   Tensor sum;
   Tensor normed;
@@ -36,7 +42,7 @@ struct ResidualNorm {
 ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight,
                             const Tensor& bias, double eps = 1e-5,
                             std::optional<DType> out_dtype = std::nullopt, double y_drop = 0.0,
-                            Generator* gen = nullptr);
+                            Generator* gen = nullptr, const Tensor& y_scale = Tensor());
 // Layer norm over dim 1 of x [N, C, ...] (channels-first layout).
 Tensor layer_norm_channels_first(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  double eps = 1e-6);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
@@ -211,26 +212,32 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
   // stream with f32 parameters (normalised as its f32 copy, with a bf16 or an f32 output). Each
   // without and with the branch's dropout inside (the bits of dropout, add, layer norm; and of
   // the cast and dropout's backward for the branch's gradient), 1000 columns taking a part group
-  // of the draws, 96 a row of less than one group.
+  // of the draws, 96 a row of less than one group. Where the parameters have x's dtype, also with a
+  // scale of the branch (CaiT's LayerScale: the bits of scaled_residual's kernels); and an f32
+  // stream with a bf16 branch normalised into f32 (CaiT's norm1 read by two projections).
   struct Case {
     int64_t rows, cols;
     DType x, y, out, param;
   };
   for (const Case& c : {Case{4160, 384, DType::kF32, DType::kBF16, DType::kBF16, DType::kF32},
                         Case{4160, 384, DType::kF32, DType::kF32, DType::kF32, DType::kF32},
+                        Case{4160, 384, DType::kF32, DType::kBF16, DType::kF32, DType::kF32},
                         Case{300, 1000, DType::kF32, DType::kF16, DType::kF16, DType::kF32},
                         Case{300, 96, DType::kBF16, DType::kBF16, DType::kBF16, DType::kBF16},
                         Case{4160, 384, DType::kBF16, DType::kBF16, DType::kBF16, DType::kF32},
                         Case{300, 1000, DType::kF16, DType::kF16, DType::kF32, DType::kF32}}) {
-    for (const bool with_drop : {false, true}) {
+    for (const auto& [with_drop, scaled] : {std::pair{false, false}, std::pair{true, false},
+                                            std::pair{false, true}, std::pair{true, true}}) {
+      if (scaled && c.param != c.x) continue;  // a scale needs parameters of x's dtype
       INFO(c.rows << "x" << c.cols << " " << dtype_name(c.x) << " + " << dtype_name(c.y) << " -> "
                   << dtype_name(c.out) << ", parameters " << dtype_name(c.param) << ", dropout "
-                  << with_drop);
+                  << with_drop << ", branch scale " << scaled);
       const Shape shape{c.rows, c.cols};
       const Tensor x = uniform(shape, 51, -3, 5).to(kGpu, c.x);
       const Tensor y = uniform(shape, 52, -2, 2).to(kGpu, c.y);
       const Tensor w = uniform({c.cols}, 53, 0.5, 1.5).to(kGpu, c.param);
       const Tensor b = uniform({c.cols}, 54).to(kGpu, c.param);
+      const Tensor ys = scaled ? uniform({c.cols}, 57, -0.5, 0.5).to(kGpu, c.x) : Tensor();
       const auto stats = [&] { return Tensor::empty({c.rows}, DType::kF32, kGpu); };
       const auto mask = [&] { return Tensor::empty({(x.numel() + 7) / 8}, DType::kU8, kGpu); };
       // p = 0.3 from counter 17 plus a capture's offset base of 5.
@@ -243,7 +250,8 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
         drop.offset_base = Tensor::full({1}, 5.0, DType::kI64).to(kGpu);
         drop.bits = mask();
       }
-      // Unfused: dropout, binary add, layer norm (of the sum's f32 copy for f32 parameters).
+      // Unfused: dropout, binary add or scaled_residual's sum, layer norm (of the sum's f32 copy
+      // for f32 parameters).
       Tensor branch = y;
       const Tensor bits0 = with_drop ? mask() : Tensor();
       if (with_drop) {
@@ -254,7 +262,11 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
       const Tensor sum0 = Tensor::empty(shape, c.x, kGpu);
       const Tensor out0 = Tensor::empty(shape, c.out, kGpu);
       const Tensor m0 = stats(), r0 = stats();
-      cuda::binary(BinaryOp::kAdd, x, branch, sum0);
+      if (scaled) {
+        cuda::scaled_residual_forward(x, Tensor(), branch, ys, Tensor(), DropoutDraw(), sum0);
+      } else {
+        cuda::binary(BinaryOp::kAdd, x, branch, sum0);
+      }
       const Tensor norm_in = sum0.to(c.param == c.x ? c.x : DType::kF32);
       cuda::layer_norm_forward(norm_in, w, b, 1e-5, out0, m0, r0);
       // The fused forward on the loop kernels, then on the held-row ones (and layer_norm's held
@@ -272,7 +284,7 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
         }
         if (with_drop) drop.bits.fill_(0.0);
         const bool previous = set_cuda_layer_norm_held_forward(held);
-        cuda::add_layer_norm_forward(x, y, drop, w, b, 1e-5, sum1, out1, m1, r1);
+        cuda::add_layer_norm_forward(x, y, drop, ys, w, b, 1e-5, sum1, out1, m1, r1);
         cuda::layer_norm_forward(norm_in, w, b, 1e-5, out_norm, m_norm, r_norm);
         set_cuda_layer_norm_held_forward(previous);
         CHECK(bitwise_equal(sum1, sum0));
@@ -290,7 +302,8 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
           CHECK(kept > 0.2);  // not all zeros (a byte of 8 kept elements is 255)
         }
       }
-      // Backward on both layer-norm backward paths: layer_norm_backward, add, cast, dropout.
+      // Backward on both layer-norm backward paths: layer_norm_backward, add, cast (or
+      // scaled_residual's branch gradient), dropout.
       const Tensor gy = uniform(shape, 55).to(kGpu, c.out);
       const Tensor gs = uniform(shape, 56).to(kGpu, c.x);
       for (const bool fused_backward : {false, true}) {
@@ -303,7 +316,16 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
         cuda::layer_norm_backward(gy, norm_in, w, m0, r0, norm_grad, gw0, gb0);
         cuda::binary(BinaryOp::kAdd, norm_grad.to(c.x), gs, gx0);
         Tensor branch0;  // y's gradient: add's cast to y's dtype, then dropout's backward
-        if (with_drop) {
+        if (scaled) {
+          DropoutDraw drop0;
+          if (with_drop) {
+            drop0 = drop;
+            drop0.bits = bits0;
+          }
+          branch0 = Tensor::empty(shape, c.y, kGpu);
+          cuda::scaled_residual_backward(gx0, Tensor(), Tensor(), Tensor(), ys, Tensor(), drop0,
+                                         Tensor(), branch0, Tensor(), Tensor());
+        } else if (with_drop) {
           branch0 = Tensor::empty(shape, c.y, kGpu);
           cuda::dropout_backward(gx0.to(c.y), bits0, drop.scale, branch0);
         } else if (c.y != c.x) {
@@ -313,7 +335,7 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
         const Tensor branch1 = branch0.defined() ? Tensor::empty(shape, c.y, kGpu) : Tensor();
         const Tensor gw1 = Tensor::empty({c.cols}, c.param, kGpu);
         const Tensor gb1 = Tensor::empty({c.cols}, c.param, kGpu);
-        cuda::add_layer_norm_backward(gy, gs, sum1, w, m1, r1, drop, gx1, branch1, gw1, gb1);
+        cuda::add_layer_norm_backward(gy, gs, sum1, w, m1, r1, drop, ys, gx1, branch1, gw1, gb1);
         set_cuda_layer_norm_fused_backward(previous);
         CHECK(bitwise_equal(gx1, gx0));
         if (branch0.defined()) CHECK(bitwise_equal(branch1, branch0));

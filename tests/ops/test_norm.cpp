@@ -179,11 +179,12 @@ TEST_CASE("add_layer_norm: the values and gradients of add then layer_norm, bit 
     DType x, y;
     std::optional<DType> out;
   };
-  // f64; f32; an f32 residual stream with a bf16 / f16 branch and a 16-bit norm output (autocast).
+  // f64; f32; an f32 residual stream with a bf16 / f16 branch and a 16-bit norm output (autocast),
+  // or with an f32 output (a norm read by more than one product).
   for (const Case& c :
        {Case{DType::kF64, DType::kF64, std::nullopt}, Case{DType::kF32, DType::kF32, std::nullopt},
-        Case{DType::kF32, DType::kBF16, DType::kBF16},
-        Case{DType::kF32, DType::kF16, DType::kF16}}) {
+        Case{DType::kF32, DType::kBF16, DType::kBF16}, Case{DType::kF32, DType::kF16, DType::kF16},
+        Case{DType::kF32, DType::kBF16, DType::kF32}}) {
     for (const auto& [use_sum, use_normed] :
          {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
       for (const bool with_bias : {true, false}) {
@@ -319,6 +320,116 @@ TEST_CASE(
                     Catch::Contains("add_layer_norm") && Catch::Contains("[0, 1)"));
 }
 
+TEST_CASE(
+    "add_layer_norm with a scaled branch: the draws, values and gradients of scaled_residual and "
+    "layer_norm, bit for bit",
+    "[cpu]") {
+  using ska::test::bitwise_equal;
+  // CaiT's LayerScale on the branch, sum = x + dropout(y) * scale. 40 columns take the scale and
+  // the dropout into the one kernel, 37 run the dropout op first (the scale still inside); f32;
+  // an f32 stream with a bf16 branch and a bf16 or f32 output; f64. Autocast's
+  // bf16 stream with f32 parameters (and an f32 scale) takes scaled_residual and the norm.
+  struct Case {
+    DType x, y;
+    std::optional<DType> out;
+    bool autocast;
+  };
+  for (const int64_t cols : {40, 37}) {
+    for (const Case& c : {Case{DType::kF32, DType::kF32, std::nullopt, false},
+                          Case{DType::kF32, DType::kBF16, DType::kBF16, false},
+                          Case{DType::kF32, DType::kBF16, DType::kF32, false},
+                          Case{DType::kF64, DType::kF64, std::nullopt, false},
+                          Case{DType::kBF16, DType::kBF16, DType::kBF16, true}}) {
+      for (const double p : {0.0, 0.3}) {
+        INFO(cols << " columns, " << dtype_name(c.x) << " + " << dtype_name(c.y) << ", autocast "
+                  << c.autocast << ", dropout " << p);
+        const Shape shape{6, cols};
+        const DType param = c.autocast ? DType::kF32 : c.x;
+        struct Run {
+          ResidualNorm r;
+          Tensor gx, gy, gw, gb, gs;
+          uint64_t offset;
+          std::string node;
+          int dropout_nodes;
+        } run[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Tensor x = uniform(shape, 130, -2.0, 2.0).to(c.x).set_requires_grad();
+          Tensor y = uniform(shape, 131, -2.0, 2.0).to(c.y).set_requires_grad();
+          Tensor w = uniform({cols}, 132, 0.5, 1.5).to(param).set_requires_grad();
+          Tensor b = uniform({cols}, 133).to(param).set_requires_grad();
+          Tensor scale = uniform({cols}, 136, -0.5, 0.5).to(param).set_requires_grad();
+          Generator gen(78);
+          gen.advance(24);
+          Tensor loss;
+          {
+            std::optional<AutocastGuard> autocast;
+            if (c.autocast) autocast.emplace(DType::kBF16);
+            ResidualNorm& r = run[fused].r;
+            if (fused == 1) {
+              r = add_layer_norm(x, y, w, b, 1e-5, c.out, p, &gen, scale);
+            } else {
+              r.sum = scaled_residual(x, Tensor(), dropout(y, p, true, &gen), scale);
+              r.normed = layer_norm(r.sum, w, b, 1e-5, c.out);
+            }
+            loss = add(sum(mul(r.sum, uniform(shape, 134).to(r.sum.dtype()))),
+                       sum(mul(r.normed, uniform(shape, 135).to(r.normed.dtype()))));
+          }
+          run[fused].dropout_nodes = ska::test::count_nodes(loss, "dropout");
+          loss.backward();
+          run[fused].gx = x.grad();
+          run[fused].gy = y.grad();
+          run[fused].gw = w.grad();
+          run[fused].gb = b.grad();
+          run[fused].gs = scale.grad();
+          run[fused].offset = gen.offset();
+          run[fused].node = run[fused].r.sum.grad_fn()->name();
+        }
+        const Run &f = run[1], &u = run[0];
+        CHECK(f.node == (c.autocast ? "scaled_residual" : "add_layer_norm"));
+        CHECK(u.node == "scaled_residual");
+        // The dropout runs inside add_layer_norm's kernels, or, unfused, inside scaled_residual's.
+        const bool inside = (cols % 8 == 0 && c.x != DType::kF64) || c.autocast;
+        CHECK(f.dropout_nodes == (p > 0.0 && !inside ? 1 : 0));
+        CHECK(f.offset == u.offset);  // the same draws
+        CHECK(f.r.sum.dtype() == u.r.sum.dtype());
+        CHECK(bitwise_equal(f.r.sum, u.r.sum));
+        CHECK(bitwise_equal(f.r.normed, u.r.normed));
+        CHECK(bitwise_equal(f.gx, u.gx));
+        CHECK(f.gy.dtype() == c.y);
+        CHECK(bitwise_equal(f.gy, u.gy));
+        CHECK(bitwise_equal(f.gw, u.gw));
+        CHECK(bitwise_equal(f.gb, u.gb));
+        CHECK(bitwise_equal(f.gs, u.gs));
+        CHECK(amax(abs(f.gs)).item() > 0.0);
+      }
+    }
+  }
+  // A frozen branch with a learnable scale, and a branch with a frozen scale (dropout inside).
+  for (const bool scale_grad : {true, false}) {
+    INFO("the scale needs a gradient " << scale_grad << ", the branch " << !scale_grad);
+    Tensor grads[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor x = uniform({4, 16}, 140).to(DType::kF32).set_requires_grad();
+      Tensor y = uniform({4, 16}, 141).to(DType::kBF16).set_requires_grad(!scale_grad);
+      Tensor w = uniform({16}, 142, 0.5, 1.5).to(DType::kF32);
+      Tensor scale = uniform({16}, 143).to(DType::kF32).set_requires_grad(scale_grad);
+      Generator gen(4);
+      ResidualNorm r;
+      if (fused == 1) {
+        r = add_layer_norm(x, y, w, Tensor(), 1e-5, DType::kBF16, 0.5, &gen, scale);
+        CHECK(r.sum.grad_fn()->name() == "add_layer_norm");
+      } else {
+        r.sum = scaled_residual(x, Tensor(), dropout(y, 0.5, true, &gen), scale);
+        r.normed = layer_norm(r.sum, w, Tensor(), 1e-5, DType::kBF16);
+      }
+      sum(mul(r.normed.to(DType::kF32), uniform({4, 16}, 144).to(DType::kF32))).backward();
+      grads[fused] = scale_grad ? scale.grad() : y.grad();
+      CHECK(x.grad().defined());
+    }
+    CHECK(bitwise_equal(grads[1], grads[0]));
+  }
+}
+
 TEST_CASE("add_layer_norm gradients match finite differences", "[cpu]") {
   Tensor x = uniform({3, 5}, 86, -2.0, 2.0).set_requires_grad();
   Tensor y = uniform({3, 5}, 87, -2.0, 2.0).set_requires_grad();
@@ -340,6 +451,16 @@ TEST_CASE("add_layer_norm gradients match finite differences", "[cpu]") {
         return residual_norm_outputs(add_layer_norm(in[0], in[1], in[2], in[3]));
       },
       {x.detach(), y.detach(), w, b});
+  // A scale of the branch (CaiT's LayerScale), with every input's gradient.
+  Tensor scale = uniform({5}, 99, -1.0, 1.0).set_requires_grad();
+  CHECK(add_layer_norm(x, y, w, b, 1e-5, std::nullopt, 0.0, nullptr, scale).sum.grad_fn()->name() ==
+        "add_layer_norm");
+  check_gradients(
+      [](const TensorList& in) {
+        return residual_norm_outputs(
+            add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, std::nullopt, 0.0, nullptr, in[4]));
+      },
+      {x, y, w, b, scale});
 }
 
 TEST_CASE("add_layer_norm under autocast: a bf16 stream normalised as its f32 copy", "[cpu]") {
@@ -406,6 +527,10 @@ TEST_CASE("add_layer_norm takes the two ops where one kernel cannot", "[cpu]") {
       add_layer_norm(x, x, uniform({4}, 93), Tensor()),
       Catch::Contains("layer_norm") && Catch::Contains("[6]") && Catch::Contains("[4]"));
   CHECK_THROWS_AS(add_layer_norm(x, uniform({4, 5}, 94), w, Tensor()), ShapeError);
+  // A branch scale of another width: scaled_residual's error.
+  CHECK_THROWS_AS(
+      add_layer_norm(x, x, w, Tensor(), 1e-5, std::nullopt, 0.0, nullptr, uniform({5}, 95)),
+      ShapeError);
 }
 
 TEST_CASE("batch norm gradients match finite differences", "[cpu]") {
@@ -568,6 +693,21 @@ TEST_CASE("CUDA add_layer_norm matches the CPU", "[cuda]") {
             return cat({r.sum.to(DType::kF32).flatten(), r.normed.to(DType::kF32).flatten()}, 0);
           },
           {x, y, w, b}, DType::kF32, &tol);
+      // CaiT's sums: an f32 stream, a 16-bit branch times an f32 LayerScale, with its dropout
+      // inside, and a 16-bit or an f32 norm output; the scale's gradient sums over the rows.
+      Tensor scale = uniform({c}, 99, -0.5, 0.5).set_requires_grad();
+      for (const DType out : {dt, DType::kF32}) {
+        INFO("LayerScale, output " << dtype_name(out));
+        ska::test::check_cuda_parity(
+            [dt, out](const TensorList& in) {
+              Generator gen(6);
+              const ResidualNorm r =
+                  add_layer_norm(in[0], in[1].to(dt), in[2], in[3], 1e-6, out, 0.25, &gen, in[4]);
+              CHECK(r.sum.grad_fn()->name() == "add_layer_norm");
+              return cat({r.sum.flatten(), r.normed.to(DType::kF32).flatten()}, 0);
+            },
+            {x, y, w, b, scale}, DType::kF32, &sum_rows);
+      }
     }
   }
 }

@@ -294,31 +294,40 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
 namespace ska::cpu {
 
 // The reference composes the kernels the unfused ops run (dropout, add, layer norm; cast and
-// dropout backward), so its bits are theirs. A 16-bit sum (with f32 parameters) is normalised as
-// its f32 copy, as autocast's layer_norm does.
+// dropout backward; scaled_residual's for a scaled branch), so its bits are theirs. A 16-bit sum
+// (with f32 parameters) is normalised as its f32 copy, as autocast's layer_norm does.
 void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw& drop,
-                            const Tensor& weight, const Tensor& bias, double eps, const Tensor& sum,
-                            const Tensor& normed, const Tensor& mean, const Tensor& rstd) {
-  Tensor branch = y;
-  if (drop.active()) {
-    check_add_layer_norm_drop("add_layer_norm_forward", drop, x, y);
-    branch = Tensor::empty(y.shape(), y.dtype(), y.device());
-    dropout_forward(y, drop.seed, drop.offset, drop.keep_prob, drop.scale, drop.offset_base, branch,
-                    drop.bits);
+                            const Tensor& y_scale, const Tensor& weight, const Tensor& bias,
+                            double eps, const Tensor& sum, const Tensor& normed, const Tensor& mean,
+                            const Tensor& rstd) {
+  const char* kernel = "add_layer_norm_forward";
+  check_add_layer_norm_scale(kernel, y_scale, x, norm_param_dtype(x, weight, bias));
+  if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, y);
+  if (y_scale.defined()) {
+    scaled_residual_forward(x, Tensor(), y, y_scale, Tensor(), drop, sum);
+  } else {
+    Tensor branch = y;
+    if (drop.active()) {
+      branch = Tensor::empty(y.shape(), y.dtype(), y.device());
+      dropout_forward(y, drop.seed, drop.offset, drop.keep_prob, drop.scale, drop.offset_base,
+                      branch, drop.bits);
+    }
+    binary(BinaryOp::kAdd, x, branch, sum);
   }
-  binary(BinaryOp::kAdd, x, branch, sum);
   layer_norm_forward(is_16bit_float(sum.dtype()) ? widen_f32(sum) : sum, weight, bias, eps, normed,
                      mean, rstd);
 }
 
 void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             const DropoutDraw& drop, const Tensor& grad_x,
+                             const DropoutDraw& drop, const Tensor& y_scale, const Tensor& grad_x,
                              const Tensor& grad_branch, const Tensor& grad_weight,
                              const Tensor& grad_bias) {
-  check_add_layer_norm_grads("add_layer_norm_backward", x, grad_y, grad_x, grad_branch);
-  if (drop.active() && grad_branch.defined()) {
-    check_add_layer_norm_drop("add_layer_norm_backward", drop, x, grad_branch);
+  const char* kernel = "add_layer_norm_backward";
+  check_add_layer_norm_grads(kernel, x, grad_y, grad_x, grad_branch);
+  if (grad_branch.defined()) {
+    check_add_layer_norm_scale(kernel, y_scale, x, weight.defined() ? weight.dtype() : x.dtype());
+    if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_branch);
   }
   // A 16-bit x: the gradient of its f32 copy, rounded to x's dtype as the cast's backward does.
   const bool narrow = is_16bit_float(x.dtype());
@@ -334,6 +343,11 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
   }
   binary(BinaryOp::kAdd, rounded, grad_sum, grad_x);
   if (!grad_branch.defined()) return;
+  if (y_scale.defined()) {
+    scaled_residual_backward(grad_x, Tensor(), Tensor(), Tensor(), y_scale, Tensor(), drop,
+                             Tensor(), grad_branch, Tensor(), Tensor());
+    return;
+  }
   copy(grad_x, grad_branch);  // add's gradient cast to the branch's dtype
   if (drop.active()) dropout_backward(grad_branch, drop.bits, drop.scale, grad_branch);
 }
