@@ -3,6 +3,8 @@
 // add_layer_norm), where the blocks run one by one otherwise. The same values either way.
 #pragma once
 
+#include <vector>
+
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -23,5 +25,7 @@ class ChainedBlock : public nn::Module {
 // Runs `blocks` (every one a ChainedBlock) on x: as a chain where nn::fused_residual_norm_enabled()
 // (and no model summary records the modules one by one), else through blocks' own forward.
 Tensor run_block_chain(nn::Sequential& blocks, const Tensor& x);
+// The same for blocks listed in the order they run (CaiT's layers that layer dropout keeps).
+Tensor run_block_chain(const std::vector<ChainedBlock*>& blocks, const Tensor& x);
 
 }  // namespace ska::models

@@ -139,29 +139,39 @@ CaitBlock::CaitBlock(const CaitBlockOptions& o) : class_block_(o.attention.class
 }
 
 // The LayerScales multiply, and the branches' closing dropouts drop, in the residual sums' own
-// pass (scaled_residual).
-Tensor CaitBlock::residual_mlp(const Tensor& x, const Tensor& attended) {
+// pass (add_layer_norm's with the norm after it, else scaled_residual's).
+ResidualNorm CaitBlock::residual_mlp(const Tensor& x, const Tensor& attended, ChainedBlock* next) {
   const double attn_drop = is_training() ? attn_drop_ : 0.0;
   const double mlp_drop = is_training() ? mlp_drop_ : 0.0;
   const nn::ScaledOperand branch1 = scaled_branch(*ls1_, attended);
   const ResidualNorm mixed =
       norm2_->forward_residual(x, branch1.value, Tensor(), branch1.scale, Tensor(), attn_drop);
   const nn::ScaledOperand branch2 = scaled_branch(*ls2_, (*mlp_)(mixed.normed));
-  return nn::residual_sum(mixed.sum, branch2.value, mlp_drop, Tensor(), branch2.scale);
+  if (next != nullptr) {
+    return next->first_norm().forward_residual(mixed.sum, branch2.value, Tensor(), branch2.scale,
+                                               Tensor(), mlp_drop);
+  }
+  return {nn::residual_sum(mixed.sum, branch2.value, mlp_drop, Tensor(), branch2.scale), Tensor()};
+}
+
+nn::LayerNorm& CaitBlock::first_norm() {
+  if (!class_block_) norm1_->autocast_output = attn_->reads_input_by_matmul_only();
+  return *norm1_;
+}
+
+ResidualNorm CaitBlock::forward_chained(const ResidualNorm& in, ChainedBlock* next) {
+  SKA_CHECK(!class_block_, ValueError, "CaitBlock: a class-attention block does not chain");
+  return residual_mlp(in.sum, (*attn_)(in.normed), next);
 }
 
 Tensor CaitBlock::forward(const Tensor& x) {
-  if (!class_block_) {
-    // With stacked projections one product reads norm1's output (the switch is process-wide).
-    norm1_->autocast_output = attn_->reads_input_by_matmul_only();
-    return residual_mlp(x, (*attn_)((*norm1_)(x)));
-  }
+  if (!class_block_) return ChainedBlock::forward(x);
   // One split node: its backward concatenates the two gradients (two narrows would each
   // zero-fill an x-sized gradient and add them up).
   const TensorList parts = split(x, {1, x.size(1) - 1}, 1);
   const Tensor &cls = parts[0], &patches = parts[1];
   const Tensor context = cat({(*norm1_)(cls), patches}, 1);
-  const Tensor updated = residual_mlp(cls, (*attn_)(context));
+  const Tensor updated = residual_mlp(cls, (*attn_)(context), nullptr).sum;
   return cat({updated, patches}, 1);
 }
 
@@ -273,19 +283,21 @@ Tensor CaitLayerStack::forward(const Tensor& x) {
     SKA_CHECK(x.device() == kept_.device(), DeviceError, "CaitLayerStack: its layer dropout ",
               "draws on ", kept_.device(), " (draw_on_device), but the input is on ", x.device());
     if (is_training()) draw_kept_on_device();  // the blocks read kept_ in training
-    Tensor y = x;
-    for (const auto& block : blocks_) y = (*block)(y);
-    return y;
   }
   std::vector<bool> kept(blocks_.size(), true);
-  if (is_training() && layer_dropout_ > 0.0 && !blocks_.empty()) {
+  if (!kept_.defined() && is_training() && layer_dropout_ > 0.0 && !blocks_.empty()) {
     const int64_t n = static_cast<int64_t>(blocks_.size());
     kept = kept_layers(rand({n + 1}, DType::kF64).to_vector<double>(), layer_dropout_);
   }
-  Tensor y = x;
+  // The layers that run: patch layers as one chain of fused sums and norms, class layers one by
+  // one.
+  std::vector<ChainedBlock*> running;
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    if (kept[i]) y = (*blocks_[i])(y);
+    if (kept[i]) running.push_back(blocks_[i].get());
   }
+  if (!blocks_.empty() && !blocks_.front()->class_block()) return run_block_chain(running, x);
+  Tensor y = x;
+  for (ChainedBlock* block : running) y = (*block)(y);
   return y;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/block_chain.h"
 #include "models/model.h"
 #include "nn/layers.h"
 #include "nn/mixers/attention_parts.h"
@@ -70,11 +71,19 @@ struct CaitBlockOptions {
 // branches run inside the residual sums (nn::residual_sum). A class block takes
 // [B, 1 + N, C] (class token first) and updates only the class token; as in lucidrains' CaiT
 // the keys and values come from [norm(class), patches] (the patches are not normalised).
-class CaitBlock : public nn::Module {
+// Patch blocks chain (models/block_chain.h): a block's MLP sum is fused with the next block's
+// norm1, its LayerScale inside add_layer_norm's kernels.
+class CaitBlock : public ChainedBlock {
  public:
   explicit CaitBlock(const CaitBlockOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "CaitBlock"; }
+  bool class_block() const { return class_block_; }
+  // norm1, its output written in the autocast dtype where the attention reads it only by one
+  // product (stacked projections: a process-wide switch, so set here, before the norm runs).
+  nn::LayerNorm& first_norm() override;
+  // Patch blocks only (a class block's norm1 reads the class token alone).
+  ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override;
   // In training, the two branches are multiplied by `kept` (one f32 element on the block's
   // device, 0 or 1; undefined: always 1), folded into their LayerScales: at 0 the block returns
   // its input bit for bit and its parameters get zero gradients (CaitLayerStack's layer dropout
@@ -82,8 +91,9 @@ class CaitBlock : public nn::Module {
   void set_kept(Tensor kept) { kept_ = std::move(kept); }
 
  private:
-  // x + ls1(attended), then the MLP's residual.
-  Tensor residual_mlp(const Tensor& x, const Tensor& attended);
+  // x + ls1(attended), then the MLP's residual: fused with next's first norm where there is a
+  // next block (else normed undefined).
+  ResidualNorm residual_mlp(const Tensor& x, const Tensor& attended, ChainedBlock* next);
   // What scaled_operand(ls, branch) gives, times kept_ when it applies.
   nn::ScaledOperand scaled_branch(nn::Module& ls, const Tensor& branch);
 

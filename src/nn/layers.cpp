@@ -144,11 +144,12 @@ ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
                                          const Tensor& x_scale, const Tensor& branch_scale,
                                          const Tensor& branch_keep, double branch_drop) {
   // The model summary records this norm as a module of its own, so it takes the unfused form.
-  // So do sums with a scale (CaiT's LayerScale, MetaFormer's res_scale): scaled_residual applies
-  // the scales, the branch's dropout and drop path in its one pass, where the fused form would
-  // need a multiply of its own for each scale first (a kernel and a pass more, not fewer).
+  // So do sums with a scale of the stream or drop path's factors (MetaFormer's res_scale and
+  // drop path): scaled_residual applies them, the branch's dropout and its scale in its one pass,
+  // where the fused form would need a multiply of its own first (a kernel and a pass more, not
+  // fewer). A scale of the branch alone (CaiT's LayerScale) goes into add_layer_norm's kernels.
   if (channels_first || !fused_residual_norm_enabled() || SummaryRecorder::active() ||
-      x_scale.defined() || branch_scale.defined()) {
+      x_scale.defined() || (branch_scale.defined() && branch_keep.defined())) {
     Tensor sum = residual_sum(x, branch, branch_drop, x_scale, branch_scale, branch_keep);
     Tensor normed = (*this)(sum);
     return {std::move(sum), std::move(normed)};
@@ -156,7 +157,8 @@ ResidualNorm LayerNorm::forward_residual(const Tensor& x, const Tensor& branch,
   // The branch's closing dropout goes into add_layer_norm's kernels, unless drop path's factors
   // multiply the dropped branch first.
   if (!branch_keep.defined()) {
-    return add_layer_norm(x, branch, weight, bias, eps, output_dtype(x), branch_drop);
+    return add_layer_norm(x, branch, weight, bias, eps, output_dtype(x), branch_drop, nullptr,
+                          branch_scale);
   }
   const Tensor kept = apply_drop_path_factors(dropout(branch, branch_drop, true), branch_keep);
   return add_layer_norm(x, kept, weight, bias, eps, output_dtype(x));

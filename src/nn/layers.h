@@ -44,14 +44,15 @@ class LayerNorm : public Module {
   LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, bool channels_first = false);
   Tensor forward(const Tensor& x) override;
   // A pre-norm block's `sum = x + branch; normed = norm(sum)`: add_layer_norm's one kernel
-  // (ops/norm.h) where set_fused_residual_norm allows it and no scale multiplies x or the branch,
-  // else the two ops (scaled_residual's sum, then the norm); the same values and gradients either
-  // way. x_scale / branch_scale: per-channel factors of x and of the branch
-  // (ScaledOperand), branch_keep drop path's per-sample factors of the branch (DroppedOperand),
-  // through scaled_residual in the unfused form. branch_drop: the probability of the dropout the
-  // branch ends in, taken over from it (Module::take_output_dropout) and applied here first (0:
-  // none; pass 0 outside training): inside add_layer_norm's kernels in the fused form where no
-  // scale or drop path comes between, inside the sum's kernels in the unfused form (residual_sum).
+  // (ops/norm.h) where set_fused_residual_norm allows it and no scale multiplies x, else the two
+  // ops (scaled_residual's sum, then the norm); the same values and gradients either way.
+  // x_scale / branch_scale: per-channel factors of x and of the branch (ScaledOperand),
+  // branch_keep drop path's per-sample factors of the branch (DroppedOperand); a branch_scale
+  // alone goes into add_layer_norm's kernels, with drop path's factors it takes the unfused form.
+  // branch_drop: the probability of the dropout the branch ends in, taken over from it
+  // (Module::take_output_dropout) and applied here first (0: none; pass 0 outside training):
+  // inside add_layer_norm's kernels in the fused form where no drop path comes between, inside
+  // the sum's kernels in the unfused form (residual_sum).
   ResidualNorm forward_residual(const Tensor& x, const Tensor& branch,
                                 const Tensor& x_scale = Tensor(),
                                 const Tensor& branch_scale = Tensor(),

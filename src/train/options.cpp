@@ -119,9 +119,9 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        &C::residual_norm,
        {"unfused", "fused"},
        "a pre-norm block's residual add and the layer norm after it: unfused (two ops) or fused "
-       "(one kernel each way, add_layer_norm, with a ViT branch's closing dropout inside in "
-       "training; sums with a scale stay scaled_residual and the norm; the same bits; the "
-       "default)"},
+       "(one kernel each way, add_layer_norm, with a ViT or CaiT branch's closing dropout inside "
+       "in training and CaiT's LayerScale; sums with a scale of the stream stay scaled_residual "
+       "and the norm; the same bits; the default)"},
       {"gelu_dropout",
        &C::gelu_dropout,
        {"unfused", "fused"},
