@@ -25,8 +25,9 @@
 #   cait      CaiT's not-yet-default paths in our bf16 training step, one benchmark --variants
 #             process per model, two rounds: fused talking heads, the stacked q/kv projections,
 #             both, the parameters' casts once a step, the linear layers' gradients in f32, the
-#             one-pass attention backward, and all of them: cifar10_cska_cait and cifar10_cait_s
-#             at 512 (CAIT="CONFIG:BATCH ..." for others)
+#             one-pass attention backward, and all of them; and the default's LayerScale sums
+#             fused with their norms switched back (residual_norm=unfused): cifar10_cska_cait
+#             and cifar10_cait_s at 512 (CAIT="CONFIG:BATCH ..." for others)
 #   depthwise the channels-last depthwise 7x7 convolution (CAFormer-S18's first stage) on cuDNN
 #             and on this project's kernels (scripts/benchmark_ops.sh --cases dwconv, bf16, against
 #             PyTorch), then our bf16 training step with --depthwise-conv cudnn / direct / auto
@@ -250,7 +251,7 @@ for stage in "${stages[@]}"; do
       "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass" ;;
   cait)
     variants_stage cait "${CAIT:-cifar10_cska_cait:512 cifar10_cait_s:512}" \
-      "talking_heads=fused;projections=stacked;talking_heads=fused,projections=stacked;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;talking_heads=fused,projections=stacked,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass" ;;
+      "talking_heads=fused;projections=stacked;talking_heads=fused,projections=stacked;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;talking_heads=fused,projections=stacked,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass;residual_norm=unfused" ;;
   depthwise)
     stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
       --dtype bf16 --cases dwconv
