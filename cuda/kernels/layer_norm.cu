@@ -316,28 +316,43 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 // Where add_layer_norm_backward writes the residual branch's gradient: `out` (null: not
 // wanted), of TB (`low`: a 16-bit branch of an f32 stream; the kernels' template parameter) or
 // of T, through the branch's scale where `scale` is set ([cols] of T; the kernels' kScaled) and
-// through its dropout where `bits` is set.
+// through its dropout where `bits` is set. `y`: the branch itself (of the branch's dtype), where
+// the fused kernel sums the scale's gradient (its part_s).
 struct BranchGrad {
   void* out = nullptr;
   bool low = false;
   const void* scale = nullptr;
   const uint8_t* bits = nullptr;
   float drop_scale = 1.0f;  // dropout's, as the host passes it (rounded to the branch's dtype here)
+  const void* y = nullptr;
 };
+
+// Element i of the branch as the sum read it: y, through its dropout's mask where there is one
+// (rounded to the branch's dtype as dropout_forward writes it).
+template <typename T, typename TB>
+__device__ __forceinline__ float dropped_branch(const BranchGrad& br, int64_t i) {
+  float v = br.low ? to_float(static_cast<const TB*>(br.y)[i])
+                   : to_float(static_cast<const T*>(br.y)[i]);
+  if (br.bits == nullptr) return v;
+  const float scale =
+      br.low ? to_float(from_float<TB>(br.drop_scale)) : to_float(from_float<T>(br.drop_scale));
+  v = __fmul_rn(v, (br.bits[i >> 3] >> (i & 7)) & 1 ? scale : 0.0f);
+  return br.low ? to_float(from_float<TB>(v)) : to_float(from_float<T>(v));
+}
 
 // Stores one element (flat index i, column c) of grad_x: the layer-norm gradient g rounded to T,
 // plus the residual gradient where there is one (add_layer_norm_backward); and the branch's
 // gradient where wanted, as scaled_residual_backward_kernel forms gy: that sum times the scale
 // (rounded to T), cast to the branch's dtype (add's gradient), then dropout's backward (its bits).
 // kScaled: br.scale is set (a template parameter, so that the kernels without a scale keep their
-// registers).
+// registers). Returns the grad_x element stored, widened.
 template <typename T, typename TB, bool kScaled>
-__device__ __forceinline__ void store_grad_x(float g, const T* res, T* gx, const BranchGrad& br,
-                                             int64_t i, int64_t c) {
+__device__ __forceinline__ float store_grad_x(float g, const T* res, T* gx, const BranchGrad& br,
+                                              int64_t i, int64_t c) {
   T out = from_float<T>(g);
   if (res) out = residual_add(out, res[i]);
   gx[i] = out;
-  if (br.out == nullptr) return;
+  if (br.out == nullptr) return to_float(out);
   float v = to_float(out);
   if constexpr (kScaled) {
     v = to_float(from_float<T>(__fmul_rn(v, to_float(static_cast<const T*>(br.scale)[c]))));
@@ -353,6 +368,7 @@ __device__ __forceinline__ void store_grad_x(float g, const T* res, T* gx, const
   } else {
     static_cast<T*>(br.out)[i] = from_float<T>(v);
   }
+  return to_float(out);
 }
 
 // grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) with gw = grad_y * weight.
@@ -410,12 +426,17 @@ __global__ void layer_norm_param_partials(const TY* gy, const T* x, const float*
 // per-lane column sums; at the end the block adds its warps' sums in warp order into one
 // partial per column (part_w / part_b [blocks, cols]), which sum_column_partials reduces.
 // grad_y and x are read once, where the two-kernel path reads them three times.
+// With part_s (kScaled, grad_x written), also the partial sums of the branch scale's gradient,
+// grad_x * dropped y per column (each product rounded to T), as scaled_residual_backward_kernel
+// sums them: the same rows per block (chunk_rows) and per warp (its lanes of rows), each warp's
+// running sum in its row of `red` in row order, the warps added in order from warp 0's sum; so
+// the same bits as that kernel's gys.
 template <typename T, typename P, typename TY, typename TB, bool kScaled, int kPerLane>
 __global__ void __launch_bounds__(kRowWarps * 32)
     layer_norm_backward_fused_kernel(const TY* gy, const T* x, const P* w, const float* mean,
                                      const float* rstd, const T* res, T* gx, BranchGrad branch,
                                      int64_t rows, int64_t cols, int64_t chunk_rows, float* part_w,
-                                     float* part_b) {
+                                     float* part_b, float* part_s) {
   extern __shared__ float red[];  // [kRowWarps][cols]
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * chunk_rows;
@@ -426,6 +447,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     const int64_t c = lane + 32 * k;
     wv[k] = w && c < cols ? to_float(w[c]) : 1.0f;
     acc_w[k] = acc_b[k] = 0.0f;
+    if (kScaled && part_s != nullptr && c < cols) red[warp * cols + c] = 0.0f;
   }
   const float inv_cols = 1.0f / static_cast<float>(cols);
   for (int64_t row = r0 + warp; row < r1; row += kRowWarps) {
@@ -454,12 +476,27 @@ __global__ void __launch_bounds__(kRowWarps * 32)
         const int64_t c = lane + 32 * k;
         if (c < cols) {
           const float xhat = xd[k] * rs;
-          store_grad_x<T, TB, kScaled>(rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx), res, gx,
-                                       branch,
-                          base + c, c);
+          const float stored = store_grad_x<T, TB, kScaled>(
+              rs * (g[k] * wv[k] - mean_gw - xhat * mean_gwx), res, gx, branch, base + c, c);
+          if constexpr (kScaled) {
+            if (part_s != nullptr) {  // this lane's own slot: no other thread touches it
+              float& acc = red[warp * cols + c];
+              acc = __fadd_rn(acc, to_float(from_float<T>(
+                                       __fmul_rn(stored, dropped_branch<T, TB>(branch, base + c)))));
+            }
+          }
         }
       }
     }
+  }
+  if (kScaled && part_s != nullptr) {  // the scale's partials, from the sums already in `red`
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      float s = red[c];
+      for (int i = 1; i < kRowWarps; ++i) s += red[i * cols + c];
+      part_s[static_cast<int64_t>(blockIdx.x) * cols + c] = s;
+    }
+    __syncthreads();
   }
   for (int which = 0; which < 2; ++which) {  // grad_weight's partials, then grad_bias's
     float* part = which == 0 ? part_w : part_b;
@@ -567,14 +604,18 @@ template <typename T, typename P, typename TY, typename TB, bool kScaled>
 void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                            const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& grad_x, const BranchGrad& branch,
-                           const Tensor& grad_weight, const Tensor& grad_bias, int64_t rows,
-                           int64_t cols, int device, cudaStream_t s) {
+                           const Tensor& grad_weight, const Tensor& grad_bias,
+                           const Tensor& grad_scale, int64_t rows, int64_t cols, int device,
+                           cudaStream_t s) {
   const int64_t chunks = std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
   const int64_t chunk_rows = (rows + chunks - 1) / chunks;
   const bool params = grad_weight.defined() || grad_bias.defined();
-  const Tensor ws = params ? workspace(device, 2 * chunks * cols * sizeof(float)) : Tensor();
+  const bool sums = params || grad_scale.defined();
+  const Tensor ws = sums ? workspace(device, 3 * chunks * cols * sizeof(float)) : Tensor();
   float* part_w = grad_weight.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
   float* part_b = grad_bias.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * cols : nullptr;
+  float* part_s =
+      grad_scale.defined() ? static_cast<float*>(ws.data_ptr()) + 2 * chunks * cols : nullptr;
   const size_t smem = static_cast<size_t>(kRowWarps) * cols * sizeof(float);
   const auto run = [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;
@@ -583,7 +624,7 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
             static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
             data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
             static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
-            mutable_or_null<T>(grad_x), branch, rows, cols, chunk_rows, part_w, part_b);
+            mutable_or_null<T>(grad_x), branch, rows, cols, chunk_rows, part_w, part_b, part_s);
     SKA_CUDA_CHECK_LAUNCH();
   };
   with_columns_per_lane<4, 8, 16, kFusedMaxCols / 32>(cols, run);
@@ -591,6 +632,11 @@ void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const T
     sum_column_partials<P><<<grid_for(cols), 256, 0, s>>>(part_w, part_b, chunks, cols,
                                                           mutable_or_null<P>(grad_weight),
                                                           mutable_or_null<P>(grad_bias));
+    SKA_CUDA_CHECK_LAUNCH();
+  }
+  if (grad_scale.defined()) {  // as scaled_residual_backward reduces its gys partials
+    sum_column_partials<T><<<grid_for(cols), 256, 0, s>>>(
+        nullptr, part_s, chunks, cols, static_cast<T*>(nullptr), mutable_or_null<T>(grad_scale));
     SKA_CUDA_CHECK_LAUNCH();
   }
 }
@@ -666,8 +712,9 @@ namespace {
 // and drop inactive in the first): one body, so that the two write grad_x with the same kernels.
 void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
               const Tensor& weight, DType param_dtype, const Tensor& mean, const Tensor& rstd,
-              const DropoutDraw& drop, const Tensor& y_scale, const Tensor& grad_x,
-              const Tensor& grad_branch, const Tensor& grad_weight, const Tensor& grad_bias) {
+              const DropoutDraw& drop, const Tensor& y, const Tensor& y_scale,
+              const Tensor& grad_x, const Tensor& grad_branch, const Tensor& grad_weight,
+              const Tensor& grad_bias, const Tensor& grad_scale) {
   const int device = device_index(x);
   DeviceGuard guard(device);
   const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
@@ -689,18 +736,23 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
   SKA_CHECK(!grad_sum.defined() || grad_sum.dtype() == x.dtype(), DTypeError, kernel,
             ": grad_sum must have x's dtype ", dtype_name(x.dtype()));
   check_add_layer_norm_grads(kernel, x, grad_y, grad_x, grad_branch);
+  check_add_layer_norm_scale_grad(kernel, x, grad_y, y, y_scale, grad_x, grad_scale);
   BranchGrad branch;
-  if (grad_branch.defined()) {
+  if (grad_branch.defined() || grad_scale.defined()) {
     check_add_layer_norm_scale(kernel, y_scale, x, param_dtype);
-    if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_branch);
-    branch.out = grad_branch.data_ptr();
-    branch.low = grad_branch.dtype() != x.dtype();
+    if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_x);
+    branch.out = grad_branch.defined() ? grad_branch.data_ptr() : nullptr;
+    branch.low = (grad_branch.defined() ? grad_branch.dtype() : y.dtype()) != x.dtype();
     branch.scale = y_scale.defined() ? y_scale.data_ptr() : nullptr;
+    branch.y = grad_scale.defined() ? y.data_ptr() : nullptr;
     if (drop.active()) {
       branch.bits = static_cast<const uint8_t*>(drop.bits.data_ptr());
       branch.drop_scale = static_cast<float>(drop.scale);
     }
   }
+  const DType branch_dtype = grad_branch.defined() ? grad_branch.dtype()
+                             : y.defined()         ? y.dtype()
+                                                   : x.dtype();
   dispatch_norm(x.dtype(), param_dtype, grad_y.dtype(), kernel, [&](auto t, auto p, auto ty) {
     using T = decltype(t);
     using P = decltype(p);
@@ -711,11 +763,13 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
         SKA_CUDA_CHECK(cudaMemsetAsync(grad_weight.data_ptr(), 0, cols * sizeof(P), s));
       if (grad_bias.defined())
         SKA_CUDA_CHECK(cudaMemsetAsync(grad_bias.data_ptr(), 0, cols * sizeof(P), s));
+      if (grad_scale.defined())
+        SKA_CUDA_CHECK(cudaMemsetAsync(grad_scale.data_ptr(), 0, cols * sizeof(T), s));
       return;
     }
-    // TB: the 16-bit dtype of a branch gradient `low` writes: the output's where it is 16-bit
-    // (the autocast block: a bf16 branch into a bf16 norm output), else grad_branch's (an f32
-    // norm output); unused without a low branch (check_add_layer_norm_grads).
+    // TB: the 16-bit dtype of a branch (its gradient) `low` reads and writes: the output's where
+    // it is 16-bit (the autocast block: a bf16 branch into a bf16 norm output), else the
+    // branch's (an f32 norm output); unused without a low branch (check_add_layer_norm_grads).
     const auto with_branch_dtype = [&](auto tb) {
       using TB = decltype(tb);
       const auto launch = [&](auto scaled) {
@@ -723,7 +777,8 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
         if (g_fused_backward.load() && cols <= kFusedMaxCols) {
           launch_fused_backward<T, P, TY, TB, kScaled>(grad_y, grad_sum, x, weight, mean, rstd,
                                                        grad_x, branch, grad_weight, grad_bias,
-                                                       rows, cols, device, s);
+                                                       kScaled ? grad_scale : Tensor(), rows, cols,
+                                                       device, s);
           return;
         }
         if (grad_x.defined()) {
@@ -744,12 +799,16 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
     };
     if constexpr (std::is_same_v<TY, __nv_bfloat16> || std::is_same_v<TY, __half>) {
       with_branch_dtype(TY{});
-    } else if (branch.low && grad_branch.dtype() == DType::kF16) {
+    } else if (branch.low && branch_dtype == DType::kF16) {
       with_branch_dtype(__half{});
     } else {
       with_branch_dtype(__nv_bfloat16{});
     }
     if (g_fused_backward.load() && cols <= kFusedMaxCols) return;
+    if (grad_scale.defined()) {  // the split path: scaled_residual's kernel on grad_x
+      scaled_residual_backward(grad_x, Tensor(), Tensor(), y, y_scale, Tensor(), drop, Tensor(),
+                               Tensor(), Tensor(), grad_scale);
+    }
     if (grad_weight.defined() || grad_bias.defined()) {
       launch_param_grads<T, P, TY>(grad_y, x, mean, rstd, grad_weight, grad_bias, rows, cols,
                                    device, s);
@@ -763,7 +822,7 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
                          const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias) {
   backward("layer_norm_backward", grad_y, Tensor(), x, weight, x.dtype(), mean, rstd, DropoutDraw(),
-           Tensor(), grad_x, Tensor(), grad_weight, grad_bias);
+           Tensor(), Tensor(), grad_x, Tensor(), grad_weight, grad_bias, Tensor());
 }
 
 void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw& drop,
@@ -833,9 +892,10 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
 
 void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             const DropoutDraw& drop, const Tensor& y_scale, const Tensor& grad_x,
-                             const Tensor& grad_branch, const Tensor& grad_weight,
-                             const Tensor& grad_bias) {
+                             const DropoutDraw& drop, const Tensor& y, const Tensor& y_scale,
+                             const Tensor& grad_x, const Tensor& grad_branch,
+                             const Tensor& grad_weight, const Tensor& grad_bias,
+                             const Tensor& grad_scale) {
   SKA_CHECK(!grad_x.defined() || grad_sum.defined(), ValueError,
             "add_layer_norm_backward: grad_sum is required with grad_x");
   const DType param_dtype = weight.defined()        ? weight.dtype()
@@ -843,7 +903,7 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
                             : grad_bias.defined()   ? grad_bias.dtype()
                                                     : x.dtype();
   backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, param_dtype, mean, rstd, drop,
-           y_scale, grad_x, grad_branch, grad_weight, grad_bias);
+           y, y_scale, grad_x, grad_branch, grad_weight, grad_bias, grad_scale);
 }
 
 }  // namespace ska::cuda

@@ -26,6 +26,19 @@ inline void check_add_layer_norm_drop(const char* kernel, const DropoutDraw& dro
   check_dropout_draw(kernel, drop, branch);
 }
 
+// The dtype of the branch (or its gradient) beside x and grad_y: x's, or for an f32 x grad_y's
+// bf16/f16 dtype or, with an f32 grad_y, bf16/f16.
+inline void check_branch_dtype(const char* kernel, const char* what, DType branch, const Tensor& x,
+                               const Tensor& grad_y) {
+  const bool low = x.dtype() == DType::kF32 && (branch == DType::kBF16 || branch == DType::kF16) &&
+                   (grad_y.dtype() == branch || grad_y.dtype() == DType::kF32);
+  SKA_CHECK(branch == x.dtype() || low, DTypeError, kernel, ": ", what, " of dtype ",
+            dtype_name(branch), " for x ", dtype_name(x.dtype()), " and grad_y ",
+            dtype_name(grad_y.dtype()),
+            "; expected x's dtype, or with an f32 x grad_y's bf16/f16 dtype or (an f32 grad_y) "
+            "bf16/f16");
+}
+
 // grad_branch (undefined, or y's gradient) beside grad_x: contiguous, of x's size, in x's dtype or,
 // for an f32 x, in grad_y's bf16/f16 dtype or (an f32 grad_y) in bf16/f16.
 inline void check_add_layer_norm_grads(const char* kernel, const Tensor& x, const Tensor& grad_y,
@@ -36,13 +49,28 @@ inline void check_add_layer_norm_grads(const char* kernel, const Tensor& x, cons
   SKA_CHECK(grad_x.defined() && grad_branch.is_contiguous() && grad_branch.numel() == x.numel(),
             ValueError, kernel, ": grad_branch needs grad_x and must be contiguous, of x's size ",
             shape_str(x.shape()), ", got ", grad_branch.str());
-  const DType b = grad_branch.dtype();
-  const bool low = x.dtype() == DType::kF32 && (b == DType::kBF16 || b == DType::kF16) &&
-                   (grad_y.dtype() == b || grad_y.dtype() == DType::kF32);
-  SKA_CHECK(b == x.dtype() || low, DTypeError, kernel, ": grad_branch of dtype ", dtype_name(b),
-            " for x ", dtype_name(x.dtype()), " and grad_y ", dtype_name(grad_y.dtype()),
-            "; expected x's dtype, or with an f32 x grad_y's bf16/f16 dtype or (an f32 grad_y) "
-            "bf16/f16");
+  check_branch_dtype(kernel, "grad_branch", grad_branch.dtype(), x, grad_y);
+}
+
+// grad_scale (undefined, or the gradient of the branch's scale, backend/kernels.inc): with the
+// scale, grad_x and the branch y (contiguous, of x's size, in x's dtype or, for an f32 x, in
+// grad_y's bf16/f16 dtype or, with an f32 grad_y, in bf16/f16); contiguous [C] of x's dtype.
+inline void check_add_layer_norm_scale_grad(const char* kernel, const Tensor& x,
+                                            const Tensor& grad_y, const Tensor& y,
+                                            const Tensor& y_scale, const Tensor& grad_x,
+                                            const Tensor& grad_scale) {
+  if (!grad_scale.defined()) return;
+  const int64_t cols = x.dim() == 0 ? 1 : x.shape().back();
+  SKA_CHECK(y_scale.defined() && grad_x.defined() && y.defined(), ValueError, kernel,
+            ": the branch scale's gradient needs the scale, grad_x and the branch");
+  SKA_CHECK(y.device() == x.device() && y.is_contiguous() && y.numel() == x.numel(), ValueError,
+            kernel, ": the branch must be contiguous, of x's size ", shape_str(x.shape()), " on ",
+            x.device(), ", got ", y.str());
+  check_branch_dtype(kernel, "the branch", y.dtype(), x, grad_y);
+  SKA_CHECK(grad_scale.device() == x.device() && grad_scale.dtype() == x.dtype() &&
+                grad_scale.numel() == cols && grad_scale.is_contiguous(),
+            ValueError, kernel, ": the branch scale's gradient must be a contiguous [", cols, "] ",
+            dtype_name(x.dtype()), " tensor on ", x.device(), ", got ", grad_scale.str());
 }
 
 // The dtype of a norm's parameters: weight's, else bias's, else x's.

@@ -187,19 +187,15 @@ ResidualNorm add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weig
                                ? Tensor::empty(saved_sum.shape(), y_dtype, saved_sum.device())
                                : Tensor();
         Tensor gw = grad_buffer(need_w, w), gb = grad_buffer(need_b, b);
-        // The mask and the scale only shape y's gradient: without one, nothing to pass them to.
+        // The mask and the scale only shape y's and the scale's gradients: without those,
+        // nothing to pass them to.
         const DropoutDraw branch_drop = need_y || need_ys ? drop : DropoutDraw();
-        SKA_KERNEL(saved_sum.device(), add_layer_norm_backward)
-        (grad_normed, grad_sum, saved_sum, w, mean, rstd, branch_drop, need_y ? ys : Tensor(), gx,
-         gy_branch, gw, gb);
         // The scale's gradient: the rows' sum of the gradient reaching the sum times the (dropped)
         // branch, as scaled_residual sums it.
         Tensor gys = need_ys ? Tensor::empty({channels}, ys.dtype(), ys.device()) : Tensor();
-        if (need_ys) {
-          SKA_KERNEL(saved_sum.device(), scaled_residual_backward)
-          (gx, Tensor(), Tensor(), saved_y, ys, Tensor(), branch_drop, Tensor(), Tensor(), Tensor(),
-           gys);
-        }
+        SKA_KERNEL(saved_sum.device(), add_layer_norm_backward)
+        (grad_normed, grad_sum, saved_sum, w, mean, rstd, branch_drop, saved_y,
+         need_y || need_ys ? ys : Tensor(), gx, gy_branch, gw, gb, gys);
         Tensor gy = need_y ? (gy_branch.defined() ? gy_branch : gx) : Tensor();
         return TensorList{need_x ? gx : Tensor(), gy, gw, gb,
                           need_ys ? gys.view(y_scale.shape()) : Tensor()};

@@ -31,9 +31,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // otherwise the dropout op runs first. Pass 0 outside training.
 // y_scale: undefined, or a per-channel factor of the branch ([C], C the last dim: CaiT's
 // LayerScale), sum = x + dropout(y) * y_scale: the values and gradients of scaled_residual
-// (ops/pointwise.h) followed by layer_norm, bit for bit, y_scale's gradient computed by
-// scaled_residual's own kernel from the gradient reaching the sum (so the same bits as those ops
-// on either device). The one kernel takes it in where y_scale has x's dtype (no 16-bit stream with
+// (ops/pointwise.h) followed by layer_norm, bit for bit, y_scale's gradient summed from the
+// gradient reaching the sum as scaled_residual's kernels sum it (so the same bits as those ops on
+// either device). The one kernel takes it in where y_scale has x's dtype (no 16-bit stream with
 // f32 parameters) and x is not an f64 CUDA tensor; otherwise scaled_residual runs first.
 struct ResidualNorm {
   Tensor sum;

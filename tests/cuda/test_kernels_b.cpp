@@ -335,10 +335,25 @@ TEST_CASE("cuda add_layer_norm: the bits of the add, layer norm and cast kernels
         const Tensor branch1 = branch0.defined() ? Tensor::empty(shape, c.y, kGpu) : Tensor();
         const Tensor gw1 = Tensor::empty({c.cols}, c.param, kGpu);
         const Tensor gb1 = Tensor::empty({c.cols}, c.param, kGpu);
-        cuda::add_layer_norm_backward(gy, gs, sum1, w, m1, r1, drop, ys, gx1, branch1, gw1, gb1);
+        // With a scale, also its gradient: scaled_residual's gys on the same gradient, the same
+        // sums in the same order.
+        const Tensor gys0 = scaled ? Tensor::empty({c.cols}, c.x, kGpu) : Tensor();
+        const Tensor gys1 = scaled ? Tensor::empty({c.cols}, c.x, kGpu) : Tensor();
+        if (scaled) {
+          DropoutDraw drop0;
+          if (with_drop) {
+            drop0 = drop;
+            drop0.bits = bits0;
+          }
+          cuda::scaled_residual_backward(gx0, Tensor(), Tensor(), y, ys, Tensor(), drop0, Tensor(),
+                                         Tensor(), Tensor(), gys0);
+        }
+        cuda::add_layer_norm_backward(gy, gs, sum1, w, m1, r1, drop, y, ys, gx1, branch1, gw1, gb1,
+                                      gys1);
         set_cuda_layer_norm_fused_backward(previous);
         CHECK(bitwise_equal(gx1, gx0));
         if (branch0.defined()) CHECK(bitwise_equal(branch1, branch0));
+        if (scaled) CHECK(bitwise_equal(gys1, gys0));
         CHECK(bitwise_equal(gw1, gw0));
         CHECK(bitwise_equal(gb1, gb0));
       }

@@ -216,119 +216,15 @@ TEST_CASE("add_layer_norm: the values and gradients of add then layer_norm, bit 
 }
 
 TEST_CASE(
-    "add_layer_norm with the branch's dropout: the draws, values and gradients of dropout, add and "
-    "layer_norm",
+    "add_layer_norm with the branch's dropout and scale: the draws, values and gradients of "
+    "dropout, add or scaled_residual, and layer_norm",
     "[cpu]") {
   using ska::test::bitwise_equal;
-  // 40 columns take the dropout into the one kernel; 37 (a mask byte across rows) run the dropout
-  // op first. f32; an f32 stream with a bf16 branch and output (autocast); f64 (the dropout op
-  // first); autocast's bf16 stream with f32 parameters.
-  struct Case {
-    DType x, y;
-    std::optional<DType> out;
-    bool autocast;
-  };
-  for (const int64_t cols : {40, 37}) {
-    for (const Case& c : {Case{DType::kF32, DType::kF32, std::nullopt, false},
-                          Case{DType::kF32, DType::kBF16, DType::kBF16, false},
-                          Case{DType::kF64, DType::kF64, std::nullopt, false},
-                          Case{DType::kBF16, DType::kBF16, DType::kBF16, true}}) {
-      INFO(cols << " columns, " << dtype_name(c.x) << " + " << dtype_name(c.y) << ", autocast "
-                << c.autocast);
-      const Shape shape{6, cols};
-      const DType param = c.autocast ? DType::kF32 : c.x;
-      struct Run {
-        ResidualNorm r;
-        Tensor gx, gy, gw, gb;
-        uint64_t offset;
-        int dropout_nodes;
-      } run[2];
-      for (int fused = 0; fused < 2; ++fused) {
-        Tensor x = uniform(shape, 110, -2.0, 2.0).to(c.x).set_requires_grad();
-        Tensor y = uniform(shape, 111, -2.0, 2.0).to(c.y).set_requires_grad();
-        Tensor w = uniform({cols}, 112, 0.5, 1.5).to(param).set_requires_grad();
-        Tensor b = uniform({cols}, 113).to(param).set_requires_grad();
-        Generator gen(77);
-        gen.advance(40);  // start past counter 0
-        Tensor loss;
-        {
-          std::optional<AutocastGuard> autocast;
-          if (c.autocast) autocast.emplace(DType::kBF16);
-          ResidualNorm& r = run[fused].r;
-          if (fused == 1) {
-            r = add_layer_norm(x, y, w, b, 1e-5, c.out, 0.3, &gen);
-          } else {
-            r.sum = add(x, dropout(y, 0.3, true, &gen));
-            r.normed = layer_norm(r.sum, w, b, 1e-5, c.out);
-          }
-          loss = add(sum(mul(r.sum, uniform(shape, 114).to(r.sum.dtype()))),
-                     sum(mul(r.normed, uniform(shape, 115).to(r.normed.dtype()))));
-        }
-        run[fused].dropout_nodes = ska::test::count_nodes(loss, "dropout");
-        loss.backward();
-        run[fused].gx = x.grad();
-        run[fused].gy = y.grad();
-        run[fused].gw = w.grad();
-        run[fused].gb = b.grad();
-        run[fused].offset = gen.offset();
-      }
-      const Run &f = run[1], &u = run[0];
-      const bool inside = cols % 8 == 0 && c.x != DType::kF64;
-      CHECK(f.r.sum.grad_fn()->name() == "add_layer_norm");
-      CHECK(u.dropout_nodes == 1);
-      CHECK(f.dropout_nodes == (inside ? 0 : 1));
-      CHECK(f.offset == u.offset);  // the same draws
-      CHECK(bitwise_equal(f.r.sum, u.r.sum));
-      CHECK(bitwise_equal(f.r.normed, u.r.normed));
-      CHECK(bitwise_equal(f.gx, u.gx));
-      CHECK(f.gy.dtype() == c.y);
-      CHECK(bitwise_equal(f.gy, u.gy));
-      CHECK(bitwise_equal(f.gw, u.gw));
-      CHECK(bitwise_equal(f.gb, u.gb));
-      // Some of the branch dropped, some kept (its gradient is zero exactly where dropped).
-      const std::vector<double> gy = f.gy.to_vector<double>();
-      const auto zeros = std::count(gy.begin(), gy.end(), 0.0);
-      CHECK(zeros > 0);
-      CHECK(zeros < static_cast<long>(gy.size()) / 2);
-    }
-  }
-  // A branch without a gradient (y frozen): only x's or the weight's, the mask unused on the way
-  // back (16 f32 columns: the dropout inside the kernels).
-  for (const bool x_grad : {true, false}) {
-    INFO("x needs a gradient " << x_grad << ", the weight " << !x_grad);
-    Tensor grads[2];
-    for (int fused = 0; fused < 2; ++fused) {
-      Tensor x = uniform({4, 16}, 120).to(DType::kF32).set_requires_grad(x_grad);
-      const Tensor y = uniform({4, 16}, 121).to(DType::kF32);
-      Tensor w = uniform({16}, 122, 0.5, 1.5).to(DType::kF32).set_requires_grad(!x_grad);
-      Generator gen(3);
-      ResidualNorm r;
-      if (fused == 1) {
-        r = add_layer_norm(x, y, w, Tensor(), 1e-5, std::nullopt, 0.5, &gen);
-        CHECK(r.sum.grad_fn()->name() == "add_layer_norm");
-      } else {
-        r.sum = add(x, dropout(y, 0.5, true, &gen));
-        r.normed = layer_norm(r.sum, w, Tensor());
-      }
-      sum(mul(r.normed, uniform({4, 16}, 123).to(DType::kF32))).backward();
-      grads[fused] = x_grad ? x.grad() : w.grad();
-    }
-    CHECK(bitwise_equal(grads[1], grads[0]));
-  }
-  CHECK_THROWS_WITH(add_layer_norm(uniform({2, 8}, 1), uniform({2, 8}, 2), Tensor(), Tensor(), 1e-5,
-                                   std::nullopt, 1.0),
-                    Catch::Contains("add_layer_norm") && Catch::Contains("[0, 1)"));
-}
-
-TEST_CASE(
-    "add_layer_norm with a scaled branch: the draws, values and gradients of scaled_residual and "
-    "layer_norm, bit for bit",
-    "[cpu]") {
-  using ska::test::bitwise_equal;
-  // CaiT's LayerScale on the branch, sum = x + dropout(y) * scale. 40 columns take the scale and
-  // the dropout into the one kernel, 37 run the dropout op first (the scale still inside); f32;
-  // an f32 stream with a bf16 branch and a bf16 or f32 output; f64. Autocast's
-  // bf16 stream with f32 parameters (and an f32 scale) takes scaled_residual and the norm.
+  // The dropout closing a branch (p = 0.3), CaiT's LayerScale on it (sum = x + dropout(y) *
+  // scale), and both. 40 columns take the dropout into the one kernel; 37 (a mask byte across
+  // rows) run the dropout op first, the scale still inside. f32; an f32 stream with a bf16 branch
+  // and a bf16 or an f32 output; f64 (the dropout op first); autocast's bf16 stream with f32
+  // parameters, whose scaled sums take scaled_residual (the dropout inside it) and the norm.
   struct Case {
     DType x, y;
     std::optional<DType> out;
@@ -340,9 +236,10 @@ TEST_CASE(
                           Case{DType::kF32, DType::kBF16, DType::kF32, false},
                           Case{DType::kF64, DType::kF64, std::nullopt, false},
                           Case{DType::kBF16, DType::kBF16, DType::kBF16, true}}) {
-      for (const double p : {0.0, 0.3}) {
+      for (const auto& [p, scaled] :
+           {std::pair{0.3, false}, std::pair{0.0, true}, std::pair{0.3, true}}) {
         INFO(cols << " columns, " << dtype_name(c.x) << " + " << dtype_name(c.y) << ", autocast "
-                  << c.autocast << ", dropout " << p);
+                  << c.autocast << ", dropout " << p << ", scaled " << scaled);
         const Shape shape{6, cols};
         const DType param = c.autocast ? DType::kF32 : c.x;
         struct Run {
@@ -353,13 +250,14 @@ TEST_CASE(
           int dropout_nodes;
         } run[2];
         for (int fused = 0; fused < 2; ++fused) {
-          Tensor x = uniform(shape, 130, -2.0, 2.0).to(c.x).set_requires_grad();
-          Tensor y = uniform(shape, 131, -2.0, 2.0).to(c.y).set_requires_grad();
-          Tensor w = uniform({cols}, 132, 0.5, 1.5).to(param).set_requires_grad();
-          Tensor b = uniform({cols}, 133).to(param).set_requires_grad();
-          Tensor scale = uniform({cols}, 136, -0.5, 0.5).to(param).set_requires_grad();
-          Generator gen(78);
-          gen.advance(24);
+          Tensor x = uniform(shape, 110, -2.0, 2.0).to(c.x).set_requires_grad();
+          Tensor y = uniform(shape, 111, -2.0, 2.0).to(c.y).set_requires_grad();
+          Tensor w = uniform({cols}, 112, 0.5, 1.5).to(param).set_requires_grad();
+          Tensor b = uniform({cols}, 113).to(param).set_requires_grad();
+          Tensor scale =
+              scaled ? uniform({cols}, 116, -0.5, 0.5).to(param).set_requires_grad() : Tensor();
+          Generator gen(77);
+          gen.advance(40);  // start past counter 0
           Tensor loss;
           {
             std::optional<AutocastGuard> autocast;
@@ -368,11 +266,12 @@ TEST_CASE(
             if (fused == 1) {
               r = add_layer_norm(x, y, w, b, 1e-5, c.out, p, &gen, scale);
             } else {
-              r.sum = scaled_residual(x, Tensor(), dropout(y, p, true, &gen), scale);
+              const Tensor dropped = dropout(y, p, true, &gen);
+              r.sum = scaled ? scaled_residual(x, Tensor(), dropped, scale) : add(x, dropped);
               r.normed = layer_norm(r.sum, w, b, 1e-5, c.out);
             }
-            loss = add(sum(mul(r.sum, uniform(shape, 134).to(r.sum.dtype()))),
-                       sum(mul(r.normed, uniform(shape, 135).to(r.normed.dtype()))));
+            loss = add(sum(mul(r.sum, uniform(shape, 114).to(r.sum.dtype()))),
+                       sum(mul(r.normed, uniform(shape, 115).to(r.normed.dtype()))));
           }
           run[fused].dropout_nodes = ska::test::count_nodes(loss, "dropout");
           loss.backward();
@@ -380,15 +279,16 @@ TEST_CASE(
           run[fused].gy = y.grad();
           run[fused].gw = w.grad();
           run[fused].gb = b.grad();
-          run[fused].gs = scale.grad();
+          run[fused].gs = scaled ? scale.grad() : Tensor();
           run[fused].offset = gen.offset();
           run[fused].node = run[fused].r.sum.grad_fn()->name();
         }
         const Run &f = run[1], &u = run[0];
-        CHECK(f.node == (c.autocast ? "scaled_residual" : "add_layer_norm"));
-        CHECK(u.node == "scaled_residual");
+        const bool unfused_scale = scaled && c.autocast;
+        CHECK(f.node == (unfused_scale ? "scaled_residual" : "add_layer_norm"));
+        CHECK(u.dropout_nodes == (p > 0.0 ? 1 : 0));
         // The dropout runs inside add_layer_norm's kernels, or, unfused, inside scaled_residual's.
-        const bool inside = (cols % 8 == 0 && c.x != DType::kF64) || c.autocast;
+        const bool inside = (cols % 8 == 0 && c.x != DType::kF64) || unfused_scale;
         CHECK(f.dropout_nodes == (p > 0.0 && !inside ? 1 : 0));
         CHECK(f.offset == u.offset);  // the same draws
         CHECK(f.r.sum.dtype() == u.r.sum.dtype());
@@ -399,35 +299,59 @@ TEST_CASE(
         CHECK(bitwise_equal(f.gy, u.gy));
         CHECK(bitwise_equal(f.gw, u.gw));
         CHECK(bitwise_equal(f.gb, u.gb));
-        CHECK(bitwise_equal(f.gs, u.gs));
-        CHECK(amax(abs(f.gs)).item() > 0.0);
+        if (scaled) {
+          CHECK(bitwise_equal(f.gs, u.gs));
+          CHECK(amax(abs(f.gs)).item() > 0.0);
+        }
+        if (p == 0.0) continue;
+        // Some of the branch dropped, some kept (its gradient is zero exactly where dropped).
+        const std::vector<double> gy = f.gy.to_vector<double>();
+        const auto zeros = std::count(gy.begin(), gy.end(), 0.0);
+        CHECK(zeros > 0);
+        CHECK(zeros < static_cast<long>(gy.size()) / 2);
       }
     }
   }
-  // A frozen branch with a learnable scale, and a branch with a frozen scale (dropout inside).
-  for (const bool scale_grad : {true, false}) {
-    INFO("the scale needs a gradient " << scale_grad << ", the branch " << !scale_grad);
-    Tensor grads[2];
+  // Gradients not wanted (16 columns, the dropout inside the kernels): a frozen branch, with only
+  // x's or the weight's gradient (the mask unused on the way back); with a scale, a frozen branch
+  // with a learnable scale and a learnable branch with a frozen scale.
+  struct Wanted {
+    bool x, y, w, scale, scaled;
+  };
+  for (const Wanted& want :
+       {Wanted{true, false, false, false, false}, Wanted{false, false, true, false, false},
+        Wanted{true, false, false, true, true}, Wanted{true, true, false, false, true}}) {
+    INFO("gradients of x " << want.x << ", y " << want.y << ", the weight " << want.w
+                           << ", the scale " << want.scale << "; scaled " << want.scaled);
+    std::vector<Tensor> grads[2];
     for (int fused = 0; fused < 2; ++fused) {
-      Tensor x = uniform({4, 16}, 140).to(DType::kF32).set_requires_grad();
-      Tensor y = uniform({4, 16}, 141).to(DType::kBF16).set_requires_grad(!scale_grad);
-      Tensor w = uniform({16}, 142, 0.5, 1.5).to(DType::kF32);
-      Tensor scale = uniform({16}, 143).to(DType::kF32).set_requires_grad(scale_grad);
-      Generator gen(4);
+      Tensor x = uniform({4, 16}, 120).to(DType::kF32).set_requires_grad(want.x);
+      Tensor y = uniform({4, 16}, 121).to(DType::kBF16).set_requires_grad(want.y);
+      Tensor w = uniform({16}, 122, 0.5, 1.5).to(DType::kF32).set_requires_grad(want.w);
+      Tensor scale =
+          want.scaled ? uniform({16}, 124).to(DType::kF32).set_requires_grad(want.scale) : Tensor();
+      Generator gen(3);
       ResidualNorm r;
       if (fused == 1) {
         r = add_layer_norm(x, y, w, Tensor(), 1e-5, DType::kBF16, 0.5, &gen, scale);
         CHECK(r.sum.grad_fn()->name() == "add_layer_norm");
       } else {
-        r.sum = scaled_residual(x, Tensor(), dropout(y, 0.5, true, &gen), scale);
+        const Tensor dropped = dropout(y, 0.5, true, &gen);
+        r.sum = want.scaled ? scaled_residual(x, Tensor(), dropped, scale) : add(x, dropped);
         r.normed = layer_norm(r.sum, w, Tensor(), 1e-5, DType::kBF16);
       }
-      sum(mul(r.normed.to(DType::kF32), uniform({4, 16}, 144).to(DType::kF32))).backward();
-      grads[fused] = scale_grad ? scale.grad() : y.grad();
-      CHECK(x.grad().defined());
+      sum(mul(r.normed.to(DType::kF32), uniform({4, 16}, 123).to(DType::kF32))).backward();
+      for (const auto& [t, wanted] : {std::pair{x, want.x}, std::pair{y, want.y},
+                                      std::pair{w, want.w}, std::pair{scale, want.scale}}) {
+        if (wanted) grads[fused].push_back(t.grad());
+      }
     }
-    CHECK(bitwise_equal(grads[1], grads[0]));
+    REQUIRE(grads[1].size() == grads[0].size());
+    for (size_t i = 0; i < grads[0].size(); ++i) CHECK(bitwise_equal(grads[1][i], grads[0][i]));
   }
+  CHECK_THROWS_WITH(add_layer_norm(uniform({2, 8}, 1), uniform({2, 8}, 2), Tensor(), Tensor(), 1e-5,
+                                   std::nullopt, 1.0),
+                    Catch::Contains("add_layer_norm") && Catch::Contains("[0, 1)"));
 }
 
 TEST_CASE("add_layer_norm gradients match finite differences", "[cpu]") {

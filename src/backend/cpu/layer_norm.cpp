@@ -320,14 +320,16 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
 
 void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                             const DropoutDraw& drop, const Tensor& y_scale, const Tensor& grad_x,
-                             const Tensor& grad_branch, const Tensor& grad_weight,
-                             const Tensor& grad_bias) {
+                             const DropoutDraw& drop, const Tensor& y, const Tensor& y_scale,
+                             const Tensor& grad_x, const Tensor& grad_branch,
+                             const Tensor& grad_weight, const Tensor& grad_bias,
+                             const Tensor& grad_scale) {
   const char* kernel = "add_layer_norm_backward";
   check_add_layer_norm_grads(kernel, x, grad_y, grad_x, grad_branch);
-  if (grad_branch.defined()) {
+  check_add_layer_norm_scale_grad(kernel, x, grad_y, y, y_scale, grad_x, grad_scale);
+  if (grad_branch.defined() || grad_scale.defined()) {
     check_add_layer_norm_scale(kernel, y_scale, x, weight.defined() ? weight.dtype() : x.dtype());
-    if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_branch);
+    if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, grad_x);
   }
   // A 16-bit x: the gradient of its f32 copy, rounded to x's dtype as the cast's backward does.
   const bool narrow = is_16bit_float(x.dtype());
@@ -342,12 +344,12 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
     copy(norm_grad, rounded);
   }
   binary(BinaryOp::kAdd, rounded, grad_sum, grad_x);
-  if (!grad_branch.defined()) return;
-  if (y_scale.defined()) {
-    scaled_residual_backward(grad_x, Tensor(), Tensor(), Tensor(), y_scale, Tensor(), drop,
-                             Tensor(), grad_branch, Tensor(), Tensor());
+  if (y_scale.defined() && (grad_branch.defined() || grad_scale.defined())) {
+    scaled_residual_backward(grad_x, Tensor(), Tensor(), grad_scale.defined() ? y : Tensor(),
+                             y_scale, Tensor(), drop, Tensor(), grad_branch, Tensor(), grad_scale);
     return;
   }
+  if (!grad_branch.defined()) return;
   copy(grad_x, grad_branch);  // add's gradient cast to the branch's dtype
   if (drop.active()) dropout_backward(grad_branch, drop.bits, drop.scale, grad_branch);
 }
