@@ -77,6 +77,18 @@ Tensor batched_gemm_operand(const Tensor& t, const Shape& batch) {
   return gemm_kernel_view(v, shape_numel(batch), batch_stride);
 }
 
+// Whether batched_gemm_operand(t, batch) copies t: its last two dims have no GEMM layout, or its
+// batch dims fold into no single stride.
+bool needs_packing(const Tensor& t, const Shape& batch) {
+  if (gemm_layout(t) == GemmLayout::kNone) return true;
+  Shape full = batch;
+  full.push_back(t.size(-2));
+  full.push_back(t.size(-1));
+  int64_t batch_stride = 0;
+  return !collapsed_stride(detail::broadcast_raw(t.detach(), full),
+                           static_cast<int64_t>(batch.size()), batch_stride);
+}
+
 // What a backward product reads of operand t, which the forward's GEMM read as `packed` (from
 // batched_gemm_operand for `batch`): the packed tensor with the batch dims restored where packing
 // copied t, else t itself (history-free either way; the backward pass records no graph).
@@ -128,9 +140,12 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b) {
   const Tensor b_read = need_a ? backward_operand(b, args.b, batch) : Tensor();
   const Shape a_shape = a.shape(), b_shape = b.shape();
   autograd::record_op("matmul", {a, b}, {out}, [=](const TensorList& g) {
+    // Both products read the output's gradient: where the GEMM would have to pack it (a
+    // head-split view [B, h, N, d] of a merged gradient), packed once for the two.
+    const Tensor grad = need_a && need_b && needs_packing(g[0], batch) ? g[0].contiguous() : g[0];
     return TensorList{
-        need_a ? sum_to_shape(matmul(g[0], b_read.transpose(-1, -2)), a_shape) : Tensor(),
-        need_b ? sum_to_shape(matmul(a_read.transpose(-1, -2), g[0]), b_shape) : Tensor()};
+        need_a ? sum_to_shape(matmul(grad, b_read.transpose(-1, -2)), a_shape) : Tensor(),
+        need_b ? sum_to_shape(matmul(a_read.transpose(-1, -2), grad), b_shape) : Tensor()};
   });
   return out;
 }

@@ -317,6 +317,32 @@ TEST_CASE("matmul of a head-split operand: its backward reads the forward's pack
                 kF64, "dx");
 }
 
+TEST_CASE("matmul with a head-split output gradient packs it once for both products", "[cpu]") {
+  // out [B, h, N, d] merged into [B, N, h * d] (merge_heads): the gradient reaching the product
+  // is a head-split view of the merged gradient, whose batch dims fold into no single stride;
+  // dW = g v^T and dV = W^T g read one packed copy of it.
+  const Tensor w = uniform({2, 3, 6, 5}, 24).set_requires_grad();
+  const Tensor v = uniform({2, 3, 5, 4}, 25).set_requires_grad();
+  const auto merged = [](const Tensor& t) { return t.permute({0, 2, 1, 3}).reshape({2, 6, 12}); };
+  check_gradients([&](const TensorList& in) { return merged(matmul(in[0], in[1])); }, {w, v});
+  w.zero_grad();
+  v.zero_grad();
+  const Tensor y = merged(matmul(w, v));
+  const Tensor c = uniform({2, 6, 12}, 26);
+  profiler::start();
+  y.backward(c);
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  int64_t copies = 0;
+  for (const profiler::KernelTime& k : calls) {
+    if (k.name == "copy") copies += k.calls;
+  }
+  CHECK(copies == 1);
+  const Tensor g = c.reshape({2, 6, 3, 4}).permute({0, 2, 1, 3}).contiguous();
+  require_close(w.grad(), matmul(g, v.detach().transpose(-1, -2)), kF64, "dW");
+  require_close(v.grad(), matmul(w.detach().transpose(-1, -2), g), kF64, "dV");
+}
+
 TEST_CASE("linear gradients match finite differences", "[cpu]") {
   const Tensor w = uniform({3, 4}, 2).set_requires_grad(), b = uniform({3}, 3).set_requires_grad();
   auto with_bias = [](const TensorList& in) { return linear(in[0], in[1], in[2]); };
