@@ -11,6 +11,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/random.h"
+#include "nn/summary.h"
 #include "ops/ops.h"
 
 namespace ska::models {
@@ -67,18 +68,27 @@ Tensor CaitAttention::forward(const Tensor& x) {
   const CaitAttentionOptions& o = options_;
   SKA_CHECK(x.dim() == 3 && x.size(2) == o.dim, ShapeError, type_name(), ": expected [B, N, ",
             o.dim, "], got ", shape_str(x.shape()));
+  if (o.class_query) return class_attention(x.narrow(1, 0, 1), x);
   // Patch attention projects q and k, v (or v) from the same tokens: one product where the
-  // projections stack (nn::stacked_linear); class attention's query reads the class token alone.
+  // projections stack (nn::stacked_linear).
   nn::Linear& second = o.logits == AttentionKind::kMhsa ? *to_kv_ : *to_v_;
-  Tensor q_tokens, second_tokens;
-  if (o.class_query) {
-    q_tokens = (*to_q_)(x.narrow(1, 0, 1));
-    second_tokens = second(x);
-  } else {
-    const TensorList both = nn::stacked_linear(x, {to_q_.get(), &second});
-    q_tokens = both[0];
-    second_tokens = both[1];
-  }
+  const TensorList both = nn::stacked_linear(x, {to_q_.get(), &second});
+  return attend_projected(both[0], both[1]);
+}
+
+Tensor CaitAttention::class_attention(const Tensor& query, const Tensor& context) {
+  const CaitAttentionOptions& o = options_;
+  SKA_CHECK(o.class_query, ValueError, type_name(), ": class_attention needs class attention");
+  SKA_CHECK(query.dim() == 3 && query.size(1) == 1 && query.size(2) == o.dim &&
+                context.dim() == 3 && context.size(0) == query.size(0) && context.size(2) == o.dim,
+            ShapeError, type_name(), ": expected a query token [B, 1, ", o.dim,
+            "] and context [B, N, ", o.dim, "], got ", shape_str(query.shape()), " and ",
+            shape_str(context.shape()));
+  return attend_projected((*to_q_)(query), (*to_kv_)(context));
+}
+
+Tensor CaitAttention::attend_projected(const Tensor& q_tokens, const Tensor& second_tokens) {
+  const CaitAttentionOptions& o = options_;
   const Tensor q = nn::split_heads(q_tokens, o.heads);
   Tensor logits, k, v;  // logits from a conv (cska), or k for q k^T
   if (o.logits == AttentionKind::kMhsa) {
@@ -86,7 +96,8 @@ Tensor CaitAttention::forward(const Tensor& x) {
     k = nn::split_heads(kv[0], o.heads);
     v = nn::split_heads(kv[1], o.heads);
   } else {
-    SKA_CHECK(x.size(1) == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", x.size(1),
+    const int64_t tokens = second_tokens.size(1);
+    SKA_CHECK(tokens == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", tokens,
               " tokens for a ", o.grid.height, "x", o.grid.width, " patch grid");
     v = nn::split_heads(second_tokens, o.heads);
     if (o.logits == AttentionKind::kCska) {
@@ -169,10 +180,22 @@ Tensor CaitBlock::forward(const Tensor& x) {
   // One split node: its backward concatenates the two gradients (two narrows would each
   // zero-fill an x-sized gradient and add them up).
   const TensorList parts = split(x, {1, x.size(1) - 1}, 1);
-  const Tensor &cls = parts[0], &patches = parts[1];
-  const Tensor context = cat({(*norm1_)(cls), patches}, 1);
-  const Tensor updated = residual_mlp(cls, (*attn_)(context), nullptr).sum;
-  return cat({updated, patches}, 1);
+  return cat({class_update(parts[0], parts[1]), parts[1]}, 1);
+}
+
+Tensor CaitBlock::class_update(const Tensor& cls, const Tensor& patches) {
+  SKA_CHECK(class_block_, ValueError, "CaitBlock: class_update needs a class-attention block");
+  SKA_CHECK(cls.dim() == 3 && cls.size(1) == 1 && patches.dim() == 3 &&
+                patches.size(0) == cls.size(0) && patches.size(2) == cls.size(2),
+            ShapeError, "CaitBlock: expected the class token [B, 1, C] and patches [B, N, C], got ",
+            shape_str(cls.shape()), " and ", shape_str(patches.shape()));
+  // The query reads the normalised class token itself: a narrow of the context would give it
+  // a context-sized zero gradient to add up.
+  const Tensor query = (*norm1_)(cls);
+  const Tensor attended = nn::record_call(attn_.get(), [&] {
+    return attn_->class_attention(query, cat({query, patches}, 1));
+  });
+  return residual_mlp(cls, attended, nullptr).sum;
 }
 
 nn::ScaledOperand CaitBlock::scaled_branch(nn::Module& ls, const Tensor& branch) {
@@ -278,26 +301,44 @@ void CaitLayerStack::draw_kept_on_device() {
   dropped_.copy_(rsub(1.0, kept));
 }
 
-Tensor CaitLayerStack::forward(const Tensor& x) {
-  if (kept_.defined()) {
-    SKA_CHECK(x.device() == kept_.device(), DeviceError, "CaitLayerStack: its layer dropout ",
-              "draws on ", kept_.device(), " (draw_on_device), but the input is on ", x.device());
-    if (is_training()) draw_kept_on_device();  // the blocks read kept_ in training
-  }
+std::vector<CaitBlock*> CaitLayerStack::running_blocks() {
+  if (kept_.defined() && is_training()) draw_kept_on_device();  // the blocks read kept_
   std::vector<bool> kept(blocks_.size(), true);
   if (!kept_.defined() && is_training() && layer_dropout_ > 0.0 && !blocks_.empty()) {
     const int64_t n = static_cast<int64_t>(blocks_.size());
     kept = kept_layers(rand({n + 1}, DType::kF64).to_vector<double>(), layer_dropout_);
   }
-  // The layers that run: patch layers as one chain of fused sums and norms, class layers one by
-  // one.
-  std::vector<ChainedBlock*> running;
+  std::vector<CaitBlock*> running;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (kept[i]) running.push_back(blocks_[i].get());
   }
-  if (!blocks_.empty() && !blocks_.front()->class_block()) return run_block_chain(running, x);
-  Tensor y = x;
-  for (ChainedBlock* block : running) y = (*block)(y);
+  return running;
+}
+
+Tensor CaitLayerStack::forward(const Tensor& x) {
+  if (!blocks_.empty() && blocks_.front()->class_block()) {
+    SKA_CHECK(x.dim() == 3 && x.size(1) >= 1, ShapeError,
+              "CaitLayerStack: expected [B, 1 + N, C] tokens, class token first, got ",
+              shape_str(x.shape()));
+    const TensorList parts = split(x, {1, x.size(1) - 1}, 1);
+    return cat({forward_class(parts[0], parts[1]), parts[1]}, 1);
+  }
+  SKA_CHECK(!kept_.defined() || x.device() == kept_.device(), DeviceError,
+            "CaitLayerStack: its layer dropout draws on ", kept_.device(),
+            " (draw_on_device), but the input is on ", x.device());
+  // Patch layers: one chain of fused sums and norms.
+  const std::vector<CaitBlock*> running = running_blocks();
+  return run_block_chain(std::vector<ChainedBlock*>(running.begin(), running.end()), x);
+}
+
+Tensor CaitLayerStack::forward_class(const Tensor& cls, const Tensor& patches) {
+  SKA_CHECK(!kept_.defined() || cls.device() == kept_.device(), DeviceError,
+            "CaitLayerStack: its layer dropout draws on ", kept_.device(),
+            " (draw_on_device), but the input is on ", cls.device());
+  Tensor y = cls;
+  for (CaitBlock* block : running_blocks()) {
+    y = nn::record_call(block, [&] { return block->class_update(y, patches); });
+  }
   return y;
 }
 
@@ -359,9 +400,11 @@ Tensor Cait::forward(const Tensor& images) {
             in.image_size, "], got ", shape_str(images.shape()));
   Tensor x = add((*patch_embed_)(patchify(images)), pos_embed_);
   x = (*patch_layers_)((*emb_drop_)(x));
-  const Tensor cls = cls_token_.expand({x.size(0), 1, options_.dim});
-  x = (*class_layers_)(cat({cls, x}, 1));
-  return (*head_)((*head_norm_)(x.select(1, 0)));
+  // The class layers update the class token alone, reading the patches (CaitLayerStack).
+  const Tensor first = cls_token_.expand({x.size(0), 1, options_.dim});
+  const Tensor cls =
+      nn::record_call(class_layers_.get(), [&] { return class_layers_->forward_class(first, x); });
+  return (*head_)((*head_norm_)(cls.contiguous().squeeze(1)));
 }
 
 // --- config -------------------------------------------------------------------------------------

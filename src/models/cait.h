@@ -44,12 +44,19 @@ class CaitAttention : public nn::Module {
   // product of its input.
   bool reads_input_by_matmul_only() const override;
 
+  // Class attention: the query token [B, 1, C] (the normalised class token) against the keys and
+  // values of context [B, N, C]; forward(x) is this with x's first token as the query.
+  Tensor class_attention(const Tensor& query, const Tensor& context);
+
   const CaitAttentionOptions& options() const { return options_; }
   // The dropout after the output projection.
   double take_output_dropout() override { return drop_->take_over(); }
 
  private:
   Tensor fine_values(const Tensor& v) const;  // kSka: each token's value once per fine key
+  // The heads' attention from the projected queries [B, Nq, h*d] and keys and values (or values)
+  // [B, N, 2*h*d] (or [B, N, h*d]), projected out.
+  Tensor attend_projected(const Tensor& q_tokens, const Tensor& second_tokens);
 
   CaitAttentionOptions options_;
   std::shared_ptr<nn::Linear> to_q_, to_kv_, to_v_, to_out_;
@@ -71,6 +78,7 @@ struct CaitBlockOptions {
 // branches run inside the residual sums (nn::residual_sum). A class block takes
 // [B, 1 + N, C] (class token first) and updates only the class token; as in lucidrains' CaiT
 // the keys and values come from [norm(class), patches] (the patches are not normalised).
+// CaitLayerStack runs class blocks by class_update, on the class token and the patches apart.
 // Patch blocks chain (models/block_chain.h): a block's MLP sum is fused with the next block's
 // norm1, its LayerScale inside add_layer_norm's kernels.
 class CaitBlock : public ChainedBlock {
@@ -84,6 +92,10 @@ class CaitBlock : public ChainedBlock {
   nn::LayerNorm& first_norm() override;
   // Patch blocks only (a class block's norm1 reads the class token alone).
   ResidualNorm forward_chained(const ResidualNorm& in, ChainedBlock* next) override;
+  // A class block's update: the class token cls [B, 1, C] after the block, its keys and values
+  // from [norm1(cls), patches] (patches [B, N, C], which the block does not change). forward(x)
+  // of a class block is this on x's two parts, concatenated again.
+  Tensor class_update(const Tensor& cls, const Tensor& patches);
   // In training, the two branches are multiplied by `kept` (one f32 element on the block's
   // device, 0 or 1; undefined: always 1), folded into their LayerScales: at 0 the block returns
   // its input bit for bit and its parameters get zero gradients (CaitLayerStack's layer dropout
@@ -139,11 +151,21 @@ class LayerKeepRule {
 // the skipped block's (but for a dropped block whose branches overflow: 0 * inf), zero gradients
 // for its parameters, which the optimizer's grad gates then leave alone, and draws a CUDA Graph
 // replays; it costs the dropped blocks' work (layer_dropout of the stack's on average).
+//
+// A stack of class blocks passes the class token alone from block to block (forward_class):
+// every block reads the same patches, and [class, patches] is formed only inside each block's
+// attention context, not as each block's output (which would copy the patches twice a block
+// and sum their gradient through a concatenation per block).
 class CaitLayerStack : public nn::Module {
  public:
   explicit CaitLayerStack(double layer_dropout) : layer_dropout_(layer_dropout) {}
   void append(std::shared_ptr<CaitBlock> block);
+  // Patch blocks: x [B, N, C] through the blocks that run. Class blocks: x [B, 1 + N, C], class
+  // token first: forward_class on its two parts, concatenated again.
   Tensor forward(const Tensor& x) override;
+  // Class blocks: the class token cls [B, 1, C] after the blocks that run, each reading patches
+  // [B, N, C]; each block's call recorded as its operator() would be (model summaries).
+  Tensor forward_class(const Tensor& cls, const Tensor& patches);
   std::string type_name() const override { return "CaitLayerStack"; }
   // With layer dropout, which layers run is drawn on the host at every training forward, until
   // draw_on_device.
@@ -155,6 +177,9 @@ class CaitLayerStack : public nn::Module {
 
  private:
   void draw_kept_on_device();  // writes kept_ and dropped_
+  // The blocks this forward runs, in order: all of them, or in training those the layer
+  // dropout keeps (drawn on the host, or on the device after draw_on_device, where all run).
+  std::vector<CaitBlock*> running_blocks();
 
   double layer_dropout_;
   std::vector<std::shared_ptr<CaitBlock>> blocks_;

@@ -29,25 +29,14 @@ void assign_in_place(const Tensor& t, const Tensor& value) {
   impl.grad.reset();
 }
 
-// Runs `call`, recording it as a call of `module` when a SummaryRecorder is active.
-template <typename F>
-Tensor recorded(Module* module, F&& call) {
-  SummaryRecorder* rec = SummaryRecorder::active();
-  if (!rec) return call();
-  const size_t slot = rec->begin(module);
-  Tensor y = call();
-  rec->end(slot, y);
-  return y;
-}
-
 }  // namespace
 
 Tensor Module::operator()(const Tensor& x) {
-  return recorded(this, [&] { return forward(x); });
+  return record_call(this, [&] { return forward(x); });
 }
 
 Tensor Module::first_token(const Tensor& x) {
-  return recorded(this, [&] { return forward_first_token(x); });
+  return record_call(this, [&] { return forward_first_token(x); });
 }
 
 Tensor Module::forward_first_token(const Tensor& x) { return forward(x).narrow(1, 0, 1); }

@@ -44,4 +44,17 @@ class SummaryRecorder {
   SummaryRecorder* previous_;
 };
 
+// Runs `call` (which returns the module's output), recording it as a call of `module` when a
+// SummaryRecorder is active: what Module::operator() does around forward, for a module's other
+// entry points (CaiT's class layers, which take the class token and the patches apart).
+template <typename F>
+Tensor record_call(Module* module, F&& call) {
+  SummaryRecorder* rec = SummaryRecorder::active();
+  if (!rec) return call();
+  const size_t slot = rec->begin(module);
+  Tensor y = call();
+  rec->end(slot, y);
+  return y;
+}
+
 }  // namespace ska::nn

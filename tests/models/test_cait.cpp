@@ -13,6 +13,7 @@
 #include "models/model_golden.h"
 #include "nn/layers.h"
 #include "nn/mixers/attention_core.h"
+#include "ops/autocast.h"
 #include "support/test_util.h"
 #include "train/graph_step.h"
 
@@ -219,6 +220,67 @@ TEST_CASE("cait layer dropout acts in training only and keeps a layer", "[cpu][m
     int matches = 0;
     for (auto& b : blocks) matches += test::nmse(y, (*b)(x)) < 1e-12 ? 1 : 0;
     CHECK(matches == 1);
+  }
+}
+
+TEST_CASE(
+    "cait class layers on the class token alone give the bits of blocks on class and patches "
+    "joined",
+    "[cpu][models][cait]") {
+  // forward_class passes the class token [B, 1, C] from block to block, every block reading the
+  // same patches; the blocks' own forward takes and returns [B, 1 + N, C]. Outputs and every
+  // gradient (class token, patches, parameters) must agree bit for bit, in f32 and in bf16
+  // autocast.
+  for (const bool autocast : {false, true}) {
+    INFO((autocast ? "bf16 autocast" : "f32"));
+    manual_seed(12);
+    models::CaitBlockOptions block;
+    block.attention = tiny_attention(AttentionKind::kMhsa);
+    block.attention.class_query = true;
+    block.attention.grid = models::TokenGrid{2, 2, true};
+    block.mlp_dim = 5;
+    block.layer_scale_init = 0.5;
+    auto stack = std::make_shared<models::CaitLayerStack>(0.0);
+    std::vector<std::shared_ptr<models::CaitBlock>> blocks;
+    for (int i = 0; i < 2; ++i) {
+      blocks.push_back(std::make_shared<models::CaitBlock>(block));
+      stack->append(blocks.back());
+    }
+    const Tensor cls = test::uniform({3, 1, 4}, 13, -1.0, 1.0, DType::kF32).set_requires_grad();
+    const Tensor patches = test::uniform({3, 4, 4}, 14, -1.0, 1.0, DType::kF32).set_requires_grad();
+    const Tensor r = test::uniform({3, 1, 4}, 15, -1.0, 1.0, DType::kF32);
+    const auto run = [&](bool alone) {
+      for (const Tensor& p : stack->parameters()) p.zero_grad();
+      cls.zero_grad();
+      patches.zero_grad();
+      Tensor y;
+      {
+        const AutocastGuard guard(DType::kBF16, autocast);
+        y = alone ? stack->forward_class(cls, patches)
+                  : (*blocks[1])((*blocks[0])(cat({cls, patches}, 1))).narrow(1, 0, 1);
+      }
+      sum(mul(y.to(DType::kF32), r)).backward();
+      TensorList out = {y.detach(), cls.grad(), patches.grad()};
+      for (const Tensor& p : stack->parameters()) out.push_back(p.grad());
+      return out;
+    };
+    const TensorList alone = run(true), joined = run(false);
+    REQUIRE(alone.size() == joined.size());
+    CHECK(alone[0].shape() == Shape{3, 1, 4});
+    for (size_t i = 0; i < alone.size(); ++i) {
+      INFO("tensor " << i
+                     << " (0: output, 1: class token's gradient, 2: patches', then the "
+                        "parameters')");
+      CHECK(test::bitwise_equal(alone[i], joined[i]));
+    }
+    // The stack's own forward on [class, patches] is the class token updated, patches unchanged.
+    Tensor both;
+    {
+      const AutocastGuard guard(DType::kBF16, autocast);
+      both = (*stack)(cat({cls, patches}, 1));
+    }
+    CHECK(test::bitwise_equal(both.narrow(1, 0, 1), alone[0]));
+    CHECK(test::bitwise_equal(both.narrow(1, 1, 4), patches));
   }
 }
 
