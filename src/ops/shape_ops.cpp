@@ -118,10 +118,21 @@ TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim
     pieces.push_back(narrow_raw(x, dim, start, s));
     start += s;
   }
-  // One node for all pieces: backward concatenates their gradients (zeros for unused pieces).
-  autograd::record_op("split", {x}, pieces, [dim](const TensorList& g) {
-    return TensorList{cat(g, dim)};
-  });
+  // One node for all pieces: backward concatenates their gradients (zeros for unused pieces),
+  // laid out in x's order of dims as a slice's backward lays its gradient out (the rows of heads
+  // split from a token-major projection come back token-major, so undoing the split is a view).
+  autograd::record_op(
+      "split", {x}, pieces, [dim, shape = x.shape(), strides = x.strides()](const TensorList& g) {
+        Tensor z = detail::empty_in_stride_order(shape, strides, g[0].dtype(), g[0].device(),
+                                                 /*last_innermost=*/true);
+        int64_t start = 0;
+        for (const Tensor& piece : g) {
+          const int64_t n = piece.shape()[dim];
+          narrow_raw(z, dim, start, n).copy_(piece);
+          start += n;
+        }
+        return TensorList{z};
+      });
   return pieces;
 }
 

@@ -111,6 +111,34 @@ TEST_CASE("narrowed head splits and the sum of their gradients keep the projecti
   // The values: each token's gradient is its row's weights.
   const Tensor want = cat({w0, w1}, 2).permute({0, 2, 1, 3}).reshape({batch, n, h * d});
   require_close(proj.grad(), want, {0.0, 0.0}, "gradient of the projection");
+  // The same rows as one split: its backward writes the two gradients side by side into one
+  // tensor in the projection's order (a copy of each piece, no zero-fill, no sum), and undoing
+  // the head split is again a view.
+  proj.zero_grad();
+  const TensorList rows =
+      split(proj.reshape({batch, n, h, d}).permute({0, 2, 1, 3}), {1, n - 1}, 2);
+  const Tensor loss = sum(add(sum(mul(rows[0], w0)), sum(mul(rows[1], w1))));
+  profiler::start();
+  loss.backward();
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  std::map<std::string, int64_t> whole;  // kernels on q-sized operands
+  int64_t into_rows = 0;                 // copies into a strided view: the pieces into their rows
+  for (const profiler::KernelTime& k : calls) {
+    const std::string& ops = k.operands;
+    if (ops.find("[2, 3, 5, 4]") != std::string::npos ||
+        ops.find("[2, 5, 3, 4]") != std::string::npos) {
+      whole[k.name] += k.calls;
+    }
+    const std::string strided = " (strided)";
+    if (k.name == "copy" && ops.size() > strided.size() &&
+        ops.compare(ops.size() - strided.size(), strided.size(), strided) == 0) {
+      into_rows += k.calls;
+    }
+  }
+  CHECK(whole.empty());  // no zero-fill, sum or copy of a q-sized gradient
+  CHECK(into_rows == 2);
+  require_close(proj.grad(), want, {0.0, 0.0}, "gradient of the projection through split");
   // A sum of two tensors in one permuted dense order comes out in that order, the same values.
   const Tensor x = uniform({2, 3, 4}, 24).permute({2, 0, 1}),
                y = uniform({2, 3, 4}, 25).permute({2, 0, 1});

@@ -65,7 +65,6 @@ Tensor Cska::mix(const Tensor& x, bool first_only) {
             grid_.cls_token ? " plus a class token" : "", ", got ", shape_str(x.shape()));
   const TensorList qv = chunk((*qv_)(x), 2, -1);
   const Tensor q = split_heads(qv[0], options_.layout.heads);
-  const int64_t first_spatial = grid_.cls_token ? 1 : 0;
   // The class row (static keys) and the spatial rows (conv) may be scaled differently: then each
   // block is scaled here and attend() leaves the scale at 1. With one scale for both (no class
   // token, or a shared temperature) attend() applies it, inside the fused op when it runs.
@@ -89,9 +88,13 @@ Tensor Cska::mix(const Tensor& x, bool first_only) {
     }
     return with_zero_grads(out, unused);
   }
-  Tensor logits = spatial_logits(q.narrow(2, first_spatial, num_keys_ - first_spatial), !one_scale);
+  // The class row and the spatial rows of q as one split: its backward writes their gradients
+  // side by side, where two narrows would each zero-fill a q-sized gradient and add them up.
+  const TensorList rows =
+      grid_.cls_token ? split(q, {1, num_keys_ - 1}, 2) : TensorList{Tensor(), q};
+  Tensor logits = spatial_logits(rows[1], !one_scale);
   if (grid_.cls_token) {
-    Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);
+    Tensor cls = cls_logits(rows[0], !one_scale);
     // Scaled by an f32 temperature, a block comes out f32 under autocast, and cat would widen
     // the other to f32 with it: [B, h, N, N] in f32 through the cat, and a cast of it to the
     // autocast dtype in the fused op (the reverse in the backward pass). Where the fused op reads
