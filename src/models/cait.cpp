@@ -70,10 +70,21 @@ Tensor CaitAttention::forward(const Tensor& x) {
             o.dim, "], got ", shape_str(x.shape()));
   if (o.class_query) return class_attention(x.narrow(1, 0, 1), x);
   // Patch attention projects q and k, v (or v) from the same tokens: one product where the
-  // projections stack (nn::stacked_linear).
-  nn::Linear& second = o.logits == AttentionKind::kMhsa ? *to_kv_ : *to_v_;
-  const TensorList both = nn::stacked_linear(x, {to_q_.get(), &second});
-  return attend_projected(both[0], both[1]);
+  // projections stack (nn::stacked_product), its heads split in one node.
+  const int64_t inner = o.heads * o.head_dim;
+  const bool dot = o.logits == AttentionKind::kMhsa;
+  nn::Linear& second = dot ? *to_kv_ : *to_v_;
+  if (const Tensor joined = nn::stacked_product(x, {to_q_.get(), &second}); joined.defined()) {
+    const TensorList heads = nn::split_heads(
+        joined,
+        dot ? std::vector<int64_t>{inner, inner, inner} : std::vector<int64_t>{inner, inner},
+        o.heads);
+    return attend_heads(heads[0], dot ? heads[1] : Tensor(), heads.back());
+  }
+  const Tensor q = nn::split_heads((*to_q_)(x), o.heads);
+  if (!dot) return attend_heads(q, Tensor(), nn::split_heads(second(x), o.heads));
+  const TensorList kv = nn::split_heads(second(x), {inner, inner}, o.heads);
+  return attend_heads(q, kv[0], kv[1]);
 }
 
 Tensor CaitAttention::class_attention(const Tensor& query, const Tensor& context) {
@@ -84,22 +95,18 @@ Tensor CaitAttention::class_attention(const Tensor& query, const Tensor& context
             ShapeError, type_name(), ": expected a query token [B, 1, ", o.dim,
             "] and context [B, N, ", o.dim, "], got ", shape_str(query.shape()), " and ",
             shape_str(context.shape()));
-  return attend_projected((*to_q_)(query), (*to_kv_)(context));
+  const int64_t inner = o.heads * o.head_dim;
+  const TensorList kv = nn::split_heads((*to_kv_)(context), {inner, inner}, o.heads);
+  return attend_heads(nn::split_heads((*to_q_)(query), o.heads), kv[0], kv[1]);
 }
 
-Tensor CaitAttention::attend_projected(const Tensor& q_tokens, const Tensor& second_tokens) {
+Tensor CaitAttention::attend_heads(const Tensor& q, Tensor k, Tensor v) {
   const CaitAttentionOptions& o = options_;
-  const Tensor q = nn::split_heads(q_tokens, o.heads);
-  Tensor logits, k, v;  // logits from a conv (cska), or k for q k^T
-  if (o.logits == AttentionKind::kMhsa) {
-    const TensorList kv = chunk(second_tokens, 2, -1);
-    k = nn::split_heads(kv[0], o.heads);
-    v = nn::split_heads(kv[1], o.heads);
-  } else {
-    const int64_t tokens = second_tokens.size(1);
+  Tensor logits;  // from a conv (cska), or k for q k^T
+  if (o.logits != AttentionKind::kMhsa) {
+    const int64_t tokens = v.size(2);
     SKA_CHECK(tokens == o.grid.height * o.grid.width, ShapeError, type_name(), ": ", tokens,
               " tokens for a ", o.grid.height, "x", o.grid.width, " patch grid");
-    v = nn::split_heads(second_tokens, o.heads);
     if (o.logits == AttentionKind::kCska) {
       logits = nn::conv_logits(q, *to_k_, o.grid.height, o.grid.width);
     } else {

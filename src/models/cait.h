@@ -54,9 +54,9 @@ class CaitAttention : public nn::Module {
 
  private:
   Tensor fine_values(const Tensor& v) const;  // kSka: each token's value once per fine key
-  // The heads' attention from the projected queries [B, Nq, h*d] and keys and values (or values)
-  // [B, N, 2*h*d] (or [B, N, h*d]), projected out.
-  Tensor attend_projected(const Tensor& q_tokens, const Tensor& second_tokens);
+  // The heads' attention from the head-split queries q [B, h, Nq, d], keys k (mhsa; undefined
+  // for ska and cska, whose logits come without them) and values v [B, h, N, d], projected out.
+  Tensor attend_heads(const Tensor& q, Tensor k, Tensor v);
 
   CaitAttentionOptions options_;
   std::shared_ptr<nn::Linear> to_q_, to_kv_, to_v_, to_out_;

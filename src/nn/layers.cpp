@@ -97,26 +97,34 @@ void set_stacked_projections(bool enabled) {
   g_stacked_projections.store(enabled, std::memory_order_relaxed);
 }
 
-TensorList stacked_linear(const Tensor& x, const std::vector<Linear*>& layers) {
+Tensor stacked_product(const Tensor& x, const std::vector<Linear*>& layers) {
   SKA_CHECK(!layers.empty(), ValueError, "stacked_linear: no layers");
   const bool biased = layers[0]->bias.defined();
   for (const Linear* layer : layers) {
     SKA_CHECK(layer->bias.defined() == biased, ValueError,
               "stacked_linear: the layers must all have a bias or none");
   }
-  TensorList out;
   if (!stacked_projections_enabled() || layers.size() == 1 || SummaryRecorder::active()) {
-    for (Linear* layer : layers) out.push_back((*layer)(x));
-    return out;
+    return Tensor();
   }
   TensorList weights, biases;
-  std::vector<int64_t> sizes;
   for (const Linear* layer : layers) {
     weights.push_back(layer->weight);
     if (biased) biases.push_back(layer->bias);
-    sizes.push_back(layer->weight.size(0));
   }
-  return split(linear(x, cat(weights, 0), biased ? cat(biases, 0) : Tensor()), sizes, -1);
+  return linear(x, cat(weights, 0), biased ? cat(biases, 0) : Tensor());
+}
+
+TensorList stacked_linear(const Tensor& x, const std::vector<Linear*>& layers) {
+  const Tensor joined = stacked_product(x, layers);
+  TensorList out;
+  if (!joined.defined()) {
+    for (Linear* layer : layers) out.push_back((*layer)(x));
+    return out;
+  }
+  std::vector<int64_t> sizes;
+  for (const Linear* layer : layers) sizes.push_back(layer->weight.size(0));
+  return split(joined, sizes, -1);
 }
 
 bool fused_residual_norm_enabled() { return g_fused_residual_norm.load(std::memory_order_relaxed); }

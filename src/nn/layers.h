@@ -170,6 +170,10 @@ class Activation : public Module {
 // two 16-bit gradients added in f32; else, and while a SummaryRecorder runs (its table lists each
 // layer's call), each layer on x. The layers all have a bias or none has.
 TensorList stacked_linear(const Tensor& x, const std::vector<Linear*>& layers);
+// stacked_linear's one product, [..., sum of out_i], unsplit (to be split by the caller, into
+// heads say: split_heads in nn/mixers/attention_core.h); undefined where stacked_linear would
+// run the layers one by one.
+Tensor stacked_product(const Tensor& x, const std::vector<Linear*>& layers);
 // Whether stacked_linear stacks (default false: not yet timed on a GPU).
 bool stacked_projections_enabled();
 void set_stacked_projections(bool enabled);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "backend/profiler.h"
 #include "nn/mixers/attention_core.h"
 #include "nn/mixers/attention_probe.h"
 #include "nn/mixers/mixer.h"
@@ -410,6 +411,51 @@ TEST_CASE("conv logits auto: the convolution on the CPU, and timing touches no g
   dilated.groups = heads;
   Conv2d conv_dilated(heads * d, heads * keys, 3, dilated);
   REQUIRE_THROWS_AS(time_conv_logits(q_in.to(DType::kF32), conv_dilated, gh, gw), ValueError);
+}
+
+TEST_CASE("split_heads of a stacked projection: views of each piece's heads, one copy each back",
+          "[cpu][nn][attention]") {
+  // x [B, N, 3 * 6] as q, k, v of 2 heads of 3: each piece equals split then split_heads, as
+  // views of x; the gradients match finite differences; a backward pass whose gradients come
+  // head-major ([B, h, N, d] contiguous, as matrix products write them) copies each once into x's
+  // layout, where split + split_heads copied each to undo the head split and again to join.
+  const int64_t batch = 2, n = 4, heads = 2, d = 3, w = heads * d;
+  const Tensor x = test::uniform({batch, n, 3 * w}, 41).set_requires_grad();
+  const TensorList pieces = split_heads(x, {w, w, w}, heads);
+  const TensorList parts = split(x.detach(), {w, w, w}, -1);
+  REQUIRE(pieces.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(pieces[i].shape() == Shape{batch, heads, n, d});
+    CHECK(pieces[i].same_storage(x));
+    test::require_close(pieces[i], split_heads(parts[i], heads), {0.0, 0.0}, "piece");
+  }
+  test::check_gradients(
+      [&](const TensorList& in) {
+        const TensorList p = split_heads(in[0], {w, 2 * w}, heads);
+        return add(sum(mul(p[0], p[0])), sum(mul(p[1], p[1])));
+      },
+      {x});
+  x.zero_grad();
+  const TensorList again = split_heads(x, {w, w, w}, heads);
+  // Head-major gradients: products of contiguous tensors, as attention's matmuls give them.
+  const Tensor r = test::uniform({batch, heads, n, d}, 42);
+  const Tensor rt = r.transpose(-1, -2);
+  const Tensor y = stack({matmul(again[0], rt), matmul(again[1], rt), matmul(again[2], rt)}, 0);
+  const Tensor c = test::uniform(y.shape(), 43);
+  profiler::start();
+  y.backward(c);
+  std::vector<profiler::KernelTime> calls;
+  profiler::stop(&calls);
+  int64_t copies = 0;
+  for (const profiler::KernelTime& k : calls) {
+    if (k.name != "copy") continue;
+    copies += k.calls;
+    CHECK(k.operands == "[2, 2, 4, 3] f64, [2, 2, 4, 3] f64 (strided)");  // into x's gradient
+  }
+  CHECK(copies == 3);  // one a piece
+  REQUIRE_THROWS_WITH(split_heads(x, {w, w, w - 1}, heads),
+                      Catch::Contains("not a positive multiple"));
+  REQUIRE_THROWS_WITH(split_heads(x, {w, w}, heads), Catch::Contains("add up to 12"));
 }
 
 TEST_CASE("attention names fail with the list of known names", "[cpu][nn][attention]") {

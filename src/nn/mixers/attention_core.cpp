@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "backend/conv_logits_geometry.h"
 #include "backend/device_runtime.h"
 #include "core/precision.h"
@@ -21,6 +22,7 @@
 #include "nn/init.h"
 #include "nn/mixers/attention_probe.h"
 #include "ops/autocast.h"
+#include "ops/detail.h"
 #include "ops/mac_counter.h"
 #include "ops/ops.h"
 
@@ -76,6 +78,51 @@ Tensor split_heads(const Tensor& x, int64_t heads) {
   SKA_CHECK(width % heads == 0, ShapeError, "split_heads: width ", width, " is not a multiple of ",
             heads, " heads");
   return x.reshape({batch, tokens, heads, width / heads}).permute({0, 2, 1, 3});
+}
+
+namespace {
+
+// The heads of columns [start, start + width) of x [B, N, W], [B, h, N, width / h]: a raw view
+// (no history).
+Tensor heads_view(const Tensor& x, int64_t start, int64_t width, int64_t heads) {
+  const int64_t d = width / heads;
+  return Tensor::make_view(x.storage(), {x.size(0), heads, x.size(1), d},
+                           {x.stride(0), d * x.stride(2), x.stride(1), x.stride(2)},
+                           x.offset() + start * x.stride(2), x.dtype());
+}
+
+}  // namespace
+
+TensorList split_heads(const Tensor& x, const std::vector<int64_t>& widths, int64_t heads) {
+  SKA_CHECK(x.dim() == 3 && heads > 0, ShapeError, "split_heads: expected [B, N, W] tokens and ",
+            "a positive head count, got ", x.str(), " and ", heads, " heads");
+  int64_t total = 0;
+  for (const int64_t w : widths) {
+    SKA_CHECK(w > 0 && w % heads == 0, ShapeError, "split_heads: piece width ", w,
+              " is not a positive multiple of ", heads, " heads");
+    total += w;
+  }
+  SKA_CHECK(total == x.size(2), ShapeError, "split_heads: piece widths add up to ", total,
+            ", but the tokens have ", x.size(2), " channels");
+  TensorList pieces;
+  int64_t start = 0;
+  for (const int64_t w : widths) {
+    pieces.push_back(heads_view(x, start, w, heads));
+    start += w;
+  }
+  autograd::record_op(
+      "split_heads", {x}, pieces,
+      [widths, heads, shape = x.shape(), strides = x.strides()](const TensorList& g) {
+        Tensor z = detail::empty_in_stride_order(shape, strides, g[0].dtype(), g[0].device(),
+                                                 /*last_innermost=*/true);
+        int64_t at = 0;
+        for (size_t i = 0; i < widths.size(); ++i) {
+          heads_view(z, at, widths[i], heads).copy_(g[i]);
+          at += widths[i];
+        }
+        return TensorList{z};
+      });
+  return pieces;
 }
 
 Tensor merge_heads(const Tensor& x) {

@@ -43,6 +43,12 @@ const std::string& attention_kind_name(AttentionKind kind);
 
 // [B, N, h*d] -> [B, h, N, d] (channels grouped by head, as '(h d)').
 Tensor split_heads(const Tensor& x, int64_t heads);
+// x [B, N, w_0 + w_1 + ...] (a stacked projection: q and k, v say) -> the heads of each piece,
+// [B, h, N, w_i / h] views of x: split then split_heads, as one autograd node whose backward
+// copies each piece's gradient, in whatever layout it comes, into its columns of one gradient
+// laid out as x (split then split_heads would copy a gradient not laid out token-major to
+// undo the head split, then again to join the pieces).
+TensorList split_heads(const Tensor& x, const std::vector<int64_t>& widths, int64_t heads);
 // [B, h, N, d] -> [B, N, h*d].
 Tensor merge_heads(const Tensor& x);
 
