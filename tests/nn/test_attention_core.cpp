@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "autograd/node.h"
-#include "backend/profiler.h"
 #include "nn/mixers/attention_core.h"
 #include "nn/mixers/attention_probe.h"
 #include "nn/mixers/mixer.h"
@@ -442,17 +441,11 @@ TEST_CASE("split_heads of a stacked projection: views of each piece's heads, one
   const Tensor rt = r.transpose(-1, -2);
   const Tensor y = stack({matmul(again[0], rt), matmul(again[1], rt), matmul(again[2], rt)}, 0);
   const Tensor c = test::uniform(y.shape(), 43);
-  profiler::start();
-  y.backward(c);
-  std::vector<profiler::KernelTime> calls;
-  profiler::stop(&calls);
-  int64_t copies = 0;
+  const std::vector<profiler::KernelTime> calls = test::kernels_of([&] { y.backward(c); });
+  CHECK(test::calls_of(calls, "copy") == 3);  // one a piece
   for (const profiler::KernelTime& k : calls) {
-    if (k.name != "copy") continue;
-    copies += k.calls;
-    CHECK(k.operands == "[2, 2, 4, 3] f64, [2, 2, 4, 3] f64 (strided)");  // into x's gradient
+    if (k.name == "copy") CHECK(k.operands == "[2, 2, 4, 3] f64, [2, 2, 4, 3] f64 (strided)");
   }
-  CHECK(copies == 3);  // one a piece
   REQUIRE_THROWS_WITH(split_heads(x, {w, w, w - 1}, heads),
                       Catch::Contains("not a positive multiple"));
   REQUIRE_THROWS_WITH(split_heads(x, {w, w}, heads), Catch::Contains("add up to 12"));

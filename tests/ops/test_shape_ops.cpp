@@ -118,10 +118,7 @@ TEST_CASE("narrowed head splits and the sum of their gradients keep the projecti
   const TensorList rows =
       split(proj.reshape({batch, n, h, d}).permute({0, 2, 1, 3}), {1, n - 1}, 2);
   const Tensor loss = sum(add(sum(mul(rows[0], w0)), sum(mul(rows[1], w1))));
-  profiler::start();
-  loss.backward();
-  std::vector<profiler::KernelTime> calls;
-  profiler::stop(&calls);
+  const std::vector<profiler::KernelTime> calls = test::kernels_of([&] { loss.backward(); });
   std::map<std::string, int64_t> whole;  // kernels on q-sized operands
   int64_t into_rows = 0;                 // copies into a strided view: the pieces into their rows
   for (const profiler::KernelTime& k : calls) {

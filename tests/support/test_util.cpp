@@ -259,14 +259,24 @@ int count_nodes(const Tensor& root, const std::string& name, bool into_leaf) {
   return count;
 }
 
-std::vector<std::string> copies_of(const std::function<void()>& fn,
-                                   const std::vector<std::string>& shapes) {
+std::vector<profiler::KernelTime> kernels_of(const std::function<void()>& fn) {
   profiler::start();
   fn();
   std::vector<profiler::KernelTime> calls;
   profiler::stop(&calls);
+  return calls;
+}
+
+int64_t calls_of(const std::vector<profiler::KernelTime>& kernels, const std::string& name) {
+  int64_t n = 0;
+  for (const profiler::KernelTime& k : kernels) n += k.name == name ? k.calls : 0;
+  return n;
+}
+
+std::vector<std::string> copies_of(const std::function<void()>& fn,
+                                   const std::vector<std::string>& shapes) {
   std::vector<std::string> found;
-  for (const auto& c : calls) {
+  for (const auto& c : kernels_of(fn)) {
     if (c.name != "copy") continue;
     for (const std::string& shape : shapes) {
       if (c.operands.find(shape) != std::string::npos) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "backend/profiler.h"
 #include "ops/ops.h"
 
 namespace ska::test {
@@ -73,6 +74,11 @@ int count_nodes(const Tensor& root, const std::string& name, bool into_leaf = fa
 
 // The model configs of the zoo (configs/models/NAME.yaml), every family and mixer at full size.
 const std::vector<std::string>& zoo_models();
+
+// The kernels `fn` runs, as the kernel profiler records them (a row per kernel and operands).
+std::vector<profiler::KernelTime> kernels_of(const std::function<void()>& fn);
+// How many times kernel `name` runs among `kernels`, whatever its operands.
+int64_t calls_of(const std::vector<profiler::KernelTime>& kernels, const std::string& name);
 
 // The copy kernels `fn` runs (under the kernel profiler) with an operand of one of `shapes` (as
 // the profiler writes them: "[2, 3, 5, 4]"), each as "copy OPERANDS"; empty if none.
