@@ -100,6 +100,63 @@ Tensor backward_operand(const Tensor& t, const Tensor& packed, const Shape& batc
   return packed.reshape(full);
 }
 
+// The batch dims over which the operand with batch dims `operand` (left-padded to batch's rank)
+// broadcasts while the product has more than one: its gradient sums over them.
+std::vector<size_t> broadcast_batch_dims(const Shape& batch, const Shape& operand) {
+  std::vector<size_t> dims;
+  const size_t lead = batch.size() - operand.size();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i] > 1 && (i < lead || operand[i - lead] == 1)) dims.push_back(i);
+  }
+  return dims;
+}
+
+// t [batch..., rows, cols] (a raw view) as [other batch dims..., F * rows, cols], the batch dims
+// `folded` (F their sizes' product) moved into the rows, where those dims and the rows walk one
+// stride in order and the result has a GEMM layout; undefined otherwise (a folded dim broadcast,
+// or laid out apart from the rows). No copy, no history.
+Tensor fold_into_rows(const Tensor& t, const std::vector<size_t>& folded) {
+  const size_t rank = static_cast<size_t>(t.dim()), rows_dim = rank - 2;
+  int64_t rows = t.shape()[rows_dim], stride = t.strides()[rows_dim];
+  int64_t expected = rows == 1 ? -1 : stride * rows;  // -1: any stride continues the run
+  for (auto it = folded.rbegin(); it != folded.rend(); ++it) {
+    const int64_t size = t.shape()[*it], s = t.strides()[*it];
+    if (size == 1) continue;
+    if (s == 0 || (expected >= 0 && s != expected)) return Tensor();
+    if (expected < 0) stride = s / (rows == 1 ? 1 : rows);
+    expected = s * size;
+    rows *= size;
+  }
+  Shape shape, strides;
+  for (size_t i = 0; i < rows_dim; ++i) {
+    if (std::find(folded.begin(), folded.end(), i) != folded.end()) continue;
+    shape.push_back(t.shape()[i]);
+    strides.push_back(t.strides()[i]);
+  }
+  shape.push_back(rows);
+  strides.push_back(stride);
+  shape.push_back(t.shape()[rank - 1]);
+  strides.push_back(t.strides()[rank - 1]);
+  const Tensor v = Tensor::make_view(t.storage(), shape, strides, t.offset(), t.dtype());
+  return gemm_layout(v) == GemmLayout::kNone ? Tensor() : v;
+}
+
+// The gradient of b in a @ b where b broadcasts over the batch dims `folded`: the sum over them
+// of a^T g, as one product per remaining batch entry with those dims folded into the contraction
+// (no per-sample products to sum after); undefined where a or g does not fold (fold_into_rows).
+Tensor folded_grad_b(const Tensor& a, const Tensor& g, const Shape& batch,
+                     const std::vector<size_t>& folded, const Shape& b_shape) {
+  Shape a_full = batch, g_full = batch;
+  a_full.push_back(a.size(-2));
+  a_full.push_back(a.size(-1));
+  g_full.push_back(g.size(-2));
+  g_full.push_back(g.size(-1));
+  const Tensor af = fold_into_rows(detail::broadcast_raw(a.detach(), a_full), folded);
+  const Tensor gf = fold_into_rows(detail::broadcast_raw(g.detach(), g_full), folded);
+  if (!af.defined() || !gf.defined()) return Tensor();
+  return matmul(af.transpose(-1, -2), gf).reshape(b_shape);
+}
+
 // A history-free [1, rows, cols] view for the single-GEMM paths.
 Tensor single_gemm_operand(const Tensor& t) {
   const Tensor v = detached_gemm_layout(t);
@@ -116,36 +173,102 @@ void check_matmul_operands(const Tensor& a, const Tensor& b) {
             shape_str(b.shape()), " cannot be multiplied (", ka, " != ", kb, ")");
 }
 
+// The product of one row per batch entry (a [..., 1, K]) with a b shared over the batch dims
+// `folded` as one GEMM per remaining batch entry, those dims folded into its rows: M = their
+// sizes' product instead of M = 1 (CSKA's class row against its static keys: one product per
+// head over the batch, where the batched form packed a copy of the keys per sample). The output
+// is laid out with the remaining batch dims outermost (contiguous as [remaining, folded, 1, N]);
+// undefined where a's rows do not fold (fold_into_rows).
+Tensor matmul_rows_folded(const Tensor& a, const Tensor& b, const Shape& batch,
+                          const std::vector<size_t>& folded) {
+  const int64_t k = a.size(-1), n = b.size(-1);
+  Shape a_full = batch, b_full = batch, out_shape = batch;
+  a_full.push_back(1);
+  a_full.push_back(k);
+  b_full.push_back(k);
+  b_full.push_back(n);
+  out_shape.push_back(1);
+  out_shape.push_back(n);
+  const Tensor af = fold_into_rows(detail::broadcast_raw(detached_gemm_layout(a), a_full), folded);
+  if (!af.defined()) return Tensor();
+  // b without the folded dims (broadcast there), and the batch dims left.
+  const Tensor bv = detail::broadcast_raw(detached_gemm_layout(b), b_full);
+  Shape kept, b_shape, b_strides, order_hint(out_shape.size(), 0);
+  const int64_t rank = static_cast<int64_t>(out_shape.size());
+  int64_t position = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (std::find(folded.begin(), folded.end(), i) != folded.end()) continue;
+    kept.push_back(batch[i]);
+    b_shape.push_back(batch[i]);
+    b_strides.push_back(bv.strides()[i]);
+    order_hint[i] = rank - position++;
+  }
+  for (const size_t i : folded) order_hint[i] = rank - position++;
+  order_hint[static_cast<size_t>(rank) - 2] = rank - position++;
+  order_hint[static_cast<size_t>(rank) - 1] = 0;
+  for (int64_t d = rank - 2; d < rank; ++d) {
+    b_shape.push_back(bv.shape()[static_cast<size_t>(d)]);
+    b_strides.push_back(bv.strides()[static_cast<size_t>(d)]);
+  }
+  const Tensor bk = Tensor::make_view(bv.storage(), b_shape, b_strides, bv.offset(), bv.dtype());
+  Tensor out = detail::empty_in_stride_order(out_shape, order_hint, a.dtype(), a.device(),
+                                             /*last_innermost=*/true);
+  const int64_t groups = shape_numel(kept), rows = af.size(-2);
+  GemmArgs args;
+  args.a = batched_gemm_operand(af, kept);
+  args.b = batched_gemm_operand(bk, kept);
+  args.c = Tensor::make_view(out.storage(), {groups, rows, n},
+                             contiguous_strides({groups, rows, n}), out.offset(), out.dtype());
+  SKA_KERNEL(a.device(), gemm)(args);
+  return out;
+}
+
 // a [..., M, K] @ b [..., K, N] with both operands at least 2-d; records the op.
 Tensor matmul_batched(const Tensor& a, const Tensor& b) {
   const Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
                                        Shape(b.shape().begin(), b.shape().end() - 2), "matmul");
   const int64_t m = a.size(-2), n = b.size(-1);
-  Shape out_shape = batch;
-  out_shape.push_back(m);
-  out_shape.push_back(n);
-  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  const Shape a_shape = a.shape(), b_shape = b.shape();
+  const std::vector<size_t> b_folded =
+      broadcast_batch_dims(batch, Shape(b_shape.begin(), b_shape.end() - 2));
+  Tensor out = m == 1 && !b_folded.empty() ? matmul_rows_folded(a, b, batch, b_folded) : Tensor();
+  const bool folded = out.defined();
   GemmArgs args;
-  args.a = batched_gemm_operand(a, batch);
-  args.b = batched_gemm_operand(b, batch);
-  args.c = Tensor::make_view(out.storage(), {shape_numel(batch), m, n},
-                             contiguous_strides({shape_numel(batch), m, n}), 0, out.dtype());
-  SKA_KERNEL(a.device(), gemm)(args);
+  if (!folded) {
+    Shape out_shape = batch;
+    out_shape.push_back(m);
+    out_shape.push_back(n);
+    out = Tensor::empty(out_shape, a.dtype(), a.device());
+    args.a = batched_gemm_operand(a, batch);
+    args.b = batched_gemm_operand(b, batch);
+    args.c = Tensor::make_view(out.storage(), {shape_numel(batch), m, n},
+                               contiguous_strides({shape_numel(batch), m, n}), 0, out.dtype());
+    SKA_KERNEL(a.device(), gemm)(args);
+  }
   MacCounter::add(shape_numel(batch) * m * n * a.size(-1));
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   // Each backward product reads the other operand. Where the forward's GEMM needed a packed copy
   // of an operand (batch dims that fold into no single stride: a head-split view [B, h, N, d]),
   // the backward reads that copy, not the view, which it would copy again.
-  const Tensor a_read = need_b ? backward_operand(a, args.a, batch) : Tensor();
-  const Tensor b_read = need_a ? backward_operand(b, args.b, batch) : Tensor();
-  const Shape a_shape = a.shape(), b_shape = b.shape();
+  const Tensor a_read = !need_b  ? Tensor()
+                        : folded ? a.detach()
+                                 : backward_operand(a, args.a, batch);
+  const Tensor b_read = !need_a  ? Tensor()
+                        : folded ? b.detach()
+                                 : backward_operand(b, args.b, batch);
   autograd::record_op("matmul", {a, b}, {out}, [=](const TensorList& g) {
     // Both products read the output's gradient: where the GEMM would have to pack it (a
     // head-split view [B, h, N, d] of a merged gradient), packed once for the two.
     const Tensor grad = need_a && need_b && needs_packing(g[0], batch) ? g[0].contiguous() : g[0];
+    // b broadcast over batch dims (shared keys against a batch of queries): those dims summed
+    // inside one product where they fold into the rows of a and of the gradient.
+    Tensor grad_b;
+    if (need_b && !b_folded.empty()) grad_b = folded_grad_b(a_read, grad, batch, b_folded, b_shape);
+    if (need_b && !grad_b.defined()) {
+      grad_b = sum_to_shape(matmul(a_read.transpose(-1, -2), grad), b_shape);
+    }
     return TensorList{
-        need_a ? sum_to_shape(matmul(grad, b_read.transpose(-1, -2)), a_shape) : Tensor(),
-        need_b ? sum_to_shape(matmul(a_read.transpose(-1, -2), grad), b_shape) : Tensor()};
+        need_a ? sum_to_shape(matmul(grad, b_read.transpose(-1, -2)), a_shape) : Tensor(), grad_b};
   });
   return out;
 }

@@ -328,6 +328,48 @@ TEST_CASE("matmul with a head-split output gradient packs it once for both produ
   require_close(v.grad(), matmul(w.detach().transpose(-1, -2), g), kF64, "dV");
 }
 
+TEST_CASE("matmul with b broadcast over the batch: single rows and b's gradient fold the batch",
+          "[cpu]") {
+  // CSKA's class row against its static keys: q [B, h, 1, d] (rows of a token-major projection)
+  // @ keys^T [h, d, K], shared by the batch. b's gradient, the sum over B of q^T g, is one
+  // product per head with B folded into the contraction: no [B, h, d, K] products to reduce;
+  // the product itself one per head with B folded into its rows.
+  // Where the batch does not fold into the rows (h between B and 4 rows), the products are
+  // summed after, with the same values.
+  const int64_t batch = 3, heads = 2, d = 4, keys = 5;
+  const Tensor proj = uniform({batch, 6, heads * d}, 27);
+  const auto first_rows = [&](const Tensor& t, int64_t rows) {
+    return t.reshape({batch, 6, heads, d}).permute({0, 2, 1, 3}).narrow(2, 0, rows);
+  };
+  const Tensor kt = uniform({heads, d, keys}, 28).set_requires_grad();
+  for (const int64_t rows : {int64_t{1}, int64_t{4}}) {
+    INFO(rows << " rows a head");
+    const Tensor x = proj.clone().set_requires_grad();
+    check_gradients([&](const TensorList& in) { return matmul(first_rows(in[0], rows), in[1]); },
+                    {x, kt});
+    x.zero_grad();
+    kt.zero_grad();
+    // The forward with one row a head: one product per head over the batch, no copy of the keys
+    // per sample (with 4 rows the batched form packs them).
+    const std::vector<std::string> packed = test::copies_of(
+        [&] { (void)matmul(first_rows(proj, rows), kt.detach()); }, {"[3, 2, 4, 5]"});
+    CHECK(packed.empty() == (rows == 1));
+    const Tensor y = matmul(first_rows(x, rows), kt);
+    for (int64_t i = 0; i < batch; ++i) {  // each sample alone: no broadcast
+      require_close(y.detach().select(0, i),
+                    matmul(first_rows(proj, rows).select(0, i), kt.detach()), kF64, "product");
+    }
+    const Tensor c = uniform(y.shape(), 29);
+    const std::vector<profiler::KernelTime> calls = test::kernels_of([&] { y.backward(c); });
+    if (rows == 1) CHECK(test::calls_of(calls, "reduce") == 0);
+    // The values: the per-sample products summed over the batch.
+    const Tensor q = first_rows(proj, rows);
+    require_close(kt.grad(), sum(matmul(q.transpose(-1, -2), c), {0}), kF64, "d keys");
+    require_close(x.grad().reshape({batch, 6, heads, d}).permute({0, 2, 1, 3}).narrow(2, 0, rows),
+                  matmul(c, kt.detach().transpose(-1, -2)), kF64, "dq");
+  }
+}
+
 TEST_CASE("linear gradients match finite differences", "[cpu]") {
   const Tensor w = uniform({3, 4}, 2).set_requires_grad(), b = uniform({3}, 3).set_requires_grad();
   auto with_bias = [](const TensorList& in) { return linear(in[0], in[1], in[2]); };
