@@ -308,7 +308,10 @@ void CaitLayerStack::draw_kept_on_device() {
   dropped_.copy_(rsub(1.0, kept));
 }
 
-std::vector<CaitBlock*> CaitLayerStack::running_blocks() {
+std::vector<CaitBlock*> CaitLayerStack::running_blocks(Device input) {
+  SKA_CHECK(!kept_.defined() || input == kept_.device(), DeviceError,
+            "CaitLayerStack: its layer dropout draws on ", kept_.device(),
+            " (draw_on_device), but the input is on ", input);
   if (kept_.defined() && is_training()) draw_kept_on_device();  // the blocks read kept_
   std::vector<bool> kept(blocks_.size(), true);
   if (!kept_.defined() && is_training() && layer_dropout_ > 0.0 && !blocks_.empty()) {
@@ -330,20 +333,14 @@ Tensor CaitLayerStack::forward(const Tensor& x) {
     const TensorList parts = split(x, {1, x.size(1) - 1}, 1);
     return cat({forward_class(parts[0], parts[1]), parts[1]}, 1);
   }
-  SKA_CHECK(!kept_.defined() || x.device() == kept_.device(), DeviceError,
-            "CaitLayerStack: its layer dropout draws on ", kept_.device(),
-            " (draw_on_device), but the input is on ", x.device());
   // Patch layers: one chain of fused sums and norms.
-  const std::vector<CaitBlock*> running = running_blocks();
+  const std::vector<CaitBlock*> running = running_blocks(x.device());
   return run_block_chain(std::vector<ChainedBlock*>(running.begin(), running.end()), x);
 }
 
 Tensor CaitLayerStack::forward_class(const Tensor& cls, const Tensor& patches) {
-  SKA_CHECK(!kept_.defined() || cls.device() == kept_.device(), DeviceError,
-            "CaitLayerStack: its layer dropout draws on ", kept_.device(),
-            " (draw_on_device), but the input is on ", cls.device());
   Tensor y = cls;
-  for (CaitBlock* block : running_blocks()) {
+  for (CaitBlock* block : running_blocks(cls.device())) {
     y = nn::record_call(block, [&] { return block->class_update(y, patches); });
   }
   return y;

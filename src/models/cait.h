@@ -179,7 +179,8 @@ class CaitLayerStack : public nn::Module {
   void draw_kept_on_device();  // writes kept_ and dropped_
   // The blocks this forward runs, in order: all of them, or in training those the layer
   // dropout keeps (drawn on the host, or on the device after draw_on_device, where all run).
-  std::vector<CaitBlock*> running_blocks();
+  // DeviceError for an input on another device than the device draws.
+  std::vector<CaitBlock*> running_blocks(Device input);
 
   double layer_dropout_;
   std::vector<std::shared_ptr<CaitBlock>> blocks_;

@@ -62,12 +62,18 @@ bool collapsed_stride(const Tensor& t, int64_t ndims, int64_t& stride) {
   return true;
 }
 
+// batch + [rows, cols]: the shape of a batch of matrices.
+Shape batch_of_matrices(const Shape& batch, int64_t rows, int64_t cols) {
+  Shape shape = batch;
+  shape.push_back(rows);
+  shape.push_back(cols);
+  return shape;
+}
+
 // A history-free [B, rows, cols] view of t broadcast to batch + [rows, cols], copying only when
 // the layout or the broadcast batch dims cannot be expressed as one strided view.
 Tensor batched_gemm_operand(const Tensor& t, const Shape& batch) {
-  Shape full = batch;
-  full.push_back(t.size(-2));
-  full.push_back(t.size(-1));
+  const Shape full = batch_of_matrices(batch, t.size(-2), t.size(-1));
   Tensor v = detail::broadcast_raw(detached_gemm_layout(t), full);
   int64_t batch_stride = 0;
   if (!collapsed_stride(v, static_cast<int64_t>(batch.size()), batch_stride)) {
@@ -81,9 +87,7 @@ Tensor batched_gemm_operand(const Tensor& t, const Shape& batch) {
 // batch dims fold into no single stride.
 bool needs_packing(const Tensor& t, const Shape& batch) {
   if (gemm_layout(t) == GemmLayout::kNone) return true;
-  Shape full = batch;
-  full.push_back(t.size(-2));
-  full.push_back(t.size(-1));
+  const Shape full = batch_of_matrices(batch, t.size(-2), t.size(-1));
   int64_t batch_stride = 0;
   return !collapsed_stride(detail::broadcast_raw(t.detach(), full),
                            static_cast<int64_t>(batch.size()), batch_stride);
@@ -94,9 +98,7 @@ bool needs_packing(const Tensor& t, const Shape& batch) {
 // copied t, else t itself (history-free either way; the backward pass records no graph).
 Tensor backward_operand(const Tensor& t, const Tensor& packed, const Shape& batch) {
   if (packed.same_storage(t)) return t.detach();
-  Shape full = batch;
-  full.push_back(t.size(-2));
-  full.push_back(t.size(-1));
+  const Shape full = batch_of_matrices(batch, t.size(-2), t.size(-1));
   return packed.reshape(full);
 }
 
@@ -123,7 +125,7 @@ Tensor fold_into_rows(const Tensor& t, const std::vector<size_t>& folded) {
     const int64_t size = t.shape()[*it], s = t.strides()[*it];
     if (size == 1) continue;
     if (s == 0 || (expected >= 0 && s != expected)) return Tensor();
-    if (expected < 0) stride = s / (rows == 1 ? 1 : rows);
+    if (expected < 0) stride = s;  // the rows so far are one: this dim's stride is the run's
     expected = s * size;
     rows *= size;
   }
@@ -146,13 +148,10 @@ Tensor fold_into_rows(const Tensor& t, const std::vector<size_t>& folded) {
 // (no per-sample products to sum after); undefined where a or g does not fold (fold_into_rows).
 Tensor folded_grad_b(const Tensor& a, const Tensor& g, const Shape& batch,
                      const std::vector<size_t>& folded, const Shape& b_shape) {
-  Shape a_full = batch, g_full = batch;
-  a_full.push_back(a.size(-2));
-  a_full.push_back(a.size(-1));
-  g_full.push_back(g.size(-2));
-  g_full.push_back(g.size(-1));
-  const Tensor af = fold_into_rows(detail::broadcast_raw(a.detach(), a_full), folded);
-  const Tensor gf = fold_into_rows(detail::broadcast_raw(g.detach(), g_full), folded);
+  const Tensor af = fold_into_rows(
+      detail::broadcast_raw(a.detach(), batch_of_matrices(batch, a.size(-2), a.size(-1))), folded);
+  const Tensor gf = fold_into_rows(
+      detail::broadcast_raw(g.detach(), batch_of_matrices(batch, g.size(-2), g.size(-1))), folded);
   if (!af.defined() || !gf.defined()) return Tensor();
   return matmul(af.transpose(-1, -2), gf).reshape(b_shape);
 }
@@ -182,17 +181,12 @@ void check_matmul_operands(const Tensor& a, const Tensor& b) {
 Tensor matmul_rows_folded(const Tensor& a, const Tensor& b, const Shape& batch,
                           const std::vector<size_t>& folded) {
   const int64_t k = a.size(-1), n = b.size(-1);
-  Shape a_full = batch, b_full = batch, out_shape = batch;
-  a_full.push_back(1);
-  a_full.push_back(k);
-  b_full.push_back(k);
-  b_full.push_back(n);
-  out_shape.push_back(1);
-  out_shape.push_back(n);
-  const Tensor af = fold_into_rows(detail::broadcast_raw(detached_gemm_layout(a), a_full), folded);
+  const Shape out_shape = batch_of_matrices(batch, 1, n);
+  const Tensor af = fold_into_rows(
+      detail::broadcast_raw(detached_gemm_layout(a), batch_of_matrices(batch, 1, k)), folded);
   if (!af.defined()) return Tensor();
   // b without the folded dims (broadcast there), and the batch dims left.
-  const Tensor bv = detail::broadcast_raw(detached_gemm_layout(b), b_full);
+  const Tensor bv = detail::broadcast_raw(detached_gemm_layout(b), batch_of_matrices(batch, k, n));
   Shape kept, b_shape, b_strides, order_hint(out_shape.size(), 0);
   const int64_t rank = static_cast<int64_t>(out_shape.size());
   int64_t position = 0;
@@ -235,10 +229,7 @@ Tensor matmul_batched(const Tensor& a, const Tensor& b) {
   const bool folded = out.defined();
   GemmArgs args;
   if (!folded) {
-    Shape out_shape = batch;
-    out_shape.push_back(m);
-    out_shape.push_back(n);
-    out = Tensor::empty(out_shape, a.dtype(), a.device());
+    out = Tensor::empty(batch_of_matrices(batch, m, n), a.dtype(), a.device());
     args.a = batched_gemm_operand(a, batch);
     args.b = batched_gemm_operand(b, batch);
     args.c = Tensor::make_view(out.storage(), {shape_numel(batch), m, n},
