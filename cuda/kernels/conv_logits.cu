@@ -68,7 +68,8 @@ struct Args {
   const T* bias;  // [heads, keys], or null
   const T* g;     // dL[b, h, p, j] at g + b * gb + h * gh + p * gp + j
   int64_t gb, gh, gp;
-  T* out;          // logits [B, heads, P, keys] or grad_q [B, heads, P, d], contiguous
+  T* out;          // logits [B, heads, P, keys] contiguous, or grad_q [B, heads, P, d]:
+  int64_t ob, oh, op;  // grad_q[b, h, p, c] at out + b * ob + h * oh + p * op + c (even strides)
   float* partial;  // grad_w's partial sums [heads * taps, chunks, keys * d], or null
   float* bias_partial;  // the bias gradient's partial sums [heads, chunks, keys], or null
   int heads, height, width, positions, keys, d, k, taps, radius, halo;
@@ -289,15 +290,15 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
     }
   }
   if (!active) return;
-  T* out = a.out + (b * a.heads + h) * a.positions * a.d;
+  T* out = a.out + b * a.ob + h * a.oh;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (pos[r] >= a.positions) continue;
 #pragma unroll
     for (int n = 0; n < kOut; ++n) {
       if (n * 8 >= a.d) break;
-      // d is even: the pair is one aligned 32-bit store.
-      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(pos[r]) * a.d + n * 8 + 2 * t) =
+      // The strides and the offset are even: the pair is one aligned 32-bit store.
+      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(pos[r]) * a.op + n * 8 + 2 * t) =
           attn::pack<T>(acc[n][2 * r], acc[n][2 * r + 1]);
     }
   }
@@ -512,7 +513,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
       SKA_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.numel() * t.element_size(), stream));
   };
   if (geo.batch == 0 || geo.heads == 0 || geo.keys == 0 || geo.d == 0) {
-    zero(grad_q);
+    if (grad_q.defined()) Tensor(grad_q).fill_(0.0);  // a view, perhaps not dense
     zero(grad_w);
     zero(grad_bias);
     return;
@@ -530,6 +531,9 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
       if (grad_q.defined()) {
         Args<T> qa = a;
         qa.out = static_cast<T*>(grad_q.data_ptr());
+        qa.ob = grad_q.stride(0);
+        qa.oh = grad_q.stride(1);
+        qa.op = grad_q.stride(2);
         Carver carve;
         carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
         carve.take(a.group * kKeys * ld16(a.d) * 2);

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdint>
 #include <queue>
+#include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "autograd/node.h"
 #include "ops/autocast.h"
@@ -21,7 +23,115 @@ void GradMode::set_enabled(bool on) { grad_enabled = on; }
 
 namespace autograd {
 
+namespace {
+
+thread_local bool destinations_enabled = true;
+
+// The backward pass running on this thread, as grad_destination sees it: the gradients delivered
+// so far, the destinations offered, and the node whose backward runs.
+struct Run {
+  std::unordered_map<Node*, TensorList>* buffers = nullptr;
+  std::set<std::pair<const Node*, int>> offered;
+  Node* current = nullptr;
+};
+thread_local Run* current_run = nullptr;
+
+// Sets current_run for a scope (a backward pass inside a backward keeps its own).
+class RunScope {
+ public:
+  explicit RunScope(Run* run) : prev_(current_run) { current_run = run; }
+  ~RunScope() { current_run = prev_; }
+  RunScope(const RunScope&) = delete;
+  RunScope& operator=(const RunScope&) = delete;
+
+ private:
+  Run* prev_;
+};
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.same_storage(b) && a.offset() == b.offset() && a.shape() == b.shape() &&
+         a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+Tensor offer(const Edge& e, const Shape& shape, DType dtype, Device device,
+             const std::function<bool(const Tensor&)>& fits) {
+  Run* run = current_run;
+  if (run == nullptr || !destinations_enabled || !e.fn) return {};
+  const auto delivered = run->buffers->find(e.fn.get());
+  if (delivered != run->buffers->end() &&
+      static_cast<size_t>(e.input_nr) < delivered->second.size() &&
+      delivered->second[static_cast<size_t>(e.input_nr)].defined()) {
+    return {};  // a gradient is in: the next one is added to it
+  }
+  const std::pair<const Node*, int> key{e.fn.get(), e.input_nr};
+  if (run->offered.count(key) != 0) return {};
+  Tensor d = e.fn->gradient_destination(e.input_nr);
+  if (!d.defined() || d.shape() != shape || d.dtype() != dtype || d.device() != device ||
+      (fits && !fits(d))) {
+    return {};
+  }
+  run->offered.insert(key);
+  return d;
+}
+
+}  // namespace
+
 Node::Node() : sequence_nr(next_sequence_nr++) {}
+
+Tensor Node::gradient_destination(int /*output_nr*/) { return {}; }
+
+Tensor grad_destination(size_t input_nr, const Shape& shape, DType dtype, Device device,
+                        const std::function<bool(const Tensor&)>& fits) {
+  const Run* run = current_run;
+  if (run == nullptr || run->current == nullptr || input_nr >= run->current->next_edges.size()) {
+    return {};
+  }
+  return offer(run->current->next_edges[input_nr], shape, dtype, device, fits);
+}
+
+Tensor destination_for(const Edge& edge, const Shape& shape, DType dtype, Device device) {
+  return offer(edge, shape, dtype, device, {});
+}
+
+NoDestinationsGuard::NoDestinationsGuard() : prev_(destinations_enabled) {
+  destinations_enabled = false;
+}
+NoDestinationsGuard::~NoDestinationsGuard() { destinations_enabled = prev_; }
+
+Tensor& AssemblyNode::gradient(DType dtype, Device device) {
+  if (z_.defined()) return z_;
+  z_ = destination_for(next_edges[0], shape_, dtype, device);
+  if (!z_.defined()) z_ = make_(dtype, device);
+  if (partial_) z_.fill_(0.0);
+  return z_;
+}
+
+Tensor AssemblyNode::gradient_destination(int output_nr) {
+  const OutputMeta& meta = outputs[static_cast<size_t>(output_nr)];
+  return piece_(gradient(meta.dtype, meta.device), static_cast<size_t>(output_nr));
+}
+
+TensorList AssemblyNode::apply(TensorList&& grads) {
+  const Tensor* first = nullptr;
+  for (const Tensor& g : grads) {
+    if (g.defined()) {
+      first = &g;
+      break;
+    }
+  }
+  const Tensor z = first != nullptr ? gradient(first->dtype(), first->device())
+                                    : gradient(outputs[0].dtype, outputs[0].device);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    Tensor piece = piece_(z, i);
+    if (!grads[i].defined()) {
+      piece.fill_(0.0);
+    } else if (!same_view(grads[i], piece)) {
+      piece.copy_(grads[i]);
+    }
+  }
+  z_ = Tensor();
+  return {z};
+}
 
 TensorList FunctionNode::apply(TensorList&& grads) {
   SKA_CHECK(fn_ != nullptr, AutogradError, "backward through '", name_,
@@ -83,10 +193,11 @@ bool needs_grad(const TensorList& inputs) {
   return false;
 }
 
-bool record_op(const char* name, const TensorList& inputs, const TensorList& outputs,
-               BackwardFn backward) {
-  if (!needs_grad(inputs)) return false;
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+namespace {
+
+// Points `node` at the edges of `inputs` and `outputs` at `node`.
+void attach(const std::shared_ptr<Node>& node, const TensorList& inputs,
+            const TensorList& outputs) {
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(edge_of(t));
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -97,6 +208,23 @@ bool record_op(const char* name, const TensorList& inputs, const TensorList& out
     impl.grad_fn = node;
     impl.output_nr = static_cast<int>(i);
   }
+}
+
+}  // namespace
+
+bool record_op(const char* name, const TensorList& inputs, const TensorList& outputs,
+               BackwardFn backward) {
+  if (!needs_grad(inputs)) return false;
+  attach(std::make_shared<FunctionNode>(name, std::move(backward)), inputs, outputs);
+  return true;
+}
+
+bool record_assembly(const char* name, const Tensor& input, const TensorList& outputs,
+                     AssemblyNode::PieceFn piece, AssemblyNode::MakeFn make, bool partial) {
+  if (!needs_grad({input})) return false;
+  attach(std::make_shared<AssemblyNode>(name, input.shape(), std::move(piece), std::move(make),
+                                        partial),
+         {input}, outputs);
   return true;
 }
 
@@ -127,6 +255,9 @@ void run_backward(const TensorList& roots, const TensorList& grads) {
   }
   // 2. Seed the roots' gradients.
   std::unordered_map<Node*, TensorList> buffers;
+  Run run;
+  run.buffers = &buffers;
+  const RunScope scope(&run);
   auto deliver = [&](const Edge& e, const Tensor& g) {
     TensorList& buf = buffers[e.fn.get()];
     if (buf.empty()) buf.resize(e.fn->outputs.size());
@@ -152,7 +283,9 @@ void run_backward(const TensorList& roots, const TensorList& grads) {
     TensorList in = std::move(buffers[n]);
     buffers.erase(n);
     in.resize(n->outputs.size());
+    run.current = n;
     TensorList out = n->apply(std::move(in));
+    run.current = nullptr;
     n->release();
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];

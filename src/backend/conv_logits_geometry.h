@@ -15,12 +15,26 @@ struct ConvLogitsGeometry {
   int64_t batch, heads, height, width, keys, d, kernel;
 };
 
+// Whether the kernels write grad_q [B, h, H*W, d] in t's layout: contiguous, or a view with a
+// unit last-dim stride whose other strides and offset are even (the CUDA kernel writes pairs of
+// 16-bit values as one 32-bit store), as the heads of a projection's gradient are. A view whose
+// elements overlap is the caller's error.
+inline bool conv_logits_grad_q_layout(const Tensor& t) {
+  if (t.is_contiguous()) return true;
+  if (t.dim() != 4 || (t.size(3) > 1 && t.stride(3) != 1) || t.offset() % 2 != 0) return false;
+  for (int64_t d = 0; d < 3; ++d) {
+    if (t.size(d) > 1 && t.stride(d) % 2 != 0) return false;
+  }
+  return true;
+}
+
 // Checks the operands of a conv_logits kernel and returns their geometry: q [B, h, H*W, d] (any
 // strides but a unit last-dim stride), w [h, k*k, K, d] contiguous (k odd), bias [h, K]
 // contiguous or undefined, one floating dtype on one device. `out` is the logits (forward:
 // contiguous [B, h, H*W, K]) or their gradient (backward: that shape, a unit last-dim stride);
-// grad_q ([B, h, H*W, d]), grad_w (w's shape) and grad_bias ([h, K]) contiguous or undefined.
-// ShapeError / DTypeError / DeviceError naming `kernel` and the operand otherwise.
+// grad_q ([B, h, H*W, d]) laid out as conv_logits_grad_q_layout takes, grad_w (w's shape) and
+// grad_bias ([h, K]) contiguous, each or undefined. ShapeError / DTypeError / DeviceError naming
+// `kernel` and the operand otherwise.
 inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor& q, const Tensor& w,
                                                const Tensor& bias, int64_t height, int64_t width,
                                                const Tensor& out, bool out_dense,
@@ -52,9 +66,12 @@ inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor&
                 (!bias.defined() || bias.is_contiguous()),
             ShapeError, kernel, ": q and the logits' gradient need a unit last-dim stride, ",
             out_dense ? "the logits and " : "", "the bias contiguous");
-  for (const Tensor* t : {&grad_q, &grad_w, &grad_bias}) {
+  SKA_CHECK(!grad_q.defined() || conv_logits_grad_q_layout(grad_q), ShapeError, kernel,
+            ": grad_q must be contiguous, or a view with a unit last-dim stride and even strides "
+            "and offset");
+  for (const Tensor* t : {&grad_w, &grad_bias}) {
     SKA_CHECK(!t->defined() || t->is_contiguous(), ShapeError, kernel,
-              ": the gradients must be contiguous");
+              ": grad_w and grad_bias must be contiguous");
   }
   SKA_CHECK(!grad_q.defined() || grad_q.shape() == q.shape(), ShapeError, kernel,
             ": grad_q must be ", shape_str(q.shape()), ", got ", shape_str(grad_q.shape()));

@@ -92,6 +92,21 @@ Tensor empty_grad_like(const Shape& shape, const Tensor& input) {
   return detail::empty_like_layout(shape, input, input.dtype());
 }
 
+// The gradient of the op's input `input_nr` (of `input_shape`) as the kernel writes it
+// ([L..., rows, cols] of `shape`): where they agree (no broadcast to sum after), in the tensor
+// the input's node offers (the piece of a head split the projection's gradient is put together
+// in: no copy there), else empty_grad_like's.
+Tensor grad_tensor(size_t input_nr, const Shape& input_shape, const Shape& shape,
+                   const Tensor& input) {
+  if (input_shape == shape) {
+    const Tensor d = autograd::grad_destination(
+        input_nr, shape, input.dtype(), input.device(),
+        [](const Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; });
+    if (d.defined()) return d;
+  }
+  return empty_grad_like(shape, input);
+}
+
 // The forward kernel on prepared views (qv, kv, vv rows readable, all with q's leading dims;
 // bv broadcast): the output laid out like output_layout(qv, vv) and each row's log-sum-exp.
 // Counts the MACs.
@@ -198,9 +213,9 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
     gk_shape.insert(gk_shape.end(), {nk, d});
     gv_shape.insert(gv_shape.end(), {nk, dv});
     gb_shape.insert(gb_shape.end(), {nq, nk});
-    const Tensor gq = empty_grad_like(qv.shape(), qv);
-    const Tensor gk = empty_grad_like(gk_shape, kv);
-    const Tensor gv = empty_grad_like(gv_shape, vv);
+    const Tensor gq = grad_tensor(0, qv.shape(), qv.shape(), qv);
+    const Tensor gk = grad_tensor(1, k_shape, gk_shape, kv);
+    const Tensor gv = grad_tensor(2, v_shape, gv_shape, vv);
     const Tensor gb = need_bias || need_bfactor ? empty_bias_grad(gb_shape, bv) : Tensor();
     SKA_KERNEL(dev, attention_backward)
     (qv, kv, vv, bv, mask, saved_out, lse, go, scale, factor, bfactor, gq, gk, gv, gb);

@@ -8,6 +8,7 @@
 
 #include "autograd/node.h"
 #include "backend/backend.h"
+#include "backend/conv_logits_geometry.h"
 #include "ops/autocast.h"
 #include "ops/detail.h"
 #include "ops/reduce.h"
@@ -141,7 +142,14 @@ Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, in
   autograd::record_op("conv_logits", {q, w, bias}, {logits}, [=](const TensorList& g) {
     const Tensor gl = unit_columns(g[0]) ? g[0] : g[0].contiguous();
     // Uninitialised: the kernels write every element.
-    const Tensor gq = need_q ? Tensor::empty(qd.shape(), gl.dtype(), gl.device()) : Tensor();
+    // q's gradient in the tensor q's node offers where it offers one (the heads of the
+    // projection's gradient: no copy into it after), else a tensor of its own.
+    Tensor gq;
+    if (need_q) {
+      gq = autograd::grad_destination(0, qd.shape(), gl.dtype(), gl.device(),
+                                      conv_logits_grad_q_layout);
+      if (!gq.defined()) gq = Tensor::empty(qd.shape(), gl.dtype(), gl.device());
+    }
     const Tensor gw = need_w ? Tensor::empty(wc.shape(), gl.dtype(), gl.device()) : Tensor();
     const Tensor gb =
         need_b ? Tensor::empty({qd.size(1), wc.size(2)}, gl.dtype(), gl.device()) : Tensor();

@@ -113,51 +113,53 @@ TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim
   SKA_CHECK(total == x.shape()[dim], ShapeError, "split: sizes add up to ", total, " but dim ", dim,
             " of ", shape_str(x.shape()), " has ", x.shape()[dim]);
   TensorList pieces;
+  std::vector<int64_t> starts;
   int64_t start = 0;
   for (int64_t s : sizes) {
     pieces.push_back(narrow_raw(x, dim, start, s));
+    starts.push_back(start);
     start += s;
   }
-  // One node for all pieces: backward concatenates their gradients (zeros for unused pieces),
-  // laid out in x's order of dims as a slice's backward lays its gradient out (the rows of heads
-  // split from a token-major projection come back token-major, so undoing the split is a view).
-  autograd::record_op(
-      "split", {x}, pieces, [dim, shape = x.shape(), strides = x.strides()](const TensorList& g) {
-        Tensor z = detail::empty_in_stride_order(shape, strides, g[0].dtype(), g[0].device(),
-                                                 /*last_innermost=*/true);
-        int64_t start = 0;
-        for (const Tensor& piece : g) {
-          const int64_t n = piece.shape()[dim];
-          narrow_raw(z, dim, start, n).copy_(piece);
-          start += n;
-        }
-        return TensorList{z};
+  // One node for all pieces (an assembly: the pieces' producers may write their gradients into
+  // it in place), its gradient laid out in x's order of dims as a slice's backward lays its
+  // gradient out (the rows of heads split from a token-major projection come back token-major, so
+  // undoing the split is a view).
+  autograd::record_assembly(
+      "split", x, pieces,
+      [dim, starts, sizes](const Tensor& z, size_t i) {
+        return narrow_raw(z, dim, starts[i], sizes[i]);
+      },
+      [shape = x.shape(), strides = x.strides()](DType dtype, Device device) {
+        return detail::empty_in_stride_order(shape, strides, dtype, device,
+                                             /*last_innermost=*/true);
       });
   return pieces;
 }
 
-TensorList unbind(const Tensor& x, int64_t dim) {
-  dim = wrap_dim(dim, x.dim(), "unbind");
-  const size_t d = static_cast<size_t>(dim);
-  Shape shape = x.shape(), strides = x.strides();
-  const int64_t n = shape[d], step = strides[d];
+namespace {
+
+// Index i of dim `dim` of t (a raw view, the dim dropped).
+Tensor select_raw(const Tensor& t, int64_t dim, int64_t i) {
+  Shape shape = t.shape(), strides = t.strides();
+  const int64_t offset = t.offset() + i * strides[static_cast<size_t>(dim)];
   shape.erase(shape.begin() + dim);
   strides.erase(strides.begin() + dim);
+  return Tensor::make_view(t.storage(), shape, strides, offset, t.dtype());
+}
+
+}  // namespace
+
+TensorList unbind(const Tensor& x, int64_t dim) {
+  dim = wrap_dim(dim, x.dim(), "unbind");
   TensorList pieces;
+  const int64_t n = x.shape()[static_cast<size_t>(dim)];
   if (n == 0) return pieces;
-  for (int64_t i = 0; i < n; ++i) {
-    pieces.push_back(
-        Tensor::make_view(x.storage(), shape, strides, x.offset() + i * step, x.dtype()));
-  }
-  autograd::record_op(
-      "unbind", {x}, pieces,
-      [dim, in_shape = x.shape(), in_strides = x.strides()](const TensorList& g) {
-        const Tensor out = detail::empty_in_stride_order(in_shape, in_strides, g[0].dtype(),
-                                                         g[0].device(), false);
-        for (size_t i = 0; i < g.size(); ++i) {
-          narrow_raw(out, dim, static_cast<int64_t>(i), 1).copy_(g[i].unsqueeze(dim));
-        }
-        return TensorList{out};
+  for (int64_t i = 0; i < n; ++i) pieces.push_back(select_raw(x, dim, i));
+  autograd::record_assembly(
+      "unbind", x, pieces,
+      [dim](const Tensor& z, size_t i) { return select_raw(z, dim, static_cast<int64_t>(i)); },
+      [shape = x.shape(), strides = x.strides()](DType dtype, Device device) {
+        return detail::empty_in_stride_order(shape, strides, dtype, device, false);
       });
   return pieces;
 }

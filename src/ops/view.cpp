@@ -66,21 +66,6 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
   return out;
 }
 
-// Backward of a view that selects part of the input: scatter grad into zeros of the input shape,
-// laid out in the input's order of dims (the rows of heads split from a token-major projection
-// come back token-major, so undoing the split is a view, not a copy).
-autograd::BackwardFn embed_backward(const Tensor& in,
-                                    std::function<Tensor(const Tensor&)> view_of) {
-  return [in_shape = in.shape(), in_strides = in.strides(),
-          view_of = std::move(view_of)](const TensorList& g) {
-    Tensor z = detail::empty_in_stride_order(in_shape, in_strides, g[0].dtype(), g[0].device(),
-                                             /*last_innermost=*/true);
-    z.fill_(0.0);
-    view_of(z).copy_(g[0]);
-    return TensorList{z};
-  };
-}
-
 }  // namespace
 
 Tensor Tensor::view(const Shape& shape_in) const {
@@ -152,10 +137,18 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   s[d] = (end - start + step - 1) / step;
   st[d] *= step;
   Tensor out = raw_view(*this, s, st, offset() + start * strides()[d]);
-  autograd::record_op("slice", {*this}, {out},
-                      embed_backward(*this, [d, start, end, step](const Tensor& z) {
-                        return z.slice(d, start, end, step);
-                      }));
+  // Its backward scatters the gradient into zeros of the input's shape, laid out in the input's
+  // order of dims (the rows of heads split from a token-major projection come back token-major,
+  // so undoing the split is a view, not a copy): an assembly of one piece, which the gradient's
+  // producer may write in place.
+  autograd::record_assembly(
+      "slice", *this, {out},
+      [d, start, end, step](const Tensor& z, size_t) { return z.slice(d, start, end, step); },
+      [in_shape = shape(), in_strides = strides()](DType dtype, Device device) {
+        return detail::empty_in_stride_order(in_shape, in_strides, dtype, device,
+                                             /*last_innermost=*/true);
+      },
+      /*partial=*/true);
   return out;
 }
 

@@ -48,8 +48,9 @@ TensorList logits_and_grads(const Tensor& q, const Tensor& w, const Tensor& bias
 }
 
 // The CUDA kernels in `dt` against the CPU twin in f32 on the same (rounded) values. q is the
-// first half of a [B, H*W, 2 h d] projection split into heads, as CSKA's mixers pass it (or,
-// misaligned, the last h d columns of a [B, H*W, h d + 4] one).
+// first piece of split_heads on a [B, H*W, 2 h d] projection, as CSKA's mixers pass it (its
+// gradient written into the projection's), or, misaligned, the heads of the last h d columns of
+// a [B, H*W, h d + 4] one (a gradient of its own).
 void check_case(const Case& c, DType dt) {
   INFO(describe(c) << ", " << dtype_name(dt));
   REQUIRE(conv_logits_direct_fits(c.d, c.width, c.k));
@@ -62,7 +63,10 @@ void check_case(const Case& c, DType dt) {
   const Tensor weights = test::uniform({c.batch, c.heads, positions, c.keys}, 4).to(DType::kF32);
   const auto run = [&](Device device, DType dtype) {
     const Tensor p = proj.to(device).to(dtype).set_requires_grad(true);
-    const Tensor q = nn::split_heads(p.narrow(2, first, c.heads * c.d), c.heads);
+    // CSKA's q: the kernel writes its gradient into the projection's (a strided grad_q).
+    const int64_t hd = c.heads * c.d;
+    const Tensor q = c.misaligned ? nn::split_heads(p.narrow(2, first, hd), c.heads)
+                                  : nn::split_heads(p, {hd, hd}, c.heads)[0];
     const Tensor w = w0.to(device).to(dtype).set_requires_grad(true);
     const Tensor b = c.bias ? b0.to(device).to(dtype).set_requires_grad(true) : Tensor();
     const Tensor logits = grid_conv_logits(q, w, b, c.height, c.width);

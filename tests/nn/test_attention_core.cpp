@@ -1,6 +1,7 @@
 // The attention core (nn/mixers/attention_core): attend() against a naive per-element composition
 // for every normalisation, scale, mask, bias and talking-heads setting; the logit builders; f64
 // gradients with the shared checker; the name tables and the mixer registry's errors.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -449,6 +450,105 @@ TEST_CASE("split_heads of a stacked projection: views of each piece's heads, one
   REQUIRE_THROWS_WITH(split_heads(x, {w, w, w - 1}, heads),
                       Catch::Contains("not a positive multiple"));
   REQUIRE_THROWS_WITH(split_heads(x, {w, w}, heads), Catch::Contains("add up to 12"));
+}
+
+namespace {
+
+// The gradients of `inputs` from f's output against `weights`, and the copy kernels the
+// backward pass runs; with `offers` false, under NoDestinationsGuard (each piece's gradient in a
+// tensor of its own, copied into its place after).
+struct Backward {
+  TensorList grads;
+  std::vector<std::string> copies;
+};
+Backward backward_of(const std::function<Tensor(const TensorList&)>& f, const TensorList& inputs,
+                     const Tensor& weights, bool offers) {
+  TensorList leaves;
+  for (const Tensor& t : inputs) leaves.push_back(t.detach().clone().set_requires_grad());
+  const Tensor y = f(leaves);
+  Backward b;
+  for (const profiler::KernelTime& k : test::kernels_of([&] {
+         std::optional<autograd::NoDestinationsGuard> off;
+         if (!offers) off.emplace();
+         y.backward(weights);
+       })) {
+    for (int64_t i = 0; k.name == "copy" && i < k.calls; ++i) b.copies.push_back(k.operands);
+  }
+  for (const Tensor& t : leaves) b.grads.push_back(t.grad());
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("gradient destinations: the fused attention writes a head split's pieces in place",
+          "[cpu][nn][attention]") {
+  // q, k, v as split_heads' pieces of one projection [B, N, 3 * h * d]: the attention's backward
+  // writes their gradients where the projection's gradient has them, so nothing is copied; the
+  // gradient is bit for bit the one the copies give.
+  const int64_t batch = 2, n = 5, heads = 2, d = 4, w = heads * d;
+  const auto f = [&](const TensorList& in) {
+    const TensorList p = split_heads(in[0], {w, w, w}, heads);
+    return scaled_dot_attention(p[0], p[1], p[2], 0.5);
+  };
+  const Tensor x = test::uniform({batch, n, 3 * w}, 51);
+  const Tensor c = test::uniform({batch, heads, n, d}, 52);
+  const Backward in_place = backward_of(f, {x}, c, true);
+  const Backward copied = backward_of(f, {x}, c, false);
+  CHECK(in_place.copies.empty());
+  CHECK(copied.copies.size() == 3);  // one a piece
+  CHECK(test::bitwise_equal(in_place.grads[0], copied.grads[0]));
+  test::check_gradients(f, {x.clone().set_requires_grad()});
+}
+
+TEST_CASE("gradient destinations chain through splits and slices, and add what more consumers give",
+          "[cpu][nn][attention]") {
+  // CSKA's layout: q and v the heads of one projection; q's first row against static keys (a
+  // matrix product, copied into place), its other rows' conv logits (written in place through
+  // the split, into the projection's gradient); v read by the fused attention (in place) and by
+  // a second consumer, whose gradient is added to it. A third piece is unused (zeros).
+  const int64_t batch = 2, heads = 2, d = 4, gh = 3, gw = 3, tokens = 1 + gh * gw, w = heads * d;
+  const Tensor keys = test::uniform({heads, tokens, d}, 61);
+  const Tensor filters = test::uniform({heads, 9, tokens, d}, 62, -0.3, 0.3);
+  const Tensor mix = test::uniform({batch, heads, tokens, d}, 63);
+  const auto f = [&](const TensorList& in) {
+    const TensorList p = split_heads(in[0], {w, w, w}, heads);
+    const TensorList rows = split(p[0], {1, gh * gw}, 2);
+    const Tensor logits = cat(
+        {matmul(rows[0], keys.transpose(-1, -2)), grid_conv_logits(rows[1], filters, {}, gh, gw)},
+        2);
+    return add(softmax_attend(logits, p[1]), mul(p[1], mix));
+  };
+  const Tensor x = test::uniform({batch, tokens, 3 * w}, 64);
+  const Tensor c = test::uniform({batch, heads, tokens, d}, 65);
+  const Backward in_place = backward_of(f, {x}, c, true);
+  const Backward copied = backward_of(f, {x}, c, false);
+  CHECK(test::bitwise_equal(in_place.grads[0], copied.grads[0]));
+  // Copied in place: v's (the sum of its two gradients) and the class row's (the product's).
+  // Without: those, the conv logits' rows into the split's gradient, and that gradient into the
+  // projection's. (The unused piece is zero-filled in place either way.)
+  const std::string v_copy = "[2, 2, 10, 4] f64, [2, 2, 10, 4] f64 (strided)";
+  const std::string row_copy = "[2, 2, 1, 4] f64 (strided), [2, 2, 1, 4] f64 (strided)";
+  std::vector<std::string> copies = in_place.copies;
+  std::sort(copies.begin(), copies.end());
+  CHECK(copies == std::vector<std::string>{row_copy, v_copy});
+  CHECK(copied.copies.size() == 4);
+  test::check_gradients(f, {x.clone().set_requires_grad()});
+  SECTION("a slice's zeros around its piece, also in place") {
+    const auto first = [&](const TensorList& in) {
+      const TensorList p = split_heads(in[0], {w, w, w}, heads);
+      return softmax_attend(
+          matmul(p[0].narrow(2, 0, 1), keys.narrow(1, 1, gh * gw).transpose(-1, -2)),
+          p[2].narrow(2, 1, gh * gw));
+    };
+    const Tensor c1 = test::uniform({batch, heads, 1, d}, 66);
+    const Backward sliced = backward_of(first, {x}, c1, true);
+    const Backward sliced_copied = backward_of(first, {x}, c1, false);
+    CHECK(test::bitwise_equal(sliced.grads[0], sliced_copied.grads[0]));
+    // The class row's gradient copied into its place; v's rows written in place.
+    CHECK(sliced.copies == std::vector<std::string>{row_copy});
+    CHECK(sliced_copied.copies.size() == 4);
+    test::check_gradients(first, {x.clone().set_requires_grad()});
+  }
 }
 
 TEST_CASE("attention names fail with the list of known names", "[cpu][nn][attention]") {

@@ -6,11 +6,15 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
+#include "autograd/node.h"
 #include "backend/backend.h"
 #include "backend/conv2d_rotated.h"
 #include "backend/conv_logits_geometry.h"
+#include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
 
 using namespace ska;
@@ -602,6 +606,50 @@ TEST_CASE("grid_conv_logits in f32 and bf16 on the CPU", "[cpu]") {
       grid_conv_logits(q.to(DType::kBF16), w.to(DType::kBF16), bias.to(DType::kBF16), 3, 4);
   CHECK(low.dtype() == DType::kBF16);
   require_close(low, reference, tolerance_for(DType::kBF16));
+}
+
+TEST_CASE("grid_conv_logits writes q's gradient into the projection's heads, in f64 and bf16",
+          "[cpu]") {
+  // q as CSKA takes it: the first piece of split_heads on one projection [B, H*W, 2 h d]. The
+  // backward writes q's gradient where the projection's gradient holds it (no copy of q's
+  // shape), bit for bit what a gradient of its own copied in gives.
+  const int64_t batch = 2, heads = 2, height = 3, width = 4, keys = 5, d = 4, w_ = heads * d;
+  const DType dtype = GENERATE(DType::kF64, DType::kBF16);
+  CAPTURE(dtype_name(dtype));
+  const Tensor proj = uniform({batch, height * width, 2 * w_}, 91).to(dtype);
+  const Tensor w = uniform({heads, 9, keys, d}, 92, -0.3, 0.3).to(dtype);
+  const Tensor weights = uniform({batch, heads, height * width, keys}, 93).to(dtype);
+  const auto run = [&](bool offers) {
+    const Tensor p = proj.clone().set_requires_grad(true);
+    const Tensor y = grid_conv_logits(nn::split_heads(p, {w_, w_}, heads)[0], w, {}, height, width);
+    std::optional<autograd::NoDestinationsGuard> off;
+    if (!offers) off.emplace();
+    int64_t copies = 0;
+    for (const auto& k : test::kernels_of([&] { y.backward(weights); })) {
+      if (k.name == "copy" && k.operands.find("[2, 2, 12, 4]") != std::string::npos) {
+        copies += k.calls;
+      }
+    }
+    return std::make_pair(p.grad(), copies);
+  };
+  const auto [in_place, none] = run(true);
+  const auto [copied, one] = run(false);
+  CHECK(none == 0);
+  CHECK(one == 1);
+  CHECK(test::bitwise_equal(in_place, copied));
+  // The layouts the kernels write: contiguous (any head dim), or a unit last-dim stride with
+  // even other strides and offset (the CUDA kernel's 32-bit stores of two 16-bit values).
+  const Tensor buffer = Tensor::empty({batch, height * width, 2 * w_ + 2}, dtype);
+  const auto heads_at = [&](int64_t column, int64_t width_of_piece) {
+    return nn::split_heads(buffer.narrow(2, column, width_of_piece), heads);
+  };
+  CHECK(conv_logits_grad_q_layout(Tensor::empty({batch, heads, height * width, 3}, dtype)));
+  CHECK(conv_logits_grad_q_layout(heads_at(0, w_)));
+  CHECK(conv_logits_grad_q_layout(heads_at(2, w_)));
+  CHECK_FALSE(conv_logits_grad_q_layout(heads_at(1, w_)));  // an odd offset
+  const Tensor odd = Tensor::empty({batch, height * width, 2 * w_ + 1}, dtype);
+  CHECK_FALSE(conv_logits_grad_q_layout(nn::split_heads(odd.narrow(2, 0, w_), heads)));
+  CHECK_FALSE(conv_logits_grad_q_layout(heads_at(0, w_).transpose(-1, -2)));
 }
 
 TEST_CASE("grid_conv_logits rejects operands that do not fit, naming them", "[cpu]") {

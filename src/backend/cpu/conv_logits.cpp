@@ -80,15 +80,18 @@ void backward(const Tensor& grad, const Tensor& q, const Tensor& w, const ConvLo
         geo.batch * geo.heads,
         [&](int64_t bh) {
           const int64_t b = bh / geo.heads, h = bh % geo.heads;
-          T* out = gq + bh * positions * d;
-          for (int64_t i = 0; i < positions * d; ++i) out[i] = T(0);
+          T* out = gq + b * grad_q.stride(0) + h * grad_q.stride(1);
+          const int64_t row = grad_q.stride(2);
+          for (int64_t s = 0; s < positions; ++s) {
+            for (int64_t c = 0; c < d; ++c) out[s * row + c] = T(0);
+          }
           for (int64_t p = 0; p < positions; ++p) {
             const T* gp = grad_row(b, h, p);
             for (int64_t tap = 0; tap < ntaps; ++tap) {
               const int64_t s = taps.neighbour(p, tap);
               if (s < 0) continue;
               const T* wt = wd + (h * ntaps + tap) * keys * d;
-              T* os = out + s * d;
+              T* os = out + s * row;
               for (int64_t j = 0; j < keys; ++j) {
                 const T gj = gp[j];
                 for (int64_t c = 0; c < d; ++c) os[c] += gj * wt[j * d + c];

@@ -105,22 +105,22 @@ TensorList split_heads(const Tensor& x, const std::vector<int64_t>& widths, int6
   SKA_CHECK(total == x.size(2), ShapeError, "split_heads: piece widths add up to ", total,
             ", but the tokens have ", x.size(2), " channels");
   TensorList pieces;
+  std::vector<int64_t> starts;
   int64_t start = 0;
   for (const int64_t w : widths) {
     pieces.push_back(heads_view(x, start, w, heads));
+    starts.push_back(start);
     start += w;
   }
-  autograd::record_op(
-      "split_heads", {x}, pieces,
-      [widths, heads, shape = x.shape(), strides = x.strides()](const TensorList& g) {
-        Tensor z = detail::empty_in_stride_order(shape, strides, g[0].dtype(), g[0].device(),
-                                                 /*last_innermost=*/true);
-        int64_t at = 0;
-        for (size_t i = 0; i < widths.size(); ++i) {
-          heads_view(z, at, widths[i], heads).copy_(g[i]);
-          at += widths[i];
-        }
-        return TensorList{z};
+  // An assembly: a piece's producer may write its gradient in place, in the projection's layout.
+  autograd::record_assembly(
+      "split_heads", x, pieces,
+      [starts, widths, heads](const Tensor& z, size_t i) {
+        return heads_view(z, starts[i], widths[i], heads);
+      },
+      [shape = x.shape(), strides = x.strides()](DType dtype, Device device) {
+        return detail::empty_in_stride_order(shape, strides, dtype, device,
+                                             /*last_innermost=*/true);
       });
   return pieces;
 }

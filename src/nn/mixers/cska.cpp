@@ -63,8 +63,10 @@ Tensor Cska::mix(const Tensor& x, bool first_only) {
   SKA_CHECK(x.dim() == 3 && x.size(1) == num_keys_, ShapeError, "cska: expected [B, ", num_keys_,
             ", C] tokens for a ", grid_.height, "x", grid_.width, " grid",
             grid_.cls_token ? " plus a class token" : "", ", got ", shape_str(x.shape()));
-  const TensorList qv = chunk((*qv_)(x), 2, -1);
-  const Tensor q = split_heads(qv[0], options_.layout.heads);
+  const int64_t width = options_.layout.width();
+  // q and v as the heads of one projection: one node, whose gradient's producers write it in place.
+  const TensorList qv = split_heads((*qv_)(x), {width, width}, options_.layout.heads);
+  const Tensor& q = qv[0];
   // The class row (static keys) and the spatial rows (conv) may be scaled differently: then each
   // block is scaled here and attend() leaves the scale at 1. With one scale for both (no class
   // token, or a shared temperature) attend() applies it, inside the fused op when it runs.
@@ -73,7 +75,7 @@ Tensor Cska::mix(const Tensor& x, bool first_only) {
   if (one_scale) conv_scale_->configure(spec);
   attend_->configure(spec);
   spec.exclude_diagonal = options_.diagonal_mask;
-  const Tensor v = split_heads(qv[1], options_.layout.heads);
+  const Tensor& v = qv[1];
   if (first_only) {  // the class row alone (query 0 is token 0: the diagonal mask still applies)
     Tensor cls = cls_logits(q.narrow(2, 0, 1), !one_scale);
     if (autocast_state().enabled && attend_fuses(cls, v, spec))

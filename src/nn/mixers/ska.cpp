@@ -45,9 +45,10 @@ Tensor Ska::mix(const Tensor& x, bool first_only) {
   const int64_t heads = options_.layout.heads;
   Tensor q, v;
   if (qv_) {
-    const TensorList qv = chunk((*qv_)(x), 2, -1);
-    q = split_heads(qv[0], heads);
-    v = split_heads(qv[1], heads);
+    const TensorList qv =
+        split_heads((*qv_)(x), {options_.layout.width(), options_.layout.width()}, heads);
+    q = qv[0];
+    v = qv[1];
   } else {
     q = split_heads(x, heads);
     v = split_heads((*v_)(x), heads);
