@@ -12,7 +12,8 @@ of a column or row the kernel never staged shows up in the result), q is the fir
 [B, H*W, 2 h d] projection split into heads whose second half is NaN, the gradient of the
 logits comes in several layouts (contiguous, rows padded with NaN, heads interleaved), and the
 outputs (logits, grad_q, grad_w's partials, grad_w) start as NaN and must be written exactly
-once an element. Values stay float64 (no bf16 rounding), so every output must match a dense
+once an element (grad_q, in every other case, into the first heads' columns of a projection's
+gradient, whose other elements must stay unwritten). Values stay float64 (no bf16 rounding), so every output must match a dense
 float64 reference to ~1e-12. Not emulated: the barriers and the timing of the asynchronous
 copies (a block stages a tile, then its warps run one after the other).
 
@@ -280,12 +281,12 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
                             acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kWarps):
         if not active[warp]: continue   # return
-        out = a.out + (b * a.heads + h) * a.positions * a.d
+        out = a.out + b * a.ob + h * a.oh
         for r in range(2):
             live = pos[warp][r] < a.positions
             for n in range(kOut):
                 if n * 8 >= a.d: break
-                at = out + pos[warp][r][live] * a.d + n * 8 + 2 * T[live]   # one 32-bit store
+                at = out + pos[warp][r][live] * a.op + n * 8 + 2 * T[live]   # one 32-bit store
                 if (at % 2).any(): raise Mismatch("grad_q: an unaligned pair store")
                 for e in range(2):
                     a.out_mem.write(at + e, acc[warp][n][2 * r + e][live])
@@ -454,6 +455,7 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w, grad_bias):
     if grad_q is not None:
         qa = SimpleNamespace(**vars(a))
         qa.out_mem, qa.out = grad_q.mem, grad_q.offset
+        qa.ob, qa.oh, qa.op = grad_q.strides[:3]
         carve = Carver()
         carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2)
         carve.take(a.group * kKeys * ld16(a.d) * 2)
@@ -497,6 +499,25 @@ class View:   # a strided tensor in a Mem: element [i0, i1, i2, i3] at offset + 
 def output(name, shape):
     return View(Mem(name, np.full(int(np.prod(shape)), np.nan), count=True), 0, shape,
                 tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape))))
+
+
+def output_heads(name, B, h, P, d):
+    """grad_q [B, h, P, d] as the first piece of a [B, P, 2 h d] projection's gradient split into
+    heads (CSKA's q), 2 elements in: the rest of the buffer must stay unwritten."""
+    buf = Mem(name, np.full(2 + B * P * 2 * h * d, np.nan), count=True)
+    return View(buf, 2, (B, h, P, d), (P * 2 * h * d, d, 2 * h * d, 1))
+
+
+def written_once_view(name, view):
+    """Every element of `view` written once, nothing else in its buffer."""
+    want = np.zeros(view.mem.v.size, np.int64)
+    idx = view.offset + sum(np.arange(n).reshape([-1 if i == k else 1 for i in range(len(view.shape))]) * s
+                            for k, (n, s) in enumerate(zip(view.shape, view.strides)))
+    want[idx.ravel()] = 1
+    bad = np.flatnonzero(view.mem.writes != want)
+    if bad.size:
+        raise Mismatch("%s: %d elements written other than once in the view, never outside it "
+                       "(first at %d)" % (name, bad.size, bad[0]))
 
 
 def gradient_view(rng, B, h, P, K, layout):
@@ -549,7 +570,7 @@ def written_once(name, mem):
                        (name, bad.size, sorted(set(mem.writes[bad].tolist())), bad[0]))
 
 
-def run_case(rng, B, h, H, W, K, d, k, use_bias, layout):
+def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection):
     P = H * W
     geo = SimpleNamespace(batch=B, heads=h, height=H, width=W, keys=K, d=d, kernel=k)
     # q: the first half of a [B, P, 2 h d] projection split into heads; the second half NaN.
@@ -562,14 +583,14 @@ def run_case(rng, B, h, H, W, K, d, k, use_bias, layout):
     g = gradient_view(rng, B, h, P, K, layout)
 
     logits = output("logits", (B, h, P, K))
-    grad_q = output("grad_q", (B, h, P, d))
+    grad_q = output_heads("grad_q", B, h, P, d) if q_in_projection else output("grad_q", (B, h, P, d))
     grad_w = output("grad_w", (h, k * k, K, d))
     grad_bias = output("grad_bias", (h, K)) if use_bias else None
     conv_logits_forward(geo, q, w, bias, logits)
     partial, bias_partial = conv_logits_backward(geo, g, q, w, grad_q, grad_w, grad_bias)
 
-    written = [("logits", logits.mem), ("grad_q", grad_q.mem), ("partial", partial),
-               ("grad_w", grad_w.mem)]
+    written_once_view("grad_q", grad_q)
+    written = [("logits", logits.mem), ("partial", partial), ("grad_w", grad_w.mem)]
     if use_bias: written += [("bias_partial", bias_partial), ("grad_bias", grad_bias.mem)]
     for name, mem in written:
         written_once(name, mem)
@@ -612,11 +633,14 @@ def main():
     failed = 0; start = time.time()
     for i, (B, h, H, W, K, d, k, use_bias) in enumerate(CASES):
         layout = LAYOUTS[i % len(LAYOUTS)]
-        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, g %s" % (B, h, H, W, K, d, k,
-                                                        " bias" if use_bias else "", layout)
+        q_in_projection = i % 2 == 0   # grad_q into the projection's heads, or contiguous
+        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, g %s, grad_q %s" % (
+            B, h, H, W, K, d, k, " bias" if use_bias else "", layout,
+            "in the projection" if q_in_projection else "contiguous")
         t0 = time.time()
         try:
-            errs, (chunks, chunk_rows) = run_case(rng, B, h, H, W, K, d, k, use_bias, layout)
+            errs, (chunks, chunk_rows) = run_case(rng, B, h, H, W, K, d, k, use_bias, layout,
+                                                  q_in_projection)
         except Mismatch as e:
             print("%s: FAIL %s" % (what, e)); failed += 1; continue
         ok = max(errs) < 1e-12
