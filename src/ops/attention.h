@@ -33,9 +33,11 @@ Tensor scaled_dot_attention(const Tensor& q, const Tensor& k, const Tensor& v, d
 // Self-attention from one packed projection, as a ViT block forms it: qkv [B, N, 3 * h * d] holds
 // q, k and v side by side, each h heads of d (Linear(dim, 3 * h * d) writes them so), and the
 // result is scaled_dot_attention(q, k, v, scale, bias, scale_factor) on the head-split parts,
-// [B, h, N, d] laid out as [B, N, h, d] (merge_heads is a view). The difference is the backward
-// pass: it writes dL/dqkv in qkv's own layout, where the unpacked form writes three gradients
-// and then copies them into one. bias broadcasts to [B, h, N, N]. Under autocast a GEMM-type op.
+// [B, h, N, d] laid out as [B, N, h, d] (merge_heads is a view). Its backward pass writes
+// dL/dqkv in qkv's own layout, as the unpacked form does on split_heads(qkv, {w, w, w}, heads)'s
+// pieces (gradient destinations, autograd/node.h); on other views of qkv (chunk, then a head
+// split) that form writes three gradients and copies them into one. bias broadcasts to
+// [B, h, N, N]. Under autocast a GEMM-type op.
 Tensor qkv_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& bias = Tensor(),
                      const Tensor& scale_factor = Tensor(),
                      AttentionMask mask = AttentionMask::kNone);
