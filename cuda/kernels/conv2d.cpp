@@ -306,14 +306,6 @@ AlgoChoice query_algo(ConvDir dir, cudnnHandle_t h, const Conv& c, bool fma, int
   return a;
 }
 
-// Whether work queued on `device`'s current stream is being captured into a CUDA Graph, where
-// timing algorithms (it synchronises) would break the capture.
-bool capturing(int device) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  SKA_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
 // The cached choice for this key, or a fresh query: timed on `data` under cudnn_benchmark()
 // (except during a graph capture, where timing would synchronise), ranked by the heuristics
 // otherwise. A capture under cudnn_benchmark() takes the algorithm timed for the problem before
@@ -324,7 +316,7 @@ bool capturing(int device) {
 AlgoChoice choose_algo(ConvDir dir, int device, DType dt, bool nhwc, const Shape& xs,
                        const Shape& ws, const Conv2dParams& p, cudnnHandle_t h, const Conv& c,
                        const ConvData& data, const char* kernel) {
-  const bool capture = capturing(device);
+  const bool capture = capturing(Device::cuda(device));
   const bool timed = cudnn_benchmark() && !capture;
   const AlgoKey key = algo_key(dir, device, dt, nhwc, xs, ws, p, timed);
   {
@@ -453,7 +445,7 @@ bool rotated_form(int device, const Tensor& grad_y, const Tensor& w, const Conv2
     const auto it = rotated_cache().find(key);
     if (it != rotated_cache().end()) return it->second;
   }
-  if (!cudnn_benchmark() || capturing(device)) return false;
+  if (!cudnn_benchmark() || capturing(Device::cuda(device))) return false;
   const Conv c(grad_x.shape(), w.shape(), grad_y.shape(), p, dt, false, kernel);
   const AlgoChoice data =
       choose_algo(ConvDir::kBackwardData, device, dt, false, grad_x.shape(), w.shape(), p, h, c,

@@ -170,29 +170,6 @@ std::vector<std::string>& choice_lines() {
   return lines;
 }
 
-// Mean milliseconds of `reps` back-to-back runs of f on the device's current stream.
-float time_ms(int device, const std::function<void()>& f, int reps) {
-  const cudaStream_t stream = current_stream(device);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  SKA_CUDA_CHECK(cudaEventCreate(&start));
-  SKA_CUDA_CHECK(cudaEventCreate(&stop));
-  SKA_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < reps; ++r) f();
-  SKA_CUDA_CHECK(cudaEventRecord(stop, stream));
-  SKA_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  SKA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  SKA_CUDA_CHECK(cudaEventDestroy(start));
-  SKA_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / reps;
-}
-
-bool capturing(int device) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  SKA_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace
 
 bool depthwise_direct_chosen(int pass, const Tensor& a, const Tensor& b, const Tensor& w,
@@ -213,7 +190,7 @@ bool depthwise_direct_chosen(int pass, const Tensor& a, const Tensor& b, const T
     const auto it = choices().find(key);
     if (it != choices().end()) return it->second;
   }
-  if (!cudnn_benchmark() || capturing(device)) return false;
+  if (!cudnn_benchmark() || capturing(Device::cuda(device))) return false;
   DeviceGuard guard(device);
   direct();
   cudnn();

@@ -193,5 +193,21 @@ int compute_capability(int device) {
   return s.capability;
 }
 
+float time_ms(int device, const std::function<void()>& f, int reps) {
+  const cudaStream_t stream = current_stream(device);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SKA_CUDA_CHECK(cudaEventCreate(&start));
+  SKA_CUDA_CHECK(cudaEventCreate(&stop));
+  SKA_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int r = 0; r < reps; ++r) f();
+  SKA_CUDA_CHECK(cudaEventRecord(stop, stream));
+  SKA_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  SKA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  SKA_CUDA_CHECK(cudaEventDestroy(start));
+  SKA_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms / static_cast<float>(reps);
+}
+
 }  // namespace cuda
 }  // namespace ska

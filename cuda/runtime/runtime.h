@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <functional>
+
 #include "core/tensor.h"
 
 namespace ska::cuda {
@@ -47,6 +49,10 @@ cudnnHandle_t cudnn_handle(int device);
 
 // Scratch memory from the caching allocator, freed (to the cache) with the returned tensor.
 Tensor workspace(int device, size_t bytes);
+
+// Mean milliseconds of `reps` back-to-back runs of f on `device`'s current stream, by events
+// around them (it synchronises: never inside a graph capture). For timed kernel choices.
+float time_ms(int device, const std::function<void()>& f, int reps);
 
 // Properties used to choose kernels.
 int sm_count(int device);
