@@ -572,6 +572,7 @@ int run_benchmark(BenchmarkOptions o) {
     }
     j["conv_logits_auto"] = ska::nn::conv_logits_auto_choices();
     j["depthwise_conv_auto"] = ska::cuda_depthwise_conv_choices();
+    j["gemm_algorithm_timed"] = ska::cuda_gemm_choices();
     j["gflops_per_image"] = flops.gflops_per_image;
     if (activations >= 0) j["activation_bytes_per_image"] = activations;
     j["tflops"] = flops.tflops;
@@ -636,6 +637,9 @@ int run_benchmark(BenchmarkOptions o) {
       line << "\n  " << choice;
     }
     for (const std::string& choice : ska::cuda_depthwise_conv_choices()) {
+      line << "\n  " << choice;
+    }
+    for (const std::string& choice : ska::cuda_gemm_choices()) {
       line << "\n  " << choice;
     }
     std::cout << line.str() << std::endl;

@@ -8,8 +8,8 @@
 # dropouts before the residual sums, the fused talking heads, the parameters' casts per step,
 # f32 linear-layer gradients (and both), cuDNN's depthwise convolutions and this project's
 # forced, CSKA's logits as convolution / GEMM / direct kernels, the scalar and unfused attention,
-# the reference elementwise kernels, f32 norm outputs, and every fast path not yet the default
-# at once ("new"); then --cudnn-benchmark off
+# the reference elementwise kernels, f32 norm outputs, cuBLASLt's algorithms timed per problem,
+# and every fast path not yet the default at once ("new"); then --cudnn-benchmark off
 # and --cuda-graph, a process each. Should the --variants process fail (a kernel's error takes
 # the process down), each variant runs on its own. Ends with one table.
 # Usage: scripts/gpu_speed.sh [CONFIG[:BATCH] ...]
@@ -46,8 +46,9 @@ kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=spl
   "gelu_dropout=unfused" "dropout_add=unfused" "talking_heads=fused" "weight_casts=per_step"
   "linear_grads=f32" "weight_casts=per_step,linear_grads=f32" "depthwise_conv=cudnn"
   "depthwise_conv=direct" "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct"
-  "attention=scalar" "attention=unfused" "elementwise=reference" "norm_output=f32")
-every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass"
+  "attention=scalar" "attention=unfused" "elementwise=reference" "norm_output=f32"
+  "gemm_algorithm=timed")
+every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass,gemm_algorithm=timed"
 kernel_variants+=("$every_new")
 process_variants=("--cudnn-benchmark off" "--cuda-graph")
 joined=$(IFS=';'; echo "${kernel_variants[*]}")

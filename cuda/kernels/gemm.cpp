@@ -4,12 +4,17 @@
 // own layout. Descriptors and the heuristic's algorithm are cached per shape/layout key.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_runtime.h"
 #include "backend/gemm_checks.h"
 #include "core/error.h"
 #include "core/precision.h"
@@ -22,6 +27,15 @@ namespace ska::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// How many of the heuristic's algorithms GemmAlgorithm::kTimed times for a problem.
+constexpr int kCandidates = 8;
+
+std::atomic<GemmAlgorithm> g_algorithm_mode{GemmAlgorithm::kHeuristic};
+std::mutex g_choice_mutex;
+std::vector<std::string>& choice_lines() {
+  static std::vector<std::string> lines;
+  return lines;
+}
 
 // A [R, C] matrix (a view's last two dims) as a cuBLASLt operand whose op() is its transpose.
 struct Operand {
@@ -68,13 +82,16 @@ uint32_t alignment_of(const void* p) {
   return align;
 }
 
-// Descriptors and algorithm of one problem shape; `mu` guards the bias pointer attribute.
-// `found` is false when cuBLASLt has no algorithm for a row-sum epilogue (the caller then sums
-// with the reduce kernel).
+// Descriptors and algorithms of one problem shape; `mu` guards the bias pointer attribute and
+// the timing. `found` is false when cuBLASLt has no algorithm for a row-sum epilogue (the caller
+// then sums with the reduce kernel). `candidates`: the heuristic's answers, best first (the
+// algorithm of GemmAlgorithm::kHeuristic); `fastest`: the one kTimed timed fastest, -1 until
+// timed.
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  int fastest = -1;
   bool found = true;
   std::mutex mu;
 };
@@ -173,7 +190,7 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
   // sum cancels). Algorithms without split-K always qualify; should the filter leave none, the
   // heuristic is asked again without it. f32 outputs take any scheme.
   const bool narrow_c = pr.c_dtype != DType::kF32;
-  cublasLtMatmulHeuristicResult_t result{};
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int found = 0;
   for (const uint32_t reductions : {narrow_c ? uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE}
                                              : uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK},
@@ -183,21 +200,26 @@ std::unique_ptr<Plan> make_plan(const Problem& pr) {
                                              &reductions, sizeof(reductions));
     if (st == CUBLAS_STATUS_SUCCESS) {
       st = cublaslt().algo_get_heuristic(cublaslt_handle(pr.device), plan->desc, plan->a, plan->b,
-                                         plan->c, plan->c, pref, 1, &result, &found);
+                                         plan->c, plan->c, pref, kCandidates, results.data(),
+                                         &found);
     }
   }
   cublaslt().preference_destroy(pref);
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
+    const cublasLtMatmulHeuristicResult_t& r = results[static_cast<size_t>(i)];
+    if (r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= kWorkspaceBytes) {
+      plan->candidates.push_back(r.algo);
+    }
+  }
   if (pr.epilogue == Epilogue::kRowSumsOfA &&
-      (st != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS)) {
+      (st != CUBLAS_STATUS_SUCCESS || plan->candidates.empty())) {
     plan->found = false;  // not supported for this problem: the caller sums the rows itself
     return plan;
   }
   SKA_CUBLAS_CHECK(st);
-  SKA_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, CudaError,
-            "cuda gemm: cuBLASLt found no algorithm for ", dtype_name(pr.dtype), " into ",
-            dtype_name(pr.c_dtype), " m=", pr.m, " n=", pr.n, " k=", pr.k, " batch=", pr.batch,
-            " (column-major problem)");
-  plan->algo = result.algo;
+  SKA_CHECK(!plan->candidates.empty(), CudaError, "cuda gemm: cuBLASLt found no algorithm for ",
+            dtype_name(pr.dtype), " into ", dtype_name(pr.c_dtype), " m=", pr.m, " n=", pr.n,
+            " k=", pr.k, " batch=", pr.batch, " (column-major problem)");
   return plan;
 }
 
@@ -213,6 +235,58 @@ Plan& plan_for(const Problem& pr) {
 }
 
 int64_t batch_of(const Tensor& t) { return t.dim() == 3 ? t.size(0) : 1; }
+
+// GemmAlgorithm::kTimed: runs each of the plan's candidates on `args`' operands into scratch
+// outputs (3 timed runs after one to warm up; a candidate cuBLASLt refuses is left out) and keeps
+// the fastest as plan.fastest. Called with plan.mu held, outside a capture.
+void time_candidates(Plan& plan, const Problem& pr, const GemmArgs& args) {
+  const Tensor &a = args.a, &b = args.b, &c = args.c;
+  const int device = pr.device;
+  Tensor out = Tensor::empty(c.shape(), c.dtype(), c.device());
+  if (args.beta != 0.0f) out.copy_(c);  // read by the product: no uninitialised memory
+  Tensor sums;                          // the row-sum epilogue's output
+  if (pr.epilogue == Epilogue::kRowSumsOfA) {
+    sums = Tensor::empty(args.a_row_sums.shape(), args.a_row_sums.dtype(), c.device());
+    const void* ptr = sums.data_ptr();
+    set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr));
+  } else if (pr.epilogue == Epilogue::kBias) {
+    const void* ptr = args.bias.data_ptr();
+    set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr));
+  }
+  const Tensor ws = workspace(device, kWorkspaceBytes);
+  const cudaStream_t stream = current_stream(device);
+  const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublaslt().matmul(cublaslt_handle(device), plan.desc, &args.alpha, b.data_ptr(), plan.a,
+                             a.data_ptr(), plan.b, &args.beta, out.data_ptr(), plan.c,
+                             out.data_ptr(), plan.c, &algo, ws.data_ptr(), kWorkspaceBytes, stream);
+  };
+  float best_ms = 0.0f, first_ms = 0.0f;
+  size_t best = 0;
+  int timed = 0;
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const cublasLtMatmulAlgo_t& algo = plan.candidates[i];
+    if (run(algo) != CUBLAS_STATUS_SUCCESS) continue;
+    const float ms = time_ms(
+        device, [&] { SKA_CUBLAS_CHECK(run(algo)); }, 3);
+    if (i == 0) first_ms = ms;
+    if (timed++ == 0 || ms < best_ms) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  plan.fastest = static_cast<int>(best);  // the heuristic's first if none ran
+  std::ostringstream line;
+  line.setf(std::ios::fixed);
+  line.precision(3);
+  line << "gemm " << dtype_name(a.dtype()) << (c.dtype() != a.dtype() ? " into f32 " : " ")
+       << shape_str(a.shape()) << " x " << shape_str(b.shape())
+       << (pr.epilogue == Epilogue::kBias ? " bias" : "")
+       << (pr.epilogue == Epilogue::kRowSumsOfA ? " row sums" : "") << ": algorithm " << best + 1
+       << " of " << plan.candidates.size() << ", " << best_ms << " ms; the heuristic's " << first_ms
+       << " ms";
+  std::lock_guard<std::mutex> lock(g_choice_mutex);
+  choice_lines().push_back(line.str());
+}
 
 // K == 0: c = beta * c (+ bias), which cuBLASLt does not cover.
 void gemm_empty_k(const GemmArgs& args) {
@@ -298,9 +372,16 @@ void gemm(const GemmArgs& args) {
   Plan& plan = *chosen;
   if (args.a_row_sums.defined() && pr.epilogue != Epilogue::kRowSumsOfA) sum_rows();
 
+  std::lock_guard<std::mutex> lock(plan.mu);
+  const bool timed_choice = g_algorithm_mode.load() == GemmAlgorithm::kTimed;
+  if (timed_choice && plan.fastest < 0 && plan.candidates.size() > 1 && cudnn_benchmark() &&
+      !capturing(Device::cuda(device))) {
+    time_candidates(plan, pr, args);
+  }
+  const cublasLtMatmulAlgo_t& algo =
+      plan.candidates[timed_choice && plan.fastest >= 0 ? static_cast<size_t>(plan.fastest) : 0];
   const Tensor ws = workspace(device, kWorkspaceBytes);
   const cudaStream_t stream = current_stream(device);
-  std::lock_guard<std::mutex> lock(plan.mu);
   if (pr.epilogue != Epilogue::kNone) {
     const void* bias_ptr =
         pr.epilogue == Epilogue::kBias ? args.bias.data_ptr() : args.a_row_sums.data_ptr();
@@ -308,8 +389,21 @@ void gemm(const GemmArgs& args) {
   }
   SKA_CUBLAS_CHECK(cublaslt().matmul(cublaslt_handle(device), plan.desc, &args.alpha, b.data_ptr(),
                                      plan.a, a.data_ptr(), plan.b, &args.beta, c.data_ptr(), plan.c,
-                                     c.data_ptr(), plan.c, &plan.algo, ws.data_ptr(),
-                                     kWorkspaceBytes, stream));
+                                     c.data_ptr(), plan.c, &algo, ws.data_ptr(), kWorkspaceBytes,
+                                     stream));
 }
 
 }  // namespace ska::cuda
+
+namespace ska {
+
+GemmAlgorithm set_cuda_gemm_algorithm(GemmAlgorithm mode) {
+  return cuda::g_algorithm_mode.exchange(mode);
+}
+
+std::vector<std::string> cuda_gemm_choices() {
+  std::lock_guard<std::mutex> lock(cuda::g_choice_mutex);
+  return cuda::choice_lines();
+}
+
+}  // namespace ska

@@ -124,6 +124,21 @@ DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode);
 // `benchmark` prints them. Empty without CUDA.
 std::vector<std::string> cuda_depthwise_conv_choices();
 
+// How the CUDA backend picks cuBLASLt's algorithm for each GEMM problem (shape, layouts,
+// dtypes, epilogue): kHeuristic (cuBLASLt's first answer, as PyTorch takes it; the default until
+// measured) or kTimed (under cudnn_benchmark and outside a graph capture, the first call of each
+// problem times up to 8 of the heuristic's answers, 3 runs each on scratch outputs, and keeps
+// the fastest; a capture takes the algorithm timed before it). Algorithms may sum in other
+// orders: the same problem gives the same bits within a process, not across choices. Returns
+// the previous setting; `train.gemm_algorithm`, `benchmark --gemm-algorithm`. Without CUDA it
+// only records the setting.
+enum class GemmAlgorithm { kHeuristic, kTimed };
+GemmAlgorithm set_cuda_gemm_algorithm(GemmAlgorithm mode);
+// What kTimed chose so far in this process, a line per problem with the chosen and the
+// heuristic's timings ("gemm bf16 [33280, 512] x [512, 1536] bias: algorithm 3 of 8, 0.101 ms;
+// the heuristic's 0.118 ms"); `benchmark` prints them. Empty without CUDA.
+std::vector<std::string> cuda_gemm_choices();
+
 // A CUDA Graph: the device work that `fn` queues on the current stream of CUDA `device`,
 // captured once (fn runs once, its kernels are recorded, not executed) and then launched as one
 // unit by replay(). Allocations made during the capture come from a private pool of the caching

@@ -115,6 +115,13 @@ DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode) {
   return previous;
 }
 std::vector<std::string> cuda_depthwise_conv_choices() { return {}; }
+GemmAlgorithm set_cuda_gemm_algorithm(GemmAlgorithm mode) {
+  static GemmAlgorithm setting = GemmAlgorithm::kHeuristic;
+  const GemmAlgorithm previous = setting;
+  setting = mode;
+  return previous;
+}
+std::vector<std::string> cuda_gemm_choices() { return {}; }
 void push_profile_range(const char*) {}
 void pop_profile_range() {}
 void start_device_profiler_capture() {

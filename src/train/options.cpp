@@ -180,6 +180,13 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        "default: under cudnn_benchmark, the faster of the two for each shape and pass, timed on "
        "its first call; CAFormer-S18's bf16 training step 1.7x faster than on cuDNN on an H200)",
        K::kCudaOnly},
+      {"gemm_algorithm",
+       &C::gemm_algorithm,
+       {"heuristic", "timed"},
+       "cuBLASLt's algorithm for each matrix-product problem on CUDA: heuristic (its first "
+       "answer, as PyTorch takes it) or timed (under cudnn_benchmark, up to 8 of its answers "
+       "timed on the problem's first call, the fastest kept; not yet measured on a GPU)",
+       K::kCudaOnly},
   };
   return specs;
 }
@@ -224,6 +231,8 @@ void KernelChoices::apply() const {
   set_cuda_depthwise_conv(depthwise_conv == "direct" ? DepthwiseConv::kDirect
                           : depthwise_conv == "auto" ? DepthwiseConv::kTimed
                                                      : DepthwiseConv::kCudnn);
+  set_cuda_gemm_algorithm(gemm_algorithm == "timed" ? GemmAlgorithm::kTimed
+                                                    : GemmAlgorithm::kHeuristic);
   set_cudnn_benchmark(cudnn_benchmark);
   set_cudnn_deterministic(cudnn_deterministic);
 }

@@ -54,6 +54,7 @@ struct KernelChoices {
   std::string linear_grads = "autocast";
   std::string conv_logits = "auto";
   std::string depthwise_conv = "auto";
+  std::string gemm_algorithm = "heuristic";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest
   // (core/precision.h's cudnn_benchmark; timm's training scripts set it too). CUDA only.
   bool cudnn_benchmark = true;

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
+#include "core/precision.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/cublaslt.h"
 #include "cuda/runtime/runtime.h"
@@ -345,6 +346,62 @@ TEST_CASE("CUDA gemm and column sums of 16-bit operands into f32 match the CPU",
       ska::test::require_close(d.a_row_sums, h.a_row_sums, tol, "a's row sums");
     }
   }
+}
+
+TEST_CASE("CUDA gemm with timed algorithms: the CPU's results, and a choice per problem",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  // GemmAlgorithm::kTimed on problems of ViT-S's shapes (rows of 2 x 65 tokens): the product,
+  // with a bias and beta (c read: the timing runs must not write it), and the weight gradient's
+  // with the row sums of its epilogue, against the CPU, with one choice line a problem.
+  const GemmAlgorithm previous = set_cuda_gemm_algorithm(GemmAlgorithm::kTimed);
+  const bool benchmark = cudnn_benchmark();
+  set_cudnn_benchmark(true);
+  const size_t lines_before = cuda_gemm_choices().size();
+  const DType dt = DType::kBF16;
+  const Tensor x = ska::test::uniform({1, 130, 512}, 51, -1.0, 1.0, DType::kF32).to(dt);
+  const Tensor w = ska::test::uniform({1, 512, 384}, 52, -0.1, 0.1, DType::kF32).to(dt);
+  const Tensor c0 = ska::test::uniform({1, 130, 384}, 53, -1.0, 1.0, DType::kF32).to(dt);
+  const Tensor bias = ska::test::uniform({384}, 54, -1.0, 1.0, DType::kF32).to(dt);
+  for (int run = 0; run < 2; ++run) {  // the second call takes the problems' choices
+    INFO("call " << run + 1);
+    GemmArgs h, d;
+    h.a = x.to(DType::kF32);
+    h.b = w.to(DType::kF32);
+    h.c = c0.to(DType::kF32);
+    h.bias = bias.to(DType::kF32);
+    h.alpha = d.alpha = 0.5f;
+    h.beta = d.beta = 2.0f;
+    d.a = x.to(gpu);
+    d.b = w.to(gpu);
+    d.c = c0.to(gpu);
+    d.bias = bias.to(gpu);
+    cpu::gemm(h);
+    cuda::gemm(d);
+    ska::test::require_close(d.c, h.c, ska::test::tolerance_for(dt), "timed gemm with bias, beta");
+    GemmArgs hg, dg;  // x^T [512, 130] @ c0 [130, 384] with x^T's row sums
+    hg.a = h.a.transpose(1, 2);
+    hg.b = c0.to(DType::kF32);
+    hg.c = Tensor::empty({1, 512, 384}, DType::kF32);
+    hg.a_row_sums = Tensor::empty({512}, DType::kF32);
+    dg.a = x.to(gpu).transpose(1, 2);
+    dg.b = c0.to(gpu);
+    dg.c = Tensor::empty({1, 512, 384}, DType::kF32, gpu);
+    dg.a_row_sums = Tensor::empty({512}, DType::kF32, gpu);
+    cpu::gemm(hg);
+    cuda::gemm(dg);
+    ska::test::require_close(dg.c, hg.c, {1e-4, 1e-4}, "timed weight-gradient gemm");
+    ska::test::require_close(dg.a_row_sums, hg.a_row_sums, {1e-4, 1e-4}, "its row sums");
+  }
+  const std::vector<std::string> lines = cuda_gemm_choices();
+  CHECK(lines.size() <= lines_before + 2);  // each problem timed once at most
+  for (size_t i = lines_before; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    CHECK(lines[i].find("gemm bf16") == 0);
+  }
+  set_cudnn_benchmark(benchmark);
+  set_cuda_gemm_algorithm(previous);
 }
 
 TEST_CASE("CUDA reduce, argmax and topk kernels match the CPU", "[cuda]") {

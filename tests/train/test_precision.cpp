@@ -477,7 +477,7 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
                         Contains(std::string("train.") + spec.key) && Contains("nonsense") &&
                             Contains(spec.values.back()));
   }
-  CHECK(keys.size() == 17);
+  CHECK(keys.size() == 18);
   // A status line names only what can change the run: CUDA-only choices not on the CPU, training
   // ones not in evaluation, autocast ones not in f32.
   KernelChoices some;
