@@ -54,9 +54,11 @@ Tensor grid_window(const Tensor& t, int64_t r0, int64_t rows, int64_t c0, int64_
 
 }  // namespace
 
-Tensor cat(const TensorList& xs, int64_t dim) {
+Tensor cat(const TensorList& xs, int64_t dim) { return cat(xs, dim, Tensor()); }
+
+Tensor cat(const TensorList& xs, int64_t dim, const Tensor& into) {
   SKA_CHECK(!xs.empty(), ValueError, "cat: no tensors given");
-  if (auto cast = autocast_inputs("cat", xs)) return cat(*cast, dim);
+  if (auto cast = autocast_inputs("cat", xs)) return cat(*cast, dim, into);
   const Tensor& first = xs[0];
   dim = wrap_dim(dim, first.dim(), "cat");
   Shape shape = first.shape();
@@ -71,11 +73,22 @@ Tensor cat(const TensorList& xs, int64_t dim) {
               " does not match ", shape_str(first.shape()));
     shape[dim] += x.shape()[dim];
   }
-  Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+  if (into.defined()) {
+    SKA_CHECK(
+        into.shape() == shape && into.dtype() == first.dtype() && into.device() == first.device(),
+        ShapeError, "cat into ", into.str(), ": the pieces make ", shape_str(shape), " ",
+        dtype_name(first.dtype()), " on ", first.device());
+    SKA_CHECK(!into.requires_grad(), AutogradError, "cat into ", into.str(),
+              ": it requires grad; it must be a fresh tensor the result is recorded into");
+  }
+  Tensor out = into.defined() ? into : Tensor::empty(shape, first.dtype(), first.device());
   std::vector<int64_t> sizes;
   int64_t offset = 0;
   for (const Tensor& x : xs) {
-    narrow_raw(out, dim, offset, x.shape()[dim]).copy_(x);
+    Tensor place = narrow_raw(out, dim, offset, x.shape()[dim]);
+    const bool written =
+        x.same_storage(place) && x.offset() == place.offset() && x.strides() == place.strides();
+    if (!written) place.copy_(x);
     sizes.push_back(x.shape()[dim]);
     offset += x.shape()[dim];
   }

@@ -11,6 +11,11 @@
 namespace ska {
 
 Tensor cat(const TensorList& xs, int64_t dim);
+// cat into `out` (the result's shape, dtype and device; not requiring grad: a fresh tensor, which
+// becomes the result, recorded as cat's output). A piece that is already out's view at its place
+// (its producer wrote it there) is not copied: so the pieces of a tensor are made in place and
+// put together without the copy. Other pieces must not overlap out.
+Tensor cat(const TensorList& xs, int64_t dim, const Tensor& out);
 Tensor stack(const TensorList& xs, int64_t dim);
 // Views of consecutive pieces along `dim`.
 TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);

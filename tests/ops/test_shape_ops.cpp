@@ -1,6 +1,7 @@
 // cat, stack, split, chunk, pad, roll and grid neighbourhoods: values, gradients, errors, CUDA
 // parity.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +25,25 @@ TEST_CASE("cat and stack", "[cpu]") {
   CHECK_THROWS_WITH(cat({a, b}, 0), Catch::Contains("[2, 1]") && Catch::Contains("[2, 2]"));
   CHECK_THROWS_AS(stack({a, b}, 0), ShapeError);
   CHECK_THROWS_AS(cat({}, 0), ValueError);
+}
+
+TEST_CASE("cat into a given tensor: cat's values and gradients, written there", "[cpu]") {
+  const Tensor a = uniform({2, 3}, 21), b = uniform({2, 2}, 22);
+  const Tensor into = Tensor::full({2, 5}, NAN, DType::kF64);
+  const Tensor y = cat({a, b}, 1, into);
+  CHECK(y.same_storage(into));
+  CHECK(test::bitwise_equal(into, cat({a, b}, 1)));
+  // Recorded as cat: gradients through the given tensor.
+  check_gradients(
+      [](const TensorList& in) {
+        return cat({in[0], in[1]}, 1, Tensor::empty({2, 5}, DType::kF64)) * 3.0;
+      },
+      {a.clone().set_requires_grad(), b.clone().set_requires_grad()});
+  CHECK_THROWS_WITH(cat({a, b}, 1, Tensor::empty({2, 4}, DType::kF64)),
+                    Catch::Contains("the pieces make [2, 5] f64"));
+  CHECK_THROWS_AS(cat({a, b}, 1, Tensor::empty({2, 5}, DType::kF32)), ShapeError);
+  CHECK_THROWS_WITH(cat({a, b}, 1, Tensor::empty({2, 5}, DType::kF64).set_requires_grad()),
+                    Catch::Contains("must be a fresh tensor"));
 }
 
 TEST_CASE("split and chunk are views, backward fills unused pieces with zeros", "[cpu]") {
