@@ -68,8 +68,9 @@ struct Args {
   const T* bias;  // [heads, keys], or null
   const T* g;     // dL[b, h, p, j] at g + b * gb + h * gh + p * gp + j
   int64_t gb, gh, gp;
-  T* out;          // logits [B, heads, P, keys] contiguous, or grad_q [B, heads, P, d]:
-  int64_t ob, oh, op;  // grad_q[b, h, p, c] at out + b * ob + h * oh + p * op + c (even strides)
+  T* out;              // logits [B, heads, P, keys] or grad_q [B, heads, P, d]: element [b, h, p, c]
+  int64_t ob, oh, op;  // at out + b * ob + h * oh + p * op + c (grad_q: even strides)
+  bool pairs;          // forward: a thread's two neighbouring keys are one aligned 32-bit store
   float* partial;  // grad_w's partial sums [heads * taps, chunks, keys * d], or null
   float* bias_partial;  // the bias gradient's partial sums [heads, chunks, keys], or null
   int heads, height, width, positions, keys, d, k, taps, radius, halo;
@@ -209,14 +210,11 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     }
   }
   if (!active) return;
-  T* out = a.out + (b * a.heads + h) * a.positions * a.keys;
-  // With an even key count a thread's two neighbouring keys (2t, 2t + 1) are one aligned 32-bit
-  // store (CSKAFormer's 784; CSKA-ViT-S's 65 stores key by key).
-  const bool pairs = a.keys % 2 == 0;
+  T* out = a.out + b * a.ob + h * a.oh;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (pos[r] >= a.positions) continue;
-    T* row = out + static_cast<int64_t>(pos[r]) * a.keys;
+    T* row = out + static_cast<int64_t>(pos[r]) * a.op;
 #pragma unroll
     for (int n = 0; n < kKeyTiles; ++n) {
       if (n >= tiles) break;
@@ -227,7 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
         const bool live = j + e < a.keys;
         v[e] = acc[n][2 * r + e] + (a.bias && live ? to_float(a.bias[h * a.keys + j + e]) : 0.0f);
       }
-      if (pairs && j + 1 < a.keys) {
+      if (a.pairs && j + 1 < a.keys) {
         *reinterpret_cast<uint32_t*>(row + j) = attn::pack<T>(v[0], v[1]);
       } else {
 #pragma unroll
@@ -479,7 +477,7 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
                          int64_t width, const Tensor& logits) {
   const char* kKernel = "conv_logits_forward";
   const ConvLogitsGeometry geo =
-      conv_logits_geometry(kKernel, q, w, bias, height, width, logits, true);
+      conv_logits_geometry(kKernel, q, w, bias, height, width, logits);
   if (geo.batch == 0 || geo.heads == 0 || geo.keys == 0) return;
   const int device = device_index(q);
   DeviceGuard guard(device);
@@ -489,6 +487,13 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     Args<T> a = args_of<T>(geo, q, w);
     a.bias = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
     a.out = static_cast<T*>(logits.data_ptr());
+    a.ob = logits.stride(0);
+    a.oh = logits.stride(1);
+    a.op = logits.stride(2);
+    // A thread's keys 2t and 2t + 1 as one store where the rows, and so every even column, are
+    // 4-byte aligned: an even key count in contiguous logits (CSKAFormer's 784); CSKA-ViT-S's 65
+    // are stored key by key.
+    a.pairs = geo.keys % 2 == 0 && conv_logits_even_layout(logits);
     Carver carve;
     carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2);
     carve.take(a.group * kKeys * ld16(a.d) * 2);
@@ -504,7 +509,7 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
                           const Tensor& grad_bias) {
   const char* kKernel = "conv_logits_backward";
   const ConvLogitsGeometry geo = conv_logits_geometry(kKernel, q, w, Tensor(), height, width, grad,
-                                                      false, grad_q, grad_w, grad_bias);
+                                                      grad_q, grad_w, grad_bias);
   const int device = device_index(q);
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);

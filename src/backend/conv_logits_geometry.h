@@ -15,30 +15,35 @@ struct ConvLogitsGeometry {
   int64_t batch, heads, height, width, keys, d, kernel;
 };
 
-// Whether the kernels write grad_q [B, h, H*W, d] in t's layout: contiguous, or a view with a
-// unit last-dim stride whose other strides and offset are even (the CUDA kernel writes pairs of
-// 16-bit values as one 32-bit store), as the heads of a projection's gradient are. A view whose
-// elements overlap is the caller's error.
-inline bool conv_logits_grad_q_layout(const Tensor& t) {
-  if (t.is_contiguous()) return true;
-  if (t.dim() != 4 || (t.size(3) > 1 && t.stride(3) != 1) || t.offset() % 2 != 0) return false;
-  for (int64_t d = 0; d < 3; ++d) {
+// Whether t's offset and its strides but the last (of the dims longer than one) are even: with a
+// unit last-dim stride, a pair of 16-bit elements at an even column is then one aligned 32-bit
+// store, as the CUDA kernels write them.
+inline bool conv_logits_even_layout(const Tensor& t) {
+  if (t.offset() % 2 != 0) return false;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
     if (t.size(d) > 1 && t.stride(d) % 2 != 0) return false;
   }
   return true;
 }
 
+// Whether the kernels write grad_q [B, h, H*W, d] in t's layout: contiguous, or a view with a
+// unit last-dim stride and an even layout (conv_logits_even_layout), as the heads of a
+// projection's gradient are. A view whose elements overlap is the caller's error.
+inline bool conv_logits_grad_q_layout(const Tensor& t) {
+  if (t.is_contiguous()) return true;
+  return t.dim() == 4 && (t.size(3) <= 1 || t.stride(3) == 1) && conv_logits_even_layout(t);
+}
+
 // Checks the operands of a conv_logits kernel and returns their geometry: q [B, h, H*W, d] (any
 // strides but a unit last-dim stride), w [h, k*k, K, d] contiguous (k odd), bias [h, K]
-// contiguous or undefined, one floating dtype on one device. `out` is the logits (forward:
-// contiguous [B, h, H*W, K]) or their gradient (backward: that shape, a unit last-dim stride);
-// grad_q ([B, h, H*W, d]) laid out as conv_logits_grad_q_layout takes, grad_w (w's shape) and
-// grad_bias ([h, K]) contiguous, each or undefined. ShapeError / DTypeError / DeviceError naming
-// `kernel` and the operand otherwise.
+// contiguous or undefined, one floating dtype on one device. `out` is the logits (forward) or
+// their gradient (backward): [B, h, H*W, K] with a unit last-dim stride (the logits written
+// through their strides: a view of a larger tensor's rows). grad_q ([B, h, H*W, d]) laid out as
+// conv_logits_grad_q_layout takes, grad_w (w's shape) and grad_bias ([h, K]) contiguous, each or
+// undefined. ShapeError / DTypeError / DeviceError naming `kernel` and the operand otherwise.
 inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor& q, const Tensor& w,
                                                const Tensor& bias, int64_t height, int64_t width,
-                                               const Tensor& out, bool out_dense,
-                                               const Tensor& grad_q = Tensor(),
+                                               const Tensor& out, const Tensor& grad_q = Tensor(),
                                                const Tensor& grad_w = Tensor(),
                                                const Tensor& grad_bias = Tensor()) {
   SKA_CHECK(q.defined() && w.defined() && out.defined(), ValueError, kernel,
@@ -62,10 +67,10 @@ inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor&
   const auto unit_columns = [](const Tensor& t) {
     return t.size(-1) <= 1 || t.stride(-1) == 1 || t.numel() == 0;  // an empty view reads nothing
   };
-  SKA_CHECK(unit_columns(q) && unit_columns(out) && (!out_dense || out.is_contiguous()) &&
-                (!bias.defined() || bias.is_contiguous()),
-            ShapeError, kernel, ": q and the logits' gradient need a unit last-dim stride, ",
-            out_dense ? "the logits and " : "", "the bias contiguous");
+  SKA_CHECK(unit_columns(q) && unit_columns(out) && (!bias.defined() || bias.is_contiguous()),
+            ShapeError, kernel,
+            ": q and the logits (or their gradient) need a unit last-dim stride, the bias "
+            "contiguous");
   SKA_CHECK(!grad_q.defined() || conv_logits_grad_q_layout(grad_q), ShapeError, kernel,
             ": grad_q must be contiguous, or a view with a unit last-dim stride and even strides "
             "and offset");

@@ -115,9 +115,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 }
 
 Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
-                        int64_t width) {
+                        int64_t width, const Tensor& out) {
   if (auto cast = autocast_inputs("conv_logits", {q, w, bias})) {
-    return grid_conv_logits((*cast)[0], (*cast)[1], (*cast)[2], height, width);
+    return grid_conv_logits((*cast)[0], (*cast)[1], (*cast)[2], height, width, out);
   }
   detail::check_same_device_dtype("conv_logits", q, w);
   if (bias.defined()) detail::check_same_device_dtype("conv_logits", q, bias);
@@ -132,8 +132,12 @@ Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, in
   SKA_CHECK(q.dim() == 4 && w.dim() == 4, ShapeError,
             "conv_logits: q [B, h, H*W, d] and w [h, k*k, K, d], got ", shape_str(q.shape()),
             " and ", shape_str(w.shape()));
-  Tensor logits =
-      Tensor::empty({q.size(0), q.size(1), q.size(2), w.size(2)}, q.dtype(), q.device());
+  SKA_CHECK(!out.defined() || !out.requires_grad(), AutogradError,
+            "conv_logits: the logits' tensor ", out.str(),
+            " requires grad; it must be a fresh tensor the logits are recorded into");
+  const Tensor logits = out.defined() ? out
+                                      : Tensor::empty({q.size(0), q.size(1), q.size(2), w.size(2)},
+                                                      q.dtype(), q.device());
   SKA_KERNEL(q.device(), conv_logits_forward)(qd, wc, bc, height, width, logits);
   MacCounter::add(logits.numel() * w.size(1) * w.size(3));
   const bool need_q = q.requires_grad(), need_w = w.requires_grad();

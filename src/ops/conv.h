@@ -19,7 +19,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // [h*K, d, k, k] reordered), bias [h, K] or undefined -> [B, h, H*W, K]. The same numbers as
 // conv2d on q as an image [B, h*d, H, W], up to the order of the sums; computed without the image
 // or a neighbourhood matrix. Autocast casts as conv2d's; gradients for q, w and bias.
+// With `out` (that shape and the dtype the call computes in, a unit last-dim stride, not
+// requiring grad: a view of the rows of a tensor the caller puts together, as cat(pieces, dim,
+// out) does), the logits are written there and `out` is returned, recorded as their output.
 Tensor grid_conv_logits(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
-                        int64_t width);
+                        int64_t width, const Tensor& out = Tensor());
 
 }  // namespace ska

@@ -1,8 +1,11 @@
 // CSKA's convolutional logits on CUDA (cuda/kernels/conv_logits.cu, the grid_conv_logits op and
 // conv_logits' direct form) against the CPU twin and the convolution.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/conv_logits_geometry.h"
 #include "nn/mixers/attention_core.h"
@@ -20,13 +23,20 @@ struct Case {
   int64_t batch, heads, height, width, keys, d, k;
   bool bias;
   bool misaligned = false;  // q's rows 4 elements off 16-byte alignment: element-wise staging
+  // Where the logits are written: 0 a tensor of their own; 1 rows 1 to P of [B, h, 1 + P, K] (a
+  // class row first, as CSKA-ViT's); 2 columns 0 to K - 1 of [B, h, P, K + 1] (an odd row stride
+  // for an even K: no paired stores).
+  int out_layout = 0;
 };
 
 std::string describe(const Case& c) {
   return std::to_string(c.batch) + " x " + std::to_string(c.heads) + " heads of " +
          std::to_string(c.d) + " on " + std::to_string(c.height) + "x" + std::to_string(c.width) +
          ", " + std::to_string(c.keys) + " keys, " + std::to_string(c.k) + "x" +
-         std::to_string(c.k) + (c.bias ? ", bias" : "") + (c.misaligned ? ", misaligned q" : "");
+         std::to_string(c.k) + (c.bias ? ", bias" : "") + (c.misaligned ? ", misaligned q" : "") +
+         (c.out_layout == 1   ? ", logits below a class row"
+          : c.out_layout == 2 ? ", logits in a wider tensor's columns"
+                              : "");
 }
 
 // Every element of `actual` within rel * max|expected| of `expected`: sums of hundreds of
@@ -69,8 +79,24 @@ void check_case(const Case& c, DType dt) {
                                   : nn::split_heads(p, {hd, hd}, c.heads)[0];
     const Tensor w = w0.to(device).to(dtype).set_requires_grad(true);
     const Tensor b = c.bias ? b0.to(device).to(dtype).set_requires_grad(true) : Tensor();
-    const Tensor logits = grid_conv_logits(q, w, b, c.height, c.width);
+    // Around a view, NaN: the comparison below fails where the kernels write outside it.
+    Tensor whole;
+    Tensor view;
+    if (c.out_layout == 1) {
+      whole = Tensor::full({c.batch, c.heads, 1 + positions, c.keys}, NAN, dtype, device);
+      view = whole.narrow(2, 1, positions);
+    } else if (c.out_layout == 2) {
+      whole = Tensor::full({c.batch, c.heads, positions, c.keys + 1}, NAN, dtype, device);
+      view = whole.narrow(3, 0, c.keys);
+    }
+    const Tensor logits = grid_conv_logits(q, w, b, c.height, c.width, view);
     sum(logits.to(DType::kF32) * weights.to(device)).backward();
+    if (whole.defined()) {
+      CHECK(logits.same_storage(whole));
+      const Tensor around = c.out_layout == 1 ? whole.narrow(2, 0, 1) : whole.narrow(3, c.keys, 1);
+      const std::vector<double> v = around.to(Device::cpu()).to(DType::kF64).to_vector<double>();
+      CHECK(std::all_of(v.begin(), v.end(), [](double e) { return std::isnan(e); }));
+    }
     TensorList out = {logits, p.grad().narrow(2, first, c.heads * c.d), w.grad()};
     if (b.defined()) out.push_back(b.grad());
     return out;
@@ -90,10 +116,15 @@ void check_case(const Case& c, DType dt) {
 
 TEST_CASE("cuda conv logits: the tensor-core kernels against the CPU twin", "[cuda]") {
   if (!test::cuda_available_or_skip()) return;
-  // CSKA-ViT-S's logits (8x8 queries, 65 keys, 8 heads of 64), with fewer images.
+  // CSKA-ViT-S's logits (8x8 queries, 65 keys, 8 heads of 64), with fewer images; and as the mixer
+  // writes them, below the class row.
   check_case({3, 8, 8, 8, 65, 64, 3, false}, DType::kBF16);
-  // CSKAFormer-S18's stage 2 (28x28 queries over 784 keys, head dim 16), with its bias.
+  check_case({3, 8, 8, 8, 65, 64, 3, false, false, 1}, DType::kBF16);
+  // CSKAFormer-S18's stage 2 (28x28 queries over 784 keys, head dim 16), with its bias; below a
+  // row (even strides: paired stores) and in columns of a wider tensor (an odd row stride).
   check_case({2, 2, 28, 28, 784, 16, 3, true}, DType::kBF16);
+  check_case({2, 2, 28, 28, 784, 16, 3, true, false, 1}, DType::kBF16);
+  check_case({2, 2, 28, 28, 784, 16, 3, true, false, 2}, DType::kBF16);
   // Fewer positions than a block's 64, an even key count, head dim 32.
   check_case({2, 3, 7, 7, 50, 32, 3, true}, DType::kBF16);
   // A non-square grid, an odd key count, head dim 48 (a 64-wide instantiation part used), f16.

@@ -3,12 +3,14 @@
 // and the channels-last layout against NCHW; grid_conv_logits (CSKA's logits) against conv2d.
 #include <omp.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "autograd/node.h"
 #include "backend/backend.h"
@@ -650,6 +652,82 @@ TEST_CASE("grid_conv_logits writes q's gradient into the projection's heads, in 
   const Tensor odd = Tensor::empty({batch, height * width, 2 * w_ + 1}, dtype);
   CHECK_FALSE(conv_logits_grad_q_layout(nn::split_heads(odd.narrow(2, 0, w_), heads)));
   CHECK_FALSE(conv_logits_grad_q_layout(heads_at(0, w_).transpose(-1, -2)));
+}
+
+TEST_CASE("grid_conv_logits writes the logits into the rows a cat puts together, in f64 and bf16",
+          "[cpu]") {
+  // CSKA's logits: a class row (here a leaf) above the spatial queries' conv logits, as one
+  // tensor made before its pieces. The conv logits are written into its rows (through their
+  // strides: 13 keys, an odd row stride), cat copies the class row alone, and the values and
+  // gradients are bit for bit those of the logits made apart and put together by copies.
+  const int64_t batch = 2, heads = 2, height = 3, width = 4, keys = 13, d = 4;
+  const int64_t positions = height * width;
+  const DType dtype = GENERATE(DType::kF64, DType::kBF16);
+  CAPTURE(dtype_name(dtype));
+  const Tensor q0 = uniform({batch, heads, positions, d}, 95).to(dtype);
+  const Tensor w0 = uniform({heads, 9, keys, d}, 96, -0.3, 0.3).to(dtype);
+  const Tensor b0 = uniform({heads, keys}, 97).to(dtype);
+  const Tensor cls0 = uniform({batch, heads, 1, keys}, 98).to(dtype);
+  const Tensor weights = uniform({batch, heads, 1 + positions, keys}, 99).to(dtype);
+  const auto all_nan = [](const Tensor& t) {
+    const std::vector<double> v = t.to(DType::kF64).to_vector<double>();
+    return std::all_of(v.begin(), v.end(), [](double x) { return std::isnan(x); });
+  };
+  struct Run {
+    Tensor logits;
+    TensorList grads;
+    int64_t copies = 0;  // forward copies of the conv logits' shape
+  };
+  const auto run = [&](bool in_place) {
+    TensorList leaves = {q0.clone(), w0.clone(), b0.clone(), cls0.clone()};
+    for (Tensor& t : leaves) t.set_requires_grad();
+    Run r;
+    for (const auto& k : test::kernels_of([&] {
+           if (in_place) {
+             const Tensor all = Tensor::full({batch, heads, 1 + positions, keys}, NAN, dtype);
+             const Tensor rows = all.narrow(2, 1, positions);
+             const Tensor y =
+                 grid_conv_logits(leaves[0], leaves[1], leaves[2], height, width, rows);
+             CHECK(y.same_storage(all));
+             // Nothing outside the view is written.
+             CHECK(all_nan(all.narrow(2, 0, 1)));
+             r.logits = cat({leaves[3], y}, 2, all);
+           } else {
+             r.logits = cat(
+                 {leaves[3], grid_conv_logits(leaves[0], leaves[1], leaves[2], height, width)}, 2);
+           }
+         })) {
+      if (k.name == "copy" && k.operands.find("[2, 2, 12, 13]") != std::string::npos) {
+        r.copies += k.calls;
+      }
+    }
+    r.logits.backward(weights);
+    for (const Tensor& t : leaves) r.grads.push_back(t.grad());
+    return r;
+  };
+  const Run in_place = run(true), copied = run(false);
+  CHECK(in_place.copies == 0);
+  CHECK(copied.copies == 1);
+  CHECK(test::bitwise_equal(in_place.logits, copied.logits));
+  for (size_t i = 0; i < in_place.grads.size(); ++i) {
+    CAPTURE(i);
+    CHECK(test::bitwise_equal(in_place.grads[i], copied.grads[i]));
+  }
+  // Columns of a wider tensor (an even key count, an odd row stride); the logits' dtype and
+  // shape are checked, and a tensor that requires grad is refused.
+  const Tensor wide = Tensor::full({batch, heads, positions, keys + 1}, NAN, dtype);
+  grid_conv_logits(q0, w0, b0, height, width, wide.narrow(3, 0, keys));
+  CHECK(test::bitwise_equal(wide.narrow(3, 0, keys), grid_conv_logits(q0, w0, b0, height, width)));
+  CHECK(all_nan(wide.narrow(3, keys, 1)));
+  CHECK_THROWS_WITH(grid_conv_logits(q0, w0, b0, height, width, wide.narrow(3, 1, keys - 1)),
+                    Catch::Contains("the logits must be [2, 2, 12, 13]"));
+  CHECK_THROWS_AS(grid_conv_logits(q0, w0, b0, height, width,
+                                   Tensor::empty({batch, heads, positions, keys}, DType::kF32)),
+                  DTypeError);
+  CHECK_THROWS_WITH(
+      grid_conv_logits(q0, w0, b0, height, width,
+                       Tensor::empty({batch, heads, positions, keys}, dtype).set_requires_grad()),
+      Catch::Contains("must be a fresh tensor"));
 }
 
 TEST_CASE("grid_conv_logits rejects operands that do not fit, naming them", "[cpu]") {

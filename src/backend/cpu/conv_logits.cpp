@@ -38,7 +38,8 @@ void forward(const Tensor& q, const Tensor& w, const Tensor& bias, const ConvLog
       [&](int64_t bh) {
         const int64_t b = bh / geo.heads, h = bh % geo.heads;
         const T* qbh = qd + b * q.stride(0) + h * q.stride(1);
-        T* obh = out + bh * positions * keys;
+        T* obh = out + b * logits.stride(0) + h * logits.stride(1);
+        const int64_t row = logits.stride(2);
         std::vector<T> acc(keys);
         for (int64_t p = 0; p < positions; ++p) {
           for (int64_t j = 0; j < keys; ++j) acc[j] = bd ? bd[h * keys + j] : T(0);
@@ -53,7 +54,7 @@ void forward(const Tensor& q, const Tensor& w, const Tensor& bias, const ConvLog
               acc[j] += sum;
             }
           }
-          for (int64_t j = 0; j < keys; ++j) obh[p * keys + j] = acc[j];
+          for (int64_t j = 0; j < keys; ++j) obh[p * row + j] = acc[j];
         }
       },
       1);
@@ -147,7 +148,7 @@ void backward(const Tensor& grad, const Tensor& q, const Tensor& w, const ConvLo
 void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
                          int64_t width, const Tensor& logits) {
   const ConvLogitsGeometry geo =
-      conv_logits_geometry("conv_logits_forward", q, w, bias, height, width, logits, true);
+      conv_logits_geometry("conv_logits_forward", q, w, bias, height, width, logits);
   if (is_16bit_float(q.dtype())) {  // f32 sums of the widened values, each output rounded once
     const Tensor result = f32_output(logits);
     conv_logits_forward(widen_f32(q), widen_f32(w), widen_f32(bias), height, width, result);
@@ -161,9 +162,8 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
 void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, int64_t height,
                           int64_t width, const Tensor& grad_q, const Tensor& grad_w,
                           const Tensor& grad_bias) {
-  const ConvLogitsGeometry geo =
-      conv_logits_geometry("conv_logits_backward", q, w, Tensor(), height, width, grad, false,
-                           grad_q, grad_w, grad_bias);
+  const ConvLogitsGeometry geo = conv_logits_geometry(
+      "conv_logits_backward", q, w, Tensor(), height, width, grad, grad_q, grad_w, grad_bias);
   if (is_16bit_float(q.dtype())) {
     const auto f32 = [](const Tensor& t) { return t.defined() ? f32_output(t) : Tensor(); };
     const Tensor gq = f32(grad_q), gw = f32(grad_w), gb = f32(grad_bias);
