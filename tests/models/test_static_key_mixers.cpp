@@ -187,7 +187,13 @@ TEST_CASE("cska under autocast: the logits stay 16-bit from their products to th
           "[cpu][mixers][autocast]") {
   // ViT flavour: the class row scaled by a learnable f32 temperature, the grid rows unscaled; the
   // diagonal mask in the kernels. Neither the forward nor the backward pass has an f32 tensor of
-  // the logits' size (a cat in f32, the mask on it, casts each way, as before).
+  // the logits' size (a cat in f32, the mask on it, casts each way, as before). The direct conv
+  // logits write the grid rows into the logits' tensor: the forward pass copies the class row
+  // alone, where the convolution's logits are copied in.
+  const nn::ConvLogitsForm form = GENERATE(nn::ConvLogitsForm::kConv, nn::ConvLogitsForm::kDirect);
+  const bool direct = form == nn::ConvLogitsForm::kDirect;
+  CAPTURE(direct);
+  const nn::ConvLogitsFormGuard guard(form);
   for (const bool authors_order : {false, true}) {
     INFO("authors_row_order " << authors_order);
     manual_seed(11);
@@ -198,13 +204,12 @@ TEST_CASE("cska under autocast: the logits stay 16-bit from their products to th
     const Tensor x = test::uniform({2, kVitGrid.tokens(), 32}, 19, -1, 1, DType::kF32);
     const Tensor xg = x.clone().set_requires_grad(true);
     Tensor y;
-    std::vector<profiler::KernelTime> calls;
+    std::vector<profiler::KernelTime> forward, calls;
     {
       AutocastGuard autocast(DType::kBF16);
-      profiler::start();
-      y = (*mixer)(xg);
-      sum(y.to(DType::kF32)).backward();
-      profiler::stop(&calls);
+      forward = test::kernels_of([&] { y = (*mixer)(xg); });
+      calls = test::kernels_of([&] { sum(y.to(DType::kF32)).backward(); });
+      calls.insert(calls.end(), forward.begin(), forward.end());
     }
     for (const auto& c : calls) {
       INFO(c.name << ": " << c.operands);
@@ -212,6 +217,13 @@ TEST_CASE("cska under autocast: the logits stay 16-bit from their products to th
       CHECK(c.operands.find("64, 65] f32") == std::string::npos);
       CHECK(c.name != "where");
     }
+    int64_t grid_row_copies = 0;
+    for (const auto& c : forward) {
+      if (c.name == "copy" && c.operands.find("64, 65] bf16") != std::string::npos) {
+        grid_row_copies += c.calls;
+      }
+    }
+    CHECK(grid_row_copies == (direct ? 0 : 1));
     // The values of the f32 mixer within bf16's tolerance, the temperature's gradient in f32.
     const Tensor reference = (*mixer)(x);
     test::require_close(y.to(DType::kF32), reference, test::tolerance_for(DType::kBF16), "output");

@@ -200,12 +200,12 @@ bool gemm_form_applies(const Conv2d& conv, int64_t heads) {
 // conv_logits by the grid_conv_logits op (ops/conv.h): the filters [h*K, d, k, k] reordered to
 // [h, k*k, K, d] (a copy of the filters, not of the activations), the bias to [h, K].
 Tensor logits_by_direct(const Tensor& q, const Tensor& weight, const Tensor& bias, int64_t height,
-                        int64_t width) {
+                        int64_t width, const Tensor& out = Tensor()) {
   const int64_t heads = q.size(1), d = q.size(3), k = weight.size(2);
   const int64_t keys = weight.size(0) / heads;
   const Tensor w = weight.reshape({heads, keys, d, k * k}).permute({0, 3, 1, 2});
   return grid_conv_logits(q, w, bias.defined() ? bias.reshape({heads, keys}) : Tensor(), height,
-                          width);
+                          width, out);
 }
 
 // Whether the direct form runs this call (with gemm_form_applies): on the CPU always (the
@@ -277,7 +277,8 @@ ConvLogitsForm auto_form(const Tensor& q, const Conv2d& conv, int64_t height, in
 
 }  // namespace
 
-Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width) {
+Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width,
+                   const Tensor& place) {
   const int64_t heads = q.size(1), tokens = q.size(2);
   SKA_CHECK(q.dim() == 4 && tokens == height * width, ShapeError, "conv_logits: queries ", q.str(),
             " for a ", height, "x", width, " grid");
@@ -285,7 +286,7 @@ Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width)
   if (form == ConvLogitsForm::kAuto) form = auto_form(q, conv, height, width);
   if (form == ConvLogitsForm::kDirect) {
     if (direct_form_applies(q, conv, width)) {
-      return logits_by_direct(q, conv.weight, conv.bias, height, width);
+      return logits_by_direct(q, conv.weight, conv.bias, height, width, place);
     }
     form = ConvLogitsForm::kConv;
   }

@@ -61,7 +61,12 @@ Tensor static_key_logits(const Tensor& q, const Tensor& keys);
 // logit over the key -> [B, h, H*W, K].
 // Computed as `conv` runs it, or (ConvLogitsForm::kGemm) as one matrix product per head over the
 // queries' neighbourhoods: the same numbers up to the order of the sums.
-Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width);
+// `place`, where given, is where the caller wants the logits (a view of the rows of the tensor
+// it puts together by cat(pieces, dim, out): that shape, the dtype the logits come in (q's, or
+// autocast's for f32 q), a unit last-dim stride); the direct form writes them there and returns
+// it, the others return a tensor of their own.
+Tensor conv_logits(const Tensor& q, Conv2d& conv, int64_t height, int64_t width,
+                   const Tensor& place = Tensor());
 // How conv_logits computes (`train.conv_logits`, `benchmark --conv-logits`): kConv through the
 // convolution (cuDNN on CUDA); kGemm as im2col + batched GEMM (cuBLAS on CUDA), which steps
 // around cuDNN's slow backward-data kernels for grouped convolutions with many outputs per group;

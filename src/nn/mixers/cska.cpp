@@ -34,9 +34,11 @@ Cska::Cska(int64_t dim, const TokenGrid& grid, const CskaOptions& options)
 }
 
 // q_spatial [B, h, H*W, d] -> logits [B, h, H*W, N_keys] from the grouped conv over the queries,
-// scaled when `scaled`.
-Tensor Cska::spatial_logits(const Tensor& q_spatial, bool scaled) {
-  const Tensor logits = conv_logits(q_spatial, *to_k_, grid_.height, grid_.width);
+// scaled when `scaled`; unscaled, written into `place` where the form writes there (conv_logits).
+Tensor Cska::spatial_logits(const Tensor& q_spatial, bool scaled, const Tensor& place) {
+  const bool unscaled = !scaled || conv_scale_->kind() == LogitScale::Kind::kNone;
+  const Tensor logits =
+      conv_logits(q_spatial, *to_k_, grid_.height, grid_.width, unscaled ? place : Tensor());
   return scaled ? conv_scale_->apply(logits) : logits;
 }
 
@@ -90,26 +92,38 @@ Tensor Cska::mix(const Tensor& x, bool first_only) {
     }
     return with_zero_grads(out, unused);
   }
+  if (!grid_.cls_token) {
+    return (*proj_drop_)((*proj_)(merge_heads(attend(spatial_logits(q, !one_scale), v, spec))));
+  }
   // The class row and the spatial rows of q as one split: its backward writes their gradients
   // side by side, where two narrows would each zero-fill a q-sized gradient and add them up.
-  const TensorList rows =
-      grid_.cls_token ? split(q, {1, num_keys_ - 1}, 2) : TensorList{Tensor(), q};
-  Tensor logits = spatial_logits(rows[1], !one_scale);
-  if (grid_.cls_token) {
-    Tensor cls = cls_logits(rows[0], !one_scale);
-    // Scaled by an f32 temperature, a block comes out f32 under autocast, and cat would widen
-    // the other to f32 with it: [B, h, N, N] in f32 through the cat, and a cast of it to the
-    // autocast dtype in the fused op (the reverse in the backward pass). Where the fused op reads
-    // the logits, each block is rounded to that dtype first instead: the same values reach it.
-    if (autocast_state().enabled && attend_fuses(logits, v, spec)) {
-      const DType low = autocast_state().dtype;
-      logits = logits.to(low);
-      cls = cls.to(low);
-    }
-    logits = options_.authors_row_order ? cat({logits, cls}, 2) : cat({cls, logits}, 2);
+  const TensorList rows = split(q, {1, num_keys_ - 1}, 2);
+  Tensor cls = cls_logits(rows[0], !one_scale);
+  // Scaled by an f32 temperature, a block comes out f32 under autocast, and cat would widen the
+  // other to f32 with it: [B, h, N, N] in f32 through the cat, and a cast of it to the autocast
+  // dtype in the fused op (the reverse in the backward pass). Where the fused op reads the
+  // logits, each block is rounded to that dtype first instead: the same values reach it.
+  const AutocastState autocast = autocast_state();
+  const bool rounded = autocast.enabled && attend_fuses(cls, v, spec);
+  if (rounded) cls = cls.to(autocast.dtype);
+  // Where the spatial rows' logits are the convolution's output as it is (unscaled) and in the
+  // class row's dtype, every row's logits are one tensor made before its pieces: the direct conv
+  // logits write the spatial rows there, and the cat copies the class row alone.
+  const DType conv_dtype =
+      autocast.enabled && q.dtype() == DType::kF32 ? autocast.dtype : q.dtype();
+  const bool unscaled = one_scale || conv_scale_->kind() == LogitScale::Kind::kNone;
+  Tensor all;
+  if (unscaled && cls.dtype() == conv_dtype) {
+    all = Tensor::empty({q.size(0), q.size(1), num_keys_, num_keys_}, conv_dtype, q.device());
   }
-  const Tensor out = merge_heads(attend(logits, v, spec));
-  return (*proj_drop_)((*proj_)(out));
+  const int64_t spatial_row = options_.authors_row_order ? 0 : 1;
+  Tensor logits = spatial_logits(
+      rows[1], !one_scale, all.defined() ? all.narrow(2, spatial_row, num_keys_ - 1) : Tensor());
+  if (rounded) logits = logits.to(autocast.dtype);
+  const TensorList pieces =
+      options_.authors_row_order ? TensorList{logits, cls} : TensorList{cls, logits};
+  logits = all.defined() ? cat(pieces, 2, all) : cat(pieces, 2);
+  return (*proj_drop_)((*proj_)(merge_heads(attend(logits, v, spec))));
 }
 
 CskaOptions read_cska_options(const ConfigNode& cfg, const MixerArgs& args) {

@@ -47,7 +47,7 @@ class Cska : public Module {
   Tensor cls_k;
 
  private:
-  Tensor spatial_logits(const Tensor& q_spatial, bool scaled);
+  Tensor spatial_logits(const Tensor& q_spatial, bool scaled, const Tensor& place = Tensor());
   Tensor cls_logits(const Tensor& q_cls, bool scaled);
   // The output of every token, or (first_only) of the class token alone.
   Tensor mix(const Tensor& x, bool first_only);
