@@ -13,7 +13,8 @@ of a column or row the kernel never staged shows up in the result), q is the fir
 logits comes in several layouts (contiguous, rows padded with NaN, heads interleaved), and the
 outputs (logits, grad_q, grad_w's partials, grad_w) start as NaN and must be written exactly
 once an element (grad_q, in every other case, into the first heads' columns of a projection's
-gradient, whose other elements must stay unwritten). Values stay float64 (no bf16 rounding), so every output must match a dense
+gradient; the logits in turn on their own, below a class row and in the first columns of wider
+rows; the other elements of those buffers must stay unwritten). Values stay float64 (no bf16 rounding), so every output must match a dense
 float64 reference to ~1e-12. Not emulated: the barriers and the timing of the asynchronous
 copies (a block stages a tile, then its warps run one after the other).
 
@@ -203,11 +204,10 @@ def forward_block(a, bx, by, smem_bytes):
                         acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kWarps):
         if not active[warp]: continue   # return
-        out = a.out + (b * a.heads + h) * a.positions * a.keys
-        pairs = a.keys % 2 == 0
+        out = a.out + b * a.ob + h * a.oh
         for r in range(2):
             live = pos[warp][r] < a.positions   # continue, lane by lane
-            row = out + pos[warp][r] * a.keys
+            row = out + pos[warp][r] * a.op
             for n in range(kKeyTiles):
                 if n >= tiles: break
                 j = key0 + n * 8 + 2 * T
@@ -217,7 +217,7 @@ def forward_block(a, bx, by, smem_bytes):
                     bias = np.zeros(32)
                     if a.bias is not None: bias[on] = a.bias_mem.read(h * a.keys + j[on] + e)
                     v.append(acc[warp][n][2 * r + e] + bias)
-                pair = live & pairs & (j + 1 < a.keys)
+                pair = live & a.pairs & (j + 1 < a.keys)
                 if pair.any():   # one aligned 32-bit store of both
                     if ((row[pair] + j[pair]) % 2).any(): raise Mismatch("logits: an unaligned pair store")
                     a.out_mem.write(row[pair] + j[pair], v[0][pair])
@@ -430,6 +430,11 @@ def args_of(geo, q, w):
     return a
 
 
+def conv_logits_even_layout(t):   # backend/conv_logits_geometry.h
+    return t.offset % 2 == 0 and all(n <= 1 or st % 2 == 0
+                                      for n, st in zip(t.shape[:-1], t.strides[:-1]))
+
+
 def dispatch_head_dim(d): return 32 if d <= 32 else 64 if d <= 64 else 128
 
 
@@ -439,6 +444,8 @@ def conv_logits_forward(geo, q, w, bias, logits):
     a = args_of(geo, q, w)
     if bias is not None: a.bias_mem, a.bias = bias.mem, bias.offset
     a.out_mem, a.out = logits.mem, logits.offset
+    a.ob, a.oh, a.op = logits.strides[:3]
+    a.pairs = geo.keys % 2 == 0 and conv_logits_even_layout(logits)
     carve = Carver()
     carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2)
     carve.take(a.group * kKeys * ld16(a.d) * 2)
@@ -499,6 +506,20 @@ class View:   # a strided tensor in a Mem: element [i0, i1, i2, i3] at offset + 
 def output(name, shape):
     return View(Mem(name, np.full(int(np.prod(shape)), np.nan), count=True), 0, shape,
                 tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape))))
+
+
+def output_logits(name, B, h, P, K, layout):
+    """The logits [B, h, P, K] in `layout`: a tensor of their own, the rows below a class row of a
+    [B, h, 1 + P, K] tensor (CSKA-ViT's), or the first K columns of a [B, h, P, K + 1] one (an odd
+    row stride for an even K); the rest of the buffer must stay unwritten."""
+    if layout == "own":
+        return output(name, (B, h, P, K))
+    if layout == "below a class row":
+        buf = Mem(name, np.full(B * h * (1 + P) * K, np.nan), count=True)
+        return View(buf, K, (B, h, P, K), (h * (1 + P) * K, (1 + P) * K, K, 1))
+    assert layout == "in wider rows"
+    buf = Mem(name, np.full(B * h * P * (K + 1), np.nan), count=True)
+    return View(buf, 0, (B, h, P, K), (h * P * (K + 1), P * (K + 1), K + 1, 1))
 
 
 def output_heads(name, B, h, P, d):
@@ -570,7 +591,7 @@ def written_once(name, mem):
                        (name, bad.size, sorted(set(mem.writes[bad].tolist())), bad[0]))
 
 
-def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection):
+def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection, logits_layout):
     P = H * W
     geo = SimpleNamespace(batch=B, heads=h, height=H, width=W, keys=K, d=d, kernel=k)
     # q: the first half of a [B, P, 2 h d] projection split into heads; the second half NaN.
@@ -582,7 +603,7 @@ def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection):
     bias = View(Mem("bias", rng.uniform(-1, 1, h * K)), 0, (h, K), (K, 1)) if use_bias else None
     g = gradient_view(rng, B, h, P, K, layout)
 
-    logits = output("logits", (B, h, P, K))
+    logits = output_logits("logits", B, h, P, K, logits_layout)
     grad_q = output_heads("grad_q", B, h, P, d) if q_in_projection else output("grad_q", (B, h, P, d))
     grad_w = output("grad_w", (h, k * k, K, d))
     grad_bias = output("grad_bias", (h, K)) if use_bias else None
@@ -590,7 +611,8 @@ def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection):
     partial, bias_partial = conv_logits_backward(geo, g, q, w, grad_q, grad_w, grad_bias)
 
     written_once_view("grad_q", grad_q)
-    written = [("logits", logits.mem), ("partial", partial), ("grad_w", grad_w.mem)]
+    written_once_view("logits", logits)
+    written = [("partial", partial), ("grad_w", grad_w.mem)]
     if use_bias: written += [("bias_partial", bias_partial), ("grad_bias", grad_bias.mem)]
     for name, mem in written:
         written_once(name, mem)
@@ -626,6 +648,7 @@ CASES = [  # B, h, H, W, K, d, k, bias
     (40, 2, 8, 8, 65, 64, 3, True),    # the [cuda] test's case of several chunks
 ]
 LAYOUTS = ["contiguous", "padded rows", "heads interleaved"]
+LOGITS_LAYOUTS = ["below a class row", "own", "in wider rows"]   # CASES[0] is CSKA-ViT-S's
 
 
 def main():
@@ -634,13 +657,14 @@ def main():
     for i, (B, h, H, W, K, d, k, use_bias) in enumerate(CASES):
         layout = LAYOUTS[i % len(LAYOUTS)]
         q_in_projection = i % 2 == 0   # grad_q into the projection's heads, or contiguous
-        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, g %s, grad_q %s" % (
-            B, h, H, W, K, d, k, " bias" if use_bias else "", layout,
+        logits_layout = LOGITS_LAYOUTS[i % len(LOGITS_LAYOUTS)]
+        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, logits %s, g %s, grad_q %s" % (
+            B, h, H, W, K, d, k, " bias" if use_bias else "", logits_layout, layout,
             "in the projection" if q_in_projection else "contiguous")
         t0 = time.time()
         try:
             errs, (chunks, chunk_rows) = run_case(rng, B, h, H, W, K, d, k, use_bias, layout,
-                                                  q_in_projection)
+                                                  q_in_projection, logits_layout)
         except Mismatch as e:
             print("%s: FAIL %s" % (what, e)); failed += 1; continue
         ok = max(errs) < 1e-12
