@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "autograd/node.h"
@@ -50,76 +51,52 @@ int cuda_compute_capability(int index) {
 }
 bool set_cuda_elementwise_fast_paths(bool enabled) {
   static bool setting = true;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_attention_tensor_cores(bool enabled) {
   static bool setting = true;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_attention_mma(bool enabled) {
   static bool setting = true;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_layer_norm_held_forward(bool enabled) {
   static bool setting = false;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_layer_norm_fused_backward(bool enabled) {
   static bool setting = false;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_attention_one_block_backward(bool enabled) {
   static bool setting = false;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_attention_one_pass_backward(bool enabled) {
   static bool setting = false;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_attention_one_block_forward(bool enabled) {
   static bool setting = false;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 bool set_cuda_attention_async_loads(bool enabled) {
   static bool setting = true;
-  const bool previous = setting;
-  setting = enabled;
-  return previous;
+  return std::exchange(setting, enabled);
 }
 ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode) {
   static ConvInputGrad setting = ConvInputGrad::kTimed;
-  const ConvInputGrad previous = setting;
-  setting = mode;
-  return previous;
+  return std::exchange(setting, mode);
 }
 DepthwiseConv set_cuda_depthwise_conv(DepthwiseConv mode) {
   static DepthwiseConv setting = DepthwiseConv::kCudnn;
-  const DepthwiseConv previous = setting;
-  setting = mode;
-  return previous;
+  return std::exchange(setting, mode);
 }
 std::vector<std::string> cuda_depthwise_conv_choices() { return {}; }
 GemmAlgorithm set_cuda_gemm_algorithm(GemmAlgorithm mode) {
   static GemmAlgorithm setting = GemmAlgorithm::kHeuristic;
-  const GemmAlgorithm previous = setting;
-  setting = mode;
-  return previous;
+  return std::exchange(setting, mode);
 }
 std::vector<std::string> cuda_gemm_choices() { return {}; }
 void push_profile_range(const char*) {}
