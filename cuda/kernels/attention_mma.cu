@@ -55,6 +55,7 @@ std::atomic<bool> g_mma{true};
 std::atomic<bool> g_one_block{true};
 std::atomic<bool> g_one_block_forward{true};
 std::atomic<bool> g_one_pass{false};
+std::atomic<bool> g_register_cap{false};
 
 // The one-block backward (mma_one_block_backward_kernel): sequences of at most kShortRows queries
 // and keys, head dims up to 64.
@@ -487,8 +488,7 @@ __device__ __forceinline__ OneBlockTiles<T> load_one_block_tiles(unsigned char* 
 // two of blocks that each load their other side tile by tile (for 65 tokens: two 64-row tiles,
 // the second with one live row).
 template <typename T, int kHead>
-__global__ void __launch_bounds__(kShortWarps * 32)
-    mma_one_block_backward_kernel(BackwardArgs<T> a) {
+__device__ __forceinline__ void one_block_backward(const BackwardArgs<T>& a) {
   constexpr int kN = kShortRows / 8, kOut = kHead / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
@@ -568,6 +568,33 @@ __global__ void __launch_bounds__(kShortWarps * 32)
     write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
   }
 }
+
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kShortWarps * 32)
+    mma_one_block_backward_kernel(BackwardArgs<T> a) {
+  one_block_backward<T, kHead>(a);
+}
+
+// The same kernel held to kOneBlockRegisterCap registers a thread (train.attention_registers:
+// capped): at head dim 64 ptxas gives the kernel above 146 (CUDA 13.0, sm_90), so two blocks of
+// five warps fit in an SM's 64K registers; at 136 three do (15 warps to hide the loads' and the
+// products' latency instead of 10), with no spills. Its shared memory (46 KB) lets four fit.
+// The same instructions on the same values, so the same bits. __maxnreg__ needs CUDA 12.4 or
+// newer; an older nvcc builds the uncapped kernel under this name.
+constexpr int kOneBlockRegisterCap = 136;
+#if (__CUDACC_VER_MAJOR__ > 12) || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
+template <typename T, int kHead>
+__global__ void __maxnreg__(kOneBlockRegisterCap)
+    mma_one_block_backward_capped_kernel(BackwardArgs<T> a) {
+  one_block_backward<T, kHead>(a);
+}
+#else
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kShortWarps * 32)
+    mma_one_block_backward_capped_kernel(BackwardArgs<T> a) {
+  one_block_backward<T, kHead>(a);
+}
+#endif
 
 // The one-pass backward's shared memory: the one-block kernel's tiles (q, dO, k, v, the
 // log-sum-exps and D), then P and dS as [kShortRows queries][kWeightLd] tiles of 16-bit values.
@@ -763,8 +790,13 @@ void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
       if (g_one_block.load() && in.nq <= kShortRows && in.nk <= kShortRows) {
         const int pieces = (std::max(std::max(in.nq, in.nk), 1) + kRows - 1) / kRows;
         const Smem smem(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows);
-        launch(mma_one_block_backward_kernel<T, kHead>, grid_of(kKernel, groups, 1), pieces,
-               smem.bytes, stream, a);
+        // Capped where the cap fits another block on an SM: head dim 64 (at 32 the kernel
+        // already takes fewer registers than the cap).
+        void (*kernel)(BackwardArgs<T>) = mma_one_block_backward_kernel<T, kHead>;
+        if constexpr (kHead == 64) {
+          if (g_register_cap.load()) kernel = mma_one_block_backward_capped_kernel<T, kHead>;
+        }
+        launch(kernel, grid_of(kKernel, groups, 1), pieces, smem.bytes, stream, a);
         return;
       }
     }
@@ -805,6 +837,9 @@ bool set_cuda_attention_one_block_forward(bool enabled) {
 }
 bool set_cuda_attention_one_pass_backward(bool enabled) {
   return cuda::attn::g_one_pass.exchange(enabled);
+}
+bool set_cuda_attention_register_cap(bool enabled) {
+  return cuda::attn::g_register_cap.exchange(enabled);
 }
 
 }  // namespace ska

@@ -71,6 +71,10 @@ bool set_cuda_attention_one_block_backward(bool enabled);
 // kernel's seven). Takes precedence over the one-block backward; off by default (not yet timed
 // on a GPU). Returns the previous setting.
 bool set_cuda_attention_one_pass_backward(bool enabled);
+// The one-block backward at head dim 64 held to 136 registers a thread, so that three of its
+// blocks fit on an SM instead of two (train.attention_registers: capped; the same bits, no
+// spills by ptxas; off by default: not yet timed on a GPU). Returns the previous setting.
+bool set_cuda_attention_register_cap(bool enabled);
 // With the mma.sync kernels, the forward pass of a problem whose longer side has 65 to 80 rows
 // (ViT-S's 65 tokens) in one block per leading index with every key in one 80-wide tile, instead
 // of two blocks per index each walking two 64-wide key tiles (the second holding one key). The

@@ -77,6 +77,10 @@ bool set_cuda_attention_one_pass_backward(bool enabled) {
   static bool setting = false;
   return std::exchange(setting, enabled);
 }
+bool set_cuda_attention_register_cap(bool enabled) {
+  static bool setting = false;
+  return std::exchange(setting, enabled);
+}
 bool set_cuda_attention_one_block_forward(bool enabled) {
   static bool setting = false;
   return std::exchange(setting, enabled);

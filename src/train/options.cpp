@@ -81,6 +81,14 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        "tokens): tiled (blocks of up to 64 queries, key tiles of 64) or one_block (one block per "
        "head, every key in one tile; the default)",
        K::kCudaOnly},
+      {"attention_registers",
+       &C::attention_registers,
+       {"compiler", "capped"},
+       "the mma.sync one-block attention backward at head dim 64 (ViT-S, CSKA-ViT-S, CaiT-S): "
+       "compiler (the registers ptxas takes, 146 a thread: two blocks of five warps per SM) or "
+       "capped (held to 136, without spills: three blocks per SM); the same bits; not yet timed "
+       "on a GPU",
+       K::kCudaOnly | K::kTrainingOnly},
       {"attention_loads",
        &C::attention_loads,
        {"async", "sync"},
@@ -213,6 +221,7 @@ void KernelChoices::apply() const {
   set_cuda_attention_one_block_backward(attention_backward != "split");
   set_cuda_attention_one_pass_backward(attention_backward == "one_pass");
   set_cuda_attention_one_block_forward(attention_forward == "one_block");
+  set_cuda_attention_register_cap(attention_registers == "capped");
   set_cuda_attention_async_loads(attention_loads == "async");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");

@@ -539,6 +539,34 @@ TEST_CASE("cuda attention: the one-block backward gives the two kernels' bits", 
   }
 }
 
+TEST_CASE("cuda attention: the register-capped one-block backward gives the uncapped kernel's bits",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // train.attention_registers: capped runs the one-block backward at head dim 64 held to fewer
+  // registers: the same instructions on the same values, so every gradient must be the same
+  // bits. ViT-S's 65 tokens with a bias, CSKA's logits as the bias (d = 0, dv = 64), a head dim
+  // below 64 that the 64 kernel takes (48) with fewer keys than queries; and head dim 32, where
+  // the setting changes nothing.
+  const OneBlockBackward one_block;
+  for (const Problem s : {Problem{65, 65, 64, 64}, Problem{65, 65, 0, 64}, Problem{80, 17, 48, 64},
+                          Problem{49, 49, 32, 32}}) {
+    const Case c = biased_case("register cap", {3, 2}, s.nq, s.nk, s.d, s.dv, 1777);
+    for (const DType dtype : {DType::kBF16, DType::kF16}) {
+      INFO(s.nq << " x " << s.nk << ", d " << s.d << ", dv " << s.dv << ", " << dtype_name(dtype));
+      const Prepared x = prepare(c, dtype);
+      const std::vector<std::vector<double>> compiler = values(run(c, x.gpu, 0.125, true));
+      const bool previous = set_cuda_attention_register_cap(true);
+      const std::vector<std::vector<double>> capped = values(run(c, x.gpu, 0.125, true));
+      set_cuda_attention_register_cap(previous);
+      CHECK_FALSE(previous);  // the default
+      for (size_t i = 0; i < compiler.size(); ++i) {
+        INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
+        CHECK(capped[i] == compiler[i]);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' bits", "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
   // load_tile fills the shared tiles with cp.async copies by default, or with a load and a store
