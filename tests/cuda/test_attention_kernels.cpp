@@ -209,6 +209,22 @@ std::vector<std::vector<double>> values(const Results& r) {
           host(r.grad_k), host(r.grad_v), host(r.grad_bias)};
 }
 
+// Runs c's operands x on the GPU (scale 0.125, with the backward pass) with the defaults, then
+// with `set(switched)` in force (a kernel-choice setter: it returns the previous setting, which
+// must be the default, !switched, and is restored after), and requires every result to be the
+// same bits: for a switch that changes how a kernel runs, not what it computes.
+void check_same_bits_when(const Case& c, const Operands& x, bool (*set)(bool), bool switched) {
+  const std::vector<std::vector<double>> defaults = values(run(c, x, 0.125, true));
+  const bool previous = set(switched);
+  const std::vector<std::vector<double>> other = values(run(c, x, 0.125, true));
+  set(previous);
+  CHECK(previous == !switched);  // the default
+  for (size_t i = 0; i < defaults.size(); ++i) {
+    INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
+    CHECK(other[i] == defaults[i]);
+  }
+}
+
 // The results copied to the host (the next run on the same operands rewrites out).
 Results on_host(const Results& r) {
   Results h;
@@ -553,16 +569,7 @@ TEST_CASE("cuda attention: the register-capped one-block backward gives the unca
     const Case c = biased_case("register cap", {3, 2}, s.nq, s.nk, s.d, s.dv, 1777);
     for (const DType dtype : {DType::kBF16, DType::kF16}) {
       INFO(s.nq << " x " << s.nk << ", d " << s.d << ", dv " << s.dv << ", " << dtype_name(dtype));
-      const Prepared x = prepare(c, dtype);
-      const std::vector<std::vector<double>> compiler = values(run(c, x.gpu, 0.125, true));
-      const bool previous = set_cuda_attention_register_cap(true);
-      const std::vector<std::vector<double>> capped = values(run(c, x.gpu, 0.125, true));
-      set_cuda_attention_register_cap(previous);
-      CHECK_FALSE(previous);  // the default
-      for (size_t i = 0; i < compiler.size(); ++i) {
-        INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
-        CHECK(capped[i] == compiler[i]);
-      }
+      check_same_bits_when(c, prepare(c, dtype).gpu, set_cuda_attention_register_cap, true);
     }
   }
 }
@@ -590,16 +597,7 @@ TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' 
                       : mode == 1 ? "mma.sync"
                       : mode == 2 ? "mma.sync one-block"
                                   : "mma.sync one-pass backward"));
-        const Prepared x = prepare(c, dtype);
-        const std::vector<std::vector<double>> async = values(run(c, x.gpu, 0.125, true));
-        const bool previous_loads = set_cuda_attention_async_loads(false);
-        const std::vector<std::vector<double>> sync = values(run(c, x.gpu, 0.125, true));
-        set_cuda_attention_async_loads(previous_loads);
-        CHECK(previous_loads);  // the default
-        for (size_t i = 0; i < async.size(); ++i) {
-          INFO("result " << i << " (out, lse, grad_q, grad_k, grad_v, grad_bias)");
-          CHECK(sync[i] == async[i]);
-        }
+        check_same_bits_when(c, prepare(c, dtype).gpu, set_cuda_attention_async_loads, false);
       }
       set_cuda_attention_mma(previous_mma);
       set_cuda_attention_one_block_backward(previous_backward);
