@@ -48,11 +48,6 @@ class RunScope {
   Run* prev_;
 };
 
-bool same_view(const Tensor& a, const Tensor& b) {
-  return a.same_storage(b) && a.offset() == b.offset() && a.shape() == b.shape() &&
-         a.strides() == b.strides() && a.dtype() == b.dtype();
-}
-
 Tensor offer(const Edge& e, const Shape& shape, DType dtype, Device device,
              const std::function<bool(const Tensor&)>& fits) {
   Run* run = current_run;
@@ -125,7 +120,7 @@ TensorList AssemblyNode::apply(TensorList&& grads) {
     Tensor piece = piece_(z, i);
     if (!grads[i].defined()) {
       piece.fill_(0.0);
-    } else if (!same_view(grads[i], piece)) {
+    } else if (!grads[i].same_view(piece)) {
       piece.copy_(grads[i]);
     }
   }

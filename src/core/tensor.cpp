@@ -178,6 +178,11 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::same_view(const Tensor& other) const {
+  return same_storage(other) && offset() == other.offset() && shape() == other.shape() &&
+         strides() == other.strides() && dtype() == other.dtype();
+}
+
 bool Tensor::is_non_overlapping_and_dense() const {
   if (numel() == 0) return true;
   std::vector<size_t> dims;

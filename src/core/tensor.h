@@ -88,6 +88,9 @@ class Tensor {
   bool is_floating() const { return dtype_is_floating(impl().dtype); }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   bool same_storage(const Tensor& other) const { return impl().storage == other.impl().storage; }
+  // Whether other is this very view: the same storage, offset, shape, strides and dtype (a
+  // result its producer already wrote where it is wanted needs no copy there).
+  bool same_view(const Tensor& other) const;
   std::string str() const;  // "Tensor[2, 3] f32 cpu"
 
   // Pointer to the first element of this view (device memory for CUDA tensors).

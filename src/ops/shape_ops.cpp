@@ -86,9 +86,7 @@ Tensor cat(const TensorList& xs, int64_t dim, const Tensor& into) {
   int64_t offset = 0;
   for (const Tensor& x : xs) {
     Tensor place = narrow_raw(out, dim, offset, x.shape()[dim]);
-    const bool written =
-        x.same_storage(place) && x.offset() == place.offset() && x.strides() == place.strides();
-    if (!written) place.copy_(x);
+    if (!x.same_view(place)) place.copy_(x);
     sizes.push_back(x.shape()[dim]);
     offset += x.shape()[dim];
   }
