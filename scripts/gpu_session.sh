@@ -59,6 +59,12 @@
 #   kernels   every kernel's own GPU time and DRAM bytes in one training step by Nsight Compute,
 #             and the share of the wall-clock step the GPU was busy (scripts/gpu_kernels.sh):
 #             ViT-S at 512 and CSKAFormer-S18 at 128 (KERNELS="CONFIG:BATCH ..." for others)
+#   stalls    why the fused attention's and the layer norms' kernels take their time, by Nsight
+#             Compute (scripts/gpu_stalls.sh): registers, blocks per SM and their limit, warps per
+#             SM, issue rate, tensor-pipe and DRAM shares, and the warp stall reasons, in ViT-S's
+#             bf16 step at 512 with the default kernels, the register-capped one-block backward
+#             and the one-pass backward (STALLS="CONFIG:BATCH ...", STALL_KERNELS=REGEX and
+#             STALL_VARIANTS="flags;flags" for others)
 #   loader    benchmark_loader on that machine's cores: synthetic ImageNet-like JPEGs through the
 #             MetaFormer augmentation, images/s at 1, 2, 4, 8 and 16 workers: the CPU cores an
 #             ImageNet GPU needs
@@ -102,8 +108,8 @@ while [ $# -gt 0 ]; do
     *) stages+=("$1"); shift ;;
   esac
 done
-all=(tests graphs attention cait depthwise logits convs speed alloc dp profile kernels loader zoo table8
-     variants memcheck)
+all=(tests graphs attention cait depthwise logits convs speed alloc dp profile kernels stalls loader zoo
+     table8 variants memcheck)
 [ ${#stages[@]} -gt 0 ] || stages=("${all[@]}")
 for s in "${stages[@]}"; do
   [[ " ${all[*]} " == *" $s "* ]] || { echo "gpu_session: unknown stage '$s' (${all[*]})" >&2; exit 2; }
@@ -312,6 +318,16 @@ for stage in "${stages[@]}"; do
         scripts/gpu_kernels.sh "$item"
       [ $? = 125 ] && continue
       sed 's/^/  /' "$logs/kernels_$config.log" | head -40 | tee -a "$summary"
+    done ;;
+  stalls)
+    for item in ${STALLS:-cifar10_vit_s:512}; do
+      config=${item%%:*}
+      stage_run "stalls_$config" 150 env BUILD_DIR="$build" OUT="$logs/stalls" \
+        KERNELS="${STALL_KERNELS:-mma_|wmma_|attention_|layer_norm}" \
+        VARIANTS="${STALL_VARIANTS-;--attention-registers capped;--attention-backward one_pass}" \
+        scripts/gpu_stalls.sh "$item"
+      [ $? = 125 ] && continue
+      sed 's/^/  /' "$logs/stalls_$config.log" | head -80 | tee -a "$summary"
     done ;;
   dp)
     stage_run dp 200 env OUT="$logs/dp" scripts/gpu_dp_check.sh "$build" "${DP_STEPS:-100}"
