@@ -25,6 +25,34 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+bool non_overlapping_and_dense(const Shape& shape, const Shape& strides) {
+  if (shape_numel(shape) == 0) return true;
+  std::vector<size_t> dims;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] != 1) dims.push_back(i);
+  }
+  std::stable_sort(dims.begin(), dims.end(),
+                   [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t expected = 1;
+  for (const size_t i : dims) {
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+bool dense_with_padded_rows(const Shape& shape, const Shape& strides) {
+  if (non_overlapping_and_dense(shape, strides)) return true;
+  const size_t rank = shape.size();
+  if (rank < 2 || shape[rank - 1] <= 1 || strides[rank - 1] != 1 ||
+      strides[rank - 2] <= shape[rank - 1]) {
+    return false;
+  }
+  Shape wide = shape;
+  wide[rank - 1] = strides[rank - 2];
+  return non_overlapping_and_dense(wide, strides);
+}
+
 std::string shape_str(const Shape& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

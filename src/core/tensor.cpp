@@ -184,19 +184,7 @@ bool Tensor::same_view(const Tensor& other) const {
 }
 
 bool Tensor::is_non_overlapping_and_dense() const {
-  if (numel() == 0) return true;
-  std::vector<size_t> dims;
-  for (size_t i = 0; i < shape().size(); ++i) {
-    if (shape()[i] != 1) dims.push_back(i);
-  }
-  std::stable_sort(dims.begin(), dims.end(),
-                   [&](size_t a, size_t b) { return strides()[a] < strides()[b]; });
-  int64_t expected = 1;
-  for (const size_t i : dims) {
-    if (strides()[i] != expected) return false;
-    expected *= shape()[i];
-  }
-  return true;
+  return non_overlapping_and_dense(shape(), strides());
 }
 
 bool Tensor::is_channels_last() const {

@@ -102,6 +102,17 @@ Tensor cat(const TensorList& xs, int64_t dim, const Tensor& into) {
   return out;
 }
 
+Tensor empty_aligned_rows(const Shape& shape, DType dtype, Device device) {
+  if (shape.empty()) return Tensor::empty(shape, dtype, device);
+  const int64_t cols = shape.back();
+  const int64_t per_vector = std::max<int64_t>(16 / static_cast<int64_t>(dtype_size(dtype)), 1);
+  const int64_t padded = (cols + per_vector - 1) / per_vector * per_vector;
+  if (padded == cols) return Tensor::empty(shape, dtype, device);
+  Shape wide = shape;
+  wide.back() = padded;
+  return Tensor::empty(wide, dtype, device).narrow(static_cast<int64_t>(shape.size()) - 1, 0, cols);
+}
+
 Tensor stack(const TensorList& xs, int64_t dim) {
   SKA_CHECK(!xs.empty(), ValueError, "stack: no tensors given");
   dim = wrap_dim(dim, xs[0].dim() + 1, "stack");

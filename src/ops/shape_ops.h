@@ -17,6 +17,12 @@ Tensor cat(const TensorList& xs, int64_t dim);
 // put together without the copy. Other pieces must not overlap out.
 Tensor cat(const TensorList& xs, int64_t dim, const Tensor& out);
 Tensor stack(const TensorList& xs, int64_t dim);
+// An uninitialised row-major tensor of `shape` whose rows (along the last dim) start a multiple
+// of 16 bytes apart: the first shape[-1] columns of a tensor with rows padded to 16 bytes.
+// Kernels that stage rows in shared memory copy them 16 bytes at a time, where rows of an odd
+// length (CSKA-ViT's 65 logits a row) go element by element. Contiguous where the rows need no
+// padding.
+Tensor empty_aligned_rows(const Shape& shape, DType dtype, Device device);
 // Views of consecutive pieces along `dim`.
 TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
 TensorList split(const Tensor& x, int64_t piece, int64_t dim);  // last piece may be shorter

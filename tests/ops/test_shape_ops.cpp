@@ -27,6 +27,36 @@ TEST_CASE("cat and stack", "[cpu]") {
   CHECK_THROWS_AS(cat({}, 0), ValueError);
 }
 
+TEST_CASE("empty_aligned_rows: rows 16 bytes apart, the first columns of padded rows", "[cpu]") {
+  struct Case {
+    DType dtype;
+    int64_t cols, row;  // the row stride it must have
+  };
+  for (const Case c :
+       {Case{DType::kBF16, 65, 72}, Case{DType::kF32, 65, 68}, Case{DType::kF64, 65, 66},
+        Case{DType::kBF16, 64, 64}, Case{DType::kU8, 17, 32}}) {
+    INFO(dtype_name(c.dtype) << " " << c.cols);
+    const Tensor t = empty_aligned_rows({2, 3, 5, c.cols}, c.dtype, Device::cpu());
+    CHECK(t.shape() == (Shape{2, 3, 5, c.cols}));
+    CHECK(t.strides() == (Shape{3 * 5 * c.row, 5 * c.row, c.row, 1}));
+    CHECK(t.is_contiguous() == (c.row == c.cols));
+    CHECK(dense_with_padded_rows(t.shape(), t.strides()));
+    // Every row starts on a 16-byte boundary.
+    const auto base = reinterpret_cast<uintptr_t>(t.data_ptr());
+    CHECK(base % 16 == 0);
+    CHECK(c.row * static_cast<int64_t>(dtype_size(c.dtype)) % 16 == 0);
+  }
+  CHECK(empty_aligned_rows({}, DType::kF32, Device::cpu()).dim() == 0);
+  // What counts as padded rows: permuted ones too; not overlapping, broadcast or strided columns.
+  CHECK(dense_with_padded_rows({3, 2, 5, 65}, {5 * 72, 3 * 5 * 72, 72, 1}));
+  CHECK_FALSE(non_overlapping_and_dense({3, 2, 5, 65}, {5 * 72, 3 * 5 * 72, 72, 1}));
+  CHECK_FALSE(dense_with_padded_rows({2, 5, 65}, {5 * 72, 64, 1}));      // rows overlap
+  CHECK_FALSE(dense_with_padded_rows({2, 5, 65}, {0, 72, 1}));           // broadcast
+  CHECK_FALSE(dense_with_padded_rows({2, 5, 65}, {5 * 144, 144, 2}));    // strided columns
+  CHECK_FALSE(dense_with_padded_rows({2, 5, 65}, {5 * 72 + 8, 72, 1}));  // gaps between blocks
+  CHECK(dense_with_padded_rows({2, 5, 65}, {5 * 65, 65, 1}));            // dense
+}
+
 TEST_CASE("cat into a given tensor: cat's values and gradients, written there", "[cpu]") {
   const Tensor a = uniform({2, 3}, 21), b = uniform({2, 2}, 22);
   const Tensor into = Tensor::full({2, 5}, NAN, DType::kF64);
