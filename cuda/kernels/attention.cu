@@ -660,13 +660,15 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_grad("grad_q", grad_q, q, q.shape());
   check_grad("grad_k", grad_k, q, with_last(lead, geo.nk, geo.d));
   check_grad("grad_v", grad_v, q, with_last(lead, geo.nk, geo.dv));
-  if (grad_bias.defined()) {  // contiguous or permuted: every element written once
+  if (grad_bias.defined()) {  // contiguous or permuted, rows padded or not: written once each
     const Shape b_shape = with_last(lead, geo.nq, geo.nk);
     SKA_CHECK(grad_bias.dtype() == q.dtype() && grad_bias.shape() == b_shape &&
-                  grad_bias.device() == q.device() && grad_bias.is_non_overlapping_and_dense(),
+                  grad_bias.device() == q.device() &&
+                  dense_with_padded_rows(grad_bias.shape(), grad_bias.strides()),
               ValueError, kKernel, ": grad_bias must be a ", dtype_name(q.dtype()), " ",
               shape_str(b_shape), " tensor on ", q.device(),
-              ", contiguous or permuted (no element twice), got ", grad_bias.str());
+              ", contiguous or permuted, rows padded or not (no element twice), got ",
+              grad_bias.str());
   }
   if (geo.groups == 0) return;
   const int device = device_index(q);

@@ -147,11 +147,20 @@ Tensor factor_grad(const Tensor& grad, const Tensor& value, const Tensor& factor
 
 // The bias gradient's tensor: laid out like the bias where the bias is a dense tensor in some
 // order of its dims (a permuted view, as CSKA's logits from their matrix product: the gradient
-// then goes back through the permutation without a copy), contiguous where it broadcasts (the
-// op sums it after).
+// then goes back through the permutation without a copy), or the first columns of one whose
+// rows are padded (empty_aligned_rows, as CSKA-ViT's logits: the gradient's rows then start 16
+// bytes apart too, for the conv logits' backward kernels to stage); contiguous where it
+// broadcasts (the op sums it after).
 Tensor empty_bias_grad(const Shape& shape, const Tensor& bv) {
   if (bv.is_non_overlapping_and_dense()) {
     return detail::empty_like_layout(shape, bv, bv.dtype(), /*last_innermost=*/false);
+  }
+  if (bv.shape() == shape && dense_with_padded_rows(bv.shape(), bv.strides())) {
+    Shape wide = shape;
+    wide.back() = bv.stride(-2);
+    return detail::empty_in_stride_order(wide, bv.strides(), bv.dtype(), bv.device(),
+                                         /*last_innermost=*/false)
+        .narrow(bv.dim() - 1, 0, shape.back());
   }
   return Tensor::empty(shape, bv.dtype(), bv.device());
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "ops/autocast.h"
 #include "ops/mac_counter.h"
 #include "ops/ops.h"
@@ -452,6 +453,56 @@ TEST_CASE("fused attention: a permuted bias gets its gradient in its own layout,
                                         uniform({2, 3, 5, 4}, 99), 1.0, shared);
   sum(y).backward();
   CHECK(shared.grad().shape() == Shape{1, 3, 5, 5});
+}
+
+TEST_CASE("fused attention: logits in rows padded to 16 bytes get their gradient padded alike",
+          "[cpu]") {
+  // CSKA-ViT's logits: a class row and the grid rows put together by cat into a tensor from
+  // empty_aligned_rows ([B, h, 1 + P, K] in rows of K rounded up to 16 bytes); the fused op's
+  // gradient of them keeps that layout, so the grid rows' gradient reaches their producer (the
+  // conv logits' backward) in rows 16 bytes apart. The values are the dense tensor's, to the bit.
+  const int64_t batch = 2, h = 3, n = 13, dv = 8;  // 13 keys: rows of 16 (bf16), 14 (f64)
+  for (const DType dtype : {DType::kF64, DType::kBF16}) {
+    INFO(dtype_name(dtype));
+    const int64_t per_row = dtype == DType::kF64 ? 14 : 16;
+    const Tensor cls = uniform({batch, h, 1, n}, 101, -2, 2, dtype).set_requires_grad();
+    const Tensor grid = uniform({batch, h, n - 1, n}, 102, -2, 2, dtype).set_requires_grad();
+    const Tensor v = uniform({batch, h, n, dv}, 103, -1, 1, dtype);
+    const Tensor w = uniform({batch, h, n, dv}, 104, -1, 1, dtype);
+    const Tensor factor = Tensor::full({1}, 0.7, dtype == DType::kF64 ? DType::kF64 : DType::kF32);
+    struct Run {
+      Tensor out, grad_cls, grad_grid;
+      Shape grid_grad_strides;
+    };
+    const auto run = [&](bool padded) {
+      const Shape shape{batch, h, n, n};
+      const Tensor all = padded ? empty_aligned_rows(shape, dtype, Device::cpu())
+                                : Tensor::empty(shape, dtype, Device::cpu());
+      Run r;
+      // The grid rows pass a probe that notes the strides of the gradient they get.
+      const Tensor rows = mul(grid, 1.0);
+      const Tensor probed =
+          Tensor::make_view(rows.storage(), rows.shape(), rows.strides(), rows.offset(), dtype);
+      autograd::record_op("probe", {rows}, {probed}, [&r](const TensorList& g) {
+        r.grid_grad_strides = g[0].strides();
+        return TensorList{g[0]};
+      });
+      const Tensor logits = cat({mul(cls, 1.0), probed}, 2, all);
+      r.out = softmax_attend(logits, v, factor, AttentionMask::kDiagonal);
+      cls.zero_grad();
+      grid.zero_grad();
+      sum(mul(r.out.to(DType::kF64), w.to(DType::kF64))).backward();
+      r.grad_cls = cls.grad();
+      r.grad_grid = grid.grad();
+      return r;
+    };
+    const Run dense = run(false), padded = run(true);
+    CHECK(dense.grid_grad_strides == (Shape{h * n * n, n * n, n, 1}));
+    CHECK(padded.grid_grad_strides == (Shape{h * n * per_row, n * per_row, per_row, 1}));
+    CHECK(test::bitwise_equal(padded.out, dense.out));
+    CHECK(test::bitwise_equal(padded.grad_cls, dense.grad_cls));
+    CHECK(test::bitwise_equal(padded.grad_grid, dense.grad_grid));
+  }
 }
 
 TEST_CASE("fused attention in 16 bits rounds the f32 result once", "[cpu]") {

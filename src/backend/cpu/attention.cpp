@@ -388,9 +388,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     Shape b_shape = geo.lead;
     b_shape.insert(b_shape.end(), {geo.nq, geo.nk});
     SKA_CHECK(grad_bias.dtype() == q.dtype() && grad_bias.shape() == b_shape &&
-                  (grad_bias.numel() == 0 || grad_bias.is_non_overlapping_and_dense()),
+                  (grad_bias.numel() == 0 ||
+                   dense_with_padded_rows(grad_bias.shape(), grad_bias.strides())),
               ValueError, "attention_backward: grad_bias must be a ", dtype_name(q.dtype()), " ",
-              shape_str(b_shape), " tensor, contiguous or permuted (no element twice), got ",
+              shape_str(b_shape),
+              " tensor, contiguous or permuted, rows padded or not (no element twice), got ",
               grad_bias.str());
   }
   Shape k_shape = geo.lead, v_shape = geo.lead;
