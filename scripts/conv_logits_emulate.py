@@ -10,11 +10,13 @@ sizes, args_of and conv_logits_chunks (backend/conv_logits_geometry.h) are the h
 emulated as flat float64 arrays whose reads check their bounds: shared tiles start as NaN (a read
 of a column or row the kernel never staged shows up in the result), q is the first half of a
 [B, H*W, 2 h d] projection split into heads whose second half is NaN, the gradient of the
-logits comes in several layouts (contiguous, rows padded with NaN, heads interleaved), and the
+logits comes in several layouts (contiguous, rows padded with NaN, rows of 16 bytes a multiple
+below a class row as CSKA-ViT's mixer makes them, heads interleaved), and the
 outputs (logits, grad_q, grad_w's partials, grad_w) start as NaN and must be written exactly
 once an element (grad_q, in every other case, into the first heads' columns of a projection's
-gradient; the logits in turn on their own, below a class row and in the first columns of wider
-rows; the other elements of those buffers must stay unwritten). Values stay float64 (no bf16 rounding), so every output must match a dense
+gradient; the logits in turn on their own, below a class row (dense, or with rows padded to 16
+bytes as CSKA-ViT's mixer makes them) and in the first columns of wider rows; the other elements
+of those buffers, the padding included, must stay unwritten). Values stay float64 (no bf16 rounding), so every output must match a dense
 float64 reference to ~1e-12. Not emulated: the barriers and the timing of the asynchronous
 copies (a block stages a tile, then its warps run one after the other).
 
@@ -445,7 +447,7 @@ def conv_logits_forward(geo, q, w, bias, logits):
     if bias is not None: a.bias_mem, a.bias = bias.mem, bias.offset
     a.out_mem, a.out = logits.mem, logits.offset
     a.ob, a.oh, a.op = logits.strides[:3]
-    a.pairs = geo.keys % 2 == 0 and conv_logits_even_layout(logits)
+    a.pairs = conv_logits_even_layout(logits)
     carve = Carver()
     carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2)
     carve.take(a.group * kKeys * ld16(a.d) * 2)
@@ -510,13 +512,18 @@ def output(name, shape):
 
 def output_logits(name, B, h, P, K, layout):
     """The logits [B, h, P, K] in `layout`: a tensor of their own, the rows below a class row of a
-    [B, h, 1 + P, K] tensor (CSKA-ViT's), or the first K columns of a [B, h, P, K + 1] one (an odd
-    row stride for an even K); the rest of the buffer must stay unwritten."""
+    [B, h, 1 + P, K] tensor, the same with rows padded to a multiple of 8 keys (CSKA-ViT's,
+    empty_aligned_rows), or the first K columns of a [B, h, P, K + 1] one (an odd row stride for
+    an even K); the rest of the buffer must stay unwritten."""
     if layout == "own":
         return output(name, (B, h, P, K))
     if layout == "below a class row":
         buf = Mem(name, np.full(B * h * (1 + P) * K, np.nan), count=True)
         return View(buf, K, (B, h, P, K), (h * (1 + P) * K, (1 + P) * K, K, 1))
+    if layout == "padded below a class row":   # CSKA-ViT's: rows padded to 16 bytes
+        ld = (K + 7) // 8 * 8
+        buf = Mem(name, np.full(B * h * (1 + P) * ld, np.nan), count=True)
+        return View(buf, ld, (B, h, P, K), (h * (1 + P) * ld, (1 + P) * ld, ld, 1))
     assert layout == "in wider rows"
     buf = Mem(name, np.full(B * h * P * (K + 1), np.nan), count=True)
     return View(buf, 0, (B, h, P, K), (h * P * (K + 1), P * (K + 1), K + 1, 1))
@@ -553,6 +560,12 @@ def gradient_view(rng, B, h, P, K, layout):
         full = np.full((B, h, P, ld), np.nan); full[..., :K] = rng.uniform(-1, 1, (B, h, P, K))
         buf[5:] = full.ravel()
         return view
+    if layout == "aligned rows below a class row":   # CSKA-ViT's: rows of 16 bytes a multiple
+        ld = (K + 7) // 8 * 8
+        buf = np.full(B * h * (1 + P) * ld, np.nan)
+        full = np.full((B, h, 1 + P, ld), np.nan); full[..., 1:, :K] = rng.uniform(-1, 1, (B, h, P, K))
+        buf[:] = full.ravel()
+        return View(Mem("g", buf), ld, (B, h, P, K), (h * (1 + P) * ld, (1 + P) * ld, ld, 1))
     assert layout == "heads interleaved"   # [B, P, h, K] viewed as [B, h, P, K]
     buf = rng.uniform(-1, 1, B * P * h * K)
     return View(Mem("g", buf), 0, (B, h, P, K), (P * h * K, K, h * K, 1))
@@ -647,8 +660,9 @@ CASES = [  # B, h, H, W, K, d, k, bias
     (41, 1, 8, 8, 10, 16, 3, False),   # grad_w: 6 chunks of 448 rows, the last 384
     (40, 2, 8, 8, 65, 64, 3, True),    # the [cuda] test's case of several chunks
 ]
-LAYOUTS = ["contiguous", "padded rows", "heads interleaved"]
-LOGITS_LAYOUTS = ["below a class row", "own", "in wider rows"]   # CASES[0] is CSKA-ViT-S's
+LAYOUTS = ["aligned rows below a class row", "contiguous", "padded rows", "heads interleaved"]
+# CASES[0] is CSKA-ViT-S's, in the mixer's layouts.
+LOGITS_LAYOUTS = ["padded below a class row", "own", "in wider rows", "below a class row"]
 
 
 def main():

@@ -491,9 +491,10 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     a.oh = logits.stride(1);
     a.op = logits.stride(2);
     // A thread's keys 2t and 2t + 1 as one store where the rows, and so every even column, are
-    // 4-byte aligned: an even key count in contiguous logits (CSKAFormer's 784); CSKA-ViT-S's 65
-    // are stored key by key.
-    a.pairs = geo.keys % 2 == 0 && conv_logits_even_layout(logits);
+    // 4-byte aligned (the kernel stores an odd count's last key alone): an even key count in
+    // contiguous logits (CSKAFormer's 784), or rows padded to 16 bytes (CSKA-ViT-S's 65 keys in
+    // the mixer's logits, empty_aligned_rows).
+    a.pairs = conv_logits_even_layout(logits);
     Carver carve;
     carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2);
     carve.take(a.group * kKeys * ld16(a.d) * 2);

@@ -25,7 +25,8 @@ struct Case {
   bool misaligned = false;  // q's rows 4 elements off 16-byte alignment: element-wise staging
   // Where the logits are written: 0 a tensor of their own; 1 rows 1 to P of [B, h, 1 + P, K] (a
   // class row first, as CSKA-ViT's); 2 columns 0 to K - 1 of [B, h, P, K + 1] (an odd row stride
-  // for an even K: no paired stores).
+  // for an even K: no paired stores); 3 rows 1 to P of [B, h, 1 + P, K] in rows padded to 16
+  // bytes (CSKA-ViT's mixer, empty_aligned_rows: paired stores for an odd K too).
   int out_layout = 0;
 };
 
@@ -36,6 +37,7 @@ std::string describe(const Case& c) {
          std::to_string(c.k) + (c.bias ? ", bias" : "") + (c.misaligned ? ", misaligned q" : "") +
          (c.out_layout == 1   ? ", logits below a class row"
           : c.out_layout == 2 ? ", logits in a wider tensor's columns"
+          : c.out_layout == 3 ? ", logits below a class row in padded rows"
                               : "");
 }
 
@@ -88,14 +90,30 @@ void check_case(const Case& c, DType dt) {
     } else if (c.out_layout == 2) {
       whole = Tensor::full({c.batch, c.heads, positions, c.keys + 1}, NAN, dtype, device);
       view = whole.narrow(3, 0, c.keys);
+    } else if (c.out_layout == 3) {
+      const Tensor rows =
+          empty_aligned_rows({c.batch, c.heads, 1 + positions, c.keys}, dtype, device);
+      whole =
+          Tensor::make_view(rows.storage(), {c.batch, c.heads, 1 + positions, rows.stride(2)},
+                            contiguous_strides({c.batch, c.heads, 1 + positions, rows.stride(2)}),
+                            rows.offset(), dtype);
+      whole.fill_(NAN);
+      view = rows.narrow(2, 1, positions);
     }
     const Tensor logits = grid_conv_logits(q, w, b, c.height, c.width, view);
     sum(logits.to(DType::kF32) * weights.to(device)).backward();
     if (whole.defined()) {
       CHECK(logits.same_storage(whole));
-      const Tensor around = c.out_layout == 1 ? whole.narrow(2, 0, 1) : whole.narrow(3, c.keys, 1);
-      const std::vector<double> v = around.to(Device::cpu()).to(DType::kF64).to_vector<double>();
-      CHECK(std::all_of(v.begin(), v.end(), [](double e) { return std::isnan(e); }));
+      TensorList around;  // the class row, and the columns past the keys
+      if (c.out_layout != 2) around.push_back(whole.narrow(2, 0, 1));
+      if (c.out_layout != 1) {
+        around.push_back(whole.narrow(3, c.keys, whole.size(3) - c.keys)
+                             .narrow(2, c.out_layout == 3, positions));
+      }
+      for (const Tensor& t : around) {
+        const std::vector<double> v = t.to(Device::cpu()).to(DType::kF64).to_vector<double>();
+        CHECK(std::all_of(v.begin(), v.end(), [](double e) { return std::isnan(e); }));
+      }
     }
     TensorList out = {logits, p.grad().narrow(2, first, c.heads * c.d), w.grad()};
     if (b.defined()) out.push_back(b.grad());
@@ -120,6 +138,7 @@ TEST_CASE("cuda conv logits: the tensor-core kernels against the CPU twin", "[cu
   // writes them, below the class row.
   check_case({3, 8, 8, 8, 65, 64, 3, false}, DType::kBF16);
   check_case({3, 8, 8, 8, 65, 64, 3, false, false, 1}, DType::kBF16);
+  check_case({3, 8, 8, 8, 65, 64, 3, false, false, 3}, DType::kBF16);
   // CSKAFormer-S18's stage 2 (28x28 queries over 784 keys, head dim 16), with its bias; below a
   // row (even strides: paired stores) and in columns of a wider tensor (an odd row stride).
   check_case({2, 2, 28, 28, 784, 16, 3, true}, DType::kBF16);

@@ -224,6 +224,18 @@ TEST_CASE("cska under autocast: the logits stay 16-bit from their products to th
       }
     }
     CHECK(grid_row_copies == (direct ? 0 : 1));
+    // The fused op reads the logits in rows padded to 16 bytes (empty_aligned_rows: 65 keys in
+    // rows of 72), and its backward writes their gradient so.
+    for (const char* kernel : {"attention_forward", "attention_backward"}) {
+      INFO(kernel);
+      int64_t padded = 0;
+      for (const auto& c : calls) {
+        if (c.name == kernel &&
+            c.operands.find("[2, 4, 65, 65] bf16 (strided)") != std::string::npos)
+          padded += c.calls;
+      }
+      CHECK(padded == 1);
+    }
     // The values of the f32 mixer within bf16's tolerance, the temperature's gradient in f32.
     const Tensor reference = (*mixer)(x);
     test::require_close(y.to(DType::kF32), reference, test::tolerance_for(DType::kBF16), "output");

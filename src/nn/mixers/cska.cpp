@@ -111,10 +111,14 @@ Tensor Cska::mix(const Tensor& x, bool first_only) {
   // logits write the spatial rows there, and the cat copies the class row alone.
   const DType conv_dtype =
       autocast.enabled && q.dtype() == DType::kF32 ? autocast.dtype : q.dtype();
+  // Read by the fused op, its rows padded to 16 bytes (empty_aligned_rows), and so their
+  // gradient's: the conv logits' backward kernels stage those rows 16 bytes at a time.
   const bool unscaled = one_scale || conv_scale_->kind() == LogitScale::Kind::kNone;
   Tensor all;
   if (unscaled && cls.dtype() == conv_dtype) {
-    all = Tensor::empty({q.size(0), q.size(1), num_keys_, num_keys_}, conv_dtype, q.device());
+    const Shape shape{q.size(0), q.size(1), num_keys_, num_keys_};
+    all = attend_fuses(cls, v, spec) ? empty_aligned_rows(shape, conv_dtype, q.device())
+                                     : Tensor::empty(shape, conv_dtype, q.device());
   }
   const int64_t spatial_row = options_.authors_row_order ? 0 : 1;
   Tensor logits = spatial_logits(
