@@ -323,7 +323,7 @@ for stage in "${stages[@]}"; do
     for item in ${STALLS:-cifar10_vit_s:512}; do
       config=${item%%:*}
       stage_run "stalls_$config" 150 env BUILD_DIR="$build" OUT="$logs/stalls" \
-        KERNELS="${STALL_KERNELS:-mma_|wmma_|attention_|layer_norm}" \
+        MATCH="${STALL_KERNELS:-mma_|wmma_|attention_|layer_norm}" \
         VARIANTS="${STALL_VARIANTS-;--attention-registers capped;--attention-backward one_pass}" \
         scripts/gpu_stalls.sh "$item"
       [ $? = 125 ] && continue

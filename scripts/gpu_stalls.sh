@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Why the kernels of our training step take the time they take, from Nsight Compute: for the
-# kernels whose names match KERNELS (default: the fused attention's and the layer norms'), in one
+# kernels whose names match MATCH (default: the fused attention's and the layer norms'), in one
 # bf16 training step of each CONFIG[:BATCH], their registers, the blocks an SM holds and what
 # limits them, the warps per SM (theoretical and achieved), the issue rate, the tensor pipe's,
 # DRAM's and the SM's busy shares, and the warp stall reasons that make up the cycles between two
 # instructions (scripts/ncu_stalls.py explains the columns). Each VARIANTS entry is a run with
 # those benchmark flags, so that kernel choices can be compared side by side.
 # Usage: scripts/gpu_stalls.sh [CONFIG[:BATCH] ...]      default: cifar10_vit_s:512
-# Environment: BUILD_DIR (default build-gpu), KERNELS (an ncu kernel-name regex, default
+# Environment: BUILD_DIR (default build-gpu), MATCH (an ncu kernel-name regex, default
 # "mma_|wmma_|attention_|layer_norm"), VARIANTS (benchmark flag sets separated by ";", an empty
 # one for the defaults; default ";--attention-registers capped;--attention-backward one_pass"),
 # TOP (kernels listed, default 20), NCU (default ncu), OUT (logs, CSV and JSON; default
@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 build=${BUILD_DIR:-build-gpu}
-regex=${KERNELS:-mma_|wmma_|attention_|layer_norm}
+regex=${MATCH:-mma_|wmma_|attention_|layer_norm}
 variants=${VARIANTS-;--attention-registers capped;--attention-backward one_pass}
 top=${TOP:-20}
 ncu=${NCU:-ncu}
