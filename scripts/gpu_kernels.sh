@@ -71,7 +71,7 @@ for item in "$@"; do
        "$bench" "${common[@]}" --warmup 3 --iters "$iters" --capture-range \
        >"$logs/ncu_$config.out" 2>&1; then
     echo "gpu_kernels: ncu failed for $config:"
-    tail -5 "$logs/ncu_$config.out" "$logs/ncu_$config.csv" 2>/dev/null
+    for f in "$logs/ncu_$config.out" "$logs/ncu_$config.csv"; do [ -f "$f" ] && tail -5 "$f"; done
     status=1
     continue
   fi

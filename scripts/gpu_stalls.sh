@@ -48,24 +48,28 @@ for item in "$@"; do
         "$bench" --config "$config" --device cuda --precision bf16 --batch "$batch" \
         --mode train "${extra[@]}" --warmup 3 --iters 1 --capture-range >"$base.out" 2>&1
     }
-    # A metric this ncu does not know fails the whole run: the ones it names are dropped and the
-    # run repeated (three times at most), then the table's core metrics alone are tried.
+    # A metric this ncu does not know fails the whole run: the ones it names are left out and the
+    # run repeated (five times at most); a failure that names none leaves the table's core
+    # metrics (less those named) for a last try.
     metrics=$all_metrics
+    unknown_all=""
     ok=0
-    for attempt in 1 2 3 4; do
-      [ "$attempt" = 4 ] && metrics=$core_metrics
+    for attempt in 1 2 3 4 5 6; do
       if run_ncu "$metrics"; then ok=1; break; fi
       unknown=$(cat "$base.out" "$base.csv" 2>/dev/null | grep -i "failed to find metric" |
                 grep -o '[a-z0-9_]*__[A-Za-z0-9_.]*' | sort -u)
-      [ -n "$unknown" ] || metrics=$core_metrics
+      [ -n "$unknown" ] || { [ "$metrics" = "$core_metrics" ] && break; metrics=$core_metrics; }
       for m in $unknown; do
         echo "gpu_stalls: this ncu has no metric $m; leaving it out"
+        unknown_all+=" $m"
+      done
+      for m in $unknown_all; do
         metrics=$(tr ',' '\n' <<<"$metrics" | grep -vxF "$m" | paste -sd, -)
       done
     done
     if [ $ok = 0 ]; then
-      echo "gpu_stalls: ncu failed for $config ${flags}:"
-      tail -5 "$base.out" "$base.csv" 2>/dev/null
+      echo "gpu_stalls: ncu failed for $config${flags:+ $flags}:"
+      for f in "$base.out" "$base.csv"; do [ -f "$f" ] && tail -5 "$f"; done
       status=1
       continue
     fi
