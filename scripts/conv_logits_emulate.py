@@ -4,7 +4,10 @@
 Checks their index arithmetic without a GPU: the forward kernel, grad_q and grad_w (with the
 partial sums' kernel) are mirrored line by line, with the same names where the code allows. A
 warp's registers are numpy arrays over its 32 lanes and mma is computed from the PTX ISA's
-m16n8k16 fragment layouts (cuda/kernels/mma.cuh); `stage`, `neighbours` and `load_a_rows` keep
+m16n8k16 fragment layouts (cuda/kernels/mma.cuh), and ldmatrix from each lane's row address (the
+kernels' default fragment loads) as the ISA defines it; every case runs twice on the same
+operands, with ldmatrix and with the 32- and 16-bit loads (train.attention_loads: sync), which
+must give the same values to the bit; `stage`, `neighbours` and `load_a_rows` keep
 their row and column validity logic; the `active` flags, the `tiles` / `steps` bounds, the grid
 sizes, args_of and conv_logits_chunks (backend/conv_logits_geometry.h) are the host's. Memory is
 emulated as flat float64 arrays whose reads check their bounds: shared tiles start as NaN (a read
@@ -125,6 +128,36 @@ def load_b_cols(m, base, ld):   # b(k, n) = m[k][n]
     return load_pair2(m, p, p + ld), load_pair2(m, p + 8 * ld, p + 9 * ld)
 
 
+def load_a_trans(m, base, ld):   # a(r, c) = m[c][r]
+    p = base + 2 * T * ld + G
+    return [load_pair2(m, p, p + ld), load_pair2(m, p + 8, p + ld + 8),
+            load_pair2(m, p + 8 * ld, p + 9 * ld), load_pair2(m, p + 8 * ld + 8, p + 9 * ld + 8)]
+
+
+# ldmatrix.m8n8.b16 as the PTX ISA defines it: lanes 8j to 8j + 7 give the addresses of rows 0-7
+# of matrix j (8 elements, 16 bytes, 16-byte aligned: the tiles start 128 bytes apart); register
+# j of thread i holds row i // 4, columns 2 (i % 4) and + 1 of matrix j (with .trans, column
+# i // 4, rows 2 (i % 4) and + 1).
+def ldmatrix(m, addr, count, trans):
+    addr = np.asarray(addr, np.int64)
+    if (addr[:8 * count] % 8).any(): raise Mismatch("%s: ldmatrix row off 16 bytes" % m.name)
+    regs = []
+    for j in range(count):
+        mat = np.stack([m.read(addr[8 * j + r] + np.arange(8)) for r in range(8)])   # [row, col]
+        if trans: regs.append(np.stack([mat[2 * T, G], mat[2 * T + 1, G]], 1))
+        else: regs.append(np.stack([mat[G, 2 * T], mat[G, 2 * T + 1]], 1))
+    return regs
+
+
+def ldmatrix_x4(m, row): return ldmatrix(m, row, 4, False)   # mma.cuh: each lane names a row
+def load_b_rows_ldsm(m, base, ld):   # lanes 0-7 rows 0-7 at column 0, 8-15 at column 8
+    return tuple(ldmatrix(m, base + (L & 7) * ld + ((L >> 3) & 1) * 8, 2, False))
+def load_b_cols_ldsm(m, base, ld):   # lanes 0-15 rows 0-15, transposed
+    return tuple(ldmatrix(m, base + (L & 15) * ld, 2, True))
+def load_a_trans_ldsm(m, base, ld):
+    return ldmatrix(m, base + ((L & 7) + ((L >> 4) & 1) * 8) * ld + ((L >> 3) & 1) * 8, 4, True)
+
+
 # --- conv_logits.cu's device helpers ---
 
 def stage(tile, ld, rows, col0, cols, valid, row_of):
@@ -147,13 +180,36 @@ def load_a_rows(m, src, ok, col):
             load_pair_if(m, src[0] + col + 8, ok[0]), load_pair_if(m, src[1] + col + 8, ok[1])]
 
 
+def neighbour_row(p, p0, dy, dx, a):   # the staged row of p's neighbour, or -1
+    x = p % a.width + dx; s = p + dy * a.width + dx
+    ok = (p < a.positions) & (x >= 0) & (x < a.width) & (s >= 0) & (s < a.positions)
+    return np.where(ok, s - p0 + a.halo, -1)
+
+
 def neighbours(ld, pos, p0, dy, dx, a, t):   # src[r]: an offset into the tile
     src = [None, None]; ok = [None, None]
     for r in range(2):
-        p = pos[r]; x = p % a.width + dx; s = p + dy * a.width + dx
-        ok[r] = (p < a.positions) & (x >= 0) & (x < a.width) & (s >= 0) & (s < a.positions)
-        src[r] = (s - p0 + a.halo) * ld + 2 * t
+        row = neighbour_row(pos[r], p0, dy, dx, a)
+        ok[r] = row >= 0
+        src[r] = np.maximum(row, 0) * ld + 2 * t
     return src, ok
+
+
+def lane_neighbour(ld, first, p0, dy, dx, a):   # lane l's row for ldmatrix_x4, or -1
+    row = neighbour_row(first + L % 16, p0, dy, dx, a)
+    return np.where(row >= 0, row * ld + L // 16 * 8, -1)
+
+
+def load_a_neighbours(m, ldsm, mine, src, ok, zeros, col):
+    if ldsm: return ldmatrix_x4(m, np.where(mine >= 0, mine + col, zeros))
+    return load_a_rows(m, src, ok, col)
+
+
+def multiply_down(acc, fa, m, base, ldb, cols, kOut, ldsm):   # acc[n] += a b, B down the rows
+    for n in range(kOut):
+        if n * 8 >= cols: break
+        b0, b1 = (load_b_cols_ldsm if ldsm else load_b_cols)(m, base + n * 8, ldb)
+        acc[n] = mma(acc[n], fa, b0, b1)
 
 
 # --- Forward: a block per (image, 64 positions, 80 keys) and head ---
@@ -173,6 +229,8 @@ def forward_block(a, bx, by, smem_bytes):
     q_s = shared(carve, span * ld * 2, "q_s")
     w_s = shared(carve, a.group * kKeys * ld * 2, "w_s")
     assert carve.bytes <= smem_bytes
+    zeros = a.d   # ldmatrix's zero row: row 0's padding, which no stage writes
+    if a.ldsm: q_s.write(zeros + np.arange(8), np.zeros(8))
 
     qg = a.q + b * a.qb + h * a.qh
     def q_row(r):
@@ -197,12 +255,15 @@ def forward_block(a, bx, by, smem_bytes):
             if not active[warp]: continue
             for tap in range(tap0, tap0 + group):
                 wt_s = (tap - tap0) * kKeys * ld   # this tap's filters, [80 keys][d]
-                src, ok = neighbours(ld, pos[warp], p0, tap // a.k - a.radius, tap % a.k - a.radius, a, T)
+                dy = tap // a.k - a.radius; dx = tap % a.k - a.radius
+                src, ok = neighbours(ld, pos[warp], p0, dy, dx, a, T)
+                mine = lane_neighbour(ld, p0 + warp * kRows, p0, dy, dx, a)
                 for ks in range(a.d // 16):
-                    fa = load_a_rows(q_s, src, ok, ks * 16)
+                    fa = load_a_neighbours(q_s, a.ldsm, mine, src, ok, zeros, ks * 16)
                     for n in range(kKeyTiles):
                         if n >= tiles: break
-                        b0, b1 = load_b_rows(w_s, wt_s + n * 8 * ld + ks * 16, ld)
+                        b0, b1 = (load_b_rows_ldsm if a.ldsm else load_b_rows)(
+                            w_s, wt_s + n * 8 * ld + ks * 16, ld)
                         acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
     for warp in range(kWarps):
         if not active[warp]: continue   # return
@@ -247,6 +308,8 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
     g_s = shared(carve, span * ldg * 2, "g_s")
     w_s = shared(carve, a.group * kKeys * ldw * 2, "w_s")
     assert carve.bytes <= smem_bytes
+    zeros = kKeys   # row 0's padding, as the forward kernel's
+    if a.ldsm: g_s.write(zeros + np.arange(8), np.zeros(8))
 
     gg = a.g + b * a.gb + h * a.gh
     wh = a.w + h * a.taps * a.keys * a.d
@@ -273,14 +336,13 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
                 for tap in range(tap0, tap0 + group):
                     wt_s = (tap - tap0) * kKeys * ldw   # this tap's filters, [80 keys][d]
                     # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
-                    src, ok = neighbours(ldg, pos[warp], p0, a.radius - tap // a.k,
-                                         a.radius - tap % a.k, a, T)
+                    dy = a.radius - tap // a.k; dx = a.radius - tap % a.k
+                    src, ok = neighbours(ldg, pos[warp], p0, dy, dx, a, T)
+                    mine = lane_neighbour(ldg, p0 + warp * kRows, p0, dy, dx, a)
                     for ks in range(steps):
-                        fa = load_a_rows(g_s, src, ok, ks * 16)
-                        for n in range(kOut):
-                            if n * 8 >= a.d: break
-                            b0, b1 = load_b_cols(w_s, wt_s + ks * 16 * ldw + n * 8, ldw)
-                            acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
+                        fa = load_a_neighbours(g_s, a.ldsm, mine, src, ok, zeros, ks * 16)
+                        multiply_down(acc[warp], fa, w_s, wt_s + ks * 16 * ldw, ldw, a.d, kOut,
+                                      a.ldsm)
     for warp in range(kWarps):
         if not active[warp]: continue   # return
         out = a.out + b * a.ob + h * a.oh
@@ -348,17 +410,11 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
             steps = ((last - m0 if last - m0 < kTile else kTile) + 15) // 16
             for ks in range(steps):
                 # A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
-                col = (ks * 16 + 2 * T) * ldg + wkey[warp] + G
-                fa = [load_pair2(g_s, col, col + ldg),
-                      load_pair2(g_s, col + 8, col + ldg + 8),
-                      load_pair2(g_s, col + 8 * ldg, col + 9 * ldg),
-                      load_pair2(g_s, col + 8 * ldg + 8, col + 9 * ldg + 8)]
+                block = ks * 16 * ldg + wkey[warp]
+                fa = (load_a_trans_ldsm if a.ldsm else load_a_trans)(g_s, block, ldg)
                 if bias_sums: bias_acc[warp] = mma(bias_acc[warp], fa, ones, ones)
                 if a.partial is None: continue   # the bias gradient alone
-                for n in range(kOut):
-                    if n * 8 >= a.d: break
-                    b0, b1 = load_b_cols(q_s, ks * 16 * ldq + n * 8, ldq)
-                    acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
+                multiply_down(acc[warp], fa, q_s, ks * 16 * ldq, ldq, a.d, kOut, a.ldsm)
     for warp in range(kKeyWarps):
         if not active[warp]: continue   # return
         if bias_sums:   # t == 0: column 0 of the sums, keys g and g + 8
@@ -429,6 +485,7 @@ def args_of(geo, q, w):
     a.tiles = (a.positions + kTile - 1) // kTile
     a.key_chunks = (a.keys + kKeys - 1) // kKeys
     a.rows = geo.batch * a.positions
+    a.ldsm = geo.ldsm   # dispatch_loads: fragments by ldmatrix (attention_loads: async) or not
     return a
 
 
@@ -604,9 +661,9 @@ def written_once(name, mem):
                        (name, bad.size, sorted(set(mem.writes[bad].tolist())), bad[0]))
 
 
-def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection, logits_layout):
+def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection, logits_layout, ldsm):
     P = H * W
-    geo = SimpleNamespace(batch=B, heads=h, height=H, width=W, keys=K, d=d, kernel=k)
+    geo = SimpleNamespace(batch=B, heads=h, height=H, width=W, keys=K, d=d, kernel=k, ldsm=ldsm)
     # q: the first half of a [B, P, 2 h d] projection split into heads; the second half NaN.
     proj = np.full((B, P, 2 * h * d), np.nan)
     proj[..., :h * d] = rng.uniform(-1, 1, (B, P, h * d))
@@ -646,7 +703,7 @@ def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection, logits
         written_once("grad_bias alone", grad_bias_alone.mem)
         if np.abs(grad_bias_alone.dense() - ref[-1]).max() > 1e-12 * max(1.0, np.abs(ref[-1]).max()):
             raise Mismatch("grad_bias alone differs")
-    return errs, conv_logits_chunks(geo)
+    return errs, conv_logits_chunks(geo), [o.dense() for o in outs]
 
 
 CASES = [  # B, h, H, W, K, d, k, bias
@@ -666,29 +723,38 @@ LOGITS_LAYOUTS = ["padded below a class row", "own", "in wider rows", "below a c
 
 
 def main():
-    rng = np.random.default_rng(0)
     failed = 0; start = time.time()
-    for i, (B, h, H, W, K, d, k, use_bias) in enumerate(CASES):
+    # Each case twice on the same operands: fragments by ldmatrix, then by 32- and 16-bit loads;
+    # the same registers, so the same values to the bit.
+    runs = [(c, ldsm) for c in enumerate(CASES) for ldsm in (True, False)]
+    by_ldmatrix = {}
+    for (i, (B, h, H, W, K, d, k, use_bias)), ldsm in runs:
+        rng = np.random.default_rng(i)
         layout = LAYOUTS[i % len(LAYOUTS)]
         q_in_projection = i % 2 == 0   # grad_q into the projection's heads, or contiguous
         logits_layout = LOGITS_LAYOUTS[i % len(LOGITS_LAYOUTS)]
-        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, logits %s, g %s, grad_q %s" % (
+        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, logits %s, g %s, grad_q %s, %s" % (
             B, h, H, W, K, d, k, " bias" if use_bias else "", logits_layout, layout,
-            "in the projection" if q_in_projection else "contiguous")
+            "in the projection" if q_in_projection else "contiguous",
+            "ldmatrix" if ldsm else "32- and 16-bit loads")
         t0 = time.time()
         try:
-            errs, (chunks, chunk_rows) = run_case(rng, B, h, H, W, K, d, k, use_bias, layout,
-                                                  q_in_projection, logits_layout)
+            errs, (chunks, chunk_rows), outs = run_case(rng, B, h, H, W, K, d, k, use_bias, layout,
+                                                        q_in_projection, logits_layout, ldsm)
         except Mismatch as e:
             print("%s: FAIL %s" % (what, e)); failed += 1; continue
         ok = max(errs) < 1e-12
+        if ldsm:
+            by_ldmatrix[i] = outs
+        elif i in by_ldmatrix and not all(np.array_equal(x, y) for x, y in zip(outs, by_ldmatrix[i])):
+            print("%s: FAIL the outputs differ from ldmatrix's" % what); ok = False
         failed += not ok
         names = ["logits", "grad_q", "grad_w", "grad_bias"][:len(errs)]
         print("%s (grad_w %d chunk%s of %d rows): %s %s (%.1fs)" %
               (what, chunks, "s" if chunks > 1 else "", chunk_rows,
                " ".join("%s %.1e" % ne for ne in zip(names, errs)), "ok" if ok else "FAIL",
                time.time() - t0))
-    print("%d of %d cases pass (%.1fs)" % (len(CASES) - failed, len(CASES), time.time() - start))
+    print("%d of %d cases pass (%.1fs)" % (len(runs) - failed, len(runs), time.time() - start))
     return 1 if failed else 0
 
 

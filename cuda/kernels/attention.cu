@@ -741,6 +741,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   });
 }
 
+namespace attn {
+bool async_loads_enabled() { return g_async_loads.load(std::memory_order_relaxed); }
+}  // namespace attn
+
 }  // namespace ska::cuda
 
 namespace ska {

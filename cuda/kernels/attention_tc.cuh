@@ -234,6 +234,11 @@ void tc_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream);
 template <typename T>
 void tc_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream);
 
+// Whether the tensor-core kernels fill their tiles by cp.async and read fragments by ldmatrix
+// (set_cuda_attention_async_loads, train.attention_loads): the attention kernels and CSKA's
+// convolutional logits (conv_logits.cu) read it at each launch.
+bool async_loads_enabled();
+
 // The mma.sync kernels of attention_mma.cu: the problems tc_supported accepts, with the softmax
 // on the accumulators in registers. Taken instead of tc_forward / tc_backward while
 // set_cuda_attention_mma is on (mma_enabled).

@@ -24,10 +24,19 @@
 // the rows, stages 64 rows of the gradient and the shifted queries at a time, and writes its
 // partial sums; a second kernel adds the chunks' partials in order. No atomics: the same bits
 // on every run.
+// Fragments come from the shared tiles by ldmatrix (attn::async_loads_enabled, the default): B
+// by ldmatrix.x2 (.trans where the contraction runs down a tile's rows), grad_w's A by
+// ldmatrix.x4.trans, and the forward's and grad_q's A, whose 16 rows are the warp's positions'
+// neighbours at a tap, by ldmatrix.x4 from the row each lane names (a zero row, in row 0's
+// padding, for neighbours off the grid): about one shared-load instruction a mma.sync, where the
+// 32- and 16-bit loads (train.attention_loads: sync) took 2.4 (forward) and 4.5 (grad_q,
+// grad_w). The same registers either way, so the same bits.
 //
-// Status: written and checked on the CPU by scripts/conv_logits_emulate.py (the kernels' index
-// arithmetic lane by lane); [cuda] tests against the CPU twin in tests/cuda/test_conv_logits.cpp.
-// Not yet run on a GPU, so not the default (train.conv_logits: direct).
+// Status: checked on the CPU by scripts/conv_logits_emulate.py (the kernels' index arithmetic
+// lane by lane, both fragment loads); [cuda] tests against the CPU twin in
+// tests/cuda/test_conv_logits.cpp, which passed on an H200 (2026-11-28) before the ldmatrix
+// fragments and the padded rows (not yet run on a GPU since). train.conv_logits: auto times this
+// form against the convolution and the GEMM per shape and takes the fastest.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -48,14 +57,12 @@ namespace {
 
 using attn::Carver;
 using attn::ld16;
-using attn::load_b_cols;
-using attn::load_b_rows;
 using attn::load_pair;
 using attn::mma;
 
-constexpr int kRows = 16;              // rows a warp owns: the m of m16n8k16
-constexpr int kWarps = 4;              // warps a block
-constexpr int kTile = kRows * kWarps;  // positions a block (forward, grad_q)
+constexpr int kRows = 16;               // rows a warp owns: the m of m16n8k16
+constexpr int kWarps = 4;               // warps a block
+constexpr int kTile = kRows * kWarps;   // positions a block (forward, grad_q)
 constexpr int kKeys = kConvLogitsKeys;  // keys a block or chunk: 10 tiles of 8 (65 keys: one)
 constexpr int kKeyTiles = kKeys / 8;
 constexpr int kKeyWarps = kKeys / kRows;  // grad_w's warps: 16 keys each
@@ -68,10 +75,10 @@ struct Args {
   const T* bias;  // [heads, keys], or null
   const T* g;     // dL[b, h, p, j] at g + b * gb + h * gh + p * gp + j
   int64_t gb, gh, gp;
-  T* out;              // logits [B, heads, P, keys] or grad_q [B, heads, P, d]: element [b, h, p, c]
-  int64_t ob, oh, op;  // at out + b * ob + h * oh + p * op + c (grad_q: even strides)
-  bool pairs;          // forward: a thread's two neighbouring keys are one aligned 32-bit store
-  float* partial;  // grad_w's partial sums [heads * taps, chunks, keys * d], or null
+  T* out;  // logits [B, heads, P, keys] or grad_q [B, heads, P, d]: element [b, h, p, c]
+  int64_t ob, oh, op;   // at out + b * ob + h * oh + p * op + c (grad_q: even strides)
+  bool pairs;           // forward: a thread's two neighbouring keys are one aligned 32-bit store
+  float* partial;       // grad_w's partial sums [heads * taps, chunks, keys * d], or null
   float* bias_partial;  // the bias gradient's partial sums [heads, chunks, keys], or null
   int heads, height, width, positions, keys, d, k, taps, radius, halo;
   int group;       // taps whose filters are staged at once (conv_logits_tap_group)
@@ -131,36 +138,74 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[4], const T* const (&s
 }
 
 // acc[n] += a b over the 16 rows of `b` (row stride ldb) for the 8-wide column tiles n of its
-// `cols` columns: B read down the tile's rows (grad_q: the filters; grad_w: the queries).
-template <typename T, int kN>
+// `cols` columns: B read down the tile's rows (grad_q: the filters; grad_w: the queries), by
+// ldmatrix.x2.trans (kLdsm) or by four 16-bit loads (the same registers).
+template <bool kLdsm, typename T, int kN>
 __device__ __forceinline__ void multiply_down(float (&acc)[kN][4], const uint32_t (&a)[4],
                                               const T* b, int ldb, int cols, int lane) {
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
     if (n * 8 >= cols) break;
     uint32_t b0, b1;
-    load_b_cols(b0, b1, b + n * 8, ldb, lane);
+    if constexpr (kLdsm) {
+      attn::load_b_cols_ldsm(b0, b1, b + n * 8, ldb, lane);
+    } else {
+      attn::load_b_cols(b0, b1, b + n * 8, ldb, lane);
+    }
     mma<T>(acc[n], a, b0, b1);
   }
 }
 
+// The row of a tile staged from position p0 - halo that holds position p's neighbour at offset
+// (dy, dx) on the grid, or -1 where the neighbour is off the grid (or p not a position at all).
+template <typename T>
+__device__ __forceinline__ int neighbour_row(int p, int p0, int dy, int dx, const Args<T>& a) {
+  const int x = p % a.width + dx, s = p + dy * a.width + dx;
+  const bool ok = p < a.positions && x >= 0 && x < a.width && s >= 0 && s < a.positions;
+  return ok ? s - p0 + a.halo : -1;
+}
+
 // Where a thread's two rows (positions p0 + warp * 16 + g and + 8) find their neighbour at
-// offset (dy, dx) from the grid position, for a tile staged from position p0 - halo: the staged
-// row and whether the neighbour is on the grid (and the row a position at all).
+// offset (dy, dx): the staged row, offset to the thread's column pair 2t, and whether it is one.
 template <typename T>
 __device__ __forceinline__ void neighbours(const T* (&src)[2], bool (&ok)[2], const T* tile, int ld,
                                            const int (&pos)[2], int p0, int dy, int dx,
                                            const Args<T>& a, int t) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int p = pos[r], x = p % a.width + dx, s = p + dy * a.width + dx;
-    ok[r] = p < a.positions && x >= 0 && x < a.width && s >= 0 && s < a.positions;
-    src[r] = tile + (s - p0 + a.halo) * ld + 2 * t;
+    const int row = neighbour_row(pos[r], p0, dy, dx, a);
+    ok[r] = row >= 0;
+    src[r] = tile + max(row, 0) * ld + 2 * t;
+  }
+}
+
+// The row lane l names to ldmatrix_x4 for the A fragment of the warp's 16 positions (first
+// position `first`) at offset (dy, dx): row l % 16's neighbour, column 8 (l / 16), or null where
+// it is off the grid (the lane then names the tile's zero row).
+template <typename T>
+__device__ __forceinline__ const T* lane_neighbour(const T* tile, int ld, int first, int p0, int dy,
+                                                   int dx, const Args<T>& a, int lane) {
+  const int row = neighbour_row(first + lane % 16, p0, dy, dx, a);
+  return row >= 0 ? tile + row * ld + lane / 16 * 8 : nullptr;
+}
+
+// The A fragment of the warp's 16 neighbours at columns [col, col + 16): by one ldmatrix.x4 from
+// the rows lane_neighbour named (`zeros`, 16 zero bytes, for those off the grid) with kLdsm, else
+// by 32-bit loads (load_a_rows; the same registers).
+template <bool kLdsm, typename T>
+__device__ __forceinline__ void load_a_neighbours(uint32_t (&fa)[4], const T* mine,
+                                                  const T* const (&src)[2], const bool (&ok)[2],
+                                                  const T* zeros, int col) {
+  if constexpr (kLdsm) {
+    attn::ldmatrix_x4(fa, mine != nullptr ? mine + col : zeros);
+  } else {
+    load_a_rows(fa, src, ok, col);
   }
 }
 
 // --- Forward: a block per (image, 64 positions, 80 keys) and head ---
-template <typename T>
+// kLdsm (attn::async_loads_enabled): the fragments by ldmatrix, else by 32-bit loads.
+template <typename T, bool kLdsm>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -171,6 +216,9 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   Carver carve;
   T* q_s = reinterpret_cast<T*>(smem + carve.take(span * ld * 2));
   T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
+  // ldmatrix's zero row for neighbours off the grid: row 0's padding, which no stage writes.
+  T* zeros = q_s + a.d;
+  if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
   const T* qg = a.q + b * a.qb + h * a.qh;
   stage(q_s, ld, span, 0, a.d, a.d, [&](int r) -> const T* {
@@ -193,17 +241,23 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     if (!active) continue;
     for (int tap = tap0; tap < tap0 + group; ++tap) {
       const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [80 keys][d]
+      const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
       const T* src[2];
       bool ok[2];
-      neighbours(src, ok, q_s, ld, pos, p0, tap / a.k - a.radius, tap % a.k - a.radius, a, t);
+      neighbours(src, ok, q_s, ld, pos, p0, dy, dx, a, t);
+      const T* mine = lane_neighbour(q_s, ld, p0 + warp * kRows, p0, dy, dx, a, lane);
       for (int ks = 0; ks < a.d / 16; ++ks) {
         uint32_t fa[4];
-        load_a_rows(fa, src, ok, ks * 16);
+        load_a_neighbours<kLdsm>(fa, mine, src, ok, zeros, ks * 16);
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n) {
           if (n >= tiles) break;
-          uint32_t b0, b1;
-          load_b_rows(b0, b1, wt_s + n * 8 * ld + ks * 16, ld, lane);  // b(c, j) = w[j][c]
+          uint32_t b0, b1;  // b(c, j) = w[j][c]
+          if constexpr (kLdsm) {
+            attn::load_b_rows_ldsm(b0, b1, wt_s + n * 8 * ld + ks * 16, ld, lane);
+          } else {
+            attn::load_b_rows(b0, b1, wt_s + n * 8 * ld + ks * 16, ld, lane);
+          }
           mma<T>(acc[n], fa, b0, b1);
         }
       }
@@ -239,7 +293,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
 
 // --- grad_q: a block per (image, 64 positions) and head, walking the keys 80 at a time ---
 //   dq[s, c] = sum over taps and keys j of dL[s - off, j] w[tap, j, c]
-template <typename T, int kD>
+template <typename T, int kD, bool kLdsm>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T> a) {
   constexpr int kOut = kD / 8;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -251,6 +305,8 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   Carver carve;
   T* g_s = reinterpret_cast<T*>(smem + carve.take(span * ldg * 2));
   T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
+  T* zeros = g_s + kKeys;  // row 0's padding, as the forward kernel's
+  if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
   const T* gg = a.g + b * a.gb + h * a.gh;
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
@@ -276,13 +332,15 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
       for (int tap = tap0; tap < tap0 + group; ++tap) {
         const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [80 keys][d]
         // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
+        const int dy = a.radius - tap / a.k, dx = a.radius - tap % a.k;
         const T* src[2];
         bool ok[2];
-        neighbours(src, ok, g_s, ldg, pos, p0, a.radius - tap / a.k, a.radius - tap % a.k, a, t);
+        neighbours(src, ok, g_s, ldg, pos, p0, dy, dx, a, t);
+        const T* mine = lane_neighbour(g_s, ldg, p0 + warp * kRows, p0, dy, dx, a, lane);
         for (int ks = 0; ks < steps; ++ks) {
           uint32_t fa[4];
-          load_a_rows(fa, src, ok, ks * 16);
-          multiply_down(acc, fa, wt_s + ks * 16 * ldw, ldw, a.d, lane);  // b(j, c) = w[j][c]
+          load_a_neighbours<kLdsm>(fa, mine, src, ok, zeros, ks * 16);
+          multiply_down<kLdsm>(acc, fa, wt_s + ks * 16 * ldw, ldw, a.d, lane);  // b(j, c) = w[j][c]
         }
       }
     }
@@ -306,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
 // The taps vary fastest across blocks: the k*k blocks that read the same rows of the gradient run
 // side by side, so those rows come from L2 rather than once a tap from memory.
 //   dw[tap, j, c] = sum over the batch's positions p of dL[p, j] q[p + off, c]
-template <typename T, int kD>
+template <typename T, int kD, bool kLdsm>
 __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args<T> a) {
   constexpr int kOut = kD / 8;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -357,15 +415,16 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
     const int steps = static_cast<int>(((last - m0 < kTile ? last - m0 : kTile) + 15) / 16);
     for (int ks = 0; ks < steps; ++ks) {
       // A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
-      const T* col = g_s + (ks * 16 + 2 * t) * ldg + wkey + g;
+      const T* block = g_s + ks * 16 * ldg + wkey;
       uint32_t fa[4];
-      fa[0] = load_pair(col, col + ldg);
-      fa[1] = load_pair(col + 8, col + ldg + 8);
-      fa[2] = load_pair(col + 8 * ldg, col + 9 * ldg);
-      fa[3] = load_pair(col + 8 * ldg + 8, col + 9 * ldg + 8);
+      if constexpr (kLdsm) {
+        attn::load_a_trans_ldsm(fa, block, ldg, lane);
+      } else {
+        attn::load_a_trans(fa, block, ldg, lane);
+      }
       if (bias_sums) mma<T>(bias_acc, fa, ones, ones);
       if (a.partial == nullptr) continue;  // the bias gradient alone
-      multiply_down(acc, fa, q_s + ks * 16 * ldq, ldq, a.d, lane);  // b(m, c) = q_s[m][c]
+      multiply_down<kLdsm>(acc, fa, q_s + ks * 16 * ldq, ldq, a.d, lane);  // b(m, c) = q_s[m][c]
     }
   }
   if (!active) return;
@@ -460,6 +519,17 @@ void check_supported(const char* kernel, int device, const ConvLogitsGeometry& g
             " and tiles that fit in shared memory");
 }
 
+// Calls f with std::true_type where the kernels read their fragments by ldmatrix
+// (attn::async_loads_enabled, train.attention_loads: async), std::false_type otherwise.
+template <typename F>
+void dispatch_loads(F&& f) {
+  if (attn::async_loads_enabled()) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 int grid_dim(const char* kernel, int64_t n) {
   SKA_CHECK(n >= 1 && n <= INT_MAX, ShapeError, kernel, ": ", n, " blocks: too many");
   return static_cast<int>(n);
@@ -476,8 +546,7 @@ unsigned grid_yz(const char* kernel, const char* what, int64_t n) {
 void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
                          int64_t width, const Tensor& logits) {
   const char* kKernel = "conv_logits_forward";
-  const ConvLogitsGeometry geo =
-      conv_logits_geometry(kKernel, q, w, bias, height, width, logits);
+  const ConvLogitsGeometry geo = conv_logits_geometry(kKernel, q, w, bias, height, width, logits);
   if (geo.batch == 0 || geo.heads == 0 || geo.keys == 0) return;
   const int device = device_index(q);
   DeviceGuard guard(device);
@@ -500,8 +569,10 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     carve.take(a.group * kKeys * ld16(a.d) * 2);
     const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles * a.key_chunks),
                     grid_yz(kKernel, "heads", geo.heads));
-    attn::launch(conv_logits_forward_kernel<T>, grid, kWarps, carve.bytes, current_stream(device),
-                 a);
+    dispatch_loads([&](auto ldsm) {
+      attn::launch(conv_logits_forward_kernel<T, decltype(ldsm)::value>, grid, kWarps, carve.bytes,
+                   current_stream(device), a);
+    });
   });
 }
 
@@ -509,8 +580,8 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
                           int64_t width, const Tensor& grad_q, const Tensor& grad_w,
                           const Tensor& grad_bias) {
   const char* kKernel = "conv_logits_backward";
-  const ConvLogitsGeometry geo = conv_logits_geometry(kKernel, q, w, Tensor(), height, width, grad,
-                                                      grad_q, grad_w, grad_bias);
+  const ConvLogitsGeometry geo =
+      conv_logits_geometry(kKernel, q, w, Tensor(), height, width, grad, grad_q, grad_w, grad_bias);
   const int device = device_index(q);
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
@@ -533,53 +604,58 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
     a.gh = grad.stride(1);
     a.gp = grad.stride(2);
     attn::dispatch_head_dim(static_cast<int>(geo.d), static_cast<int>(geo.d), [&](auto head) {
-      constexpr int kD = decltype(head)::value;
-      if (grad_q.defined()) {
-        Args<T> qa = a;
-        qa.out = static_cast<T*>(grad_q.data_ptr());
-        qa.ob = grad_q.stride(0);
-        qa.oh = grad_q.stride(1);
-        qa.op = grad_q.stride(2);
-        Carver carve;
-        carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
-        carve.take(a.group * kKeys * ld16(a.d) * 2);
-        const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles),
-                        grid_yz(kKernel, "heads", geo.heads));
-        attn::launch(conv_logits_grad_q_kernel<T, kD>, grid, kWarps, carve.bytes, stream, qa);
-      }
-      // grad_w and the bias gradient: one launch (the bias alone still runs every tap's blocks,
-      // the centre tap's summing; frozen filters with a trained bias are rare).
-      if (grad_w.defined() || grad_bias.defined()) {
-        Args<T> wa = a;
-        const ConvLogitsChunks split = conv_logits_chunks(geo);
-        wa.chunks = static_cast<int>(split.chunks);
-        wa.chunk_rows = split.chunk_rows;
-        const int64_t per = geo.keys * geo.d, slices = geo.heads * a.taps;
-        const int64_t w_floats = grad_w.defined() ? slices * split.chunks * per : 0;
-        const int64_t b_floats = grad_bias.defined() ? geo.heads * split.chunks * geo.keys : 0;
-        const Tensor ws = workspace(device, (w_floats + b_floats) * sizeof(float));
-        float* floats = static_cast<float*>(ws.data_ptr());
-        wa.partial = grad_w.defined() ? floats : nullptr;
-        wa.bias_partial = grad_bias.defined() ? floats + w_floats : nullptr;
-        Carver carve;
-        carve.take(kTile * ld16(kKeys) * 2);
-        carve.take(kTile * ld16(a.d) * 2);
-        const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
-                        grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
-                        grid_yz(kKernel, "heads", geo.heads));
-        attn::launch(conv_logits_grad_w_kernel<T, kD>, grid, kKeyWarps, carve.bytes, stream, wa);
-        if (grad_w.defined()) {
-          conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
-              wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
-          SKA_CUDA_CHECK_LAUNCH();
+      dispatch_loads([&](auto ldsm) {
+        constexpr int kD = decltype(head)::value;
+        constexpr bool kLdsm = decltype(ldsm)::value;
+        if (grad_q.defined()) {
+          Args<T> qa = a;
+          qa.out = static_cast<T*>(grad_q.data_ptr());
+          qa.ob = grad_q.stride(0);
+          qa.oh = grad_q.stride(1);
+          qa.op = grad_q.stride(2);
+          Carver carve;
+          carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
+          carve.take(a.group * kKeys * ld16(a.d) * 2);
+          const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles),
+                          grid_yz(kKernel, "heads", geo.heads));
+          attn::launch(conv_logits_grad_q_kernel<T, kD, kLdsm>, grid, kWarps, carve.bytes, stream,
+                       qa);
         }
-        if (grad_bias.defined()) {
-          conv_logits_sum_partials_kernel<T><<<grid_for(geo.heads * geo.keys), 256, 0, stream>>>(
-              wa.bias_partial, wa.chunks, geo.keys, geo.heads * geo.keys,
-              static_cast<T*>(grad_bias.data_ptr()));
-          SKA_CUDA_CHECK_LAUNCH();
+        // grad_w and the bias gradient: one launch (the bias alone still runs every tap's blocks,
+        // the centre tap's summing; frozen filters with a trained bias are rare).
+        if (grad_w.defined() || grad_bias.defined()) {
+          Args<T> wa = a;
+          const ConvLogitsChunks split = conv_logits_chunks(geo);
+          wa.chunks = static_cast<int>(split.chunks);
+          wa.chunk_rows = split.chunk_rows;
+          const int64_t per = geo.keys * geo.d, slices = geo.heads * a.taps;
+          const int64_t w_floats = grad_w.defined() ? slices * split.chunks * per : 0;
+          const int64_t b_floats = grad_bias.defined() ? geo.heads * split.chunks * geo.keys : 0;
+          const Tensor ws = workspace(device, (w_floats + b_floats) * sizeof(float));
+          float* floats = static_cast<float*>(ws.data_ptr());
+          wa.partial = grad_w.defined() ? floats : nullptr;
+          wa.bias_partial = grad_bias.defined() ? floats + w_floats : nullptr;
+          Carver carve;
+          carve.take(kTile * ld16(kKeys) * 2);
+          carve.take(kTile * ld16(a.d) * 2);
+          const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
+                          grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
+                          grid_yz(kKernel, "heads", geo.heads));
+          attn::launch(conv_logits_grad_w_kernel<T, kD, kLdsm>, grid, kKeyWarps, carve.bytes,
+                       stream, wa);
+          if (grad_w.defined()) {
+            conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
+                wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
+            SKA_CUDA_CHECK_LAUNCH();
+          }
+          if (grad_bias.defined()) {
+            conv_logits_sum_partials_kernel<T><<<grid_for(geo.heads * geo.keys), 256, 0, stream>>>(
+                wa.bias_partial, wa.chunks, geo.keys, geo.heads * geo.keys,
+                static_cast<T*>(grad_bias.data_ptr()));
+            SKA_CUDA_CHECK_LAUNCH();
+          }
         }
-      }
+      });
     });
   });
 }

@@ -121,6 +121,29 @@ __device__ __forceinline__ void load_a_ldsm(uint32_t (&a)[4], const T* m, int ld
 #endif
 }
 
+// ldmatrix.x4 from the row each lane names (sm_75 and newer; shared memory, 16-byte aligned):
+// lanes 8j to 8j + 7 give the addresses of rows 0-7 of matrix j (8 elements each, any rows, the
+// same one more than once), and thread i receives row i / 4, columns 2 (i % 4) and + 1 of matrix j
+// in register j. For a warp whose 16 A rows lie anywhere in a tile (CSKA's shifted neighbours,
+// zero rows among them): lane l names row l % 16 at column 8 (l / 16), and the registers are
+// load_a's. Before sm_75, the rows' addresses by shuffles and 32-bit loads (the same registers).
+template <typename T>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const T* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(shared_address(row)));
+#else
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const auto at = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(row),
+                                8 * j + (lane >> 2));
+    a[j] = load_pair(reinterpret_cast<const T*>(at) + 2 * (lane & 3));
+  }
+#endif
+}
+
 // load_a_trans by one ldmatrix.x4.trans (sm_75 and newer; `m` in shared memory, rows 16-byte
 // aligned): lanes 0-7 address rows 0-7 of m at column 0 (a[0]), 8-15 the same rows at column 8
 // (a[1]), 16-23 rows 8-15 at column 0 (a[2]), 24-31 rows 8-15 at column 8 (a[3]); transposed as

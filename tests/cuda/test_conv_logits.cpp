@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/conv_logits_geometry.h"
+#include "backend/device_runtime.h"
 #include "nn/mixers/attention_core.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
@@ -186,6 +188,43 @@ TEST_CASE("cuda conv logits: the kernels repeat their results bit for bit", "[cu
     r = logits_and_grads(q, w, b, c, weights);
   }
   for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::bitwise_equal(runs[0][i], runs[1][i]));
+}
+
+TEST_CASE("cuda conv logits: fragments by 16- and 32-bit loads give ldmatrix's bits", "[cuda]") {
+  if (!test::cuda_available_or_skip()) return;
+  // The kernels read their mma.sync fragments by ldmatrix (the neighbours' A rows named lane by
+  // lane, a zero row for those off the grid), or with train.attention_loads: sync by 32- and
+  // 16-bit shared loads: the same registers, so the same bits. CSKA-ViT-S's shape, CSKAFormer's
+  // stage 2 (several key chunks), a non-square grid in f16 and 5x5 filters at head dim 128.
+  for (const auto& [c, dt] : {std::pair{Case{3, 8, 8, 8, 65, 64, 3, true}, DType::kBF16},
+                              std::pair{Case{2, 2, 28, 28, 784, 16, 3, true}, DType::kBF16},
+                              std::pair{Case{2, 2, 5, 9, 13, 48, 3, true}, DType::kF16},
+                              std::pair{Case{1, 2, 14, 14, 70, 128, 5, false}, DType::kBF16}}) {
+    INFO(describe(c) << ", " << dtype_name(dt));
+    const int64_t positions = c.height * c.width;
+    const Tensor weights = test::uniform({c.batch, c.heads, positions, c.keys}, 4).to(kGpu);
+    const auto run = [&, c = c, dt = dt] {
+      const Tensor q =
+          test::uniform({c.batch, c.heads, positions, c.d}, 1).to(kGpu, dt).set_requires_grad(true);
+      const Tensor w = test::uniform({c.heads, c.k * c.k, c.keys, c.d}, 2, -0.2, 0.2)
+                           .to(kGpu, dt)
+                           .set_requires_grad(true);
+      const Tensor b =
+          c.bias ? test::uniform({c.heads, c.keys}, 3).to(kGpu, dt).set_requires_grad(true)
+                 : Tensor();
+      return logits_and_grads(q, w, b, c, weights);
+    };
+    const TensorList by_ldmatrix = run();
+    const bool previous = set_cuda_attention_async_loads(false);
+    const TensorList by_loads = run();
+    set_cuda_attention_async_loads(previous);
+    CHECK(previous);  // ldmatrix is the default
+    REQUIRE(by_loads.size() == by_ldmatrix.size());
+    for (size_t i = 0; i < by_loads.size(); ++i) {
+      INFO("result " << i << " (logits, q grad, w grad, bias grad)");
+      CHECK(test::bitwise_equal(by_loads[i], by_ldmatrix[i]));
+    }
+  }
 }
 
 TEST_CASE("cuda conv logits: the direct form equals the convolution under bf16 autocast",
