@@ -138,18 +138,20 @@ def load_a_trans(m, base, ld):   # a(r, c) = m[c][r]
 # of matrix j (8 elements, 16 bytes, 16-byte aligned: the tiles start 128 bytes apart); register
 # j of thread i holds row i // 4, columns 2 (i % 4) and + 1 of matrix j (with .trans, column
 # i // 4, rows 2 (i % 4) and + 1).
-def ldmatrix(m, addr, count, trans):
-    addr = np.asarray(addr, np.int64)
-    if (addr[:8 * count] % 8).any(): raise Mismatch("%s: ldmatrix row off 16 bytes" % m.name)
+def ldmatrix(m, addr, count, trans, row_of=None):
+    """row_of(lane) -> (memory, address): the row lane l names when it is not addr[l] in m (the
+    zero row of another tile: the kernels' shared memory is one space)."""
+    rows = [row_of(l) if row_of else (m, int(addr[l])) for l in range(8 * count)]
+    if any(at % 8 for _, at in rows): raise Mismatch("%s: ldmatrix row off 16 bytes" % m.name)
     regs = []
     for j in range(count):
-        mat = np.stack([m.read(addr[8 * j + r] + np.arange(8)) for r in range(8)])   # [row, col]
+        mat = np.stack([mem.read(at + np.arange(8)) for mem, at in rows[8 * j:8 * j + 8]])   # [row, col]
         if trans: regs.append(np.stack([mat[2 * T, G], mat[2 * T + 1, G]], 1))
         else: regs.append(np.stack([mat[G, 2 * T], mat[G, 2 * T + 1]], 1))
     return regs
 
 
-def ldmatrix_x4(m, row): return ldmatrix(m, row, 4, False)   # mma.cuh: each lane names a row
+def ldmatrix_x4(m, row, row_of=None): return ldmatrix(m, row, 4, False, row_of)   # each lane names a row
 def load_b_rows_ldsm(m, base, ld):   # lanes 0-7 rows 0-7 at column 0, 8-15 at column 8
     return tuple(ldmatrix(m, base + (L & 7) * ld + ((L >> 3) & 1) * 8, 2, False))
 def load_b_cols_ldsm(m, base, ld):   # lanes 0-15 rows 0-15, transposed
@@ -200,8 +202,9 @@ def lane_neighbour(ld, first, p0, dy, dx, a):   # lane l's row for ldmatrix_x4, 
     return np.where(row >= 0, row * ld + L // 16 * 8, -1)
 
 
-def load_a_neighbours(m, ldsm, mine, src, ok, zeros, col):
-    if ldsm: return ldmatrix_x4(m, np.where(mine >= 0, mine + col, zeros))
+def load_a_neighbours(m, ldsm, mine, src, ok, zero_mem, zeros, col):
+    if ldsm:   # the lanes off the grid name the zero row (in the first tile)
+        return ldmatrix_x4(m, None, lambda l: (m, mine[l] + col) if mine[l] >= 0 else (zero_mem, zeros))
     return load_a_rows(m, src, ok, col)
 
 
@@ -212,38 +215,53 @@ def multiply_down(acc, fa, m, base, ldb, cols, kOut, ldsm):   # acc[n] += a b, B
         acc[n] = mma(acc[n], fa, b0, b1)
 
 
-# --- Forward: a block per (image, 64 positions, 80 keys) and head ---
+# --- Forward: a block per (kPer tiles of 64 positions, 80 keys) and head ---
 
-def conv_logits_forward_kernel(a, grid, smem_bytes):
+def conv_logits_forward_kernel(kPer, a, grid, smem_bytes):
     for by in range(grid[1]):
         for bx in range(grid[0]):
-            forward_block(a, bx, by, smem_bytes)
+            forward_block(kPer, a, bx, by, smem_bytes)
 
 
-def forward_block(a, bx, by, smem_bytes):
-    chunk = bx % a.key_chunks; tile = bx // a.key_chunks % a.tiles
-    b = bx // a.key_chunks // a.tiles
-    h = by; p0 = tile * kTile; key0 = chunk * kKeys
+def block_tiles(kPer, a, unit0):
+    """The block's tiles u: image, first position, its warps' rows, and whether each is staged
+    (a unit of the batch) and each warp active."""
+    tiles = []
+    for u in range(kPer):
+        unit = unit0 + u
+        b = unit // a.tiles
+        p0 = (unit - b * a.tiles) * kTile
+        pos = [[p0 + warp * kRows + G, p0 + warp * kRows + G + 8] for warp in range(kWarps)]
+        staged = unit < a.units
+        active = [staged and p0 + warp * kRows < a.positions for warp in range(kWarps)]
+        tiles.append(SimpleNamespace(b=b, p0=p0, pos=pos, staged=staged, active=active))
+    return tiles
+
+
+def forward_block(kPer, a, bx, by, smem_bytes):
+    chunk = bx % a.key_chunks; unit0 = bx // a.key_chunks * kPer
+    h = by; key0 = chunk * kKeys
     ld = ld16(a.d); span = kTile + 2 * a.halo
     carve = Carver()
-    q_s = shared(carve, span * ld * 2, "q_s")
+    q_s = [shared(carve, span * ld * 2, "q_s[%d]" % u) for u in range(kPer)]
     w_s = shared(carve, a.group * kKeys * ld * 2, "w_s")
-    assert carve.bytes <= smem_bytes
-    zeros = a.d   # ldmatrix's zero row: row 0's padding, which no stage writes
-    if a.ldsm: q_s.write(zeros + np.arange(8), np.zeros(8))
+    assert carve.bytes == smem_bytes
+    zeros = a.d   # ldmatrix's zero row: q_s[0]'s row 0 padding, which no stage writes
+    if a.ldsm: q_s[0].write(zeros + np.arange(8), np.zeros(8))
 
-    qg = a.q + b * a.qb + h * a.qh
-    def q_row(r):
-        s = p0 - a.halo + r
-        ok = (s >= 0) & (s < a.positions)
-        return a.q_mem, qg + s * a.qp, ok
-    stage(q_s, ld, span, 0, a.d, a.d, q_row)
-    pos = [[p0 + warp * kRows + G, p0 + warp * kRows + G + 8] for warp in range(kWarps)]
-    active = [p0 + warp * kRows < a.positions for warp in range(kWarps)]
+    tl = block_tiles(kPer, a, unit0)
+    for u, x in enumerate(tl):
+        if not x.staged: continue
+        qg = a.q + x.b * a.qb + h * a.qh
+        def q_row(r, x=x, qg=qg):
+            s = x.p0 - a.halo + r
+            ok = (s >= 0) & (s < a.positions)
+            return a.q_mem, qg + s * a.qp, ok
+        stage(q_s[u], ld, span, 0, a.d, a.d, q_row)
     tiles = (min(kKeys, a.keys - key0) + 7) // 8
     wh = a.w + h * a.taps * a.keys * a.d
 
-    acc = [np.zeros((kKeyTiles, 4, 32)) for _ in range(kWarps)]
+    acc = [[np.zeros((kKeyTiles, 4, 32)) for _ in range(kWarps)] for _ in range(kPer)]
     for tap0 in range(0, a.taps, a.group):
         group = min(a.group, a.taps - tap0)
         def w_row(r):
@@ -252,77 +270,82 @@ def forward_block(a, bx, by, smem_bytes):
             return a.w_mem, wh + (tap * a.keys + j) * a.d, ok
         stage(w_s, ld, group * kKeys, 0, a.d, a.d, w_row)
         for warp in range(kWarps):
-            if not active[warp]: continue
+            if not any(x.active[warp] for x in tl): continue
             for tap in range(tap0, tap0 + group):
                 wt_s = (tap - tap0) * kKeys * ld   # this tap's filters, [80 keys][d]
                 dy = tap // a.k - a.radius; dx = tap % a.k - a.radius
-                src, ok = neighbours(ld, pos[warp], p0, dy, dx, a, T)
-                mine = lane_neighbour(ld, p0 + warp * kRows, p0, dy, dx, a)
+                nb = [neighbours(ld, x.pos[warp], x.p0, dy, dx, a, T) for x in tl]
+                mine = [lane_neighbour(ld, x.p0 + warp * kRows, x.p0, dy, dx, a) for x in tl]
                 for ks in range(a.d // 16):
-                    fa = load_a_neighbours(q_s, a.ldsm, mine, src, ok, zeros, ks * 16)
+                    fa = [load_a_neighbours(q_s[u], a.ldsm, mine[u], nb[u][0], nb[u][1], q_s[0],
+                                            zeros, ks * 16) if x.active[warp] else None
+                          for u, x in enumerate(tl)]
                     for n in range(kKeyTiles):
                         if n >= tiles: break
                         b0, b1 = (load_b_rows_ldsm if a.ldsm else load_b_rows)(
                             w_s, wt_s + n * 8 * ld + ks * 16, ld)
-                        acc[warp][n] = mma(acc[warp][n], fa, b0, b1)
-    for warp in range(kWarps):
-        if not active[warp]: continue   # return
-        out = a.out + b * a.ob + h * a.oh
-        for r in range(2):
-            live = pos[warp][r] < a.positions   # continue, lane by lane
-            row = out + pos[warp][r] * a.op
-            for n in range(kKeyTiles):
-                if n >= tiles: break
-                j = key0 + n * 8 + 2 * T
-                v = []
-                for e in range(2):
-                    on = live & (j + e < a.keys)
-                    bias = np.zeros(32)
-                    if a.bias is not None: bias[on] = a.bias_mem.read(h * a.keys + j[on] + e)
-                    v.append(acc[warp][n][2 * r + e] + bias)
-                pair = live & a.pairs & (j + 1 < a.keys)
-                if pair.any():   # one aligned 32-bit store of both
-                    if ((row[pair] + j[pair]) % 2).any(): raise Mismatch("logits: an unaligned pair store")
-                    a.out_mem.write(row[pair] + j[pair], v[0][pair])
-                    a.out_mem.write(row[pair] + j[pair] + 1, v[1][pair])
-                for e in range(2):
-                    w = live & ~pair & (j + e < a.keys)
-                    a.out_mem.write(row[w] + j[w] + e, v[e][w])
+                        for u, x in enumerate(tl):
+                            if x.active[warp]: acc[u][warp][n] = mma(acc[u][warp][n], fa[u], b0, b1)
+    for u, x in enumerate(tl):
+        for warp in range(kWarps):
+            if not x.active[warp]: continue
+            out = a.out + x.b * a.ob + h * a.oh
+            for r in range(2):
+                live = x.pos[warp][r] < a.positions   # continue, lane by lane
+                row = out + x.pos[warp][r] * a.op
+                for n in range(kKeyTiles):
+                    if n >= tiles: break
+                    j = key0 + n * 8 + 2 * T
+                    v = []
+                    for e in range(2):
+                        on = live & (j + e < a.keys)
+                        bias = np.zeros(32)
+                        if a.bias is not None: bias[on] = a.bias_mem.read(h * a.keys + j[on] + e)
+                        v.append(acc[u][warp][n][2 * r + e] + bias)
+                    pair = live & a.pairs & (j + 1 < a.keys)
+                    if pair.any():   # one aligned 32-bit store of both
+                        if ((row[pair] + j[pair]) % 2).any(): raise Mismatch("logits: an unaligned pair store")
+                        a.out_mem.write(row[pair] + j[pair], v[0][pair])
+                        a.out_mem.write(row[pair] + j[pair] + 1, v[1][pair])
+                    for e in range(2):
+                        w = live & ~pair & (j + e < a.keys)
+                        a.out_mem.write(row[w] + j[w] + e, v[e][w])
 
 
-# --- grad_q: a block per (image, 64 positions) and head, walking the keys 80 at a time ---
+# --- grad_q: a block per kPer tiles of 64 positions (as the forward's) and head, walking the keys
+# 80 at a time ---
 
-def conv_logits_grad_q_kernel(kD, a, grid, smem_bytes):
+def conv_logits_grad_q_kernel(kD, kPer, a, grid, smem_bytes):
     for by in range(grid[1]):
         for bx in range(grid[0]):
-            grad_q_block(kD, a, bx, by, smem_bytes)
+            grad_q_block(kD, kPer, a, bx, by, smem_bytes)
 
 
-def grad_q_block(kD, a, bx, by, smem_bytes):
+def grad_q_block(kD, kPer, a, bx, by, smem_bytes):
     kOut = kD // 8
-    tile = bx % a.tiles
-    b = bx // a.tiles
-    h = by; p0 = tile * kTile
+    unit0 = bx * kPer
+    h = by
     ldg = ld16(kKeys); ldw = ld16(a.d); span = kTile + 2 * a.halo
     carve = Carver()
-    g_s = shared(carve, span * ldg * 2, "g_s")
+    g_s = [shared(carve, span * ldg * 2, "g_s[%d]" % u) for u in range(kPer)]
     w_s = shared(carve, a.group * kKeys * ldw * 2, "w_s")
-    assert carve.bytes <= smem_bytes
-    zeros = kKeys   # row 0's padding, as the forward kernel's
-    if a.ldsm: g_s.write(zeros + np.arange(8), np.zeros(8))
+    assert carve.bytes == smem_bytes
+    zeros = kKeys   # g_s[0]'s row 0 padding, as the forward kernel's
+    if a.ldsm: g_s[0].write(zeros + np.arange(8), np.zeros(8))
 
-    gg = a.g + b * a.gb + h * a.gh
     wh = a.w + h * a.taps * a.keys * a.d
-    pos = [[p0 + warp * kRows + G, p0 + warp * kRows + G + 8] for warp in range(kWarps)]
-    active = [p0 + warp * kRows < a.positions for warp in range(kWarps)]
+    tl = block_tiles(kPer, a, unit0)
 
-    acc = [np.zeros((kOut, 4, 32)) for _ in range(kWarps)]
+    acc = [[np.zeros((kOut, 4, 32)) for _ in range(kWarps)] for _ in range(kPer)]
     for key0 in range(0, a.keys, kKeys):
-        def g_row(r):
-            s = p0 - a.halo + r
-            ok = (s >= 0) & (s < a.positions)
-            return a.g_mem, gg + s * a.gp, ok
-        stage(g_s, ldg, span, key0, kKeys, a.keys, g_row)
+        for u, x in enumerate(tl):
+            if not x.staged: continue
+            gg = a.g + x.b * a.gb + h * a.gh
+            def g_row(r, x=x, gg=gg):
+                s = x.p0 - a.halo + r
+                ok = (s >= 0) & (s < a.positions)
+                return a.g_mem, gg + s * a.gp, ok
+            stage(g_s[u], ldg, span, key0, kKeys, a.keys, g_row)
         steps = (min(kKeys, a.keys - key0) + 15) // 16
         for tap0 in range(0, a.taps, a.group):
             group = min(a.group, a.taps - tap0)
@@ -332,28 +355,35 @@ def grad_q_block(kD, a, bx, by, smem_bytes):
                 return a.w_mem, wh + (tap * a.keys + j) * a.d, ok
             stage(w_s, ldw, group * kKeys, 0, a.d, a.d, w_row)
             for warp in range(kWarps):
-                if not active[warp]: continue
+                if not any(x.active[warp] for x in tl): continue
                 for tap in range(tap0, tap0 + group):
                     wt_s = (tap - tap0) * kKeys * ldw   # this tap's filters, [80 keys][d]
                     # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
                     dy = a.radius - tap // a.k; dx = a.radius - tap % a.k
-                    src, ok = neighbours(ldg, pos[warp], p0, dy, dx, a, T)
-                    mine = lane_neighbour(ldg, p0 + warp * kRows, p0, dy, dx, a)
+                    nb = [neighbours(ldg, x.pos[warp], x.p0, dy, dx, a, T) for x in tl]
+                    mine = [lane_neighbour(ldg, x.p0 + warp * kRows, x.p0, dy, dx, a) for x in tl]
                     for ks in range(steps):
-                        fa = load_a_neighbours(g_s, a.ldsm, mine, src, ok, zeros, ks * 16)
-                        multiply_down(acc[warp], fa, w_s, wt_s + ks * 16 * ldw, ldw, a.d, kOut,
-                                      a.ldsm)
-    for warp in range(kWarps):
-        if not active[warp]: continue   # return
-        out = a.out + b * a.ob + h * a.oh
-        for r in range(2):
-            live = pos[warp][r] < a.positions
-            for n in range(kOut):
-                if n * 8 >= a.d: break
-                at = out + pos[warp][r][live] * a.op + n * 8 + 2 * T[live]   # one 32-bit store
-                if (at % 2).any(): raise Mismatch("grad_q: an unaligned pair store")
-                for e in range(2):
-                    a.out_mem.write(at + e, acc[warp][n][2 * r + e][live])
+                        fa = [load_a_neighbours(g_s[u], a.ldsm, mine[u], nb[u][0], nb[u][1], g_s[0],
+                                                zeros, ks * 16) if x.active[warp] else None
+                              for u, x in enumerate(tl)]
+                        wk = wt_s + ks * 16 * ldw   # b(j, c) = w[j][c], down the filters' rows
+                        for n in range(kOut):
+                            if n * 8 >= a.d: break
+                            b0, b1 = (load_b_cols_ldsm if a.ldsm else load_b_cols)(w_s, wk + n * 8, ldw)
+                            for u, x in enumerate(tl):
+                                if x.active[warp]: acc[u][warp][n] = mma(acc[u][warp][n], fa[u], b0, b1)
+    for u, x in enumerate(tl):
+        for warp in range(kWarps):
+            if not x.active[warp]: continue
+            out = a.out + x.b * a.ob + h * a.oh
+            for r in range(2):
+                live = x.pos[warp][r] < a.positions
+                for n in range(kOut):
+                    if n * 8 >= a.d: break
+                    at = out + x.pos[warp][r][live] * a.op + n * 8 + 2 * T[live]   # one 32-bit store
+                    if (at % 2).any(): raise Mismatch("grad_q: an unaligned pair store")
+                    for e in range(2):
+                        a.out_mem.write(at + e, acc[u][warp][n][2 * r + e][live])
 
 
 # --- grad_w: a block per (tap and row chunk, 80 keys, head), partial sums over its rows ---
@@ -470,6 +500,21 @@ def conv_logits_chunks(geo):
     return max((rows + chunk_rows - 1) // chunk_rows, 1), chunk_rows
 
 
+def tiles_smem(per, tile_bytes, filter_bytes):   # a forward or grad_q block's shared memory
+    carve = Carver()
+    for _ in range(per): carve.take(tile_bytes)
+    carve.take(filter_bytes)
+    return carve.bytes
+
+
+PER_BLOCK = {}   # the last launches' tiles a block, by kernel (printed with each case)
+
+
+def per_block(kernel, pairs, tile_bytes, filter_bytes):   # dispatch_per_block: the kernels' kPer
+    PER_BLOCK[kernel] = 2 if pairs and tiles_smem(2, tile_bytes, filter_bytes) <= 64 * 1024 else 1
+    return PER_BLOCK[kernel]
+
+
 def args_of(geo, q, w):
     a = SimpleNamespace(bias=None, bias_mem=None, g=None, g_mem=None, out=None, out_mem=None,
                         partial=None, partial_mem=None, chunks=0, chunk_rows=0)
@@ -483,6 +528,7 @@ def args_of(geo, q, w):
     a.halo = a.radius * a.width + a.radius
     a.group = conv_logits_tap_group(geo.d, geo.kernel)
     a.tiles = (a.positions + kTile - 1) // kTile
+    a.units = geo.batch * a.tiles
     a.key_chunks = (a.keys + kKeys - 1) // kKeys
     a.rows = geo.batch * a.positions
     a.ldsm = geo.ldsm   # dispatch_loads: fragments by ldmatrix (attention_loads: async) or not
@@ -505,11 +551,11 @@ def conv_logits_forward(geo, q, w, bias, logits):
     a.out_mem, a.out = logits.mem, logits.offset
     a.ob, a.oh, a.op = logits.strides[:3]
     a.pairs = conv_logits_even_layout(logits)
-    carve = Carver()
-    carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2)
-    carve.take(a.group * kKeys * ld16(a.d) * 2)
-    grid = (geo.batch * a.tiles * a.key_chunks, geo.heads)
-    conv_logits_forward_kernel(a, grid, carve.bytes)
+    tile_bytes = (kTile + 2 * a.halo) * ld16(a.d) * 2
+    filter_bytes = a.group * kKeys * ld16(a.d) * 2
+    kPer = per_block("forward", True, tile_bytes, filter_bytes)
+    grid = ((a.units + kPer - 1) // kPer * a.key_chunks, geo.heads)
+    conv_logits_forward_kernel(kPer, a, grid, tiles_smem(kPer, tile_bytes, filter_bytes))
 
 
 def conv_logits_backward(geo, grad, q, w, grad_q, grad_w, grad_bias):
@@ -522,11 +568,11 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w, grad_bias):
         qa = SimpleNamespace(**vars(a))
         qa.out_mem, qa.out = grad_q.mem, grad_q.offset
         qa.ob, qa.oh, qa.op = grad_q.strides[:3]
-        carve = Carver()
-        carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2)
-        carve.take(a.group * kKeys * ld16(a.d) * 2)
-        grid = (geo.batch * a.tiles, geo.heads)
-        conv_logits_grad_q_kernel(kD, qa, grid, carve.bytes)
+        tile_bytes = (kTile + 2 * a.halo) * ld16(kKeys) * 2
+        filter_bytes = a.group * kKeys * ld16(a.d) * 2
+        kPer = per_block("grad_q", kD <= 64, tile_bytes, filter_bytes)
+        grid = ((a.units + kPer - 1) // kPer, geo.heads)
+        conv_logits_grad_q_kernel(kD, kPer, qa, grid, tiles_smem(kPer, tile_bytes, filter_bytes))
     if grad_w is not None or grad_bias is not None:
         wa = SimpleNamespace(**vars(a))
         wa.chunks, wa.chunk_rows = conv_logits_chunks(geo)
@@ -716,6 +762,7 @@ CASES = [  # B, h, H, W, K, d, k, bias
     (21, 1, 7, 7, 10, 16, 3, True),    # grad_w: 3 chunks of 384 rows, the last 261, mid-image
     (41, 1, 8, 8, 10, 16, 3, False),   # grad_w: 6 chunks of 448 rows, the last 384
     (40, 2, 8, 8, 65, 64, 3, True),    # the [cuda] test's case of several chunks
+    (3, 1, 8, 8, 65, 64, 3, False),    # an odd number of tiles: the last block of two holds one
 ]
 LAYOUTS = ["aligned rows below a class row", "contiguous", "padded rows", "heads interleaved"]
 # CASES[0] is CSKA-ViT-S's, in the mixer's layouts.
@@ -750,8 +797,8 @@ def main():
             print("%s: FAIL the outputs differ from ldmatrix's" % what); ok = False
         failed += not ok
         names = ["logits", "grad_q", "grad_w", "grad_bias"][:len(errs)]
-        print("%s (grad_w %d chunk%s of %d rows): %s %s (%.1fs)" %
-              (what, chunks, "s" if chunks > 1 else "", chunk_rows,
+        print("%s (tiles a block: forward %d, grad_q %d; grad_w %d chunk%s of %d rows): %s %s (%.1fs)" %
+              (what, PER_BLOCK["forward"], PER_BLOCK["grad_q"], chunks, "s" if chunks > 1 else "", chunk_rows,
                " ".join("%s %.1e" % ne for ne in zip(names, errs)), "ok" if ok else "FAIL",
                time.time() - t0))
     print("%d of %d cases pass (%.1fs)" % (len(runs) - failed, len(runs), time.time() - start))

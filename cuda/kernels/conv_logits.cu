@@ -19,7 +19,12 @@
 // grad_q (conv_logits_grad_q_kernel) is the same product run the other way: position s gathers
 // dL[s - off, j] w[tap, j, c] over the taps and keys, so a block stages the gradient's rows with
 // the same halo, 80 keys at a time, and the filters [80 keys][d] per group of taps, and keeps s's
-// d columns in registers. grad_w (conv_logits_grad_w_kernel) sums dL[p, j] q[p + off, c] over
+// d columns in registers. Both kernels take two tiles of 64 positions a block where the block's
+// shared memory stays within 64 KiB (dispatch_per_block: CSKA-ViT-S's 8x8 grids, one image a
+// tile, and CSKAFormer's forward): the tiles are consecutive in the batch's order (two tiles of an
+// image, or of neighbouring images), each stages its own rows, and each filter fragment staged
+// and loaded serves both (the filters cross from L2 once for two tiles, and the B loads are
+// halved). grad_w (conv_logits_grad_w_kernel) sums dL[p, j] q[p + off, c] over
 // every position of the batch: a block owns one head, tap and 80 keys (a warp 16) and a chunk of
 // the rows, stages 64 rows of the gradient and the shifted queries at a time, and writes its
 // partial sums; a second kernel adds the chunks' partials in order. No atomics: the same bits
@@ -83,6 +88,7 @@ struct Args {
   int heads, height, width, positions, keys, d, k, taps, radius, halo;
   int group;       // taps whose filters are staged at once (conv_logits_tap_group)
   int tiles;       // kTile-position tiles an image
+  int64_t units;   // tiles of the batch: batch * tiles (forward, grad_q)
   int key_chunks;  // kKeys-key chunks
   int chunks;      // grad_w's row chunks
   int64_t rows, chunk_rows;
@@ -138,8 +144,8 @@ __device__ __forceinline__ void load_a_rows(uint32_t (&a)[4], const T* const (&s
 }
 
 // acc[n] += a b over the 16 rows of `b` (row stride ldb) for the 8-wide column tiles n of its
-// `cols` columns: B read down the tile's rows (grad_q: the filters; grad_w: the queries), by
-// ldmatrix.x2.trans (kLdsm) or by four 16-bit loads (the same registers).
+// `cols` columns: B read down the tile's rows (grad_w's queries), by ldmatrix.x2.trans (kLdsm)
+// or by four 16-bit loads (the same registers).
 template <bool kLdsm, typename T, int kN>
 __device__ __forceinline__ void multiply_down(float (&acc)[kN][4], const uint32_t (&a)[4],
                                               const T* b, int ldb, int cols, int lane) {
@@ -203,52 +209,84 @@ __device__ __forceinline__ void load_a_neighbours(uint32_t (&fa)[4], const T* mi
   }
 }
 
-// --- Forward: a block per (image, 64 positions, 80 keys) and head ---
-// kLdsm (attn::async_loads_enabled): the fragments by ldmatrix, else by 32-bit loads.
-template <typename T, bool kLdsm>
+// --- Forward: a block per (kPer tiles of 64 positions, 80 keys) and head ---
+// A tile is 64 positions of one image; unit u = b * tiles + tile numbers them over the batch, and
+// a block owns units kPer apart from blockIdx (two where conv_logits_per_block says so: two tiles
+// of one image, or of neighbouring images). Each staged filter fragment serves the block's tiles
+// in turn, so the filters are staged once for kPer tiles. kLdsm (attn::async_loads_enabled): the
+// fragments by ldmatrix, else by 32-bit loads.
+template <typename T, bool kLdsm, int kPer>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int chunk = blockIdx.x % a.key_chunks, tile = blockIdx.x / a.key_chunks % a.tiles;
-  const int64_t b = blockIdx.x / a.key_chunks / a.tiles;
-  const int h = blockIdx.y, p0 = tile * kTile, key0 = chunk * kKeys;
+  const int chunk = blockIdx.x % a.key_chunks;
+  const int64_t unit0 = static_cast<int64_t>(blockIdx.x / a.key_chunks) * kPer;
+  const int h = blockIdx.y, key0 = chunk * kKeys;
   const int ld = ld16(a.d), span = kTile + 2 * a.halo;
   Carver carve;
-  T* q_s = reinterpret_cast<T*>(smem + carve.take(span * ld * 2));
+  T* q_s[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) q_s[u] = reinterpret_cast<T*>(smem + carve.take(span * ld * 2));
   T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
   // ldmatrix's zero row for neighbours off the grid: row 0's padding, which no stage writes.
-  T* zeros = q_s + a.d;
+  T* zeros = q_s[0] + a.d;
   if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
-  const T* qg = a.q + b * a.qb + h * a.qh;
-  stage(q_s, ld, span, 0, a.d, a.d, [&](int r) -> const T* {
-    const int s = p0 - a.halo + r;
-    return s >= 0 && s < a.positions ? qg + s * a.qp : nullptr;
-  });
-  const int pos[2] = {p0 + warp * kRows + g, p0 + warp * kRows + g + 8};
-  const bool active = p0 + warp * kRows < a.positions;  // warp-uniform
+  int64_t b[kPer];
+  int p0[kPer], pos[kPer][2];
+  bool active[kPer];  // warp-uniform: the warp's 16 rows of tile u hold a position
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t unit = unit0 + u;
+    b[u] = unit / a.tiles;
+    p0[u] = static_cast<int>(unit - b[u] * a.tiles) * kTile;
+    pos[u][0] = p0[u] + warp * kRows + g;
+    pos[u][1] = pos[u][0] + 8;
+    active[u] = unit < a.units && p0[u] + warp * kRows < a.positions;
+    if (unit >= a.units) continue;  // block-uniform: the batch's last block may hold one tile
+    const T* qg = a.q + b[u] * a.qb + h * a.qh;
+    const int first = p0[u] - a.halo;
+    stage(q_s[u], ld, span, 0, a.d, a.d, [&](int r) -> const T* {
+      const int s = first + r;
+      return s >= 0 && s < a.positions ? qg + s * a.qp : nullptr;
+    });
+  }
+  bool any_active = false;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) any_active |= active[u];
   const int tiles = (min(kKeys, a.keys - key0) + 7) / 8;
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
 
-  float acc[kKeyTiles][4];
+  float acc[kPer][kKeyTiles][4];
 #pragma unroll
-  for (int n = 0; n < kKeyTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int u = 0; u < kPer; ++u) {
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+      acc[u][n][0] = acc[u][n][1] = acc[u][n][2] = acc[u][n][3] = 0.0f;
+  }
   for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
     const int group = min(a.group, a.taps - tap0);
     __syncthreads();  // every warp is done with the previous taps' filters (and q_s is staged)
     stage_filters(w_s, ld, wh, tap0, group, key0, a);
     __syncthreads();
-    if (!active) continue;
+    if (!any_active) continue;
     for (int tap = tap0; tap < tap0 + group; ++tap) {
       const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [80 keys][d]
       const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
-      const T* src[2];
-      bool ok[2];
-      neighbours(src, ok, q_s, ld, pos, p0, dy, dx, a, t);
-      const T* mine = lane_neighbour(q_s, ld, p0 + warp * kRows, p0, dy, dx, a, lane);
+      const T* src[kPer][2];
+      bool ok[kPer][2];
+      const T* mine[kPer];
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        neighbours(src[u], ok[u], q_s[u], ld, pos[u], p0[u], dy, dx, a, t);
+        mine[u] = lane_neighbour(q_s[u], ld, p0[u] + warp * kRows, p0[u], dy, dx, a, lane);
+      }
       for (int ks = 0; ks < a.d / 16; ++ks) {
-        uint32_t fa[4];
-        load_a_neighbours<kLdsm>(fa, mine, src, ok, zeros, ks * 16);
+        uint32_t fa[kPer][4];
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+          if (active[u]) load_a_neighbours<kLdsm>(fa[u], mine[u], src[u], ok[u], zeros, ks * 16);
+        }
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n) {
           if (n >= tiles) break;
@@ -258,104 +296,159 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
           } else {
             attn::load_b_rows(b0, b1, wt_s + n * 8 * ld + ks * 16, ld, lane);
           }
-          mma<T>(acc[n], fa, b0, b1);
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            if (active[u]) mma<T>(acc[u][n], fa[u], b0, b1);
+          }
         }
       }
     }
   }
-  if (!active) return;
-  T* out = a.out + b * a.ob + h * a.oh;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (pos[r] >= a.positions) continue;
-    T* row = out + static_cast<int64_t>(pos[r]) * a.op;
+  for (int u = 0; u < kPer; ++u) {
+    if (!active[u]) continue;
+    T* out = a.out + b[u] * a.ob + h * a.oh;
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
-      if (n >= tiles) break;
-      const int j = key0 + n * 8 + 2 * t;
-      float v[2];
+    for (int r = 0; r < 2; ++r) {
+      if (pos[u][r] >= a.positions) continue;
+      T* row = out + static_cast<int64_t>(pos[u][r]) * a.op;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool live = j + e < a.keys;
-        v[e] = acc[n][2 * r + e] + (a.bias && live ? to_float(a.bias[h * a.keys + j + e]) : 0.0f);
-      }
-      if (a.pairs && j + 1 < a.keys) {
-        *reinterpret_cast<uint32_t*>(row + j) = attn::pack<T>(v[0], v[1]);
-      } else {
+      for (int n = 0; n < kKeyTiles; ++n) {
+        if (n >= tiles) break;
+        const int j = key0 + n * 8 + 2 * t;
+        float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (j + e < a.keys) row[j + e] = from_float<T>(v[e]);
+          const bool live = j + e < a.keys;
+          v[e] =
+              acc[u][n][2 * r + e] + (a.bias && live ? to_float(a.bias[h * a.keys + j + e]) : 0.0f);
+        }
+        if (a.pairs && j + 1 < a.keys) {
+          *reinterpret_cast<uint32_t*>(row + j) = attn::pack<T>(v[0], v[1]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (j + e < a.keys) row[j + e] = from_float<T>(v[e]);
+          }
         }
       }
     }
   }
 }
 
-// --- grad_q: a block per (image, 64 positions) and head, walking the keys 80 at a time ---
+// --- grad_q: a block per kPer tiles of 64 positions (as the forward's) and head, walking the keys
+// 80 at a time ---
 //   dq[s, c] = sum over taps and keys j of dL[s - off, j] w[tap, j, c]
-template <typename T, int kD, bool kLdsm>
+template <typename T, int kD, bool kLdsm, int kPer>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T> a) {
   constexpr int kOut = kD / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int tile = blockIdx.x % a.tiles;
-  const int64_t b = blockIdx.x / a.tiles;
-  const int h = blockIdx.y, p0 = tile * kTile;
+  const int64_t unit0 = static_cast<int64_t>(blockIdx.x) * kPer;
+  const int h = blockIdx.y;
   const int ldg = ld16(kKeys), ldw = ld16(a.d), span = kTile + 2 * a.halo;
   Carver carve;
-  T* g_s = reinterpret_cast<T*>(smem + carve.take(span * ldg * 2));
+  T* g_s[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) g_s[u] = reinterpret_cast<T*>(smem + carve.take(span * ldg * 2));
   T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
-  T* zeros = g_s + kKeys;  // row 0's padding, as the forward kernel's
+  T* zeros = g_s[0] + kKeys;  // row 0's padding, as the forward kernel's
   if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
-  const T* gg = a.g + b * a.gb + h * a.gh;
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
-  const int pos[2] = {p0 + warp * kRows + g, p0 + warp * kRows + g + 8};
-  const bool active = p0 + warp * kRows < a.positions;
-
-  float acc[kOut][4];
+  int64_t b[kPer];
+  int p0[kPer], pos[kPer][2];
+  bool staged[kPer], active[kPer];
 #pragma unroll
-  for (int n = 0; n < kOut; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t unit = unit0 + u;
+    b[u] = unit / a.tiles;
+    p0[u] = static_cast<int>(unit - b[u] * a.tiles) * kTile;
+    pos[u][0] = p0[u] + warp * kRows + g;
+    pos[u][1] = pos[u][0] + 8;
+    staged[u] = unit < a.units;  // block-uniform
+    active[u] = staged[u] && p0[u] + warp * kRows < a.positions;
+  }
+  bool any_active = false;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) any_active |= active[u];
+
+  float acc[kPer][kOut][4];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+#pragma unroll
+    for (int n = 0; n < kOut; ++n) acc[u][n][0] = acc[u][n][1] = acc[u][n][2] = acc[u][n][3] = 0.0f;
+  }
   for (int key0 = 0; key0 < a.keys; key0 += kKeys) {
     __syncthreads();  // every warp is done with the previous chunk's tiles
-    stage(g_s, ldg, span, key0, kKeys, a.keys, [&](int r) -> const T* {
-      const int s = p0 - a.halo + r;
-      return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
-    });
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      if (!staged[u]) continue;
+      const T* gg = a.g + b[u] * a.gb + h * a.gh;
+      const int first = p0[u] - a.halo;
+      stage(g_s[u], ldg, span, key0, kKeys, a.keys, [&](int r) -> const T* {
+        const int s = first + r;
+        return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
+      });
+    }
     const int steps = (min(kKeys, a.keys - key0) + 15) / 16;
     for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
       const int group = min(a.group, a.taps - tap0);
       if (tap0 > 0) __syncthreads();  // every warp is done with the previous taps' filters
       stage_filters(w_s, ldw, wh, tap0, group, key0, a);
       __syncthreads();
-      if (!active) continue;
+      if (!any_active) continue;
       for (int tap = tap0; tap < tap0 + group; ++tap) {
         const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [80 keys][d]
         // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
         const int dy = a.radius - tap / a.k, dx = a.radius - tap % a.k;
-        const T* src[2];
-        bool ok[2];
-        neighbours(src, ok, g_s, ldg, pos, p0, dy, dx, a, t);
-        const T* mine = lane_neighbour(g_s, ldg, p0 + warp * kRows, p0, dy, dx, a, lane);
+        const T* src[kPer][2];
+        bool ok[kPer][2];
+        const T* mine[kPer];
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+          neighbours(src[u], ok[u], g_s[u], ldg, pos[u], p0[u], dy, dx, a, t);
+          mine[u] = lane_neighbour(g_s[u], ldg, p0[u] + warp * kRows, p0[u], dy, dx, a, lane);
+        }
         for (int ks = 0; ks < steps; ++ks) {
-          uint32_t fa[4];
-          load_a_neighbours<kLdsm>(fa, mine, src, ok, zeros, ks * 16);
-          multiply_down<kLdsm>(acc, fa, wt_s + ks * 16 * ldw, ldw, a.d, lane);  // b(j, c) = w[j][c]
+          uint32_t fa[kPer][4];
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            if (active[u]) load_a_neighbours<kLdsm>(fa[u], mine[u], src[u], ok[u], zeros, ks * 16);
+          }
+          const T* wk = wt_s + ks * 16 * ldw;  // b(j, c) = w[j][c], down the filters' rows
+#pragma unroll
+          for (int n = 0; n < kOut; ++n) {
+            if (n * 8 >= a.d) break;
+            uint32_t b0, b1;
+            if constexpr (kLdsm) {
+              attn::load_b_cols_ldsm(b0, b1, wk + n * 8, ldw, lane);
+            } else {
+              attn::load_b_cols(b0, b1, wk + n * 8, ldw, lane);
+            }
+#pragma unroll
+            for (int u = 0; u < kPer; ++u) {
+              if (active[u]) mma<T>(acc[u][n], fa[u], b0, b1);
+            }
+          }
         }
       }
     }
   }
-  if (!active) return;
-  T* out = a.out + b * a.ob + h * a.oh;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (pos[r] >= a.positions) continue;
+  for (int u = 0; u < kPer; ++u) {
+    if (!active[u]) continue;
+    T* out = a.out + b[u] * a.ob + h * a.oh;
 #pragma unroll
-    for (int n = 0; n < kOut; ++n) {
-      if (n * 8 >= a.d) break;
-      // The strides and the offset are even: the pair is one aligned 32-bit store.
-      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(pos[r]) * a.op + n * 8 + 2 * t) =
-          attn::pack<T>(acc[n][2 * r], acc[n][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      if (pos[u][r] >= a.positions) continue;
+#pragma unroll
+      for (int n = 0; n < kOut; ++n) {
+        if (n * 8 >= a.d) break;
+        // The strides and the offset are even: the pair is one aligned 32-bit store.
+        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(pos[u][r]) * a.op + n * 8 + 2 * t) =
+            attn::pack<T>(acc[u][n][2 * r], acc[u][n][2 * r + 1]);
+      }
     }
   }
 }
@@ -490,6 +583,7 @@ Args<T> args_of(const ConvLogitsGeometry& geo, const Tensor& q, const Tensor& w)
   a.halo = a.radius * a.width + a.radius;
   a.group = static_cast<int>(conv_logits_tap_group(geo.d, geo.kernel));
   a.tiles = (a.positions + kTile - 1) / kTile;
+  a.units = geo.batch * a.tiles;
   a.key_chunks = (a.keys + kKeys - 1) / kKeys;
   a.rows = geo.batch * a.positions;
   return a;
@@ -530,6 +624,31 @@ void dispatch_loads(F&& f) {
   }
 }
 
+// The dynamic shared memory of a forward or grad_q block owning `per` tiles: `per` staged tiles
+// of tile_bytes each, then the filters (the kernels' carving).
+int tiles_smem(int per, int tile_bytes, int filter_bytes) {
+  Carver carve;
+  for (int u = 0; u < per; ++u) carve.take(tile_bytes);
+  carve.take(filter_bytes);
+  return carve.bytes;
+}
+
+// Tiles a forward or grad_q block owns (the kernels' kPer): two where that block's shared memory
+// stays within 64 KiB, so that three fit an SM (CSKA-ViT-S's 8x8 grids, CSKAFormer's forward),
+// and kPairs (grad_q's accumulators: head dims up to 64); else one. Calls f with
+// std::integral_constant<int, kPer>.
+template <bool kPairs, typename F>
+void dispatch_per_block(int tile_bytes, int filter_bytes, F&& f) {
+  constexpr int kPairBytes = 64 * 1024;
+  if constexpr (kPairs) {
+    if (tiles_smem(2, tile_bytes, filter_bytes) <= kPairBytes) {
+      f(std::integral_constant<int, 2>{});
+      return;
+    }
+  }
+  f(std::integral_constant<int, 1>{});
+}
+
 int grid_dim(const char* kernel, int64_t n) {
   SKA_CHECK(n >= 1 && n <= INT_MAX, ShapeError, kernel, ": ", n, " blocks: too many");
   return static_cast<int>(n);
@@ -564,14 +683,16 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     // contiguous logits (CSKAFormer's 784), or rows padded to 16 bytes (CSKA-ViT-S's 65 keys in
     // the mixer's logits, empty_aligned_rows).
     a.pairs = conv_logits_even_layout(logits);
-    Carver carve;
-    carve.take((kTile + 2 * a.halo) * ld16(a.d) * 2);
-    carve.take(a.group * kKeys * ld16(a.d) * 2);
-    const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles * a.key_chunks),
-                    grid_yz(kKernel, "heads", geo.heads));
-    dispatch_loads([&](auto ldsm) {
-      attn::launch(conv_logits_forward_kernel<T, decltype(ldsm)::value>, grid, kWarps, carve.bytes,
-                   current_stream(device), a);
+    const int tile_bytes = (kTile + 2 * a.halo) * ld16(a.d) * 2;
+    const int filter_bytes = a.group * kKeys * ld16(a.d) * 2;
+    dispatch_per_block<true>(tile_bytes, filter_bytes, [&](auto per) {
+      constexpr int kPer = decltype(per)::value;
+      const dim3 grid(grid_dim(kKernel, (a.units + kPer - 1) / kPer * a.key_chunks),
+                      grid_yz(kKernel, "heads", geo.heads));
+      dispatch_loads([&](auto ldsm) {
+        attn::launch(conv_logits_forward_kernel<T, decltype(ldsm)::value, kPer>, grid, kWarps,
+                     tiles_smem(kPer, tile_bytes, filter_bytes), current_stream(device), a);
+      });
     });
   });
 }
@@ -613,13 +734,15 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
           qa.ob = grad_q.stride(0);
           qa.oh = grad_q.stride(1);
           qa.op = grad_q.stride(2);
-          Carver carve;
-          carve.take((kTile + 2 * a.halo) * ld16(kKeys) * 2);
-          carve.take(a.group * kKeys * ld16(a.d) * 2);
-          const dim3 grid(grid_dim(kKernel, geo.batch * a.tiles),
-                          grid_yz(kKernel, "heads", geo.heads));
-          attn::launch(conv_logits_grad_q_kernel<T, kD, kLdsm>, grid, kWarps, carve.bytes, stream,
-                       qa);
+          const int tile_bytes = (kTile + 2 * a.halo) * ld16(kKeys) * 2;
+          const int filter_bytes = a.group * kKeys * ld16(a.d) * 2;
+          dispatch_per_block<(kD <= 64)>(tile_bytes, filter_bytes, [&](auto per) {
+            constexpr int kPer = decltype(per)::value;
+            const dim3 grid(grid_dim(kKernel, (a.units + kPer - 1) / kPer),
+                            grid_yz(kKernel, "heads", geo.heads));
+            attn::launch(conv_logits_grad_q_kernel<T, kD, kLdsm, kPer>, grid, kWarps,
+                         tiles_smem(kPer, tile_bytes, filter_bytes), stream, qa);
+          });
         }
         // grad_w and the bias gradient: one launch (the bias alone still runs every tap's blocks,
         // the centre tap's summing; frozen filters with a trained bias are rare).
