@@ -401,10 +401,10 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
     h = bz; slice_ = h * a.taps + tap
     dy = tap // a.k - a.radius; dx = tap % a.k - a.radius
     ldg = ld16(kKeys); ldq = ld16(a.d)
-    carve = Carver()
-    g_s = shared(carve, kTile * ldg * 2, "g_s")
-    q_s = shared(carve, kTile * ldq * 2, "q_s")
-    assert carve.bytes <= smem_bytes
+    carve = Carver()   # two buffers each: the rows of a step are staged while the last's are read
+    g_s = [shared(carve, kTile * ldg * 2, "g_s[%d]" % i) for i in range(2)]
+    q_s = [shared(carve, kTile * ldq * 2, "q_s[%d]" % i) for i in range(2)]
+    assert carve.bytes == smem_bytes
 
     first = chunk * a.chunk_rows
     last = first + a.chunk_rows if first + a.chunk_rows < a.rows else a.rows
@@ -417,7 +417,7 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
     ones = np.ones((32, 2))
 
     acc = [np.zeros((kOut, 4, 32)) for _ in range(kKeyWarps)]
-    for m0 in range(first, last, kTile):
+    def stage_rows(buf, m0):   # rows [m0, m0 + 64) of g and the shifted q into buffer buf
         # Row m of the batch is position m % P of image m / P.
         def g_row(r):
             m = m0 + r
@@ -425,7 +425,7 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
             b = m // a.positions
             p = m - b * a.positions
             return a.g_mem, a.g + b * a.gb + h * a.gh + p * a.gp, ok
-        stage(g_s, ldg, kTile, key0, kKeys, a.keys, g_row)
+        stage(g_s[buf], ldg, kTile, key0, kKeys, a.keys, g_row)
         def q_row(r):
             m = m0 + r
             ok = ~(m >= last)
@@ -434,17 +434,22 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
             x = p % a.width + dx; s = p + dy * a.width + dx
             ok &= ~((x < 0) | (x >= a.width) | (s < 0) | (s >= a.positions))
             return a.q_mem, a.q + b * a.qb + h * a.qh + s * a.qp, ok
-        stage(q_s, ldq, kTile, 0, a.d, a.d, q_row)
+        stage(q_s[buf], ldq, kTile, 0, a.d, a.d, q_row)
+    if first < last: stage_rows(0, first)
+    buf = 0
+    for m0 in range(first, last, kTile):
+        if m0 + kTile < last: stage_rows(buf ^ 1, m0 + kTile)   # in flight while this step runs
         for warp in range(kKeyWarps):
             if not active[warp]: continue
             steps = ((last - m0 if last - m0 < kTile else kTile) + 15) // 16
             for ks in range(steps):
                 # A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
                 block = ks * 16 * ldg + wkey[warp]
-                fa = (load_a_trans_ldsm if a.ldsm else load_a_trans)(g_s, block, ldg)
+                fa = (load_a_trans_ldsm if a.ldsm else load_a_trans)(g_s[buf], block, ldg)
                 if bias_sums: bias_acc[warp] = mma(bias_acc[warp], fa, ones, ones)
                 if a.partial is None: continue   # the bias gradient alone
-                multiply_down(acc[warp], fa, q_s, ks * 16 * ldq, ldq, a.d, kOut, a.ldsm)
+                multiply_down(acc[warp], fa, q_s[buf], ks * 16 * ldq, ldq, a.d, kOut, a.ldsm)
+        buf ^= 1
     for warp in range(kKeyWarps):
         if not active[warp]: continue   # return
         if bias_sums:   # t == 0: column 0 of the sums, keys g and g + 8
@@ -582,9 +587,9 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w, grad_bias):
         wa.bias_partial_mem = Mem("bias_partial", np.full(geo.heads * wa.chunks * geo.keys, np.nan),
                                   count=True)
         wa.bias_partial = 0 if grad_bias is not None else None
-        carve = Carver()
-        carve.take(kTile * ld16(kKeys) * 2)
-        carve.take(kTile * ld16(a.d) * 2)
+        carve = Carver()   # the kernel's two buffers of the gradient's rows, then of the queries'
+        for _ in range(2): carve.take(kTile * ld16(kKeys) * 2)
+        for _ in range(2): carve.take(kTile * ld16(a.d) * 2)
         grid = (wa.chunks * a.taps, a.key_chunks, geo.heads)
         conv_logits_grad_w_kernel(kD, wa, grid, carve.bytes)
         if grad_w is not None:

@@ -87,7 +87,7 @@ struct BackwardArgs {
   View gqv, gkv, gvv;
   T* gb;  // [groups, nq, nk] as gbv lays it out; null: not wanted
   View gbv;
-  int tiles;           // query tiles (dQ kernel) or key tiles (dK/dV kernel) per leading index
+  int tiles;  // query tiles (dQ kernel) or key tiles (dK/dV kernel) per leading index
 };
 
 // The bias of pair (i, j) of one leading index (`bias` at its offset), as f32.
@@ -178,6 +178,21 @@ __device__ __forceinline__ void copy16(void* smem, const void* gmem) {
 __device__ __forceinline__ void wait_copies() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+// Closes the thread's copies issued since the last commit into a group, which
+// wait_copies_pending counts (sm_80 and newer; before, the copies are done on return).
+__device__ __forceinline__ void commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most kPending of the thread's latest committed groups are still in flight: with
+// 1, a tile staged before the one just committed has landed (double buffering).
+template <int kPending>
+__device__ __forceinline__ void wait_copies_pending() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
 

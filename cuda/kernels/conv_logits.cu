@@ -26,7 +26,8 @@
 // and loaded serves both (the filters cross from L2 once for two tiles, and the B loads are
 // halved). grad_w (conv_logits_grad_w_kernel) sums dL[p, j] q[p + off, c] over
 // every position of the batch: a block owns one head, tap and 80 keys (a warp 16) and a chunk of
-// the rows, stages 64 rows of the gradient and the shifted queries at a time, and writes its
+// the rows, stages 64 rows of the gradient and the shifted queries at a time (into two buffers
+// in turn, the next rows' copies in flight while the current ones are multiplied), and writes its
 // partial sums; a second kernel adds the chunks' partials in order. No atomics: the same bits
 // on every run.
 // Fragments come from the shared tiles by ldmatrix (attn::async_loads_enabled, the default): B
@@ -98,9 +99,11 @@ struct Args {
 // row stride ld: row r from row_of(r) (a pointer to that row's column 0, or null for a row of
 // zeros), zero at columns from `valid` on. 16-byte asynchronous copies where a vector lies
 // inside `valid` and is 16-byte aligned, element by element otherwise (rows of an odd number of
-// keys). Waits for its copies; the caller's barrier publishes the tile.
+// keys). Waits for its copies (with `wait`; else the caller commits and waits for them); the
+// caller's barrier publishes the tile.
 template <typename T, typename RowOf>
-__device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, RowOf row_of) {
+__device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, RowOf row_of,
+                      bool wait = true) {
   constexpr int kVec = 16 / sizeof(T);
   const int per_row = cols / kVec;
   const T zero = from_float<T>(0.0f);
@@ -118,7 +121,7 @@ __device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, 
       }
     }
   }
-  attn::wait_copies();
+  if (wait) attn::wait_copies();
 }
 
 // Stages the filters of taps [tap0, tap0 + group) for keys [key0, key0 + 80) of one head (wh: its
@@ -455,7 +458,9 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
 
 // --- grad_w: a block per (tap and row chunk, 80 keys, head), partial sums over its rows ---
 // The taps vary fastest across blocks: the k*k blocks that read the same rows of the gradient run
-// side by side, so those rows come from L2 rather than once a tap from memory.
+// side by side, so those rows come from L2 rather than once a tap from memory. The rows come 64
+// at a time into two buffers in turn: the next rows' copies are in flight while the warps
+// multiply the current ones.
 //   dw[tap, j, c] = sum over the batch's positions p of dL[p, j] q[p + off, c]
 template <typename T, int kD, bool kLdsm>
 __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args<T> a) {
@@ -467,8 +472,12 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
   const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
   const int ldg = ld16(kKeys), ldq = ld16(a.d);
   Carver carve;
-  T* g_s = reinterpret_cast<T*>(smem + carve.take(kTile * ldg * 2));
-  T* q_s = reinterpret_cast<T*>(smem + carve.take(kTile * ldq * 2));
+  // Two buffers each, chosen by selects rather than indexing (an indexed array of pointers would
+  // live in local memory).
+  T* const g0 = reinterpret_cast<T*>(smem + carve.take(kTile * ldg * 2));
+  T* const g1 = reinterpret_cast<T*>(smem + carve.take(kTile * ldg * 2));
+  T* const q0 = reinterpret_cast<T*>(smem + carve.take(kTile * ldq * 2));
+  T* const q1 = reinterpret_cast<T*>(smem + carve.take(kTile * ldq * 2));
 
   const int64_t first = chunk * a.chunk_rows;
   const int64_t last = first + a.chunk_rows < a.rows ? first + a.chunk_rows : a.rows;
@@ -484,31 +493,48 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
   float acc[kOut][4];
 #pragma unroll
   for (int n = 0; n < kOut; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  for (int64_t m0 = first; m0 < last; m0 += kTile) {
-    __syncthreads();  // every warp is done with the previous rows
-    // Row m of the batch is position m % P of image m / P.
-    stage(g_s, ldg, kTile, key0, kKeys, a.keys, [&](int r) -> const T* {
-      const int64_t m = m0 + r;
-      if (m >= last) return nullptr;
-      const int64_t b = m / a.positions;
-      const int p = static_cast<int>(m - b * a.positions);
-      return a.g + b * a.gb + h * a.gh + p * a.gp;
-    });
-    stage(q_s, ldq, kTile, 0, a.d, a.d, [&](int r) -> const T* {
-      const int64_t m = m0 + r;
-      if (m >= last) return nullptr;
-      const int64_t b = m / a.positions;
-      const int p = static_cast<int>(m - b * a.positions);
-      const int x = p % a.width + dx, s = p + dy * a.width + dx;
-      if (x < 0 || x >= a.width || s < 0 || s >= a.positions) return nullptr;
-      return a.q + b * a.qb + h * a.qh + s * a.qp;
-    });
-    __syncthreads();
-    if (!active) continue;
+  // Stages rows [m0, m0 + 64) of the gradient and the shifted queries into buffer `buf`, its
+  // copies committed as one group and not waited for. Row m of the batch is position m % P of
+  // image m / P.
+  const auto stage_rows = [&](int buf, int64_t m0) {
+    stage((buf ? g1 : g0), ldg, kTile, key0, kKeys, a.keys,
+          [&](int r) -> const T* {
+            const int64_t m = m0 + r;
+            if (m >= last) return nullptr;
+            const int64_t b = m / a.positions;
+            const int p = static_cast<int>(m - b * a.positions);
+            return a.g + b * a.gb + h * a.gh + p * a.gp;
+          },
+          /*wait=*/false);
+    stage((buf ? q1 : q0), ldq, kTile, 0, a.d, a.d,
+          [&](int r) -> const T* {
+            const int64_t m = m0 + r;
+            if (m >= last) return nullptr;
+            const int64_t b = m / a.positions;
+            const int p = static_cast<int>(m - b * a.positions);
+            const int x = p % a.width + dx, s = p + dy * a.width + dx;
+            if (x < 0 || x >= a.width || s < 0 || s >= a.positions) return nullptr;
+            return a.q + b * a.qb + h * a.qh + s * a.qp;
+          },
+          /*wait=*/false);
+    attn::commit_copies();
+  };
+  if (first < last) stage_rows(0, first);
+  int buf = 0;
+  for (int64_t m0 = first; m0 < last; m0 += kTile, buf ^= 1) {
+    // The next rows go in flight into the other buffer (which every warp finished reading at the
+    // barrier that ended the last step) before this step's are waited for.
+    if (m0 + kTile < last) {
+      stage_rows(buf ^ 1, m0 + kTile);
+      attn::wait_copies_pending<1>();
+    } else {
+      attn::wait_copies_pending<0>();
+    }
+    __syncthreads();  // every thread's copies of this step's rows have landed
     const int steps = static_cast<int>(((last - m0 < kTile ? last - m0 : kTile) + 15) / 16);
-    for (int ks = 0; ks < steps; ++ks) {
+    for (int ks = 0; ks < (active ? steps : 0); ++ks) {
       // A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
-      const T* block = g_s + ks * 16 * ldg + wkey;
+      const T* block = (buf ? g1 : g0) + ks * 16 * ldg + wkey;
       uint32_t fa[4];
       if constexpr (kLdsm) {
         attn::load_a_trans_ldsm(fa, block, ldg, lane);
@@ -517,8 +543,10 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
       }
       if (bias_sums) mma<T>(bias_acc, fa, ones, ones);
       if (a.partial == nullptr) continue;  // the bias gradient alone
-      multiply_down<kLdsm>(acc, fa, q_s + ks * 16 * ldq, ldq, a.d, lane);  // b(m, c) = q_s[m][c]
+      multiply_down<kLdsm>(acc, fa, (buf ? q1 : q0) + ks * 16 * ldq, ldq, a.d,
+                           lane);  // b(m, c) = q_s[m][c]
     }
+    __syncthreads();  // every warp is done with this step's buffer before it is staged again
   }
   if (!active) return;
   if (bias_sums && t == 0) {  // column 0 of the sums: keys g and g + 8
@@ -758,9 +786,9 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
           float* floats = static_cast<float*>(ws.data_ptr());
           wa.partial = grad_w.defined() ? floats : nullptr;
           wa.bias_partial = grad_bias.defined() ? floats + w_floats : nullptr;
-          Carver carve;
-          carve.take(kTile * ld16(kKeys) * 2);
-          carve.take(kTile * ld16(a.d) * 2);
+          Carver carve;  // the kernel's two buffers of the gradient's rows, then of the queries'
+          for (int i = 0; i < 2; ++i) carve.take(kTile * ld16(kKeys) * 2);
+          for (int i = 0; i < 2; ++i) carve.take(kTile * ld16(a.d) * 2);
           const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
                           grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
                           grid_yz(kKernel, "heads", geo.heads));
