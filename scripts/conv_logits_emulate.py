@@ -244,7 +244,7 @@ def forward_block(kPer, a, bx, by, smem_bytes):
     ld = ld16(a.d); span = kTile + 2 * a.halo
     carve = Carver()
     q_s = [shared(carve, span * ld * 2, "q_s[%d]" % u) for u in range(kPer)]
-    w_s = shared(carve, a.group * kKeys * ld * 2, "w_s")
+    w_s = [shared(carve, a.group * kKeys * ld * 2, "w_s[%d]" % i) for i in range(2)]   # two buffers
     assert carve.bytes == smem_bytes
     zeros = a.d   # ldmatrix's zero row: q_s[0]'s row 0 padding, which no stage writes
     if a.ldsm: q_s[0].write(zeros + np.arange(8), np.zeros(8))
@@ -262,13 +262,12 @@ def forward_block(kPer, a, bx, by, smem_bytes):
     wh = a.w + h * a.taps * a.keys * a.d
 
     acc = [[np.zeros((kKeyTiles, 4, 32)) for _ in range(kWarps)] for _ in range(kPer)]
+    stage_filters(w_s[0], ld, wh, 0, min(a.group, a.taps), key0, a)
+    buf = 0
     for tap0 in range(0, a.taps, a.group):
         group = min(a.group, a.taps - tap0)
-        def w_row(r):
-            tap = tap0 + r // kKeys; j = key0 + r % kKeys
-            ok = j < a.keys
-            return a.w_mem, wh + (tap * a.keys + j) * a.d, ok
-        stage(w_s, ld, group * kKeys, 0, a.d, a.d, w_row)
+        nxt = tap0 + a.group   # the next group's filters, in flight while this one runs
+        if nxt < a.taps: stage_filters(w_s[buf ^ 1], ld, wh, nxt, min(a.group, a.taps - nxt), key0, a)
         for warp in range(kWarps):
             if not any(x.active[warp] for x in tl): continue
             for tap in range(tap0, tap0 + group):
@@ -283,9 +282,10 @@ def forward_block(kPer, a, bx, by, smem_bytes):
                     for n in range(kKeyTiles):
                         if n >= tiles: break
                         b0, b1 = (load_b_rows_ldsm if a.ldsm else load_b_rows)(
-                            w_s, wt_s + n * 8 * ld + ks * 16, ld)
+                            w_s[buf], wt_s + n * 8 * ld + ks * 16, ld)
                         for u, x in enumerate(tl):
                             if x.active[warp]: acc[u][warp][n] = mma(acc[u][warp][n], fa[u], b0, b1)
+        buf ^= 1
     for u, x in enumerate(tl):
         for warp in range(kWarps):
             if not x.active[warp]: continue
@@ -328,7 +328,7 @@ def grad_q_block(kD, kPer, a, bx, by, smem_bytes):
     ldg = ld16(kKeys); ldw = ld16(a.d); span = kTile + 2 * a.halo
     carve = Carver()
     g_s = [shared(carve, span * ldg * 2, "g_s[%d]" % u) for u in range(kPer)]
-    w_s = shared(carve, a.group * kKeys * ldw * 2, "w_s")
+    w_s = [shared(carve, a.group * kKeys * ldw * 2, "w_s[%d]" % i) for i in range(2)]   # two buffers
     assert carve.bytes == smem_bytes
     zeros = kKeys   # g_s[0]'s row 0 padding, as the forward kernel's
     if a.ldsm: g_s[0].write(zeros + np.arange(8), np.zeros(8))
@@ -337,7 +337,7 @@ def grad_q_block(kD, kPer, a, bx, by, smem_bytes):
     tl = block_tiles(kPer, a, unit0)
 
     acc = [[np.zeros((kOut, 4, 32)) for _ in range(kWarps)] for _ in range(kPer)]
-    for key0 in range(0, a.keys, kKeys):
+    def stage_gradient(key0):
         for u, x in enumerate(tl):
             if not x.staged: continue
             gg = a.g + x.b * a.gb + h * a.gh
@@ -346,32 +346,38 @@ def grad_q_block(kD, kPer, a, bx, by, smem_bytes):
                 ok = (s >= 0) & (s < a.positions)
                 return a.g_mem, gg + s * a.gp, ok
             stage(g_s[u], ldg, span, key0, kKeys, a.keys, g_row)
+    # The steps: each chunk of 80 keys, and within it each group of taps; a step's filters in one
+    # of two buffers in turn, the next step's staged while this one runs.
+    groups = (a.taps + a.group - 1) // a.group; last_step = a.key_chunks * groups - 1
+    def stage_step_filters(step):
+        tap0 = step % groups * a.group
+        stage_filters(w_s[step % 2], ldw, wh, tap0, min(a.group, a.taps - tap0), step // groups * kKeys, a)
+    stage_gradient(0)
+    stage_step_filters(0)
+    for step in range(last_step + 1):
+        key0 = step // groups * kKeys; tap0 = step % groups * a.group
+        group = min(a.group, a.taps - tap0)
+        if step > 0 and tap0 == 0: stage_gradient(key0)   # a new chunk of keys
+        if step < last_step: stage_step_filters(step + 1)
         steps = (min(kKeys, a.keys - key0) + 15) // 16
-        for tap0 in range(0, a.taps, a.group):
-            group = min(a.group, a.taps - tap0)
-            def w_row(r):
-                tap = tap0 + r // kKeys; j = key0 + r % kKeys
-                ok = j < a.keys
-                return a.w_mem, wh + (tap * a.keys + j) * a.d, ok
-            stage(w_s, ldw, group * kKeys, 0, a.d, a.d, w_row)
-            for warp in range(kWarps):
-                if not any(x.active[warp] for x in tl): continue
-                for tap in range(tap0, tap0 + group):
-                    wt_s = (tap - tap0) * kKeys * ldw   # this tap's filters, [80 keys][d]
-                    # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
-                    dy = a.radius - tap // a.k; dx = a.radius - tap % a.k
-                    nb = [neighbours(ldg, x.pos[warp], x.p0, dy, dx, a, T) for x in tl]
-                    mine = [lane_neighbour(ldg, x.p0 + warp * kRows, x.p0, dy, dx, a) for x in tl]
-                    for ks in range(steps):
-                        fa = [load_a_neighbours(g_s[u], a.ldsm, mine[u], nb[u][0], nb[u][1], g_s[0],
-                                                zeros, ks * 16) if x.active[warp] else None
-                              for u, x in enumerate(tl)]
-                        wk = wt_s + ks * 16 * ldw   # b(j, c) = w[j][c], down the filters' rows
-                        for n in range(kOut):
-                            if n * 8 >= a.d: break
-                            b0, b1 = (load_b_cols_ldsm if a.ldsm else load_b_cols)(w_s, wk + n * 8, ldw)
-                            for u, x in enumerate(tl):
-                                if x.active[warp]: acc[u][warp][n] = mma(acc[u][warp][n], fa[u], b0, b1)
+        for warp in range(kWarps):
+            if not any(x.active[warp] for x in tl): continue
+            for tap in range(tap0, tap0 + group):
+                wt_s = (tap - tap0) * kKeys * ldw   # this tap's filters, [80 keys][d]
+                # The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
+                dy = a.radius - tap // a.k; dx = a.radius - tap % a.k
+                nb = [neighbours(ldg, x.pos[warp], x.p0, dy, dx, a, T) for x in tl]
+                mine = [lane_neighbour(ldg, x.p0 + warp * kRows, x.p0, dy, dx, a) for x in tl]
+                for ks in range(steps):
+                    fa = [load_a_neighbours(g_s[u], a.ldsm, mine[u], nb[u][0], nb[u][1], g_s[0],
+                                            zeros, ks * 16) if x.active[warp] else None
+                          for u, x in enumerate(tl)]
+                    wk = wt_s + ks * 16 * ldw   # b(j, c) = w[j][c], down the filters' rows
+                    for n in range(kOut):
+                        if n * 8 >= a.d: break
+                        b0, b1 = (load_b_cols_ldsm if a.ldsm else load_b_cols)(w_s[step % 2], wk + n * 8, ldw)
+                        for u, x in enumerate(tl):
+                            if x.active[warp]: acc[u][warp][n] = mma(acc[u][warp][n], fa[u], b0, b1)
     for u, x in enumerate(tl):
         for warp in range(kWarps):
             if not x.active[warp]: continue
@@ -482,15 +488,24 @@ def conv_logits_sum_partials_kernel(partial, chunks, per, n, gw):
 
 # --- Host side ---
 
-def conv_logits_tap_group(d, k):
+def conv_logits_tap_group(d, k):   # one of the two filter buffers: 18 KiB
     per_tap = kKeys * 2 * (d + 8)
-    return min(max(36 * 1024 // per_tap, 1), max(k * k, 1))
+    return min(max(18 * 1024 // per_tap, 1), max(k * k, 1))
+
+
+def stage_filters(w_s, ld, wh, tap0, group, key0, a):   # taps [tap0, tap0 + group), 80 keys
+    def w_row(r):
+        tap = tap0 + r // kKeys; j = key0 + r % kKeys
+        ok = j < a.keys
+        return a.w_mem, wh + (tap * a.keys + j) * a.d, ok
+    stage(w_s, ld, group * kKeys, 0, a.d, a.d, w_row)
 
 
 def conv_logits_direct_fits(d, width, k):
     if d < 16 or d > 128 or d % 16 != 0 or k < 1 or k % 2 == 0: return False
     span = 64 + 2 * ((k // 2) * width + k // 2); padded = 2 * (d + 8)
-    filters = conv_logits_tap_group(d, k) * kKeys * padded
+    group = conv_logits_tap_group(d, k) * kKeys * padded
+    filters = 2 * ((group + 127) // 128 * 128)   # two buffers, each 128-byte aligned
     forward = span * padded + 128 + filters
     grad_q = span * 2 * (kKeys + 8) + 128 + filters
     return max(forward, grad_q) <= 96 * 1024
@@ -508,7 +523,7 @@ def conv_logits_chunks(geo):
 def tiles_smem(per, tile_bytes, filter_bytes):   # a forward or grad_q block's shared memory
     carve = Carver()
     for _ in range(per): carve.take(tile_bytes)
-    carve.take(filter_bytes)
+    for _ in range(2): carve.take(filter_bytes)
     return carve.bytes
 
 

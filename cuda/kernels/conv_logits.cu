@@ -12,8 +12,9 @@
 // 16 of them, the m of m16n8k16) and 80 keys (10 tiles of 8: CSKA-ViT-S's 65 keys in one block,
 // CSKAFormer's 784 in ten). It stages the positions' queries
 // with a halo of r * W + r rows before and after (zero outside the image) once, then the taps'
-// filters for its keys, [80 keys][d] a tap, as many taps at once as fit in 36 KiB (all 9 at head
-// dim 16, 3 at 64: conv_logits_tap_group); a warp's A fragment for a tap is its rows'
+// filters for its keys, [80 keys][d] a tap, as many taps at once as fit in 18 KiB (4 at head dim
+// 16, 1 at 64: conv_logits_tap_group) into two buffers in turn, the next group's copies in flight
+// while the current one is multiplied; a warp's A fragment for a tap is its rows'
 // neighbours, read from the staged queries at a shifted row (zero where the neighbour falls off
 // the grid's left or right edge, which the halo's rows do not show), and B the filters' rows.
 // grad_q (conv_logits_grad_q_kernel) is the same product run the other way: position s gathers
@@ -126,13 +127,17 @@ __device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, 
 
 // Stages the filters of taps [tap0, tap0 + group) for keys [key0, key0 + 80) of one head (wh: its
 // [taps, keys, d] filters) as `group` tiles [80 keys][d] of row stride ld, zero past the keys.
+// Its copies are not waited for: the caller commits them as a group.
 template <typename T>
 __device__ void stage_filters(T* w_s, int ld, const T* wh, int tap0, int group, int key0,
                               const Args<T>& a) {
-  stage(w_s, ld, group * kKeys, 0, a.d, a.d, [&](int r) -> const T* {
-    const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
-    return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
-  });
+  stage(
+      w_s, ld, group * kKeys, 0, a.d, a.d,
+      [&](int r) -> const T* {
+        const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
+        return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
+      },
+      /*wait=*/false);
 }
 
 // A warp's A fragment from a shared tile whose rows are the fragment's rows: rows src[0] (g) and
@@ -230,7 +235,10 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   T* q_s[kPer];
 #pragma unroll
   for (int u = 0; u < kPer; ++u) q_s[u] = reinterpret_cast<T*>(smem + carve.take(span * ld * 2));
-  T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
+  // The filters of a group of taps, in two buffers: the next group's copies are in flight while
+  // the warps multiply the current one's.
+  T* const w0 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
+  T* const w1 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
   // ldmatrix's zero row for neighbours off the grid: row 0's padding, which no stage writes.
   T* zeros = q_s[0] + a.d;
   if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
@@ -249,10 +257,13 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     if (unit >= a.units) continue;  // block-uniform: the batch's last block may hold one tile
     const T* qg = a.q + b[u] * a.qb + h * a.qh;
     const int first = p0[u] - a.halo;
-    stage(q_s[u], ld, span, 0, a.d, a.d, [&](int r) -> const T* {
-      const int s = first + r;
-      return s >= 0 && s < a.positions ? qg + s * a.qp : nullptr;
-    });
+    stage(
+        q_s[u], ld, span, 0, a.d, a.d,
+        [&](int r) -> const T* {
+          const int s = first + r;
+          return s >= 0 && s < a.positions ? qg + s * a.qp : nullptr;
+        },
+        /*wait=*/false);
   }
   bool any_active = false;
 #pragma unroll
@@ -267,13 +278,25 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     for (int n = 0; n < kKeyTiles; ++n)
       acc[u][n][0] = acc[u][n][1] = acc[u][n][2] = acc[u][n][3] = 0.0f;
   }
-  for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
+  // The queries and the first group's filters: one group of copies.
+  stage_filters(w0, ld, wh, 0, min(a.group, a.taps), key0, a);
+  attn::commit_copies();
+  int buf = 0;
+  for (int tap0 = 0; tap0 < a.taps; tap0 += a.group, buf ^= 1) {
     const int group = min(a.group, a.taps - tap0);
-    __syncthreads();  // every warp is done with the previous taps' filters (and q_s is staged)
-    stage_filters(w_s, ld, wh, tap0, group, key0, a);
-    __syncthreads();
-    if (!any_active) continue;
-    for (int tap = tap0; tap < tap0 + group; ++tap) {
+    // The next group's filters go in flight into the other buffer (which every warp finished
+    // reading at the barrier that ended the last group) before this group's are waited for.
+    const int next = tap0 + a.group;
+    if (next < a.taps) {
+      stage_filters(buf ? w0 : w1, ld, wh, next, min(a.group, a.taps - next), key0, a);
+      attn::commit_copies();
+      attn::wait_copies_pending<1>();
+    } else {
+      attn::wait_copies_pending<0>();
+    }
+    __syncthreads();  // every thread's copies of this group (and of the queries) have landed
+    const T* w_s = buf ? w1 : w0;
+    for (int tap = tap0; tap < (any_active ? tap0 + group : tap0); ++tap) {
       const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [80 keys][d]
       const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
       const T* src[kPer][2];
@@ -306,6 +329,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
         }
       }
     }
+    __syncthreads();  // every warp is done with this group's buffer before it is staged again
   }
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
@@ -354,7 +378,8 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   T* g_s[kPer];
 #pragma unroll
   for (int u = 0; u < kPer; ++u) g_s[u] = reinterpret_cast<T*>(smem + carve.take(span * ldg * 2));
-  T* w_s = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
+  T* const w0 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
+  T* const w1 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
   T* zeros = g_s[0] + kKeys;  // row 0's padding, as the forward kernel's
   if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
@@ -382,61 +407,87 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
 #pragma unroll
     for (int n = 0; n < kOut; ++n) acc[u][n][0] = acc[u][n][1] = acc[u][n][2] = acc[u][n][3] = 0.0f;
   }
-  for (int key0 = 0; key0 < a.keys; key0 += kKeys) {
-    __syncthreads();  // every warp is done with the previous chunk's tiles
+  // The gradient's rows of the tiles for keys [key0, key0 + 80), not waited for.
+  const auto stage_gradient = [&](int key0) {
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       if (!staged[u]) continue;
       const T* gg = a.g + b[u] * a.gb + h * a.gh;
       const int first = p0[u] - a.halo;
-      stage(g_s[u], ldg, span, key0, kKeys, a.keys, [&](int r) -> const T* {
-        const int s = first + r;
-        return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
-      });
+      stage(
+          g_s[u], ldg, span, key0, kKeys, a.keys,
+          [&](int r) -> const T* {
+            const int s = first + r;
+            return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
+          },
+          /*wait=*/false);
     }
+  };
+  // The block's steps: each chunk of 80 keys, and within it each group of taps. A step's filters
+  // are staged into one of two buffers in turn, the next step's in flight while this one runs;
+  // the gradient's rows once a chunk, after the barrier that ends the chunk's last step.
+  const int groups = (a.taps + a.group - 1) / a.group, last_step = a.key_chunks * groups - 1;
+  const auto stage_step_filters = [&](int step) {
+    const int tap0 = step % groups * a.group;
+    stage_filters(step % 2 ? w1 : w0, ldw, wh, tap0, min(a.group, a.taps - tap0),
+                  step / groups * kKeys, a);
+  };
+  stage_gradient(0);
+  stage_step_filters(0);
+  attn::commit_copies();
+  for (int step = 0; step <= last_step; ++step) {
+    const int key0 = step / groups * kKeys, tap0 = step % groups * a.group;
+    const int group = min(a.group, a.taps - tap0);
+    if (step > 0 && tap0 == 0) {  // a new chunk of keys
+      stage_gradient(key0);
+      attn::commit_copies();
+    }
+    if (step < last_step) {
+      stage_step_filters(step + 1);
+      attn::commit_copies();
+      attn::wait_copies_pending<1>();  // all but the next step's filters
+    } else {
+      attn::wait_copies_pending<0>();
+    }
+    __syncthreads();  // every thread's copies of this step's rows and filters have landed
     const int steps = (min(kKeys, a.keys - key0) + 15) / 16;
-    for (int tap0 = 0; tap0 < a.taps; tap0 += a.group) {
-      const int group = min(a.group, a.taps - tap0);
-      if (tap0 > 0) __syncthreads();  // every warp is done with the previous taps' filters
-      stage_filters(w_s, ldw, wh, tap0, group, key0, a);
-      __syncthreads();
-      if (!any_active) continue;
-      for (int tap = tap0; tap < tap0 + group; ++tap) {
-        const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [80 keys][d]
-        // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
-        const int dy = a.radius - tap / a.k, dx = a.radius - tap % a.k;
-        const T* src[kPer][2];
-        bool ok[kPer][2];
-        const T* mine[kPer];
+    const T* w_s = step % 2 ? w1 : w0;
+    for (int tap = tap0; tap < (any_active ? tap0 + group : tap0); ++tap) {
+      const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [80 keys][d]
+      // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
+      const int dy = a.radius - tap / a.k, dx = a.radius - tap % a.k;
+      const T* src[kPer][2];
+      bool ok[kPer][2];
+      const T* mine[kPer];
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        neighbours(src[u], ok[u], g_s[u], ldg, pos[u], p0[u], dy, dx, a, t);
+        mine[u] = lane_neighbour(g_s[u], ldg, p0[u] + warp * kRows, p0[u], dy, dx, a, lane);
+      }
+      for (int ks = 0; ks < steps; ++ks) {
+        uint32_t fa[kPer][4];
 #pragma unroll
         for (int u = 0; u < kPer; ++u) {
-          neighbours(src[u], ok[u], g_s[u], ldg, pos[u], p0[u], dy, dx, a, t);
-          mine[u] = lane_neighbour(g_s[u], ldg, p0[u] + warp * kRows, p0[u], dy, dx, a, lane);
+          if (active[u]) load_a_neighbours<kLdsm>(fa[u], mine[u], src[u], ok[u], zeros, ks * 16);
         }
-        for (int ks = 0; ks < steps; ++ks) {
-          uint32_t fa[kPer][4];
+        const T* wk = wt_s + ks * 16 * ldw;  // b(j, c) = w[j][c], down the filters' rows
+#pragma unroll
+        for (int n = 0; n < kOut; ++n) {
+          if (n * 8 >= a.d) break;
+          uint32_t b0, b1;
+          if constexpr (kLdsm) {
+            attn::load_b_cols_ldsm(b0, b1, wk + n * 8, ldw, lane);
+          } else {
+            attn::load_b_cols(b0, b1, wk + n * 8, ldw, lane);
+          }
 #pragma unroll
           for (int u = 0; u < kPer; ++u) {
-            if (active[u]) load_a_neighbours<kLdsm>(fa[u], mine[u], src[u], ok[u], zeros, ks * 16);
-          }
-          const T* wk = wt_s + ks * 16 * ldw;  // b(j, c) = w[j][c], down the filters' rows
-#pragma unroll
-          for (int n = 0; n < kOut; ++n) {
-            if (n * 8 >= a.d) break;
-            uint32_t b0, b1;
-            if constexpr (kLdsm) {
-              attn::load_b_cols_ldsm(b0, b1, wk + n * 8, ldw, lane);
-            } else {
-              attn::load_b_cols(b0, b1, wk + n * 8, ldw, lane);
-            }
-#pragma unroll
-            for (int u = 0; u < kPer; ++u) {
-              if (active[u]) mma<T>(acc[u][n], fa[u], b0, b1);
-            }
+            if (active[u]) mma<T>(acc[u][n], fa[u], b0, b1);
           }
         }
       }
     }
+    __syncthreads();  // every warp is done with this step's filters (and the chunk's rows)
   }
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
@@ -653,11 +704,11 @@ void dispatch_loads(F&& f) {
 }
 
 // The dynamic shared memory of a forward or grad_q block owning `per` tiles: `per` staged tiles
-// of tile_bytes each, then the filters (the kernels' carving).
+// of tile_bytes each, then two buffers of a tap group's filters (the kernels' carving).
 int tiles_smem(int per, int tile_bytes, int filter_bytes) {
   Carver carve;
   for (int u = 0; u < per; ++u) carve.take(tile_bytes);
-  carve.take(filter_bytes);
+  for (int i = 0; i < 2; ++i) carve.take(filter_bytes);
   return carve.bytes;
 }
 

@@ -101,21 +101,23 @@ inline ConvLogitsGeometry conv_logits_geometry(const char* kernel, const Tensor&
 constexpr int64_t kConvLogitsKeys = 80;
 
 // How many taps' filters the CUDA forward and grad_q kernels stage at once, 80 keys of d
-// channels each (rows padded to d + 8): as many as fit in 36 KiB, at least one, at most k*k
-// (head dim 16: all 9 of a 3x3 filter, one barrier pair a block instead of nine).
+// channels each (rows padded to d + 8), into one of two buffers (the next group's in flight while
+// the current one is multiplied): as many as fit in 18 KiB, at least one, at most k*k (head dim
+// 16: 4 of a 3x3 filter's 9; 64: one).
 inline int64_t conv_logits_tap_group(int64_t d, int64_t k) {
   const int64_t per_tap = kConvLogitsKeys * 2 * (d + 8);
-  return std::clamp<int64_t>(36 * 1024 / per_tap, 1, std::max<int64_t>(k * k, 1));
+  return std::clamp<int64_t>(18 * 1024 / per_tap, 1, std::max<int64_t>(k * k, 1));
 }
 
 // Whether the CUDA kernels take head dim d on a grid `width` wide with a k x k filter: d a
 // multiple of 16 up to 128, and the forward and grad_q kernels' shared tiles (64 positions with a
-// halo of (k/2) * (width + 1) rows on either side, and a group of taps' filters for 80 keys)
-// within 96 KiB.
+// halo of (k/2) * (width + 1) rows on either side, and two buffers of a group of taps' filters
+// for 80 keys, each piece 128-byte aligned) within 96 KiB.
 inline bool conv_logits_direct_fits(int64_t d, int64_t width, int64_t k) {
   if (d < 16 || d > 128 || d % 16 != 0 || k < 1 || k % 2 == 0) return false;
   const int64_t span = 64 + 2 * ((k / 2) * width + k / 2), padded = 2 * (d + 8);
-  const int64_t filters = conv_logits_tap_group(d, k) * kConvLogitsKeys * padded;
+  const int64_t group = conv_logits_tap_group(d, k) * kConvLogitsKeys * padded;
+  const int64_t filters = 2 * ((group + 127) / 128 * 128);
   const int64_t forward = span * padded + 128 + filters;
   const int64_t grad_q = span * 2 * (kConvLogitsKeys + 8) + 128 + filters;
   return std::max(forward, grad_q) <= 96 * 1024;
