@@ -218,11 +218,11 @@ __device__ __forceinline__ void load_a_neighbours(uint32_t (&fa)[4], const T* mi
 }
 
 // --- Forward: a block per (kPer tiles of 64 positions, 80 keys) and head ---
-// A tile is 64 positions of one image; unit u = b * tiles + tile numbers them over the batch, and
-// a block owns units kPer apart from blockIdx (two where conv_logits_per_block says so: two tiles
-// of one image, or of neighbouring images). Each staged filter fragment serves the block's tiles
-// in turn, so the filters are staged once for kPer tiles. kLdsm (attn::async_loads_enabled): the
-// fragments by ldmatrix, else by 32-bit loads.
+// A tile is 64 positions of one image; unit = b * tiles + tile numbers them over the batch, and a
+// block owns kPer consecutive units (two where dispatch_per_block says so: two tiles of one
+// image, or of neighbouring images). Each staged filter fragment serves all of the block's tiles,
+// so the filters are staged once for kPer tiles. kLdsm (attn::async_loads_enabled): the fragments
+// by ldmatrix, else by 32-bit loads.
 template <typename T, bool kLdsm, int kPer>
 __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
