@@ -217,6 +217,60 @@ __device__ __forceinline__ void load_a_neighbours(uint32_t (&fa)[4], const T* mi
   }
 }
 
+// The tiles of a forward or grad_q block: kPer consecutive units of the batch from unit0 (unit =
+// b * tiles + tile), each with its image b, first position p0, the thread's two positions, and
+// whether it is a unit at all (staged: block-uniform; the batch's last block may hold one tile)
+// and the warp's 16 rows hold a position (active: warp-uniform).
+template <int kPer>
+struct Tiles {
+  int64_t b[kPer];
+  int p0[kPer], pos[kPer][2];
+  bool staged[kPer], active[kPer];
+  bool any_active;  // of the warp's rows in any tile
+};
+template <int kPer, typename T>
+__device__ __forceinline__ Tiles<kPer> tiles_of(const Args<T>& a, int64_t unit0, int warp, int g) {
+  Tiles<kPer> tl;
+  tl.any_active = false;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t unit = unit0 + u;
+    tl.b[u] = unit / a.tiles;
+    tl.p0[u] = static_cast<int>(unit - tl.b[u] * a.tiles) * kTile;
+    tl.pos[u][0] = tl.p0[u] + warp * kRows + g;
+    tl.pos[u][1] = tl.pos[u][0] + 8;
+    tl.staged[u] = unit < a.units;
+    tl.active[u] = tl.staged[u] && tl.p0[u] + warp * kRows < a.positions;
+    tl.any_active |= tl.active[u];
+  }
+  return tl;
+}
+
+// Where the warp's rows of each of a block's tiles find their neighbours at offset (dy, dx):
+// neighbours() and lane_neighbour() per tile, for load_a_neighbours.
+template <int kPer, typename T>
+struct TapRows {
+  const T* src[kPer][2];
+  bool ok[kPer][2];
+  const T* mine[kPer];
+  template <bool kLdsm>
+  __device__ __forceinline__ void load_a(uint32_t (&fa)[4], int u, const T* zeros, int col) const {
+    load_a_neighbours<kLdsm>(fa, mine[u], src[u], ok[u], zeros, col);
+  }
+};
+template <int kPer, typename T>
+__device__ __forceinline__ TapRows<kPer, T> tap_rows(T* const (&tiles)[kPer], int ld,
+                                                     const Tiles<kPer>& tl, int dy, int dx,
+                                                     const Args<T>& a, int warp, int lane) {
+  TapRows<kPer, T> rows;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    neighbours(rows.src[u], rows.ok[u], tiles[u], ld, tl.pos[u], tl.p0[u], dy, dx, a, lane & 3);
+    rows.mine[u] = lane_neighbour(tiles[u], ld, tl.p0[u] + warp * kRows, tl.p0[u], dy, dx, a, lane);
+  }
+  return rows;
+}
+
 // --- Forward: a block per (kPer tiles of 64 positions, 80 keys) and head ---
 // A tile is 64 positions of one image; unit = b * tiles + tile numbers them over the batch, and a
 // block owns kPer consecutive units (two where dispatch_per_block says so: two tiles of one
@@ -243,18 +297,11 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   T* zeros = q_s[0] + a.d;
   if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
-  int64_t b[kPer];
-  int p0[kPer], pos[kPer][2];
-  bool active[kPer];  // warp-uniform: the warp's 16 rows of tile u hold a position
+  const Tiles<kPer> tl = tiles_of<kPer>(a, unit0, warp, g);
+  const auto& [b, p0, pos, staged, active, any_active] = tl;
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
-    const int64_t unit = unit0 + u;
-    b[u] = unit / a.tiles;
-    p0[u] = static_cast<int>(unit - b[u] * a.tiles) * kTile;
-    pos[u][0] = p0[u] + warp * kRows + g;
-    pos[u][1] = pos[u][0] + 8;
-    active[u] = unit < a.units && p0[u] + warp * kRows < a.positions;
-    if (unit >= a.units) continue;  // block-uniform: the batch's last block may hold one tile
+    if (!staged[u]) continue;
     const T* qg = a.q + b[u] * a.qb + h * a.qh;
     const int first = p0[u] - a.halo;
     stage(
@@ -265,9 +312,6 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
         },
         /*wait=*/false);
   }
-  bool any_active = false;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) any_active |= active[u];
   const int tiles = (min(kKeys, a.keys - key0) + 7) / 8;
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
 
@@ -299,19 +343,12 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     for (int tap = tap0; tap < (any_active ? tap0 + group : tap0); ++tap) {
       const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [80 keys][d]
       const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
-      const T* src[kPer][2];
-      bool ok[kPer][2];
-      const T* mine[kPer];
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        neighbours(src[u], ok[u], q_s[u], ld, pos[u], p0[u], dy, dx, a, t);
-        mine[u] = lane_neighbour(q_s[u], ld, p0[u] + warp * kRows, p0[u], dy, dx, a, lane);
-      }
+      const TapRows<kPer, T> rows = tap_rows(q_s, ld, tl, dy, dx, a, warp, lane);
       for (int ks = 0; ks < a.d / 16; ++ks) {
         uint32_t fa[kPer][4];
 #pragma unroll
         for (int u = 0; u < kPer; ++u) {
-          if (active[u]) load_a_neighbours<kLdsm>(fa[u], mine[u], src[u], ok[u], zeros, ks * 16);
+          if (active[u]) rows.load_a<kLdsm>(fa[u], u, zeros, ks * 16);
         }
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n) {
@@ -384,22 +421,8 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
-  int64_t b[kPer];
-  int p0[kPer], pos[kPer][2];
-  bool staged[kPer], active[kPer];
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int64_t unit = unit0 + u;
-    b[u] = unit / a.tiles;
-    p0[u] = static_cast<int>(unit - b[u] * a.tiles) * kTile;
-    pos[u][0] = p0[u] + warp * kRows + g;
-    pos[u][1] = pos[u][0] + 8;
-    staged[u] = unit < a.units;  // block-uniform
-    active[u] = staged[u] && p0[u] + warp * kRows < a.positions;
-  }
-  bool any_active = false;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) any_active |= active[u];
+  const Tiles<kPer> tl = tiles_of<kPer>(a, unit0, warp, g);
+  const auto& [b, p0, pos, staged, active, any_active] = tl;
 
   float acc[kPer][kOut][4];
 #pragma unroll
@@ -411,9 +434,9 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   const auto stage_gradient = [&](int key0) {
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      if (!staged[u]) continue;
-      const T* gg = a.g + b[u] * a.gb + h * a.gh;
-      const int first = p0[u] - a.halo;
+      if (!tl.staged[u]) continue;  // tl, not its bindings: a C++17 lambda cannot capture those
+      const T* gg = a.g + tl.b[u] * a.gb + h * a.gh;
+      const int first = tl.p0[u] - a.halo;
       stage(
           g_s[u], ldg, span, key0, kKeys, a.keys,
           [&](int r) -> const T* {
@@ -456,19 +479,12 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
       const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [80 keys][d]
       // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
       const int dy = a.radius - tap / a.k, dx = a.radius - tap % a.k;
-      const T* src[kPer][2];
-      bool ok[kPer][2];
-      const T* mine[kPer];
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        neighbours(src[u], ok[u], g_s[u], ldg, pos[u], p0[u], dy, dx, a, t);
-        mine[u] = lane_neighbour(g_s[u], ldg, p0[u] + warp * kRows, p0[u], dy, dx, a, lane);
-      }
+      const TapRows<kPer, T> rows = tap_rows(g_s, ldg, tl, dy, dx, a, warp, lane);
       for (int ks = 0; ks < steps; ++ks) {
         uint32_t fa[kPer][4];
 #pragma unroll
         for (int u = 0; u < kPer; ++u) {
-          if (active[u]) load_a_neighbours<kLdsm>(fa[u], mine[u], src[u], ok[u], zeros, ks * 16);
+          if (active[u]) rows.load_a<kLdsm>(fa[u], u, zeros, ks * 16);
         }
         const T* wk = wt_s + ks * 16 * ldw;  // b(j, c) = w[j][c], down the filters' rows
 #pragma unroll
