@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
         uint32_t fa[kPer][4];
 #pragma unroll
         for (int u = 0; u < kPer; ++u) {
-          if (active[u]) rows.load_a<kLdsm>(fa[u], u, zeros, ks * 16);
+          if (active[u]) rows.template load_a<kLdsm>(fa[u], u, zeros, ks * 16);
         }
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n) {
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
         uint32_t fa[kPer][4];
 #pragma unroll
         for (int u = 0; u < kPer; ++u) {
-          if (active[u]) rows.load_a<kLdsm>(fa[u], u, zeros, ks * 16);
+          if (active[u]) rows.template load_a<kLdsm>(fa[u], u, zeros, ks * 16);
         }
         const T* wk = wt_s + ks * 16 * ldw;  // b(j, c) = w[j][c], down the filters' rows
 #pragma unroll
