@@ -240,6 +240,22 @@ class CaseBuilder {
     return c;
   }
 
+  // `c` with the tensor-core kernels' tiles and fragments by plain loads (train.attention_loads:
+  // sync: the attention's tiles loaded and stored, and the attention's and the conv logits'
+  // fragments by 32- and 16-bit shared loads instead of ldmatrix) while it runs. Ours only, on
+  // CUDA (an unnamed case, skipped, elsewhere).
+  BenchCase with_sync_loads(BenchCase c) const {
+    if (!device_.is_cuda()) return {};
+    c.name += "_sync";
+    c.run = [run = c.run] {
+      const bool previous = ska::set_cuda_attention_async_loads(false);
+      Tensor y = run();
+      ska::set_cuda_attention_async_loads(previous);
+      return y;
+    };
+    return c;
+  }
+
   // `c` with the mma.sync attention's one-pass backward (each weight computed once for up to 80
   // tokens) while it runs. Ours only, on CUDA (an unnamed case, skipped, elsewhere).
   BenchCase with_one_pass_attention(BenchCase c) const {
@@ -451,6 +467,15 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) {
         return c.conv_logits("cskaf_conv_logits_direct", bs.caformer, 8, 16, 28, 784,
                              ska::nn::ConvLogitsForm::kDirect);
+      },
+      // The direct form with its fragments by 32- and 16-bit loads, as before ldmatrix.
+      [=](CaseBuilder& c) {
+        return c.with_sync_loads(c.conv_logits("cska_conv_logits_direct", bs.vit, 8, 64, 8, 65,
+                                               ska::nn::ConvLogitsForm::kDirect));
+      },
+      [=](CaseBuilder& c) {
+        return c.with_sync_loads(c.conv_logits("cskaf_conv_logits_direct", bs.caformer, 8, 16, 28,
+                                               784, ska::nn::ConvLogitsForm::kDirect));
       },
       [=](CaseBuilder& c) {
         return c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true, true);
