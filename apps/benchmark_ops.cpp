@@ -16,6 +16,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -223,51 +224,40 @@ class CaseBuilder {
         c, bias.defined() ? ska::TensorList{q, k, v, bias} : ska::TensorList{q, k, v});
   }
 
-  // `c` with the mma.sync attention's one-block forward and backward (for up to 80 tokens) while
-  // it runs, to compare with the tiled forward and split backward (the plain case). Ours only,
-  // on CUDA (an unnamed case, skipped, elsewhere).
-  BenchCase with_one_block_attention(BenchCase c) const {
+  // `c` with a process-wide CUDA kernel switch (`set`, which returns the value it replaces) at
+  // `value` while it runs, `suffix` added to its name. Ours only, on CUDA (an unnamed case,
+  // skipped, elsewhere).
+  BenchCase with_switch(BenchCase c, const char* suffix, bool (*set)(bool), bool value) const {
     if (!device_.is_cuda()) return {};
-    c.name += "_one_block";
-    c.run = [run = c.run] {
-      const bool forward = ska::set_cuda_attention_one_block_forward(true);
-      const bool backward = ska::set_cuda_attention_one_block_backward(true);
+    c.name += suffix;
+    c.run = [run = c.run, set, value] {
+      const bool previous = set(value);
       Tensor y = run();
-      ska::set_cuda_attention_one_block_forward(forward);
-      ska::set_cuda_attention_one_block_backward(backward);
+      set(previous);
       return y;
     };
     return c;
+  }
+
+  // `c` with the mma.sync attention's one-block forward and backward (for up to 80 tokens), to
+  // compare with the tiled forward and split backward (the plain case).
+  BenchCase with_one_block_attention(BenchCase c) const {
+    return with_switch(
+        with_switch(std::move(c), "_one_block", ska::set_cuda_attention_one_block_forward, true),
+        "", ska::set_cuda_attention_one_block_backward, true);
   }
 
   // `c` with the tensor-core kernels' tiles and fragments by plain loads (train.attention_loads:
   // sync: the attention's tiles loaded and stored, and the attention's and the conv logits'
-  // fragments by 32- and 16-bit shared loads instead of ldmatrix) while it runs. Ours only, on
-  // CUDA (an unnamed case, skipped, elsewhere).
+  // fragments by 32- and 16-bit shared loads instead of ldmatrix).
   BenchCase with_sync_loads(BenchCase c) const {
-    if (!device_.is_cuda()) return {};
-    c.name += "_sync";
-    c.run = [run = c.run] {
-      const bool previous = ska::set_cuda_attention_async_loads(false);
-      Tensor y = run();
-      ska::set_cuda_attention_async_loads(previous);
-      return y;
-    };
-    return c;
+    return with_switch(std::move(c), "_sync", ska::set_cuda_attention_async_loads, false);
   }
 
   // `c` with the mma.sync attention's one-pass backward (each weight computed once for up to 80
-  // tokens) while it runs. Ours only, on CUDA (an unnamed case, skipped, elsewhere).
+  // tokens).
   BenchCase with_one_pass_attention(BenchCase c) const {
-    if (!device_.is_cuda()) return {};
-    c.name += "_one_pass";
-    c.run = [run = c.run] {
-      const bool previous = ska::set_cuda_attention_one_pass_backward(true);
-      Tensor y = run();
-      ska::set_cuda_attention_one_pass_backward(previous);
-      return y;
-    };
-    return c;
+    return with_switch(std::move(c), "_one_pass", ska::set_cuda_attention_one_pass_backward, true);
   }
 
   static Tensor to_channels_last(const Tensor& t) {
