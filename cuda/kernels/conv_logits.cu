@@ -100,11 +100,11 @@ struct Args {
 // row stride ld: row r from row_of(r) (a pointer to that row's column 0, or null for a row of
 // zeros), zero at columns from `valid` on. 16-byte asynchronous copies where a vector lies
 // inside `valid` and is 16-byte aligned, element by element otherwise (rows of an odd number of
-// keys). Waits for its copies (with `wait`; else the caller commits and waits for them); the
-// caller's barrier publishes the tile.
+// keys). Does not wait for its copies: the caller commits them as a group
+// (attn::commit_copies), waits for it (attn::wait_copies_pending) and its barrier publishes the
+// tile.
 template <typename T, typename RowOf>
-__device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, RowOf row_of,
-                      bool wait = true) {
+__device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, RowOf row_of) {
   constexpr int kVec = 16 / sizeof(T);
   const int per_row = cols / kVec;
   const T zero = from_float<T>(0.0f);
@@ -122,22 +122,18 @@ __device__ void stage(T* tile, int ld, int rows, int col0, int cols, int valid, 
       }
     }
   }
-  if (wait) attn::wait_copies();
 }
 
 // Stages the filters of taps [tap0, tap0 + group) for keys [key0, key0 + 80) of one head (wh: its
-// [taps, keys, d] filters) as `group` tiles [80 keys][d] of row stride ld, zero past the keys.
-// Its copies are not waited for: the caller commits them as a group.
+// [taps, keys, d] filters) as `group` tiles [80 keys][d] of row stride ld, zero past the keys
+// (not waited for, as stage).
 template <typename T>
 __device__ void stage_filters(T* w_s, int ld, const T* wh, int tap0, int group, int key0,
                               const Args<T>& a) {
-  stage(
-      w_s, ld, group * kKeys, 0, a.d, a.d,
-      [&](int r) -> const T* {
-        const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
-        return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
-      },
-      /*wait=*/false);
+  stage(w_s, ld, group * kKeys, 0, a.d, a.d, [&](int r) -> const T* {
+    const int tap = tap0 + r / kKeys, j = key0 + r % kKeys;
+    return j < a.keys ? wh + (static_cast<int64_t>(tap) * a.keys + j) * a.d : nullptr;
+  });
 }
 
 // A warp's A fragment from a shared tile whose rows are the fragment's rows: rows src[0] (g) and
@@ -304,13 +300,10 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     if (!staged[u]) continue;
     const T* qg = a.q + b[u] * a.qb + h * a.qh;
     const int first = p0[u] - a.halo;
-    stage(
-        q_s[u], ld, span, 0, a.d, a.d,
-        [&](int r) -> const T* {
-          const int s = first + r;
-          return s >= 0 && s < a.positions ? qg + s * a.qp : nullptr;
-        },
-        /*wait=*/false);
+    stage(q_s[u], ld, span, 0, a.d, a.d, [&](int r) -> const T* {
+      const int s = first + r;
+      return s >= 0 && s < a.positions ? qg + s * a.qp : nullptr;
+    });
   }
   const int tiles = (min(kKeys, a.keys - key0) + 7) / 8;
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
@@ -437,13 +430,10 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
       if (!tl.staged[u]) continue;  // tl, not its bindings: a C++17 lambda cannot capture those
       const T* gg = a.g + tl.b[u] * a.gb + h * a.gh;
       const int first = tl.p0[u] - a.halo;
-      stage(
-          g_s[u], ldg, span, key0, kKeys, a.keys,
-          [&](int r) -> const T* {
-            const int s = first + r;
-            return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
-          },
-          /*wait=*/false);
+      stage(g_s[u], ldg, span, key0, kKeys, a.keys, [&](int r) -> const T* {
+        const int s = first + r;
+        return s >= 0 && s < a.positions ? gg + s * a.gp : nullptr;
+      });
     }
   };
   // The block's steps: each chunk of 80 keys, and within it each group of taps. A step's filters
@@ -564,26 +554,22 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
   // copies committed as one group and not waited for. Row m of the batch is position m % P of
   // image m / P.
   const auto stage_rows = [&](int buf, int64_t m0) {
-    stage((buf ? g1 : g0), ldg, kTile, key0, kKeys, a.keys,
-          [&](int r) -> const T* {
-            const int64_t m = m0 + r;
-            if (m >= last) return nullptr;
-            const int64_t b = m / a.positions;
-            const int p = static_cast<int>(m - b * a.positions);
-            return a.g + b * a.gb + h * a.gh + p * a.gp;
-          },
-          /*wait=*/false);
-    stage((buf ? q1 : q0), ldq, kTile, 0, a.d, a.d,
-          [&](int r) -> const T* {
-            const int64_t m = m0 + r;
-            if (m >= last) return nullptr;
-            const int64_t b = m / a.positions;
-            const int p = static_cast<int>(m - b * a.positions);
-            const int x = p % a.width + dx, s = p + dy * a.width + dx;
-            if (x < 0 || x >= a.width || s < 0 || s >= a.positions) return nullptr;
-            return a.q + b * a.qb + h * a.qh + s * a.qp;
-          },
-          /*wait=*/false);
+    stage(buf ? g1 : g0, ldg, kTile, key0, kKeys, a.keys, [&](int r) -> const T* {
+      const int64_t m = m0 + r;
+      if (m >= last) return nullptr;
+      const int64_t b = m / a.positions;
+      const int p = static_cast<int>(m - b * a.positions);
+      return a.g + b * a.gb + h * a.gh + p * a.gp;
+    });
+    stage(buf ? q1 : q0, ldq, kTile, 0, a.d, a.d, [&](int r) -> const T* {
+      const int64_t m = m0 + r;
+      if (m >= last) return nullptr;
+      const int64_t b = m / a.positions;
+      const int p = static_cast<int>(m - b * a.positions);
+      const int x = p % a.width + dx, s = p + dy * a.width + dx;
+      if (x < 0 || x >= a.width || s < 0 || s >= a.positions) return nullptr;
+      return a.q + b * a.qb + h * a.qh + s * a.qp;
+    });
     attn::commit_copies();
   };
   if (first < last) stage_rows(0, first);
