@@ -6,7 +6,9 @@ logits, the quad reductions, the tile and tail logic and the writes are mirrored
 (registers as numpy arrays over the 32 lanes of a warp), and mma is computed from the PTX
 ISA's m16n8k16 fragment layouts (every fragment loaded by ldmatrix, as the kernels load them);
 the forward tiled and, where it applies, in its one-block form,
-the backward as two kernels, in one block, and in one block computing each weight once (one pass). Values stay float64 (no bf16 rounding of P and dS), so every
+the backward as two kernels, in one block, in one block computing each weight once (one pass),
+and as the persistent kernel (blocks walking heads with two sets of tiles: a race model of its
+copies and barriers). Values stay float64 (no bf16 rounding of P and dS), so every
 output must match a dense float64 reference to ~1e-15; outputs start as NaN, so an element the
 kernels never write shows up. Run: /usr/bin/python3 scripts/attention_mma_emulate.py (Debian's
 python3-numpy). The [cuda] tests remain the real check on a GPU; keep this in step with the
@@ -268,8 +270,9 @@ def one_block_tiles(q, k, v, go, lse, delta):  # load_one_block_tiles: every ope
             np.array([lse[i] if i < nq else 0 for i in range(kShort)]),
             np.array([delta[i] if i < nq else 0 for i in range(kShort)]))
 
-def backward_one_block(q, k, v, bias, scale, lse, delta, go):
-    """mma_one_block_backward_kernel: one block, every operand loaded once (80 rows)."""
+def backward_one_block(q, k, v, bias, scale, lse, delta, go, tiles=None):
+    """mma_one_block_backward_kernel: one block, every operand loaded once (80 rows); with
+    `tiles`, one_block_backward_head on tiles already staged (the persistent kernel)."""
     nq, d = q.shape; nk, dv = v.shape
     kShort = 80; kN = kShort//8; kOut = head_of(d, dv)//8
     assert nq <= kShort and nk <= kShort and head_of(d, dv) <= 64
@@ -277,7 +280,7 @@ def backward_one_block(q, k, v, bias, scale, lse, delta, go):
     gq = np.full((nq, d), np.nan); gk = np.full((nk, d), np.nan); gv = np.full((nk, dv), np.nan)
     gb = np.full((nq, nk), np.nan)
     def b_at(i, j): return bias[i, j] if bias is not None else 0.0
-    q_s, go_s, k_s, v_s, lse_s, delta_s = one_block_tiles(q, k, v, go, lse, delta)
+    q_s, go_s, k_s, v_s, lse_s, delta_s = tiles if tiles is not None else one_block_tiles(q, k, v, go, lse, delta)
     pieces = (max(nq, nk, 1) + 15)//16
     for warp in range(pieces):
         w0 = warp*16
@@ -379,6 +382,45 @@ def backward_one_pass(q, k, v, bias, scale, lse, delta, go):
         write_rows(dvv, dv, 1.0, gv, w0, nk, kOut)
     return gq, gk, gv, gb
 
+def backward_persistent(heads, grid, bias, scale):
+    """mma_persistent_backward_kernel: block b of `grid` takes heads b, b + grid, ... with two
+    sets of tiles. A set's copies land only at the wait that covers their group (the latest they
+    may) and the set is poisoned with NaN from their issue (the earliest they may overwrite it),
+    so a read of a set in flight gives NaN; every shared-memory event is stamped with its phase
+    (the barriers before it) to check that a set is restaged only in a phase after its last
+    read, and read only in a phase after the wait for its copies. heads: (q, k, v, go, lse, delta)
+    each; returns each head's (gq, gk, gv, gb)."""
+    groups = len(heads); out = [None]*groups
+    for b in range(min(grid, groups)):
+        phase = 0; sets = [None, None]; pending = []  # pending: committed groups, oldest first
+        last_read = [-1, -1]; staged_at = [None, None]; landed_at = [None, None]
+        def stage(st, grp):
+            assert phase > last_read[st], ("restaged in the phase of its last read", b, grp)
+            sets[st] = tuple(np.full_like(t, np.nan) for t in one_block_tiles(*heads[grp]))
+            staged_at[st] = phase; landed_at[st] = None
+            return (st, one_block_tiles(*heads[grp]))
+        def commit(copy): pending.append(copy)  # copy: None for an empty group
+        def wait_pending(n):
+            while len(pending) > n:
+                copy = pending.pop(0)
+                if copy is not None:
+                    st, tiles = copy; sets[st] = tiles; landed_at[st] = phase
+        grp = b; st = 0
+        commit(stage(0, grp))
+        while grp < groups:
+            nxt = grp + grid
+            commit(stage(st ^ 1, nxt) if nxt < groups else None)
+            wait_pending(1)
+            phase += 1  # __syncthreads
+            assert landed_at[st] is not None and landed_at[st] < phase, ("read before its wait", b, grp)
+            q, k, v, go, lse, delta = heads[grp]
+            out[grp] = backward_one_block(q, k, v, bias, scale, lse, delta, go, tiles=sets[st])
+            last_read[st] = phase
+            phase += 1  # __syncthreads
+            grp = nxt; st ^= 1
+        assert not [c for c in pending if c is not None], "copies left in flight"
+    return out
+
 def reference(q, k, v, bias, scale, go):
     z = scale*q@k.T + (bias if bias is not None else 0)
     m = z.max(1, keepdims=True); p = np.exp(z - m); l = p.sum(1, keepdims=True); p /= l
@@ -435,5 +477,28 @@ for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True
                  np.abs(gv-rgv).max(), np.abs(gb-rgb).max()]
     print((nq, nk, d, dv, use_bias), ["%.1e" % e for e in errs])
     worst = max(worst, *errs)
+# The persistent backward: each head's gradients equal to the one-block kernel's (the same
+# operations on the same tiles), for grids smaller than the heads (blocks taking several in
+# turn, some one fewer), as large, and larger.
+for (nq, nk, d, dv, use_bias) in [(65, 65, 32, 32, True), (17, 80, 16, 48, False)]:
+    heads = []
+    for _ in range(7):
+        q = rng.uniform(-2, 2, (nq, d)); k = rng.uniform(-1, 1, (nk, d)); v = rng.uniform(-1, 1, (nk, dv))
+        go = rng.uniform(-1, 1, (nq, dv))
+        heads.append([q, k, v, go])
+    bias = rng.uniform(-2, 2, (nq, nk)) if use_bias else None
+    scale = 1/np.sqrt(max(d, 1))
+    for h in heads:
+        _, rl, _, _, _, _, delta = reference(h[0], h[1], h[2], bias, scale, h[3])
+        h += [rl, delta]
+    one_block = [backward_one_block(q, k, v, bias, scale, lse, delta, go)
+                 for (q, k, v, go, lse, delta) in heads]
+    for grid in (1, 3, 7, 9):
+        got = backward_persistent(heads, grid, bias, scale)
+        for h in range(len(heads)):
+            for x, y in zip(got[h], one_block[h]):
+                assert np.array_equal(x, y, equal_nan=True) and not np.isnan(x).all(), \
+                    ("persistent", nq, nk, d, dv, grid, h)
+    print("persistent backward", (nq, nk, d, dv, use_bias), "grids 1, 3, 7, 9: the one-block bits")
 print("worst abs error", worst)
 raise SystemExit(0 if worst < 1e-12 else 1)

@@ -254,10 +254,10 @@ for stage in "${stages[@]}"; do
     [ $? = 125 ] || grep -E "_attention" "$logs/attention_ops.log" | sed 's/^/  /' | tee -a "$summary"
     variants_stage attention \
       "${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}" \
-      "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass;attention_registers=capped" ;;
+      "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass;attention_registers=capped;attention_schedule=persistent" ;;
   cait)
     variants_stage cait "${CAIT:-cifar10_cska_cait:512 cifar10_cait_s:512}" \
-      "talking_heads=fused;projections=stacked;talking_heads=fused,projections=stacked;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;attention_registers=capped;talking_heads=fused,projections=stacked,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass;residual_norm=unfused" ;;
+      "talking_heads=fused;projections=stacked;talking_heads=fused,projections=stacked;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;attention_registers=capped;attention_schedule=persistent;talking_heads=fused,projections=stacked,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass;residual_norm=unfused" ;;
   depthwise)
     stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
       --dtype bf16 --cases dwconv
@@ -324,7 +324,7 @@ for stage in "${stages[@]}"; do
       config=${item%%:*}
       stage_run "stalls_$config" 150 env BUILD_DIR="$build" OUT="$logs/stalls" \
         MATCH="${STALL_KERNELS:-mma_|wmma_|attention_|layer_norm}" \
-        VARIANTS="${STALL_VARIANTS-;--attention-registers capped;--attention-backward one_pass}" \
+        VARIANTS="${STALL_VARIANTS-;--attention-registers capped;--attention-schedule persistent;--attention-backward one_pass}" \
         scripts/gpu_stalls.sh "$item"
       [ $? = 125 ] && continue
       sed 's/^/  /' "$logs/stalls_$config.log" | head -80 | tee -a "$summary"

@@ -41,7 +41,7 @@ bench=$build/apps/benchmark
 # build and warm-up, the variants in turn, ROUNDS times); "new" is every fast path not yet the
 # default at once. Then the switches that are not kernel choices, one process each.
 kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=split"
-  "attention_backward=one_pass" "attention_registers=capped"
+  "attention_backward=one_pass" "attention_registers=capped" "attention_schedule=persistent"
   "attention_forward=tiled" "norm_forward=held" "norm_backward=split" "residual_norm=unfused"
   "gelu_dropout=unfused" "dropout_add=unfused" "talking_heads=fused" "weight_casts=per_step"
   "linear_grads=f32" "weight_casts=per_step,linear_grads=f32" "depthwise_conv=cudnn"

@@ -9,7 +9,8 @@
 # Usage: scripts/gpu_stalls.sh [CONFIG[:BATCH] ...]      default: cifar10_vit_s:512
 # Environment: BUILD_DIR (default build-gpu), MATCH (an ncu kernel-name regex, default
 # "mma_|wmma_|attention_|layer_norm"), VARIANTS (benchmark flag sets separated by ";", an empty
-# one for the defaults; default ";--attention-registers capped;--attention-backward one_pass"),
+# one for the defaults; default ";--attention-registers capped;--attention-schedule persistent;
+# --attention-backward one_pass"),
 # TOP (kernels listed, default 20), NCU (default ncu), OUT (logs, CSV and JSON; default
 # BUILD_DIR/logs). Exits 1 when a run or ncu fails.
 set -uo pipefail
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 build=${BUILD_DIR:-build-gpu}
 regex=${MATCH:-mma_|wmma_|attention_|layer_norm}
-variants=${VARIANTS-;--attention-registers capped;--attention-backward one_pass}
+variants=${VARIANTS-;--attention-registers capped;--attention-schedule persistent;--attention-backward one_pass}
 top=${TOP:-20}
 ncu=${NCU:-ncu}
 logs=${OUT:-$build/logs}

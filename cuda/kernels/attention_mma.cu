@@ -56,6 +56,7 @@ std::atomic<bool> g_one_block{true};
 std::atomic<bool> g_one_block_forward{true};
 std::atomic<bool> g_one_pass{false};
 std::atomic<bool> g_register_cap{false};
+std::atomic<bool> g_persistent{false};
 
 // The one-block backward (mma_one_block_backward_kernel): sequences of at most kShortRows queries
 // and keys, head dims up to 64.
@@ -445,25 +446,37 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
   write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
 }
 
-// The one-block backward kernels' operands of leading index `grp` in shared memory (`at`: their
-// Smem), every row loaded once and published by a barrier: q and dO, k and v, zero past the
-// ends, and the queries' log-sum-exps and D.
+// The one-block backward kernels' shared memory: q and dO, k and v as padded tiles of kShortRows
+// rows, then the queries' log-sum-exps and D.
+template <typename T>
+__host__ __device__ inline Smem one_block_smem(const Inputs<T>& in) {
+  return Smem(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows);
+}
+
+// Where the one-block kernels' operands of one leading index lie in shared memory from `base`
+// (`at`: one_block_smem).
 template <typename T>
 struct OneBlockTiles {
   T *q, *go, *k, *v;
   float *lse, *delta;
 };
 template <typename T>
-__device__ __forceinline__ OneBlockTiles<T> load_one_block_tiles(unsigned char* smem,
-                                                                 const Smem& at,
-                                                                 const BackwardArgs<T>& a,
-                                                                 int64_t grp) {
+__device__ __forceinline__ OneBlockTiles<T> one_block_tiles(unsigned char* base, const Smem& at) {
+  float* lse = reinterpret_cast<float*>(base + at.f);
+  return {reinterpret_cast<T*>(base + at.a_d), reinterpret_cast<T*>(base + at.a_dv),
+          reinterpret_cast<T*>(base + at.b_d), reinterpret_cast<T*>(base + at.b_dv),
+          lse, lse + kShortRows};
+}
+
+// Starts filling tiles `s` with the operands of leading index `grp`: q, dO, k and v by load_tile
+// without waiting, the log-sum-exps and D by 4-byte copies (with Inputs::async_loads; else a
+// load and a store each), zero past the ends. The thread's copies may be in flight on return:
+// the caller waits for them and publishes the tiles with a barrier.
+template <typename T>
+__device__ __forceinline__ void stage_one_block_tiles(const OneBlockTiles<T>& s,
+                                                      const BackwardArgs<T>& a, int64_t grp) {
   const Inputs<T>& in = a.in;
   const int ldd = ld16(in.d), ldv = ld16(in.dv);
-  float* lse = reinterpret_cast<float*>(smem + at.f);
-  const OneBlockTiles<T> s{reinterpret_cast<T*>(smem + at.a_d), reinterpret_cast<T*>(smem + at.a_dv),
-                           reinterpret_cast<T*>(smem + at.b_d), reinterpret_cast<T*>(smem + at.b_dv),
-                           lse, lse + kShortRows};
   load_tile(s.q, ldd, in.q + in.qv.lead.offset(grp), in.qv, 0, kShortRows, in.nq, in.d,
             in.async_loads, /*wait=*/false);
   load_tile(s.go, ldv, a.go + a.gov.lead.offset(grp), a.gov, 0, kShortRows, in.nq, in.dv,
@@ -471,11 +484,32 @@ __device__ __forceinline__ OneBlockTiles<T> load_one_block_tiles(unsigned char* 
   load_tile(s.k, ldd, in.k + in.kv.lead.offset(grp), in.kv, 0, kShortRows, in.nk, in.d,
             in.async_loads, /*wait=*/false);
   load_tile(s.v, ldv, in.v + in.vv.lead.offset(grp), in.vv, 0, kShortRows, in.nk, in.dv,
-            in.async_loads);
+            in.async_loads, /*wait=*/false);
+  const float* lse = a.lse + grp * in.nq;
+  const float* delta = a.delta + grp * in.nq;
   for (int i = threadIdx.x; i < kShortRows; i += blockDim.x) {
-    s.lse[i] = i < in.nq ? a.lse[grp * in.nq + i] : 0.0f;
-    s.delta[i] = i < in.nq ? a.delta[grp * in.nq + i] : 0.0f;
+    if (i >= in.nq) {
+      s.lse[i] = s.delta[i] = 0.0f;
+    } else if (in.async_loads) {
+      copy4(s.lse + i, lse + i);
+      copy4(s.delta + i, delta + i);
+    } else {
+      s.lse[i] = lse[i];
+      s.delta[i] = delta[i];
+    }
   }
+}
+
+// The tiles of leading index `grp` at the start of shared memory, loaded and published by a
+// barrier.
+template <typename T>
+__device__ __forceinline__ OneBlockTiles<T> load_one_block_tiles(unsigned char* smem,
+                                                                 const Smem& at,
+                                                                 const BackwardArgs<T>& a,
+                                                                 int64_t grp) {
+  const OneBlockTiles<T> s = one_block_tiles<T>(smem, at);
+  stage_one_block_tiles(s, a, grp);
+  wait_copies();
   __syncthreads();
   return s;
 }
@@ -486,19 +520,18 @@ __device__ __forceinline__ OneBlockTiles<T> load_one_block_tiles(unsigned char* 
 // query in one tile, and dQ (and grad_bias) for queries [16w, 16w + 16) as mma_grad_q_kernel does
 // with every key in one tile. No barrier after the loads, no atomics, and one launch instead of
 // two of blocks that each load their other side tile by tile (for 65 tokens: two 64-row tiles,
-// the second with one live row).
+// the second with one live row). one_block_backward_head is that computation on loaded tiles;
+// it returns in every warp at its end (no early return), so callers may place barriers after it.
 template <typename T, int kHead>
-__device__ __forceinline__ void one_block_backward(const BackwardArgs<T>& a) {
+__device__ __forceinline__ void one_block_backward_head(const BackwardArgs<T>& a,
+                                                        const OneBlockTiles<T>& tiles,
+                                                        int64_t grp) {
   constexpr int kN = kShortRows / 8, kOut = kHead / 8;
-  extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
   const float scale = effective_scale(in), bscale = bias_scale(in);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int64_t grp = blockIdx.x;
   const int w0 = warp * kRows;  // the warp's first key (dK, dV) and first query (dQ)
   const int ldd = ld16(in.d), ldv = ld16(in.dv);
-  const OneBlockTiles<T> tiles = load_one_block_tiles(
-      smem, Smem(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows), a, grp);
   const T *q_s = tiles.q, *go_s = tiles.go, *k_s = tiles.k, *v_s = tiles.v;
   const float *lse_s = tiles.lse, *delta_s = tiles.delta;
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
@@ -570,13 +603,21 @@ __device__ __forceinline__ void one_block_backward(const BackwardArgs<T>& a) {
 }
 
 template <typename T, int kHead>
+__device__ __forceinline__ void one_block_backward(const BackwardArgs<T>& a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int64_t grp = blockIdx.x;
+  one_block_backward_head<T, kHead>(a, load_one_block_tiles(smem, one_block_smem(a.in), a, grp),
+                                    grp);
+}
+
+template <typename T, int kHead>
 __global__ void __launch_bounds__(kShortWarps * 32)
     mma_one_block_backward_kernel(BackwardArgs<T> a) {
   one_block_backward<T, kHead>(a);
 }
 
 // The same kernel held to kOneBlockRegisterCap registers a thread (train.attention_registers:
-// capped): at head dim 64 ptxas gives the kernel above 146 (CUDA 13.0, sm_90), so two blocks of
+// capped): at head dim 64 ptxas gives the kernel above 147 (CUDA 13.0, sm_90), so two blocks of
 // five warps fit in an SM's 64K registers; at 136 three do (15 warps to hide the loads' and the
 // products' latency instead of 10), with no spills. Its shared memory (46 KB) lets four fit.
 // The same instructions on the same values, so the same bits. __maxnreg__ needs CUDA 12.4 or
@@ -595,6 +636,53 @@ __global__ void __launch_bounds__(kShortWarps * 32)
   one_block_backward<T, kHead>(a);
 }
 #endif
+
+// The persistent backward's shared memory: two sets of the one-block tiles, this many bytes
+// apart (128-byte aligned).
+template <typename T>
+__host__ __device__ inline int persistent_set_bytes(const Inputs<T>& in) {
+  return (one_block_smem(in).bytes + 127) / 128 * 128;
+}
+
+// The one-block backward as a persistent kernel (train.attention_schedule: persistent): a grid of
+// as many blocks as fit on the GPU at once (mma_backward sizes it by the occupancy calculator,
+// at most one block per leading index), block b taking leading indices b, b + gridDim.x, ... in
+// turn with two sets of tiles (93 KB at head dim 64, 53 KB at 32; with 154 and 143 registers a
+// thread, CUDA 13.0 on sm_90, two blocks an SM either way). While the warps compute one index
+// from one set, the copies of the next index's operands are in flight into the other (one
+// cp.async group per index): the global memory latency that the one-block kernel's blocks pay
+// before any product is paid once by each block here, for its first index, and hidden behind
+// the products for the others. Each index gets the one-block kernel's instructions on the same
+// tiles: the same bits. By iteration: stage the next index into the other set and commit (an
+// empty group after the last index, so that there is one group per iteration and
+// wait_copies_pending<1> means "this index's group has landed"); wait; a barrier publishes
+// every thread's copies; compute; a barrier, after which the set just read may be restaged.
+// scripts/attention_mma_emulate.py mirrors the schedule, with copies landing only at the wait
+// and their set poisoned from their issue.
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kShortWarps * 32)
+    mma_persistent_backward_kernel(BackwardArgs<T> a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Smem at = one_block_smem(a.in);
+  const int set_bytes = persistent_set_bytes(a.in);
+  int set = 0;
+  int64_t grp = blockIdx.x;  // the launcher's grid has at most one block per leading index
+  stage_one_block_tiles(one_block_tiles<T>(smem, at), a, grp);
+  commit_copies();
+  for (; grp < a.groups; grp += gridDim.x) {
+    const int64_t next = grp + gridDim.x;
+    // The other set was last read by the previous index, before the barrier that ended it.
+    if (next < a.groups) {
+      stage_one_block_tiles(one_block_tiles<T>(smem + (set ^ 1) * set_bytes, at), a, next);
+    }
+    commit_copies();
+    wait_copies_pending<1>();
+    __syncthreads();
+    one_block_backward_head<T, kHead>(a, one_block_tiles<T>(smem + set * set_bytes, at), grp);
+    __syncthreads();
+    set ^= 1;
+  }
+}
 
 // The one-pass backward's shared memory: the one-block kernel's tiles (q, dO, k, v, the
 // log-sum-exps and D), then P and dS as [kShortRows queries][kWeightLd] tiles of 16-bit values.
@@ -789,7 +877,16 @@ void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
       }
       if (g_one_block.load() && in.nq <= kShortRows && in.nk <= kShortRows) {
         const int pieces = (std::max(std::max(in.nq, in.nk), 1) + kRows - 1) / kRows;
-        const Smem smem(kShortRows, true, kShortRows, in.d, in.dv, 2 * kShortRows);
+        if (g_persistent.load() && groups > 0) {
+          // The register cap does not apply: two sets of tiles fit two blocks an SM either way.
+          void (*kernel)(BackwardArgs<T>) = mma_persistent_backward_kernel<T, kHead>;
+          const int bytes = 2 * persistent_set_bytes(in);
+          const int64_t resident = resident_blocks(reinterpret_cast<const void*>(kernel), pieces, bytes);
+          a.groups = groups;
+          launch(kernel, grid_of(kKernel, std::min(groups, resident), 1), pieces, bytes, stream, a);
+          return;
+        }
+        const Smem smem = one_block_smem(in);
         // Capped where the cap fits another block on an SM: head dim 64 (at 32 the kernel
         // already takes fewer registers than the cap).
         void (*kernel)(BackwardArgs<T>) = mma_one_block_backward_kernel<T, kHead>;
@@ -840,6 +937,9 @@ bool set_cuda_attention_one_pass_backward(bool enabled) {
 }
 bool set_cuda_attention_register_cap(bool enabled) {
   return cuda::attn::g_register_cap.exchange(enabled);
+}
+bool set_cuda_attention_persistent(bool enabled) {
+  return cuda::attn::g_persistent.exchange(enabled);
 }
 
 }  // namespace ska

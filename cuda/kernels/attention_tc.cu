@@ -31,6 +31,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/device_runtime.h"
@@ -442,6 +445,28 @@ void dispatch_steps(int d, int dv, F&& f) {
 }
 
 }  // namespace
+
+int64_t resident_blocks(const void* kernel, int warps, size_t bytes) {
+  int device = 0;
+  SKA_CUDA_CHECK(cudaGetDevice(&device));
+  using Key = std::tuple<const void*, int, size_t, int>;
+  static std::mutex mutex;
+  static std::map<Key, int64_t> cache;
+  const Key key{kernel, warps, bytes, device};
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  if (bytes > kDefaultSmemBytes) {
+    SKA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  }
+  int per_sm = 0;
+  SKA_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, bytes));
+  const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sm_count(device));
+  cache.emplace(key, blocks);
+  return blocks;
+}
 
 bool tc_supported(DType dtype, int d, int dv, int device) {
   const auto fits = [](int n) { return n >= kFrag && n <= kMaxHeadDim && n % kFrag == 0; };

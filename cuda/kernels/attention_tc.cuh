@@ -88,6 +88,8 @@ struct BackwardArgs {
   T* gb;  // [groups, nq, nk] as gbv lays it out; null: not wanted
   View gbv;
   int tiles;  // query tiles (dQ kernel) or key tiles (dK/dV kernel) per leading index
+  // The leading indices in all: a persistent kernel's blocks walk them (set by the launcher).
+  int64_t groups;
 };
 
 // The bias of pair (i, j) of one leading index (`bias` at its offset), as f32.
@@ -134,10 +136,10 @@ inline unsigned int grid_of(const char* kernel, int64_t groups, int64_t tiles) {
 
 // Launches `kernel` with `bytes` of dynamic shared memory, opting in to more than the default
 // 48 KiB where needed (sm_80..sm_90 allow at least 99 KiB), and checks the launch.
+constexpr size_t kDefaultSmemBytes = 48 * 1024;
 template <typename Args>
 void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
             const Args& args) {
-  constexpr size_t kDefaultSmemBytes = 48 * 1024;
   if (bytes > kDefaultSmemBytes) {
     SKA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)));
@@ -145,6 +147,11 @@ void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream
   kernel<<<grid, warps * 32, bytes, stream>>>(args);
   SKA_CUDA_CHECK_LAUNCH();
 }
+
+// Blocks of `kernel` (`warps` warps, `bytes` of dynamic shared memory) resident on the current
+// device at once: the occupancy calculator's blocks per SM times the SMs, at least one (cached
+// per kernel, size and device). The grid of a persistent kernel.
+int64_t resident_blocks(const void* kernel, int warps, size_t bytes);
 
 // --- Shared-memory tiles of the tensor-core kernels (WMMA and mma.sync) ---
 
@@ -173,6 +180,16 @@ __device__ __forceinline__ void copy16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem) : "memory");
 #else
   *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
+#endif
+}
+// Copies 4 bytes (an f32) from global to shared memory the same way: cp.async.ca (its smallest
+// size) on sm_80 and newer, a load and a store before.
+__device__ __forceinline__ void copy4(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(gmem) : "memory");
+#else
+  *static_cast<uint32_t*>(smem) = *static_cast<const uint32_t*>(gmem);
 #endif
 }
 __device__ __forceinline__ void wait_copies() {

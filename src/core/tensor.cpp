@@ -81,6 +81,10 @@ bool set_cuda_attention_register_cap(bool enabled) {
   static bool setting = false;
   return std::exchange(setting, enabled);
 }
+bool set_cuda_attention_persistent(bool enabled) {
+  static bool setting = false;
+  return std::exchange(setting, enabled);
+}
 bool set_cuda_attention_one_block_forward(bool enabled) {
   static bool setting = false;
   return std::exchange(setting, enabled);

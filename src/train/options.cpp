@@ -85,9 +85,17 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        &C::attention_registers,
        {"compiler", "capped"},
        "the mma.sync one-block attention backward at head dim 64 (ViT-S, CSKA-ViT-S, CaiT-S): "
-       "compiler (the registers ptxas takes, 146 a thread: two blocks of five warps per SM) or "
+       "compiler (the registers ptxas takes, 147 a thread: two blocks of five warps per SM) or "
        "capped (held to 136, without spills: three blocks per SM); the same bits; not yet timed "
        "on a GPU",
+       K::kCudaOnly | K::kTrainingOnly},
+      {"attention_schedule",
+       &C::attention_schedule,
+       {"per_head", "persistent"},
+       "the mma.sync one-block attention backward's blocks (train.attention_backward: one_block): "
+       "per_head (one block per head) or persistent (as many blocks as fit on the GPU, each "
+       "walking heads and staging the next head's operands into a second set of tiles while it "
+       "computes the current one); the same bits; not yet timed on a GPU",
        K::kCudaOnly | K::kTrainingOnly},
       {"attention_loads",
        &C::attention_loads,
@@ -222,6 +230,7 @@ void KernelChoices::apply() const {
   set_cuda_attention_one_pass_backward(attention_backward == "one_pass");
   set_cuda_attention_one_block_forward(attention_forward == "one_block");
   set_cuda_attention_register_cap(attention_registers == "capped");
+  set_cuda_attention_persistent(attention_schedule == "persistent");
   set_cuda_attention_async_loads(attention_loads == "async");
   set_cuda_elementwise_fast_paths(elementwise == "fast");
   nn::set_norm_autocast_outputs(norm_output == "autocast");

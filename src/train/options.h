@@ -41,6 +41,7 @@ struct KernelChoices {
   std::string attention_backward = "one_block";
   std::string attention_forward = "one_block";
   std::string attention_registers = "compiler";
+  std::string attention_schedule = "per_head";
   std::string attention_loads = "async";
   std::string elementwise = "fast";
   std::string norm_output = "autocast";

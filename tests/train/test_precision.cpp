@@ -356,6 +356,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(defaults.attention_backward == "one_block");
   CHECK(defaults.attention_forward == "one_block");
   CHECK(defaults.attention_registers == "compiler");
+  CHECK(defaults.attention_schedule == "per_head");
   CHECK(defaults.elementwise == "fast");
   CHECK(defaults.norm_output == "autocast");
   CHECK(defaults.residual_norm == "fused");
@@ -370,6 +371,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   config.set("train.attention_backward=split");
   config.set("train.attention_forward=tiled");
   config.set("train.attention_registers=capped");
+  config.set("train.attention_schedule=persistent");
   config.set("train.elementwise=reference");
   config.set("train.norm_output=f32");
   config.set("train.residual_norm=unfused");
@@ -381,7 +383,8 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
   CHECK(k.describe() ==
         " [attention: scalar] [attention_backward: split] [attention_forward: tiled]"
-        " [attention_registers: capped] [elementwise: reference] [norm_output: f32] "
+        " [attention_registers: capped] [attention_schedule: persistent]"
+        " [elementwise: reference] [norm_output: f32] "
         "[residual_norm: unfused]"
         " [gelu_dropout: unfused] [dropout_add: unfused] [talking_heads: fused]"
         " [conv_logits: conv] [depthwise_conv: direct]");
@@ -400,6 +403,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(set_cuda_attention_one_pass_backward(false));
   CHECK_FALSE(set_cuda_attention_one_block_forward(true));
   CHECK(set_cuda_attention_register_cap(true));
+  CHECK(set_cuda_attention_persistent(true));
   CHECK(set_cuda_depthwise_conv(DepthwiseConv::kDirect) == DepthwiseConv::kDirect);
   KernelChoices one_pass;
   one_pass.attention_backward = "one_pass";
@@ -440,6 +444,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(set_cuda_attention_one_pass_backward(false));
   CHECK(set_cuda_attention_one_block_forward(true));
   CHECK_FALSE(set_cuda_attention_register_cap(false));
+  CHECK_FALSE(set_cuda_attention_persistent(false));
   CHECK(set_cuda_attention_tensor_cores(true));
   CHECK(set_cuda_elementwise_fast_paths(true));
   CHECK(set_cuda_depthwise_conv(DepthwiseConv::kTimed) == DepthwiseConv::kTimed);
@@ -482,7 +487,7 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
                         Contains(std::string("train.") + spec.key) && Contains("nonsense") &&
                             Contains(spec.values.back()));
   }
-  CHECK(keys.size() == 19);
+  CHECK(keys.size() == 20);
   // A status line names only what can change the run: CUDA-only choices not on the CPU, training
   // ones not in evaluation, autocast ones not in f32.
   KernelChoices some;
