@@ -478,7 +478,8 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
         return c.with_one_pass_attention(
             c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true, true));
       },
-      // The one-block backward as a persistent kernel (train.attention_schedule: persistent).
+      // The one-block forward and backward as persistent kernels (train.attention_schedule:
+      // persistent).
       [=](CaseBuilder& c) {
         return c.with_switch(c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true, true),
                              "_persistent", ska::set_cuda_attention_persistent, true);

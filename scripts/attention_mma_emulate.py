@@ -7,8 +7,8 @@ logits, the quad reductions, the tile and tail logic and the writes are mirrored
 ISA's m16n8k16 fragment layouts (every fragment loaded by ldmatrix, as the kernels load them);
 the forward tiled and, where it applies, in its one-block form,
 the backward as two kernels, in one block, in one block computing each weight once (one pass),
-and as the persistent kernel (blocks walking heads with two sets of tiles: a race model of its
-copies and barriers). Values stay float64 (no bf16 rounding of P and dS), so every
+and the one-block forward and backward as persistent kernels (blocks walking heads with two sets
+of tiles: a race model of their copies and barriers). Values stay float64 (no bf16 rounding of P and dS), so every
 output must match a dense float64 reference to ~1e-15; outputs start as NaN, so an element the
 kernels never write shows up. Run: /usr/bin/python3 scripts/attention_mma_emulate.py (Debian's
 python3-numpy). The [cuda] tests remain the real check on a GPU; keep this in step with the
@@ -121,7 +121,14 @@ def head_of(d, dv):
 def one_block_forward_fits(nq, nk, d, dv):  # mma_forward's one-block form
     return head_of(d, dv) <= 64 and 64 < max(nq, nk) <= 80
 
-def forward(q, k, v, bias, scale, one_block=False):
+def forward_one_block_tiles(q, k, v):  # the one-block forward's q, k and v tiles
+    nq, d = q.shape; nk, dv = v.shape; rows = max(1, (nq + 15)//16)*16
+    return (load_tile(q, 0, rows, nq, d, ld16(d)), load_tile(k, 0, 80, nk, d, ld16(d)),
+            load_tile(v, 0, 80, nk, dv, ld16(dv)))
+
+def forward(q, k, v, bias, scale, one_block=False, staged=None):
+    """mma_forward_kernel, tiled or (one_block) in its one-block form; with `staged`, the
+    one-block form on tiles already staged (the persistent kernel)."""
     nq, d = q.shape; nk, dv = v.shape
     kHead = head_of(d, dv); kWidth = 32 if kHead > 64 else 64; kN = kWidth//8; kOut = kHead//8
     warps, tiles = split_rows(nq); rows = warps*16
@@ -132,7 +139,7 @@ def forward(q, k, v, bias, scale, one_block=False):
     ldd, ldv = ld16(d), ld16(dv)
     for tile in range(tiles):
         i0 = tile*rows
-        q_s = load_tile(q, i0, rows, nq, d, ldd)
+        q_s = load_tile(q, i0, rows, nq, d, ldd) if staged is None else staged[0]
         for warp in range(warps):
             w0 = i0 + warp*16
             if w0 >= nq: continue
@@ -140,7 +147,10 @@ def forward(q, k, v, bias, scale, one_block=False):
             o = [[np.zeros(32) for _ in range(4)] for _ in range(kOut)]
             m_run = [np.full(32, -np.inf)]*2; l_run = [np.zeros(32)]*2
             for j0 in range(0, nk, kWidth):
-                k_s = load_tile(k, j0, kWidth, nk, d, ldd); v_s = load_tile(v, j0, kWidth, nk, dv, ldv)
+                if staged is None:
+                    k_s = load_tile(k, j0, kWidth, nk, d, ldd); v_s = load_tile(v, j0, kWidth, nk, dv, ldv)
+                else:
+                    assert one_block and j0 == 0; k_s, v_s = staged[1], staged[2]
                 live = min(kWidth, nk - j0)
                 s = multiply_rows(kN, q_s, warp*16*ldd, ldd, k_s, ldd, d//16, live)
                 tmax = [np.full(32, -np.inf), np.full(32, -np.inf)]
@@ -382,23 +392,24 @@ def backward_one_pass(q, k, v, bias, scale, lse, delta, go):
         write_rows(dvv, dv, 1.0, gv, w0, nk, kOut)
     return gq, gk, gv, gb
 
-def backward_persistent(heads, grid, bias, scale):
-    """mma_persistent_backward_kernel: block b of `grid` takes heads b, b + grid, ... with two
-    sets of tiles. A set's copies land only at the wait that covers their group (the latest they
-    may) and the set is poisoned with NaN from their issue (the earliest they may overwrite it),
-    so a read of a set in flight gives NaN; every shared-memory event is stamped with its phase
-    (the barriers before it) to check that a set is restaged only in a phase after its last
-    read, and read only in a phase after the wait for its copies. heads: (q, k, v, go, lse, delta)
-    each; returns each head's (gq, gk, gv, gb)."""
+def persistent(heads, grid, tiles_of, compute):
+    """The persistent kernels' schedule (mma_persistent_backward_kernel and
+    mma_persistent_forward_kernel): block b of `grid` takes heads b, b + grid, ... with two sets
+    of tiles. A set's copies land only at the wait that covers their group (the latest they may)
+    and the set is poisoned with NaN from their issue (the earliest they may overwrite it), so a
+    read of a set in flight gives NaN; every shared-memory event is stamped with its phase (the
+    barriers before it) to check that a set is restaged only in a phase after its last read, and
+    read only in a phase after the wait for its copies. tiles_of(head) gives a head's staged
+    tiles, compute(head, tiles) its results; returns each head's results."""
     groups = len(heads); out = [None]*groups
     for b in range(min(grid, groups)):
         phase = 0; sets = [None, None]; pending = []  # pending: committed groups, oldest first
         last_read = [-1, -1]; staged_at = [None, None]; landed_at = [None, None]
         def stage(st, grp):
             assert phase > last_read[st], ("restaged in the phase of its last read", b, grp)
-            sets[st] = tuple(np.full_like(t, np.nan) for t in one_block_tiles(*heads[grp]))
+            sets[st] = tuple(np.full_like(t, np.nan) for t in tiles_of(heads[grp]))
             staged_at[st] = phase; landed_at[st] = None
-            return (st, one_block_tiles(*heads[grp]))
+            return (st, tiles_of(heads[grp]))
         def commit(copy): pending.append(copy)  # copy: None for an empty group
         def wait_pending(n):
             while len(pending) > n:
@@ -413,13 +424,26 @@ def backward_persistent(heads, grid, bias, scale):
             wait_pending(1)
             phase += 1  # __syncthreads
             assert landed_at[st] is not None and landed_at[st] < phase, ("read before its wait", b, grp)
-            q, k, v, go, lse, delta = heads[grp]
-            out[grp] = backward_one_block(q, k, v, bias, scale, lse, delta, go, tiles=sets[st])
+            out[grp] = compute(heads[grp], sets[st])
             last_read[st] = phase
             phase += 1  # __syncthreads
             grp = nxt; st ^= 1
         assert not [c for c in pending if c is not None], "copies left in flight"
     return out
+
+def backward_persistent(heads, grid, bias, scale):
+    """mma_persistent_backward_kernel. heads: (q, k, v, go, lse, delta) each; returns each
+    head's (gq, gk, gv, gb)."""
+    return persistent(heads, grid, lambda h: one_block_tiles(*h),
+                      lambda h, t: backward_one_block(h[0], h[1], h[2], bias, scale, h[4], h[5],
+                                                      h[3], tiles=t))
+
+def forward_persistent(heads, grid, bias, scale):
+    """mma_persistent_forward_kernel. heads: (q, k, v, ...) each; returns each head's
+    (out, lse)."""
+    return persistent(heads, grid, lambda h: forward_one_block_tiles(h[0], h[1], h[2]),
+                      lambda h, t: forward(h[0], h[1], h[2], bias, scale, one_block=True,
+                                           staged=t))
 
 def reference(q, k, v, bias, scale, go):
     z = scale*q@k.T + (bias if bias is not None else 0)
@@ -477,9 +501,9 @@ for (nq, nk, d, dv, use_bias) in [(65, 65, 64, 64, False), (65, 65, 32, 32, True
                  np.abs(gv-rgv).max(), np.abs(gb-rgb).max()]
     print((nq, nk, d, dv, use_bias), ["%.1e" % e for e in errs])
     worst = max(worst, *errs)
-# The persistent backward: each head's gradients equal to the one-block kernel's (the same
-# operations on the same tiles), for grids smaller than the heads (blocks taking several in
-# turn, some one fewer), as large, and larger.
+# The persistent kernels: each head's gradients, and its output and log-sum-exps, equal to the
+# one-block kernels' (the same operations on the same tiles), for grids smaller than the heads
+# (blocks taking several in turn, some one fewer), as large, and larger.
 for (nq, nk, d, dv, use_bias) in [(65, 65, 32, 32, True), (17, 80, 16, 48, False)]:
     heads = []
     for _ in range(7):
@@ -499,6 +523,14 @@ for (nq, nk, d, dv, use_bias) in [(65, 65, 32, 32, True), (17, 80, 16, 48, False
             for x, y in zip(got[h], one_block[h]):
                 assert np.array_equal(x, y, equal_nan=True) and not np.isnan(x).all(), \
                     ("persistent", nq, nk, d, dv, grid, h)
-    print("persistent backward", (nq, nk, d, dv, use_bias), "grids 1, 3, 7, 9: the one-block bits")
+    one_block_fwd = [forward(h[0], h[1], h[2], bias, scale, one_block=True) for h in heads]
+    for grid in (1, 3, 7, 9):
+        got = forward_persistent(heads, grid, bias, scale)
+        for h in range(len(heads)):
+            for x, y in zip(got[h], one_block_fwd[h]):
+                assert np.array_equal(x, y, equal_nan=True) and not np.isnan(x).any(), \
+                    ("persistent forward", nq, nk, d, dv, grid, h)
+    print("persistent backward and forward", (nq, nk, d, dv, use_bias),
+          "grids 1, 3, 7, 9: the one-block bits")
 print("worst abs error", worst)
 raise SystemExit(0 if worst < 1e-12 else 1)

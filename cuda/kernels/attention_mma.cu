@@ -196,13 +196,114 @@ __device__ __forceinline__ Place place_of(int tiles) {
 }
 
 // --- Forward: a block per (leading index, 16 x warps queries); online softmax over key tiles ---
+
+// A warp's running state over the key tiles: the output accumulators and each held row's running
+// max and sum.
+template <int kOut>
+struct ForwardRows {
+  float o[kOut][4];
+  float m_run[2], l_run[2];
+};
+
+// The warp's 16 queries (from q_w, row stride ldd) against the key tile [j0, j0 + kWidth) staged
+// in k_s and v_s: their logits (scale: effective_scale, bscale: bias_scale), the online
+// softmax's update of `r` and O += P V.
+template <typename T, int kHead, int kWidth>
+__device__ __forceinline__ void forward_tile(ForwardRows<kHead / 8>& r, const Inputs<T>& in,
+                                             float scale, float bscale, const T* q_w,
+                                             const T* k_s, const T* v_s, const T* bg, int w0,
+                                             int j0, int lane) {
+  constexpr int kN = kWidth / 8, kOut = kHead / 8;
+  const int g = lane >> 2, t = lane & 3, ldd = ld16(in.d), ldv = ld16(in.dv);
+  const int rows_of[2] = {w0 + g, w0 + g + 8};  // the two rows a thread holds
+  const int live = min(kWidth, in.nk - j0);
+  float s[kN][4];
+  multiply_rows<T, kN>(s, q_w, ldd, k_s, ldd, in.d / 16, live, lane, in.async_loads);
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = rows_of[e >> 1], j = j0 + n * 8 + 2 * t + (e & 1);
+      float z = -INFINITY;
+      if (j < in.nk && !excluded(in, i, j)) {
+        z = scale * s[n][e];
+        if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
+      }
+      s[n][e] = z;
+      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], z);
+    }
+  }
+  float ref[2], alpha[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(r.m_run[h], quad_max(tile_max[h]));
+    // While every z of the row so far is -inf, measure from 0: the weights stay 0, not NaN.
+    ref[h] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[h] = expf(r.m_run[h] - ref[h]);
+    r.m_run[h] = m_new;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = expf(s[n][e] - ref[e >> 1]);
+      sum[e >> 1] += s[n][e];
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) r.l_run[h] = r.l_run[h] * alpha[h] + quad_sum(sum[h]);
+#pragma unroll
+  for (int nd = 0; nd < kOut; ++nd) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) r.o[nd][e] *= alpha[e >> 1];
+  }
+  accumulate_weights<T, kN, kOut>(r.o, s, v_s, ldv, in.dv, live, lane, in.async_loads);
+}
+
+template <int kOut>
+__device__ __forceinline__ ForwardRows<kOut> forward_rows_start() {
+  ForwardRows<kOut> r;
+#pragma unroll
+  for (int nd = 0; nd < kOut; ++nd) r.o[nd][0] = r.o[nd][1] = r.o[nd][2] = r.o[nd][3] = 0.0f;
+  r.m_run[0] = r.m_run[1] = -INFINITY;
+  r.l_run[0] = r.l_run[1] = 0.0f;
+  return r;
+}
+
+// Writes the warp's normalised output rows and their log-sum-exps.
+template <typename T, int kOut>
+__device__ __forceinline__ void forward_write(const ForwardRows<kOut>& r,
+                                              const ForwardArgs<T>& a, int64_t grp, int w0,
+                                              int lane) {
+  const Inputs<T>& in = a.in;
+  const int g = lane >> 2, t = lane & 3;
+  T* og = a.out + a.ov.lead.offset(grp);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = w0 + g + 8 * h;
+    if (i >= in.nq) continue;
+    const auto [inv, lse] = row_end(r.l_run[h], r.m_run[h], in.nk);
+#pragma unroll
+    for (int nd = 0; nd < kOut; ++nd) {
+      if (nd * 8 >= in.dv) break;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = nd * 8 + 2 * t + e;
+        og[i * a.ov.row + c * a.ov.col] = from_float<T>(r.o[nd][2 * h + e] * inv);
+      }
+    }
+    if (t == 0) a.lse[grp * in.nq + i] = lse;
+  }
+}
+
 // kWidth: keys per tile, tile_width<kHead>() with up to kMaxWarps warps; or, for a problem of at
 // most kShortRows queries and keys (mma_forward's one-block form), kShortRows with up to
 // kShortWarps warps: one block per leading index, every key in one tile.
 template <typename T, int kHead, int kWidth>
 __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarps) * 32)
     mma_forward_kernel(ForwardArgs<T> a) {
-  constexpr int kN = kWidth / 8, kOut = kHead / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const Inputs<T>& in = a.in;
   const float scale = effective_scale(in), bscale = bias_scale(in);
@@ -218,82 +319,78 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
   load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d, in.async_loads);
   const bool active = w0 < in.nq;  // warp-uniform
-  const int dsteps = in.d / 16;
-  const int rows_of[2] = {w0 + g, w0 + g + 8};  // the two rows a thread holds
-
-  float o[kOut][4];
-#pragma unroll
-  for (int nd = 0; nd < kOut; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  ForwardRows<kHead / 8> r = forward_rows_start<kHead / 8>();
   for (int j0 = 0; j0 < in.nk; j0 += kWidth) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s is loaded)
     load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d, in.async_loads, /*wait=*/false);
     load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv, in.async_loads);
     __syncthreads();
     if (!active) continue;
-    const int live = min(kWidth, in.nk - j0);
-    float s[kN][4];
-    multiply_rows<T, kN>(s, q_s + warp * kRows * ldd, ldd, k_s, ldd, dsteps, live, lane,
-                         in.async_loads);
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rows_of[e >> 1], j = j0 + n * 8 + 2 * t + (e & 1);
-        float z = -INFINITY;
-        if (j < in.nk && !excluded(in, i, j)) {
-          z = scale * s[n][e];
-          if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
-        }
-        s[n][e] = z;
-        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], z);
-      }
-    }
-    float ref[2], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m_run[r], quad_max(tile_max[r]));
-      // While every z of the row so far is -inf, measure from 0: the weights stay 0, not NaN.
-      ref[r] = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[r] = expf(m_run[r] - ref[r]);
-      m_run[r] = m_new;
-    }
-    float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = expf(s[n][e] - ref[e >> 1]);
-        sum[e >> 1] += s[n][e];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + quad_sum(sum[r]);
-#pragma unroll
-    for (int nd = 0; nd < kOut; ++nd) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[nd][e] *= alpha[e >> 1];
-    }
-    accumulate_weights<T, kN, kOut>(o, s, v_s, ldv, in.dv, live, lane, in.async_loads);
+    forward_tile<T, kHead, kWidth>(r, in, scale, bscale, q_s + warp * kRows * ldd, k_s, v_s, bg, w0, j0, lane);
   }
   if (!active) return;
-  T* og = a.out + a.ov.lead.offset(grp);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = rows_of[r];
-    if (i >= in.nq) continue;
-    const auto [inv, lse] = row_end(l_run[r], m_run[r], in.nk);
-#pragma unroll
-    for (int nd = 0; nd < kOut; ++nd) {
-      if (nd * 8 >= in.dv) break;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = nd * 8 + 2 * t + e;
-        og[i * a.ov.row + c * a.ov.col] = from_float<T>(o[nd][2 * r + e] * inv);
+  forward_write<T, kHead / 8>(r, a, grp, w0, lane);
+}
+
+// The persistent forward's shared memory for blocks of `rows` queries: two sets of the
+// one-block forward's tiles (q [rows][d], k [kShortRows][d], v [kShortRows][dv]), `bytes` apart
+// (128-byte aligned).
+struct ForwardSet {
+  Smem at;
+  int bytes;
+  __host__ __device__ ForwardSet(int rows, int d, int dv)
+      : at(rows, false, kShortRows, d, dv, 0), bytes((at.bytes + 127) / 128 * 128) {}
+};
+
+// The one-block forward as a persistent kernel (train.attention_schedule: persistent; the
+// forward's counterpart of mma_persistent_backward_kernel below, which describes the schedule):
+// block b takes leading indices b, b + gridDim.x, ... in turn, staging the next index's q, k and
+// v into one set of tiles while its warps compute the current one from the other. Each index
+// gets the one-block forward's instructions (its single key tile, forward_tile and
+// forward_write) on the same tiles: the same bits.
+template <typename T, int kHead>
+__global__ void __launch_bounds__(kShortWarps * 32)
+    mma_persistent_forward_kernel(ForwardArgs<T> a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Inputs<T>& in = a.in;
+  const float scale = effective_scale(in), bscale = bias_scale(in);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, w0 = warp * kRows;
+  const int rows = blockDim.x / 32 * kRows, ldd = ld16(in.d), ldv = ld16(in.dv);
+  const ForwardSet set_of(rows, in.d, in.dv);
+  const Smem& at = set_of.at;
+  const auto stage = [&](unsigned char* base, int64_t grp) {
+    load_tile(reinterpret_cast<T*>(base + at.a_d), ldd, in.q + in.qv.lead.offset(grp), in.qv, 0,
+              rows, in.nq, in.d, in.async_loads, /*wait=*/false);
+    load_tile(reinterpret_cast<T*>(base + at.b_d), ldd, in.k + in.kv.lead.offset(grp), in.kv, 0,
+              kShortRows, in.nk, in.d, in.async_loads, /*wait=*/false);
+    load_tile(reinterpret_cast<T*>(base + at.b_dv), ldv, in.v + in.vv.lead.offset(grp), in.vv, 0,
+              kShortRows, in.nk, in.dv, in.async_loads, /*wait=*/false);
+  };
+  int set = 0;
+  int64_t grp = blockIdx.x;  // the launcher's grid has at most one block per leading index
+  stage(smem, grp);
+  commit_copies();
+  for (; grp < a.groups; grp += gridDim.x) {
+    const int64_t next = grp + gridDim.x;
+    // The other set was last read by the previous index, before the barrier that ended it.
+    if (next < a.groups) stage(smem + (set ^ 1) * set_of.bytes, next);
+    commit_copies();
+    wait_copies_pending<1>();
+    __syncthreads();
+    if (w0 < in.nq) {  // warp-uniform
+      const unsigned char* base = smem + set * set_of.bytes;
+      const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
+      ForwardRows<kHead / 8> r = forward_rows_start<kHead / 8>();
+      if (in.nk > 0) {  // the one-block forward's single key tile
+        forward_tile<T, kHead, kShortRows>(r, in, scale, bscale, reinterpret_cast<const T*>(base + at.a_d) + w0 * ldd,
+                                           reinterpret_cast<const T*>(base + at.b_d),
+                                           reinterpret_cast<const T*>(base + at.b_dv), bg, w0, 0,
+                                           lane);
       }
+      forward_write<T, kHead / 8>(r, a, grp, w0, lane);
     }
-    if (t == 0) a.lse[grp * in.nq + i] = lse;
+    __syncthreads();
+    set ^= 1;
   }
 }
 
@@ -848,6 +945,14 @@ void mma_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
       if (g_one_block_forward.load() && longest > kWidth && longest <= kShortRows) {
         const int warps = std::max(1, (a.in.nq + kRows - 1) / kRows);
         a.tiles = 1;
+        if (g_persistent.load()) {
+          void (*kernel)(ForwardArgs<T>) = mma_persistent_forward_kernel<T, kHead>;
+          const int bytes = 2 * ForwardSet(warps * kRows, a.in.d, a.in.dv).bytes;
+          const int64_t resident = resident_blocks(reinterpret_cast<const void*>(kernel), warps, bytes);
+          a.groups = groups;
+          launch(kernel, grid_of(kKernel, std::min(groups, resident), 1), warps, bytes, stream, a);
+          return;
+        }
         const Smem smem(warps * kRows, false, kShortRows, a.in.d, a.in.dv, 0);
         launch(mma_forward_kernel<T, kHead, kShortRows>, grid_of(kKernel, groups, 1), warps,
                smem.bytes, stream, a);

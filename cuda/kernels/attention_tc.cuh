@@ -72,6 +72,8 @@ struct ForwardArgs {
   View ov;
   float* lse;  // [groups * nq]
   int tiles;   // query tiles per leading index (set by the launcher)
+  // The leading indices in all: a persistent kernel's blocks walk them (set by the launcher).
+  int64_t groups;
 };
 
 template <typename T>

@@ -75,12 +75,12 @@ bool set_cuda_attention_one_pass_backward(bool enabled);
 // blocks fit on an SM instead of two (train.attention_registers: capped; the same bits, no
 // spills by ptxas; off by default: not yet timed on a GPU). Returns the previous setting.
 bool set_cuda_attention_register_cap(bool enabled);
-// The one-block backward as a persistent kernel (train.attention_schedule: persistent): as many
-// blocks as fit on the GPU at once, each walking leading indices in turn and staging the next
-// one's operands into a second set of shared tiles while it computes the current one, so that
-// the loads' latency hides behind the products. The same bits as the one-block kernel; takes
-// precedence over the register cap; off by default (not yet timed on a GPU). Returns the
-// previous setting.
+// The one-block backward and forward as persistent kernels (train.attention_schedule:
+// persistent): as many blocks as fit on the GPU at once, each walking leading indices in turn
+// and staging the next one's operands into a second set of shared tiles while it computes the
+// current one, so that the loads' latency hides behind the products. The same bits as the
+// one-block kernels; takes precedence over the register cap; off by default (not yet timed on a
+// GPU). Returns the previous setting.
 bool set_cuda_attention_persistent(bool enabled);
 // With the mma.sync kernels, the forward pass of a problem whose longer side has 65 to 80 rows
 // (ViT-S's 65 tokens) in one block per leading index with every key in one 80-wide tile, instead

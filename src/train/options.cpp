@@ -92,11 +92,12 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
       {"attention_schedule",
        &C::attention_schedule,
        {"per_head", "persistent"},
-       "the mma.sync one-block attention backward's blocks (train.attention_backward: one_block): "
-       "per_head (one block per head) or persistent (as many blocks as fit on the GPU, each "
-       "walking heads and staging the next head's operands into a second set of tiles while it "
-       "computes the current one); the same bits; not yet timed on a GPU",
-       K::kCudaOnly | K::kTrainingOnly},
+       "the blocks of the mma.sync one-block attention kernels (train.attention_backward: "
+       "one_block, and the one-block forward): per_head (one block per head) or persistent (as "
+       "many blocks as fit on the GPU, each walking heads and staging the next head's operands "
+       "into a second set of tiles while it computes the current one); the same bits; not yet "
+       "timed on a GPU",
+       K::kCudaOnly},
       {"attention_loads",
        &C::attention_loads,
        {"async", "sync"},

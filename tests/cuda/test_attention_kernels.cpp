@@ -574,26 +574,30 @@ TEST_CASE("cuda attention: the register-capped one-block backward gives the unca
   }
 }
 
-TEST_CASE("cuda attention: the persistent one-block backward gives the one-block kernel's bits",
+TEST_CASE("cuda attention: the persistent one-block kernels give the one-block kernels' bits",
           "[cuda]") {
   if (!ska::test::cuda_available_or_skip()) return;
-  // train.attention_schedule: persistent runs the one-block backward with blocks that walk the
-  // leading indices, staging the next one's tiles while computing the current one: the same
-  // instructions on the same tiles, so every gradient must be the same bits. 768 heads of ViT-S
-  // (65 tokens, d = 64, with a bias) are more than an H100 or H200 holds at once (two blocks an
-  // SM), so blocks take three or so in turn and some one fewer; CSKA's logits as the bias (d = 0)
-  // likewise; 6 heads, fewer than the grid could hold; a head dim (48) that the 64 kernel takes
-  // with fewer keys than queries; Swin's windows (49 tokens, d = 32) with a broadcast bias and
-  // -inf masks; static keys broadcast with stride 0; q, k, v and their gradients as strided
-  // views of one projection. And the same with the tiles loaded by plain loads and stores
-  // (train.attention_loads: sync), the staging then synchronous.
+  // train.attention_schedule: persistent runs the one-block forward and backward with blocks
+  // that walk the leading indices, staging the next one's tiles while computing the current one:
+  // the same instructions on the same tiles, so the output, the log-sum-exps and every gradient
+  // must be the same bits. 768 heads of ViT-S (65 tokens, d = 64, with a bias) are more than an
+  // H100 or H200 holds at once (two backward blocks an SM, three or four forward ones), so
+  // blocks take several in turn and some one fewer; CSKA's logits as the bias (d = 0) likewise;
+  // 6 heads, fewer than the grid could hold; a head dim (48) that the 64 kernels take with fewer
+  // keys than queries, and 17 queries over 80 keys (a two-warp forward block); Swin's windows
+  // (49 tokens, d = 32; the backward alone, as the forward's one-block form starts at 65) with a
+  // broadcast bias and -inf masks; static keys broadcast with stride 0; q, k, v and their
+  // gradients as strided views of one projection. And the same with the tiles loaded by plain
+  // loads and stores (train.attention_loads: sync), the staging then synchronous.
   const OneBlockBackward one_block;
+  const OneBlockForward one_block_forward;
   std::vector<Case> cases;
   for (const Problem s : {Problem{65, 65, 64, 64}, Problem{65, 65, 0, 64}}) {
     cases.push_back(biased_case("persistent", {96, 8}, s.nq, s.nk, s.d, s.dv, 1811));
   }
   cases.push_back(biased_case("persistent, few heads", {3, 2}, 65, 65, 64, 64, 1812));
   cases.push_back(biased_case("persistent, d 48", {40, 8}, 80, 17, 48, 64, 1813));
+  cases.push_back(biased_case("persistent, 17 queries", {64, 6}, 17, 80, 32, 32, 1814));
   cases.push_back(swin_case(32));
   cases.push_back(static_keys_case(64));
   cases.push_back(split_heads_case(64));
