@@ -560,6 +560,20 @@ View view_of(const Tensor& t, int64_t nlead) {
   return v;
 }
 
+// Whether the mma.sync kernels may read the bias by pairs (Inputs::bias_pairs): pairs_aligned,
+// and for an odd number of keys the element after the view's last one in its storage (a pair
+// at the last key reads its neighbour, which the kernels leave unused).
+bool bias_pairs_readable(const Tensor& bias, const View& bv, int64_t nk) {
+  if (!attn::pairs_aligned(bias.data_ptr(), bv)) return false;
+  if (nk % 2 == 0) return true;
+  int64_t last = bias.offset();
+  for (int64_t d = 0; d < bias.dim(); ++d) {
+    if (bias.size(d) == 0 || bias.stride(d) < 0) return false;
+    last += (bias.size(d) - 1) * bias.stride(d);
+  }
+  return static_cast<size_t>(last + 2) * dtype_size(bias.dtype()) <= bias.storage()->nbytes();
+}
+
 template <typename T>
 Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                     AttentionMask mask, double scale, const Tensor& scale_factor,
@@ -580,6 +594,7 @@ Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   in.scale = static_cast<float>(scale);
   in.diagonal = mask == AttentionMask::kDiagonal;
   in.async_loads = g_async_loads.load(std::memory_order_relaxed);
+  in.bias_pairs = in.bias != nullptr && in.async_loads && bias_pairs_readable(bias, in.bv, geo.nk);
   const auto factor = [&](const Tensor& f, const char* name) -> const float* {
     if (!f.defined()) return nullptr;
     SKA_CHECK(f.numel() == 1 && f.dtype() == DType::kF32 && f.device() == q.device(), ValueError,
@@ -693,6 +708,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     a.gvv = view_of(grad_v, geo.nlead);
     a.gb = grad_bias.defined() ? static_cast<T*>(grad_bias.data_ptr()) : nullptr;
     if (grad_bias.defined()) a.gbv = view_of(grad_bias, geo.nlead);
+    a.grad_bias_pairs = a.gb != nullptr && a.in.async_loads && attn::pairs_aligned(a.gb, a.gbv);
     if (geo.nq > 0) {
       const int64_t rows = geo.groups * geo.nq;
       const T* op = static_cast<const T*>(out.data_ptr());

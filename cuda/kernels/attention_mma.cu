@@ -166,6 +166,72 @@ __device__ __forceinline__ void write_rows(const float (&acc)[kOut][4], int cols
   }
 }
 
+// The bias of pairs (i, j) and (i, j + 1) of one leading index (bias at its offset), j even and
+// below nk, as f32: by one 32-bit load where Inputs::bias_pairs (which the launcher sets only
+// where the word is in memory: y is the element after the row's last key when j + 1 = nk, which
+// the callers leave unused), else by two bias_at (y = 0 past the last key).
+template <typename T>
+__device__ __forceinline__ float2 bias_pair_at(const Inputs<T>& in, const T* bias, int i, int j) {
+  if (in.bias_pairs) return unpack<T>(load_pair(bias + i * in.bv.row + j));
+  return make_float2(bias_at(bias, in.bv, i, j), j + 1 < in.nk ? bias_at(bias, in.bv, i, j + 1) : 0.0f);
+}
+
+// Stores grad_bias of pairs (i, j) and (i, j + 1) (gb from grad_bias_of), j even and below nk,
+// the second only below nk: bscale * dz0 and bscale * dz1, by one 32-bit store where
+// BackwardArgs::grad_bias_pairs, else by two store_grad_bias.
+template <typename T>
+__device__ __forceinline__ void store_grad_bias_pair(T* gb, const BackwardArgs<T>& a, int i, int j,
+                                                     float bscale, float dz0, float dz1) {
+  const bool second = j + 1 < a.in.nk;
+  if (a.grad_bias_pairs && second) {
+    *reinterpret_cast<uint32_t*>(gb + i * a.gbv.row + j) = pack<T>(bscale * dz0, bscale * dz1);
+    return;
+  }
+  store_grad_bias(gb, a, i, j, bscale, dz0);
+  if (second) store_grad_bias(gb, a, i, j + 1, bscale, dz1);
+}
+
+// The query side's weights of a warp's 16 queries (the two rows a thread holds: rows_of, with
+// their log-sum-exps and D) over keys [j0, j0 + 8 kN) (j0 even): from the accumulators S = Q K^T
+// in s and dP = dO V^T in dp, P = exp(z - lse) into s and dS = P (dP - D) into dp (both 0 past
+// the ends and at the pairs the mask excludes), and grad_bias = bscale dS stored where gbg
+// (grad_bias_of) is not null. The bias and grad_bias go by pairs of keys (bias_pair_at,
+// store_grad_bias_pair).
+template <typename T, int kN>
+__device__ __forceinline__ void query_weights(float (&s)[kN][4], float (&dp)[kN][4],
+                                              const BackwardArgs<T>& a, float scale, float bscale,
+                                              const T* bg, T* gbg, const int (&rows_of)[2],
+                                              const float (&lse)[2], const float (&delta)[2],
+                                              int j0, int t) {
+  const Inputs<T>& in = a.in;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = rows_of[h], j = j0 + n * 8 + 2 * t;
+      const bool live = i < in.nq && j < in.nk;
+      float2 b = make_float2(0.0f, 0.0f);
+      if (bg != nullptr && live) b = bias_pair_at(in, bg, i, j);
+      float dz[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int e = 2 * h + c;
+        float pe = 0.0f, dse = 0.0f;
+        if (i < in.nq && j + c < in.nk && !excluded(in, i, j + c)) {
+          float z = scale * s[n][e];
+          if (bg != nullptr) z += bscale * (c == 0 ? b.x : b.y);
+          pe = expf(z - lse[h]);
+          dse = pe * (dp[n][e] - delta[h]);
+        }
+        s[n][e] = pe;
+        dp[n][e] = dse;
+        dz[c] = dse;
+      }
+      if (gbg != nullptr && live) store_grad_bias_pair(gbg, a, i, j, bscale, dz[0], dz[1]);
+    }
+  }
+}
+
 // Shared memory of a kernel (byte offsets): the warps' tiles of `rows` rows (one of head dim d,
 // and one of dv where `rows_dv`), the other side's tiles of `width` rows (d and dv), and
 // `floats` f32 values. The host sizes a launch and the kernel finds its tiles with the same call.
@@ -223,15 +289,21 @@ __device__ __forceinline__ void forward_tile(ForwardRows<kHead / 8>& r, const In
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = rows_of[e >> 1], j = j0 + n * 8 + 2 * t + (e & 1);
-      float z = -INFINITY;
-      if (j < in.nk && !excluded(in, i, j)) {
-        z = scale * s[n][e];
-        if (bg != nullptr && i < in.nq) z += bscale * bias_at(bg, in.bv, i, j);
+    for (int h = 0; h < 2; ++h) {
+      const int i = rows_of[h], j = j0 + n * 8 + 2 * t;  // keys j and j + 1 (bias_pair_at)
+      float2 b = make_float2(0.0f, 0.0f);
+      if (bg != nullptr && i < in.nq && j < in.nk) b = bias_pair_at(in, bg, i, j);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int e = 2 * h + c;
+        float z = -INFINITY;
+        if (j + c < in.nk && !excluded(in, i, j + c)) {
+          z = scale * s[n][e];
+          if (bg != nullptr && i < in.nq) z += bscale * (c == 0 ? b.x : b.y);
+        }
+        s[n][e] = z;
+        tile_max[h] = fmaxf(tile_max[h], z);
       }
-      s[n][e] = z;
-      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], z);
     }
   }
   float ref[2], alpha[2];
@@ -520,24 +592,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mma_grad_q_kernel(BackwardArgs
                          in.async_loads);
     multiply_rows<T, kN>(dp, go_s + warp * kRows * ldv, ldv, v_s, ldv, in.dv / 16, live, lane,
                          in.async_loads);
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, i = rows_of[r], j = j0 + n * 8 + 2 * t + (e & 1);
-        float dse = 0.0f;
-        if (i < in.nq && j < in.nk) {
-          if (!excluded(in, i, j)) {
-            float z = scale * ds[n][e];
-            if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
-            dse = expf(z - lse[r]) * (dp[n][e] - delta[r]);
-          }
-          if (gbg != nullptr) store_grad_bias(gbg, a, i, j, bscale, dse);
-        }
-        ds[n][e] = dse;
-      }
-    }
-    accumulate_weights<T, kN, kOut>(dq, ds, k_s, ldd, in.d, live, lane, in.async_loads);
+    query_weights<T, kN>(ds, dp, a, scale, bscale, bg, gbg, rows_of, lse, delta, j0, t);
+    accumulate_weights<T, kN, kOut>(dq, dp, k_s, ldd, in.d, live, lane, in.async_loads);
   }
   if (!active) return;
   write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
@@ -674,27 +730,13 @@ __device__ __forceinline__ void one_block_backward_head(const BackwardArgs<T>& a
     multiply_rows<T, kN>(w, q_s + w0 * ldd, ldd, k_s, ldd, in.d / 16, in.nk, lane, in.async_loads);
     multiply_rows<T, kN>(dw, go_s + w0 * ldv, ldv, v_s, ldv, in.dv / 16, in.nk, lane,
                          in.async_loads);
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rows_of[e >> 1], j = n * 8 + 2 * t + (e & 1);
-        float dse = 0.0f;
-        if (i < in.nq && j < in.nk) {
-          if (!excluded(in, i, j)) {
-            float z = scale * w[n][e];
-            if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
-            dse = expf(z - lse_s[i]) * (dw[n][e] - delta_s[i]);
-          }
-          if (gbg != nullptr) store_grad_bias(gbg, a, i, j, bscale, dse);
-        }
-        w[n][e] = dse;
-      }
-    }
+    const float lse[2] = {lse_s[rows_of[0]], lse_s[rows_of[1]]};  // 0 past nq (the tiles' fill)
+    const float delta[2] = {delta_s[rows_of[0]], delta_s[rows_of[1]]};
+    query_weights<T, kN>(w, dw, a, scale, bscale, bg, gbg, rows_of, lse, delta, 0, t);
     float dq[kOut][4];
 #pragma unroll
     for (int nd = 0; nd < kOut; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
-    accumulate_weights<T, kN, kOut>(dq, w, k_s, ldd, in.d, in.nk, lane, in.async_loads);
+    accumulate_weights<T, kN, kOut>(dq, dw, k_s, ldd, in.d, in.nk, lane, in.async_loads);
     write_rows<T, kOut>(dq, in.d, scale, a.gq + a.gqv.lead.offset(grp), a.gqv.row, w0, in.nq, lane);
   }
 }
@@ -744,7 +786,7 @@ __host__ __device__ inline int persistent_set_bytes(const Inputs<T>& in) {
 // The one-block backward as a persistent kernel (train.attention_schedule: persistent): a grid of
 // as many blocks as fit on the GPU at once (mma_backward sizes it by the occupancy calculator,
 // at most one block per leading index), block b taking leading indices b, b + gridDim.x, ... in
-// turn with two sets of tiles (93 KB at head dim 64, 53 KB at 32; with 154 and 143 registers a
+// turn with two sets of tiles (93 KB at head dim 64, 53 KB at 32; with 161 and 149 registers a
 // thread, CUDA 13.0 on sm_90, two blocks an SM either way). While the warps compute one index
 // from one set, the copies of the next index's operands are in flight into the other (one
 // cp.async group per index): the global memory latency that the one-block kernel's blocks pay
@@ -833,25 +875,9 @@ __global__ void __launch_bounds__(kShortWarps * 32)
     multiply_rows<T, kN>(w, q_s + w0 * ldd, ldd, k_s, ldd, in.d / 16, in.nk, lane, in.async_loads);
     multiply_rows<T, kN>(dw, go_s + w0 * ldv, ldv, v_s, ldv, in.dv / 16, in.nk, lane,
                          in.async_loads);
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rows_of[e >> 1], j = n * 8 + 2 * t + (e & 1);
-        float pe = 0.0f, dse = 0.0f;
-        if (i < in.nq && j < in.nk) {
-          if (!excluded(in, i, j)) {
-            float z = scale * w[n][e];
-            if (bg != nullptr) z += bscale * bias_at(bg, in.bv, i, j);
-            pe = expf(z - lse_s[i]);
-            dse = pe * (dw[n][e] - delta_s[i]);
-          }
-          if (gbg != nullptr) store_grad_bias(gbg, a, i, j, bscale, dse);
-        }
-        w[n][e] = pe;
-        dw[n][e] = dse;
-      }
-    }
+    const float lse[2] = {lse_s[rows_of[0]], lse_s[rows_of[1]]};  // 0 past nq (the tiles' fill)
+    const float delta[2] = {delta_s[rows_of[0]], delta_s[rows_of[1]]};
+    query_weights<T, kN>(w, dw, a, scale, bscale, bg, gbg, rows_of, lse, delta, 0, t);
     // Every row and column of the warp's piece, zero past the ends: phase 2 reads them whole.
 #pragma unroll
     for (int n = 0; n < kN; ++n) {

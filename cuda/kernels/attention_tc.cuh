@@ -33,6 +33,10 @@ struct Inputs {
   bool diagonal;              // AttentionMask::kDiagonal: query i and key i excluded
   bool async_loads;  // load_tile's copies asynchronous and the mma.sync kernels' ldmatrix fragment
                      // loads (set_cuda_attention_async_loads)
+  // The mma.sync kernels read the bias of pairs (i, j), (i, j + 1), j even, by one 32-bit load
+  // (with async_loads, where pairs_aligned holds for the bias and, for an odd nk, the element
+  // after its last one is in memory).
+  bool bias_pairs;
 };
 
 // Whether the launch's mask excludes pair (i, j): its logit is -inf, its gradient +0.
@@ -92,7 +96,19 @@ struct BackwardArgs {
   int tiles;  // query tiles (dQ kernel) or key tiles (dK/dV kernel) per leading index
   // The leading indices in all: a persistent kernel's blocks walk them (set by the launcher).
   int64_t groups;
+  // The mma.sync kernels store grad_bias of pairs (i, j), (i, j + 1), j even, by one 32-bit
+  // store (as Inputs::bias_pairs, for gb).
+  bool grad_bias_pairs;
 };
+
+// Whether every pair (i, j), (i, j + 1) with j even of a 16-bit [lead..., n, m] view `v` at
+// `data` lies in one aligned 4-byte word: adjacent columns, and the base, the rows and every
+// leading index an even number of elements from an aligned address.
+inline bool pairs_aligned(const void* data, const View& v) {
+  bool even = reinterpret_cast<uintptr_t>(data) % 4 == 0 && v.col == 1 && v.row % 2 == 0;
+  for (int d = 0; d < v.lead.ndim; ++d) even = even && v.lead.strides[d] % 2 == 0;
+  return even;
+}
 
 // The bias of pair (i, j) of one leading index (`bias` at its offset), as f32.
 template <typename T>

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_runtime.h"
+#include "ops/shape_ops.h"
 #include "support/test_util.h"
 
 #ifdef SKA_WITH_CUDA
@@ -53,6 +54,9 @@ struct Case {
   // grad_bias as a [h, B, nq, nk] tensor seen as [B, h, nq, nk] (lead {B, h}), as the op lays
   // out the gradient of CSKA's logits from their matrix product.
   bool permuted_grad_bias = false;
+  // grad_bias in rows padded to 16 bytes (empty_aligned_rows), as the op writes the gradient of
+  // a bias in such rows (CSKA-ViT's logits).
+  bool padded_grad_bias = false;
 };
 
 // out as a contiguous [L..., nq, dv] tensor like q.
@@ -151,6 +155,9 @@ Results run(const Case& c, const Operands& x, double scale, bool on_gpu, double 
   if (c.grad_bias && c.permuted_grad_bias) {
     REQUIRE(c.lead.size() == 2);
     r.grad_bias = Tensor::empty({c.lead[1], c.lead[0], c.nq, c.nk}, dt, dev).transpose(0, 1);
+  } else if (c.grad_bias && c.padded_grad_bias) {
+    r.grad_bias = empty_aligned_rows(with_last(c.lead, {c.nq, c.nk}), dt, dev);
+    REQUIRE(r.grad_bias.stride(-2) % 8 == 0);
   } else if (c.grad_bias) {
     r.grad_bias = Tensor::empty(with_last(c.lead, {c.nq, c.nk}), dt, dev);
   }
@@ -352,6 +359,22 @@ Case biased_case(const std::string& name, const Shape& lead, int64_t nq, int64_t
   c.base.push_back(uniform(with_last(lead, {nq, nk}), seed + 4, lo, hi));
   c.views = [c](const std::vector<Tensor>& t) {
     return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
+  };
+  return c;
+}
+
+// biased_case with the bias and its gradient in rows padded to 16 bytes (nk rounded up to 8
+// elements), as CSKA-ViT lays out its logits: the bias a view of the first nk columns of
+// [lead..., nq, padded] values, so that its storage holds the padding of every row.
+Case padded_case(const std::string& name, const Shape& lead, int64_t nq, int64_t nk, int64_t d,
+                 int64_t dv, uint64_t seed) {
+  Case c = biased_case(name, lead, nq, nk, d, dv, seed);
+  const int64_t padded = (nk + 7) / 8 * 8;
+  c.base.back() = uniform(with_last(lead, {nq, padded}), seed + 4, -2, 2);
+  c.padded_grad_bias = true;
+  c.views = [c](const std::vector<Tensor>& t) {
+    const Tensor bias = t[4].narrow(-1, 0, c.nk);
+    return Operands{t[0], t[1], t[2], bias, t[3], empty_out(c, t[0])};
   };
   return c;
 }
@@ -621,10 +644,21 @@ TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' 
   // be the same bits, for every tensor-core family: WMMA, mma.sync, and mma.sync with the
   // one-block forward and backward. Problems: ViT-S's 65 tokens of 64 with a bias, 197 tokens of
   // 32 (tiles past the first), class attention (one query, d = 48) and logits given as the bias
-  // (d = 0); the tails of each are zero-filled rows.
-  for (const Problem s : {Problem{65, 65, 64, 64}, Problem{197, 197, 32, 32},
-                          Problem{1, 197, 48, 48}, Problem{65, 65, 0, 64}}) {
-    const Case c = biased_case("tile loads", {2, 3}, s.nq, s.nk, s.d, s.dv, 1901);
+  // (d = 0); the tails of each are zero-filled rows. The same with the bias and its gradient in
+  // padded rows (CSKA-ViT's logits) and with 80 keys, where the mma.sync kernels read and write
+  // them by key pairs by default and one key at a time with the synchronous loads.
+  struct Loads {
+    Problem s;
+    bool padded;  // the bias and grad_bias in padded rows
+  };
+  for (const Loads l :
+       {Loads{{65, 65, 64, 64}, false}, Loads{{197, 197, 32, 32}, false},
+        Loads{{1, 197, 48, 48}, false}, Loads{{65, 65, 0, 64}, false}, Loads{{65, 65, 0, 64}, true},
+        Loads{{197, 197, 32, 32}, true}, Loads{{80, 80, 64, 64}, false}}) {
+    const Problem s = l.s;
+    const Case c = l.padded
+                       ? padded_case("tile loads, padded rows", {2, 3}, s.nq, s.nk, s.d, s.dv, 1901)
+                       : biased_case("tile loads", {2, 3}, s.nq, s.nk, s.d, s.dv, 1901);
     // WMMA, mma.sync, mma.sync one-block, mma.sync one-block forward and one-pass backward
     for (const int mode : {0, 1, 2, 3}) {
       const bool previous_mma = set_cuda_attention_mma(mode > 0);
@@ -632,7 +666,8 @@ TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' 
       const bool previous_forward = set_cuda_attention_one_block_forward(mode >= 2);
       const bool previous_one_pass = set_cuda_attention_one_pass_backward(mode == 3);
       for (const DType dtype : {DType::kBF16, DType::kF16}) {
-        INFO(s.nq << " x " << s.nk << ", d " << s.d << ", " << dtype_name(dtype) << ", "
+        INFO(s.nq << " x " << s.nk << ", d " << s.d << (l.padded ? ", padded rows, " : ", ")
+                  << dtype_name(dtype) << ", "
                   << (mode == 0   ? "WMMA"
                       : mode == 1 ? "mma.sync"
                       : mode == 2 ? "mma.sync one-block"
@@ -711,6 +746,25 @@ TEST_CASE("cuda attention: the one-block forward for 65 to 80 rows, against the 
     c.views = [=](const std::vector<Tensor>& t) {
       return Operands{t[0], t[1], t[2], t[4], t[3], empty_out(c, t[0])};
     };
+    check_case(c, s.d > 0 ? 1.0 / std::sqrt(static_cast<double>(s.d)) : 1.0,
+               {DType::kBF16, DType::kF16});
+  }
+}
+
+TEST_CASE("cuda attention: a bias and its gradient in padded rows, read and written by key pairs",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  // The mma.sync kernels read the bias and store grad_bias two keys at a time where the pairs
+  // are aligned words (Inputs::bias_pairs, BackwardArgs::grad_bias_pairs): CSKA-ViT's logits in
+  // rows of 72 for 65 keys (d = 0; the pair at key 64 reads the padding beside it), the same
+  // with q k^T (d = 64), 197 tokens in rows of 200 (key tiles past the first), and 80 keys in
+  // unpadded rows of 80 (an even count); tiled and in one block (check_case), against the CPU
+  // twin and the f64 reference.
+  for (const Problem s : {Problem{65, 65, 0, 64}, Problem{65, 65, 64, 64},
+                          Problem{197, 197, 32, 32}, Problem{80, 80, 64, 64}}) {
+    const Case c = s.nk % 8 == 0 ? biased_case("even keys", {3, 2}, s.nq, s.nk, s.d, s.dv, 1951)
+                                 : padded_case("padded rows", {3, 2}, s.nq, s.nk, s.d, s.dv, 1951);
+    INFO(s.nq << " x " << s.nk << ", d " << s.d);
     check_case(c, s.d > 0 ? 1.0 / std::sqrt(static_cast<double>(s.d)) : 1.0,
                {DType::kBF16, DType::kF16});
   }
