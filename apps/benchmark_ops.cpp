@@ -467,6 +467,18 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
         return c.with_sync_loads(c.conv_logits("cskaf_conv_logits_direct", bs.caformer, 8, 16, 28,
                                                784, ska::nn::ConvLogitsForm::kDirect));
       },
+      // The direct form's filter gradient by blocks of a filter row (train.conv_logits_grad_w:
+      // per_row).
+      [=](CaseBuilder& c) {
+        return c.with_switch(c.conv_logits("cska_conv_logits_direct", bs.vit, 8, 64, 8, 65,
+                                           ska::nn::ConvLogitsForm::kDirect),
+                             "_per_row", ska::set_cuda_conv_logits_grad_w_rows, true);
+      },
+      [=](CaseBuilder& c) {
+        return c.with_switch(c.conv_logits("cskaf_conv_logits_direct", bs.caformer, 8, 16, 28, 784,
+                                           ska::nn::ConvLogitsForm::kDirect),
+                             "_per_row", ska::set_cuda_conv_logits_grad_w_rows, true);
+      },
       [=](CaseBuilder& c) {
         return c.attention("vit_lsa_attention", bs.vit, 65, 8, 64, true, true);
       },

@@ -79,7 +79,10 @@ class Carver:   # attention_tc.cuh: 128-byte aligned pieces of dynamic shared me
 
 
 def shared(carve, n_bytes, name):
-    at = carve.take(n_bytes)
+    return shared_at(carve.take(n_bytes), n_bytes, name)
+
+
+def shared_at(at, n_bytes, name):   # a tile at byte offset `at` of a carved piece
     assert at % 16 == 0
     return Mem(name, np.full(n_bytes // 2, np.nan))   # 2-byte elements, never staged: NaN
 
@@ -394,22 +397,32 @@ def grad_q_block(kD, kPer, a, bx, by, smem_bytes):
 
 # --- grad_w: a block per (tap and row chunk, 80 keys, head), partial sums over its rows ---
 
-def conv_logits_grad_w_kernel(kD, a, grid, smem_bytes):
+def grad_w_step_rows(across): return kTile if across == 1 else 32   # the kernel's kStep
+
+
+def conv_logits_grad_w_kernel(kD, kAcross, a, grid, smem_bytes):
     for bz in range(grid[2]):
         for by in range(grid[1]):
             for bx in range(grid[0]):
-                grad_w_block(kD, a, bx, by, bz, smem_bytes)
+                grad_w_block(kD, kAcross, a, bx, by, bz, smem_bytes)
 
 
-def grad_w_block(kD, a, bx, by, bz, smem_bytes):
-    kOut = kD // 8
-    tap = bx % a.taps; chunk = bx // a.taps; key0 = by * kKeys
-    h = bz; slice_ = h * a.taps + tap
-    dy = tap // a.k - a.radius; dx = tap % a.k - a.radius
+def grad_w_block(kD, kAcross, a, bx, by, bz, smem_bytes):
+    # kAcross taps a block: 1 (a block per tap) or k (a block per filter row, train.conv_logits_grad_w:
+    # per_row), kStep rows a step
+    kOut = kD // 8; kStep = grad_w_step_rows(kAcross)
+    per_chunk = a.taps // kAcross
+    tap0 = bx % per_chunk * kAcross; chunk = bx // per_chunk; key0 = by * kKeys
+    h = bz
     ldg = ld16(kKeys); ldq = ld16(a.d)
     carve = Carver()   # two buffers each: the rows of a step are staged while the last's are read
-    g_s = [shared(carve, kTile * ldg * 2, "g_s[%d]" % i) for i in range(2)]
-    q_s = [shared(carve, kTile * ldq * 2, "q_s[%d]" % i) for i in range(2)]
+    g_s = [shared(carve, kStep * ldg * 2, "g_s[%d]" % i) for i in range(2)]
+    # The queries' tiles, buffer 0's kAcross taps then buffer 1's, carved as one piece: each
+    # kStep * ldq * 2 bytes, a multiple of 128.
+    assert kStep * ldq * 2 % 128 == 0
+    q_all = carve.take(2 * kAcross * kStep * ldq * 2)
+    q_s = [[shared_at(q_all + (buf * kAcross + u) * kStep * ldq * 2, kStep * ldq * 2,
+                      "q_s[%d][%d]" % (buf, u)) for u in range(kAcross)] for buf in range(2)]
     assert carve.bytes == smem_bytes
 
     first = chunk * a.chunk_rows
@@ -418,12 +431,12 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
     active = [key0 + wkey[warp] < a.keys for warp in range(kKeyWarps)]
     # The centre tap's blocks also sum the columns (the bias gradient): one more mma a step with
     # a B of ones.
-    bias_sums = a.bias_partial is not None and tap == a.taps // 2
+    bias_sums = a.bias_partial is not None and tap0 <= a.taps // 2 < tap0 + kAcross
     bias_acc = [np.zeros((4, 32)) for _ in range(kKeyWarps)]
     ones = np.ones((32, 2))
 
-    acc = [np.zeros((kOut, 4, 32)) for _ in range(kKeyWarps)]
-    def stage_rows(buf, m0):   # rows [m0, m0 + 64) of g and the shifted q into buffer buf
+    acc = [[np.zeros((kOut, 4, 32)) for _ in range(kAcross)] for _ in range(kKeyWarps)]
+    def stage_rows(buf, m0):   # rows [m0, m0 + kStep) of g and the shifted q into buffer buf
         # Row m of the batch is position m % P of image m / P.
         def g_row(r):
             m = m0 + r
@@ -431,30 +444,33 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
             b = m // a.positions
             p = m - b * a.positions
             return a.g_mem, a.g + b * a.gb + h * a.gh + p * a.gp, ok
-        stage(g_s[buf], ldg, kTile, key0, kKeys, a.keys, g_row)
-        def q_row(r):
-            m = m0 + r
-            ok = ~(m >= last)
-            b = m // a.positions
-            p = m - b * a.positions
-            x = p % a.width + dx; s = p + dy * a.width + dx
-            ok &= ~((x < 0) | (x >= a.width) | (s < 0) | (s >= a.positions))
-            return a.q_mem, a.q + b * a.qb + h * a.qh + s * a.qp, ok
-        stage(q_s[buf], ldq, kTile, 0, a.d, a.d, q_row)
+        stage(g_s[buf], ldg, kStep, key0, kKeys, a.keys, g_row)
+        for u in range(kAcross):
+            tap = tap0 + u; dy = tap // a.k - a.radius; dx = tap % a.k - a.radius
+            def q_row(r):
+                m = m0 + r
+                ok = ~(m >= last)
+                b = m // a.positions
+                p = m - b * a.positions
+                x = p % a.width + dx; s = p + dy * a.width + dx
+                ok &= ~((x < 0) | (x >= a.width) | (s < 0) | (s >= a.positions))
+                return a.q_mem, a.q + b * a.qb + h * a.qh + s * a.qp, ok
+            stage(q_s[buf][u], ldq, kStep, 0, a.d, a.d, q_row)
     if first < last: stage_rows(0, first)
     buf = 0
-    for m0 in range(first, last, kTile):
-        if m0 + kTile < last: stage_rows(buf ^ 1, m0 + kTile)   # in flight while this step runs
+    for m0 in range(first, last, kStep):
+        if m0 + kStep < last: stage_rows(buf ^ 1, m0 + kStep)   # in flight while this step runs
         for warp in range(kKeyWarps):
             if not active[warp]: continue
-            steps = ((last - m0 if last - m0 < kTile else kTile) + 15) // 16
+            steps = ((last - m0 if last - m0 < kStep else kStep) + 15) // 16
             for ks in range(steps):
                 # A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
                 block = ks * 16 * ldg + wkey[warp]
                 fa = (load_a_trans_ldsm if a.ldsm else load_a_trans)(g_s[buf], block, ldg)
                 if bias_sums: bias_acc[warp] = mma(bias_acc[warp], fa, ones, ones)
                 if a.partial is None: continue   # the bias gradient alone
-                multiply_down(acc[warp], fa, q_s[buf], ks * 16 * ldq, ldq, a.d, kOut, a.ldsm)
+                for u in range(kAcross):
+                    multiply_down(acc[warp][u], fa, q_s[buf][u], ks * 16 * ldq, ldq, a.d, kOut, a.ldsm)
         buf ^= 1
     for warp in range(kKeyWarps):
         if not active[warp]: continue   # return
@@ -465,16 +481,18 @@ def grad_w_block(kD, a, bx, by, bz, smem_bytes):
                 a.bias_partial_mem.write(a.bias_partial + (h * a.chunks + chunk) * a.keys + j[on],
                                          bias_acc[warp][2 * r][on])
         if a.partial is None: continue   # return
-        out = a.partial + (slice_ * a.chunks + chunk) * a.keys * a.d
-        for r in range(2):
-            j = key0 + wkey[warp] + G + 8 * r
-            live = j < a.keys
-            for n in range(kOut):
-                if n * 8 >= a.d: break
-                at = out + j[live] * a.d + n * 8 + 2 * T[live]   # one 64-bit store
-                if (at % 2).any(): raise Mismatch("grad_w: an unaligned pair store")
-                for e in range(2):
-                    a.partial_mem.write(at + e, acc[warp][n][2 * r + e][live])
+        for u in range(kAcross):
+            slice_ = h * a.taps + tap0 + u
+            out = a.partial + (slice_ * a.chunks + chunk) * a.keys * a.d
+            for r in range(2):
+                j = key0 + wkey[warp] + G + 8 * r
+                live = j < a.keys
+                for n in range(kOut):
+                    if n * 8 >= a.d: break
+                    at = out + j[live] * a.d + n * 8 + 2 * T[live]   # one 64-bit store
+                    if (at % 2).any(): raise Mismatch("grad_w: an unaligned pair store")
+                    for e in range(2):
+                        a.partial_mem.write(at + e, acc[warp][u][n][2 * r + e][live])
 
 
 def conv_logits_sum_partials_kernel(partial, chunks, per, n, gw):
@@ -528,6 +546,7 @@ def tiles_smem(per, tile_bytes, filter_bytes):   # a forward or grad_q block's s
 
 
 PER_BLOCK = {}   # the last launches' tiles a block, by kernel (printed with each case)
+GRAD_W_ACROSS = [1]   # the last grad_w launch's taps a block
 
 
 def per_block(kernel, pairs, tile_bytes, filter_bytes):   # dispatch_per_block: the kernels' kPer
@@ -602,11 +621,15 @@ def conv_logits_backward(geo, grad, q, w, grad_q, grad_w, grad_bias):
         wa.bias_partial_mem = Mem("bias_partial", np.full(geo.heads * wa.chunks * geo.keys, np.nan),
                                   count=True)
         wa.bias_partial = 0 if grad_bias is not None else None
-        carve = Carver()   # the kernel's two buffers of the gradient's rows, then of the queries'
-        for _ in range(2): carve.take(kTile * ld16(kKeys) * 2)
-        for _ in range(2): carve.take(kTile * ld16(a.d) * 2)
-        grid = (wa.chunks * a.taps, a.key_chunks, geo.heads)
-        conv_logits_grad_w_kernel(kD, wa, grid, carve.bytes)
+        # dispatch_grad_w_across: a block per filter row with 3x3 filters at head dims up to 64
+        kAcross = 3 if geo.grad_w_rows and geo.kernel == 3 and kD <= 64 else 1
+        kStep = grad_w_step_rows(kAcross)
+        carve = Carver()   # the kernel's two buffers of the gradient's rows, then the queries'
+        for _ in range(2): carve.take(kStep * ld16(kKeys) * 2)
+        carve.take(2 * kAcross * kStep * ld16(a.d) * 2)
+        grid = (wa.chunks * (a.taps // kAcross), a.key_chunks, geo.heads)
+        GRAD_W_ACROSS[0] = kAcross
+        conv_logits_grad_w_kernel(kD, kAcross, wa, grid, carve.bytes)
         if grad_w is not None:
             conv_logits_sum_partials_kernel(wa.partial_mem, wa.chunks, per, slices * per, grad_w.mem)
         if grad_bias is not None:
@@ -727,9 +750,11 @@ def written_once(name, mem):
                        (name, bad.size, sorted(set(mem.writes[bad].tolist())), bad[0]))
 
 
-def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection, logits_layout, ldsm):
+def run_case(rng, B, h, H, W, K, d, k, use_bias, layout, q_in_projection, logits_layout, ldsm,
+             grad_w_rows=False):
     P = H * W
-    geo = SimpleNamespace(batch=B, heads=h, height=H, width=W, keys=K, d=d, kernel=k, ldsm=ldsm)
+    geo = SimpleNamespace(batch=B, heads=h, height=H, width=W, keys=K, d=d, kernel=k, ldsm=ldsm,
+                          grad_w_rows=grad_w_rows)
     # q: the first half of a [B, P, 2 h d] projection split into heads; the second half NaN.
     proj = np.full((B, P, 2 * h * d), np.nan)
     proj[..., :h * d] = rng.uniform(-1, 1, (B, P, h * d))
@@ -792,33 +817,38 @@ LOGITS_LAYOUTS = ["padded below a class row", "own", "in wider rows", "below a c
 def main():
     failed = 0; start = time.time()
     # Each case twice on the same operands: fragments by ldmatrix, then by 32- and 16-bit loads;
-    # the same registers, so the same values to the bit.
-    runs = [(c, ldsm) for c in enumerate(CASES) for ldsm in (True, False)]
+    # the same registers, so the same values to the bit. Then, where grad_w takes a block per
+    # filter row (3x3 filters, head dims up to 64), by ldmatrix with those blocks: the same partial
+    # sums, so the same values to the bit again.
+    runs = [(c, ldsm, False) for c in enumerate(CASES) for ldsm in (True, False)]
+    runs += [(c, True, True) for c in enumerate(CASES) if c[1][6] == 3 and c[1][5] <= 64]
     by_ldmatrix = {}
-    for (i, (B, h, H, W, K, d, k, use_bias)), ldsm in runs:
+    for (i, (B, h, H, W, K, d, k, use_bias)), ldsm, rows in runs:
         rng = np.random.default_rng(i)
         layout = LAYOUTS[i % len(LAYOUTS)]
         q_in_projection = i % 2 == 0   # grad_q into the projection's heads, or contiguous
         logits_layout = LOGITS_LAYOUTS[i % len(LOGITS_LAYOUTS)]
-        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, logits %s, g %s, grad_q %s, %s" % (
+        what = "B=%d h=%d %dx%d K=%d d=%d k=%d%s, logits %s, g %s, grad_q %s, %s%s" % (
             B, h, H, W, K, d, k, " bias" if use_bias else "", logits_layout, layout,
             "in the projection" if q_in_projection else "contiguous",
-            "ldmatrix" if ldsm else "32- and 16-bit loads")
+            "ldmatrix" if ldsm else "32- and 16-bit loads",
+            ", grad_w by filter rows" if rows else "")
         t0 = time.time()
         try:
             errs, (chunks, chunk_rows), outs = run_case(rng, B, h, H, W, K, d, k, use_bias, layout,
-                                                        q_in_projection, logits_layout, ldsm)
+                                                        q_in_projection, logits_layout, ldsm, rows)
         except Mismatch as e:
             print("%s: FAIL %s" % (what, e)); failed += 1; continue
         ok = max(errs) < 1e-12
-        if ldsm:
+        if ldsm and not rows:
             by_ldmatrix[i] = outs
         elif i in by_ldmatrix and not all(np.array_equal(x, y) for x, y in zip(outs, by_ldmatrix[i])):
-            print("%s: FAIL the outputs differ from ldmatrix's" % what); ok = False
+            print("%s: FAIL the outputs differ from ldmatrix's per-tap run" % what); ok = False
         failed += not ok
         names = ["logits", "grad_q", "grad_w", "grad_bias"][:len(errs)]
-        print("%s (tiles a block: forward %d, grad_q %d; grad_w %d chunk%s of %d rows): %s %s (%.1fs)" %
+        print("%s (tiles a block: forward %d, grad_q %d; grad_w %d chunk%s of %d rows, %d tap%s a block): %s %s (%.1fs)" %
               (what, PER_BLOCK["forward"], PER_BLOCK["grad_q"], chunks, "s" if chunks > 1 else "", chunk_rows,
+               GRAD_W_ACROSS[0], "s" if GRAD_W_ACROSS[0] > 1 else "",
                " ".join("%s %.1e" % ne for ne in zip(names, errs)), "ok" if ok else "FAIL",
                time.time() - t0))
     print("%d of %d cases pass (%.1fs)" % (len(runs) - failed, len(runs), time.time() - start))

@@ -46,9 +46,9 @@ kernel_variants=("attention=wmma" "attention_loads=sync" "attention_backward=spl
   "gelu_dropout=unfused" "dropout_add=unfused" "talking_heads=fused" "weight_casts=per_step"
   "linear_grads=f32" "weight_casts=per_step,linear_grads=f32" "depthwise_conv=cudnn"
   "depthwise_conv=direct" "conv_logits=conv" "conv_logits=gemm" "conv_logits=direct"
-  "attention=scalar" "attention=unfused" "elementwise=reference" "norm_output=f32"
+  "conv_logits_grad_w=per_row" "conv_logits=direct,conv_logits_grad_w=per_row" "attention=scalar" "attention=unfused" "elementwise=reference" "norm_output=f32"
   "gemm_algorithm=timed")
-every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass,gemm_algorithm=timed"
+every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass,gemm_algorithm=timed,conv_logits_grad_w=per_row"
 kernel_variants+=("$every_new")
 process_variants=("--cudnn-benchmark off" "--cuda-graph")
 joined=$(IFS=';'; echo "${kernel_variants[*]}")

@@ -48,6 +48,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -513,28 +514,40 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   }
 }
 
-// --- grad_w: a block per (tap and row chunk, 80 keys, head), partial sums over its rows ---
-// The taps vary fastest across blocks: the k*k blocks that read the same rows of the gradient run
+// --- grad_w: a block per (kAcross taps and row chunk, 80 keys, head), partial sums over its rows
+// The taps vary fastest across blocks: the blocks that read the same rows of the gradient run
 // side by side, so those rows come from L2 rather than once a tap from memory. The rows come 64
 // at a time into two buffers in turn: the next rows' copies are in flight while the warps
-// multiply the current ones.
+// multiply the current ones. kAcross = 1: a block per tap. kAcross = k (train.conv_logits_grad_w:
+// per_row; 3x3 filters at head dims up to 64): a block per filter row, taps [row k, row k + k),
+// which stages the gradient's rows and loads each A fragment once for its k products, against a
+// shifted query tile per tap. Each tap's sums take the same rows in the same order either way:
+// the same partial sums, bit for bit.
+// The rows a step stages (kStep): 64 a block per tap; 32 a block per row (its shared memory, two
+// buffers of the gradient's rows and of three query tiles, 38 KB at head dim 64, five blocks an
+// SM). The sums take the rows' 16-row pieces in order whatever the step: the same bits.
 //   dw[tap, j, c] = sum over the batch's positions p of dL[p, j] q[p + off, c]
-template <typename T, int kD, bool kLdsm>
+__host__ __device__ constexpr int grad_w_step_rows(int across) { return across == 1 ? kTile : 32; }
+
+template <typename T, int kD, bool kLdsm, int kAcross>
 __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args<T> a) {
-  constexpr int kOut = kD / 8;
+  constexpr int kOut = kD / 8, kStep = grad_w_step_rows(kAcross);
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int tap = blockIdx.x % a.taps, chunk = blockIdx.x / a.taps, key0 = blockIdx.y * kKeys;
-  const int h = blockIdx.z, slice = h * a.taps + tap;
-  const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
+  const int per_chunk = a.taps / kAcross;  // blocks a chunk of rows
+  const int tap0 = blockIdx.x % per_chunk * kAcross, chunk = blockIdx.x / per_chunk;
+  const int key0 = blockIdx.y * kKeys, h = blockIdx.z;
   const int ldg = ld16(kKeys), ldq = ld16(a.d);
   Carver carve;
-  // Two buffers each, chosen by selects rather than indexing (an indexed array of pointers would
-  // live in local memory).
-  T* const g0 = reinterpret_cast<T*>(smem + carve.take(kTile * ldg * 2));
-  T* const g1 = reinterpret_cast<T*>(smem + carve.take(kTile * ldg * 2));
-  T* const q0 = reinterpret_cast<T*>(smem + carve.take(kTile * ldq * 2));
-  T* const q1 = reinterpret_cast<T*>(smem + carve.take(kTile * ldq * 2));
+  // Two buffers each, chosen by selects and offsets rather than indexing (an indexed array of
+  // pointers would live in local memory): the gradient's g0 and g1, then the queries' tiles,
+  // buffer 0's kAcross taps and buffer 1's (q_tile).
+  T* const g0 = reinterpret_cast<T*>(smem + carve.take(kStep * ldg * 2));
+  T* const g1 = reinterpret_cast<T*>(smem + carve.take(kStep * ldg * 2));
+  T* const q_all = reinterpret_cast<T*>(smem + carve.take(2 * kAcross * kStep * ldq * 2));
+  // kStep * ldq * 2 bytes is a multiple of 128 (ldq a multiple of 8): each tile is as aligned as
+  // a carved piece.
+  const auto q_tile = [&](int buf, int u) { return q_all + (buf * kAcross + u) * kStep * ldq; };
 
   const int64_t first = chunk * a.chunk_rows;
   const int64_t last = first + a.chunk_rows < a.rows ? first + a.chunk_rows : a.rows;
@@ -543,48 +556,56 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
   // The centre tap's blocks read every row of the gradient unshifted: they also sum its columns,
   // the bias gradient, by one more product a step with a B of ones (every column of the result
   // is the sum of the rows; f32 accumulation, a fixed order).
-  const bool bias_sums = a.bias_partial != nullptr && tap == a.taps / 2;
+  const bool bias_sums =
+      a.bias_partial != nullptr && tap0 <= a.taps / 2 && a.taps / 2 < tap0 + kAcross;
   float bias_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const uint32_t ones = attn::pack<T>(1.0f, 1.0f);
 
-  float acc[kOut][4];
+  float acc[kAcross][kOut][4];
 #pragma unroll
-  for (int n = 0; n < kOut; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int u = 0; u < kAcross; ++u) {
+#pragma unroll
+    for (int n = 0; n < kOut; ++n) acc[u][n][0] = acc[u][n][1] = acc[u][n][2] = acc[u][n][3] = 0.0f;
+  }
   // Stages rows [m0, m0 + 64) of the gradient and the shifted queries into buffer `buf`, its
   // copies committed as one group and not waited for. Row m of the batch is position m % P of
   // image m / P.
   const auto stage_rows = [&](int buf, int64_t m0) {
-    stage(buf ? g1 : g0, ldg, kTile, key0, kKeys, a.keys, [&](int r) -> const T* {
+    stage(buf ? g1 : g0, ldg, kStep, key0, kKeys, a.keys, [&](int r) -> const T* {
       const int64_t m = m0 + r;
       if (m >= last) return nullptr;
       const int64_t b = m / a.positions;
       const int p = static_cast<int>(m - b * a.positions);
       return a.g + b * a.gb + h * a.gh + p * a.gp;
     });
-    stage(buf ? q1 : q0, ldq, kTile, 0, a.d, a.d, [&](int r) -> const T* {
-      const int64_t m = m0 + r;
-      if (m >= last) return nullptr;
-      const int64_t b = m / a.positions;
-      const int p = static_cast<int>(m - b * a.positions);
-      const int x = p % a.width + dx, s = p + dy * a.width + dx;
-      if (x < 0 || x >= a.width || s < 0 || s >= a.positions) return nullptr;
-      return a.q + b * a.qb + h * a.qh + s * a.qp;
-    });
+#pragma unroll
+    for (int u = 0; u < kAcross; ++u) {
+      const int tap = tap0 + u, dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
+      stage(q_tile(buf, u), ldq, kStep, 0, a.d, a.d, [&](int r) -> const T* {
+        const int64_t m = m0 + r;
+        if (m >= last) return nullptr;
+        const int64_t b = m / a.positions;
+        const int p = static_cast<int>(m - b * a.positions);
+        const int x = p % a.width + dx, s = p + dy * a.width + dx;
+        if (x < 0 || x >= a.width || s < 0 || s >= a.positions) return nullptr;
+        return a.q + b * a.qb + h * a.qh + s * a.qp;
+      });
+    }
     attn::commit_copies();
   };
   if (first < last) stage_rows(0, first);
   int buf = 0;
-  for (int64_t m0 = first; m0 < last; m0 += kTile, buf ^= 1) {
+  for (int64_t m0 = first; m0 < last; m0 += kStep, buf ^= 1) {
     // The next rows go in flight into the other buffer (which every warp finished reading at the
     // barrier that ended the last step) before this step's are waited for.
-    if (m0 + kTile < last) {
-      stage_rows(buf ^ 1, m0 + kTile);
+    if (m0 + kStep < last) {
+      stage_rows(buf ^ 1, m0 + kStep);
       attn::wait_copies_pending<1>();
     } else {
       attn::wait_copies_pending<0>();
     }
     __syncthreads();  // every thread's copies of this step's rows have landed
-    const int steps = static_cast<int>(((last - m0 < kTile ? last - m0 : kTile) + 15) / 16);
+    const int steps = static_cast<int>(((last - m0 < kStep ? last - m0 : kStep) + 15) / 16);
     for (int ks = 0; ks < (active ? steps : 0); ++ks) {
       // A(j, m) = g_s[m][j]: the contraction runs down the staged rows.
       const T* block = (buf ? g1 : g0) + ks * 16 * ldg + wkey;
@@ -596,8 +617,10 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
       }
       if (bias_sums) mma<T>(bias_acc, fa, ones, ones);
       if (a.partial == nullptr) continue;  // the bias gradient alone
-      multiply_down<kLdsm>(acc, fa, (buf ? q1 : q0) + ks * 16 * ldq, ldq, a.d,
-                           lane);  // b(m, c) = q_s[m][c]
+#pragma unroll
+      for (int u = 0; u < kAcross; ++u) {  // b(m, c) = q_s[m][c], the tap's shifted queries
+        multiply_down<kLdsm>(acc[u], fa, q_tile(buf, u) + ks * 16 * ldq, ldq, a.d, lane);
+      }
     }
     __syncthreads();  // every warp is done with this step's buffer before it is staged again
   }
@@ -612,17 +635,21 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
     }
   }
   if (a.partial == nullptr) return;
-  float* out = a.partial + (static_cast<int64_t>(slice) * a.chunks + chunk) * a.keys * a.d;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = key0 + wkey + g + 8 * r;
-    if (j >= a.keys) continue;
+  for (int u = 0; u < kAcross; ++u) {
+    const int slice = h * a.taps + tap0 + u;
+    float* out = a.partial + (static_cast<int64_t>(slice) * a.chunks + chunk) * a.keys * a.d;
 #pragma unroll
-    for (int n = 0; n < kOut; ++n) {
-      if (n * 8 >= a.d) break;
-      // d is even: the pair is one aligned 64-bit store.
-      *reinterpret_cast<float2*>(out + static_cast<int64_t>(j) * a.d + n * 8 + 2 * t) =
-          make_float2(acc[n][2 * r], acc[n][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int j = key0 + wkey + g + 8 * r;
+      if (j >= a.keys) continue;
+#pragma unroll
+      for (int n = 0; n < kOut; ++n) {
+        if (n * 8 >= a.d) break;
+        // d is even: the pair is one aligned 64-bit store.
+        *reinterpret_cast<float2*>(out + static_cast<int64_t>(j) * a.d + n * 8 + 2 * t) =
+            make_float2(acc[u][n][2 * r], acc[u][n][2 * r + 1]);
+      }
     }
   }
 }
@@ -724,6 +751,22 @@ void dispatch_per_block(int tile_bytes, int filter_bytes, F&& f) {
   if constexpr (kPairs) {
     if (tiles_smem(2, tile_bytes, filter_bytes) <= kPairBytes) {
       f(std::integral_constant<int, 2>{});
+      return;
+    }
+  }
+  f(std::integral_constant<int, 1>{});
+}
+
+std::atomic<bool> g_grad_w_rows{false};
+
+// The taps a grad_w block owns (the kernel's kAcross): a filter row, 3, with 3x3 filters at head
+// dims up to 64 (kD: the accumulators of three taps in registers) where
+// train.conv_logits_grad_w: per_row; else one. Calls f with std::integral_constant<int, kAcross>.
+template <int kD, typename F>
+void dispatch_grad_w_across(int k, F&& f) {
+  if constexpr (kD <= 64) {
+    if (k == 3 && g_grad_w_rows.load()) {
+      f(std::integral_constant<int, 3>{});
       return;
     }
   }
@@ -839,14 +882,18 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
           float* floats = static_cast<float*>(ws.data_ptr());
           wa.partial = grad_w.defined() ? floats : nullptr;
           wa.bias_partial = grad_bias.defined() ? floats + w_floats : nullptr;
-          Carver carve;  // the kernel's two buffers of the gradient's rows, then of the queries'
-          for (int i = 0; i < 2; ++i) carve.take(kTile * ld16(kKeys) * 2);
-          for (int i = 0; i < 2; ++i) carve.take(kTile * ld16(a.d) * 2);
-          const dim3 grid(grid_dim(kKernel, split.chunks * a.taps),
-                          grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
-                          grid_yz(kKernel, "heads", geo.heads));
-          attn::launch(conv_logits_grad_w_kernel<T, kD, kLdsm>, grid, kKeyWarps, carve.bytes,
-                       stream, wa);
+          dispatch_grad_w_across<kD>(a.k, [&](auto across) {
+            constexpr int kAcross = decltype(across)::value;
+            constexpr int kStep = grad_w_step_rows(kAcross);
+            Carver carve;  // the kernel's two buffers of the gradient's rows, then the queries'
+            for (int i = 0; i < 2; ++i) carve.take(kStep * ld16(kKeys) * 2);
+            carve.take(2 * kAcross * kStep * ld16(a.d) * 2);
+            const dim3 grid(grid_dim(kKernel, split.chunks * (a.taps / kAcross)),
+                            grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
+                            grid_yz(kKernel, "heads", geo.heads));
+            attn::launch(conv_logits_grad_w_kernel<T, kD, kLdsm, kAcross>, grid, kKeyWarps,
+                         carve.bytes, stream, wa);
+          });
           if (grad_w.defined()) {
             conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
                 wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
@@ -865,3 +912,9 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
 }
 
 }  // namespace ska::cuda
+
+namespace ska {
+bool set_cuda_conv_logits_grad_w_rows(bool enabled) {
+  return cuda::g_grad_w_rows.exchange(enabled);
+}
+}  // namespace ska

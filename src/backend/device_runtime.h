@@ -112,6 +112,12 @@ bool set_cuda_layer_norm_fused_backward(bool enabled);
 // setting.
 bool set_cuda_layer_norm_held_forward(bool enabled);
 
+// CSKA's direct conv logits' filter gradient (train.conv_logits_grad_w: per_row) with a block per
+// filter row (three taps) instead of one per tap, for 3x3 filters at head dims up to 64: the
+// gradient's rows staged and each A fragment loaded once for three products. The same partial
+// sums, bit for bit; off by default (not yet timed on a GPU). Returns the previous setting.
+bool set_cuda_conv_logits_grad_w_rows(bool enabled);
+
 // How the CUDA backend computes the backward-input pass of a stride-1 convolution
 // (backend/conv2d_rotated.h). kTimed, the default: under cudnn_benchmark, the first call of each
 // shape has cuDNN time its backward-data kernels against its forward kernels on the rotated

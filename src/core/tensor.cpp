@@ -93,6 +93,10 @@ bool set_cuda_attention_async_loads(bool enabled) {
   static bool setting = true;
   return std::exchange(setting, enabled);
 }
+bool set_cuda_conv_logits_grad_w_rows(bool enabled) {
+  static bool setting = false;
+  return std::exchange(setting, enabled);
+}
 ConvInputGrad set_cuda_conv_input_grad(ConvInputGrad mode) {
   static ConvInputGrad setting = ConvInputGrad::kTimed;
   return std::exchange(setting, mode);

@@ -189,6 +189,14 @@ const std::vector<KernelChoiceSpec>& kernel_choice_specs() {
        "cudnn_benchmark, the fastest of the three for each shape, timed on its first call; conv "
        "elsewhere) or direct (the grid_conv_logits op: on CUDA this project's tensor-core "
        "kernels, no im2col)"},
+      {"conv_logits_grad_w",
+       &C::conv_logits_grad_w,
+       {"per_tap", "per_row"},
+       "the filter gradient of CSKA's direct conv logits on CUDA (train.conv_logits: direct, or "
+       "auto's choice of it): per_tap (a block per tap) or per_row (a block per row of a 3x3 "
+       "filter at head dims up to 64: the gradient's rows staged once for three taps); the same "
+       "bits; not yet timed on a GPU",
+       K::kCudaOnly | K::kTrainingOnly},
       {"depthwise_conv",
        &C::depthwise_conv,
        {"cudnn", "direct", "auto"},
@@ -247,6 +255,7 @@ void KernelChoices::apply() const {
                            : conv_logits == "auto"   ? nn::ConvLogitsForm::kAuto
                            : conv_logits == "direct" ? nn::ConvLogitsForm::kDirect
                                                      : nn::ConvLogitsForm::kConv);
+  set_cuda_conv_logits_grad_w_rows(conv_logits_grad_w == "per_row");
   set_cuda_depthwise_conv(depthwise_conv == "direct" ? DepthwiseConv::kDirect
                           : depthwise_conv == "auto" ? DepthwiseConv::kTimed
                                                      : DepthwiseConv::kCudnn);

@@ -55,6 +55,7 @@ struct KernelChoices {
   std::string weight_casts = "per_use";
   std::string linear_grads = "autocast";
   std::string conv_logits = "auto";
+  std::string conv_logits_grad_w = "per_tap";
   std::string depthwise_conv = "auto";
   std::string gemm_algorithm = "heuristic";
   // Time cuDNN's convolution algorithms on the first call of each shape and keep the fastest

@@ -190,6 +190,28 @@ TEST_CASE("cuda conv logits: the kernels repeat their results bit for bit", "[cu
   for (size_t i = 0; i < runs[0].size(); ++i) CHECK(test::bitwise_equal(runs[0][i], runs[1][i]));
 }
 
+// Case c's logits and gradients in dt (q, w and the bias drawn from fixed seeds, the loss
+// weighted by `weights`), for runs that must give the same bits.
+TensorList seeded_results(const Case& c, DType dt, const Tensor& weights) {
+  const int64_t positions = c.height * c.width;
+  const Tensor q =
+      test::uniform({c.batch, c.heads, positions, c.d}, 1).to(kGpu, dt).set_requires_grad(true);
+  const Tensor w = test::uniform({c.heads, c.k * c.k, c.keys, c.d}, 2, -0.2, 0.2)
+                       .to(kGpu, dt)
+                       .set_requires_grad(true);
+  const Tensor b =
+      c.bias ? test::uniform({c.heads, c.keys}, 3).to(kGpu, dt).set_requires_grad(true) : Tensor();
+  return logits_and_grads(q, w, b, c, weights);
+}
+
+void check_same_bits(const TensorList& a, const TensorList& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (logits, q grad, w grad, bias grad)");
+    CHECK(test::bitwise_equal(a[i], b[i]));
+  }
+}
+
 TEST_CASE("cuda conv logits: fragments by 16- and 32-bit loads give ldmatrix's bits", "[cuda]") {
   if (!test::cuda_available_or_skip()) return;
   // The kernels read their mma.sync fragments by ldmatrix (the neighbours' A rows named lane by
@@ -201,28 +223,43 @@ TEST_CASE("cuda conv logits: fragments by 16- and 32-bit loads give ldmatrix's b
                               std::pair{Case{2, 2, 5, 9, 13, 48, 3, true}, DType::kF16},
                               std::pair{Case{1, 2, 14, 14, 70, 128, 5, false}, DType::kBF16}}) {
     INFO(describe(c) << ", " << dtype_name(dt));
-    const int64_t positions = c.height * c.width;
-    const Tensor weights = test::uniform({c.batch, c.heads, positions, c.keys}, 4).to(kGpu);
-    const auto run = [&, c = c, dt = dt] {
-      const Tensor q =
-          test::uniform({c.batch, c.heads, positions, c.d}, 1).to(kGpu, dt).set_requires_grad(true);
-      const Tensor w = test::uniform({c.heads, c.k * c.k, c.keys, c.d}, 2, -0.2, 0.2)
-                           .to(kGpu, dt)
-                           .set_requires_grad(true);
-      const Tensor b =
-          c.bias ? test::uniform({c.heads, c.keys}, 3).to(kGpu, dt).set_requires_grad(true)
-                 : Tensor();
-      return logits_and_grads(q, w, b, c, weights);
-    };
-    const TensorList by_ldmatrix = run();
+    const Tensor weights =
+        test::uniform({c.batch, c.heads, c.height * c.width, c.keys}, 4).to(kGpu);
+    const TensorList by_ldmatrix = seeded_results(c, dt, weights);
     const bool previous = set_cuda_attention_async_loads(false);
-    const TensorList by_loads = run();
+    const TensorList by_loads = seeded_results(c, dt, weights);
     set_cuda_attention_async_loads(previous);
     CHECK(previous);  // ldmatrix is the default
-    REQUIRE(by_loads.size() == by_ldmatrix.size());
-    for (size_t i = 0; i < by_loads.size(); ++i) {
-      INFO("result " << i << " (logits, q grad, w grad, bias grad)");
-      CHECK(test::bitwise_equal(by_loads[i], by_ldmatrix[i]));
+    check_same_bits(by_loads, by_ldmatrix);
+  }
+}
+
+TEST_CASE("cuda conv logits: grad_w by filter rows gives the per-tap blocks' bits", "[cuda]") {
+  if (!test::cuda_available_or_skip()) return;
+  // train.conv_logits_grad_w: per_row computes the three taps of a 3x3 filter row in one block
+  // (head dims up to 64), 32 rows a step: each tap's sums over the same rows in the same order,
+  // so the same partial sums and the same bits. CSKA-ViT-S's shape over several row chunks,
+  // CSKAFormer's stage 2 (ten key chunks), Swin's 7x7 windows' head dim 32 in f16, a non-square
+  // grid at head dim 48 with no bias; by ldmatrix and by the 16- and 32-bit loads. And 5x5
+  // filters at head dim 128, which keep a block per tap.
+  for (const auto& [c, dt] : {std::pair{Case{40, 2, 8, 8, 65, 64, 3, true}, DType::kBF16},
+                              std::pair{Case{2, 2, 28, 28, 784, 16, 3, true}, DType::kBF16},
+                              std::pair{Case{6, 3, 7, 7, 49, 32, 3, true}, DType::kF16},
+                              std::pair{Case{2, 2, 5, 9, 13, 48, 3, false}, DType::kBF16},
+                              std::pair{Case{1, 2, 14, 14, 70, 128, 5, false}, DType::kBF16}}) {
+    const Tensor weights =
+        test::uniform({c.batch, c.heads, c.height * c.width, c.keys}, 4).to(kGpu);
+    for (const bool async : {true, false}) {
+      INFO(describe(c) << ", " << dtype_name(dt)
+                       << (async ? ", ldmatrix" : ", 16- and 32-bit loads"));
+      const bool previous_loads = set_cuda_attention_async_loads(async);
+      const TensorList per_tap = seeded_results(c, dt, weights);
+      const bool previous = set_cuda_conv_logits_grad_w_rows(true);
+      const TensorList per_row = seeded_results(c, dt, weights);
+      set_cuda_conv_logits_grad_w_rows(previous);
+      set_cuda_attention_async_loads(previous_loads);
+      CHECK_FALSE(previous);  // per tap is the default
+      check_same_bits(per_row, per_tap);
     }
   }
 }

@@ -364,6 +364,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK(defaults.dropout_add == "fused");
   CHECK(defaults.talking_heads == "unfused");
   CHECK(defaults.conv_logits == "auto");
+  CHECK(defaults.conv_logits_grad_w == "per_tap");
   CHECK(defaults.depthwise_conv == "auto");
   CHECK(defaults.describe().empty());
   Config config = Config::parse(test::tiny_experiment_yaml(64, 10, 8, 1, 0.0));
@@ -379,6 +380,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   config.set("train.dropout_add=unfused");
   config.set("train.talking_heads=fused");
   config.set("train.conv_logits=conv");
+  config.set("train.conv_logits_grad_w=per_row");
   config.set("train.depthwise_conv=direct");
   const KernelChoices k = TrainOptions::from_config(config.root()["train"]).kernels;
   CHECK(k.describe() ==
@@ -387,7 +389,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
         " [elementwise: reference] [norm_output: f32] "
         "[residual_norm: unfused]"
         " [gelu_dropout: unfused] [dropout_add: unfused] [talking_heads: fused]"
-        " [conv_logits: conv] [depthwise_conv: direct]");
+        " [conv_logits: conv] [conv_logits_grad_w: per_row] [depthwise_conv: direct]");
   // apply() sets the process-wide switches (each setter returns the previous setting).
   k.apply();
   CHECK(nn::conv_logits_form() == nn::ConvLogitsForm::kConv);
@@ -404,6 +406,7 @@ TEST_CASE("train.attention, train.elementwise, train.norm_output: the kernels' f
   CHECK_FALSE(set_cuda_attention_one_block_forward(true));
   CHECK(set_cuda_attention_register_cap(true));
   CHECK(set_cuda_attention_persistent(true));
+  CHECK(set_cuda_conv_logits_grad_w_rows(true));
   CHECK(set_cuda_depthwise_conv(DepthwiseConv::kDirect) == DepthwiseConv::kDirect);
   KernelChoices one_pass;
   one_pass.attention_backward = "one_pass";
@@ -487,7 +490,7 @@ TEST_CASE("train's kernel choices: every key reads every value it lists, and not
                         Contains(std::string("train.") + spec.key) && Contains("nonsense") &&
                             Contains(spec.values.back()));
   }
-  CHECK(keys.size() == 20);
+  CHECK(keys.size() == 21);
   // A status line names only what can change the run: CUDA-only choices not on the CPU, training
   // ones not in evaluation, autocast ones not in f32.
   KernelChoices some;
