@@ -39,7 +39,7 @@ fi
 block_tests=${RACECHECK_TESTS:-"[cuda][optim],CUDA softmax matches the CPU,cuda softmax*,\
 CUDA norms match the CPU,cuda layer norm*,CUDA reductions match the CPU,cuda attention*,\
 fused attention: CUDA*,CUDA column reductions*,CUDA pointwise ops match the CPU,\
-scaled_residual on CUDA*,cuda conv logits: the kernels repeat*"}
+scaled_residual on CUDA*,cuda conv logits: the kernels repeat*,cuda conv logits: grad_w by filter rows*"}
 racecheck_rc=-1
 synccheck_rc=-1
 if [ "${MEMCHECK:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
