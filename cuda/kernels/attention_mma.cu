@@ -173,7 +173,8 @@ __device__ __forceinline__ void write_rows(const float (&acc)[kOut][4], int cols
 template <typename T>
 __device__ __forceinline__ float2 bias_pair_at(const Inputs<T>& in, const T* bias, int i, int j) {
   if (in.bias_pairs) return unpack<T>(load_pair(bias + i * in.bv.row + j));
-  return make_float2(bias_at(bias, in.bv, i, j), j + 1 < in.nk ? bias_at(bias, in.bv, i, j + 1) : 0.0f);
+  return make_float2(bias_at(bias, in.bv, i, j),
+                     j + 1 < in.nk ? bias_at(bias, in.bv, i, j + 1) : 0.0f);
 }
 
 // Stores grad_bias of pairs (i, j) and (i, j + 1) (gb from grad_bias_of), j even and below nk,
@@ -276,9 +277,8 @@ struct ForwardRows {
 // softmax's update of `r` and O += P V.
 template <typename T, int kHead, int kWidth>
 __device__ __forceinline__ void forward_tile(ForwardRows<kHead / 8>& r, const Inputs<T>& in,
-                                             float scale, float bscale, const T* q_w,
-                                             const T* k_s, const T* v_s, const T* bg, int w0,
-                                             int j0, int lane) {
+                                             float scale, float bscale, const T* q_w, const T* k_s,
+                                             const T* v_s, const T* bg, int w0, int j0, int lane) {
   constexpr int kN = kWidth / 8, kOut = kHead / 8;
   const int g = lane >> 2, t = lane & 3, ldd = ld16(in.d), ldv = ld16(in.dv);
   const int rows_of[2] = {w0 + g, w0 + g + 8};  // the two rows a thread holds
@@ -346,9 +346,8 @@ __device__ __forceinline__ ForwardRows<kOut> forward_rows_start() {
 
 // Writes the warp's normalised output rows and their log-sum-exps.
 template <typename T, int kOut>
-__device__ __forceinline__ void forward_write(const ForwardRows<kOut>& r,
-                                              const ForwardArgs<T>& a, int64_t grp, int w0,
-                                              int lane) {
+__device__ __forceinline__ void forward_write(const ForwardRows<kOut>& r, const ForwardArgs<T>& a,
+                                              int64_t grp, int w0, int lane) {
   const Inputs<T>& in = a.in;
   const int g = lane >> 2, t = lane & 3;
   T* og = a.out + a.ov.lead.offset(grp);
@@ -398,7 +397,8 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
     load_tile(v_s, ldv, vg, in.vv, j0, kWidth, in.nk, in.dv, in.async_loads);
     __syncthreads();
     if (!active) continue;
-    forward_tile<T, kHead, kWidth>(r, in, scale, bscale, q_s + warp * kRows * ldd, k_s, v_s, bg, w0, j0, lane);
+    forward_tile<T, kHead, kWidth>(r, in, scale, bscale, q_s + warp * kRows * ldd, k_s, v_s, bg, w0,
+                                   j0, lane);
   }
   if (!active) return;
   forward_write<T, kHead / 8>(r, a, grp, w0, lane);
@@ -454,10 +454,10 @@ __global__ void __launch_bounds__(kShortWarps * 32)
       const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
       ForwardRows<kHead / 8> r = forward_rows_start<kHead / 8>();
       if (in.nk > 0) {  // the one-block forward's single key tile
-        forward_tile<T, kHead, kShortRows>(r, in, scale, bscale, reinterpret_cast<const T*>(base + at.a_d) + w0 * ldd,
-                                           reinterpret_cast<const T*>(base + at.b_d),
-                                           reinterpret_cast<const T*>(base + at.b_dv), bg, w0, 0,
-                                           lane);
+        forward_tile<T, kHead, kShortRows>(
+            r, in, scale, bscale, reinterpret_cast<const T*>(base + at.a_d) + w0 * ldd,
+            reinterpret_cast<const T*>(base + at.b_d), reinterpret_cast<const T*>(base + at.b_dv),
+            bg, w0, 0, lane);
       }
       forward_write<T, kHead / 8>(r, a, grp, w0, lane);
     }
@@ -616,9 +616,12 @@ struct OneBlockTiles {
 template <typename T>
 __device__ __forceinline__ OneBlockTiles<T> one_block_tiles(unsigned char* base, const Smem& at) {
   float* lse = reinterpret_cast<float*>(base + at.f);
-  return {reinterpret_cast<T*>(base + at.a_d), reinterpret_cast<T*>(base + at.a_dv),
-          reinterpret_cast<T*>(base + at.b_d), reinterpret_cast<T*>(base + at.b_dv),
-          lse, lse + kShortRows};
+  return {reinterpret_cast<T*>(base + at.a_d),
+          reinterpret_cast<T*>(base + at.a_dv),
+          reinterpret_cast<T*>(base + at.b_d),
+          reinterpret_cast<T*>(base + at.b_dv),
+          lse,
+          lse + kShortRows};
 }
 
 // Starts filling tiles `s` with the operands of leading index `grp`: q, dO, k and v by load_tile
@@ -974,7 +977,8 @@ void mma_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
         if (g_persistent.load()) {
           void (*kernel)(ForwardArgs<T>) = mma_persistent_forward_kernel<T, kHead>;
           const int bytes = 2 * ForwardSet(warps * kRows, a.in.d, a.in.dv).bytes;
-          const int64_t resident = resident_blocks(reinterpret_cast<const void*>(kernel), warps, bytes);
+          const int64_t resident =
+              resident_blocks(reinterpret_cast<const void*>(kernel), warps, bytes);
           a.groups = groups;
           launch(kernel, grid_of(kKernel, std::min(groups, resident), 1), warps, bytes, stream, a);
           return;
@@ -1012,7 +1016,8 @@ void mma_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
           // The register cap does not apply: two sets of tiles fit two blocks an SM either way.
           void (*kernel)(BackwardArgs<T>) = mma_persistent_backward_kernel<T, kHead>;
           const int bytes = 2 * persistent_set_bytes(in);
-          const int64_t resident = resident_blocks(reinterpret_cast<const void*>(kernel), pieces, bytes);
+          const int64_t resident =
+              resident_blocks(reinterpret_cast<const void*>(kernel), pieces, bytes);
           a.groups = groups;
           launch(kernel, grid_of(kKernel, std::min(groups, resident), 1), pieces, bytes, stream, a);
           return;
