@@ -169,7 +169,9 @@ __device__ __forceinline__ void write_rows(const float (&acc)[kOut][4], int cols
 // The bias of pairs (i, j) and (i, j + 1) of one leading index (bias at its offset), j even and
 // below nk, as f32: by one 32-bit load where Inputs::bias_pairs (which the launcher sets only
 // where the word is in memory: y is the element after the row's last key when j + 1 = nk, which
-// the callers leave unused), else by two bias_at (y = 0 past the last key).
+// the callers leave unused), else by two bias_at (y = 0 past the last key). The backward's
+// query_weights reads every pair so; the forward, where the two-load form made ptxas spill at
+// head dim 32, reads the pair only with Inputs::bias_pairs and each key by bias_at otherwise.
 template <typename T>
 __device__ __forceinline__ float2 bias_pair_at(const Inputs<T>& in, const T* bias, int i, int j) {
   if (in.bias_pairs) return unpack<T>(load_pair(bias + i * in.bv.row + j));
@@ -292,14 +294,16 @@ __device__ __forceinline__ void forward_tile(ForwardRows<kHead / 8>& r, const In
     for (int h = 0; h < 2; ++h) {
       const int i = rows_of[h], j = j0 + n * 8 + 2 * t;  // keys j and j + 1 (bias_pair_at)
       float2 b = make_float2(0.0f, 0.0f);
-      if (bg != nullptr && i < in.nq && j < in.nk) b = bias_pair_at(in, bg, i, j);
+      if (in.bias_pairs && bg != nullptr && i < in.nq && j < in.nk) b = bias_pair_at(in, bg, i, j);
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int e = 2 * h + c;
         float z = -INFINITY;
         if (j + c < in.nk && !excluded(in, i, j + c)) {
           z = scale * s[n][e];
-          if (bg != nullptr && i < in.nq) z += bscale * (c == 0 ? b.x : b.y);
+          if (bg != nullptr && i < in.nq) {
+            z += bscale * (in.bias_pairs ? (c == 0 ? b.x : b.y) : bias_at(bg, in.bv, i, j + c));
+          }
         }
         s[n][e] = z;
         tile_max[h] = fmaxf(tile_max[h], z);
