@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
   constexpr int kOut = kD / 8, kStep = grad_w_step_rows(kAcross);
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int per_chunk = a.taps / kAcross;  // blocks a chunk of rows
+  const int per_chunk = a.taps / kAcross;  // blocks per chunk of rows
   const int tap0 = blockIdx.x % per_chunk * kAcross, chunk = blockIdx.x / per_chunk;
   const int key0 = blockIdx.y * kKeys, h = blockIdx.z;
   const int ldg = ld16(kKeys), ldq = ld16(a.d);
@@ -567,8 +567,8 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
 #pragma unroll
     for (int n = 0; n < kOut; ++n) acc[u][n][0] = acc[u][n][1] = acc[u][n][2] = acc[u][n][3] = 0.0f;
   }
-  // Stages rows [m0, m0 + 64) of the gradient and the shifted queries into buffer `buf`, its
-  // copies committed as one group and not waited for. Row m of the batch is position m % P of
+  // Stages rows [m0, m0 + kStep) of the gradient and each tap's shifted queries into buffer
+  // `buf`, its copies committed as one group and not waited for. Row m of the batch is position m % P of
   // image m / P.
   const auto stage_rows = [&](int buf, int64_t m0) {
     stage(buf ? g1 : g0, ldg, kStep, key0, kKeys, a.keys, [&](int r) -> const T* {
