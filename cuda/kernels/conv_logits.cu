@@ -568,8 +568,8 @@ __global__ void __launch_bounds__(kKeyWarps * 32) conv_logits_grad_w_kernel(Args
     for (int n = 0; n < kOut; ++n) acc[u][n][0] = acc[u][n][1] = acc[u][n][2] = acc[u][n][3] = 0.0f;
   }
   // Stages rows [m0, m0 + kStep) of the gradient and each tap's shifted queries into buffer
-  // `buf`, its copies committed as one group and not waited for. Row m of the batch is position m % P of
-  // image m / P.
+  // `buf`, its copies committed as one group and not waited for. Row m of the batch is
+  // position m % P of image m / P.
   const auto stage_rows = [&](int buf, int64_t m0) {
     stage(buf ? g1 : g0, ldg, kStep, key0, kKeys, a.keys, [&](int r) -> const T* {
       const int64_t m = m0 + r;
