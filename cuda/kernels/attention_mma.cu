@@ -270,8 +270,8 @@ __device__ __forceinline__ Place place_of(int tiles) {
 // max and sum.
 template <int kOut>
 struct ForwardRows {
-  float o[kOut][4];
-  float m_run[2], l_run[2];
+  float o[kOut][4] = {};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 };
 
 // The warp's 16 queries (from q_w, row stride ldd) against the key tile [j0, j0 + kWidth) staged
@@ -338,16 +338,6 @@ __device__ __forceinline__ void forward_tile(ForwardRows<kHead / 8>& r, const In
   accumulate_weights<T, kN, kOut>(r.o, s, v_s, ldv, in.dv, live, lane, in.async_loads);
 }
 
-template <int kOut>
-__device__ __forceinline__ ForwardRows<kOut> forward_rows_start() {
-  ForwardRows<kOut> r;
-#pragma unroll
-  for (int nd = 0; nd < kOut; ++nd) r.o[nd][0] = r.o[nd][1] = r.o[nd][2] = r.o[nd][3] = 0.0f;
-  r.m_run[0] = r.m_run[1] = -INFINITY;
-  r.l_run[0] = r.l_run[1] = 0.0f;
-  return r;
-}
-
 // Writes the warp's normalised output rows and their log-sum-exps.
 template <typename T, int kOut>
 __device__ __forceinline__ void forward_write(const ForwardRows<kOut>& r, const ForwardArgs<T>& a,
@@ -394,7 +384,7 @@ __global__ void __launch_bounds__((kWidth == kShortRows ? kShortWarps : kMaxWarp
   const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
   load_tile(q_s, ldd, in.q + in.qv.lead.offset(grp), in.qv, i0, rows, in.nq, in.d, in.async_loads);
   const bool active = w0 < in.nq;  // warp-uniform
-  ForwardRows<kHead / 8> r = forward_rows_start<kHead / 8>();
+  ForwardRows<kHead / 8> r;
   for (int j0 = 0; j0 < in.nk; j0 += kWidth) {
     __syncthreads();  // every warp is done with the previous tiles (and q_s is loaded)
     load_tile(k_s, ldd, kg, in.kv, j0, kWidth, in.nk, in.d, in.async_loads, /*wait=*/false);
@@ -456,7 +446,7 @@ __global__ void __launch_bounds__(kShortWarps * 32)
     if (w0 < in.nq) {  // warp-uniform
       const unsigned char* base = smem + set * set_of.bytes;
       const T* bg = in.bias ? in.bias + in.bv.lead.offset(grp) : nullptr;
-      ForwardRows<kHead / 8> r = forward_rows_start<kHead / 8>();
+      ForwardRows<kHead / 8> r;
       if (in.nk > 0) {  // the one-block forward's single key tile
         forward_tile<T, kHead, kShortRows>(
             r, in, scale, bscale, reinterpret_cast<const T*>(base + at.a_d) + w0 * ldd,

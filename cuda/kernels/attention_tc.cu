@@ -456,10 +456,7 @@ int64_t resident_blocks(const void* kernel, int warps, size_t bytes) {
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = cache.find(key);
   if (found != cache.end()) return found->second;
-  if (bytes > kDefaultSmemBytes) {
-    SKA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
-  }
+  allow_smem(kernel, bytes);
   int per_sm = 0;
   SKA_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, bytes));

@@ -155,13 +155,17 @@ inline unsigned int grid_of(const char* kernel, int64_t groups, int64_t tiles) {
 // Launches `kernel` with `bytes` of dynamic shared memory, opting in to more than the default
 // 48 KiB where needed (sm_80..sm_90 allow at least 99 KiB), and checks the launch.
 constexpr size_t kDefaultSmemBytes = 48 * 1024;
-template <typename Args>
-void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
-            const Args& args) {
+// Lets `kernel` take `bytes` of dynamic shared memory (an opt-in above the default).
+inline void allow_smem(const void* kernel, size_t bytes) {
   if (bytes > kDefaultSmemBytes) {
     SKA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)));
   }
+}
+template <typename Args>
+void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
+            const Args& args) {
+  allow_smem(reinterpret_cast<const void*>(kernel), bytes);
   kernel<<<grid, warps * 32, bytes, stream>>>(args);
   SKA_CUDA_CHECK_LAUNCH();
 }
