@@ -165,9 +165,13 @@ inline void allow_smem(const void* kernel, size_t bytes) {
 template <typename Args>
 void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
             const Args& args) {
+#if defined(SKA_SIMT)  // the kernel's own code run on the host (tests/simt)
+  simt::run_grid(grid, dim3(warps * 32), bytes, [&] { kernel(args); });
+#else
   allow_smem(reinterpret_cast<const void*>(kernel), bytes);
   kernel<<<grid, warps * 32, bytes, stream>>>(args);
   SKA_CUDA_CHECK_LAUNCH();
+#endif
 }
 
 // Blocks of `kernel` (`warps` warps, `bytes` of dynamic shared memory) resident on the current
@@ -197,7 +201,9 @@ struct Carver {
 // bypassing registers and L1), so that a thread's copies are all in flight at once; then
 // wait_copies() waits for them. Before sm_80, a load and a store.
 __device__ __forceinline__ void copy16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SKA_SIMT)
+  simt::async_copy(smem, gmem, 16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem) : "memory");
 #else
@@ -207,7 +213,9 @@ __device__ __forceinline__ void copy16(void* smem, const void* gmem) {
 // Copies 4 bytes (an f32) from global to shared memory the same way: cp.async.ca (its smallest
 // size) on sm_80 and newer, a load and a store before.
 __device__ __forceinline__ void copy4(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SKA_SIMT)
+  simt::async_copy(smem, gmem, 4);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(gmem) : "memory");
 #else
@@ -215,14 +223,18 @@ __device__ __forceinline__ void copy4(void* smem, const void* gmem) {
 #endif
 }
 __device__ __forceinline__ void wait_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SKA_SIMT)
+  simt::async_wait_all();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
 // Closes the thread's copies issued since the last commit into a group, which
 // wait_copies_pending counts (sm_80 and newer; before, the copies are done on return).
 __device__ __forceinline__ void commit_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SKA_SIMT)
+  simt::async_commit();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
@@ -230,7 +242,9 @@ __device__ __forceinline__ void commit_copies() {
 // 1, a tile staged before the one just committed has landed (double buffering).
 template <int kPending>
 __device__ __forceinline__ void wait_copies_pending() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(SKA_SIMT)
+  simt::async_wait(kPending);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 #endif
 }

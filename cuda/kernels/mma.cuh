@@ -55,6 +55,9 @@ __device__ __forceinline__ float2 unpack<__half>(uint32_t w) {
 template <typename T>
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {
+#if defined(SKA_SIMT)
+  simt::mma_m16n8k16(c, a, b0, b1, std::is_same_v<T, __nv_bfloat16>);
+#else
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
@@ -68,6 +71,7 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+#endif
 }
 
 // The A fragment of the 16 x 16 block at `m` (row-major, row stride ld).
@@ -117,34 +121,77 @@ __device__ __forceinline__ unsigned shared_address(const T* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// load_a by one ldmatrix.x4 (sm_75 and newer; `m` in shared memory, rows 16-byte aligned): lanes
-// 0-7 address rows 0-7 at column 0 (a[0]), 8-15 rows 8-15 (a[1]), 16-23 rows 0-7 at column 8
-// (a[2]), 24-31 rows 8-15 at column 8 (a[3]); thread i receives row i / 4, columns 2 (i % 4) and
-// + 1 of each: load_a's registers.
+// Whether the fragment loads below are ldmatrix (sm_75 and newer, or its host emulation in
+// tests/simt) rather than the loads they replace.
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750) || defined(SKA_SIMT)
+#define SKA_LDMATRIX 1
+#else
+#define SKA_LDMATRIX 0
+#endif
+
+#if SKA_LDMATRIX
+// ldmatrix.sync.aligned.m8n8.x4 (kTrans: .trans).shared.b16 from the row this lane names.
+template <bool kTrans>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row) {
+#if defined(SKA_SIMT)
+  simt::ldmatrix(r, 4, kTrans, row);
+#else
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
+  }
+#endif
+}
+// The same with .x2: lanes 0-15 name the rows (b0: lanes 0-7, b1: 8-15).
+template <bool kTrans>
+__device__ __forceinline__ void ldsm_x2(uint32_t& r0, uint32_t& r1, const void* row) {
+#if defined(SKA_SIMT)
+  uint32_t r[2];
+  simt::ldmatrix(r, 2, kTrans, row);
+  r0 = r[0];
+  r1 = r[1];
+#else
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(shared_address(row)));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(shared_address(row)));
+  }
+#endif
+}
+#endif
+
+// load_a by one ldmatrix.x4 (`m` in shared memory, rows 16-byte aligned): lanes 0-7 address rows
+// 0-7 at column 0 (a[0]), 8-15 rows 8-15 (a[1]), 16-23 rows 0-7 at column 8 (a[2]), 24-31 rows
+// 8-15 at column 8 (a[3]); thread i receives row i / 4, columns 2 (i % 4) and + 1 of each:
+// load_a's registers.
 template <typename T>
 __device__ __forceinline__ void load_a_ldsm(uint32_t (&a)[4], const T* m, int ld, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
-  const unsigned row = shared_address(m + (lane & 15) * ld + (lane >> 4) * 8);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(row));
+#if SKA_LDMATRIX
+  ldsm_x4<false>(a, m + (lane & 15) * ld + (lane >> 4) * 8);
 #else
   load_a(a, m, ld, lane);
 #endif
 }
 
-// ldmatrix.x4 from the row each lane names (sm_75 and newer; shared memory, 16-byte aligned):
-// lanes 8j to 8j + 7 give the addresses of rows 0-7 of matrix j (8 elements each, any rows, the
-// same one more than once), and thread i receives row i / 4, columns 2 (i % 4) and + 1 of matrix j
-// in register j. For a warp whose 16 A rows lie anywhere in a tile (CSKA's shifted neighbours,
-// zero rows among them): lane l names row l % 16 at column 8 (l / 16), and the registers are
-// load_a's. Before sm_75, the rows' addresses by shuffles and 32-bit loads (the same registers).
+// ldmatrix.x4 from the row each lane names (shared memory, 16-byte aligned): lanes 8j to 8j + 7
+// give the addresses of rows 0-7 of matrix j (8 elements each, any rows, the same one more than
+// once), and thread i receives row i / 4, columns 2 (i % 4) and + 1 of matrix j in register j.
+// For a warp whose 16 A rows lie anywhere in a tile (CSKA's shifted neighbours, zero rows among
+// them): lane l names row l % 16 at column 8 (l / 16), and the registers are load_a's. Before
+// sm_75, the rows' addresses by shuffles and 32-bit loads (the same registers).
 template <typename T>
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const T* row) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(shared_address(row)));
+#if SKA_LDMATRIX
+  ldsm_x4<false>(a, row);
 #else
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -156,18 +203,14 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const T* row) {
 #endif
 }
 
-// load_a_trans by one ldmatrix.x4.trans (sm_75 and newer; `m` in shared memory, rows 16-byte
-// aligned): lanes 0-7 address rows 0-7 of m at column 0 (a[0]), 8-15 the same rows at column 8
-// (a[1]), 16-23 rows 8-15 at column 0 (a[2]), 24-31 rows 8-15 at column 8 (a[3]); transposed as
-// they load, thread i receives column i / 4 at rows 2 (i % 4) and + 1: load_a_trans's registers.
+// load_a_trans by one ldmatrix.x4.trans (`m` in shared memory, rows 16-byte aligned): lanes 0-7
+// address rows 0-7 of m at column 0 (a[0]), 8-15 the same rows at column 8 (a[1]), 16-23 rows
+// 8-15 at column 0 (a[2]), 24-31 rows 8-15 at column 8 (a[3]); transposed as they load, thread i
+// receives column i / 4 at rows 2 (i % 4) and + 1: load_a_trans's registers.
 template <typename T>
 __device__ __forceinline__ void load_a_trans_ldsm(uint32_t (&a)[4], const T* m, int ld, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
-  const unsigned row =
-      shared_address(m + ((lane & 7) + ((lane >> 4) & 1) * 8) * ld + ((lane >> 3) & 1) * 8);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(row));
+#if SKA_LDMATRIX
+  ldsm_x4<true>(a, m + ((lane & 7) + ((lane >> 4) & 1) * 8) * ld + ((lane >> 3) & 1) * 8);
 #else
   load_a_trans(a, m, ld, lane);
 #endif
@@ -178,31 +221,25 @@ __device__ __forceinline__ void load_a_trans_ldsm(uint32_t (&a)[4], const T* m, 
 template <typename T>
 __device__ __forceinline__ void load_b_rows_ldsm(uint32_t& b0, uint32_t& b1, const T* m, int ld,
                                                  int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
-  const unsigned row = shared_address(m + (lane & 7) * ld + ((lane >> 3) & 1) * 8);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(b0), "=r"(b1)
-               : "r"(row));
+#if SKA_LDMATRIX
+  ldsm_x2<false>(b0, b1, m + (lane & 7) * ld + ((lane >> 3) & 1) * 8);
 #else
   load_b_rows(b0, b1, m, ld, lane);
 #endif
 }
 
-// load_b_cols by one ldmatrix (sm_75 and newer; `m` in shared memory, its 16 rows 16-byte
-// aligned): the two 8 x 8 blocks of the 16 x 8 tile, rows 0-7 (b0) and 8-15 (b1), transposed as
-// they load. With .trans, thread i receives column i / 4 of a block at rows 2 (i % 4) and
-// 2 (i % 4) + 1, low half first: (k 2t..2t+1, n g), B's layout. One instruction where
-// load_b_cols issues four 16-bit loads and packs them: the same registers.
+// load_b_cols by one ldmatrix (`m` in shared memory, its 16 rows 16-byte aligned): the two 8 x 8
+// blocks of the 16 x 8 tile, rows 0-7 (b0) and 8-15 (b1), transposed as they load. With .trans,
+// thread i receives column i / 4 of a block at rows 2 (i % 4) and 2 (i % 4) + 1, low half first:
+// (k 2t..2t+1, n g), B's layout. One instruction where load_b_cols issues four 16-bit loads and
+// packs them: the same registers.
 template <typename T>
 __device__ __forceinline__ void load_b_cols_ldsm(uint32_t& b0, uint32_t& b1, const T* m, int ld,
                                                  int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+#if SKA_LDMATRIX
   // Lanes 0-7 address rows 0-7 (the first block), lanes 8-15 rows 8-15; the others' addresses
   // are not read, and are the same rows again.
-  const unsigned row = shared_address(m + (lane & 15) * ld);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(b0), "=r"(b1)
-               : "r"(row));
+  ldsm_x2<true>(b0, b1, m + (lane & 15) * ld);
 #else
   load_b_cols(b0, b1, m, ld, lane);
 #endif

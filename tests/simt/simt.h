@@ -1,0 +1,131 @@
+// The CUDA kernels' own source run on the host: a block's threads as fibers, one block at a time,
+// with __syncthreads, warp shuffles, mma.sync, ldmatrix and cp.async given their PTX semantics.
+// Included (with SKA_SIMT defined) before a kernel file (.cu) that a host compiler then builds as
+// C++; its launches (attn::launch) run here instead of on a device. What it checks beyond the
+// results the kernels compute:
+//   - barriers: every live thread of a block must reach the same number of __syncthreads, and a
+//     block whose threads all wait on one another is reported as a deadlock;
+//   - shared memory: poisoned (0xff bytes, NaN in bf16, f16 and f32) before each block, so that a
+//     read of what no thread wrote shows up in the results;
+//   - cp.async: a copy lands only at the wait that covers it (wait_group, wait_all), and its
+//     destination is poisoned from the copy's issue, so that a tile read before its wait and
+//     barrier shows up in the results;
+//   - ldmatrix and cp.async addresses: inside the dynamic shared memory, 16-byte aligned rows;
+//   - the order threads run between barriers: set_schedule runs them first to last, last to first
+//     or shuffled, so that a race between threads of a block gives different results by order.
+// The arithmetic of mma.sync is exact products summed in f64 and rounded once to f32, not the
+// tensor cores' own order: two kernels compared bit for bit here are compared on the same
+// arithmetic, and the bits a GPU gives are checked by the [cuda] tests.
+#pragma once
+
+#ifndef SKA_SIMT
+#error "tests/simt/simt.h is for the host build of CUDA kernels (SKA_SIMT)"
+#endif
+
+#include <cuda_runtime.h>  // the host compiler's view: __device__ and friends expand to nothing
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+#define __launch_bounds__(...)
+
+namespace ska::simt {
+
+// The running thread's indices (valid inside a launch).
+struct ThreadIds {
+  uint3 thread, block;
+  dim3 block_dim, grid_dim;
+};
+const ThreadIds& ids();
+
+void syncthreads();
+
+// Every lane's `bytes` bytes of the current warp-wide operation: each lane passes its own and gets
+// the 32 lanes' values side by side (lane l's at l * bytes). Valid until the lane's next exchange
+// but one. All 32 lanes of the warp must take part.
+const unsigned char* exchange(const void* mine, size_t bytes);
+
+template <typename T>
+T shuffle(T v, int from) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  const unsigned char* all = exchange(&v, sizeof(T));
+  T out;
+  std::memcpy(&out, all + (from & 31) * sizeof(T), sizeof(T));
+  return out;
+}
+
+// mma.sync.m16n8k16 with f32 accumulators: bf16 (kBf16) or f16 inputs in the PTX fragment layout.
+void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16);
+// ldmatrix.m8n8.x{count}[.trans].shared.b16 from the row address this lane gives.
+void ldmatrix(uint32_t* regs, int count, bool trans, const void* row);
+
+// cp.async: a copy of `bytes` (4, 8 or 16) from global to shared memory, landing at a wait.
+void async_copy(void* shared, const void* global, int bytes);
+void async_commit();
+void async_wait(int pending);  // cp.async.wait_group pending
+void async_wait_all();         // cp.async.wait_all
+
+// Runs `body` as every thread of every block of a grid, block after block.
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body);
+
+// The kernel file's dynamic shared memory (its `extern __shared__ smem[]`, at least 227 KiB),
+// registered by its host build: each block poisons the launch's bytes of it, and the ldmatrix
+// and cp.async addresses must lie in them.
+void register_shared(unsigned char* base, size_t bytes);
+
+// The order a block's threads run in between barriers: first to last (the default), last to
+// first, or shuffled by `seed`.
+enum class Schedule { kForward, kReverse, kShuffled };
+void set_schedule(Schedule s, uint64_t seed = 0);
+
+// What resident_blocks answers (a persistent kernel's grid): default 3.
+void set_resident_blocks(int64_t n);
+int64_t resident_blocks();
+
+// Launches and blocks run since the process started (to check that a test reached a kernel).
+struct Counts {
+  int64_t launches = 0, blocks = 0;
+};
+Counts counts();
+
+}  // namespace ska::simt
+
+#define threadIdx (::ska::simt::ids().thread)
+#define blockIdx (::ska::simt::ids().block)
+#define blockDim (::ska::simt::ids().block_dim)
+#define gridDim (::ska::simt::ids().grid_dim)
+
+inline void __syncthreads() { ::ska::simt::syncthreads(); }
+template <typename T>
+T __shfl_sync(unsigned, T v, int from, int = 32) {
+  return ::ska::simt::shuffle(v, from);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
+  const int lane = static_cast<int>(::ska::simt::ids().thread.x % 32);
+  return ::ska::simt::shuffle(v, lane ^ mask);
+}
+inline float __uint_as_float(unsigned int u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+// CUDA's integer min and max (device functions; float arguments have fminf and fmaxf).
+template <typename A, typename B,
+          typename = std::enable_if_t<std::is_integral_v<A> && std::is_integral_v<B>>>
+std::common_type_t<A, B> min(A a, B b) {
+  return a < b ? a : b;
+}
+template <typename A, typename B,
+          typename = std::enable_if_t<std::is_integral_v<A> && std::is_integral_v<B>>>
+std::common_type_t<A, B> max(A a, B b) {
+  return a < b ? b : a;
+}

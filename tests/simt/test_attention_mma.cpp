@@ -1,0 +1,479 @@
+// The mma.sync attention kernels' own code (cuda/kernels/attention_mma.cu), run on the host by
+// tests/simt: every forward and backward form against an f64 reference, and the forms that
+// promise the same bits (persistent and per-head blocks, pairs of bias keys and single keys,
+// threads in any order) compared bit for bit. What a GPU adds (the tensor cores' own summation,
+// timing) is for the [cuda] tests in tests/cuda/test_attention_kernels.cpp.
+// clang-format off
+#include "tests/simt/simt.h"  // first: the kernels' headers below build for the host
+// clang-format on
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/device_runtime.h"
+#include "cuda/kernels/attention_tc.cuh"
+
+namespace {
+
+using ska::cuda::StridedIndexer;
+using ska::cuda::attn::BackwardArgs;
+using ska::cuda::attn::ForwardArgs;
+using ska::cuda::attn::Inputs;
+using ska::cuda::attn::View;
+
+// One attention problem: `heads` leading indices of nq queries and nk keys. q, k and v are
+// either dense [heads, n, d] or, with `packed`, strided views of one [batch, n, 3, 2, d]
+// projection as ViT's qkv linear lays them out (two heads a sample). The bias (d = 0: the
+// logits themselves, as CSKA gives them) is [heads, nq, nk] in rows of bias_row >= nk elements.
+struct Problem {
+  std::string name;
+  int heads, nq, nk, d, dv;
+  bool bias = false;
+  int bias_row = 0;
+  bool diagonal = false;
+  bool packed = false;
+  bool scale_factor = false;
+  float scale = 0.125f;
+};
+
+// Dense [lead, n, cols] with leading index g at g * lead_stride (one leading dim).
+View dense_view(int64_t lead, int64_t lead_stride, int64_t row) {
+  View v{};
+  v.lead.ndim = 1;
+  v.lead.sizes[0] = lead;
+  v.lead.strides[0] = lead_stride;
+  v.row = row;
+  v.col = 1;
+  return v;
+}
+
+template <typename T>
+T to(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16(x);
+  } else {
+    return __float2half(x);
+  }
+}
+template <typename T>
+float from(T x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(x);
+  } else {
+    return __half2float(x);
+  }
+}
+
+// 16-bit words all ones: NaN in bf16 and f16, what an element no kernel wrote keeps.
+template <typename T>
+std::vector<T> unwritten(size_t n) {
+  std::vector<T> v(n);
+  std::memset(static_cast<void*>(v.data()), 0xff, n * sizeof(T));
+  return v;
+}
+
+template <typename T>
+struct Data {
+  Problem p;
+  std::vector<T> qkv, q, k, v, bias, go;
+  float factor = 1.5f;
+  const T* qp() const { return p.packed ? qkv.data() : q.data(); }
+  const T* kp() const { return p.packed ? qkv.data() + 2 * p.d : k.data(); }
+  const T* vp() const { return p.packed ? qkv.data() + 4 * p.d : v.data(); }
+  View qkv_view(int n, int cols) const {
+    if (!p.packed) return dense_view(p.heads, int64_t{n} * cols, cols);
+    View view{};  // [batch, 2 heads] leading dims
+    view.lead.ndim = 2;
+    view.lead.sizes[0] = p.heads / 2;
+    view.lead.sizes[1] = 2;
+    view.lead.strides[0] = int64_t{n} * 6 * p.d;
+    view.lead.strides[1] = p.d;
+    view.row = 6 * p.d;
+    view.col = 1;
+    return view;
+  }
+  View bias_view() const { return dense_view(p.heads, int64_t{p.nq} * p.bias_row, p.bias_row); }
+};
+
+template <typename T>
+Data<T> make_data(const Problem& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](size_t n, float s) {
+    std::vector<T> x(n);
+    for (T& e : x) e = to<T>(s * normal(rng));
+    return x;
+  };
+  Data<T> x;
+  x.p = p;
+  if (p.packed) {
+    REQUIRE((p.nq == p.nk && p.d == p.dv && p.heads % 2 == 0));
+    x.qkv = fill(static_cast<size_t>(p.heads / 2) * p.nq * 6 * p.d, 1.0f);
+  } else {
+    x.q = fill(static_cast<size_t>(p.heads) * p.nq * p.d, 1.0f);
+    x.k = fill(static_cast<size_t>(p.heads) * p.nk * p.d, 1.0f);
+    x.v = fill(static_cast<size_t>(p.heads) * p.nk * p.dv, 1.0f);
+  }
+  // One element past the last row: a pair at an odd last key reads it (bias_pairs_readable).
+  if (p.bias) x.bias = fill(static_cast<size_t>(p.heads) * p.nq * p.bias_row + 2, 2.0f);
+  x.go = fill(static_cast<size_t>(p.heads) * p.nq * p.dv, 1.0f);
+  return x;
+}
+
+template <typename T>
+Inputs<T> inputs_of(const Data<T>& x, bool async_loads) {
+  const Problem& p = x.p;
+  Inputs<T> in{};
+  in.q = x.qp();
+  in.k = x.kp();
+  in.v = x.vp();
+  in.qv = x.qkv_view(p.nq, p.d);
+  in.kv = x.qkv_view(p.nk, p.d);
+  in.vv = x.qkv_view(p.nk, p.dv);
+  if (p.bias) {
+    in.bias = x.bias.data();
+    in.bv = x.bias_view();
+  }
+  in.nq = p.nq;
+  in.nk = p.nk;
+  in.d = p.d;
+  in.dv = p.dv;
+  in.scale = p.scale;
+  in.scale_factor = p.scale_factor ? &x.factor : nullptr;
+  in.diagonal = p.diagonal;
+  in.async_loads = async_loads;
+  // As attention.cu decides it: aligned words, and the element after the last one allocated.
+  in.bias_pairs = p.bias && async_loads && ska::cuda::attn::pairs_aligned(in.bias, in.bv);
+  return in;
+}
+
+// The kernel choices of one run (the process-wide switches of attention_mma.cu).
+struct Forms {
+  bool one_block_forward = true, one_block_backward = true, one_pass = false, persistent = false;
+  bool async_loads = true;
+  int64_t resident = 3;
+  ska::simt::Schedule schedule = ska::simt::Schedule::kForward;
+  uint64_t seed = 0;
+};
+
+template <typename T>
+struct Results {
+  std::vector<T> out;
+  std::vector<float> lse;
+  std::vector<T> gq, gk, gv, gb;
+};
+
+void apply(const Forms& f) {
+  ska::set_cuda_attention_one_block_forward(f.one_block_forward);
+  ska::set_cuda_attention_one_block_backward(f.one_block_backward);
+  ska::set_cuda_attention_one_pass_backward(f.one_pass);
+  ska::set_cuda_attention_persistent(f.persistent);
+  ska::simt::set_resident_blocks(f.resident);
+  ska::simt::set_schedule(f.schedule, f.seed);
+}
+
+template <typename T>
+void forward(const Data<T>& x, const Forms& f, Results<T>& r) {
+  const Problem& p = x.p;
+  apply(f);
+  ForwardArgs<T> a{};
+  a.in = inputs_of(x, f.async_loads);
+  r.out = unwritten<T>(static_cast<size_t>(p.heads) * p.nq * p.dv);
+  r.lse.assign(static_cast<size_t>(p.heads) * p.nq, NAN);
+  a.out = r.out.data();
+  a.ov = dense_view(p.heads, int64_t{p.nq} * p.dv, p.dv);
+  a.lse = r.lse.data();
+  ska::cuda::attn::mma_forward(a, p.heads, nullptr);
+}
+
+// The backward from `fwd`'s output and log-sum-exps (D = rowsum(dO * O) in f32, as
+// attention.cu's delta kernel sums it), into fresh gradients (grad_bias in rows of bias_row).
+template <typename T>
+void backward(const Data<T>& x, const Results<T>& fwd, const Forms& f, Results<T>& r) {
+  const Problem& p = x.p;
+  apply(f);
+  std::vector<float> delta(static_cast<size_t>(p.heads) * p.nq);
+  for (size_t row = 0; row < delta.size(); ++row) {
+    float s = 0.0f;
+    for (int c = 0; c < p.dv; ++c) s += from(x.go[row * p.dv + c]) * from(fwd.out[row * p.dv + c]);
+    delta[row] = s;
+  }
+  BackwardArgs<T> a{};
+  a.in = inputs_of(x, f.async_loads);
+  a.go = x.go.data();
+  a.gov = dense_view(p.heads, int64_t{p.nq} * p.dv, p.dv);
+  a.lse = fwd.lse.data();
+  a.delta = delta.data();
+  r.gq = unwritten<T>(static_cast<size_t>(p.heads) * p.nq * p.d);
+  r.gk = unwritten<T>(static_cast<size_t>(p.heads) * p.nk * p.d);
+  r.gv = unwritten<T>(static_cast<size_t>(p.heads) * p.nk * p.dv);
+  a.gq = r.gq.data();
+  a.gk = r.gk.data();
+  a.gv = r.gv.data();
+  a.gqv = dense_view(p.heads, int64_t{p.nq} * p.d, p.d);
+  a.gkv = dense_view(p.heads, int64_t{p.nk} * p.d, p.d);
+  a.gvv = dense_view(p.heads, int64_t{p.nk} * p.dv, p.dv);
+  if (p.bias) {
+    r.gb = unwritten<T>(static_cast<size_t>(p.heads) * p.nq * p.bias_row);
+    a.gb = r.gb.data();
+    a.gbv = x.bias_view();
+    a.grad_bias_pairs = f.async_loads && ska::cuda::attn::pairs_aligned(a.gb, a.gbv);
+  }
+  ska::cuda::attn::mma_backward(a, p.heads, nullptr);
+}
+
+template <typename T>
+Results<T> run(const Data<T>& x, const Forms& f) {
+  Results<T> r;
+  forward(x, f, r);
+  backward(x, r, f, r);
+  return r;
+}
+
+// The f64 reference from the same 16-bit inputs.
+struct Reference {
+  std::vector<double> out, lse, gq, gk, gv, gb;
+};
+
+template <typename T>
+Reference reference(const Data<T>& x) {
+  const Problem& p = x.p;
+  const double scale = p.scale * (p.scale_factor ? x.factor : 1.0f);
+  const Inputs<T> in = inputs_of(x, false);
+  Reference r;
+  r.out.assign(static_cast<size_t>(p.heads) * p.nq * p.dv, 0.0);
+  r.lse.assign(static_cast<size_t>(p.heads) * p.nq, 0.0);
+  r.gq.assign(static_cast<size_t>(p.heads) * p.nq * p.d, 0.0);
+  r.gk.assign(static_cast<size_t>(p.heads) * p.nk * p.d, 0.0);
+  r.gv.assign(static_cast<size_t>(p.heads) * p.nk * p.dv, 0.0);
+  r.gb.assign(static_cast<size_t>(p.heads) * p.nq * p.bias_row, 0.0);
+  for (int g = 0; g < p.heads; ++g) {
+    const T* q = in.q + in.qv.lead.offset(g);
+    const T* k = in.k + in.kv.lead.offset(g);
+    const T* v = in.v + in.vv.lead.offset(g);
+    auto Q = [&](int i, int c) { return double(from(q[i * in.qv.row + c])); };
+    auto K = [&](int j, int c) { return double(from(k[j * in.kv.row + c])); };
+    auto V = [&](int j, int c) { return double(from(v[j * in.vv.row + c])); };
+    auto dO = [&](int i, int c) { return double(from(x.go[(int64_t{g} * p.nq + i) * p.dv + c])); };
+    std::vector<double> P(static_cast<size_t>(p.nq) * p.nk, 0.0);
+    for (int i = 0; i < p.nq; ++i) {
+      double mx = -INFINITY;
+      std::vector<double> z(p.nk, -INFINITY);
+      for (int j = 0; j < p.nk; ++j) {
+        if (p.diagonal && i == j) continue;
+        double s = 0.0;
+        for (int c = 0; c < p.d; ++c) s += Q(i, c) * K(j, c);
+        z[j] = scale * s;
+        if (p.bias) z[j] += from(x.bias[(int64_t{g} * p.nq + i) * p.bias_row + j]);
+        mx = std::max(mx, z[j]);
+      }
+      double sum = 0.0;
+      for (int j = 0; j < p.nk; ++j) sum += std::exp(z[j] - mx);
+      const double lse = mx + std::log(sum);
+      r.lse[int64_t{g} * p.nq + i] = lse;
+      for (int j = 0; j < p.nk; ++j) P[int64_t{i} * p.nk + j] = std::exp(z[j] - lse);
+      for (int c = 0; c < p.dv; ++c) {
+        double o = 0.0;
+        for (int j = 0; j < p.nk; ++j) o += P[int64_t{i} * p.nk + j] * V(j, c);
+        r.out[(int64_t{g} * p.nq + i) * p.dv + c] = o;
+      }
+    }
+    for (int i = 0; i < p.nq; ++i) {
+      double D = 0.0;
+      for (int c = 0; c < p.dv; ++c) D += dO(i, c) * r.out[(int64_t{g} * p.nq + i) * p.dv + c];
+      for (int j = 0; j < p.nk; ++j) {
+        const double pij = P[int64_t{i} * p.nk + j];
+        double dp = 0.0;
+        for (int c = 0; c < p.dv; ++c) dp += dO(i, c) * V(j, c);
+        const double ds = pij * (dp - D);
+        if (p.bias) r.gb[(int64_t{g} * p.nq + i) * p.bias_row + j] = ds;
+        for (int c = 0; c < p.dv; ++c) r.gv[(int64_t{g} * p.nk + j) * p.dv + c] += pij * dO(i, c);
+        for (int c = 0; c < p.d; ++c) {
+          r.gq[(int64_t{g} * p.nq + i) * p.d + c] += scale * ds * K(j, c);
+          r.gk[(int64_t{g} * p.nk + j) * p.d + c] += scale * ds * Q(i, c);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// Every element within an RMS error of rtol times the reference's RMS (the kernels round P and
+// dS to 16 bits before their second products), and none left unwritten.
+template <typename T>
+void require_near(const std::vector<T>& actual, const std::vector<double>& expected, double rtol,
+                  const std::string& what) {
+  INFO(what);
+  REQUIRE(actual.size() == expected.size());
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double a = from(actual[i]);
+    REQUIRE(std::isfinite(a));
+    err += (a - expected[i]) * (a - expected[i]);
+    norm += expected[i] * expected[i];
+  }
+  CHECK(std::sqrt(err) <= rtol * std::sqrt(norm) + 1e-6);
+}
+
+// grad_bias: the view's elements near the reference, the rows' padding left as it was.
+template <typename T>
+void require_grad_bias(const Problem& p, const std::vector<T>& gb, const std::vector<double>& ref,
+                       double rtol) {
+  std::vector<T> live;
+  std::vector<double> want;
+  int64_t touched = 0;
+  for (int64_t row = 0; row < int64_t{p.heads} * p.nq; ++row) {
+    for (int j = 0; j < p.bias_row; ++j) {
+      const T e = gb[row * p.bias_row + j];
+      if (j < p.nk) {
+        live.push_back(e);
+        want.push_back(ref[row * p.bias_row + j]);
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, &e, 2);
+        touched += bits != 0xffff;
+      }
+    }
+  }
+  CHECK(touched == 0);
+  require_near(live, want, rtol, "grad_bias");
+}
+
+template <typename T>
+void require_reference(const Data<T>& x, const Results<T>& r, const Reference& ref,
+                       const std::string& what) {
+  INFO(x.p.name << ": " << what);
+  const double rtol = 2e-2;
+  require_near(r.out, ref.out, rtol, "out");
+  for (size_t i = 0; i < r.lse.size(); ++i) REQUIRE(std::abs(r.lse[i] - ref.lse[i]) <= 1e-3);
+  require_near(r.gv, ref.gv, rtol, "grad_v");
+  if (x.p.d > 0) {
+    require_near(r.gq, ref.gq, rtol, "grad_q");
+    require_near(r.gk, ref.gk, rtol, "grad_k");
+  }
+  if (x.p.bias) require_grad_bias(x.p, r.gb, ref.gb, rtol);
+}
+
+template <typename E>
+bool same_bits(const std::vector<E>& a, const std::vector<E>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
+}
+
+template <typename T>
+void require_same_bits(const Results<T>& a, const Results<T>& b, const std::string& what) {
+  INFO(what);
+  CHECK(same_bits(a.out, b.out));
+  CHECK(same_bits(a.lse, b.lse));
+  CHECK(same_bits(a.gq, b.gq));
+  CHECK(same_bits(a.gk, b.gk));
+  CHECK(same_bits(a.gv, b.gv));
+  CHECK(same_bits(a.gb, b.gb));
+}
+
+// The paper models' attention shapes, and edges: ViT-S's LSA (65 tokens of 64, the diagonal
+// masked, a learnable temperature, q, k and v in one projection), CSKA-ViT's logits as the
+// bias (head dim 0, rows of 72), CaiT's patch attention, CAFormer's stage 4 (49 tokens of 32)
+// and Swin's windows with their position bias, and sizes that end mid-tile.
+std::vector<Problem> problems() {
+  return {
+      {"vit lsa 65x65 d64", 4, 65, 65, 64, 64, false, 0, true, true, true},
+      {"cska logits as bias 65x65 d0 rows of 72", 3, 65, 65, 0, 64, true, 72},
+      {"cska-cait 64x64 d64 with bias", 2, 64, 64, 64, 64, true, 64},
+      {"caformer s4 49x49 d32", 3, 49, 49, 32, 32},
+      {"swin window 16x16 d32 with bias", 3, 16, 16, 32, 32, true, 16},
+      {"17 queries over 80 keys d16/48 with bias", 2, 17, 80, 16, 48, true, 80},
+      {"97x97 d64 (tiled) with bias rows of 100", 2, 97, 97, 64, 64, true, 100},
+      {"33x70 d128", 2, 33, 70, 128, 128},
+  };
+}
+
+TEST_CASE("simt: mma.sync attention kernels against an f64 reference (bf16)", "[cpu][simt]") {
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 7);
+    const Reference ref = reference(x);
+    Forms one_block;
+    Forms split = one_block;
+    split.one_block_forward = split.one_block_backward = false;
+    Forms one_pass = one_block;
+    one_pass.one_pass = true;
+    require_reference(x, run(x, one_block), ref, "one-block forward and backward (the defaults)");
+    require_reference(x, run(x, split), ref, "tiled forward, split backward");
+    require_reference(x, run(x, one_pass), ref, "one-pass backward");
+  }
+}
+
+TEST_CASE("simt: mma.sync attention kernels against an f64 reference (f16)", "[cpu][simt]") {
+  for (const Problem& p : {problems()[0], problems()[1], problems()[5]}) {
+    const Data<__half> x = make_data<__half>(p, 11);
+    require_reference(x, run(x, Forms{}), reference(x), "one-block forward and backward, f16");
+  }
+}
+
+TEST_CASE("simt: persistent attention kernels give the per-head kernels' bits", "[cpu][simt]") {
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 3);
+    const Results<__nv_bfloat16> per_head = run(x, Forms{});
+    for (int64_t resident : {1, 2, 5}) {
+      Forms f;
+      f.persistent = true;
+      f.resident = resident;
+      require_same_bits(run(x, f), per_head,
+                        p.name + ": persistent, grid of " + std::to_string(resident));
+    }
+  }
+}
+
+TEST_CASE("simt: attention by synchronous loads gives the asynchronous copies' bits",
+          "[cpu][simt]") {
+  // Sync: loads and stores into the tiles, fragments by 32- and 16-bit loads, the bias and its
+  // gradient one key at a time; async: cp.async, ldmatrix and key pairs.
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 5);
+    for (bool persistent : {false, true}) {
+      Forms async, sync;
+      async.persistent = sync.persistent = persistent;
+      sync.async_loads = false;
+      require_same_bits(run(x, sync), run(x, async),
+                        p.name + (persistent ? ": persistent" : ": per head"));
+    }
+    Forms split_async, split_sync;
+    split_async.one_block_forward = split_async.one_block_backward = false;
+    split_sync = split_async;
+    split_sync.async_loads = false;
+    require_same_bits(run(x, split_sync), run(x, split_async), p.name + ": tiled and split");
+  }
+}
+
+TEST_CASE("simt: attention gives the same bits whatever order a block's threads run in",
+          "[cpu][simt]") {
+  // A race between threads of a block (a tile read before the barrier that publishes it, a
+  // buffer refilled while another warp reads it) gives results that depend on the order.
+  for (const Problem& p : {problems()[0], problems()[1], problems()[5], problems()[6]}) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 9);
+    for (bool persistent : {false, true}) {
+      for (bool one_pass : {false, true}) {
+        Forms forward;
+        forward.persistent = persistent;
+        forward.one_pass = one_pass;
+        const Results<__nv_bfloat16> base = run(x, forward);
+        Forms reverse = forward, shuffled = forward;
+        reverse.schedule = ska::simt::Schedule::kReverse;
+        shuffled.schedule = ska::simt::Schedule::kShuffled;
+        shuffled.seed = 1234;
+        const std::string what =
+            p.name + (persistent ? ", persistent" : ", per head") + (one_pass ? ", one-pass" : "");
+        require_same_bits(run(x, reverse), base, what + ": threads last to first");
+        require_same_bits(run(x, shuffled), base, what + ": threads shuffled");
+      }
+    }
+  }
+}
+
+}  // namespace

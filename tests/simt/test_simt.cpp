@@ -1,0 +1,145 @@
+// tests/simt's own checks: the emulated instructions against their PTX definitions, and the
+// faults it exists to find (a race between threads, a tile read before its copy lands, a warp
+// whose lanes part ways) found in small kernels written here.
+// clang-format off
+#include "tests/simt/simt.h"  // first: the kernels' headers below build for the host
+// clang-format on
+
+#include <cuda_bf16.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "cuda/kernels/attention_tc.cuh"
+#include "cuda/kernels/mma.cuh"
+
+namespace {
+
+alignas(128) unsigned char g_smem[227 * 1024];  // at least the most a launch may take
+const bool g_registered = (ska::simt::register_shared(g_smem, sizeof g_smem), true);
+
+using ska::simt::Schedule;
+
+// Each thread writes its index to shared memory and reads its neighbour's, with or without a
+// barrier between.
+std::vector<int> neighbours(bool barrier, Schedule schedule) {
+  std::vector<int> out(64, -1);
+  ska::simt::set_schedule(schedule, 42);
+  ska::simt::run_grid(dim3(1), dim3(64), 256, [&] {
+    int* s = reinterpret_cast<int*>(g_smem);
+    const int t = static_cast<int>(threadIdx.x);
+    s[t] = t;
+    if (barrier) __syncthreads();
+    out[t] = s[(t + 1) % 64];
+  });
+  ska::simt::set_schedule(Schedule::kForward);
+  return out;
+}
+
+TEST_CASE("simt: a race between a block's threads gives results that depend on their order",
+          "[cpu][simt]") {
+  std::vector<int> want(64);
+  for (int t = 0; t < 64; ++t) want[t] = (t + 1) % 64;
+  for (Schedule s : {Schedule::kForward, Schedule::kReverse, Schedule::kShuffled}) {
+    CHECK(neighbours(true, s) == want);
+  }
+  // Without the barrier, a thread that runs before its neighbour reads poisoned memory.
+  CHECK(neighbours(false, Schedule::kForward) != neighbours(false, Schedule::kReverse));
+}
+
+TEST_CASE("simt: cp.async copies land at the wait that covers them, not before", "[cpu][simt]") {
+  const std::vector<uint32_t> global = {11, 22, 33, 44};
+  std::vector<uint32_t> before(4), between(4), after(4);
+  ska::simt::run_grid(dim3(1), dim3(32), 64, [&] {
+    const int t = static_cast<int>(threadIdx.x);
+    auto* s = reinterpret_cast<uint32_t*>(g_smem);
+    if (t < 2) {
+      s[t] = s[2 + t] = 7;
+      ska::cuda::attn::copy4(s + t, &global[t]);  // group 0
+      ska::cuda::attn::commit_copies();
+      ska::cuda::attn::copy4(s + 2 + t, &global[2 + t]);  // group 1
+      ska::cuda::attn::commit_copies();
+      before[t] = s[t];
+      ska::cuda::attn::wait_copies_pending<1>();  // group 0 has landed
+      between[t] = s[t];
+      between[2 + t] = s[2 + t];
+      ska::cuda::attn::wait_copies();
+      after[2 + t] = s[2 + t];
+    }
+  });
+  CHECK(before[0] == 0xffffffffu);  // the 7 poisoned from the copy's issue
+  CHECK(between[0] == 11);
+  CHECK(between[1] == 22);
+  CHECK(between[2] == 0xffffffffu);
+  CHECK(after[2] == 33);
+  CHECK(after[3] == 44);
+  // A copy never waited for is reported.
+  CHECK_THROWS_WITH(ska::simt::run_grid(dim3(1), dim3(32), 64,
+                                        [&] {
+                                          ska::cuda::attn::copy4(g_smem, &global[0]);
+                                          ska::cuda::attn::commit_copies();
+                                        }),
+                    Catch::Contains("never waited for"));
+}
+
+TEST_CASE("simt: mma.sync and ldmatrix follow the PTX fragment layouts", "[cpu][simt]") {
+  using T = __nv_bfloat16;
+  // A 16 x 16 and B^T 8 x 16 (rows are B's columns), row-major in shared memory with rows of 24.
+  constexpr int kLd = 24;
+  std::vector<float> a(16 * 16), bt(8 * 16);
+  for (int i = 0; i < 256; ++i) a[i] = static_cast<float>((i * 7) % 13 - 6) / 4.0f;
+  for (int i = 0; i < 128; ++i) bt[i] = static_cast<float>((i * 5) % 11 - 5) / 8.0f;
+  std::vector<float> want(16 * 8, 0.0f);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 8; ++n) {
+      for (int k = 0; k < 16; ++k) want[r * 8 + n] += a[r * 16 + k] * bt[n * 16 + k];
+    }
+  }
+  for (bool ldsm : {false, true}) {
+    std::vector<float> got(16 * 8, 0.0f);
+    ska::simt::run_grid(dim3(1), dim3(32), 2048, [&] {
+      T* sa = reinterpret_cast<T*>(g_smem);
+      T* sb = sa + 16 * kLd;
+      const int lane = static_cast<int>(threadIdx.x);
+      for (int i = lane; i < 256; i += 32) sa[i / 16 * kLd + i % 16] = __float2bfloat16(a[i]);
+      for (int i = lane; i < 128; i += 32) sb[i / 16 * kLd + i % 16] = __float2bfloat16(bt[i]);
+      __syncthreads();
+      uint32_t fa[4], b0, b1;
+      if (ldsm) {
+        ska::cuda::attn::load_a_ldsm(fa, sa, kLd, lane);
+        ska::cuda::attn::load_b_rows_ldsm(b0, b1, sb, kLd, lane);
+      } else {
+        ska::cuda::attn::load_a(fa, sa, kLd, lane);
+        ska::cuda::attn::load_b_rows(b0, b1, sb, kLd, lane);
+      }
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      ska::cuda::attn::mma<T>(c, fa, b0, b1);
+      const int g = lane / 4, t = lane % 4;
+      got[g * 8 + 2 * t] = c[0];
+      got[g * 8 + 2 * t + 1] = c[1];
+      got[(g + 8) * 8 + 2 * t] = c[2];
+      got[(g + 8) * 8 + 2 * t + 1] = c[3];
+    });
+    INFO((ldsm ? "ldmatrix" : "32-bit loads"));
+    CHECK(got == want);  // the inputs and products are exact in bf16 and f32
+  }
+}
+
+TEST_CASE("simt: lanes of a warp that part ways at a shuffle are reported", "[cpu][simt]") {
+  CHECK_THROWS_WITH(ska::simt::run_grid(dim3(1), dim3(32), 0,
+                                        [&] {
+                                          if (threadIdx.x < 16) {
+                                            (void)__shfl_xor_sync(0xffffffffu, 1.0f, 1);
+                                          }
+                                        }),
+                    Catch::Contains("deadlocked"));
+  CHECK_THROWS_WITH(ska::simt::run_grid(dim3(1), dim3(64), 0,
+                                        [&] {
+                                          if (threadIdx.x == 0) __syncthreads();
+                                        }),
+                    Catch::Contains("barriers"));
+}
+
+}  // namespace
