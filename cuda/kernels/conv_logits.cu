@@ -671,14 +671,17 @@ __global__ void conv_logits_sum_partials_kernel(const float* partial, int chunks
 
 // --- Host side ---
 
+// The kernels' arguments for geometry geo, the queries q (strides qb, qh and qp in elements, the
+// last dim's 1) and the filters w.
 template <typename T>
-Args<T> args_of(const ConvLogitsGeometry& geo, const Tensor& q, const Tensor& w) {
+Args<T> args_of(const ConvLogitsGeometry& geo, const T* q, int64_t qb, int64_t qh, int64_t qp,
+                const T* w) {
   Args<T> a{};
-  a.q = static_cast<const T*>(q.data_ptr());
-  a.qb = q.stride(0);
-  a.qh = q.stride(1);
-  a.qp = q.stride(2);
-  a.w = static_cast<const T*>(w.data_ptr());
+  a.q = q;
+  a.qb = qb;
+  a.qh = qh;
+  a.qp = qp;
+  a.w = w;
   a.heads = static_cast<int>(geo.heads);
   a.height = static_cast<int>(geo.height);
   a.width = static_cast<int>(geo.width);
@@ -784,8 +787,121 @@ unsigned grid_yz(const char* kernel, const char* what, int64_t n) {
   return static_cast<unsigned>(n);
 }
 
+// Launches kernel<<<grid, threads, 0, stream>>>(args...) and checks the launch (on the host
+// under tests/simt).
+template <typename... P, typename... A>
+void launch_plain(void (*kernel)(P...), unsigned grid, int threads, cudaStream_t stream,
+                  A... args) {
+#if defined(SKA_SIMT)
+  simt::run_grid(dim3(grid), dim3(threads), 0, [&] { kernel(args...); });
+#else
+  kernel<<<grid, threads, 0, stream>>>(args...);
+  SKA_CUDA_CHECK_LAUNCH();
+#endif
+}
+
+// conv_logits_forward's launch once its operands are checked: `a` from args_of, with the bias,
+// the logits (out, ob, oh, op) and pairs set.
+template <typename T>
+void launch_forward(const Args<T>& a, cudaStream_t stream) {
+  const char* kKernel = "conv_logits_forward";
+  const int tile_bytes = (kTile + 2 * a.halo) * ld16(a.d) * 2;
+  const int filter_bytes = a.group * kKeys * ld16(a.d) * 2;
+  dispatch_per_block<true>(tile_bytes, filter_bytes, [&](auto per) {
+    constexpr int kPer = decltype(per)::value;
+    const dim3 grid(grid_dim(kKernel, (a.units + kPer - 1) / kPer * a.key_chunks),
+                    grid_yz(kKernel, "heads", a.heads));
+    dispatch_loads([&](auto ldsm) {
+      attn::launch(conv_logits_forward_kernel<T, decltype(ldsm)::value, kPer>, grid, kWarps,
+                   tiles_smem(kPer, tile_bytes, filter_bytes), stream, a);
+    });
+  });
+}
+
+// The f32 partial sums launch_backward needs for grad_w and the bias gradient (either wanted or
+// not).
+int64_t partial_floats(const ConvLogitsGeometry& geo, bool grad_w, bool grad_bias) {
+  const int64_t chunks = conv_logits_chunks(geo).chunks, taps = geo.kernel * geo.kernel;
+  return (grad_w ? geo.heads * taps * chunks * geo.keys * geo.d : 0) +
+         (grad_bias ? geo.heads * chunks * geo.keys : 0);
+}
+
+// Where grad_q goes: [b, h, p, c] at data + b * ob + h * oh + p * op + c; data null: not wanted.
+template <typename T>
+struct GradQ {
+  T* data;
+  int64_t ob, oh, op;
+};
+
+// conv_logits_backward's launches once its operands are checked (no extent 0): `a` from
+// args_of with the logits' gradient (g, gb, gh, gp) set; grad_w and grad_bias contiguous, or
+// null where not wanted, through `partials` (partial_floats of them).
+template <typename T>
+void launch_backward(const Args<T>& a, const ConvLogitsGeometry& geo, const GradQ<T>& grad_q,
+                     T* grad_w, T* grad_bias, float* partials, cudaStream_t stream) {
+  const char* kKernel = "conv_logits_backward";
+  attn::dispatch_head_dim(static_cast<int>(geo.d), static_cast<int>(geo.d), [&](auto head) {
+    dispatch_loads([&](auto ldsm) {
+      constexpr int kD = decltype(head)::value;
+      constexpr bool kLdsm = decltype(ldsm)::value;
+      if (grad_q.data != nullptr) {
+        Args<T> qa = a;
+        qa.out = grad_q.data;
+        qa.ob = grad_q.ob;
+        qa.oh = grad_q.oh;
+        qa.op = grad_q.op;
+        const int tile_bytes = (kTile + 2 * a.halo) * ld16(kKeys) * 2;
+        const int filter_bytes = a.group * kKeys * ld16(a.d) * 2;
+        dispatch_per_block<(kD <= 64)>(tile_bytes, filter_bytes, [&](auto per) {
+          constexpr int kPer = decltype(per)::value;
+          const dim3 grid(grid_dim(kKernel, (a.units + kPer - 1) / kPer),
+                          grid_yz(kKernel, "heads", geo.heads));
+          attn::launch(conv_logits_grad_q_kernel<T, kD, kLdsm, kPer>, grid, kWarps,
+                       tiles_smem(kPer, tile_bytes, filter_bytes), stream, qa);
+        });
+      }
+      // grad_w and the bias gradient: one launch (the bias alone still runs every tap's blocks,
+      // the centre tap's summing; frozen filters with a trained bias are rare).
+      if (grad_w != nullptr || grad_bias != nullptr) {
+        Args<T> wa = a;
+        const ConvLogitsChunks split = conv_logits_chunks(geo);
+        wa.chunks = static_cast<int>(split.chunks);
+        wa.chunk_rows = split.chunk_rows;
+        const int64_t per = geo.keys * geo.d, slices = geo.heads * a.taps;
+        wa.partial = grad_w != nullptr ? partials : nullptr;
+        wa.bias_partial = grad_bias != nullptr
+                              ? partials + partial_floats(geo, grad_w != nullptr, false)
+                              : nullptr;
+        dispatch_grad_w_across<kD>(a.k, [&](auto across) {
+          constexpr int kAcross = decltype(across)::value;
+          constexpr int kStep = grad_w_step_rows(kAcross);
+          Carver carve;  // the kernel's two buffers of the gradient's rows, then the queries'
+          for (int i = 0; i < 2; ++i) carve.take(kStep * ld16(kKeys) * 2);
+          carve.take(2 * kAcross * kStep * ld16(a.d) * 2);
+          const dim3 grid(grid_dim(kKernel, split.chunks * (a.taps / kAcross)),
+                          grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
+                          grid_yz(kKernel, "heads", geo.heads));
+          attn::launch(conv_logits_grad_w_kernel<T, kD, kLdsm, kAcross>, grid, kKeyWarps,
+                       carve.bytes, stream, wa);
+        });
+        if (grad_w != nullptr) {
+          launch_plain(conv_logits_sum_partials_kernel<T>, grid_for(slices * per), 256, stream,
+                       static_cast<const float*>(wa.partial), wa.chunks, per, slices * per, grad_w);
+        }
+        if (grad_bias != nullptr) {
+          launch_plain(conv_logits_sum_partials_kernel<T>, grid_for(geo.heads * geo.keys), 256,
+                       stream, static_cast<const float*>(wa.bias_partial), wa.chunks, geo.keys,
+                       geo.heads * geo.keys, grad_bias);
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
 
+// The tensor-level entry points (tests/simt runs the launches above on raw host operands).
+#if !defined(SKA_SIMT)
 void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
                          int64_t width, const Tensor& logits) {
   const char* kKernel = "conv_logits_forward";
@@ -796,7 +912,8 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
   check_supported(kKernel, device, geo);
   dispatch_16bit(q.dtype(), kKernel, [&](auto tag) {
     using T = decltype(tag);
-    Args<T> a = args_of<T>(geo, q, w);
+    Args<T> a = args_of<T>(geo, static_cast<const T*>(q.data_ptr()), q.stride(0), q.stride(1),
+                           q.stride(2), static_cast<const T*>(w.data_ptr()));
     a.bias = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
     a.out = static_cast<T*>(logits.data_ptr());
     a.ob = logits.stride(0);
@@ -807,17 +924,7 @@ void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, i
     // contiguous logits (CSKAFormer's 784), or rows padded to 16 bytes (CSKA-ViT-S's 65 keys in
     // the mixer's logits, empty_aligned_rows).
     a.pairs = conv_logits_even_layout(logits);
-    const int tile_bytes = (kTile + 2 * a.halo) * ld16(a.d) * 2;
-    const int filter_bytes = a.group * kKeys * ld16(a.d) * 2;
-    dispatch_per_block<true>(tile_bytes, filter_bytes, [&](auto per) {
-      constexpr int kPer = decltype(per)::value;
-      const dim3 grid(grid_dim(kKernel, (a.units + kPer - 1) / kPer * a.key_chunks),
-                      grid_yz(kKernel, "heads", geo.heads));
-      dispatch_loads([&](auto ldsm) {
-        attn::launch(conv_logits_forward_kernel<T, decltype(ldsm)::value, kPer>, grid, kWarps,
-                     tiles_smem(kPer, tile_bytes, filter_bytes), current_stream(device), a);
-      });
-    });
+    launch_forward(a, current_stream(device));
   });
 }
 
@@ -843,73 +950,27 @@ void conv_logits_backward(const Tensor& grad, const Tensor& q, const Tensor& w, 
   check_supported(kKernel, device, geo);
   dispatch_16bit(q.dtype(), kKernel, [&](auto tag) {
     using T = decltype(tag);
-    Args<T> a = args_of<T>(geo, q, w);
+    Args<T> a = args_of<T>(geo, static_cast<const T*>(q.data_ptr()), q.stride(0), q.stride(1),
+                           q.stride(2), static_cast<const T*>(w.data_ptr()));
     a.g = static_cast<const T*>(grad.data_ptr());
     a.gb = grad.stride(0);
     a.gh = grad.stride(1);
     a.gp = grad.stride(2);
-    attn::dispatch_head_dim(static_cast<int>(geo.d), static_cast<int>(geo.d), [&](auto head) {
-      dispatch_loads([&](auto ldsm) {
-        constexpr int kD = decltype(head)::value;
-        constexpr bool kLdsm = decltype(ldsm)::value;
-        if (grad_q.defined()) {
-          Args<T> qa = a;
-          qa.out = static_cast<T*>(grad_q.data_ptr());
-          qa.ob = grad_q.stride(0);
-          qa.oh = grad_q.stride(1);
-          qa.op = grad_q.stride(2);
-          const int tile_bytes = (kTile + 2 * a.halo) * ld16(kKeys) * 2;
-          const int filter_bytes = a.group * kKeys * ld16(a.d) * 2;
-          dispatch_per_block<(kD <= 64)>(tile_bytes, filter_bytes, [&](auto per) {
-            constexpr int kPer = decltype(per)::value;
-            const dim3 grid(grid_dim(kKernel, (a.units + kPer - 1) / kPer),
-                            grid_yz(kKernel, "heads", geo.heads));
-            attn::launch(conv_logits_grad_q_kernel<T, kD, kLdsm, kPer>, grid, kWarps,
-                         tiles_smem(kPer, tile_bytes, filter_bytes), stream, qa);
-          });
-        }
-        // grad_w and the bias gradient: one launch (the bias alone still runs every tap's blocks,
-        // the centre tap's summing; frozen filters with a trained bias are rare).
-        if (grad_w.defined() || grad_bias.defined()) {
-          Args<T> wa = a;
-          const ConvLogitsChunks split = conv_logits_chunks(geo);
-          wa.chunks = static_cast<int>(split.chunks);
-          wa.chunk_rows = split.chunk_rows;
-          const int64_t per = geo.keys * geo.d, slices = geo.heads * a.taps;
-          const int64_t w_floats = grad_w.defined() ? slices * split.chunks * per : 0;
-          const int64_t b_floats = grad_bias.defined() ? geo.heads * split.chunks * geo.keys : 0;
-          const Tensor ws = workspace(device, (w_floats + b_floats) * sizeof(float));
-          float* floats = static_cast<float*>(ws.data_ptr());
-          wa.partial = grad_w.defined() ? floats : nullptr;
-          wa.bias_partial = grad_bias.defined() ? floats + w_floats : nullptr;
-          dispatch_grad_w_across<kD>(a.k, [&](auto across) {
-            constexpr int kAcross = decltype(across)::value;
-            constexpr int kStep = grad_w_step_rows(kAcross);
-            Carver carve;  // the kernel's two buffers of the gradient's rows, then the queries'
-            for (int i = 0; i < 2; ++i) carve.take(kStep * ld16(kKeys) * 2);
-            carve.take(2 * kAcross * kStep * ld16(a.d) * 2);
-            const dim3 grid(grid_dim(kKernel, split.chunks * (a.taps / kAcross)),
-                            grid_yz(kKernel, "chunks of 80 keys", a.key_chunks),
-                            grid_yz(kKernel, "heads", geo.heads));
-            attn::launch(conv_logits_grad_w_kernel<T, kD, kLdsm, kAcross>, grid, kKeyWarps,
-                         carve.bytes, stream, wa);
-          });
-          if (grad_w.defined()) {
-            conv_logits_sum_partials_kernel<T><<<grid_for(slices * per), 256, 0, stream>>>(
-                wa.partial, wa.chunks, per, slices * per, static_cast<T*>(grad_w.data_ptr()));
-            SKA_CUDA_CHECK_LAUNCH();
-          }
-          if (grad_bias.defined()) {
-            conv_logits_sum_partials_kernel<T><<<grid_for(geo.heads * geo.keys), 256, 0, stream>>>(
-                wa.bias_partial, wa.chunks, geo.keys, geo.heads * geo.keys,
-                static_cast<T*>(grad_bias.data_ptr()));
-            SKA_CUDA_CHECK_LAUNCH();
-          }
-        }
-      });
-    });
+    GradQ<T> gq{nullptr, 0, 0, 0};
+    if (grad_q.defined()) {
+      gq = {static_cast<T*>(grad_q.data_ptr()), grad_q.stride(0), grad_q.stride(1),
+            grad_q.stride(2)};
+    }
+    auto data = [](const Tensor& t) {
+      return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+    };
+    const int64_t floats = partial_floats(geo, grad_w.defined(), grad_bias.defined());
+    const Tensor partials = floats > 0 ? workspace(device, floats * sizeof(float)) : Tensor();
+    launch_backward(a, geo, gq, data(grad_w), data(grad_bias),
+                    floats > 0 ? static_cast<float*>(partials.data_ptr()) : nullptr, stream);
   });
 }
+#endif
 
 }  // namespace ska::cuda
 

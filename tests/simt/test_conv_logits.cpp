@@ -1,0 +1,295 @@
+// CSKA's direct conv-logit kernels' own code (cuda/kernels/conv_logits.cu), run on the host by
+// tests/simt: the forward, grad_q, grad_w and the bias gradient against an f64 reference, and the
+// forms that promise the same bits (grad_w by filter rows and by taps, ldmatrix and 16/32-bit
+// fragment loads, threads in any order) compared bit for bit.
+// clang-format off
+#include "tests/simt/simt.h"  // first: the kernels' headers below build for the host
+// clang-format on
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/device_runtime.h"
+#include "tests/simt/conv_logits_host.h"
+
+namespace {
+
+using ska::ConvLogitsGeometry;
+using ska::simt::conv_logits::Strides;
+
+template <typename T>
+T to(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16(x);
+  } else {
+    return __float2half(x);
+  }
+}
+template <typename T>
+double from(T x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(x);
+  } else {
+    return __half2float(x);
+  }
+}
+
+// One problem: q as the heads of a [B, H*W, heads * d] projection (q's strides (P heads d, d,
+// heads d)), the logits and their gradient [B, heads, P, keys] in rows of `row` >= keys.
+struct Problem {
+  std::string name;
+  ConvLogitsGeometry geo;  // batch, heads, height, width, keys, d, kernel
+  bool bias = true;
+  int64_t row = 0;  // 0: keys
+};
+
+template <typename T>
+struct Data {
+  Problem p;
+  std::vector<T> q, w, bias, grad;
+  int64_t positions() const { return p.geo.height * p.geo.width; }
+  int64_t row() const { return p.row > 0 ? p.row : p.geo.keys; }
+  Strides q_strides() const {
+    return {positions() * p.geo.heads * p.geo.d, p.geo.d, p.geo.heads * p.geo.d};
+  }
+  Strides logit_strides() const {
+    return {p.geo.heads * positions() * row(), positions() * row(), row()};
+  }
+  size_t logit_count() const {
+    return static_cast<size_t>(p.geo.batch * p.geo.heads) * positions() * row();
+  }
+};
+
+template <typename T>
+Data<T> make_data(const Problem& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](size_t n) {
+    std::vector<T> x(n);
+    for (T& e : x) e = to<T>(normal(rng));
+    return x;
+  };
+  Data<T> x;
+  x.p = p;
+  const ConvLogitsGeometry& g = p.geo;
+  x.q = fill(static_cast<size_t>(g.batch) * x.positions() * g.heads * g.d);
+  x.w = fill(static_cast<size_t>(g.heads) * g.kernel * g.kernel * g.keys * g.d);
+  if (p.bias) x.bias = fill(static_cast<size_t>(g.heads) * g.keys);
+  x.grad = fill(x.logit_count());
+  return x;
+}
+
+template <typename T>
+std::vector<T> unwritten(size_t n) {
+  std::vector<T> v(n);
+  std::memset(static_cast<void*>(v.data()), 0xff, n * sizeof(T));
+  return v;
+}
+
+template <typename T>
+struct Results {
+  std::vector<T> logits, grad_q, grad_w, grad_bias;
+};
+
+struct Forms {
+  bool async_loads = true, grad_w_rows = false;
+  ska::simt::Schedule schedule = ska::simt::Schedule::kForward;
+};
+
+template <typename T>
+Results<T> run(const Data<T>& x, const Forms& f) {
+  const ConvLogitsGeometry& g = x.p.geo;
+  ska::simt::conv_logits::set_async_loads(f.async_loads);
+  ska::set_cuda_conv_logits_grad_w_rows(f.grad_w_rows);
+  ska::simt::set_schedule(f.schedule, 77);
+  Results<T> r;
+  r.logits = unwritten<T>(x.logit_count());
+  ska::simt::conv_logits::forward(g, x.q.data(), x.q_strides(), x.w.data(),
+                                  x.p.bias ? x.bias.data() : nullptr, r.logits.data(),
+                                  x.logit_strides());
+  r.grad_q = unwritten<T>(x.q.size());  // in q's layout
+  r.grad_w = unwritten<T>(x.w.size());
+  if (x.p.bias) r.grad_bias = unwritten<T>(x.bias.size());
+  ska::simt::conv_logits::backward(g, x.grad.data(), x.logit_strides(), x.q.data(), x.q_strides(),
+                                   x.w.data(), r.grad_q.data(), x.q_strides(), r.grad_w.data(),
+                                   x.p.bias ? r.grad_bias.data() : nullptr);
+  ska::set_cuda_conv_logits_grad_w_rows(false);
+  ska::simt::conv_logits::set_async_loads(true);
+  ska::simt::set_schedule(ska::simt::Schedule::kForward);
+  return r;
+}
+
+struct Reference {
+  std::vector<double> logits, grad_q, grad_w, grad_bias;
+};
+
+template <typename T>
+Reference reference(const Data<T>& x) {
+  const ConvLogitsGeometry& g = x.p.geo;
+  const int64_t P = x.positions(), K = g.keys, d = g.d, k = g.kernel, r = k / 2;
+  const Strides qs = x.q_strides(), ls = x.logit_strides();
+  Reference ref;
+  ref.logits.assign(x.logit_count(), 0.0);
+  ref.grad_q.assign(x.q.size(), 0.0);
+  ref.grad_w.assign(x.w.size(), 0.0);
+  ref.grad_bias.assign(x.bias.size(), 0.0);
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t y = p / g.width, xx = p % g.width;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t l = b * ls.b + h * ls.h + p * ls.p + j;
+          double sum = x.p.bias ? from(x.bias[h * K + j]) : 0.0;
+          const double dl = from(x.grad[l]);
+          if (x.p.bias) ref.grad_bias[h * K + j] += dl;
+          for (int64_t dy = 0; dy < k; ++dy) {
+            for (int64_t dx = 0; dx < k; ++dx) {
+              const int64_t ny = y + dy - r, nx = xx + dx - r;
+              if (ny < 0 || ny >= g.height || nx < 0 || nx >= g.width) continue;
+              const int64_t n = ny * g.width + nx, tap = dy * k + dx;
+              for (int64_t c = 0; c < d; ++c) {
+                const int64_t qi = b * qs.b + h * qs.h + n * qs.p + c;
+                const int64_t wi = ((h * k * k + tap) * K + j) * d + c;
+                sum += from(x.q[qi]) * from(x.w[wi]);
+                ref.grad_q[qi] += dl * from(x.w[wi]);
+                ref.grad_w[wi] += dl * from(x.q[qi]);
+              }
+            }
+          }
+          ref.logits[l] = sum;
+        }
+      }
+    }
+  }
+  return ref;
+}
+
+// Within an RMS error of rtol times the reference's RMS (16-bit outputs of f32 sums), every
+// element written; logits' row padding (where `row` > keys) left as it was.
+template <typename T>
+void require_near(const std::vector<T>& actual, const std::vector<double>& expected, double rtol,
+                  const std::string& what, int64_t row = 0, int64_t live = 0) {
+  INFO(what);
+  REQUIRE(actual.size() == expected.size());
+  double err = 0.0, norm = 0.0;
+  int64_t padding_written = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (row > 0 && static_cast<int64_t>(i % row) >= live) {
+      uint16_t bits;
+      std::memcpy(&bits, &actual[i], 2);
+      padding_written += bits != 0xffff;
+      continue;
+    }
+    const double a = from(actual[i]);
+    REQUIRE(std::isfinite(a));
+    err += (a - expected[i]) * (a - expected[i]);
+    norm += expected[i] * expected[i];
+  }
+  CHECK(padding_written == 0);
+  CHECK(std::sqrt(err) <= rtol * std::sqrt(norm) + 1e-6);
+}
+
+template <typename T>
+void require_reference(const Data<T>& x, const Results<T>& r, const Reference& ref,
+                       const std::string& what) {
+  INFO(x.p.name << ": " << what);
+  const double rtol = std::is_same_v<T, __nv_bfloat16> ? 1e-2 : 2e-3;
+  require_near(r.logits, ref.logits, rtol, "logits", x.row(), x.p.geo.keys);
+  require_near(r.grad_q, ref.grad_q, rtol, "grad_q");
+  require_near(r.grad_w, ref.grad_w, rtol, "grad_w");
+  if (x.p.bias) require_near(r.grad_bias, ref.grad_bias, rtol, "grad_bias");
+}
+
+template <typename E>
+bool same_bits(const std::vector<E>& a, const std::vector<E>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
+}
+
+template <typename T>
+void require_same_bits(const Results<T>& a, const Results<T>& b, const std::string& what) {
+  INFO(what);
+  CHECK(same_bits(a.logits, b.logits));
+  CHECK(same_bits(a.grad_q, b.grad_q));
+  CHECK(same_bits(a.grad_w, b.grad_w));
+  CHECK(same_bits(a.grad_bias, b.grad_bias));
+}
+
+// CSKA-ViT-S's logits (8x8 grids, 65 keys of head dim 64 in rows of 72; ten images: two row
+// chunks for grad_w, two images a forward and grad_q block), CSKAFormer-like grids of several
+// key chunks, windows, a 5x9 grid without a bias and a 5x5 filter at head dim 128.
+std::vector<Problem> problems() {
+  return {
+      {"cska-vit-s 8x8 65 keys d64 rows of 72", {10, 2, 8, 8, 65, 64, 3}, true, 72},
+      {"14x14 196 keys d16", {1, 2, 14, 14, 196, 16, 3}, true, 0},
+      {"7x7 49 keys d32", {2, 2, 7, 7, 49, 32, 3}, true, 0},
+      {"5x9 45 keys d48 without a bias", {3, 1, 5, 9, 45, 48, 3}, false, 0},
+      {"6x6 36 keys d128 5x5 filter", {2, 1, 6, 6, 36, 128, 5}, true, 40},
+  };
+}
+
+TEST_CASE("simt: direct conv logits against an f64 reference (bf16)", "[cpu][simt]") {
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 21);
+    require_reference(x, run(x, Forms{}), reference(x), "grad_w per tap");
+    Forms rows;
+    rows.grad_w_rows = true;
+    require_reference(x, run(x, rows), reference(x), "grad_w per row");
+  }
+}
+
+TEST_CASE("simt: direct conv logits against an f64 reference (f16)", "[cpu][simt]") {
+  for (const Problem& p : {problems()[0], problems()[2]}) {
+    const Data<__half> x = make_data<__half>(p, 23);
+    require_reference(x, run(x, Forms{}), reference(x), "f16");
+  }
+}
+
+TEST_CASE("simt: conv logits grad_w by filter rows gives the per-tap blocks' bits", "[cpu][simt]") {
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 25);
+    for (bool async : {true, false}) {
+      Forms taps, rows;
+      taps.async_loads = rows.async_loads = async;
+      rows.grad_w_rows = true;
+      require_same_bits(run(x, rows), run(x, taps), p.name + (async ? ": ldmatrix" : ": sync"));
+    }
+  }
+}
+
+TEST_CASE("simt: conv logits by 16- and 32-bit loads give the ldmatrix fragments' bits",
+          "[cpu][simt]") {
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 27);
+    Forms async, sync;
+    sync.async_loads = false;
+    require_same_bits(run(x, sync), run(x, async), p.name);
+  }
+}
+
+TEST_CASE("simt: conv logits give the same bits whatever order a block's threads run in",
+          "[cpu][simt]") {
+  for (const Problem& p : {problems()[0], problems()[1], problems()[4]}) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 29);
+    for (bool rows : {false, true}) {
+      Forms base;
+      base.grad_w_rows = rows;
+      const Results<__nv_bfloat16> want = run(x, base);
+      for (auto s : {ska::simt::Schedule::kReverse, ska::simt::Schedule::kShuffled}) {
+        Forms f = base;
+        f.schedule = s;
+        require_same_bits(run(x, f), want,
+                          p.name + (rows ? ", grad_w per row" : ", grad_w per tap") +
+                              (s == ska::simt::Schedule::kReverse ? ": reversed" : ": shuffled"));
+      }
+    }
+  }
+}
+
+}  // namespace
