@@ -42,29 +42,49 @@ double from(T x) {
   }
 }
 
-// One problem: q as the heads of a [B, H*W, heads * d] projection (q's strides (P heads d, d,
-// heads d)), the logits and their gradient [B, heads, P, keys] in rows of `row` >= keys.
+// One problem, in the layouts CSKA's mixers give the kernels: q as the heads of a
+// [B, tokens, q_width] projection (q_width = heads d, or twice that with `wide`: a projection
+// whose other half the kernels must not read), the logits and their gradient [B, heads, tokens,
+// row] with rows of `row` >= keys; with `class_row`, token 0 is the class token, which the
+// kernels skip: q starts at token 1 and the logits at row 1, as CSKA-ViT's mixer writes the grid
+// rows below the class row. grad_q goes into a buffer shaped like the projection.
 struct Problem {
   std::string name;
   ConvLogitsGeometry geo;  // batch, heads, height, width, keys, d, kernel
   bool bias = true;
   int64_t row = 0;  // 0: keys
+  bool class_row = false, wide = false;
 };
 
 template <typename T>
 struct Data {
   Problem p;
-  std::vector<T> q, w, bias, grad;
+  std::vector<T> q, w, bias, grad;  // q and grad: whole buffers, NaN where not live
   int64_t positions() const { return p.geo.height * p.geo.width; }
+  int64_t tokens() const { return positions() + (p.class_row ? 1 : 0); }
   int64_t row() const { return p.row > 0 ? p.row : p.geo.keys; }
-  Strides q_strides() const {
-    return {positions() * p.geo.heads * p.geo.d, p.geo.d, p.geo.heads * p.geo.d};
-  }
+  int64_t q_width() const { return (p.wide ? 2 : 1) * p.geo.heads * p.geo.d; }
+  int64_t q_offset() const { return p.class_row ? q_width() : 0; }
+  int64_t logit_offset() const { return p.class_row ? row() : 0; }
+  Strides q_strides() const { return {tokens() * q_width(), p.geo.d, q_width()}; }
   Strides logit_strides() const {
-    return {p.geo.heads * positions() * row(), positions() * row(), row()};
+    return {p.geo.heads * tokens() * row(), tokens() * row(), row()};
   }
+  size_t q_count() const { return static_cast<size_t>(p.geo.batch * tokens() * q_width()); }
   size_t logit_count() const {
-    return static_cast<size_t>(p.geo.batch * p.geo.heads) * positions() * row();
+    return static_cast<size_t>(p.geo.batch * p.geo.heads * tokens() * row());
+  }
+  // Whether element i of the q (or grad_q) buffer, or of the logits (or their gradient), is
+  // one the kernels read or write.
+  bool q_live(size_t i) const {
+    const int64_t col = static_cast<int64_t>(i) % q_width();
+    const int64_t token = static_cast<int64_t>(i) / q_width() % tokens();
+    return col < p.geo.heads * p.geo.d && token >= (p.class_row ? 1 : 0);
+  }
+  bool logit_live(size_t i) const {
+    const int64_t col = static_cast<int64_t>(i) % row();
+    const int64_t token = static_cast<int64_t>(i) / row() % tokens();
+    return col < p.geo.keys && token >= (p.class_row ? 1 : 0);
   }
 };
 
@@ -72,18 +92,20 @@ template <typename T>
 Data<T> make_data(const Problem& p, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto fill = [&](size_t n) {
+  const T nan = to<T>(NAN);
+  auto fill = [&](size_t n, auto live) {
     std::vector<T> x(n);
-    for (T& e : x) e = to<T>(normal(rng));
+    for (size_t i = 0; i < n; ++i) x[i] = live(i) ? to<T>(normal(rng)) : nan;
     return x;
   };
+  auto all = [](size_t) { return true; };
   Data<T> x;
   x.p = p;
   const ConvLogitsGeometry& g = p.geo;
-  x.q = fill(static_cast<size_t>(g.batch) * x.positions() * g.heads * g.d);
-  x.w = fill(static_cast<size_t>(g.heads) * g.kernel * g.kernel * g.keys * g.d);
-  if (p.bias) x.bias = fill(static_cast<size_t>(g.heads) * g.keys);
-  x.grad = fill(x.logit_count());
+  x.q = fill(x.q_count(), [&](size_t i) { return x.q_live(i); });
+  x.w = fill(static_cast<size_t>(g.heads) * g.kernel * g.kernel * g.keys * g.d, all);
+  if (p.bias) x.bias = fill(static_cast<size_t>(g.heads) * g.keys, all);
+  x.grad = fill(x.logit_count(), [&](size_t i) { return x.logit_live(i); });
   return x;
 }
 
@@ -111,15 +133,17 @@ Results<T> run(const Data<T>& x, const Forms& f) {
   ska::set_cuda_conv_logits_grad_w_rows(f.grad_w_rows);
   ska::simt::set_schedule(f.schedule, 77);
   Results<T> r;
+  const T* q = x.q.data() + x.q_offset();
   r.logits = unwritten<T>(x.logit_count());
-  ska::simt::conv_logits::forward(g, x.q.data(), x.q_strides(), x.w.data(),
-                                  x.p.bias ? x.bias.data() : nullptr, r.logits.data(),
-                                  x.logit_strides());
-  r.grad_q = unwritten<T>(x.q.size());  // in q's layout
+  ska::simt::conv_logits::forward(g, q, x.q_strides(), x.w.data(),
+                                  x.p.bias ? x.bias.data() : nullptr,
+                                  r.logits.data() + x.logit_offset(), x.logit_strides());
+  r.grad_q = unwritten<T>(x.q_count());  // shaped like the projection
   r.grad_w = unwritten<T>(x.w.size());
   if (x.p.bias) r.grad_bias = unwritten<T>(x.bias.size());
-  ska::simt::conv_logits::backward(g, x.grad.data(), x.logit_strides(), x.q.data(), x.q_strides(),
-                                   x.w.data(), r.grad_q.data(), x.q_strides(), r.grad_w.data(),
+  ska::simt::conv_logits::backward(g, x.grad.data() + x.logit_offset(), x.logit_strides(), q,
+                                   x.q_strides(), x.w.data(), r.grad_q.data() + x.q_offset(),
+                                   x.q_strides(), r.grad_w.data(),
                                    x.p.bias ? r.grad_bias.data() : nullptr);
   ska::set_cuda_conv_logits_grad_w_rows(false);
   ska::simt::conv_logits::set_async_loads(true);
@@ -136,9 +160,10 @@ Reference reference(const Data<T>& x) {
   const ConvLogitsGeometry& g = x.p.geo;
   const int64_t P = x.positions(), K = g.keys, d = g.d, k = g.kernel, r = k / 2;
   const Strides qs = x.q_strides(), ls = x.logit_strides();
-  Reference ref;
+  const int64_t q0 = x.q_offset(), l0 = x.logit_offset();
+  Reference ref;  // over the whole buffers (0 where not live)
   ref.logits.assign(x.logit_count(), 0.0);
-  ref.grad_q.assign(x.q.size(), 0.0);
+  ref.grad_q.assign(x.q_count(), 0.0);
   ref.grad_w.assign(x.w.size(), 0.0);
   ref.grad_bias.assign(x.bias.size(), 0.0);
   for (int64_t b = 0; b < g.batch; ++b) {
@@ -146,7 +171,7 @@ Reference reference(const Data<T>& x) {
       for (int64_t p = 0; p < P; ++p) {
         const int64_t y = p / g.width, xx = p % g.width;
         for (int64_t j = 0; j < K; ++j) {
-          const int64_t l = b * ls.b + h * ls.h + p * ls.p + j;
+          const int64_t l = l0 + b * ls.b + h * ls.h + p * ls.p + j;
           double sum = x.p.bias ? from(x.bias[h * K + j]) : 0.0;
           const double dl = from(x.grad[l]);
           if (x.p.bias) ref.grad_bias[h * K + j] += dl;
@@ -156,7 +181,7 @@ Reference reference(const Data<T>& x) {
               if (ny < 0 || ny >= g.height || nx < 0 || nx >= g.width) continue;
               const int64_t n = ny * g.width + nx, tap = dy * k + dx;
               for (int64_t c = 0; c < d; ++c) {
-                const int64_t qi = b * qs.b + h * qs.h + n * qs.p + c;
+                const int64_t qi = q0 + b * qs.b + h * qs.h + n * qs.p + c;
                 const int64_t wi = ((h * k * k + tap) * K + j) * d + c;
                 sum += from(x.q[qi]) * from(x.w[wi]);
                 ref.grad_q[qi] += dl * from(x.w[wi]);
@@ -172,26 +197,29 @@ Reference reference(const Data<T>& x) {
   return ref;
 }
 
-// Every element within the rounding of one f32 sum to T (half a unit in the last place: 2^-8
-// of the value in bf16, 2^-11 in f16; the kernels round nothing before) of the f64 reference,
-// plus 1e-4 of the reference's RMS for the f32 sums' own error; every element written, and the
-// logits' row padding (where `row` > keys) left as it was. A neighbour or a key missed in one
-// element fails it.
-template <typename T>
+// Every live element within the rounding of one f32 sum to T (half a unit in the last place:
+// 2^-8 of the value in bf16, 2^-11 in f16; the kernels round nothing before) of the f64
+// reference, plus 1e-4 of the reference's RMS for the f32 sums' own error; every other element
+// of the buffer (row padding, the class row, the projection's other columns) left as it was.
+// A neighbour or a key missed in one element fails it.
+template <typename T, typename Live>
 void require_near(const std::vector<T>& actual, const std::vector<double>& expected,
-                  const std::string& what, int64_t row = 0, int64_t live = 0) {
+                  const std::string& what, Live live) {
   INFO(what);
   REQUIRE(actual.size() == expected.size());
   const double eps = std::is_same_v<T, __nv_bfloat16> ? 0x1p-8 : 0x1p-11;
   double norm = 0.0;
-  for (double e : expected) norm += e * e;
-  const double rms = std::sqrt(norm / std::max<size_t>(expected.size(), 1));
-  int64_t padding_written = 0, outside = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (live(i)) norm += expected[i] * expected[i], ++n;
+  }
+  const double rms = std::sqrt(norm / std::max<int64_t>(n, 1));
+  int64_t others_written = 0, outside = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
-    if (row > 0 && static_cast<int64_t>(i % row) >= live) {
+    if (!live(i)) {
       uint16_t bits;
       std::memcpy(&bits, &actual[i], 2);
-      padding_written += bits != 0xffff;
+      others_written += bits != 0xffff;
       continue;
     }
     const double a = from(actual[i]), e = expected[i];
@@ -200,7 +228,7 @@ void require_near(const std::vector<T>& actual, const std::vector<double>& expec
       if (outside++ == 0) UNSCOPED_INFO("first at " << i << ": " << a << " against " << e);
     }
   }
-  CHECK(padding_written == 0);
+  CHECK(others_written == 0);
   CHECK(outside == 0);
 }
 
@@ -208,10 +236,11 @@ template <typename T>
 void require_reference(const Data<T>& x, const Results<T>& r, const Reference& ref,
                        const std::string& what) {
   INFO(x.p.name << ": " << what);
-  require_near(r.logits, ref.logits, "logits", x.row(), x.p.geo.keys);
-  require_near(r.grad_q, ref.grad_q, "grad_q");
-  require_near(r.grad_w, ref.grad_w, "grad_w");
-  if (x.p.bias) require_near(r.grad_bias, ref.grad_bias, "grad_bias");
+  auto all = [](size_t) { return true; };
+  require_near(r.logits, ref.logits, "logits", [&](size_t i) { return x.logit_live(i); });
+  require_near(r.grad_q, ref.grad_q, "grad_q", [&](size_t i) { return x.q_live(i); });
+  require_near(r.grad_w, ref.grad_w, "grad_w", all);
+  if (x.p.bias) require_near(r.grad_bias, ref.grad_bias, "grad_bias", all);
 }
 
 template <typename E>
@@ -228,14 +257,20 @@ void require_same_bits(const Results<T>& a, const Results<T>& b, const std::stri
   CHECK(same_bits(a.grad_bias, b.grad_bias));
 }
 
-// CSKA-ViT-S's logits (8x8 grids, 65 keys of head dim 64 in rows of 72; ten images: two row
-// chunks for grad_w, two images a forward and grad_q block), CSKAFormer-like grids of several
-// key chunks, windows, a 5x9 grid without a bias and a 5x5 filter at head dim 128.
+// CSKA-ViT-S's logits as its mixer gives them (8x8 grids below a class row, q from a projection
+// twice as wide, 65 keys of head dim 64 in rows of 72; ten images: two row chunks for grad_w,
+// two images a forward and grad_q block), CSKAFormer-like grids of several key chunks, windows,
+// a 5x9 grid without a bias and a 5x5 filter at head dim 128.
 std::vector<Problem> problems() {
   return {
-      {"cska-vit-s 8x8 65 keys d64 rows of 72", {10, 2, 8, 8, 65, 64, 3}, true, 72},
+      {"cska-vit-s 8x8 65 keys d64 rows of 72 below a class row",
+       {10, 2, 8, 8, 65, 64, 3},
+       true,
+       72,
+       true,
+       true},
       {"14x14 196 keys d16", {1, 2, 14, 14, 196, 16, 3}, true, 0},
-      {"7x7 49 keys d32", {2, 2, 7, 7, 49, 32, 3}, true, 0},
+      {"7x7 49 keys d32 from a wide projection", {2, 2, 7, 7, 49, 32, 3}, true, 0, false, true},
       {"5x9 45 keys d48 without a bias", {3, 1, 5, 9, 45, 48, 3}, false, 0},
       {"6x6 36 keys d128 5x5 filter", {2, 1, 6, 6, 36, 128, 5}, true, 40},
   };
