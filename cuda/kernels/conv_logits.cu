@@ -190,25 +190,47 @@ __device__ __forceinline__ void neighbours(const T* (&src)[2], bool (&ok)[2], co
   }
 }
 
+// ldmatrix's zero rows for the lanes whose neighbour is off the grid, in a 128-byte aligned piece
+// of shared memory of its own (kZeroBytes, the last the kernels carve; the block zeroes it once):
+// row q, 16 bytes at q * 16, lies in bank group q % 8 (of 4 banks each). A lane whose neighbour
+// is off the grid names row g + col / 8, g the group its neighbour's row would be in at column 0,
+// so that the 8 rows of an ldmatrix matrix (8 consecutive positions' neighbours) stay in 8
+// different groups whether or not some are off the grid (one shared-memory wavefront a matrix,
+// where one zero row for all put a second on most matrices of an edge tap), and its row at
+// column col is its row at column 0 plus col, as an in-grid lane's: no select in the loop.
+// Columns up to 128 (col / 8 <= 14): 7 + 14 + 1 rows.
+constexpr int kZeroRows = 22;
+constexpr int kZeroBytes = kZeroRows * 16;
+template <typename T>
+__device__ __forceinline__ void clear_zero_rows(T* zeros) {
+  if (threadIdx.x < kZeroRows) {
+    *reinterpret_cast<uint4*>(zeros + threadIdx.x * 8) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // The row lane l names to ldmatrix_x4 for the A fragment of the warp's 16 positions (first
-// position `first`) at offset (dy, dx): row l % 16's neighbour, column 8 (l / 16), or null where
-// it is off the grid (the lane then names the tile's zero row).
+// position `first`) at offset (dy, dx), at column 0: row l % 16's neighbour, column 8 (l / 16),
+// or where it is off the grid the zero row (kZeroBytes at `zeros`) in the bank group the
+// neighbour's row would have been in.
 template <typename T>
 __device__ __forceinline__ const T* lane_neighbour(const T* tile, int ld, int first, int p0, int dy,
-                                                   int dx, const Args<T>& a, int lane) {
-  const int row = neighbour_row(first + lane % 16, p0, dy, dx, a);
-  return row >= 0 ? tile + row * ld + lane / 16 * 8 : nullptr;
+                                                   int dx, const Args<T>& a, int lane,
+                                                   const T* zeros) {
+  const int p = first + lane % 16, row = neighbour_row(p, p0, dy, dx, a);
+  if (row >= 0) return tile + row * ld + lane / 16 * 8;
+  const int group = ((p + dy * a.width + dx - p0 + a.halo) * (ld / 8) + lane / 16) & 7;
+  return zeros + group * 8;
 }
 
 // The A fragment of the warp's 16 neighbours at columns [col, col + 16): by one ldmatrix.x4 from
-// the rows lane_neighbour named (`zeros`, 16 zero bytes, for those off the grid) with kLdsm, else
-// by 32-bit loads (load_a_rows; the same registers).
+// the rows lane_neighbour named, each at column col, with kLdsm, else by 32-bit loads
+// (load_a_rows; the same registers).
 template <bool kLdsm, typename T>
 __device__ __forceinline__ void load_a_neighbours(uint32_t (&fa)[4], const T* mine,
                                                   const T* const (&src)[2], const bool (&ok)[2],
-                                                  const T* zeros, int col) {
+                                                  int col) {
   if constexpr (kLdsm) {
-    attn::ldmatrix_x4(fa, mine != nullptr ? mine + col : zeros);
+    attn::ldmatrix_x4(fa, mine + col);
   } else {
     load_a_rows(fa, src, ok, col);
   }
@@ -251,19 +273,21 @@ struct TapRows {
   bool ok[kPer][2];
   const T* mine[kPer];
   template <bool kLdsm>
-  __device__ __forceinline__ void load_a(uint32_t (&fa)[4], int u, const T* zeros, int col) const {
-    load_a_neighbours<kLdsm>(fa, mine[u], src[u], ok[u], zeros, col);
+  __device__ __forceinline__ void load_a(uint32_t (&fa)[4], int u, int col) const {
+    load_a_neighbours<kLdsm>(fa, mine[u], src[u], ok[u], col);
   }
 };
 template <int kPer, typename T>
 __device__ __forceinline__ TapRows<kPer, T> tap_rows(T* const (&tiles)[kPer], int ld,
                                                      const Tiles<kPer>& tl, int dy, int dx,
-                                                     const Args<T>& a, int warp, int lane) {
+                                                     const Args<T>& a, int warp, int lane,
+                                                     const T* zeros) {
   TapRows<kPer, T> rows;
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
     neighbours(rows.src[u], rows.ok[u], tiles[u], ld, tl.pos[u], tl.p0[u], dy, dx, a, lane & 3);
-    rows.mine[u] = lane_neighbour(tiles[u], ld, tl.p0[u] + warp * kRows, tl.p0[u], dy, dx, a, lane);
+    rows.mine[u] =
+        lane_neighbour(tiles[u], ld, tl.p0[u] + warp * kRows, tl.p0[u], dy, dx, a, lane, zeros);
   }
   return rows;
 }
@@ -290,9 +314,8 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
   // the warps multiply the current one's.
   T* const w0 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
   T* const w1 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ld * 2));
-  // ldmatrix's zero row for neighbours off the grid: row 0's padding, which no stage writes.
-  T* zeros = q_s[0] + a.d;
-  if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
+  T* const zeros = reinterpret_cast<T*>(smem + carve.take(kZeroBytes));  // for off-grid lanes
+  if (kLdsm) clear_zero_rows(zeros);
 
   const Tiles<kPer> tl = tiles_of<kPer>(a, unit0, warp, g);
   const auto& [b, p0, pos, staged, active, any_active] = tl;
@@ -337,12 +360,12 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_forward_kernel(Args<T
     for (int tap = tap0; tap < (any_active ? tap0 + group : tap0); ++tap) {
       const T* wt_s = w_s + (tap - tap0) * kKeys * ld;  // this tap's filters, [80 keys][d]
       const int dy = tap / a.k - a.radius, dx = tap % a.k - a.radius;
-      const TapRows<kPer, T> rows = tap_rows(q_s, ld, tl, dy, dx, a, warp, lane);
+      const TapRows<kPer, T> rows = tap_rows(q_s, ld, tl, dy, dx, a, warp, lane, zeros);
       for (int ks = 0; ks < a.d / 16; ++ks) {
         uint32_t fa[kPer][4];
 #pragma unroll
         for (int u = 0; u < kPer; ++u) {
-          if (active[u]) rows.template load_a<kLdsm>(fa[u], u, zeros, ks * 16);
+          if (active[u]) rows.template load_a<kLdsm>(fa[u], u, ks * 16);
         }
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n) {
@@ -411,8 +434,8 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
   for (int u = 0; u < kPer; ++u) g_s[u] = reinterpret_cast<T*>(smem + carve.take(span * ldg * 2));
   T* const w0 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
   T* const w1 = reinterpret_cast<T*>(smem + carve.take(a.group * kKeys * ldw * 2));
-  T* zeros = g_s[0] + kKeys;  // row 0's padding, as the forward kernel's
-  if (kLdsm && threadIdx.x == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
+  T* const zeros = reinterpret_cast<T*>(smem + carve.take(kZeroBytes));  // as the forward's
+  if (kLdsm) clear_zero_rows(zeros);
 
   const T* wh = a.w + static_cast<int64_t>(h) * a.taps * a.keys * a.d;
   const Tiles<kPer> tl = tiles_of<kPer>(a, unit0, warp, g);
@@ -470,12 +493,12 @@ __global__ void __launch_bounds__(kWarps * 32) conv_logits_grad_q_kernel(Args<T>
       const T* wt_s = w_s + (tap - tap0) * kKeys * ldw;  // this tap's filters, [80 keys][d]
       // The forward pair (s - off, tap) reached s: the neighbour at -(dy, dx).
       const int dy = a.radius - tap / a.k, dx = a.radius - tap % a.k;
-      const TapRows<kPer, T> rows = tap_rows(g_s, ldg, tl, dy, dx, a, warp, lane);
+      const TapRows<kPer, T> rows = tap_rows(g_s, ldg, tl, dy, dx, a, warp, lane, zeros);
       for (int ks = 0; ks < steps; ++ks) {
         uint32_t fa[kPer][4];
 #pragma unroll
         for (int u = 0; u < kPer; ++u) {
-          if (active[u]) rows.template load_a<kLdsm>(fa[u], u, zeros, ks * 16);
+          if (active[u]) rows.template load_a<kLdsm>(fa[u], u, ks * 16);
         }
         const T* wk = wt_s + ks * 16 * ldw;  // b(j, c) = w[j][c], down the filters' rows
 #pragma unroll
@@ -736,11 +759,13 @@ void dispatch_loads(F&& f) {
 }
 
 // The dynamic shared memory of a forward or grad_q block owning `per` tiles: `per` staged tiles
-// of tile_bytes each, then two buffers of a tap group's filters (the kernels' carving).
+// of tile_bytes each, two buffers of a tap group's filters and the zero rows (the kernels'
+// carving).
 int tiles_smem(int per, int tile_bytes, int filter_bytes) {
   Carver carve;
   for (int u = 0; u < per; ++u) carve.take(tile_bytes);
   for (int i = 0; i < 2; ++i) carve.take(filter_bytes);
+  carve.take(kZeroBytes);
   return carve.bytes;
 }
 

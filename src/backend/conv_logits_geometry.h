@@ -111,15 +111,15 @@ inline int64_t conv_logits_tap_group(int64_t d, int64_t k) {
 
 // Whether the CUDA kernels take head dim d on a grid `width` wide with a k x k filter: d a
 // multiple of 16 up to 128, and the forward and grad_q kernels' shared tiles (64 positions with a
-// halo of (k/2) * (width + 1) rows on either side, and two buffers of a group of taps' filters
-// for 80 keys, each piece 128-byte aligned) within 96 KiB.
+// halo of (k/2) * (width + 1) rows on either side, two buffers of a group of taps' filters for
+// 80 keys and 384 bytes of zero rows, each piece 128-byte aligned) within 96 KiB.
 inline bool conv_logits_direct_fits(int64_t d, int64_t width, int64_t k) {
   if (d < 16 || d > 128 || d % 16 != 0 || k < 1 || k % 2 == 0) return false;
   const int64_t span = 64 + 2 * ((k / 2) * width + k / 2), padded = 2 * (d + 8);
   const int64_t group = conv_logits_tap_group(d, k) * kConvLogitsKeys * padded;
   const int64_t filters = 2 * ((group + 127) / 128 * 128);
-  const int64_t forward = span * padded + 128 + filters;
-  const int64_t grad_q = span * 2 * (kConvLogitsKeys + 8) + 128 + filters;
+  const int64_t forward = span * padded + 128 + filters + 384;
+  const int64_t grad_q = span * 2 * (kConvLogitsKeys + 8) + 128 + filters + 384;
   return std::max(forward, grad_q) <= 96 * 1024;
 }
 

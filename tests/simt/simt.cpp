@@ -278,6 +278,7 @@ void syncthreads() {
   ++g_block.arrived;
   ++g_progress;
   ++f.barriers;
+  if (f.ids.thread.x == 0) ++g_counts.barriers;
   release_barrier_if_complete();
   while (g_block.epoch == epoch) yield();
 }
@@ -312,6 +313,7 @@ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
   };
   Operands mine{{a[0], a[1], a[2], a[3]}, {b0, b1}, {c[0], c[1], c[2], c[3]}};
   const auto* all = reinterpret_cast<const Operands*>(exchange(&mine, sizeof mine));
+  if (current().ids.thread.x % 32 == 0) ++g_counts.mma;
   auto value = [bf16](uint32_t word, int half) {
     const auto bits = static_cast<uint16_t>(half ? word >> 16 : word & 0xffffu);
     if (bf16) return static_cast<double>(__uint_as_float(static_cast<uint32_t>(bits) << 16));
@@ -339,6 +341,20 @@ void ldmatrix(uint32_t* regs, int count, bool trans, const void* row) {
     if (!in_shared(row, 16)) fail("an ldmatrix row outside the block's dynamic shared memory");
   }
   const auto* rows = reinterpret_cast<const unsigned char* const*>(exchange(&row, sizeof row));
+  if (lane == 0) {
+    for (int j = 0; j < count; ++j) {  // matrix j's 8 rows: distinct addresses a group of banks
+      std::vector<uintptr_t> distinct;
+      int in_group[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int r = 0; r < 8; ++r) {
+        const auto at = reinterpret_cast<uintptr_t>(rows[8 * j + r]);
+        if (std::find(distinct.begin(), distinct.end(), at) != distinct.end()) continue;
+        distinct.push_back(at);
+        ++in_group[at / 16 % 8];
+      }
+      ++g_counts.ldmatrix_matrices;
+      g_counts.ldmatrix_wavefronts += *std::max_element(in_group, in_group + 8);
+    }
+  }
   for (int j = 0; j < count; ++j) {
     if (!trans) {
       std::memcpy(&regs[j], rows[8 * j + lane / 4] + 4 * (lane % 4), 4);
@@ -365,6 +381,7 @@ void async_copy(void* shared, const void* global, int bytes) {
   std::memcpy(c.bytes, global, bytes);
   std::memset(shared, 0xff, bytes);  // unreadable until it lands
   f.open.push_back(c);
+  ++g_counts.async_copies;
 }
 
 void async_commit() {

@@ -526,4 +526,28 @@ TEST_CASE("simt: attention gives the same bits whatever order a block's threads 
   }
 }
 
+TEST_CASE("simt: the attention kernels' ldmatrix loads are free of bank conflicts", "[cpu][simt]") {
+  // Every 8 x 8 matrix in one shared-memory wavefront: the tiles' 16-byte row padding puts a
+  // matrix's 8 rows in the 8 groups of 4 banks (simt::Counts).
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 3);
+    Forms one_block, split, one_pass, persistent;
+    split.one_block_forward = split.one_block_backward = false;
+    one_pass.one_pass = true;
+    persistent.persistent = true;
+    for (const auto& [name, f] : {std::pair{"one-block", one_block},
+                                  {"tiled and split", split},
+                                  {"one-pass", one_pass},
+                                  {"persistent", persistent}}) {
+      const ska::simt::Counts before = ska::simt::counts();
+      run(x, f);
+      const ska::simt::Counts after = ska::simt::counts();
+      INFO(p.name << ": " << name);
+      CHECK(after.ldmatrix_matrices > before.ldmatrix_matrices);
+      CHECK(after.ldmatrix_wavefronts - before.ldmatrix_wavefronts ==
+            after.ldmatrix_matrices - before.ldmatrix_matrices);
+    }
+  }
+}
+
 }  // namespace

@@ -334,4 +334,25 @@ TEST_CASE("simt: conv logits give the same bits whatever order a block's threads
   }
 }
 
+TEST_CASE("simt: the conv-logit kernels' ldmatrix loads are free of bank conflicts",
+          "[cpu][simt]") {
+  // Every 8 x 8 matrix in one shared-memory wavefront (simt::Counts), the forward's and grad_q's
+  // neighbour rows included where some lanes' neighbours are off the grid (their zero rows are
+  // in the bank groups their rows would have been in).
+  for (const Problem& p : problems()) {
+    const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 3);
+    for (bool rows : {false, true}) {
+      Forms f;
+      f.grad_w_rows = rows;
+      const ska::simt::Counts before = ska::simt::counts();
+      run(x, f);
+      const ska::simt::Counts after = ska::simt::counts();
+      INFO(p.name << (rows ? ": grad_w per row" : ": grad_w per tap"));
+      CHECK(after.ldmatrix_matrices > before.ldmatrix_matrices);
+      CHECK(after.ldmatrix_wavefronts - before.ldmatrix_wavefronts ==
+            after.ldmatrix_matrices - before.ldmatrix_matrices);
+    }
+  }
+}
+
 }  // namespace
