@@ -47,13 +47,15 @@ double from(T x) {
 // whose other half the kernels must not read), the logits and their gradient [B, heads, tokens,
 // row] with rows of `row` >= keys; with `class_row`, token 0 is the class token, which the
 // kernels skip: q starts at token 1 and the logits at row 1, as CSKA-ViT's mixer writes the grid
-// rows below the class row. grad_q goes into a buffer shaped like the projection.
+// rows below the class row. With `interleaved` the logits and their gradient are laid out
+// [B, tokens, heads, row] (the heads of each position side by side). grad_q goes into a buffer
+// shaped like the projection.
 struct Problem {
   std::string name;
   ConvLogitsGeometry geo;  // batch, heads, height, width, keys, d, kernel
   bool bias = true;
   int64_t row = 0;  // 0: keys
-  bool class_row = false, wide = false;
+  bool class_row = false, wide = false, interleaved = false;
 };
 
 template <typename T>
@@ -65,9 +67,10 @@ struct Data {
   int64_t row() const { return p.row > 0 ? p.row : p.geo.keys; }
   int64_t q_width() const { return (p.wide ? 2 : 1) * p.geo.heads * p.geo.d; }
   int64_t q_offset() const { return p.class_row ? q_width() : 0; }
-  int64_t logit_offset() const { return p.class_row ? row() : 0; }
+  int64_t logit_offset() const { return p.class_row ? logit_strides().p : 0; }
   Strides q_strides() const { return {tokens() * q_width(), p.geo.d, q_width()}; }
   Strides logit_strides() const {
+    if (p.interleaved) return {tokens() * p.geo.heads * row(), row(), p.geo.heads * row()};
     return {p.geo.heads * tokens() * row(), tokens() * row(), row()};
   }
   size_t q_count() const { return static_cast<size_t>(p.geo.batch * tokens() * q_width()); }
@@ -83,7 +86,7 @@ struct Data {
   }
   bool logit_live(size_t i) const {
     const int64_t col = static_cast<int64_t>(i) % row();
-    const int64_t token = static_cast<int64_t>(i) / row() % tokens();
+    const int64_t token = static_cast<int64_t>(i) / logit_strides().p % tokens();
     return col < p.geo.keys && token >= (p.class_row ? 1 : 0);
   }
 };
@@ -260,7 +263,7 @@ void require_same_bits(const Results<T>& a, const Results<T>& b, const std::stri
 // CSKA-ViT-S's logits as its mixer gives them (8x8 grids below a class row, q from a projection
 // twice as wide, 65 keys of head dim 64 in rows of 72; ten images: two row chunks for grad_w,
 // two images a forward and grad_q block), CSKAFormer-like grids of several key chunks, windows,
-// a 5x9 grid without a bias and a 5x5 filter at head dim 128.
+// a 5x9 grid without a bias in [B, tokens, heads, row] logits and a 5x5 filter at head dim 128.
 std::vector<Problem> problems() {
   return {
       {"cska-vit-s 8x8 65 keys d64 rows of 72 below a class row",
@@ -271,7 +274,13 @@ std::vector<Problem> problems() {
        true},
       {"14x14 196 keys d16", {1, 2, 14, 14, 196, 16, 3}, true, 0},
       {"7x7 49 keys d32 from a wide projection", {2, 2, 7, 7, 49, 32, 3}, true, 0, false, true},
-      {"5x9 45 keys d48 without a bias", {3, 1, 5, 9, 45, 48, 3}, false, 0},
+      {"5x9 45 keys d48 without a bias, heads interleaved below a class row",
+       {3, 2, 5, 9, 45, 48, 3},
+       false,
+       48,
+       true,
+       false,
+       true},
       {"6x6 36 keys d128 5x5 filter", {2, 1, 6, 6, 36, 128, 5}, true, 40},
   };
 }
