@@ -793,8 +793,8 @@ __host__ __device__ inline int persistent_set_bytes(const Inputs<T>& in) {
 // empty group after the last index, so that there is one group per iteration and
 // wait_copies_pending<1> means "this index's group has landed"); wait; a barrier publishes
 // every thread's copies; compute; a barrier, after which the set just read may be restaged.
-// scripts/attention_mma_emulate.py mirrors the schedule, with copies landing only at the wait
-// and their set poisoned from their issue.
+// tests/simt runs it on the CPU with copies landing only at their wait and their set poisoned
+// from their issue.
 template <typename T, int kHead>
 __global__ void __launch_bounds__(kShortWarps * 32)
     mma_persistent_backward_kernel(BackwardArgs<T> a) {

@@ -39,8 +39,8 @@
 // 32- and 16-bit loads (train.attention_loads: sync) took 2.4 (forward) and 4.5 (grad_q,
 // grad_w). The same registers either way, so the same bits.
 //
-// Status: checked on the CPU by scripts/conv_logits_emulate.py (the kernels' index arithmetic
-// lane by lane, both fragment loads); [cuda] tests against the CPU twin in
+// Status: run on the CPU by tests/simt (this file's own code: an f64 reference, both fragment
+// loads, the layouts CSKA's mixers give, bank conflicts); [cuda] tests against the CPU twin in
 // tests/cuda/test_conv_logits.cpp, which passed on an H200 (2026-11-28) before the ldmatrix
 // fragments and the padded rows (not yet run on a GPU since). train.conv_logits: auto times this
 // form against the convolution and the GEMM per shape and takes the fastest.
