@@ -21,14 +21,19 @@
 
 #include "backend/device_runtime.h"
 #include "cuda/kernels/attention_tc.cuh"
+#include "tests/simt/values.h"
 
 namespace {
 
-using ska::cuda::StridedIndexer;
 using ska::cuda::attn::BackwardArgs;
 using ska::cuda::attn::ForwardArgs;
 using ska::cuda::attn::Inputs;
 using ska::cuda::attn::View;
+using ska::simt::same_bits;
+using ska::simt::to16;
+using ska::simt::untouched;
+using ska::simt::unwritten;
+using ska::simt::value;
 
 // One attention problem: `heads` leading indices of nq queries and nk keys. q, k and v are
 // either dense [heads, n, d] or, with `packed`, strided views of one [batch, n, 3, 2, d]
@@ -53,31 +58,6 @@ View dense_view(int64_t lead, int64_t lead_stride, int64_t row) {
   v.lead.strides[0] = lead_stride;
   v.row = row;
   v.col = 1;
-  return v;
-}
-
-template <typename T>
-T to(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16(x);
-  } else {
-    return __float2half(x);
-  }
-}
-template <typename T>
-float from(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(x);
-  } else {
-    return __half2float(x);
-  }
-}
-
-// 16-bit words all ones: NaN in bf16 and f16, what an element no kernel wrote keeps.
-template <typename T>
-std::vector<T> unwritten(size_t n) {
-  std::vector<T> v(n);
-  std::memset(static_cast<void*>(v.data()), 0xff, n * sizeof(T));
   return v;
 }
 
@@ -110,7 +90,7 @@ Data<T> make_data(const Problem& p, uint32_t seed) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto fill = [&](size_t n, float s) {
     std::vector<T> x(n);
-    for (T& e : x) e = to<T>(s * normal(rng));
+    for (T& e : x) e = to16<T>(s * normal(rng));
     return x;
   };
   Data<T> x;
@@ -203,7 +183,10 @@ std::vector<float> delta_of(const Data<T>& x, const std::vector<T>& out) {
   std::vector<float> delta(static_cast<size_t>(p.heads) * p.nq);
   for (size_t row = 0; row < delta.size(); ++row) {
     float s = 0.0f;
-    for (int c = 0; c < p.dv; ++c) s += from(x.go[row * p.dv + c]) * from(out[row * p.dv + c]);
+    for (int c = 0; c < p.dv; ++c) {
+      s += static_cast<float>(value(x.go[row * p.dv + c])) *
+           static_cast<float>(value(out[row * p.dv + c]));
+    }
     delta[row] = s;
   }
   return delta;
@@ -281,10 +264,10 @@ Reference reference(const Data<T>& x, const std::vector<T>& kernel_out) {
     const T* q = in.q + in.qv.lead.offset(g);
     const T* k = in.k + in.kv.lead.offset(g);
     const T* v = in.v + in.vv.lead.offset(g);
-    auto Q = [&](int i, int c) { return double(from(q[i * in.qv.row + c])); };
-    auto K = [&](int j, int c) { return double(from(k[j * in.kv.row + c])); };
-    auto V = [&](int j, int c) { return double(from(v[j * in.vv.row + c])); };
-    auto dO = [&](int i, int c) { return double(from(x.go[(int64_t{g} * p.nq + i) * p.dv + c])); };
+    auto Q = [&](int i, int c) { return double(value(q[i * in.qv.row + c])); };
+    auto K = [&](int j, int c) { return double(value(k[j * in.kv.row + c])); };
+    auto V = [&](int j, int c) { return double(value(v[j * in.vv.row + c])); };
+    auto dO = [&](int i, int c) { return double(value(x.go[(int64_t{g} * p.nq + i) * p.dv + c])); };
     for (int i = 0; i < p.nq; ++i) {
       const int64_t row = int64_t{g} * p.nq + i;
       double mx = -INFINITY;
@@ -294,7 +277,7 @@ Reference reference(const Data<T>& x, const std::vector<T>& kernel_out) {
         double s = 0.0;
         for (int c = 0; c < p.d; ++c) s += Q(i, c) * K(j, c);
         z[j] = scale * s;
-        if (p.bias) z[j] += from(x.bias[row * p.bias_row + j]);
+        if (p.bias) z[j] += value(x.bias[row * p.bias_row + j]);
         mx = std::max(mx, z[j]);
       }
       double sum = 0.0;
@@ -360,7 +343,7 @@ void require_near(const std::vector<T>& actual, const std::vector<double>& expec
   const double slack = 1e-6 * std::sqrt(norm / std::max<size_t>(expected.size(), 1));
   int64_t outside = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
-    const double a = from(actual[i]);
+    const double a = value(actual[i]);
     REQUIRE(std::isfinite(a));
     if (std::abs(a - expected[i]) > bound[i] + slack) {
       if (outside++ == 0) {
@@ -386,9 +369,7 @@ void require_grad_bias(const Problem& p, const std::vector<T>& gb, const Referen
         want.push_back(ref.gb[row * p.bias_row + j]);
         bound.push_back(ref.gb_bound[row * p.bias_row + j]);
       } else {
-        uint16_t bits;
-        std::memcpy(&bits, &e, 2);
-        touched += bits != 0xffff;
+        touched += !untouched(e);
       }
     }
   }
@@ -410,11 +391,6 @@ void require_reference(const Data<T>& x, const Results<T>& r, const std::string&
     require_near(r.gk, ref.gk, ref.gk_bound, "grad_k");
   }
   if (x.p.bias) require_grad_bias(x.p, r.gb, ref);
-}
-
-template <typename E>
-bool same_bits(const std::vector<E>& a, const std::vector<E>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
 }
 
 template <typename T>

@@ -19,28 +19,17 @@
 
 #include "backend/device_runtime.h"
 #include "tests/simt/conv_logits_host.h"
+#include "tests/simt/values.h"
 
 namespace {
 
 using ska::ConvLogitsGeometry;
+using ska::simt::same_bits;
+using ska::simt::to16;
+using ska::simt::untouched;
+using ska::simt::unwritten;
+using ska::simt::value;
 using ska::simt::conv_logits::Strides;
-
-template <typename T>
-T to(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16(x);
-  } else {
-    return __float2half(x);
-  }
-}
-template <typename T>
-double from(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(x);
-  } else {
-    return __half2float(x);
-  }
-}
 
 // One problem, in the layouts CSKA's mixers give the kernels: q as the heads of a
 // [B, tokens, q_width] projection (q_width = heads d, or twice that with `wide`: a projection
@@ -95,10 +84,10 @@ template <typename T>
 Data<T> make_data(const Problem& p, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const T nan = to<T>(NAN);
+  const T nan = to16<T>(NAN);
   auto fill = [&](size_t n, auto live) {
     std::vector<T> x(n);
-    for (size_t i = 0; i < n; ++i) x[i] = live(i) ? to<T>(normal(rng)) : nan;
+    for (size_t i = 0; i < n; ++i) x[i] = live(i) ? to16<T>(normal(rng)) : nan;
     return x;
   };
   auto all = [](size_t) { return true; };
@@ -110,13 +99,6 @@ Data<T> make_data(const Problem& p, uint32_t seed) {
   if (p.bias) x.bias = fill(static_cast<size_t>(g.heads) * g.keys, all);
   x.grad = fill(x.logit_count(), [&](size_t i) { return x.logit_live(i); });
   return x;
-}
-
-template <typename T>
-std::vector<T> unwritten(size_t n) {
-  std::vector<T> v(n);
-  std::memset(static_cast<void*>(v.data()), 0xff, n * sizeof(T));
-  return v;
 }
 
 template <typename T>
@@ -175,8 +157,8 @@ Reference reference(const Data<T>& x) {
         const int64_t y = p / g.width, xx = p % g.width;
         for (int64_t j = 0; j < K; ++j) {
           const int64_t l = l0 + b * ls.b + h * ls.h + p * ls.p + j;
-          double sum = x.p.bias ? from(x.bias[h * K + j]) : 0.0;
-          const double dl = from(x.grad[l]);
+          double sum = x.p.bias ? value(x.bias[h * K + j]) : 0.0;
+          const double dl = value(x.grad[l]);
           if (x.p.bias) ref.grad_bias[h * K + j] += dl;
           for (int64_t dy = 0; dy < k; ++dy) {
             for (int64_t dx = 0; dx < k; ++dx) {
@@ -186,9 +168,9 @@ Reference reference(const Data<T>& x) {
               for (int64_t c = 0; c < d; ++c) {
                 const int64_t qi = q0 + b * qs.b + h * qs.h + n * qs.p + c;
                 const int64_t wi = ((h * k * k + tap) * K + j) * d + c;
-                sum += from(x.q[qi]) * from(x.w[wi]);
-                ref.grad_q[qi] += dl * from(x.w[wi]);
-                ref.grad_w[wi] += dl * from(x.q[qi]);
+                sum += value(x.q[qi]) * value(x.w[wi]);
+                ref.grad_q[qi] += dl * value(x.w[wi]);
+                ref.grad_w[wi] += dl * value(x.q[qi]);
               }
             }
           }
@@ -220,12 +202,10 @@ void require_near(const std::vector<T>& actual, const std::vector<double>& expec
   int64_t others_written = 0, outside = 0;
   for (size_t i = 0; i < actual.size(); ++i) {
     if (!live(i)) {
-      uint16_t bits;
-      std::memcpy(&bits, &actual[i], 2);
-      others_written += bits != 0xffff;
+      others_written += !untouched(actual[i]);
       continue;
     }
-    const double a = from(actual[i]), e = expected[i];
+    const double a = value(actual[i]), e = expected[i];
     REQUIRE(std::isfinite(a));
     if (std::abs(a - e) > eps * std::abs(e) + 1e-4 * rms) {
       if (outside++ == 0) UNSCOPED_INFO("first at " << i << ": " << a << " against " << e);
@@ -244,11 +224,6 @@ void require_reference(const Data<T>& x, const Results<T>& r, const Reference& r
   require_near(r.grad_q, ref.grad_q, "grad_q", [&](size_t i) { return x.q_live(i); });
   require_near(r.grad_w, ref.grad_w, "grad_w", all);
   if (x.p.bias) require_near(r.grad_bias, ref.grad_bias, "grad_bias", all);
-}
-
-template <typename E>
-bool same_bits(const std::vector<E>& a, const std::vector<E>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
 }
 
 template <typename T>
