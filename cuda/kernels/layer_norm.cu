@@ -527,12 +527,21 @@ unsigned int row_warp_blocks(int64_t rows) {
 template <typename... Params, typename... Args>
 void launch_rows(void (*kernel)(Params...), int64_t rows, int device,
                  const std::tuple<Args...>& args) {
+#if defined(SKA_SIMT)  // the kernel's own code run on the host (tests/simt)
+  (void)device;
+  std::apply(
+      [&](const auto&... a) {
+        simt::run_grid(dim3(row_warp_blocks(rows)), dim3(kRowWarps * 32), 0, [&] { kernel(a...); });
+      },
+      args);
+#else
   std::apply(
       [&](const auto&... a) {
         kernel<<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(a...);
       },
       args);
   SKA_CUDA_CHECK_LAUNCH();
+#endif
 }
 
 // Calls f(std::integral_constant<int, K>) with the first K of kPerLane... (ascending) whose 32
@@ -558,6 +567,11 @@ bool with_held_row(int64_t cols, F&& f) {
   return g_held_forward.load() && with_columns_per_lane<8, 16, 24, kHeldMaxCols / 32>(cols, f);
 }
 
+// The tensor-level entry points and their launches (tests/simt runs the forward kernels through
+// launch_rows on raw host operands).
+#if defined(SKA_SIMT)
+}  // namespace
+#else
 void check_param(const Tensor& p, DType dtype, int64_t cols, const char* what) {
   if (!p.defined()) return;
   SKA_CHECK(p.dtype() == dtype, DTypeError, "layer_norm: ", what, " dtype ", p.dtype(),
@@ -905,6 +919,8 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
   backward("add_layer_norm_backward", grad_y, grad_sum, x, weight, param_dtype, mean, rstd, drop,
            y, y_scale, grad_x, grad_branch, grad_weight, grad_bias, grad_scale);
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
 

@@ -24,6 +24,7 @@
 
 #include <cuda_runtime.h>  // the host compiler's view: __device__ and friends expand to nothing
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -113,6 +114,21 @@ T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
   const int lane = static_cast<int>(::ska::simt::ids().thread.x % 32);
   return ::ska::simt::shuffle(v, lane ^ mask);
 }
+template <typename T>
+T __shfl_down_sync(unsigned, T v, unsigned delta, int = 32) {
+  const int lane = static_cast<int>(::ska::simt::ids().thread.x % 32);
+  const int from = lane + static_cast<int>(delta);
+  const T theirs = ::ska::simt::shuffle(v, from & 31);
+  return from < 32 ? theirs : v;  // lanes past the end keep their own value
+}
+// The round-to-nearest intrinsics: one IEEE operation each on the host too (x86-64 without FMA
+// contraction; __fmaf_rn is std::fma).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __uint_as_float(unsigned int u) {
   float f;
   std::memcpy(&f, &u, 4);

@@ -1,0 +1,56 @@
+// The fused residual add + layer norm's forward kernels (cuda/kernels/layer_norm.cu) built by the
+// host compiler and run by tests/simt, launched as add_layer_norm_forward launches them.
+// clang-format off
+#include "tests/simt/simt.h"  // first: the kernel file builds for the host
+#include "cuda/kernels/layer_norm.cu"
+// clang-format on
+
+#include "tests/simt/layer_norm_host.h"
+
+namespace ska::cuda {
+namespace {
+// The fused backward's `extern __shared__ float red[]` (not launched here).
+alignas(128) float red[227 * 1024 / sizeof(float)];
+const bool registered =
+    (simt::register_shared(reinterpret_cast<unsigned char*>(red), sizeof red), true);
+}  // namespace
+}  // namespace ska::cuda
+
+namespace ska::simt::layer_norm {
+
+template <typename T, typename TR, typename TY>
+void add_layer_norm_forward(const T* x, const TR* y, const Dropout& drop, const T* ys,
+                            const float* w, const float* b, T* sum, TY* normed, float* mean,
+                            float* rstd, int64_t rows, int64_t cols, float eps, bool held) {
+  cuda::BranchDrop branch;
+  branch.bits = drop.bits;
+  branch.seed = drop.seed;
+  branch.offset = drop.offset;
+  branch.keep = drop.keep;
+  branch.scale = drop.scale;
+  const auto args =
+      std::make_tuple(x, y, branch, ys, w, b, sum, normed, mean, rstd, rows, cols, eps);
+  const bool was = set_cuda_layer_norm_held_forward(held);
+  const bool took_held = cuda::with_held_row(cols, [&](auto per_lane) {
+    cuda::launch_rows(
+        cuda::add_layer_norm_forward_held_kernel<T, TR, float, TY, decltype(per_lane)::value>, rows,
+        0, args);
+  });
+  if (!took_held)
+    cuda::launch_rows(cuda::add_layer_norm_forward_kernel<T, TR, float, TY>, rows, 0, args);
+  set_cuda_layer_norm_held_forward(was);
+}
+
+template void add_layer_norm_forward<float, __nv_bfloat16, __nv_bfloat16>(
+    const float*, const __nv_bfloat16*, const Dropout&, const float*, const float*, const float*,
+    float*, __nv_bfloat16*, float*, float*, int64_t, int64_t, float, bool);
+template void add_layer_norm_forward<float, float, float>(const float*, const float*,
+                                                          const Dropout&, const float*,
+                                                          const float*, const float*, float*,
+                                                          float*, float*, float*, int64_t, int64_t,
+                                                          float, bool);
+template void add_layer_norm_forward<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(
+    const __nv_bfloat16*, const __nv_bfloat16*, const Dropout&, const __nv_bfloat16*, const float*,
+    const float*, __nv_bfloat16*, __nv_bfloat16*, float*, float*, int64_t, int64_t, float, bool);
+
+}  // namespace ska::simt::layer_norm

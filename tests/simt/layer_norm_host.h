@@ -1,0 +1,26 @@
+// The fused residual add + layer norm's forward kernels (cuda/kernels/layer_norm.cu,
+// add_layer_norm_forward) on host memory, run by tests/simt (tests/simt/layer_norm_host.cpp
+// builds the kernel file for the host). Rows of `cols` contiguous elements: sum = x + the branch y
+// (through its dropout where `bits` is set: the mask written there, a bit an element) times the
+// per-column scale ys where set (CaiT's LayerScale), then its layer norm with weight w and bias b
+// into `normed`, and each row's mean and rstd. T: the stream (float, or a 16-bit type), TR: the
+// branch, TY: the normed output; the parameters f32.
+#pragma once
+
+#include <cstdint>
+
+namespace ska::simt::layer_norm {
+
+struct Dropout {
+  uint8_t* bits = nullptr;  // null: no dropout
+  uint64_t seed = 0, offset = 0;
+  float keep = 1.0f, scale = 1.0f;
+};
+
+// held: the kernel that holds a row in registers (train.norm_forward: held) where it applies.
+template <typename T, typename TR, typename TY>
+void add_layer_norm_forward(const T* x, const TR* y, const Dropout& drop, const T* ys,
+                            const float* w, const float* b, T* sum, TY* normed, float* mean,
+                            float* rstd, int64_t rows, int64_t cols, float eps, bool held);
+
+}  // namespace ska::simt::layer_norm

@@ -1,0 +1,197 @@
+// The fused residual add + layer norm's forward kernels' own code (cuda/kernels/layer_norm.cu),
+// run on the host by tests/simt: the sum (x + dropout(branch) * LayerScale) to the bit against
+// the host's float arithmetic in the kernels' order, the dropout mask against the Philox draws,
+// the statistics and the normed row against f64, and the held-row kernel against the loop
+// kernel bit for bit. CaiT's blocks run this with its LayerScale and dropout by default
+// (train.residual_norm: fused).
+// clang-format off
+#include "tests/simt/simt.h"  // first: the kernels' headers below build for the host
+// clang-format on
+
+#include <cuda_bf16.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/random.h"
+#include "tests/simt/layer_norm_host.h"
+#include "tests/simt/values.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using ska::simt::same_bits;
+
+template <typename T>
+float as_float(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return static_cast<float>(ska::simt::value(v));
+  }
+}
+template <typename T>
+T round_to(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return ska::simt::to16<T>(v);
+  }
+}
+
+struct Case {
+  std::string name;
+  int64_t rows, cols;
+  bool scale, dropout;
+};
+
+template <typename T, typename TR, typename TY>
+struct Run {
+  std::vector<T> sum;
+  std::vector<TY> normed;
+  std::vector<float> mean, rstd;
+  std::vector<uint8_t> bits;
+};
+
+template <typename T, typename TR, typename TY>
+struct Inputs {
+  Case c;
+  std::vector<T> x, ys;
+  std::vector<TR> y;
+  std::vector<float> w, b;
+  ska::simt::layer_norm::Dropout drop;
+
+  Run<T, TR, TY> run(bool held) const {
+    Run<T, TR, TY> r;
+    const size_t n = static_cast<size_t>(c.rows * c.cols);
+    r.sum.assign(n, round_to<T>(NAN));
+    r.normed.assign(n, round_to<TY>(NAN));
+    r.mean.assign(c.rows, NAN);
+    r.rstd.assign(c.rows, NAN);
+    ska::simt::layer_norm::Dropout d = drop;
+    if (c.dropout) {
+      r.bits.assign(n / 8, 0xa5);
+      d.bits = r.bits.data();
+    }
+    ska::simt::layer_norm::add_layer_norm_forward(
+        x.data(), y.data(), d, c.scale ? ys.data() : nullptr, w.data(), b.data(), r.sum.data(),
+        r.normed.data(), r.mean.data(), r.rstd.data(), c.rows, c.cols, 1e-5f, held);
+    return r;
+  }
+};
+
+template <typename T, typename TR, typename TY>
+Inputs<T, TR, TY> make_inputs(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Inputs<T, TR, TY> in;
+  in.c = c;
+  const size_t n = static_cast<size_t>(c.rows * c.cols);
+  for (size_t i = 0; i < n; ++i) {
+    in.x.push_back(round_to<T>(3.0f + normal(rng)));  // off zero mean: the variance's second pass
+    in.y.push_back(round_to<TR>(normal(rng)));
+  }
+  for (int64_t j = 0; j < c.cols; ++j) {
+    in.ys.push_back(round_to<T>(0.1f * normal(rng)));  // LayerScale's gamma, CaiT's init 0.1
+    in.w.push_back(1.0f + 0.2f * normal(rng));
+    in.b.push_back(0.2f * normal(rng));
+  }
+  in.drop.seed = 1234;
+  in.drop.offset = 40;
+  in.drop.keep = 0.9f;
+  in.drop.scale = 1.0f / 0.9f;
+  return in;
+}
+
+// Element i's dropout draw, as the kernels draw it: counter offset + i / 4, word i % 4.
+bool kept(const ska::simt::layer_norm::Dropout& d, int64_t i) {
+  const ska::PhiloxOut r = ska::philox4x32_10(d.seed, d.offset + static_cast<uint64_t>(i / 4));
+  return ska::philox_uniform(r.w[i % 4]) < d.keep;
+}
+
+template <typename T, typename TR, typename TY>
+void check(const Inputs<T, TR, TY>& in, const Run<T, TR, TY>& r, const std::string& what) {
+  const Case& c = in.c;
+  INFO(c.name << ": " << what);
+  const double eps_ty = std::is_same_v<TY, float> ? 1e-6 : 0x1p-8;
+  int64_t sums_off = 0, bits_off = 0, normed_off = 0, stats_off = 0;
+  for (int64_t row = 0; row < c.rows; ++row) {
+    std::vector<double> s(c.cols);
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const int64_t i = row * c.cols + j;
+      // As dropout writes it (rounded to TR), times the scale rounded to T, plus x rounded to T.
+      float branch = as_float(in.y[i]);
+      if (c.dropout) {
+        const float scale = as_float(round_to<TR>(in.drop.scale));
+        branch = as_float(round_to<TR>(branch * (kept(in.drop, i) ? scale : 0.0f)));
+        bits_off += ((r.bits[i / 8] >> (i % 8)) & 1) != kept(in.drop, i);
+      }
+      if (c.scale) branch = as_float(round_to<T>(branch * as_float(in.ys[j])));
+      const T want = round_to<T>(as_float(in.x[i]) + branch);
+      sums_off += !same_bits(std::vector<T>{want}, std::vector<T>{r.sum[i]});
+      s[j] = as_float(r.sum[i]);
+    }
+    double mu = 0.0, var = 0.0;
+    for (double v : s) mu += v;
+    mu /= static_cast<double>(c.cols);
+    for (double v : s) var += (v - mu) * (v - mu);
+    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(c.cols) + 1e-5);
+    stats_off += std::abs(r.mean[row] - mu) > 1e-5 * (1.0 + std::abs(mu));
+    stats_off += std::abs(r.rstd[row] - rstd) > 1e-5 * rstd;
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const double e = (s[j] - mu) * rstd * in.w[j] + in.b[j];
+      const double a = as_float(r.normed[row * c.cols + j]);
+      normed_off += !(std::abs(a - e) <= eps_ty * std::abs(e) + 1e-4 * (1.0 + std::abs(in.w[j])));
+    }
+  }
+  CHECK(sums_off == 0);
+  CHECK(bits_off == 0);
+  CHECK(stats_off == 0);
+  CHECK(normed_off == 0);
+}
+
+template <typename T, typename TR, typename TY>
+void check_case(const Case& c) {
+  const Inputs<T, TR, TY> in = make_inputs<T, TR, TY>(c, 17);
+  const Run<T, TR, TY> loop = in.run(false), held = in.run(true);
+  check(in, loop, "loop kernel");
+  check(in, held, "held-row kernel");
+  INFO(c.name << ": held-row against loop kernel");
+  CHECK(same_bits(held.sum, loop.sum));
+  CHECK(same_bits(held.normed, loop.normed));
+  CHECK(same_bits(held.mean, loop.mean));
+  CHECK(same_bits(held.rstd, loop.rstd));
+  CHECK(same_bits(held.bits, loop.bits));
+}
+
+// CaiT-S's and ViT-S's rows (512 channels), CaiT-S's 384, rows ending mid-warp, and the widest
+// the held-row kernel takes; the dropout needs rows of a multiple of 8.
+std::vector<Case> cases() {
+  return {
+      {"512 channels, LayerScale and dropout", 7, 512, true, true},
+      {"384 channels, LayerScale and dropout", 5, 384, true, true},
+      {"512 channels, LayerScale", 3, 512, true, false},
+      {"200 channels, dropout", 9, 200, false, true},
+      {"100 channels", 4, 100, false, false},
+      {"1000 channels, LayerScale and dropout", 3, 1000, true, true},
+  };
+}
+
+TEST_CASE("simt: add_layer_norm forward with LayerScale and dropout (f32 stream, bf16 branch)",
+          "[cpu][simt]") {
+  for (const Case& c : cases()) check_case<float, bf16, bf16>(c);
+}
+
+TEST_CASE("simt: add_layer_norm forward with LayerScale and dropout (f32)", "[cpu][simt]") {
+  for (const Case& c : cases()) check_case<float, float, float>(c);
+}
+
+TEST_CASE("simt: add_layer_norm forward with LayerScale and dropout (bf16)", "[cpu][simt]") {
+  for (const Case& c : cases()) check_case<bf16, bf16, bf16>(c);
+}
+
+}  // namespace
