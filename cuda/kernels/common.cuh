@@ -131,6 +131,22 @@ inline unsigned int grid_for(int64_t n, int threads = 256) {
   return static_cast<unsigned int>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
 }
 
+#if defined(__CUDACC__) || defined(SKA_SIMT)
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) and checks the launch; in the
+// host build of tests/simt (SKA_SIMT) runs it there.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Args... args) {
+#if defined(SKA_SIMT)
+  (void)stream;
+  simt::run_grid(grid, block, shared_bytes, [&] { kernel(args...); });
+#else
+  kernel<<<grid, block, shared_bytes, stream>>>(args...);
+  SKA_CUDA_CHECK_LAUNCH();
+#endif
+}
+#endif
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -812,19 +812,6 @@ unsigned grid_yz(const char* kernel, const char* what, int64_t n) {
   return static_cast<unsigned>(n);
 }
 
-// Launches kernel<<<grid, threads, 0, stream>>>(args...) and checks the launch (on the host
-// under tests/simt).
-template <typename... P, typename... A>
-void launch_plain(void (*kernel)(P...), unsigned grid, int threads, cudaStream_t stream,
-                  A... args) {
-#if defined(SKA_SIMT)
-  simt::run_grid(dim3(grid), dim3(threads), 0, [&] { kernel(args...); });
-#else
-  kernel<<<grid, threads, 0, stream>>>(args...);
-  SKA_CUDA_CHECK_LAUNCH();
-#endif
-}
-
 // conv_logits_forward's launch once its operands are checked: `a` from args_of, with the bias,
 // the logits (out, ob, oh, op) and pairs set.
 template <typename T>
@@ -910,13 +897,14 @@ void launch_backward(const Args<T>& a, const ConvLogitsGeometry& geo, const Grad
                        carve.bytes, stream, wa);
         });
         if (grad_w != nullptr) {
-          launch_plain(conv_logits_sum_partials_kernel<T>, grid_for(slices * per), 256, stream,
-                       static_cast<const float*>(wa.partial), wa.chunks, per, slices * per, grad_w);
+          launch_kernel(conv_logits_sum_partials_kernel<T>, grid_for(slices * per), 256, 0, stream,
+                        static_cast<const float*>(wa.partial), wa.chunks, per, slices * per,
+                        grad_w);
         }
         if (grad_bias != nullptr) {
-          launch_plain(conv_logits_sum_partials_kernel<T>, grid_for(geo.heads * geo.keys), 256,
-                       stream, static_cast<const float*>(wa.bias_partial), wa.chunks, geo.keys,
-                       geo.heads * geo.keys, grad_bias);
+          launch_kernel(conv_logits_sum_partials_kernel<T>, grid_for(geo.heads * geo.keys), 256, 0,
+                        stream, static_cast<const float*>(wa.bias_partial), wa.chunks, geo.keys,
+                        geo.heads * geo.keys, grad_bias);
         }
       }
     });

@@ -567,8 +567,52 @@ bool with_held_row(int64_t cols, F&& f) {
   return g_held_forward.load() && with_columns_per_lane<8, 16, 24, kHeldMaxCols / 32>(cols, f);
 }
 
+// The fused backward's row chunks (its blocks) for `rows` rows, and the f32 partial sums
+// launch_fused_backward needs: three [chunks, cols] planes (grad_weight's, grad_bias's and the
+// branch scale's).
+int64_t fused_chunks(int64_t rows) {
+  return std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
+}
+int64_t fused_partial_floats(int64_t rows, int64_t cols) { return 3 * fused_chunks(rows) * cols; }
+
+// The fused backward (rows of at most kFusedMaxCols columns, rows > 0): grad_x where wanted (plus
+// grad_sum, and the branch's gradient through `branch`), and grad_weight, grad_bias and the
+// branch scale's gradient (each null where not wanted) through their block partials in
+// `partials` (fused_partial_floats of them where any is wanted).
+template <typename T, typename P, typename TY, typename TB, bool kScaled>
+void launch_fused_backward(const TY* grad_y, const T* grad_sum, const T* x, const P* weight,
+                           const float* mean, const float* rstd, T* grad_x,
+                           const BranchGrad& branch, P* grad_weight, P* grad_bias, T* grad_scale,
+                           float* partials, int64_t rows, int64_t cols, cudaStream_t s) {
+  const int64_t chunks = fused_chunks(rows);
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  const bool params = grad_weight != nullptr || grad_bias != nullptr;
+  float* part_w = grad_weight != nullptr ? partials : nullptr;
+  float* part_b = grad_bias != nullptr ? partials + chunks * cols : nullptr;
+  float* part_s = grad_scale != nullptr ? partials + 2 * chunks * cols : nullptr;
+  const size_t smem = static_cast<size_t>(kRowWarps) * cols * sizeof(float);
+  const auto run = [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    launch_kernel(layer_norm_backward_fused_kernel<T, P, TY, TB, kScaled, kPerLane>,
+                  static_cast<unsigned int>(chunks), kRowWarps * 32, smem, s, grad_y, x, weight,
+                  mean, rstd, grad_sum, grad_x, branch, rows, cols, chunk_rows, part_w, part_b,
+                  part_s);
+  };
+  with_columns_per_lane<4, 8, 16, kFusedMaxCols / 32>(cols, run);
+  if (params) {
+    launch_kernel(sum_column_partials<P>, grid_for(cols), 256, 0, s,
+                  static_cast<const float*>(part_w), static_cast<const float*>(part_b), chunks,
+                  cols, grad_weight, grad_bias);
+  }
+  if (grad_scale != nullptr) {  // as scaled_residual_backward reduces its gys partials
+    launch_kernel(sum_column_partials<T>, grid_for(cols), 256, 0, s,
+                  static_cast<const float*>(nullptr), static_cast<const float*>(part_s), chunks,
+                  cols, static_cast<T*>(nullptr), grad_scale);
+  }
+}
+
 // The tensor-level entry points and their launches (tests/simt runs the forward kernels through
-// launch_rows on raw host operands).
+// launch_rows and the fused backward through launch_fused_backward on raw host operands).
 #if defined(SKA_SIMT)
 }  // namespace
 #else
@@ -609,50 +653,6 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
   sum_column_partials<P><<<grid_for(cols), 256, 0, s>>>(
       part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight), mutable_or_null<P>(grad_bias));
   SKA_CUDA_CHECK_LAUNCH();
-}
-
-// The fused backward (layer_norm_backward_fused_kernel) for rows of at most kFusedMaxCols
-// columns: grad_x where wanted (plus grad_sum, and its 16-bit copy, where given), and
-// grad_weight / grad_bias through its block partials.
-template <typename T, typename P, typename TY, typename TB, bool kScaled>
-void launch_fused_backward(const Tensor& grad_y, const Tensor& grad_sum, const Tensor& x,
-                           const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& grad_x, const BranchGrad& branch,
-                           const Tensor& grad_weight, const Tensor& grad_bias,
-                           const Tensor& grad_scale, int64_t rows, int64_t cols, int device,
-                           cudaStream_t s) {
-  const int64_t chunks = std::min<int64_t>((rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
-  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
-  const bool params = grad_weight.defined() || grad_bias.defined();
-  const bool sums = params || grad_scale.defined();
-  const Tensor ws = sums ? workspace(device, 3 * chunks * cols * sizeof(float)) : Tensor();
-  float* part_w = grad_weight.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
-  float* part_b = grad_bias.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * cols : nullptr;
-  float* part_s =
-      grad_scale.defined() ? static_cast<float*>(ws.data_ptr()) + 2 * chunks * cols : nullptr;
-  const size_t smem = static_cast<size_t>(kRowWarps) * cols * sizeof(float);
-  const auto run = [&](auto per_lane) {
-    constexpr int kPerLane = decltype(per_lane)::value;
-    layer_norm_backward_fused_kernel<T, P, TY, TB, kScaled, kPerLane>
-        <<<static_cast<unsigned int>(chunks), kRowWarps * 32, smem, s>>>(
-            static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-            data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
-            static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
-            mutable_or_null<T>(grad_x), branch, rows, cols, chunk_rows, part_w, part_b, part_s);
-    SKA_CUDA_CHECK_LAUNCH();
-  };
-  with_columns_per_lane<4, 8, 16, kFusedMaxCols / 32>(cols, run);
-  if (params) {
-    sum_column_partials<P><<<grid_for(cols), 256, 0, s>>>(part_w, part_b, chunks, cols,
-                                                          mutable_or_null<P>(grad_weight),
-                                                          mutable_or_null<P>(grad_bias));
-    SKA_CUDA_CHECK_LAUNCH();
-  }
-  if (grad_scale.defined()) {  // as scaled_residual_backward reduces its gys partials
-    sum_column_partials<T><<<grid_for(cols), 256, 0, s>>>(
-        nullptr, part_s, chunks, cols, static_cast<T*>(nullptr), mutable_or_null<T>(grad_scale));
-    SKA_CUDA_CHECK_LAUNCH();
-  }
 }
 
 // Calls f(T{}, TY{}) for x's dtype T and y's (or grad_y's) dtype TY: the same, or an f32 x with a
@@ -789,10 +789,18 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
       const auto launch = [&](auto scaled) {
         constexpr bool kScaled = decltype(scaled)::value;
         if (g_fused_backward.load() && cols <= kFusedMaxCols) {
-          launch_fused_backward<T, P, TY, TB, kScaled>(grad_y, grad_sum, x, weight, mean, rstd,
-                                                       grad_x, branch, grad_weight, grad_bias,
-                                                       kScaled ? grad_scale : Tensor(), rows, cols,
-                                                       device, s);
+          const Tensor scale_grad = kScaled ? grad_scale : Tensor();
+          const bool sums = grad_weight.defined() || grad_bias.defined() || scale_grad.defined();
+          const Tensor ws =
+              sums ? workspace(device, fused_partial_floats(rows, cols) * sizeof(float)) : Tensor();
+          launch_fused_backward<T, P, TY, TB, kScaled>(
+              static_cast<const TY*>(grad_y.data_ptr()), data_or_null<T>(grad_sum),
+              static_cast<const T*>(x.data_ptr()), data_or_null<P>(weight),
+              static_cast<const float*>(mean.data_ptr()),
+              static_cast<const float*>(rstd.data_ptr()), mutable_or_null<T>(grad_x), branch,
+              mutable_or_null<P>(grad_weight), mutable_or_null<P>(grad_bias),
+              mutable_or_null<T>(scale_grad), sums ? static_cast<float*>(ws.data_ptr()) : nullptr,
+              rows, cols, s);
           return;
         }
         if (grad_x.defined()) {

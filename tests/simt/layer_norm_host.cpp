@@ -53,4 +53,39 @@ template void add_layer_norm_forward<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16
     const __nv_bfloat16*, const __nv_bfloat16*, const Dropout&, const __nv_bfloat16*, const float*,
     const float*, __nv_bfloat16*, __nv_bfloat16*, float*, float*, int64_t, int64_t, float, bool);
 
+template <typename T, typename TY, typename TB>
+void add_layer_norm_backward(const TY* grad_y, const T* grad_sum, const T* x, const float* w,
+                             const float* mean, const float* rstd, const Dropout& drop,
+                             const void* y, bool low_branch, const T* ys, T* grad_x,
+                             void* grad_branch, float* grad_w, float* grad_b, T* grad_scale,
+                             int64_t rows, int64_t cols) {
+  cuda::BranchGrad branch;
+  branch.out = grad_branch;
+  branch.low = low_branch;
+  branch.scale = ys;
+  branch.y = grad_scale != nullptr ? y : nullptr;
+  branch.bits = drop.bits;
+  branch.drop_scale = drop.scale;
+  std::vector<float> partials(cuda::fused_partial_floats(rows, cols));
+  const auto run = [&](auto scaled) {
+    cuda::launch_fused_backward<T, float, TY, TB, decltype(scaled)::value>(
+        grad_y, grad_sum, x, w, mean, rstd, grad_x, branch, grad_w, grad_b, grad_scale,
+        partials.data(), rows, cols, nullptr);
+  };
+  if (ys != nullptr) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
+}
+
+template void add_layer_norm_backward<float, __nv_bfloat16, __nv_bfloat16>(
+    const __nv_bfloat16*, const float*, const float*, const float*, const float*, const float*,
+    const Dropout&, const void*, bool, const float*, float*, void*, float*, float*, float*, int64_t,
+    int64_t);
+template void add_layer_norm_backward<float, float, __nv_bfloat16>(
+    const float*, const float*, const float*, const float*, const float*, const float*,
+    const Dropout&, const void*, bool, const float*, float*, void*, float*, float*, float*, int64_t,
+    int64_t);
+
 }  // namespace ska::simt::layer_norm

@@ -194,4 +194,98 @@ TEST_CASE("simt: add_layer_norm forward with LayerScale and dropout (bf16)", "[c
   for (const Case& c : cases()) check_case<bf16, bf16, bf16>(c);
 }
 
+// The backward: the forward of `c` first (its sum, statistics and mask), then the fused backward
+// from random gradients of the normed output and of the sum.
+template <typename TR, typename TY>
+void check_backward(const Case& c) {
+  using T = float;
+  const Inputs<T, TR, TY> in = make_inputs<T, TR, TY>(c, 23);
+  const Run<T, TR, TY> fwd = in.run(false);
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t n = static_cast<size_t>(c.rows * c.cols);
+  std::vector<TY> gy(n);
+  std::vector<T> gsum(n);
+  for (size_t i = 0; i < n; ++i) {
+    gy[i] = round_to<TY>(normal(rng));
+    gsum[i] = round_to<T>(normal(rng));
+  }
+  constexpr bool kLow = !std::is_same_v<TR, T>;  // a 16-bit branch of the f32 stream
+  std::vector<T> gx(n, NAN), gscale(c.cols, NAN);
+  std::vector<TR> gbranch(n, round_to<TR>(NAN));
+  std::vector<float> gw(c.cols, NAN), gb(c.cols, NAN);
+  ska::simt::layer_norm::Dropout drop = in.drop;
+  if (c.dropout) drop.bits = const_cast<uint8_t*>(fwd.bits.data());
+  ska::simt::layer_norm::add_layer_norm_backward<T, TY, std::conditional_t<kLow, TR, bf16>>(
+      gy.data(), gsum.data(), fwd.sum.data(), in.w.data(), fwd.mean.data(), fwd.rstd.data(), drop,
+      in.y.data(), kLow, c.scale ? in.ys.data() : nullptr, gx.data(), gbranch.data(), gw.data(),
+      gb.data(), c.scale ? gscale.data() : nullptr, c.rows, c.cols);
+
+  INFO(c.name << ": fused backward");
+  const double eps = 1e-5;  // f32 sums' error, relative to the sum of |terms|
+  int64_t gx_off = 0, branch_off = 0;
+  std::vector<double> w_sum(c.cols, 0.0), w_terms(c.cols, 0.0), b_sum(c.cols, 0.0),
+      b_terms(c.cols, 0.0), s_sum(c.cols, 0.0), s_terms(c.cols, 0.0);
+  for (int64_t row = 0; row < c.rows; ++row) {
+    const double mu = fwd.mean[row], rs = fwd.rstd[row];
+    double mgw = 0.0, mgwx = 0.0, terms = 0.0;
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const int64_t i = row * c.cols + j;
+      const double g = as_float(gy[i]) * double(in.w[j]);
+      const double xhat = (as_float(fwd.sum[i]) - mu) * rs;
+      mgw += g;
+      mgwx += g * xhat;
+      terms += std::abs(g) * (1.0 + std::abs(xhat));
+    }
+    mgw /= static_cast<double>(c.cols);
+    mgwx /= static_cast<double>(c.cols);
+    for (int64_t j = 0; j < c.cols; ++j) {
+      const int64_t i = row * c.cols + j;
+      const double gyv = as_float(gy[i]);
+      const double xhat = (as_float(fwd.sum[i]) - mu) * rs;
+      const double e = rs * (gyv * in.w[j] - mgw - xhat * mgwx) + as_float(gsum[i]);
+      const double bound = eps * rs * (terms / c.cols + std::abs(gyv * in.w[j]) * 4.0) +
+                           1e-6 * std::abs(e) + 1e-6 * std::abs(double(as_float(gsum[i])));
+      gx_off += !(std::abs(double(gx[i]) - e) <= bound);
+      w_sum[j] += gyv * xhat;
+      w_terms[j] += std::abs(gyv * xhat);
+      b_sum[j] += gyv;
+      b_terms[j] += std::abs(gyv);
+      // The branch's gradient from the grad_x stored, as the kernel forms it: times the scale
+      // (rounded to T), cast to the branch's dtype, through the mask.
+      float v = gx[i];
+      if (c.scale) v = v * in.ys[j];
+      if (kLow) v = as_float(round_to<TR>(v));
+      const bool keep = !c.dropout || ((fwd.bits[i / 8] >> (i % 8)) & 1);
+      if (c.dropout) v = v * (keep ? as_float(round_to<TR>(in.drop.scale)) : 0.0f);
+      branch_off += !same_bits(std::vector<TR>{round_to<TR>(v)}, std::vector<TR>{gbranch[i]});
+      // The LayerScale's gradient: grad_x times the branch as the sum read it (dropped).
+      float dropped = as_float(in.y[i]);
+      if (c.dropout) {
+        dropped =
+            as_float(round_to<TR>(dropped * (keep ? as_float(round_to<TR>(in.drop.scale)) : 0.0f)));
+      }
+      s_sum[j] += double(gx[i] * dropped);
+      s_terms[j] += std::abs(double(gx[i]) * dropped);
+    }
+  }
+  CHECK(gx_off == 0);
+  CHECK(branch_off == 0);
+  int64_t params_off = 0;
+  for (int64_t j = 0; j < c.cols; ++j) {
+    params_off += !(std::abs(gw[j] - w_sum[j]) <= eps * w_terms[j] + 1e-6);
+    params_off += !(std::abs(gb[j] - b_sum[j]) <= eps * b_terms[j] + 1e-6);
+    if (c.scale) params_off += !(std::abs(gscale[j] - s_sum[j]) <= eps * s_terms[j] + 1e-6);
+  }
+  CHECK(params_off == 0);
+}
+
+TEST_CASE("simt: add_layer_norm fused backward with LayerScale and dropout", "[cpu][simt]") {
+  for (const Case& c : cases()) {
+    if (c.cols > 768) continue;     // the fused kernel's widest rows
+    check_backward<bf16, bf16>(c);  // autocast: a bf16 branch and normed output, f32 stream
+    check_backward<float, float>(c);
+  }
+}
+
 }  // namespace
