@@ -29,8 +29,8 @@ using ska::cuda::attn::BackwardArgs;
 using ska::cuda::attn::ForwardArgs;
 using ska::cuda::attn::Inputs;
 using ska::cuda::attn::View;
+using ska::simt::round_to;
 using ska::simt::same_bits;
-using ska::simt::to16;
 using ska::simt::untouched;
 using ska::simt::unwritten;
 using ska::simt::value;
@@ -90,7 +90,7 @@ Data<T> make_data(const Problem& p, uint32_t seed) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto fill = [&](size_t n, float s) {
     std::vector<T> x(n);
-    for (T& e : x) e = to16<T>(s * normal(rng));
+    for (T& e : x) e = round_to<T>(s * normal(rng));
     return x;
   };
   Data<T> x;

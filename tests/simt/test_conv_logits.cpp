@@ -24,8 +24,8 @@
 namespace {
 
 using ska::ConvLogitsGeometry;
+using ska::simt::round_to;
 using ska::simt::same_bits;
-using ska::simt::to16;
 using ska::simt::untouched;
 using ska::simt::unwritten;
 using ska::simt::value;
@@ -84,10 +84,10 @@ template <typename T>
 Data<T> make_data(const Problem& p, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const T nan = to16<T>(NAN);
+  const T nan = round_to<T>(NAN);
   auto fill = [&](size_t n, auto live) {
     std::vector<T> x(n);
-    for (size_t i = 0; i < n; ++i) x[i] = live(i) ? to16<T>(normal(rng)) : nan;
+    for (size_t i = 0; i < n; ++i) x[i] = live(i) ? round_to<T>(normal(rng)) : nan;
     return x;
   };
   auto all = [](size_t) { return true; };

@@ -24,23 +24,12 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::round_to;
 using ska::simt::same_bits;
 
 template <typename T>
 float as_float(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return static_cast<float>(ska::simt::value(v));
-  }
-}
-template <typename T>
-T round_to(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return ska::simt::to16<T>(v);
-  }
+  return static_cast<float>(ska::simt::value(v));
 }
 
 struct Case {

@@ -1,4 +1,4 @@
-// 16-bit values in the tests/simt tests: conversions, buffers no kernel has written yet (every
+// Element values in the tests/simt tests: conversions, buffers no kernel has written yet (every
 // word all ones, NaN in bf16 and f16), and bit-for-bit equality.
 #pragma once
 
@@ -12,22 +12,27 @@
 
 namespace ska::simt {
 
+// x rounded to T (bf16, f16 or f32: then x itself).
 template <typename T>
-T to16(float x) {
+T round_to(float x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __float2bfloat16(x);
-  } else {
+  } else if constexpr (std::is_same_v<T, __half>) {
     return __float2half(x);
+  } else {
+    return x;
   }
 }
 
-// The value of a bf16 or f16 element (exact in f32 and f64).
+// The value of a bf16, f16 or f32 element (exact in f32 and f64).
 template <typename T>
 double value(T x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __bfloat162float(x);
-  } else {
+  } else if constexpr (std::is_same_v<T, __half>) {
     return __half2float(x);
+  } else {
+    return x;
   }
 }
 
