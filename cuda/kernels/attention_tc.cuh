@@ -166,6 +166,7 @@ template <typename Args>
 void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
             const Args& args) {
 #if defined(SKA_SIMT)  // the kernel's own code run on the host (tests/simt)
+  (void)stream;
   simt::run_grid(grid, dim3(warps * 32), bytes, [&] { kernel(args); });
 #else
   allow_smem(reinterpret_cast<const void*>(kernel), bytes);

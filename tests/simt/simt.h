@@ -86,14 +86,12 @@ void set_schedule(Schedule s, uint64_t seed = 0);
 void set_resident_blocks(int64_t n);
 int64_t resident_blocks();
 
-// What the kernels run has done since the process started, counted once a warp for warp-wide
-// instructions: launches, blocks, mma.sync, ldmatrix's 8 x 8 matrices and the shared-memory
-// wavefronts they take (one a matrix when its 8 rows of 16 bytes fall in 8 different groups of
-// 4 banks, more for each bank conflict: rows at the same address are read once), cp.async copies
-// and __syncthreads (per block).
+// ldmatrix's 8 x 8 matrices since the process started (counted once a warp) and the
+// shared-memory wavefronts they took: one a matrix when its 8 rows of 16 bytes fall in 8
+// different groups of 4 banks, one more for each further row in a group (rows at the same address
+// are read once).
 struct Counts {
-  int64_t launches = 0, blocks = 0, mma = 0, ldmatrix_matrices = 0, ldmatrix_wavefronts = 0,
-          async_copies = 0, barriers = 0;
+  int64_t ldmatrix_matrices = 0, ldmatrix_wavefronts = 0;
 };
 Counts counts();
 
