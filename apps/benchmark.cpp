@@ -117,6 +117,10 @@ struct Measurement {
   int64_t peak_bytes = 0;            // the allocator's blocks (MemoryStats::peak_allocated)
   int64_t peak_requested_bytes = 0;  // the tensors' own bytes (MemoryStats::peak_requested)
   int64_t peak_reserved_bytes = 0;   // held from the system, cache included (peak_reserved)
+  // CPU: the same requests under the CUDA allocator's block rules (set_host_device_rules), what
+  // a GPU run would reserve but for its kernels' workspaces; -1 on a GPU.
+  int64_t device_rules_reserved_bytes = -1;
+  int64_t device_rules_requested_bytes = -1;  // the replayed tensors' own bytes, scratch left out
 };
 
 // Times `iters` calls of `step` after `warmup` untimed ones; the device is synchronised around
@@ -145,6 +149,11 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
   m.peak_bytes = stats.peak_allocated;
   m.peak_requested_bytes = stats.peak_requested;
   m.peak_reserved_bytes = stats.peak_reserved;
+  if (device.is_cpu()) {
+    const ska::DeviceRulesStats rules = ska::host_device_rules_stats();
+    m.device_rules_reserved_bytes = rules.peak_reserved;
+    m.device_rules_requested_bytes = rules.peak_requested;
+  }
   return m;
 }
 
@@ -373,6 +382,9 @@ nlohmann::json profile_json(const Profile& p, int iters) {
 int run_benchmark(BenchmarkOptions o) {
   using namespace ska;
   o.config.print_config_to_stderr = o.json;
+  // On the CPU, every allocation from the model's weights on replayed under the CUDA
+  // allocator's rules, for the peak a GPU run would reserve.
+  if (apps::device_option(o.device).is_cpu()) set_host_device_rules(true);
   const Config config = apps::load_config(o.config);
   const ConfigNode model_cfg = apps::model_section(config, {"train", "optim"});
   const models::ModelInput input = apps::model_input(model_cfg);
@@ -567,6 +579,10 @@ int run_benchmark(BenchmarkOptions o) {
                         {"step", step_description},
                         {"cuda_graph", o.cuda_graph},
                         {"cudnn_benchmark", o.cudnn_benchmark}};
+    if (m.device_rules_reserved_bytes >= 0) {
+      j["device_rules_reserved_bytes"] = m.device_rules_reserved_bytes;
+      j["device_rules_requested_bytes"] = m.device_rules_requested_bytes;
+    }
     for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
       j[spec.key] = kernels.*spec.member;
     }
@@ -616,7 +632,15 @@ int run_benchmark(BenchmarkOptions o) {
          << o.iters << "), peak memory " << static_cast<double>(m.peak_bytes) / (1024.0 * 1024.0)
          << " MiB (tensors " << static_cast<double>(m.peak_requested_bytes) / (1024.0 * 1024.0)
          << " MiB, reserved " << static_cast<double>(m.peak_reserved_bytes) / (1024.0 * 1024.0)
-         << " MiB)";
+         << " MiB";
+    if (m.device_rules_reserved_bytes >= 0) {
+      line << "; under the CUDA allocator's rules, kernels' scratch left out: "
+           << static_cast<double>(m.device_rules_reserved_bytes) / (1024.0 * 1024.0)
+           << " MiB reserved for "
+           << static_cast<double>(m.device_rules_requested_bytes) / (1024.0 * 1024.0)
+           << " MiB of tensors";
+    }
+    line << ")";
     if (o.cuda_graph) line << " [CUDA Graph]";
     line << kernels.describe({device.is_cuda(), o.mode == "train", o.precision != "fp32"});
     if (!step_description.empty()) line << " (step: " << step_description << ")";

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/kernel_types.h"
+#include "core/allocator.h"
 #include "core/device.h"
 #include "core/tensor.h"
 
@@ -145,6 +146,7 @@ struct TimedKernel {
 
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) const {
+    const HostKernelScratch scratch(device.is_cpu());
     if (!active()) return fn(std::forward<Args>(args)...);
     const KernelScope scope(name, device, operands_of(args...), traffic_of_call(name, args...));
     return fn(std::forward<Args>(args)...);

@@ -42,6 +42,36 @@ Allocator& allocator_for(Device device);
 // Plain 64-byte aligned host memory (the CPU device's allocator).
 Allocator& host_allocator();
 
+// The host allocator's requests replayed through the CUDA caching allocator's block rules
+// (core/block_pool.h: 512-byte rounding, 2 and 20 MiB segments, splitting and merging; one
+// stream) at made-up addresses: what a CUDA run of the same ops would hold from the device at
+// most, its kernels' own workspaces aside. Off until enabled (a map lookup per allocation);
+// enabling starts afresh, and allocations made before it are not replayed. The host allocator's
+// reset_peak() resets its peak too, and its empty_cache() gives the free segments back.
+struct DeviceRulesStats {
+  int64_t reserved = 0;       // the replayed segments' bytes
+  int64_t peak_reserved = 0;  // their high-water mark since the last reset
+  int64_t segments = 0;
+  int64_t requested = 0;       // the bytes asked for by the replayed allocations still live
+  int64_t peak_requested = 0;  // their high-water mark since the last reset
+};
+void set_host_device_rules(bool enabled);
+DeviceRulesStats host_device_rules_stats();
+
+// While one lives (SKA_KERNEL's calls of CPU kernels), the replay leaves out what is allocated:
+// a kernel's own scratch (the CPU's widened f32 copies, im2col buffers), which a CUDA kernel
+// makes differently or not at all. The op layer allocates every kernel's operands outside.
+class HostKernelScratch {
+ public:
+  explicit HostKernelScratch(bool on);
+  ~HostKernelScratch();
+  HostKernelScratch(const HostKernelScratch&) = delete;
+  HostKernelScratch& operator=(const HostKernelScratch&) = delete;
+
+ private:
+  bool on_;
+};
+
 // Page-locked host memory for fast, asynchronous host<->device copies (plain memory without CUDA).
 Allocator& pinned_host_allocator();
 

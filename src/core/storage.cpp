@@ -10,11 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/block_pool.h"
 #include "core/error.h"
 
 namespace ska {
 
 namespace {
+
+// CPU kernel calls under way (HostKernelScratch), on any thread: their allocations are scratch.
+std::atomic<int> g_kernel_scratch_depth{0};
 
 // 64-byte aligned host memory with the same statistics as the device allocators. Blocks of
 // kLargeBlock bytes and more are rounded up to a multiple of it and cached when freed, for the
@@ -56,6 +60,9 @@ class HostAllocator : public Allocator {
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     ++stats_.num_allocs;
+    if (replay_ && g_kernel_scratch_depth.load(std::memory_order_relaxed) == 0) {
+      replay_allocate(p, nbytes);
+    }
     return p;
   }
   void deallocate(void* ptr) override {
@@ -69,6 +76,7 @@ class HostAllocator : public Allocator {
       stats_.requested -= static_cast<int64_t>(it->second.second);
       sizes_.erase(it);
     }
+    replay_deallocate(ptr);
     if (size >= kLargeBlock && cached_bytes_ + size <= kMaxCachedBytes) {
       cached_[size].push_back(ptr);
       cached_bytes_ += size;
@@ -86,14 +94,63 @@ class HostAllocator : public Allocator {
     stats_.peak_allocated = stats_.allocated;
     stats_.peak_requested = stats_.requested;
     stats_.peak_reserved = stats_.reserved;
+    device_rules_.peak_reserved = device_rules_.reserved;
+    device_rules_.peak_requested = device_rules_.requested;
   }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
     release_cached();
     stats_.reserved = stats_.allocated;
+    if (replay_) {  // as the device allocator's empty_cache gives its free segments back
+      pool_.remove_free_segments();
+      device_rules_.reserved = static_cast<int64_t>(pool_.reserved_bytes());
+      device_rules_.segments = static_cast<int64_t>(pool_.segment_count());
+    }
+  }
+
+  // Turning the replay on starts a fresh one: no segments, no peak.
+  void set_device_rules(bool enabled) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (enabled && !replay_) {
+      pool_ = BlockPool(true);
+      replayed_.clear();
+      device_rules_ = {};
+    }
+    replay_ = enabled;
+  }
+  DeviceRulesStats device_rules() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return device_rules_;
   }
 
  private:
+  // The request at `p` replayed through the device rules (mu_ held). A made-up address space:
+  // each new segment starts where the last one ended, never reused.
+  void replay_allocate(void* p, size_t nbytes) {
+    const size_t size = pool_.round(std::max<size_t>(nbytes, 1));
+    size_t block_size = 0;
+    void* block = pool_.take(0, size, &block_size);
+    if (block == nullptr) {
+      const size_t segment = pool_.segment_size(size);
+      block = pool_.take_from_new_segment(0, reinterpret_cast<void*>(next_segment_), segment, size,
+                                          &block_size);
+      next_segment_ += segment;
+      device_rules_.reserved = static_cast<int64_t>(pool_.reserved_bytes());
+      device_rules_.peak_reserved = std::max(device_rules_.peak_reserved, device_rules_.reserved);
+      device_rules_.segments = static_cast<int64_t>(pool_.segment_count());
+    }
+    replayed_[p] = {block, nbytes};
+    device_rules_.requested += static_cast<int64_t>(nbytes);
+    device_rules_.peak_requested = std::max(device_rules_.peak_requested, device_rules_.requested);
+  }
+  void replay_deallocate(void* p) {
+    const auto it = replayed_.find(p);
+    if (it == replayed_.end()) return;  // made before the replay began
+    pool_.give_back(it->second.first);
+    device_rules_.requested -= static_cast<int64_t>(it->second.second);
+    replayed_.erase(it);
+  }
+
   static size_t round_size(size_t nbytes) {
     const size_t n = std::max<size_t>(nbytes, 1);
     return n >= kLargeBlock ? (n + kLargeBlock - 1) / kLargeBlock * kLargeBlock
@@ -113,13 +170,32 @@ class HostAllocator : public Allocator {
   std::unordered_map<size_t, std::vector<void*>> cached_;  // free large blocks by size
   size_t cached_bytes_ = 0;
   MemoryStats stats_;
+  bool replay_ = false;
+  BlockPool pool_{true};
+  std::unordered_map<void*, std::pair<void*, size_t>> replayed_;  // host block -> replayed, bytes
+  uintptr_t next_segment_ = uintptr_t{1} << 40;
+  DeviceRulesStats device_rules_;
 };
 
 }  // namespace
 
-Allocator& host_allocator() {
+namespace {
+HostAllocator& the_host_allocator() {
   static HostAllocator* a = new HostAllocator();  // never destroyed: tensors may outlive statics
   return *a;
+}
+}  // namespace
+
+Allocator& host_allocator() { return the_host_allocator(); }
+
+void set_host_device_rules(bool enabled) { the_host_allocator().set_device_rules(enabled); }
+DeviceRulesStats host_device_rules_stats() { return the_host_allocator().device_rules(); }
+
+HostKernelScratch::HostKernelScratch(bool on) : on_(on) {
+  if (on_) g_kernel_scratch_depth.fetch_add(1, std::memory_order_relaxed);
+}
+HostKernelScratch::~HostKernelScratch() {
+  if (on_) g_kernel_scratch_depth.fetch_sub(1, std::memory_order_relaxed);
 }
 
 #ifndef SKA_WITH_CUDA

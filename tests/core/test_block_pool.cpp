@@ -1,5 +1,6 @@
 // BlockPool, the caching allocators' bookkeeping: splitting, best fit, merging within segments,
-// keys and their moves, segment release, and a long random sequence against a shadow model.
+// keys and their moves, segment release, and a long random sequence against a shadow model; the
+// host allocator's replay of its requests under the device allocator's rules.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -8,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/block_pool.h"
+#include "core/tensor.h"
 
 using ska::BlockPool;
 
@@ -270,4 +273,63 @@ TEST_CASE("block pool: a long random sequence keeps blocks disjoint and the book
     CHECK(pool.segment_count() == 0);
     pool.check_invariants();
   }
+}
+
+TEST_CASE("host allocations replayed under the device allocator's rules", "[cpu][allocator]") {
+  using ska::DType;
+  using ska::Tensor;
+  const auto bytes = [](size_t n) {
+    return Tensor::empty({static_cast<int64_t>(n)}, DType::kU8, ska::Device::cpu());
+  };
+  const auto reserved = [] { return static_cast<size_t>(ska::host_device_rules_stats().reserved); };
+  const auto peak = [] {
+    return static_cast<size_t>(ska::host_device_rules_stats().peak_reserved);
+  };
+  const Tensor before = bytes(3 * kMiB);  // made before the replay: never counted
+  ska::set_host_device_rules(true);
+  CHECK(reserved() == 0);
+  CHECK(peak() == 0);
+  {
+    Tensor a = bytes(3 * kMiB);  // up to 10 MiB: a 20 MiB segment
+    CHECK(reserved() == 20 * kMiB);
+    CHECK(ska::host_device_rules_stats().requested == int64_t{3 << 20});
+    const Tensor b = bytes(12 * kMiB + 1);  // the 17 MiB left of it, split
+    CHECK(reserved() == 20 * kMiB);
+    const Tensor c = bytes(30 * kMiB);  // past 10 MiB: a segment of its own size
+    CHECK(reserved() == 50 * kMiB);
+    a = Tensor();
+    const Tensor d = bytes(4 * kMiB);  // the 5 MiB block left after b, not worth splitting
+    CHECK(reserved() == 50 * kMiB);
+    const Tensor e = bytes(100);  // small: a 2 MiB segment of its own class
+    CHECK(reserved() == 52 * kMiB);
+    const Tensor f = bytes(3 * kMiB);  // a's block, free again
+    CHECK(reserved() == 52 * kMiB);
+    CHECK(ska::host_device_rules_stats().segments == 3);
+    const Tensor g = bytes(3 * kMiB);  // nothing free that large: a new 20 MiB segment
+    CHECK(reserved() == 72 * kMiB);
+    CHECK(ska::host_device_rules_stats().segments == 4);
+    {
+      const ska::HostKernelScratch in_a_kernel(true);
+      const Tensor scratch = bytes(64 * kMiB);  // a CPU kernel's own: left out
+      CHECK(reserved() == 72 * kMiB);
+      CHECK(ska::host_device_rules_stats().peak_requested == int64_t{(52 << 20) + 101});
+    }
+    {
+      const ska::HostKernelScratch not_cpu(false);
+      const Tensor t = bytes(64 * kMiB);
+      CHECK(reserved() == 136 * kMiB);
+    }
+  }
+  CHECK(reserved() == 136 * kMiB);  // freed blocks stay cached
+  CHECK(ska::host_device_rules_stats().requested == 0);
+  CHECK(ska::host_device_rules_stats().peak_requested == int64_t{(116 << 20) + 101});
+  CHECK(peak() == 136 * kMiB);
+  ska::host_allocator().empty_cache();  // the free segments go back
+  CHECK(reserved() == 0);
+  CHECK(peak() == 136 * kMiB);
+  ska::host_allocator().reset_peak();
+  CHECK(peak() == 0);
+  ska::set_host_device_rules(false);
+  const Tensor h = bytes(3 * kMiB);  // not replayed
+  CHECK(reserved() == 0);
 }
