@@ -11,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -29,6 +30,22 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 // How many of the heuristic's algorithms GemmAlgorithm::kTimed times for a problem.
 constexpr int kCandidates = 8;
+
+// cuBLASLt's workspace for products on `stream`: taken on the stream's first product outside a
+// graph capture and kept for the process, as PyTorch keeps one for each handle and stream. Taken
+// and given back for every product, the 32 MiB block went back to the cache between products,
+// where a tensor could be cut from it and the next product need a new segment. A stream that has
+// none yet while it is captured takes one from the graph's pool for the call.
+Tensor stream_workspace(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static auto* kept = new std::map<std::pair<int, cudaStream_t>, Tensor>();  // never destroyed
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = kept->find({device, stream});
+  if (found != kept->end()) return found->second;
+  Tensor ws = workspace(device, kWorkspaceBytes);
+  if (!capturing(Device::cuda(device))) kept->emplace(std::make_pair(device, stream), ws);
+  return ws;
+}
 
 std::atomic<GemmAlgorithm> g_algorithm_mode{GemmAlgorithm::kHeuristic};
 std::mutex g_choice_mutex;
@@ -253,8 +270,8 @@ void time_candidates(Plan& plan, const Problem& pr, const GemmArgs& args) {
     const void* ptr = args.bias.data_ptr();
     set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr));
   }
-  const Tensor ws = workspace(device, kWorkspaceBytes);
   const cudaStream_t stream = current_stream(device);
+  const Tensor ws = stream_workspace(device, stream);
   const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
     return cublaslt().matmul(cublaslt_handle(device), plan.desc, &args.alpha, b.data_ptr(), plan.a,
                              a.data_ptr(), plan.b, &args.beta, out.data_ptr(), plan.c,
@@ -380,8 +397,8 @@ void gemm(const GemmArgs& args) {
   }
   const cublasLtMatmulAlgo_t& algo =
       plan.candidates[timed_choice && plan.fastest >= 0 ? static_cast<size_t>(plan.fastest) : 0];
-  const Tensor ws = workspace(device, kWorkspaceBytes);
   const cudaStream_t stream = current_stream(device);
+  const Tensor ws = stream_workspace(device, stream);
   if (pr.epilogue != Epilogue::kNone) {
     const void* bias_ptr =
         pr.epilogue == Epilogue::kBias ? args.bias.data_ptr() : args.a_row_sums.data_ptr();

@@ -459,3 +459,21 @@ TEST_CASE("CUDA TF32 policy: strict f32 by default, TF32 only when allowed", "[c
   CHECK(fast_err < 1e-5);
   CHECK(tf32_policy().matmul == false);  // the guard restored the policy
 }
+
+TEST_CASE("CUDA gemm keeps its stream's workspace: a product allocates nothing", "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  GemmArgs args;
+  args.a = uniform({1, 64, 96}, 41).to(DType::kBF16).to(gpu);
+  args.b = uniform({1, 96, 32}, 42).to(DType::kBF16).to(gpu);
+  args.c = Tensor::empty({1, 64, 32}, DType::kBF16, gpu);
+  SKA_KERNEL(gpu, gemm)(args);  // the stream's first product (in this process, maybe not): takes it
+  Allocator& alloc = allocator_for(gpu);
+  const MemoryStats before = alloc.stats();
+  for (int i = 0; i < 3; ++i) SKA_KERNEL(gpu, gemm)(args);
+  const MemoryStats after = alloc.stats();
+  CHECK(after.num_allocs == before.num_allocs);
+  CHECK(after.allocated == before.allocated);
+  const Tensor want = matmul(args.a.to(Device::cpu()), args.b.to(Device::cpu()));
+  CHECK(ska::test::nmse(args.c.to(Device::cpu()).to(DType::kF32), want.to(DType::kF32)) < 1e-4);
+}
