@@ -8,7 +8,7 @@
 namespace ska::cuda::attn {
 namespace {
 // The kernels' `extern __shared__ smem[]`: one block's dynamic shared memory at a time.
-alignas(128) unsigned char smem[227 * 1024];
+alignas(128) thread_local unsigned char smem[227 * 1024];
 const bool registered = (simt::register_shared(smem, sizeof smem), true);
 }  // namespace
 

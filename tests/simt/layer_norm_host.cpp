@@ -10,7 +10,7 @@
 namespace ska::cuda {
 namespace {
 // The fused backward's `extern __shared__ float red[]` (not launched here).
-alignas(128) float red[227 * 1024 / sizeof(float)];
+alignas(128) thread_local float red[227 * 1024 / sizeof(float)];
 const bool registered =
     (simt::register_shared(reinterpret_cast<unsigned char*>(red), sizeof red), true);
 }  // namespace

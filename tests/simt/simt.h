@@ -22,6 +22,12 @@
 #error "tests/simt/simt.h is for the host build of CUDA kernels (SKA_SIMT)"
 #endif
 
+// __shared__ arrays: one instance for all of a block's fibers, which run on one OS thread
+// (thread_local: static storage, and `extern __shared__` stays a valid declaration; the host
+// files define the dynamic shared memory thread_local to match). Defined before the toolkit's
+// headers, which then keep it. Unlike the dynamic shared memory, a static __shared__ array is not
+// poisoned between blocks: a block starts with what the last block left there.
+#define __shared__ thread_local
 #include <cuda_runtime.h>  // the host compiler's view: __device__ and friends expand to nothing
 
 #include <cmath>

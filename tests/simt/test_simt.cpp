@@ -49,6 +49,24 @@ TEST_CASE("simt: a race between a block's threads gives results that depend on t
   CHECK(neighbours(false, Schedule::kForward) != neighbours(false, Schedule::kReverse));
 }
 
+TEST_CASE("simt: a static __shared__ array is one for all of a block's threads", "[cpu][simt]") {
+  for (Schedule schedule : {Schedule::kForward, Schedule::kReverse, Schedule::kShuffled}) {
+    std::vector<int> out(2 * 64, -1);
+    ska::simt::set_schedule(schedule, 7);
+    ska::simt::run_grid(dim3(2), dim3(64), 0, [&] {
+      __shared__ int s[64];
+      const int t = static_cast<int>(threadIdx.x), b = static_cast<int>(blockIdx.x);
+      s[t] = 100 * b + t;
+      __syncthreads();
+      out[b * 64 + t] = s[(t + 1) % 64];  // the neighbour's write, of this block
+    });
+    ska::simt::set_schedule(Schedule::kForward);
+    for (int b = 0; b < 2; ++b) {
+      for (int t = 0; t < 64; ++t) CHECK(out[b * 64 + t] == 100 * b + (t + 1) % 64);
+    }
+  }
+}
+
 TEST_CASE("simt: cp.async copies land at the wait that covers them, not before", "[cpu][simt]") {
   const std::vector<uint32_t> global = {11, 22, 33, 44};
   std::vector<uint32_t> before(4), between(4), after(4);
