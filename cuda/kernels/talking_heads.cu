@@ -253,31 +253,30 @@ __global__ void talking_heads_mix_sums_kernel(const float* __restrict__ part, in
   out[g * h + g2] = acc;
 }
 
-// Calls f(T{}, std::integral_constant<int, H>{}, std::integral_constant<int, J>{}) for the
-// logits' dtype, the heads padded to 2, 4 or 8 and the key columns per lane: 2 up to 64 keys
-// (CaiT's patch attention), else 4.
+// Calls f(std::integral_constant<int, H>{}, std::integral_constant<int, J>{}) for the heads
+// padded to 2, 4 or 8 and the key columns per lane: 2 up to 64 keys (CaiT's patch attention),
+// else 4.
 template <typename F>
-void dispatch_talking_heads(DType dtype, int64_t heads, int64_t keys, const char* kernel, F&& f) {
-  const auto by_keys = [&](auto t, auto h) {
-    if (keys <= 64) return f(t, h, std::integral_constant<int, 2>{});
-    return f(t, h, std::integral_constant<int, kMaxJ>{});
+void dispatch_shape(int64_t heads, int64_t keys, F&& f) {
+  const auto by_keys = [&](auto h) {
+    if (keys <= 64) return f(h, std::integral_constant<int, 2>{});
+    return f(h, std::integral_constant<int, kMaxJ>{});
   };
-  const auto by_heads = [&](auto t) {
-    if (heads <= 2) return by_keys(t, std::integral_constant<int, 2>{});
-    if (heads <= 4) return by_keys(t, std::integral_constant<int, 4>{});
-    return by_keys(t, std::integral_constant<int, 8>{});
-  };
-  switch (dtype) {
-    case DType::kF32:
-      return by_heads(float{});
-    case DType::kBF16:
-      return by_heads(__nv_bfloat16{});
-    case DType::kF16:
-      return by_heads(__half{});
-    default:
-      SKA_FAIL(DTypeError, kernel, ": logits must be f32, bf16 or f16 on CUDA, got ",
-               dtype_name(dtype));
-  }
+  if (heads <= 2) return by_keys(std::integral_constant<int, 2>{});
+  if (heads <= 4) return by_keys(std::integral_constant<int, 4>{});
+  return by_keys(std::integral_constant<int, 8>{});
+}
+
+// The floats of the backward pass's mix-gradient partials: two H x H per warp.
+int64_t backward_partial_floats(const TalkingHeadsGeometry& geo) {
+  const int64_t warps =
+      std::min<int64_t>((geo.rows() + kWarps - 1) / kWarps, kBackwardBlocks) * kWarps;
+  int64_t floats = 0;
+  dispatch_shape(geo.heads, geo.keys, [&](auto heads, auto) {
+    constexpr int H = decltype(heads)::value;
+    floats = warps * 2 * H * H;
+  });
+  return floats;
 }
 
 void check_supported(const char* kernel, const TalkingHeadsGeometry& geo) {
@@ -288,8 +287,66 @@ void check_supported(const char* kernel, const TalkingHeadsGeometry& geo) {
             geo.rows(), " rows: too many");
 }
 
+// talking_heads_softmax_forward's launch once its operands are checked (rows and keys).
+template <typename T>
+void launch_forward(const TalkingHeadsGeometry& geo, const T* logits, float scale,
+                    const float* w_pre, const float* w_post, T* out, float* lse,
+                    cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned int>((geo.rows() + kWarps - 1) / kWarps);
+  dispatch_shape(geo.heads, geo.keys, [&](auto heads, auto columns) {
+    constexpr int H = decltype(heads)::value, J = decltype(columns)::value;
+    launch_kernel(talking_heads_forward_kernel<T, H, J>, blocks, kWarps * 32, 0, stream, logits,
+                  geo.rows(), static_cast<int>(geo.heads), static_cast<int>(geo.queries),
+                  static_cast<int>(geo.keys), scale, w_pre, w_post, out, lse);
+  });
+}
+
+// talking_heads_softmax_backward's launches once its operands are checked (rows and keys):
+// grad_pre and grad_post (either null: not wanted) through `part` (backward_partial_floats of
+// them; null when neither is wanted).
+template <typename T>
+void launch_backward(const TalkingHeadsGeometry& geo, const T* grad_out, const T* logits,
+                     float scale, const float* w_pre, const float* w_post, const float* lse,
+                     T* grad_logits, float* grad_pre, float* grad_post, float* part,
+                     cudaStream_t stream) {
+  const int64_t blocks = std::min<int64_t>((geo.rows() + kWarps - 1) / kWarps, kBackwardBlocks);
+  const int64_t warps = blocks * kWarps;
+  const bool sums = grad_pre != nullptr || grad_post != nullptr;
+  dispatch_shape(geo.heads, geo.keys, [&](auto heads, auto columns) {
+    constexpr int H = decltype(heads)::value, J = decltype(columns)::value;
+    launch_kernel(talking_heads_backward_kernel<T, H, J>, static_cast<unsigned int>(blocks),
+                  kWarps * 32, 0, stream, grad_out, logits, geo.rows(), static_cast<int>(geo.heads),
+                  static_cast<int>(geo.queries), static_cast<int>(geo.keys), scale, w_pre, w_post,
+                  lse, grad_logits, sums ? part : nullptr);
+    if (sums) {
+      launch_kernel(talking_heads_mix_sums_kernel<H>, 1, 2 * H * H, 0, stream,
+                    static_cast<const float*>(part), warps, static_cast<int>(geo.heads), grad_pre,
+                    grad_post);
+    }
+  });
+}
+
+// Calls f(T{}) for the logits' dtype.
+template <typename F>
+void dispatch_logits(DType dtype, const char* kernel, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(float{});
+    case DType::kBF16:
+      return f(__nv_bfloat16{});
+    case DType::kF16:
+      return f(__half{});
+    default:
+      SKA_FAIL(DTypeError, kernel, ": logits must be f32, bf16 or f16 on CUDA, got ",
+               dtype_name(dtype));
+  }
+}
+
 }  // namespace
 
+// The tensor-level entry points (tests/simt runs launch_forward and launch_backward on raw host
+// operands).
+#if !defined(SKA_SIMT)
 void talking_heads_softmax_forward(const Tensor& logits, double scale, const Tensor& w_pre,
                                    const Tensor& w_post, const Tensor& out, const Tensor& lse) {
   const char* kKernel = "talking_heads_softmax_forward";
@@ -298,19 +355,13 @@ void talking_heads_softmax_forward(const Tensor& logits, double scale, const Ten
   if (geo.rows() == 0 || geo.keys == 0) return;
   const int device = device_index(logits);
   DeviceGuard guard(device);
-  const auto blocks = static_cast<unsigned int>((geo.rows() + kWarps - 1) / kWarps);
-  dispatch_talking_heads(
-      logits.dtype(), geo.heads, geo.keys, kKernel, [&](auto t, auto heads, auto columns) {
-        using T = decltype(t);
-        constexpr int H = decltype(heads)::value, J = decltype(columns)::value;
-        talking_heads_forward_kernel<T, H, J><<<blocks, kWarps * 32, 0, current_stream(device)>>>(
-            static_cast<const T*>(logits.data_ptr()), geo.rows(), static_cast<int>(geo.heads),
-            static_cast<int>(geo.queries), static_cast<int>(geo.keys), static_cast<float>(scale),
-            static_cast<const float*>(w_pre.data_ptr()),
-            static_cast<const float*>(w_post.data_ptr()), static_cast<T*>(out.data_ptr()),
-            static_cast<float*>(lse.data_ptr()));
-        SKA_CUDA_CHECK_LAUNCH();
-      });
+  dispatch_logits(logits.dtype(), kKernel, [&](auto t) {
+    using T = decltype(t);
+    launch_forward<T>(geo, static_cast<const T*>(logits.data_ptr()), static_cast<float>(scale),
+                      static_cast<const float*>(w_pre.data_ptr()),
+                      static_cast<const float*>(w_post.data_ptr()), static_cast<T*>(out.data_ptr()),
+                      static_cast<float*>(lse.data_ptr()), current_stream(device));
+  });
 }
 
 void talking_heads_softmax_backward(const Tensor& grad_out, const Tensor& logits, double scale,
@@ -324,7 +375,6 @@ void talking_heads_softmax_backward(const Tensor& grad_out, const Tensor& logits
   const int device = device_index(logits);
   DeviceGuard guard(device);
   const cudaStream_t s = current_stream(device);
-  const bool sums = grad_pre.defined() || grad_post.defined();
   if (geo.rows() == 0 || geo.keys == 0) {  // no terms: the mixes' gradients are zero
     for (const Tensor* t : {&grad_pre, &grad_post}) {
       if (t->defined() && t->numel() > 0)
@@ -332,31 +382,19 @@ void talking_heads_softmax_backward(const Tensor& grad_out, const Tensor& logits
     }
     return;
   }
-  const int64_t blocks = std::min<int64_t>((geo.rows() + kWarps - 1) / kWarps, kBackwardBlocks);
-  const int64_t warps = blocks * kWarps;
-  dispatch_talking_heads(
-      logits.dtype(), geo.heads, geo.keys, kKernel, [&](auto t, auto heads, auto columns) {
-        using T = decltype(t);
-        constexpr int H = decltype(heads)::value, J = decltype(columns)::value;
-        const Tensor ws = sums ? workspace(device, warps * 2 * H * H * sizeof(float)) : Tensor();
-        float* part = sums ? static_cast<float*>(ws.data_ptr()) : nullptr;
-        talking_heads_backward_kernel<T, H, J>
-            <<<static_cast<unsigned int>(blocks), kWarps * 32, 0, s>>>(
-                static_cast<const T*>(grad_out.data_ptr()),
-                static_cast<const T*>(logits.data_ptr()), geo.rows(), static_cast<int>(geo.heads),
-                static_cast<int>(geo.queries), static_cast<int>(geo.keys),
-                static_cast<float>(scale), static_cast<const float*>(w_pre.data_ptr()),
-                static_cast<const float*>(w_post.data_ptr()),
-                static_cast<const float*>(lse.data_ptr()), static_cast<T*>(grad_logits.data_ptr()),
-                part);
-        SKA_CUDA_CHECK_LAUNCH();
-        if (sums) {
-          talking_heads_mix_sums_kernel<H><<<1, 2 * H * H, 0, s>>>(
-              part, warps, static_cast<int>(geo.heads), mutable_or_null<float>(grad_pre),
-              mutable_or_null<float>(grad_post));
-          SKA_CUDA_CHECK_LAUNCH();
-        }
-      });
+  const bool sums = grad_pre.defined() || grad_post.defined();
+  const Tensor ws =
+      sums ? workspace(device, backward_partial_floats(geo) * sizeof(float)) : Tensor();
+  dispatch_logits(logits.dtype(), kKernel, [&](auto t) {
+    using T = decltype(t);
+    launch_backward<T>(
+        geo, static_cast<const T*>(grad_out.data_ptr()), static_cast<const T*>(logits.data_ptr()),
+        static_cast<float>(scale), static_cast<const float*>(w_pre.data_ptr()),
+        static_cast<const float*>(w_post.data_ptr()), static_cast<const float*>(lse.data_ptr()),
+        static_cast<T*>(grad_logits.data_ptr()), mutable_or_null<float>(grad_pre),
+        mutable_or_null<float>(grad_post), sums ? static_cast<float*>(ws.data_ptr()) : nullptr, s);
+  });
 }
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda

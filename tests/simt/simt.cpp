@@ -80,6 +80,7 @@ struct Fiber {
   Context context;
   std::unique_ptr<char[]> stack;
   ThreadIds ids;
+  int index = 0;  // in the block: x + y * blockDim.x + z * blockDim.x * blockDim.y
   bool done = false;
   int64_t barriers = 0;                   // __syncthreads passed
   uint64_t exchanges = 0;                 // warp-wide operations taken
@@ -224,6 +225,7 @@ void run_block(uint3 block, dim3 grid, dim3 dims) {
     f.open.clear();
     f.groups.clear();
     f.ids.thread = make_uint3(t % dims.x, t / dims.x % dims.y, t / (dims.x * dims.y));
+    f.index = t;
     f.ids.block = block;
     f.ids.block_dim = dims;
     f.ids.grid_dim = grid;
@@ -270,6 +272,7 @@ void run_block(uint3 block, dim3 grid, dim3 dims) {
 }  // namespace
 
 const ThreadIds& ids() { return current().ids; }
+int lane() { return current().index % 32; }
 
 void syncthreads() {
   Fiber& f = current();
@@ -285,8 +288,10 @@ void syncthreads() {
 const unsigned char* exchange(const void* mine, size_t bytes) {
   Fiber& f = current();
   if (bytes > kSlotBytes) fail("a warp-wide operand over 64 bytes");
-  const int lane = static_cast<int>(f.ids.thread.x % 32);
-  Warp& w = g_block.warps[f.ids.thread.x / 32];
+  const int lane = f.index % 32;
+  if (f.index / 32 * 32 + 32 > static_cast<int>(g_block.fibers.size()))
+    fail("a warp-wide operation in a warp of fewer than 32 threads (a full mask's lanes missing)");
+  Warp& w = g_block.warps[f.index / 32];
   const uint64_t gen = f.exchanges++;
   const int s = static_cast<int>(gen & 1);
   if (w.arrived[s] == 0) {
@@ -323,7 +328,7 @@ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
     return value(all[(r % 8) * 4 + (k % 8) / 2].a[(r >= 8) + 2 * (k >= 8)], k % 2);
   };
   auto B = [&](int k, int n) { return value(all[n * 4 + (k % 8) / 2].b[k >= 8], k % 2); };
-  const int lane = static_cast<int>(current().ids.thread.x % 32), g = lane / 4, t = lane % 4;
+  const int lane = current().index % 32, g = lane / 4, t = lane % 4;
   for (int e = 0; e < 4; ++e) {
     const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
     double sum = mine.c[e];
@@ -333,7 +338,7 @@ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
 }
 
 void ldmatrix(uint32_t* regs, int count, bool trans, const void* row) {
-  const int lane = static_cast<int>(current().ids.thread.x % 32);
+  const int lane = current().index % 32;
   if (lane < 8 * count) {
     if (reinterpret_cast<uintptr_t>(row) % 16 != 0) fail("an ldmatrix row not 16-byte aligned");
     if (!in_shared(row, 16)) fail("an ldmatrix row outside the block's dynamic shared memory");
@@ -403,9 +408,9 @@ void async_wait_all() {
 void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body) {
   if (g_current != nullptr) fail("a launch from device code");
   const int threads = static_cast<int>(block.x * block.y * block.z);
-  if (threads <= 0 || threads > 1024 || threads % 32 != 0) {
+  if (threads <= 0 || threads > 1024) {
     throw std::runtime_error("simt: a block of " + std::to_string(threads) +
-                             " threads (1 to 1024, whole warps)");
+                             " threads (1 to 1024)");
   }
   if (shared_bytes > kMaxSharedBytes) {
     throw std::runtime_error("simt: a launch with " + std::to_string(shared_bytes) +
@@ -415,7 +420,7 @@ void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<vo
     g_block.fibers = std::vector<Fiber>(threads);
     for (Fiber& f : g_block.fibers) f.stack.reset(new char[kStackBytes]);
   }
-  g_block.warps.resize(threads / 32);
+  g_block.warps.resize((threads + 31) / 32);
   g_block.body = &body;
   g_block.shared_bytes = shared_bytes;
   for (unsigned z = 0; z < grid.z; ++z) {

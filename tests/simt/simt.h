@@ -47,6 +47,8 @@ struct ThreadIds {
   dim3 block_dim, grid_dim;
 };
 const ThreadIds& ids();
+// The running thread's lane: its index in the block (x fastest, then y, then z) modulo 32.
+int lane();
 
 void syncthreads();
 
@@ -115,13 +117,11 @@ T __shfl_sync(unsigned, T v, int from, int = 32) {
 }
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
-  const int lane = static_cast<int>(::ska::simt::ids().thread.x % 32);
-  return ::ska::simt::shuffle(v, lane ^ mask);
+  return ::ska::simt::shuffle(v, ::ska::simt::lane() ^ mask);
 }
 template <typename T>
 T __shfl_down_sync(unsigned, T v, unsigned delta, int = 32) {
-  const int lane = static_cast<int>(::ska::simt::ids().thread.x % 32);
-  const int from = lane + static_cast<int>(delta);
+  const int from = ::ska::simt::lane() + static_cast<int>(delta);
   const T theirs = ::ska::simt::shuffle(v, from & 31);
   return from < 32 ? theirs : v;  // lanes past the end keep their own value
 }

@@ -67,6 +67,30 @@ TEST_CASE("simt: a static __shared__ array is one for all of a block's threads",
   }
 }
 
+TEST_CASE("simt: a block of part of a warp runs; a warp-wide operation there is an error",
+          "[cpu][simt]") {
+  std::vector<int> out(8, -1);
+  ska::simt::run_grid(dim3(1), dim3(8), 0, [&] {
+    __shared__ int s[8];
+    const int t = static_cast<int>(threadIdx.x);
+    s[t] = 10 * t;
+    __syncthreads();
+    out[t] = s[7 - t];
+  });
+  CHECK(out == std::vector<int>{70, 60, 50, 40, 30, 20, 10, 0});
+  // A 2-D block's warps are its threads in x-fastest order: (32, 2)'s row y = 1 is warp 1.
+  std::vector<int> lanes(64, -1);
+  ska::simt::run_grid(dim3(1), dim3(32, 2), 0, [&] {
+    const int t = static_cast<int>(threadIdx.x + 32 * threadIdx.y);
+    lanes[t] = __shfl_xor_sync(0xffffffffu, t, 1);
+  });
+  for (int t = 0; t < 64; ++t) CHECK(lanes[t] == (t ^ 1));
+  // 40 threads: the second warp has 8 lanes, and a full-mask shuffle there has lanes missing.
+  CHECK_THROWS_WITH(
+      ska::simt::run_grid(dim3(1), dim3(40), 0, [&] { (void)__shfl_xor_sync(0xffffffffu, 1, 1); }),
+      Catch::Contains("fewer than 32 threads"));
+}
+
 TEST_CASE("simt: cp.async copies land at the wait that covers them, not before", "[cpu][simt]") {
   const std::vector<uint32_t> global = {11, 22, 33, 44};
   std::vector<uint32_t> before(4), between(4), after(4);
