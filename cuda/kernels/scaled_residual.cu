@@ -146,6 +146,90 @@ __global__ void scaled_residual_backward_kernel(const T* g, const TX* x, const T
   store_column_partials<kColTile, kRowLanes>(ax, ay, c, cols, part_x, part_y);
 }
 
+struct Geometry {
+  int64_t rows, cols;
+  uint32_t rows_per_sample;  // of yk's samples (1 without yk)
+};
+
+dim3 column_grid(const char* kernel, int64_t cols, int64_t row_blocks) {
+  const int64_t tiles = (cols + kColTile - 1) / kColTile;
+  SKA_CHECK(tiles <= INT_MAX, ShapeError, kernel, ": too many columns (", cols, ")");
+  return dim3(static_cast<unsigned int>(tiles), static_cast<unsigned int>(row_blocks));
+}
+
+// A launch's operands (null: absent), as the entry points check them; rows, cols > 0.
+template <typename TX, typename TY, typename T>
+struct Operands {
+  Geometry geo;
+  const TX* x;
+  const T* xs;
+  const TY* y;
+  const T* ys;
+  const TY* yk;
+};
+
+// A dropout of y: its mask `bits` (written forward, read backward) and its draws.
+struct Drop {
+  uint8_t* bits = nullptr;  // null: no dropout
+  uint64_t seed = 0, offset = 0;
+  const int64_t* offset_base = nullptr;  // on the device; null: offset alone
+  float keep = 1.0f, scale = 1.0f;
+};
+
+// scaled_residual_forward's launch once its operands are checked.
+template <typename TX, typename TY, typename T>
+void launch_forward(const Operands<TX, TY, T>& a, const Drop& drop, T* out, cudaStream_t stream) {
+  const Geometry& geo = a.geo;
+  if (drop.bits != nullptr) {
+    const int64_t n = geo.rows * geo.cols;
+    launch_kernel(scaled_residual_dropout_forward_kernel<TX, TY, T>, grid_for((n + 7) / 8, 256),
+                  256, 0, stream, a.x, a.xs, a.y, a.ys, a.yk, geo.rows_per_sample, out, drop.bits,
+                  n, geo.cols, drop.seed, drop.offset, drop.offset_base, drop.keep, drop.scale);
+    return;
+  }
+  const int64_t row_blocks =
+      std::min<int64_t>((geo.rows + kRowLanes - 1) / kRowLanes, kMaxRowBlocks);
+  launch_kernel(scaled_residual_forward_kernel<TX, TY, T>,
+                column_grid("scaled_residual_forward", geo.cols, row_blocks),
+                dim3(kColTile, kRowLanes), 0, stream, a.x, a.xs, a.y, a.ys, a.yk,
+                geo.rows_per_sample, out, geo.rows, geo.cols);
+}
+
+// The backward pass's chunks of rows: its partial sums per column.
+int64_t backward_chunks(const Geometry& geo) {
+  return std::min<int64_t>((geo.rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
+}
+
+// scaled_residual_backward's launches once its operands are checked (rows, cols > 0): gx, gy,
+// gxs and gys where not null, the scales' gradients through `part` (2 * backward_chunks * cols
+// floats; null when neither is wanted).
+template <typename TX, typename TY, typename T>
+void launch_backward(const Operands<TX, TY, T>& a, const Drop& drop, const T* g, TX* gx, TY* gy,
+                     T* gxs, T* gys, float* part, cudaStream_t stream) {
+  const Geometry& geo = a.geo;
+  const int64_t chunks = backward_chunks(geo);
+  const int64_t chunk_rows = (geo.rows + chunks - 1) / chunks;
+  float* part_x = gxs != nullptr ? part : nullptr;
+  float* part_y = gys != nullptr ? part + chunks * geo.cols : nullptr;
+  launch_kernel(scaled_residual_backward_kernel<TX, TY, T>,
+                column_grid("scaled_residual_backward", geo.cols, chunks),
+                dim3(kColTile, kRowLanes), 0, stream, g, a.x, a.xs, a.y, a.ys, a.yk,
+                geo.rows_per_sample, static_cast<const uint8_t*>(drop.bits), drop.scale, gx, gy,
+                geo.rows, geo.cols, chunk_rows, part_x, part_y);
+  if (gxs != nullptr || gys != nullptr) {
+    launch_kernel(sum_column_partials<T>, grid_for(geo.cols), 256, 0, stream,
+                  static_cast<const float*>(part_x), static_cast<const float*>(part_y), chunks,
+                  geo.cols, gxs, gys);
+  }
+}
+
+}  // namespace
+
+// The tensor-level entry points (tests/simt runs launch_forward and launch_backward on raw host
+// operands).
+#if !defined(SKA_SIMT)
+namespace {
+
 // Calls f(TX{}, TY{}, T{}) for out's dtype T and x's and y's dtypes: T, or (T f32) bf16/f16.
 // Only those combinations are instantiated.
 template <typename F>
@@ -164,11 +248,6 @@ void dispatch_residual(DType out, DType x, DType y, const char* kernel, F&& f) {
     of(x, [&](auto tx) { of(y, [&](auto ty) { f(tx, ty, t); }); });
   });
 }
-
-struct Geometry {
-  int64_t rows, cols;
-  uint32_t rows_per_sample;  // of yk's samples (1 without yk)
-};
 
 // x and y may be undefined (the backward pass without their scales' gradients): like gives the
 // shape then.
@@ -205,10 +284,27 @@ Geometry check(const char* kernel, const Tensor& x, const Tensor& xs, const Tens
   return {rows, cols, static_cast<uint32_t>(rows_per_sample)};
 }
 
-dim3 column_grid(const char* kernel, int64_t cols, int64_t row_blocks) {
-  const int64_t tiles = (cols + kColTile - 1) / kColTile;
-  SKA_CHECK(tiles <= INT_MAX, ShapeError, kernel, ": too many columns (", cols, ")");
-  return dim3(static_cast<unsigned int>(tiles), static_cast<unsigned int>(row_blocks));
+template <typename TX, typename TY, typename T>
+Operands<TX, TY, T> operands(const Geometry& geo, const Tensor& x, const Tensor& xs,
+                             const Tensor& y, const Tensor& ys, const Tensor& yk) {
+  return {geo,
+          data_or_null<TX>(x),
+          data_or_null<T>(xs),
+          data_or_null<TY>(y),
+          data_or_null<T>(ys),
+          data_or_null<TY>(yk)};
+}
+
+Drop drop_of(const DropoutDraw& d) {
+  Drop drop;
+  if (!d.active()) return drop;
+  drop.bits = static_cast<uint8_t*>(d.bits.data_ptr());
+  drop.seed = d.seed;
+  drop.offset = d.offset;
+  drop.offset_base = data_or_null<int64_t>(d.offset_base);
+  drop.keep = static_cast<float>(d.keep_prob);
+  drop.scale = static_cast<float>(d.scale);
+  return drop;
 }
 
 }  // namespace
@@ -221,37 +317,12 @@ void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y,
   if (geo.rows == 0 || geo.cols == 0) return;
   const int device = device_index(x);
   DeviceGuard guard(device);
-  if (drop.active()) {
-    const int64_t* base = data_or_null<int64_t>(drop.offset_base);
-    const int64_t n = out.numel();
-    dispatch_residual(out.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
-      using TX = decltype(tx);
-      using TY = decltype(ty);
-      using T = decltype(t);
-      scaled_residual_dropout_forward_kernel<TX, TY, T>
-          <<<grid_for((n + 7) / 8, 256), 256, 0, current_stream(device)>>>(
-              static_cast<const TX*>(x.data_ptr()), data_or_null<T>(xs),
-              static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys), data_or_null<TY>(yk),
-              geo.rows_per_sample, static_cast<T*>(out.data_ptr()),
-              static_cast<uint8_t*>(drop.bits.data_ptr()), n, geo.cols, drop.seed, drop.offset,
-              base, static_cast<float>(drop.keep_prob), static_cast<float>(drop.scale));
-      SKA_CUDA_CHECK_LAUNCH();
-    });
-    return;
-  }
-  const int64_t row_blocks =
-      std::min<int64_t>((geo.rows + kRowLanes - 1) / kRowLanes, kMaxRowBlocks);
   dispatch_residual(out.dtype(), x.dtype(), y.dtype(), kKernel, [&](auto tx, auto ty, auto t) {
     using TX = decltype(tx);
     using TY = decltype(ty);
     using T = decltype(t);
-    scaled_residual_forward_kernel<TX, TY, T>
-        <<<column_grid(kKernel, geo.cols, row_blocks), dim3(kColTile, kRowLanes), 0,
-           current_stream(device)>>>(static_cast<const TX*>(x.data_ptr()), data_or_null<T>(xs),
-                                     static_cast<const TY*>(y.data_ptr()), data_or_null<T>(ys),
-                                     data_or_null<TY>(yk), geo.rows_per_sample,
-                                     static_cast<T*>(out.data_ptr()), geo.rows, geo.cols);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_forward(operands<TX, TY, T>(geo, x, xs, y, ys, yk), drop_of(drop),
+                   static_cast<T*>(out.data_ptr()), current_stream(device));
   });
 }
 
@@ -284,7 +355,6 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
   const int device = device_index(g);
   DeviceGuard guard(device);
   const cudaStream_t s = current_stream(device);
-  const bool sums = gxs.defined() || gys.defined();
   if (geo.rows == 0 || geo.cols == 0) {  // no rows: the scales' gradients are zero
     for (const Tensor* t : {&gxs, &gys}) {
       if (t->defined() && t->numel() > 0)
@@ -292,29 +362,19 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
     }
     return;
   }
-  const int64_t chunks = std::min<int64_t>((geo.rows + kChunkRows - 1) / kChunkRows, kMaxChunks);
-  const int64_t chunk_rows = (geo.rows + chunks - 1) / chunks;
-  const Tensor ws = sums ? workspace(device, 2 * chunks * geo.cols * sizeof(float)) : Tensor();
-  float* part_x = gxs.defined() ? static_cast<float*>(ws.data_ptr()) : nullptr;
-  float* part_y = gys.defined() ? static_cast<float*>(ws.data_ptr()) + chunks * geo.cols : nullptr;
+  const bool sums = gxs.defined() || gys.defined();
+  const Tensor ws =
+      sums ? workspace(device, 2 * backward_chunks(geo) * geo.cols * sizeof(float)) : Tensor();
   dispatch_residual(g.dtype(), x_dtype, y_dtype, kKernel, [&](auto tx, auto ty, auto t) {
     using TX = decltype(tx);
     using TY = decltype(ty);
     using T = decltype(t);
-    scaled_residual_backward_kernel<TX, TY, T>
-        <<<column_grid(kKernel, geo.cols, chunks), dim3(kColTile, kRowLanes), 0, s>>>(
-            static_cast<const T*>(g.data_ptr()), data_or_null<TX>(x), data_or_null<T>(xs),
-            data_or_null<TY>(y), data_or_null<T>(ys), data_or_null<TY>(yk), geo.rows_per_sample,
-            drop.active() ? static_cast<const uint8_t*>(drop.bits.data_ptr()) : nullptr,
-            static_cast<float>(drop.scale), mutable_or_null<TX>(gx), mutable_or_null<TY>(gy),
-            geo.rows, geo.cols, chunk_rows, part_x, part_y);
-    SKA_CUDA_CHECK_LAUNCH();
-    if (sums) {
-      sum_column_partials<T><<<grid_for(geo.cols), 256, 0, s>>>(
-          part_x, part_y, chunks, geo.cols, mutable_or_null<T>(gxs), mutable_or_null<T>(gys));
-      SKA_CUDA_CHECK_LAUNCH();
-    }
+    launch_backward(operands<TX, TY, T>(geo, x, xs, y, ys, yk), drop_of(drop),
+                    static_cast<const T*>(g.data_ptr()), mutable_or_null<TX>(gx),
+                    mutable_or_null<TY>(gy), mutable_or_null<T>(gxs), mutable_or_null<T>(gys),
+                    sums ? static_cast<float*>(ws.data_ptr()) : nullptr, s);
   });
 }
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
