@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/kernel_types.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/runtime/check.h"
@@ -91,6 +92,30 @@ __global__ void sum_column_partials(const float* part_a, const float* part_b, in
     if (out_a) out_a[c] = from_float<P>(a);
     if (out_b) out_b[c] = from_float<P>(b);
   }
+}
+
+// A dropout drawn inside a fused kernel (add_layer_norm's and scaled_residual's branch dropout):
+// element i of the flat tensor is kept where the uniform of Philox counter offset (+ *offset_base
+// where set: a captured step's counter) + i / 4, word i % 4, is below keep (dropout_forward's
+// draws), and bit i % 8 of bits[i / 8] records it. bits null: no dropout.
+struct BranchDrop {
+  uint8_t* bits = nullptr;
+  const int64_t* offset_base = nullptr;
+  uint64_t seed = 0, offset = 0;
+  float keep = 1.0f, scale = 1.0f;  // scale as the host passes it; rounded to the branch's dtype
+};
+
+// The kernels' form of a dropout draw (no dropout where it is not active).
+inline BranchDrop kernel_drop(const DropoutDraw& d) {
+  BranchDrop drop;
+  if (!d.active()) return drop;
+  drop.bits = static_cast<uint8_t*>(d.bits.data_ptr());
+  drop.offset_base = data_or_null<int64_t>(d.offset_base);
+  drop.seed = d.seed;
+  drop.offset = d.offset;
+  drop.keep = static_cast<float>(d.keep_prob);
+  drop.scale = static_cast<float>(d.scale);
+  return drop;
 }
 
 // Device index of a CUDA tensor, checked.

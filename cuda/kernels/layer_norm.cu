@@ -160,17 +160,6 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   normalize_held_row(v, s, w, b, y + row * cols, mean, rstd, row, cols, eps, lane);
 }
 
-// The dropout a residual branch ends in, taken into add_layer_norm's kernels: element i of the
-// flat tensor is kept where the uniform of Philox counter offset (+ *offset_base) + i / 4, word
-// i % 4, is below keep (dropout_forward_kernel's draws), and bit i % 8 of bits[i / 8] records it.
-// bits null: no dropout.
-struct BranchDrop {
-  uint8_t* bits = nullptr;
-  const int64_t* offset_base = nullptr;
-  uint64_t seed = 0, offset = 0;
-  float keep = 1.0f, scale = 1.0f;  // scale as the host passes it; rounded to the branch's dtype
-};
-
 // The branch's dropout in add_layer_norm's forward kernels. The lanes take columns c = lane + 32k
 // (the norm's order); the draws go by groups of 128 columns: lane l draws the counter of columns
 // 4l..4l+3 of the group (draw_group) and keeps its 4 bits as a nibble, lanes 2m and 2m + 1 store
@@ -872,16 +861,8 @@ void add_layer_norm_forward(const Tensor& x, const Tensor& y, const DropoutDraw&
             dtype_name(y.dtype()));
   const char* kernel = "add_layer_norm_forward";
   check_add_layer_norm_scale(kernel, y_scale, x, param_dtype);
-  BranchDrop branch_drop;
-  if (drop.active()) {
-    check_add_layer_norm_drop(kernel, drop, x, y);
-    branch_drop.bits = static_cast<uint8_t*>(drop.bits.data_ptr());
-    branch_drop.offset_base = data_or_null<int64_t>(drop.offset_base);
-    branch_drop.seed = drop.seed;
-    branch_drop.offset = drop.offset;
-    branch_drop.keep = static_cast<float>(drop.keep_prob);
-    branch_drop.scale = static_cast<float>(drop.scale);
-  }
+  if (drop.active()) check_add_layer_norm_drop(kernel, drop, x, y);
+  const BranchDrop branch_drop = kernel_drop(drop);
   dispatch_norm(x.dtype(), param_dtype, normed.dtype(), kernel, [&](auto t, auto p, auto ty) {
     using T = decltype(t);
     using P = decltype(p);

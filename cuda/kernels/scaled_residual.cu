@@ -168,17 +168,10 @@ struct Operands {
   const TY* yk;
 };
 
-// A dropout of y: its mask `bits` (written forward, read backward) and its draws.
-struct Drop {
-  uint8_t* bits = nullptr;  // null: no dropout
-  uint64_t seed = 0, offset = 0;
-  const int64_t* offset_base = nullptr;  // on the device; null: offset alone
-  float keep = 1.0f, scale = 1.0f;
-};
-
 // scaled_residual_forward's launch once its operands are checked.
 template <typename TX, typename TY, typename T>
-void launch_forward(const Operands<TX, TY, T>& a, const Drop& drop, T* out, cudaStream_t stream) {
+void launch_forward(const Operands<TX, TY, T>& a, const BranchDrop& drop, T* out,
+                    cudaStream_t stream) {
   const Geometry& geo = a.geo;
   if (drop.bits != nullptr) {
     const int64_t n = geo.rows * geo.cols;
@@ -204,8 +197,8 @@ int64_t backward_chunks(const Geometry& geo) {
 // gxs and gys where not null, the scales' gradients through `part` (2 * backward_chunks * cols
 // floats; null when neither is wanted).
 template <typename TX, typename TY, typename T>
-void launch_backward(const Operands<TX, TY, T>& a, const Drop& drop, const T* g, TX* gx, TY* gy,
-                     T* gxs, T* gys, float* part, cudaStream_t stream) {
+void launch_backward(const Operands<TX, TY, T>& a, const BranchDrop& drop, const T* g, TX* gx,
+                     TY* gy, T* gxs, T* gys, float* part, cudaStream_t stream) {
   const Geometry& geo = a.geo;
   const int64_t chunks = backward_chunks(geo);
   const int64_t chunk_rows = (geo.rows + chunks - 1) / chunks;
@@ -295,18 +288,6 @@ Operands<TX, TY, T> operands(const Geometry& geo, const Tensor& x, const Tensor&
           data_or_null<TY>(yk)};
 }
 
-Drop drop_of(const DropoutDraw& d) {
-  Drop drop;
-  if (!d.active()) return drop;
-  drop.bits = static_cast<uint8_t*>(d.bits.data_ptr());
-  drop.seed = d.seed;
-  drop.offset = d.offset;
-  drop.offset_base = data_or_null<int64_t>(d.offset_base);
-  drop.keep = static_cast<float>(d.keep_prob);
-  drop.scale = static_cast<float>(d.scale);
-  return drop;
-}
-
 }  // namespace
 
 void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y, const Tensor& ys,
@@ -321,7 +302,7 @@ void scaled_residual_forward(const Tensor& x, const Tensor& xs, const Tensor& y,
     using TX = decltype(tx);
     using TY = decltype(ty);
     using T = decltype(t);
-    launch_forward(operands<TX, TY, T>(geo, x, xs, y, ys, yk), drop_of(drop),
+    launch_forward(operands<TX, TY, T>(geo, x, xs, y, ys, yk), kernel_drop(drop),
                    static_cast<T*>(out.data_ptr()), current_stream(device));
   });
 }
@@ -369,7 +350,7 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
     using TX = decltype(tx);
     using TY = decltype(ty);
     using T = decltype(t);
-    launch_backward(operands<TX, TY, T>(geo, x, xs, y, ys, yk), drop_of(drop),
+    launch_backward(operands<TX, TY, T>(geo, x, xs, y, ys, yk), kernel_drop(drop),
                     static_cast<const T*>(g.data_ptr()), mutable_or_null<TX>(gx),
                     mutable_or_null<TY>(gy), mutable_or_null<T>(gxs), mutable_or_null<T>(gys),
                     sums ? static_cast<float*>(ws.data_ptr()) : nullptr, s);

@@ -22,12 +22,7 @@ template <typename T, typename TR, typename TY>
 void add_layer_norm_forward(const T* x, const TR* y, const Dropout& drop, const T* ys,
                             const float* w, const float* b, T* sum, TY* normed, float* mean,
                             float* rstd, int64_t rows, int64_t cols, float eps, bool held) {
-  cuda::BranchDrop branch;
-  branch.bits = drop.bits;
-  branch.seed = drop.seed;
-  branch.offset = drop.offset;
-  branch.keep = drop.keep;
-  branch.scale = drop.scale;
+  const auto branch = kernel_form<cuda::BranchDrop>(drop);
   const auto args =
       std::make_tuple(x, y, branch, ys, w, b, sum, normed, mean, rstd, rows, cols, eps);
   const bool was = set_cuda_layer_norm_held_forward(held);

@@ -10,13 +10,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace ska::simt::layer_norm {
+#include "tests/simt/values.h"
 
-struct Dropout {
-  uint8_t* bits = nullptr;  // null: no dropout
-  uint64_t seed = 0, offset = 0;
-  float keep = 1.0f, scale = 1.0f;
-};
+namespace ska::simt::layer_norm {
 
 // held: the kernel that holds a row in registers (train.norm_forward: held) where it applies.
 template <typename T, typename TR, typename TY>

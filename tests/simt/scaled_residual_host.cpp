@@ -20,23 +20,13 @@ cuda::Operands<TX, TY, T> operands(int64_t rows, int64_t cols, int64_t batch, co
   return {{rows, cols, per_sample}, x, xs, y, ys, yk};
 }
 
-cuda::Drop drop_of(const Dropout& d) {
-  cuda::Drop drop;
-  drop.bits = d.bits;
-  drop.seed = d.seed;
-  drop.offset = d.offset;
-  drop.offset_base = d.offset_base;
-  drop.keep = d.keep;
-  drop.scale = d.scale;
-  return drop;
-}
-
 }  // namespace
 
 template <typename TX, typename TY, typename T>
 void forward(int64_t rows, int64_t cols, int64_t batch, const TX* x, const T* xs, const TY* y,
              const T* ys, const TY* yk, const Dropout& drop, T* out) {
-  cuda::launch_forward(operands(rows, cols, batch, x, xs, y, ys, yk), drop_of(drop), out, nullptr);
+  cuda::launch_forward(operands(rows, cols, batch, x, xs, y, ys, yk),
+                       kernel_form<cuda::BranchDrop>(drop), out, nullptr);
 }
 
 template <typename TX, typename TY, typename T>
@@ -45,7 +35,8 @@ void backward(int64_t rows, int64_t cols, int64_t batch, const T* g, const TX* x
               T* gys) {
   const auto a = operands(rows, cols, batch, x, xs, y, ys, yk);
   std::vector<float> part(2 * cuda::backward_chunks(a.geo) * cols);
-  cuda::launch_backward(a, drop_of(drop), g, gx, gy, gxs, gys, part.data(), nullptr);
+  cuda::launch_backward(a, kernel_form<cuda::BranchDrop>(drop), g, gx, gy, gxs, gys, part.data(),
+                        nullptr);
 }
 
 #define SKA_SIMT_SCALED_RESIDUAL(TX, TY, T)                                                       \

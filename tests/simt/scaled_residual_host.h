@@ -8,14 +8,9 @@
 
 #include <cstdint>
 
-namespace ska::simt::scaled_residual {
+#include "tests/simt/values.h"
 
-struct Dropout {
-  uint8_t* bits = nullptr;  // null: no dropout; else (rows * cols + 7) / 8 bytes
-  uint64_t seed = 0, offset = 0;
-  const int64_t* offset_base = nullptr;  // added to offset where set (a graph's counter)
-  float keep = 1.0f, scale = 1.0f;
-};
+namespace ska::simt::scaled_residual {
 
 template <typename TX, typename TY, typename T>
 void forward(int64_t rows, int64_t cols, int64_t batch, const TX* x, const T* xs, const TY* y,

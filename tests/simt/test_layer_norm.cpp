@@ -17,13 +17,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/random.h"
 #include "tests/simt/layer_norm_host.h"
 #include "tests/simt/values.h"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::kept;
 using ska::simt::round_to;
 using ska::simt::same_bits;
 
@@ -52,7 +52,7 @@ struct Inputs {
   std::vector<T> x, ys;
   std::vector<TR> y;
   std::vector<float> w, b;
-  ska::simt::layer_norm::Dropout drop;
+  ska::simt::Dropout drop;
 
   Run<T, TR, TY> run(bool held) const {
     Run<T, TR, TY> r;
@@ -61,7 +61,7 @@ struct Inputs {
     r.normed.assign(n, round_to<TY>(NAN));
     r.mean.assign(c.rows, NAN);
     r.rstd.assign(c.rows, NAN);
-    ska::simt::layer_norm::Dropout d = drop;
+    ska::simt::Dropout d = drop;
     if (c.dropout) {
       r.bits.assign(n / 8, 0xa5);
       d.bits = r.bits.data();
@@ -94,12 +94,6 @@ Inputs<T, TR, TY> make_inputs(const Case& c, uint32_t seed) {
   in.drop.keep = 0.9f;
   in.drop.scale = 1.0f / 0.9f;
   return in;
-}
-
-// Element i's dropout draw, as the kernels draw it: counter offset + i / 4, word i % 4.
-bool kept(const ska::simt::layer_norm::Dropout& d, int64_t i) {
-  const ska::PhiloxOut r = ska::philox4x32_10(d.seed, d.offset + static_cast<uint64_t>(i / 4));
-  return ska::philox_uniform(r.w[i % 4]) < d.keep;
 }
 
 template <typename T, typename TR, typename TY>
@@ -203,7 +197,7 @@ void check_backward(const Case& c) {
   std::vector<T> gx(n, NAN), gscale(c.cols, NAN);
   std::vector<TR> gbranch(n, round_to<TR>(NAN));
   std::vector<float> gw(c.cols, NAN), gb(c.cols, NAN);
-  ska::simt::layer_norm::Dropout drop = in.drop;
+  ska::simt::Dropout drop = in.drop;
   if (c.dropout) drop.bits = const_cast<uint8_t*>(fwd.bits.data());
   ska::simt::layer_norm::add_layer_norm_backward<T, TY, std::conditional_t<kLow, TR, bf16>>(
       gy.data(), gsum.data(), fwd.sum.data(), in.w.data(), fwd.mean.data(), fwd.rstd.data(), drop,

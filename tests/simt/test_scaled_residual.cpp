@@ -21,17 +21,16 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/random.h"
 #include "tests/simt/scaled_residual_host.h"
 #include "tests/simt/values.h"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::Dropout;
+using ska::simt::kept;
 using ska::simt::round_to;
 using ska::simt::same_bits;
-using ska::simt::Schedule;
-using ska::simt::scaled_residual::Dropout;
 
 template <typename T>
 float as_float(T v) {
@@ -135,16 +134,11 @@ Run<TX, TY, T> run(const Inputs<TX, TY, T>& in, bool sums) {
   return r;
 }
 
-// Element i's dropout draw, as dropout_forward draws it: counter offset + i / 4, word i % 4.
-bool kept(const Dropout& d, uint64_t offset, int64_t i) {
-  const ska::PhiloxOut r = ska::philox4x32_10(d.seed, offset + static_cast<uint64_t>(i / 4));
-  return ska::philox_uniform(r.w[i % 4]) < d.keep;
-}
-
 template <typename TX, typename TY, typename T>
 void check(const Inputs<TX, TY, T>& in, const Run<TX, TY, T>& r, bool sums) {
   const Case& c = in.c;
-  const uint64_t offset = in.drop.offset + static_cast<uint64_t>(in.offset_base);
+  Dropout drawn = in.drop;  // as the runs draw it
+  drawn.offset_base = &in.offset_base;
   const float drop_scale = rounded<TY>(in.drop.scale);  // as dropout multiplies a TY tensor
   const int64_t per_sample = c.rows / c.batch;
   int64_t bits_off = 0, out_off = 0, gx_off = 0, gy_off = 0;
@@ -154,7 +148,7 @@ void check(const Inputs<TX, TY, T>& in, const Run<TX, TY, T>& r, bool sums) {
     const float factor = as_float(in.yk[row / per_sample]);
     for (int64_t j = 0; j < c.cols; ++j) {
       const int64_t i = row * c.cols + j;
-      const bool keep = !c.dropout || kept(in.drop, offset, i);
+      const bool keep = !c.dropout || kept(drawn, i);
       if (c.dropout) bits_off += ((r.bits[i / 8] >> (i % 8)) & 1) != keep;
       // Forward: dropout, drop path, the scales, the sum; each op's result in its dtype.
       float branch = as_float(in.y[i]);
@@ -213,18 +207,16 @@ void check_case(const Case& c) {
   check(in, plain, false);
   CHECK(same_bits(plain.gx, r.gx));
   CHECK(same_bits(plain.gy, r.gy));
-  for (Schedule s : {Schedule::kReverse, Schedule::kShuffled}) {
-    INFO((s == Schedule::kReverse ? "threads reversed" : "threads shuffled"));
-    ska::simt::set_schedule(s, 9);
+  ska::simt::in_other_orders(9, [&](const char* order) {
+    INFO(order);
     const Run<TX, TY, T> again = run(in, true);
-    ska::simt::set_schedule(Schedule::kForward);
     CHECK(same_bits(again.out, r.out));
     CHECK(same_bits(again.bits, r.bits));
     CHECK(same_bits(again.gx, r.gx));
     CHECK(same_bits(again.gy, r.gy));
     CHECK(same_bits(again.gxs, r.gxs));
     CHECK(same_bits(again.gys, r.gys));
-  }
+  });
 }
 
 TEST_CASE("simt: scaled_residual forward and backward (f32 stream, bf16 branch)", "[cpu][simt]") {

@@ -30,7 +30,6 @@ using bf16 = __nv_bfloat16;
 using ska::TalkingHeadsGeometry;
 using ska::simt::round_to;
 using ska::simt::same_bits;
-using ska::simt::Schedule;
 using ska::simt::value;
 
 struct Case {
@@ -256,17 +255,15 @@ void check_case(const Case& c) {
                     [](float v) { return std::isnan(v); }));
 
   // No order of a block's threads changes a bit (the mixes' sums are in a fixed order).
-  for (Schedule s : {Schedule::kReverse, Schedule::kShuffled}) {
-    INFO((s == Schedule::kReverse ? "threads reversed" : "threads shuffled"));
-    ska::simt::set_schedule(s, 5);
+  ska::simt::in_other_orders(5, [&](const char* order) {
+    INFO(order);
     const Run<T> again = run(in, true, true);
-    ska::simt::set_schedule(Schedule::kForward);
     CHECK(same_bits(again.out, r.out));
     CHECK(same_bits(again.lse, r.lse));
     CHECK(same_bits(again.grad_logits, r.grad_logits));
     CHECK(same_bits(again.grad_pre, r.grad_pre));
     CHECK(same_bits(again.grad_post, r.grad_post));
-  }
+  });
 }
 
 TEST_CASE("simt: talking-heads softmax against its f64 math (f32)", "[cpu][simt]") {

@@ -1,5 +1,6 @@
-// Element values in the tests/simt tests: conversions, buffers no kernel has written yet (every
-// word all ones, NaN in bf16 and f16), and bit-for-bit equality.
+// What the tests/simt tests share: element conversions, buffers no kernel has written yet (every
+// word all ones, NaN in bf16 and f16), bit-for-bit equality, the dropouts fused kernels draw, and
+// runs in other thread orders.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,9 @@
 #include <cstring>
 #include <type_traits>
 #include <vector>
+
+#include "core/random.h"
+#include "tests/simt/simt.h"
 
 namespace ska::simt {
 
@@ -55,6 +59,49 @@ bool untouched(const T& e) {
 template <typename E>
 bool same_bits(const std::vector<E>& a, const std::vector<E>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
+}
+
+// A dropout drawn inside a fused kernel, as the kernels take it (cuda::BranchDrop, of the same
+// members): element i kept where kept(d, i), bit i % 8 of bits[i / 8] recording it.
+struct Dropout {
+  uint8_t* bits = nullptr;               // null: no dropout
+  const int64_t* offset_base = nullptr;  // added to offset where set (a captured step's counter)
+  uint64_t seed = 0, offset = 0;
+  float keep = 1.0f, scale = 1.0f;
+};
+
+// d as the kernels' struct K.
+template <typename K>
+K kernel_form(const Dropout& d) {
+  K k;
+  k.bits = d.bits;
+  k.offset_base = d.offset_base;
+  k.seed = d.seed;
+  k.offset = d.offset;
+  k.keep = d.keep;
+  k.scale = d.scale;
+  return k;
+}
+
+// Element i's draw, as dropout_forward draws it: the uniform of Philox counter offset (plus the
+// base) + i / 4, word i % 4, below keep.
+inline bool kept(const Dropout& d, int64_t i) {
+  const uint64_t offset = d.offset + (d.offset_base ? static_cast<uint64_t>(*d.offset_base) : 0);
+  const PhiloxOut r = philox4x32_10(d.seed, offset + static_cast<uint64_t>(i / 4));
+  return philox_uniform(r.w[i % 4]) < d.keep;
+}
+
+// Runs f(order) with a block's threads last to first, then shuffled by `seed` (order names it),
+// then goes back to first to last.
+template <typename F>
+void in_other_orders(uint64_t seed, F&& f) {
+  struct Restore {
+    ~Restore() { set_schedule(Schedule::kForward); }  // also when f throws
+  } restore;
+  for (Schedule s : {Schedule::kReverse, Schedule::kShuffled}) {
+    set_schedule(s, seed);
+    f(s == Schedule::kReverse ? "threads reversed" : "threads shuffled");
+  }
 }
 
 }  // namespace ska::simt
