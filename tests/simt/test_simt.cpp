@@ -67,7 +67,7 @@ TEST_CASE("simt: a static __shared__ array is one for all of a block's threads",
   }
 }
 
-TEST_CASE("simt: a block of part of a warp runs; a warp-wide operation there is an error",
+TEST_CASE("simt: a block of part of a warp runs, and a warp-wide operation there is an error",
           "[cpu][simt]") {
   std::vector<int> out(8, -1);
   ska::simt::run_grid(dim3(1), dim3(8), 0, [&] {
