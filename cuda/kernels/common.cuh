@@ -52,6 +52,25 @@ T* mutable_or_null(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
+// Adds the row lanes' sums of a block of kCols x kLanes threads in lane order: on return thread
+// (tx, 0) holds its a and b plus those of threads (tx, 1), ..., (tx, kLanes - 1), added in that
+// order; the other threads keep their own. Every thread of the block must call it.
+template <int kCols, int kLanes>
+__device__ __forceinline__ void add_row_lanes(float& a, float& b) {
+  __shared__ float sa[kLanes][kCols + 1];
+  __shared__ float sb[kLanes][kCols + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  sa[ty][tx] = a;
+  sb[ty][tx] = b;
+  __syncthreads();
+  if (ty == 0) {
+    for (int i = 1; i < kLanes; ++i) {
+      a += sa[i][tx];
+      b += sb[i][tx];
+    }
+  }
+}
+
 // Two column sums of a block of rows, deterministic (no atomics): thread (tx, ty) of a block of
 // kCols x kLanes threads holds its sums a and b of column c (over rows ty, ty + kLanes, ...); the
 // block adds its row lanes in order and writes one partial per column for its chunk of rows
@@ -60,35 +79,34 @@ T* mutable_or_null(const Tensor& t) {
 template <int kCols, int kLanes>
 __device__ __forceinline__ void store_column_partials(float a, float b, int64_t c, int64_t cols,
                                                       float* part_a, float* part_b) {
-  __shared__ float sa[kLanes][kCols + 1];
-  __shared__ float sb[kLanes][kCols + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  sa[ty][tx] = a;
-  sb[ty][tx] = b;
-  __syncthreads();
-  if (ty == 0 && c < cols) {
-    for (int i = 1; i < kLanes; ++i) {
-      a += sa[i][tx];
-      b += sb[i][tx];
-    }
+  add_row_lanes<kCols, kLanes>(a, b);
+  if (threadIdx.y == 0 && c < cols) {
     const int64_t at = static_cast<int64_t>(blockIdx.y) * cols + c;
     if (part_a) part_a[at] = a;
     if (part_b) part_b[at] = b;
   }
 }
 
-// The second stage: each column's partials added in chunk order, rounded to P (out_a / out_b
-// null: not wanted).
+// The second stage: each column's partials [chunks, cols] added in a fixed order, rounded to P
+// (out_a / out_b null: not wanted). A block of kSumCols x kSumLanes threads per 32 columns: lane
+// y of column c adds chunks y, y + kSumLanes, ... in order, then the lanes' sums are added in lane
+// order (add_row_lanes). Of up to 1024 chunks that is 32 loads a thread, where one thread a column
+// walked them all (latency-bound, on a block or two). Launched by launch_column_sums.
+constexpr int kSumCols = 32, kSumLanes = 32;
 template <typename P>
-__global__ void sum_column_partials(const float* part_a, const float* part_b, int64_t chunks,
-                                    int64_t cols, P* out_a, P* out_b) {
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float a = 0.0f, b = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) {
+__global__ void __launch_bounds__(kSumCols* kSumLanes)
+    sum_column_partials(const float* part_a, const float* part_b, int64_t chunks, int64_t cols,
+                        P* out_a, P* out_b) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
+  float a = 0.0f, b = 0.0f;
+  if (c < cols) {
+    for (int64_t k = threadIdx.y; k < chunks; k += kSumLanes) {
       if (out_a) a += part_a[k * cols + c];
       if (out_b) b += part_b[k * cols + c];
     }
+  }
+  add_row_lanes<kSumCols, kSumLanes>(a, b);
+  if (threadIdx.y == 0 && c < cols) {
     if (out_a) out_a[c] = from_float<P>(a);
     if (out_b) out_b[c] = from_float<P>(b);
   }
@@ -169,6 +187,17 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
   kernel<<<grid, block, shared_bytes, stream>>>(args...);
   SKA_CUDA_CHECK_LAUNCH();
 #endif
+}
+
+// out_a / out_b [cols] = the sums over the chunks of part_a / part_b [chunks, cols] (either pair
+// null: not wanted), by sum_column_partials on `stream`.
+template <typename P>
+void launch_column_sums(const float* part_a, const float* part_b, int64_t chunks, int64_t cols,
+                        P* out_a, P* out_b, cudaStream_t stream) {
+  const int64_t tiles = (cols + kSumCols - 1) / kSumCols;
+  SKA_CHECK(tiles <= INT32_MAX, ShapeError, "column sums: too many columns (", cols, ")");
+  launch_kernel(sum_column_partials<P>, dim3(static_cast<unsigned int>(tiles)),
+                dim3(kSumCols, kSumLanes), 0, stream, part_a, part_b, chunks, cols, out_a, out_b);
 }
 #endif
 

@@ -589,14 +589,10 @@ void launch_fused_backward(const TY* grad_y, const T* grad_sum, const T* x, cons
   };
   with_columns_per_lane<4, 8, 16, kFusedMaxCols / 32>(cols, run);
   if (params) {
-    launch_kernel(sum_column_partials<P>, grid_for(cols), 256, 0, s,
-                  static_cast<const float*>(part_w), static_cast<const float*>(part_b), chunks,
-                  cols, grad_weight, grad_bias);
+    launch_column_sums<P>(part_w, part_b, chunks, cols, grad_weight, grad_bias, s);
   }
   if (grad_scale != nullptr) {  // as scaled_residual_backward reduces its gys partials
-    launch_kernel(sum_column_partials<T>, grid_for(cols), 256, 0, s,
-                  static_cast<const float*>(nullptr), static_cast<const float*>(part_s), chunks,
-                  cols, static_cast<T*>(nullptr), grad_scale);
+    launch_column_sums<T>(nullptr, part_s, chunks, cols, nullptr, grad_scale, s);
   }
 }
 
@@ -639,9 +635,8 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
       cols, chunk_rows, grad_weight.defined() ? part_w : nullptr,
       grad_bias.defined() ? part_b : nullptr);
   SKA_CUDA_CHECK_LAUNCH();
-  sum_column_partials<P><<<grid_for(cols), 256, 0, s>>>(
-      part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight), mutable_or_null<P>(grad_bias));
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_column_sums<P>(part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight),
+                        mutable_or_null<P>(grad_bias), s);
 }
 
 // Calls f(T{}, TY{}) for x's dtype T and y's (or grad_y's) dtype TY: the same, or an f32 x with a

@@ -210,9 +210,7 @@ void launch_backward(const Operands<TX, TY, T>& a, const BranchDrop& drop, const
                 geo.rows_per_sample, static_cast<const uint8_t*>(drop.bits), drop.scale, gx, gy,
                 geo.rows, geo.cols, chunk_rows, part_x, part_y);
   if (gxs != nullptr || gys != nullptr) {
-    launch_kernel(sum_column_partials<T>, grid_for(geo.cols), 256, 0, stream,
-                  static_cast<const float*>(part_x), static_cast<const float*>(part_y), chunks,
-                  geo.cols, gxs, gys);
+    launch_column_sums<T>(part_x, part_y, chunks, geo.cols, gxs, gys, stream);
   }
 }
 

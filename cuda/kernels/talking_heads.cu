@@ -6,8 +6,9 @@
 // read, and nothing but the weights (the logits' gradient) and the row's log-sum-exps written:
 // the unfused ops write and read the scaled and mixed logits, an f32 copy, the f32 softmax and a
 // 16-bit copy of it. The mixes' gradients: each warp sums its rows' terms, a lane per (g, g')
-// pair (warp sums in a fixed order), writes one partial per warp, and a second kernel adds the
-// partials in order (no atomics: the same bits every run).
+// pair (warp sums in a fixed order), each block adds its warps' sums in warp order into one
+// partial per block, and launch_column_sums adds the blocks' partials in a fixed order (no
+// atomics: the same bits every run).
 #include <algorithm>
 #include <cstdint>
 
@@ -24,22 +25,28 @@ constexpr int kMaxJ = 4;              // key columns per lane: up to 128 keys (J
 constexpr int kMaxHeads = 8;          // heads the kernels take (CaiT-S: 8)
 constexpr int kBackwardBlocks = 1024;  // at most this many backward blocks (rows grid-strided)
 
-// v[t] summed over the warp's lanes, for each t < 32, the sum of v[lane] left on lane `lane`: a
-// reduce-scatter in 31 shuffles (16 + 8 + 4 + 2 + 1; a warp_sum per value would take 160). At
-// the step of offset o each lane keeps the half of its values whose index has its own bit o and
-// adds the partner's sums of that half.
-__device__ __forceinline__ float warp_reduce_scatter(float (&v)[32], int lane) {
+// One step of warp_reduce_scatter at offset kHalf: each lane keeps the half of its first
+// 2 kHalf values whose index has its own bit kHalf and adds its partner's sums of that half.
+// (kHalf a template parameter: every index constant, so v stays in registers.)
+template <int kHalf>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
+  const bool upper = (lane & kHalf) != 0;
 #pragma unroll
-  for (int step = 0; step < 5; ++step) {
-    const int o = 16 >> step, half = 16 >> step;
-    const bool upper = (lane & o) != 0;
-#pragma unroll
-    for (int t = 0; t < half; ++t) {
-      const float keep = upper ? v[t + half] : v[t];
-      const float send = upper ? v[t] : v[t + half];
-      v[t] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
+  for (int t = 0; t < kHalf; ++t) {
+    const float keep = upper ? v[t + kHalf] : v[t];
+    const float send = upper ? v[t] : v[t + kHalf];
+    v[t] = keep + __shfl_xor_sync(0xffffffffu, send, kHalf);
   }
+}
+
+// v[t] summed over the warp's lanes, for each t < 32, the sum of v[lane] left on lane `lane`: a
+// reduce-scatter in 31 shuffles (16 + 8 + 4 + 2 + 1; a warp_sum per value would take 160).
+__device__ __forceinline__ float warp_reduce_scatter(float (&v)[32], int lane) {
+  reduce_scatter_step<16>(v, lane);
+  reduce_scatter_step<8>(v, lane);
+  reduce_scatter_step<4>(v, lane);
+  reduce_scatter_step<2>(v, lane);
+  reduce_scatter_step<1>(v, lane);
   return v[0];
 }
 
@@ -164,7 +171,8 @@ __device__ __forceinline__ void add_pair_terms(const float (&a)[H][J], const flo
   }
 }
 
-// part: [warps, 2, H * H] (w_pre's terms, then w_post's) or null when no mix gradient is wanted.
+// part: two planes [gridDim.x, h * h], w_pre's terms then w_post's, each block's sums of its
+// warps' terms (in warp order); null when no mix gradient is wanted.
 template <typename T, int H, int J>
 __global__ void __launch_bounds__(kWarps * 32)
     talking_heads_backward_kernel(const T* __restrict__ grad_out, const T* __restrict__ logits,
@@ -227,30 +235,25 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-  if (part == nullptr) return;
+  if (part == nullptr) return;  // the same for the whole block
+  __shared__ float sums[kWarps][2][H * H];
+  const int in_block = threadIdx.x >> 5;
 #pragma unroll
   for (int q = 0; q < pair_slots<H>(); ++q) {
     const int k = lane + 32 * q;
     if (k < H * H) {
-      part[(warp * 2 + 0) * H * H + k] = acc_pre[q];
-      part[(warp * 2 + 1) * H * H + k] = acc_post[q];
+      sums[in_block][0][k] = acc_pre[q];
+      sums[in_block][1][k] = acc_post[q];
     }
   }
-}
-
-// grad_pre / grad_post [h, h] = the partials of `warps` warps summed in warp order.
-template <int H>
-__global__ void talking_heads_mix_sums_kernel(const float* __restrict__ part, int64_t warps, int h,
-                                              float* __restrict__ grad_pre,
-                                              float* __restrict__ grad_post) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= 2 * h * h) return;
-  const int which = t / (h * h), g = (t % (h * h)) / h, g2 = t % h;
-  float* out = which == 0 ? grad_pre : grad_post;
-  if (out == nullptr) return;
-  float acc = 0.0f;
-  for (int64_t w = 0; w < warps; ++w) acc += part[(w * 2 + which) * H * H + g * H + g2];
-  out[g * h + g2] = acc;
+  __syncthreads();
+  const int hh = h * h;
+  for (int t = threadIdx.x; t < 2 * hh; t += blockDim.x) {
+    const int which = t / hh, k = t % hh / h * H + t % h;
+    float s = sums[0][which][k];
+    for (int w = 1; w < kWarps; ++w) s += sums[w][which][k];
+    part[(static_cast<int64_t>(which) * gridDim.x + blockIdx.x) * hh + t % hh] = s;
+  }
 }
 
 // Calls f(std::integral_constant<int, H>{}, std::integral_constant<int, J>{}) for the heads
@@ -267,16 +270,14 @@ void dispatch_shape(int64_t heads, int64_t keys, F&& f) {
   return by_keys(std::integral_constant<int, 8>{});
 }
 
-// The floats of the backward pass's mix-gradient partials: two H x H per warp.
+// The backward pass's blocks (rows grid-strided beyond kBackwardBlocks of them).
+int64_t backward_blocks(const TalkingHeadsGeometry& geo) {
+  return std::min<int64_t>((geo.rows() + kWarps - 1) / kWarps, kBackwardBlocks);
+}
+
+// The floats of the backward pass's mix-gradient partials: two h x h per block.
 int64_t backward_partial_floats(const TalkingHeadsGeometry& geo) {
-  const int64_t warps =
-      std::min<int64_t>((geo.rows() + kWarps - 1) / kWarps, kBackwardBlocks) * kWarps;
-  int64_t floats = 0;
-  dispatch_shape(geo.heads, geo.keys, [&](auto heads, auto) {
-    constexpr int H = decltype(heads)::value;
-    floats = warps * 2 * H * H;
-  });
-  return floats;
+  return backward_blocks(geo) * 2 * geo.heads * geo.heads;
 }
 
 void check_supported(const char* kernel, const TalkingHeadsGeometry& geo) {
@@ -309,8 +310,7 @@ void launch_backward(const TalkingHeadsGeometry& geo, const T* grad_out, const T
                      float scale, const float* w_pre, const float* w_post, const float* lse,
                      T* grad_logits, float* grad_pre, float* grad_post, float* part,
                      cudaStream_t stream) {
-  const int64_t blocks = std::min<int64_t>((geo.rows() + kWarps - 1) / kWarps, kBackwardBlocks);
-  const int64_t warps = blocks * kWarps;
+  const int64_t blocks = backward_blocks(geo), hh = geo.heads * geo.heads;
   const bool sums = grad_pre != nullptr || grad_post != nullptr;
   dispatch_shape(geo.heads, geo.keys, [&](auto heads, auto columns) {
     constexpr int H = decltype(heads)::value, J = decltype(columns)::value;
@@ -318,12 +318,10 @@ void launch_backward(const TalkingHeadsGeometry& geo, const T* grad_out, const T
                   kWarps * 32, 0, stream, grad_out, logits, geo.rows(), static_cast<int>(geo.heads),
                   static_cast<int>(geo.queries), static_cast<int>(geo.keys), scale, w_pre, w_post,
                   lse, grad_logits, sums ? part : nullptr);
-    if (sums) {
-      launch_kernel(talking_heads_mix_sums_kernel<H>, 1, 2 * H * H, 0, stream,
-                    static_cast<const float*>(part), warps, static_cast<int>(geo.heads), grad_pre,
-                    grad_post);
-    }
   });
+  if (sums) {
+    launch_column_sums<float>(part, part + blocks * hh, blocks, hh, grad_pre, grad_post, stream);
+  }
 }
 
 // Calls f(T{}) for the logits' dtype.

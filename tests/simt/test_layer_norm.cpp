@@ -269,6 +269,9 @@ TEST_CASE("simt: add_layer_norm fused backward with LayerScale and dropout", "[c
     check_backward<bf16, bf16>(c);  // autocast: a bf16 branch and normed output, f32 stream
     check_backward<float, float>(c);
   }
+  // 47 blocks of 64 rows: the parameter gradients' partials summed by more than one lane each.
+  check_backward<bf16, bf16>(
+      {"3000 rows of 64 channels, LayerScale and dropout", 3000, 64, true, true});
 }
 
 }  // namespace
