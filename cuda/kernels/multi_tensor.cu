@@ -40,11 +40,22 @@ __device__ __forceinline__ int block_tensor(const Table<Depth>& t, int64_t* begi
   return i;
 }
 
-// Calls launch(table, blocks, first_block) for consecutive groups of the lists' tensors (empty
-// tensors are left out); first_block numbers the blocks across launches.
+// The tensors a launch goes over, as the kernels take them: each tensor's Depth pointers (the
+// i-th tensors of the lists: param, grad, moments ...), its optional pointer of its own (aux) and
+// its element count.
+template <int Depth>
+struct Entry {
+  void* ptr[Depth];
+  const void* aux;
+  int64_t numel;
+};
+template <int Depth>
+using Entries = std::vector<Entry<Depth>>;
+
+// Calls launch(table, blocks, first_block) for consecutive groups of the entries (empty tensors
+// are left out); first_block numbers the blocks across launches.
 template <int Depth, typename Launch>
-void for_each_table(const std::vector<const TensorList*>& lists, const TensorList* aux,
-                    Launch&& launch) {
+void for_each_table(const Entries<Depth>& entries, Launch&& launch) {
   Table<Depth> t{};
   int blocks = 0;
   int64_t first_block = 0;
@@ -56,16 +67,15 @@ void for_each_table(const std::vector<const TensorList*>& lists, const TensorLis
     t = Table<Depth>{};
     blocks = 0;
   };
-  const TensorList& lead = *lists.front();
-  for (size_t i = 0; i < lead.size(); ++i) {
-    const int64_t n = lead[i].numel();
+  for (const Entry<Depth>& e : entries) {
+    const int64_t n = e.numel;
     if (n == 0) continue;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
     SKA_CHECK(chunks < (int64_t{1} << 30), ShapeError, "multi-tensor kernel: tensor of ", n,
               " elements is too large");
     if (t.count == kMaxTensors || blocks + chunks >= (int64_t{1} << 30)) flush();
-    for (int d = 0; d < Depth; ++d) t.ptr[d][t.count] = (*lists[d])[i].data_ptr();
-    t.aux[t.count] = aux != nullptr ? (*aux)[i].data_ptr() : nullptr;
+    for (int d = 0; d < Depth; ++d) t.ptr[d][t.count] = e.ptr[d];
+    t.aux[t.count] = e.aux;
     t.numel[t.count] = n;
     t.block_start[t.count] = blocks;
     blocks += static_cast<int>(chunks);
@@ -74,45 +84,11 @@ void for_each_table(const std::vector<const TensorList*>& lists, const TensorLis
   flush();
 }
 
-int64_t total_chunks(const TensorList& tensors) {
+template <int Depth>
+int64_t total_chunks(const Entries<Depth>& entries) {
   int64_t total = 0;
-  for (const Tensor& t : tensors) total += (t.numel() + kChunk - 1) / kChunk;
+  for (const Entry<Depth>& e : entries) total += (e.numel + kChunk - 1) / kChunk;
   return total;
-}
-
-// Every list holds contiguous tensors of the first list's first dtype on its device; `others`
-// have the first list's length and sizes.
-void check_lists(const char* who, const TensorList& first,
-                 std::initializer_list<const TensorList*> others) {
-  for (const Tensor& t : first) {
-    SKA_CHECK(t.is_contiguous() && t.dtype() == first.front().dtype() &&
-                  t.device() == first.front().device(),
-              DTypeError, "cuda ", who, ": tensors must be contiguous, of one dtype and device; got ",
-              t.str(), " after ", first.front().str());
-  }
-  for (const TensorList* list : others) {
-    SKA_CHECK(list->size() == first.size(), ShapeError, "cuda ", who, ": lists of ", first.size(),
-              " and ", list->size(), " tensors");
-    for (size_t i = 0; i < first.size(); ++i) {
-      const Tensor& t = (*list)[i];
-      SKA_CHECK(t.is_contiguous() && t.dtype() == first[i].dtype() &&
-                    t.device() == first[i].device() && t.numel() == first[i].numel(),
-                ShapeError, "cuda ", who, ": tensor ", i, " is ", t.str(),
-                ", expected the size, dtype and device of ", first[i].str());
-    }
-  }
-}
-
-// One update count per parameter: an i64 element on the parameter's device.
-void check_step_counts(const char* who, const TensorList& params, const TensorList& steps) {
-  SKA_CHECK(steps.size() == params.size(), ShapeError, "cuda ", who, ": ", steps.size(),
-            " step counts for ", params.size(), " parameters");
-  for (size_t i = 0; i < steps.size(); ++i) {
-    SKA_CHECK(steps[i].numel() == 1 && steps[i].dtype() == DType::kI64 &&
-                  steps[i].device() == params[i].device(),
-              DTypeError, "cuda ", who, ": step count ", i, " must be one i64 element on ",
-              params[i].device(), ", got ", steps[i].str());
-  }
 }
 
 // --- gradient statistics ---
@@ -299,6 +275,140 @@ __global__ void multi_cast_kernel(Table<2> t) {
     d[j] = from_float<D>(to_float(s[j]));
 }
 
+// --- launches on raw operands (tests/simt runs these on host memory) ---
+
+// multi_grad_stats: the entries scaled where `rescale`, their sums into out (2 floats) through
+// `partials` (2 * total_chunks floats).
+template <typename T>
+void launch_grad_stats(const Entries<1>& e, float scale, bool rescale, float* partials, float* out,
+                       cudaStream_t stream) {
+  for_each_table<1>(e, [&](const Table<1>& t, int blocks, int64_t first) {
+    launch_kernel(grad_stats_kernel<T>, blocks, kThreads, 0, stream, t, scale, rescale, partials,
+                  first);
+  });
+  launch_kernel(finish_stats_kernel, 1, kThreads, 0, stream, static_cast<const float*>(partials),
+                total_chunks(e), out);
+}
+
+template <typename T>
+void launch_scale(const Entries<1>& e, const float* factor, cudaStream_t stream) {
+  for_each_table<1>(e, [&](const Table<1>& t, int blocks, int64_t) {
+    launch_kernel(scale_kernel<T>, blocks, kThreads, 0, stream, t, factor);
+  });
+}
+
+// Entries of (param, grad, exp_avg, exp_avg_sq), aux the update count.
+template <typename T>
+void launch_adam(const Entries<4>& e, const uint8_t* skip, const AdamScalars& s,
+                 cudaStream_t stream) {
+  for_each_table<4>(e, [&](const Table<4>& t, int blocks, int64_t) {
+    launch_kernel(multi_adam_kernel<T>, blocks, kThreads, 0, stream, t, skip, s);
+  });
+}
+
+// Entries of (param, grad, exp_avg, exp_avg_sq, update), aux the update count; `partials`:
+// 2 * total_chunks floats where `adapt`. Both passes cut the lists alike (by the parameters'
+// sizes): the same blocks, numbered alike.
+template <typename T>
+void launch_lamb(const Entries<5>& e, const uint8_t* skip, const float* divisor, const double* lr,
+                 const AdamScalars& s, bool adapt, bool trust_clip, float* partials,
+                 cudaStream_t stream) {
+  for_each_table<5>(e, [&](const Table<5>& t, int blocks, int64_t first) {
+    launch_kernel(lamb_update_kernel<T>, blocks, kThreads, 0, stream, t, skip, divisor, s, adapt,
+                  partials, first);
+  });
+  Entries<2> apply(e.size());
+  for (size_t i = 0; i < e.size(); ++i)
+    apply[i] = {{e[i].ptr[0], e[i].ptr[4]}, nullptr, e[i].numel};
+  for_each_table<2>(apply, [&](const Table<2>& t, int blocks, int64_t first) {
+    launch_kernel(lamb_apply_kernel<T>, blocks, kThreads, 0, stream, t, skip, lr, adapt, trust_clip,
+                  static_cast<const float*>(partials), first);
+  });
+}
+
+// Entries of (param, grad, momentum buffer; without momentum the grad again, never read).
+template <typename T>
+void launch_sgd(const Entries<3>& e, bool has_momentum, const uint8_t* skip, const double* lr,
+                float momentum, float weight_decay, bool nesterov, cudaStream_t stream) {
+  for_each_table<3>(e, [&](const Table<3>& t, int blocks, int64_t) {
+    launch_kernel(multi_sgd_kernel<T>, blocks, kThreads, 0, stream, t, has_momentum, skip, lr,
+                  momentum, weight_decay, nesterov);
+  });
+}
+
+// Entries of (ema, value).
+template <typename T>
+void launch_ema(const Entries<2>& e, const uint8_t* skip, float keep, float take,
+                cudaStream_t stream) {
+  for_each_table<2>(e, [&](const Table<2>& t, int blocks, int64_t) {
+    launch_kernel(multi_ema_kernel<T>, blocks, kThreads, 0, stream, t, skip, keep, take);
+  });
+}
+
+// Entries of (src, dst).
+template <typename S, typename D>
+void launch_cast(const Entries<2>& e, cudaStream_t stream) {
+  for_each_table<2>(e, [&](const Table<2>& t, int blocks, int64_t) {
+    launch_kernel(multi_cast_kernel<S, D>, blocks, kThreads, 0, stream, t);
+  });
+}
+
+}  // namespace
+
+// The tensor-level entry points (tests/simt runs the launches above on raw host operands).
+#if !defined(SKA_SIMT)
+namespace {
+
+// Every list holds contiguous tensors of the first list's first dtype on its device; `others`
+// have the first list's length and sizes.
+void check_lists(const char* who, const TensorList& first,
+                 std::initializer_list<const TensorList*> others) {
+  for (const Tensor& t : first) {
+    SKA_CHECK(t.is_contiguous() && t.dtype() == first.front().dtype() &&
+                  t.device() == first.front().device(),
+              DTypeError, "cuda ", who,
+              ": tensors must be contiguous, of one dtype and device; got ", t.str(), " after ",
+              first.front().str());
+  }
+  for (const TensorList* list : others) {
+    SKA_CHECK(list->size() == first.size(), ShapeError, "cuda ", who, ": lists of ", first.size(),
+              " and ", list->size(), " tensors");
+    for (size_t i = 0; i < first.size(); ++i) {
+      const Tensor& t = (*list)[i];
+      SKA_CHECK(t.is_contiguous() && t.dtype() == first[i].dtype() &&
+                    t.device() == first[i].device() && t.numel() == first[i].numel(),
+                ShapeError, "cuda ", who, ": tensor ", i, " is ", t.str(),
+                ", expected the size, dtype and device of ", first[i].str());
+    }
+  }
+}
+
+// One update count per parameter: an i64 element on the parameter's device.
+void check_step_counts(const char* who, const TensorList& params, const TensorList& steps) {
+  SKA_CHECK(steps.size() == params.size(), ShapeError, "cuda ", who, ": ", steps.size(),
+            " step counts for ", params.size(), " parameters");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SKA_CHECK(steps[i].numel() == 1 && steps[i].dtype() == DType::kI64 &&
+                  steps[i].device() == params[i].device(),
+              DTypeError, "cuda ", who, ": step count ", i, " must be one i64 element on ",
+              params[i].device(), ", got ", steps[i].str());
+  }
+}
+
+// The lists' i-th tensors as entries, aux[i]'s data where aux is given.
+template <int Depth>
+Entries<Depth> entries_of(const std::vector<const TensorList*>& lists,
+                          const TensorList* aux = nullptr) {
+  const TensorList& lead = *lists.front();
+  Entries<Depth> e(lead.size());
+  for (size_t i = 0; i < lead.size(); ++i) {
+    for (int d = 0; d < Depth; ++d) e[i].ptr[d] = (*lists[d])[i].data_ptr();
+    e[i].aux = aux != nullptr ? (*aux)[i].data_ptr() : nullptr;
+    e[i].numel = lead[i].numel();
+  }
+  return e;
+}
+
 }  // namespace
 
 void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out) {
@@ -306,7 +416,8 @@ void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out
             "cuda multi_grad_stats: out must be 2 contiguous f32 values, got ", out.str());
   DeviceGuard guard(device_index(out));
   const cudaStream_t stream = current_stream(device_index(out));
-  const int64_t chunks = tensors.empty() ? 0 : total_chunks(tensors);
+  const Entries<1> entries = tensors.empty() ? Entries<1>() : entries_of<1>({&tensors});
+  const int64_t chunks = total_chunks(entries);
   if (chunks == 0) {
     Tensor(out).fill_(0.0);
     return;
@@ -318,16 +429,9 @@ void multi_grad_stats(const TensorList& tensors, double scale, const Tensor& out
   const Tensor partials = Tensor::empty({2 * chunks}, DType::kF32, out.device());
   float* partial_data = static_cast<float*>(partials.data_ptr());
   dispatch_floating(tensors.front().dtype(), "multi_grad_stats", [&](auto tag) {
-    using T = decltype(tag);
-    for_each_table<1>({&tensors}, nullptr, [&](const Table<1>& t, int blocks, int64_t first) {
-      grad_stats_kernel<T><<<blocks, kThreads, 0, stream>>>(
-          t, static_cast<float>(scale), scale != 1.0, partial_data, first);
-      SKA_CUDA_CHECK_LAUNCH();
-    });
+    launch_grad_stats<decltype(tag)>(entries, static_cast<float>(scale), scale != 1.0, partial_data,
+                                     static_cast<float*>(out.data_ptr()), stream);
   });
-  finish_stats_kernel<<<1, kThreads, 0, stream>>>(partial_data, chunks,
-                                                  static_cast<float*>(out.data_ptr()));
-  SKA_CUDA_CHECK_LAUNCH();
 }
 
 void multi_scale(const TensorList& tensors, const Tensor& factor) {
@@ -341,11 +445,7 @@ void multi_scale(const TensorList& tensors, const Tensor& factor) {
   const cudaStream_t stream = current_stream(device_index(factor));
   const float* f = static_cast<const float*>(factor.data_ptr());
   dispatch_floating(tensors.front().dtype(), "multi_scale", [&](auto tag) {
-    using T = decltype(tag);
-    for_each_table<1>({&tensors}, nullptr, [&](const Table<1>& t, int blocks, int64_t) {
-      scale_kernel<T><<<blocks, kThreads, 0, stream>>>(t, f);
-      SKA_CUDA_CHECK_LAUNCH();
-    });
+    launch_scale<decltype(tag)>(entries_of<1>({&tensors}), f, stream);
   });
 }
 
@@ -362,12 +462,8 @@ void multi_adam_step(const TensorList& params, const TensorList& grads, const Te
   const AdamScalars s = adam_scalars(lr_pointer(lr, params.front(), "multi_adam_step"), beta1,
                                      beta2, eps, l2_decay, decoupled_decay);
   dispatch_floating(params.front().dtype(), "multi_adam_step", [&](auto tag) {
-    using T = decltype(tag);
-    for_each_table<4>({&params, &grads, &exp_avgs, &exp_avg_sqs}, &steps,
-                      [&](const Table<4>& t, int blocks, int64_t) {
-                        multi_adam_kernel<T><<<blocks, kThreads, 0, stream>>>(t, flag, s);
-                        SKA_CUDA_CHECK_LAUNCH();
-                      });
+    launch_adam<decltype(tag)>(entries_of<4>({&params, &grads, &exp_avgs, &exp_avg_sqs}, &steps),
+                               flag, s, stream);
   });
 }
 
@@ -403,25 +499,15 @@ void multi_lamb_step(const TensorList& params, const TensorList& grads,
     updates.push_back(flat.narrow(0, offset, p.numel()));
     offset += p.numel();
   }
-  const int64_t chunks = total_chunks(params);
+  const Entries<5> entries =
+      entries_of<5>({&params, &grads, &exp_avgs, &exp_avg_sqs, &updates}, &steps);
+  const int64_t chunks = total_chunks(entries);
   const Tensor partials =
       adapt && chunks > 0 ? Tensor::empty({2 * chunks}, DType::kF32, device) : Tensor();
   float* partial_data = partials.defined() ? static_cast<float*>(partials.data_ptr()) : nullptr;
-  // Both passes cut the lists alike (by the parameters' sizes): the same blocks, numbered alike.
   dispatch_floating(params.front().dtype(), "multi_lamb_step", [&](auto tag) {
-    using T = decltype(tag);
-    for_each_table<5>({&params, &grads, &exp_avgs, &exp_avg_sqs, &updates}, &steps,
-                      [&](const Table<5>& t, int blocks, int64_t first) {
-                        lamb_update_kernel<T><<<blocks, kThreads, 0, stream>>>(
-                            t, flag, divisor, s, adapt, partial_data, first);
-                        SKA_CUDA_CHECK_LAUNCH();
-                      });
-    for_each_table<2>({&params, &updates}, nullptr,
-                      [&](const Table<2>& t, int blocks, int64_t first) {
-                        lamb_apply_kernel<T><<<blocks, kThreads, 0, stream>>>(
-                            t, flag, lr_ptr, adapt, trust_clip, partial_data, first);
-                        SKA_CUDA_CHECK_LAUNCH();
-                      });
+    launch_lamb<decltype(tag)>(entries, flag, divisor, lr_ptr, s, adapt, trust_clip, partial_data,
+                               stream);
   });
 }
 
@@ -442,14 +528,9 @@ void multi_sgd_step(const TensorList& params, const TensorList& grads,
   // Without momentum the third list is the grads again (never read).
   const TensorList& third = has_momentum ? momentum_bufs : grads;
   dispatch_floating(params.front().dtype(), "multi_sgd_step", [&](auto tag) {
-    using T = decltype(tag);
-    for_each_table<3>({&params, &grads, &third}, nullptr,
-                      [&](const Table<3>& t, int blocks, int64_t) {
-                        multi_sgd_kernel<T><<<blocks, kThreads, 0, stream>>>(
-                            t, has_momentum, flag, lr_ptr, static_cast<float>(momentum),
-                            static_cast<float>(weight_decay), nesterov);
-                        SKA_CUDA_CHECK_LAUNCH();
-                      });
+    launch_sgd<decltype(tag)>(entries_of<3>({&params, &grads, &third}), has_momentum, flag, lr_ptr,
+                              static_cast<float>(momentum), static_cast<float>(weight_decay),
+                              nesterov, stream);
   });
 }
 
@@ -461,12 +542,8 @@ void multi_ema_update(const TensorList& ema, const TensorList& values, double de
   const cudaStream_t stream = current_stream(device_index(ema.front()));
   const uint8_t* flag = skip_pointer(skip, ema.front(), "multi_ema_update");
   dispatch_floating(ema.front().dtype(), "multi_ema_update", [&](auto tag) {
-    using T = decltype(tag);
-    for_each_table<2>({&ema, &values}, nullptr, [&](const Table<2>& t, int blocks, int64_t) {
-      multi_ema_kernel<T><<<blocks, kThreads, 0, stream>>>(
-          t, flag, static_cast<float>(decay), static_cast<float>(1.0 - decay));
-      SKA_CUDA_CHECK_LAUNCH();
-    });
+    launch_ema<decltype(tag)>(entries_of<2>({&ema, &values}), flag, static_cast<float>(decay),
+                              static_cast<float>(1.0 - decay), stream);
   });
 }
 
@@ -478,13 +555,11 @@ void multi_cast(const TensorList& src, const TensorList& dst) {
   dispatch_floating(src.front().dtype(), "multi_cast", [&](auto s_tag) {
     using S = decltype(s_tag);
     dispatch_floating(dst.front().dtype(), "multi_cast", [&](auto d_tag) {
-      using D = decltype(d_tag);
-      for_each_table<2>({&src, &dst}, nullptr, [&](const Table<2>& t, int blocks, int64_t) {
-        multi_cast_kernel<S, D><<<blocks, kThreads, 0, stream>>>(t);
-        SKA_CUDA_CHECK_LAUNCH();
-      });
+      launch_cast<S, decltype(d_tag)>(entries_of<2>({&src, &dst}), stream);
     });
   });
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
