@@ -21,6 +21,7 @@
 #include "backend/device_runtime.h"
 #include "backend/profiler.h"
 #include "core/allocator.h"
+#include "core/memory_census.h"
 #include "core/precision.h"
 #include "core/random.h"
 #include "data/eval_transform.h"
@@ -52,6 +53,7 @@ struct BenchmarkOptions {
   bool profile = false;  // then `iters` more steps with every kernel timed
   bool capture_range = false;  // the timed steps between cudaProfilerStart and Stop
   int top = 25;          // kernels listed by --profile
+  bool memory_census = false;  // what is live at the peak, by size (core/memory_census.h)
   // --attention, --weight-casts, ...: train.KEY's choices (train::kernel_choice_specs()), and
   // the keys of those given on the command line (the others come from the config's train:).
   ska::train::KernelChoices kernels;
@@ -121,7 +123,41 @@ struct Measurement {
   // a GPU run would reserve but for its kernels' workspaces; -1 on a GPU.
   int64_t device_rules_reserved_bytes = -1;
   int64_t device_rules_requested_bytes = -1;  // the replayed tensors' own bytes, scratch left out
+  std::optional<ska::MemoryCensus> census;    // with --memory-census
 };
+
+constexpr size_t kCensusLineSizes = 8;   // sizes the text line lists
+constexpr size_t kCensusJsonSizes = 64;  // and --json
+
+// "live at the peak: N tensors, X MiB: 24 x 66.0 MiB, ..." (the largest totals first).
+std::string describe_census(const ska::MemoryCensus& c, ska::Device device) {
+  const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << "live at the peak of tensors: " << c.peak_storages << " tensors, " << mib(c.peak_bytes)
+      << " MiB" << (device.is_cpu() ? " (CPU kernels' scratch left out)" : "") << ":";
+  for (size_t i = 0; i < c.at_peak.size() && i < kCensusLineSizes; ++i) {
+    out << (i == 0 ? " " : ", ") << c.at_peak[i].count << " x ";
+    const int64_t bytes = c.at_peak[i].bytes;
+    out.precision(2);  // two sizes apart by 1% read apart
+    if (bytes >= (int64_t{1} << 20)) {
+      out << mib(bytes) << " MiB";
+    } else if (bytes >= 1024) {
+      out << static_cast<double>(bytes) / 1024.0 << " KiB";
+    } else {
+      out << bytes << " B";
+    }
+  }
+  if (c.at_peak.size() > kCensusLineSizes) {
+    int64_t rest = 0;
+    for (size_t i = kCensusLineSizes; i < c.at_peak.size(); ++i)
+      rest += c.at_peak[i].bytes * c.at_peak[i].count;
+    out.precision(1);
+    out << "; " << c.at_peak.size() - kCensusLineSizes << " other sizes, " << mib(rest) << " MiB";
+  }
+  return out.str();
+}
 
 // Times `iters` calls of `step` after `warmup` untimed ones; the device is synchronised around
 // each timed call so the time covers the queued GPU work.
@@ -131,6 +167,7 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
   ska::synchronize(device);
   ska::Allocator& allocator = ska::allocator_for(device);
   allocator.reset_peak();
+  if (o.memory_census) ska::reset_memory_census_peak();
   std::vector<double> ms;
   if (o.capture_range) ska::start_device_profiler_capture();
   for (int i = 0; i < o.iters; ++i) {
@@ -154,6 +191,7 @@ Measurement time_steps(const BenchmarkOptions& o, ska::Device device, Step step)
     m.device_rules_reserved_bytes = rules.peak_reserved;
     m.device_rules_requested_bytes = rules.peak_requested;
   }
+  if (o.memory_census) m.census = ska::memory_census(device);
   return m;
 }
 
@@ -385,6 +423,8 @@ int run_benchmark(BenchmarkOptions o) {
   // On the CPU, every allocation from the model's weights on replayed under the CUDA
   // allocator's rules, for the peak a GPU run would reserve.
   if (apps::device_option(o.device).is_cpu()) set_host_device_rules(true);
+  // Likewise every storage counted by size for --memory-census, the weights' included.
+  if (o.memory_census) set_memory_census(true);
   const Config config = apps::load_config(o.config);
   const ConfigNode model_cfg = apps::model_section(config, {"train", "optim"});
   const models::ModelInput input = apps::model_input(model_cfg);
@@ -583,6 +623,15 @@ int run_benchmark(BenchmarkOptions o) {
       j["device_rules_reserved_bytes"] = m.device_rules_reserved_bytes;
       j["device_rules_requested_bytes"] = m.device_rules_requested_bytes;
     }
+    if (m.census) {
+      nlohmann::json sizes = nlohmann::json::array();
+      for (size_t i = 0; i < m.census->at_peak.size() && i < kCensusJsonSizes; ++i) {
+        sizes.push_back({m.census->at_peak[i].bytes, m.census->at_peak[i].count});
+      }
+      j["memory_census"] = {{"peak_bytes", m.census->peak_bytes},
+                            {"storages", m.census->peak_storages},
+                            {"sizes", sizes}};
+    }
     for (const train::KernelChoiceSpec& spec : train::kernel_choice_specs()) {
       j[spec.key] = kernels.*spec.member;
     }
@@ -657,6 +706,7 @@ int run_benchmark(BenchmarkOptions o) {
       line << "\n  the forward pass keeps " << activations / (1024.0 * 1024.0)
            << " MiB per image for the backward pass (activations, outputs, dropout masks)";
     }
+    if (m.census) line << "\n  " << describe_census(*m.census, device);
     for (const std::string& choice : ska::nn::conv_logits_auto_choices()) {
       line << "\n  " << choice;
     }
@@ -699,6 +749,10 @@ int main(int argc, char** argv) {
                "family and by kernel (NVTX ranges name each kernel for Nsight)");
   app.add_option("--top", o.top, "kernels listed by --profile")
       ->check(ska::apps::integer_in(1, 100000));
+  app.add_flag("--memory-census", o.memory_census,
+               "also print what is live at the peak of tensors (the timed steps'), by size: "
+               "how many tensors of each size and their MiB (a locked count per tensor made or "
+               "freed, in the timed steps too)");
   app.add_flag("--capture-range", o.capture_range,
                "CUDA: the timed steps between cudaProfilerStart and cudaProfilerStop, so that "
                "ncu --profile-from-start off (scripts/gpu_kernels.sh) or nsys profile "

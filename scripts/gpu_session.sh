@@ -79,7 +79,9 @@
 #             T8_ROWS=a,b picks rows (default the 12 Fashion-MNIST ones; all: every row)
 #   alloc     our bf16 training step of each ALLOC="CONFIG:BATCH ..." (default CSKA-CvT, CSKA-CaiT,
 #             CSKAFormer-S18) under SKA_CUDA_ALLOCATOR=split and =whole_blocks: images/s and
-#             the peak of the blocks, the tensors and the reserved memory
+#             the peak of the blocks, the tensors and the reserved memory; with split also what
+#             is live at the peak, by size (benchmark --memory-census), to hold against the
+#             CPU's census of the same step
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
 #             elementwise, reductions, dropout and dropout_add, layer norm and add_layer_norm (the
@@ -295,12 +297,14 @@ for stage in "${stages[@]}"; do
     for item in ${ALLOC:-cifar10_cska_cvt:512 cifar10_cska_cait:512 imagenet_cskaformer_s18:128}; do
       config=${item%%:*} batch=${item#*:}
       for policy in split whole_blocks; do
+        census=()
+        [ "$policy" = split ] && census=(--memory-census)
         stage_run "alloc_${config}_$policy" 60 env SKA_CUDA_ALLOCATOR=$policy \
           "$build/apps/benchmark" --config "$config" --device cuda --precision bf16 \
-          --batch "$batch" --iters 10
+          --batch "$batch" --iters 10 "${census[@]}"
         [ $? = 125 ] && continue
-        grep -E "images/s" "$logs/alloc_${config}_$policy.log" | sed "s/^/  $policy: /" |
-          tee -a "$summary"
+        grep -E "images/s|live at the peak" "$logs/alloc_${config}_$policy.log" |
+          sed "s/^/  $policy: /" | tee -a "$summary"
       done
     done ;;
   profile)

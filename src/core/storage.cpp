@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "core/block_pool.h"
 #include "core/error.h"
+#include "core/memory_census.h"
 
 namespace ska {
 
@@ -209,12 +211,109 @@ bool cuda_is_available() { return false; }
 int cuda_device_count() { return 0; }
 #endif
 
+namespace {
+
+// The memory census (core/memory_census.h): per device, the live counted storages by size, their
+// bytes and the counts at the high-water mark; the counted storages by address.
+struct DeviceCensus {
+  std::unordered_map<int64_t, int64_t> live;  // size -> how many
+  int64_t bytes = 0, storages = 0;
+  MemoryCensus peak;
+};
+struct Census {
+  std::atomic<bool> on{false};
+  std::atomic<int64_t> counted_storages{0};  // counted.size(), read without the lock
+  std::mutex mutex;
+  std::map<std::pair<int, int>, DeviceCensus> devices;  // (type, index)
+  std::unordered_map<const void*, std::pair<std::pair<int, int>, int64_t>> counted;
+};
+Census& census() {
+  static Census* c = new Census;  // never destroyed: storages may be freed during exit
+  return *c;
+}
+std::pair<int, int> device_key(Device d) { return {static_cast<int>(d.type), d.index}; }
+
+// dc's live counts as a census entry list, largest total first.
+MemoryCensus snapshot(const DeviceCensus& dc) {
+  MemoryCensus m;
+  m.peak_bytes = dc.bytes;
+  m.peak_storages = dc.storages;
+  for (const auto& [bytes, count] : dc.live) {
+    if (count > 0) m.at_peak.push_back({bytes, count});
+  }
+  std::sort(m.at_peak.begin(), m.at_peak.end(), [](const CensusEntry& a, const CensusEntry& b) {
+    const int64_t ta = a.bytes * a.count, tb = b.bytes * b.count;
+    return ta != tb ? ta > tb : a.bytes > b.bytes;
+  });
+  return m;
+}
+
+void census_add(const void* data, Device device, size_t nbytes) {
+  if (device.is_cpu() && g_kernel_scratch_depth.load(std::memory_order_relaxed) > 0) return;
+  Census& c = census();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (!c.on.load(std::memory_order_relaxed)) return;
+  const auto key = device_key(device);
+  const auto bytes = static_cast<int64_t>(nbytes);
+  c.counted[data] = {key, bytes};
+  c.counted_storages.store(static_cast<int64_t>(c.counted.size()), std::memory_order_relaxed);
+  DeviceCensus& dc = c.devices[key];
+  ++dc.live[bytes];
+  dc.bytes += bytes;
+  ++dc.storages;
+  if (dc.bytes > dc.peak.peak_bytes) dc.peak = snapshot(dc);
+}
+
+void census_remove(const void* data) {
+  Census& c = census();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  const auto it = c.counted.find(data);
+  if (it == c.counted.end()) return;
+  DeviceCensus& dc = c.devices[it->second.first];
+  const int64_t bytes = it->second.second;
+  if (--dc.live[bytes] == 0) dc.live.erase(bytes);
+  dc.bytes -= bytes;
+  --dc.storages;
+  c.counted.erase(it);
+  c.counted_storages.store(static_cast<int64_t>(c.counted.size()), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void set_memory_census(bool enabled) {
+  Census& c = census();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (enabled && !c.on.load()) {
+    c.devices.clear();
+    c.counted.clear();
+    c.counted_storages.store(0, std::memory_order_relaxed);
+  }
+  c.on.store(enabled);
+}
+
+void reset_memory_census_peak() {
+  Census& c = census();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto& [key, dc] : c.devices) dc.peak = snapshot(dc);
+}
+
+MemoryCensus memory_census(Device device) {
+  Census& c = census();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  const auto it = c.devices.find(device_key(device));
+  return it == c.devices.end() ? MemoryCensus{} : it->second.peak;
+}
+
 Storage::Storage(size_t nbytes, Device device, Allocator* allocator)
     : nbytes_(nbytes), device_(device), allocator_(allocator ? allocator : &allocator_for(device)) {
   data_ = allocator_->allocate(nbytes);
+  if (census().on.load(std::memory_order_relaxed) && nbytes > 0) census_add(data_, device, nbytes);
 }
 
-Storage::~Storage() { allocator_->deallocate(data_); }
+Storage::~Storage() {
+  if (census().counted_storages.load(std::memory_order_relaxed) > 0) census_remove(data_);
+  allocator_->deallocate(data_);
+}
 
 bool Storage::pinned() const { return device_.is_cpu() && allocator_ == &pinned_host_allocator(); }
 

@@ -418,6 +418,42 @@ TEST_CASE("apps: benchmark reports images/s and peak memory for both modes", "[c
   CHECK_THAT(capture.err, Catch::Contains("--capture-range needs --device cuda"));
 }
 
+TEST_CASE("apps: benchmark --memory-census lists what is live at the peak, as the replay counts",
+          "[cpu][apps]") {
+  const RunResult r =
+      run_command(SKA_BENCHMARK_EXE, "--config " + kTinyVit +
+                                         " --batch 4 --warmup 1 --iters 2 --json --memory-census");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& census = j.at("memory_census");
+  // The storages counted by size from the model's weights on, CPU kernels' scratch left out: the
+  // bytes the CUDA rules' replay counted at its peak, from the same allocations.
+  const int64_t peak = census.at("peak_bytes");
+  CHECK(peak > 0);
+  CHECK(peak == j.at("device_rules_requested_bytes").get<int64_t>());
+  int64_t bytes = 0, storages = 0, last_total = INT64_MAX;
+  for (const nlohmann::json& size : census.at("sizes")) {
+    const int64_t b = size.at(0), n = size.at(1);
+    CHECK(b * n <= last_total);  // largest totals first
+    last_total = b * n;
+    bytes += b * n;
+    storages += n;
+  }
+  if (census.at("sizes").size() < 64) {  // every size listed
+    CHECK(bytes == peak);
+    CHECK(storages == census.at("storages").get<int64_t>());
+  }
+  const RunResult text =
+      run_command(SKA_BENCHMARK_EXE,
+                  "--config " + kTinyVit + " --batch 4 --warmup 1 --iters 1 --memory-census");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("live at the peak of tensors: "));
+  const RunResult plain = run_command(
+      SKA_BENCHMARK_EXE, "--config " + kTinyVit + " --batch 4 --warmup 1 --iters 1 --json");
+  REQUIRE(plain.exit_code == 0);
+  CHECK_FALSE(nlohmann::json::parse(plain.out).contains("memory_census"));
+}
+
 TEST_CASE("apps: benchmark takes the config's train kernel choices, the command line's over them",
           "[cpu][apps]") {
   const std::string quickstart = kSourceDir + "/configs/quickstart.yaml";
