@@ -218,7 +218,14 @@ namespace {
 struct DeviceCensus {
   std::unordered_map<int64_t, int64_t> live;  // size -> how many
   int64_t bytes = 0, storages = 0;
-  MemoryCensus peak;
+  // At the high-water mark of `bytes` (copied there; sorted when read).
+  std::unordered_map<int64_t, int64_t> peak_live;
+  int64_t peak_bytes = 0, peak_storages = 0;
+  void mark() {
+    peak_live = live;
+    peak_bytes = bytes;
+    peak_storages = storages;
+  }
 };
 struct Census {
   std::atomic<bool> on{false};
@@ -233,14 +240,12 @@ Census& census() {
 }
 std::pair<int, int> device_key(Device d) { return {static_cast<int>(d.type), d.index}; }
 
-// dc's live counts as a census entry list, largest total first.
-MemoryCensus snapshot(const DeviceCensus& dc) {
+// dc's counts at its mark as a census, the largest totals first.
+MemoryCensus census_at_peak(const DeviceCensus& dc) {
   MemoryCensus m;
-  m.peak_bytes = dc.bytes;
-  m.peak_storages = dc.storages;
-  for (const auto& [bytes, count] : dc.live) {
-    if (count > 0) m.at_peak.push_back({bytes, count});
-  }
+  m.peak_bytes = dc.peak_bytes;
+  m.peak_storages = dc.peak_storages;
+  for (const auto& [bytes, count] : dc.peak_live) m.at_peak.push_back({bytes, count});
   std::sort(m.at_peak.begin(), m.at_peak.end(), [](const CensusEntry& a, const CensusEntry& b) {
     const int64_t ta = a.bytes * a.count, tb = b.bytes * b.count;
     return ta != tb ? ta > tb : a.bytes > b.bytes;
@@ -261,7 +266,7 @@ void census_add(const void* data, Device device, size_t nbytes) {
   ++dc.live[bytes];
   dc.bytes += bytes;
   ++dc.storages;
-  if (dc.bytes > dc.peak.peak_bytes) dc.peak = snapshot(dc);
+  if (dc.bytes > dc.peak_bytes) dc.mark();
 }
 
 void census_remove(const void* data) {
@@ -294,14 +299,14 @@ void set_memory_census(bool enabled) {
 void reset_memory_census_peak() {
   Census& c = census();
   std::lock_guard<std::mutex> lock(c.mutex);
-  for (auto& [key, dc] : c.devices) dc.peak = snapshot(dc);
+  for (auto& [key, dc] : c.devices) dc.mark();
 }
 
 MemoryCensus memory_census(Device device) {
   Census& c = census();
   std::lock_guard<std::mutex> lock(c.mutex);
   const auto it = c.devices.find(device_key(device));
-  return it == c.devices.end() ? MemoryCensus{} : it->second.peak;
+  return it == c.devices.end() ? MemoryCensus{} : census_at_peak(it->second);
 }
 
 Storage::Storage(size_t nbytes, Device device, Allocator* allocator)
