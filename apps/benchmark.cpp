@@ -129,7 +129,7 @@ struct Measurement {
 constexpr size_t kCensusLineSizes = 8;   // sizes the text line lists
 constexpr size_t kCensusJsonSizes = 64;  // and --json
 
-// "live at the peak: N tensors, X MiB: 24 x 66.0 MiB, ..." (the largest totals first).
+// "live at the peak of tensors: N tensors, X MiB: 24 x 66.00 MiB, ..." (the largest totals first).
 std::string describe_census(const ska::MemoryCensus& c, ska::Device device) {
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
   std::ostringstream out;
