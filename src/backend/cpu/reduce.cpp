@@ -11,6 +11,7 @@
 #include "backend/cpu/loops.h"
 #include "backend/cpu/widen.h"
 #include "backend/elementwise.h"
+#include "core/simd_clones.h"
 
 namespace ska::cpu {
 
@@ -55,6 +56,17 @@ struct Fold {
   }
 };
 
+// acc[c] += row[c] for c < n, in double: the column sums' inner loop, vectorised (no branch on
+// the op inside it).
+SKA_CPU_SIMD_CLONES
+void add_row_f64(double* __restrict acc, const float* __restrict row, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) acc[c] += static_cast<double>(row[c]);
+}
+SKA_CPU_SIMD_CLONES
+void add_row_f64(double* __restrict acc, const double* __restrict row, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) acc[c] += row[c];
+}
+
 // Reduces the rows of a contiguous [rows, cols] x into out [cols] column by column, without
 // packing x transposed first: each thread owns a band of columns and walks every row in order,
 // so each column is folded in the order the row path folds it (the same bits).
@@ -70,9 +82,14 @@ void reduce_columns(ReduceOp op, const T* x, int64_t rows, int64_t cols, T* out)
   parallel_for(bands, [&](int64_t b) {
     const int64_t c0 = b * band, c1 = std::min(cols, c0 + band);
     std::vector<double> acc(static_cast<size_t>(c1 - c0), init);
+    const bool sums = op == ReduceOp::kSum || op == ReduceOp::kMean;
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = x + r * cols;
-      for (int64_t c = c0; c < c1; ++c) fold(acc[static_cast<size_t>(c - c0)], row[c]);
+      if (sums) {
+        add_row_f64(acc.data(), row + c0, c1 - c0);
+      } else {
+        for (int64_t c = c0; c < c1; ++c) fold(acc[static_cast<size_t>(c - c0)], row[c]);
+      }
     }
     for (int64_t c = c0; c < c1; ++c) {
       double v = acc[static_cast<size_t>(c - c0)];
