@@ -276,6 +276,13 @@ class CaseBuilder {
     return train ? with_backward(c, {x, w, b}) : c;
   }
 
+  // A bias gradient: [rows, width] summed over its rows (the leading dim).
+  BenchCase column_sum(const std::string& name, int64_t rows, int64_t width) {
+    Tensor x = random({rows, width});
+    return {name, shape_text({rows, width}), bytes_of(x, 1), false,
+            [x] { return ska::sum(x, {0}); }};
+  }
+
   BenchCase add(const std::string& name, int64_t n) {
     Tensor a = random({n}), b = random({n});
     return {name, shape_text({n}), bytes_of(a, 3), false, [a, b] { return ska::add(a, b); }};
@@ -385,6 +392,7 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       },
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512); },
+      [=](CaseBuilder& c) { return c.column_sum("vit_bias_grad", vit_rows, 512); },
       [=](CaseBuilder& c) { return c.add("add_4M", 4 << 20); },
       [=](CaseBuilder& c) { return c.gelu("gelu_4M", 4 << 20); },
       // Forward and backward (training) of the ops whose backward has its own kernels.

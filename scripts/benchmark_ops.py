@@ -147,6 +147,10 @@ class CaseBuilder:
                 lambda: F.layer_norm(x, (width,), w, b, 1e-5))
         return self.with_backward(case, [x, w, b]) if train else case
 
+    def column_sum(self, name, rows, width):
+        x = self.random(rows, width)
+        return name, shape_text((rows, width)), self.bytes_of(x, 1), False, lambda: x.sum(0)
+
     def add(self, name, n):
         a, b = self.random(n), self.random(n)
         return name, shape_text((n,)), self.bytes_of(a, 3), False, lambda: torch.add(a, b)
@@ -229,6 +233,7 @@ def case_list(bs):
         *attention_cases(bs, False),
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512),
+        lambda c: c.column_sum("vit_bias_grad", vit_rows, 512),
         lambda c: c.add("add_4M", 4 << 20),
         lambda c: c.gelu("gelu_4M", 4 << 20),
         # Forward and backward (training) of the ops whose backward has its own kernels.

@@ -42,7 +42,8 @@
 #   convs     scripts/benchmark_ops.sh (bf16, against PyTorch) on the CSKA logit convolutions:
 #             CSKAFormer-S18's (stage 2) and CSKA-ViT-S's, forward and backward, with the timed
 #             backward-input choice and with each form forced (backward-data, rotated forward),
-#             and as the mixers run them in each train.conv_logits form (conv, gemm, direct)
+#             and as the mixers run them in each train.conv_logits form (conv, gemm, direct);
+#             and a bias gradient's column sum (vit_bias_grad: ViT-S's [B * 65, 512] over its rows)
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128, then
 #             cifar10_cska_cait, cifar10_cska_swin and cifar10_cska_cvt at 512 while time lasts;
@@ -89,7 +90,7 @@
 #             residual sums, talking heads, multi-tensor casts, GEMM and column sums into f32,
 #             conv logits),
 #             then racecheck over the attention and conv-logit kernels' tile loads (asynchronous
-#             copies)
+#             copies) and the column reductions' lanes (a tree in shared memory)
 #
 # Carried (git-ignored): .deps.tar.xz (../shared/tools/device-deps.sh .deps libjpeg62-turbo
 # libjpeg62-turbo-dev libpng16-16 libpng-dev), .gpu-build.tar.xz
@@ -272,9 +273,9 @@ for stage in "${stages[@]}"; do
       "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits " ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
-      --cases cskaf,cska_logits,cska_conv_logits
+      --cases cskaf,cska_logits,cska_conv_logits,bias_grad
     [ $? = 125 ] && continue
-    grep -E "cska" "$logs/convs.log" | sed 's/^/  /' | tee -a "$summary" ;;
+    grep -E "cska|bias_grad" "$logs/convs.log" | sed 's/^/  /' | tee -a "$summary" ;;
   speed)
     for item in ${SPEED:-cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
                 imagenet_caformer_s18:128 cifar10_cska_cait:512 cifar10_cska_swin:512 \
@@ -395,7 +396,7 @@ for stage in "${stages[@]}"; do
     # The asynchronous tile copies of the attention and conv-logit kernels: a missing wait or
     # barrier is a shared-memory race.
     stage_run racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 99 "$tests" \
-      "cuda attention: synchronous tile loads*,cuda attention: tensor cores, head dims*,cuda conv logits: the kernels repeat*,cuda conv logits: grad_w by filter rows*"
+      "cuda attention: synchronous tile loads*,cuda attention: tensor cores, head dims*,cuda conv logits: the kernels repeat*,cuda conv logits: grad_w by filter rows*,CUDA column reductions*"
     [ $? = 125 ] && continue
     say "  racecheck: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/racecheck.log" | tail -1)" ;;
   esac

@@ -1,6 +1,10 @@
 // CUDA kernels: sum / mean / max / min over chosen dims (rows of the trailing dims, or columns
 // when the leading dims are reduced), argmax along a dim, top-k along the last dim. Twins of
 // backend/cpu/reduce.cpp and topk.cpp; values are accumulated in f32.
+//
+// The row and column reductions launch on raw operands (launch_reduce_rows, launch_reduce_cols,
+// with their partials' sizes from row_partial_floats and plan_columns), so that tests/simt runs
+// this file's own code on the host; the tensor entry points below are left out there.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -94,109 +98,190 @@ __global__ void reduce_rows_block(const In* __restrict__ x, Out* __restrict__ ou
   }
 }
 
-// Reduces `rows` contiguous rows of `len` elements of x into out (contiguous, `rows` elements).
+// How many pieces reduce_rows splits each of `rows` rows of `len` into on a GPU of `sms`
+// multiprocessors: few long rows go over several blocks, then their partials are reduced.
+int64_t row_chunks(int64_t rows, int64_t len, int64_t sms) {
+  if (len <= kWarpRowMax || rows >= 2 * sms || len < 16 * kRowThreads) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(len / (8 * kRowThreads), 4 * sms / rows));
+}
+
+// The f32 partials launch_reduce_rows needs (0: none).
+int64_t row_partial_floats(int64_t rows, int64_t len, int64_t sms) {
+  const int64_t chunks = row_chunks(rows, len, sms);
+  return chunks > 1 ? rows * chunks : 0;
+}
+
+// Reduces `rows` contiguous rows of `len` elements of x into out (contiguous, `rows` elements),
+// with partials of row_partial_floats(rows, len, sms) floats.
 template <ReduceOp OP, typename T, typename Out>
-void reduce_rows(const T* x, Out* out, int64_t rows, int64_t len, const Tensor& like,
-                 cudaStream_t stream) {
+void launch_reduce_rows(const T* x, Out* out, int64_t rows, int64_t len, int64_t sms,
+                        float* partials, cudaStream_t stream) {
   const float count = static_cast<float>(len);
-  const int dev = device_index(like);
-  const int64_t sms = sm_count(dev);
   const dim3 warp_block(32, kWarpsPerBlock);
   const auto warp_grid = [](int64_t r) {
-    return static_cast<unsigned>(std::min<int64_t>((r + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20));
+    return dim3(static_cast<unsigned>(
+        std::min<int64_t>((r + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20)));
   };
   if (len <= kWarpRowMax) {
-    reduce_rows_warp<OP, T, Out>
-        <<<warp_grid(rows), warp_block, 0, stream>>>(x, out, rows, len, true, count);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(reduce_rows_warp<OP, T, Out>, warp_grid(rows), warp_block, 0, stream, x, out,
+                  rows, len, true, count);
     return;
   }
-  // Few long rows: split each row over several blocks, then reduce the partials.
-  const int64_t chunks =
-      rows < 2 * sms && len >= 16 * kRowThreads
-          ? std::max<int64_t>(1, std::min<int64_t>(len / (8 * kRowThreads), 4 * sms / rows))
-          : 1;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows * chunks, 1 << 20));
+  const int64_t chunks = row_chunks(rows, len, sms);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(rows * chunks, 1 << 20)));
   if (chunks == 1) {
-    reduce_rows_block<OP, T, Out>
-        <<<grid, kRowThreads, 0, stream>>>(x, out, rows, len, 1, true, count);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(reduce_rows_block<OP, T, Out>, grid, dim3(kRowThreads), 0, stream, x, out, rows,
+                  len, int64_t{1}, true, count);
     return;
   }
-  Tensor partials = Tensor::empty({rows * chunks}, DType::kF32, like.device());
-  float* pp = partials.data<float>();
-  reduce_rows_block<OP, T, float><<<grid, kRowThreads, 0, stream>>>(x, pp, rows, len, chunks,
-                                                                    false, count);
-  SKA_CUDA_CHECK_LAUNCH();
-  reduce_rows_warp<OP, float, Out>
-      <<<warp_grid(rows), warp_block, 0, stream>>>(pp, out, rows, chunks, true, count);
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_kernel(reduce_rows_block<OP, T, float>, grid, dim3(kRowThreads), 0, stream, x, partials,
+                rows, len, chunks, false, count);
+  launch_kernel(reduce_rows_warp<OP, float, Out>, warp_grid(rows), warp_block, 0, stream,
+                static_cast<const float*>(partials), out, rows, chunks, true, count);
 }
 
 // Column reductions of a contiguous [rows, cols] x (the reduced dims lead: a bias gradient sums
-// [B * N, C] over its rows). Block (32, 8) per (32 columns, chunk of rows): lane x owns a column
-// (a warp reads 32 neighbouring elements of a row), the 8 y-lanes walk the chunk's rows, and
-// their 8 partials are combined in a fixed order; out is [chunks, cols] (partials when
-// chunks > 1). No transposed copy of x, and the same bits on every run.
-constexpr int kColTile = 32;
-constexpr int kColLanes = 8;
+// [B * N, C] over its rows), with no transposed copy of x. A block of kColThreads threads takes a
+// tile of columns and a chunk of rows: thread (tx, ty) loads kVec neighbouring columns at once
+// (16 bytes where the columns and x allow it) from rows ty, ty + lanes, ... of the chunk, so a
+// warp reads whole rows' segments and many loads are in flight per SM; the `lanes` row lanes are
+// then combined pairwise in a fixed tree (lane y takes lane y + s for s = lanes / 2, ..., 1).
+// out is [chunks, cols]: f32 partials when chunks > 1, combined by a second pass of the same
+// kernel over them. The same bits on every run on a GPU of the same size.
+constexpr int kColThreads = 256;      // first pass
+constexpr int kColSumThreads = 1024;  // second pass, over the partials
+constexpr int kColBlocksPerSm = 4;
 constexpr int64_t kMinChunkRows = 64;
 constexpr int64_t kMaxColChunks = 1024;
 
-template <ReduceOp OP, typename In, typename Out>
-__global__ void reduce_cols_kernel(const In* __restrict__ x, Out* __restrict__ out, int64_t rows,
-                                   int64_t cols, int64_t chunk_rows, bool final_pass,
-                                   float count) {
-  __shared__ float part[kColLanes][kColTile + 1];
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+// How one pass of reduce_cols_kernel runs over [rows, cols].
+struct ColumnPass {
+  int vec = 1;           // columns a thread loads at once: 16 bytes' worth, or 1
+  int col_threads = 32;  // blockDim.x, a power of two: the tile has col_threads * vec columns
+  int lanes = 8;         // blockDim.y (row lanes), a power of two
+  int64_t tiles = 1, chunks = 1, chunk_rows = 0;
+
+  size_t shared_bytes() const {
+    return static_cast<size_t>(col_threads) * lanes * vec * sizeof(float);
+  }
+};
+
+// A pass of `threads` threads a block over [rows, cols] of elem_bytes elements, at most
+// `max_chunks` chunks of rows; `aligned`: x lies at a 16-byte boundary.
+ColumnPass column_pass(int64_t rows, int64_t cols, int elem_bytes, bool aligned, int threads,
+                       int64_t max_chunks) {
+  ColumnPass p;
+  const int wide = 16 / elem_bytes;
+  p.vec = aligned && cols % wide == 0 ? wide : 1;
+  const int64_t vectors = cols / p.vec + (cols % p.vec != 0);
+  p.col_threads = 1;
+  while (p.col_threads < 32 && p.col_threads < vectors) p.col_threads *= 2;
+  p.lanes = threads / p.col_threads;
+  const int64_t tile_cols = static_cast<int64_t>(p.col_threads) * p.vec;
+  p.tiles = (cols + tile_cols - 1) / tile_cols;
+  p.chunks = std::max<int64_t>(1, std::min(max_chunks, rows));
+  p.chunk_rows = (rows + p.chunks - 1) / p.chunks;
+  p.chunks = (rows + p.chunk_rows - 1) / p.chunk_rows;
+  return p;
+}
+
+// A column reduction: its first pass over x and, when that leaves partials, the second over them.
+struct ColumnPlan {
+  ColumnPass first, second;
+  int64_t partial_floats = 0;  // [first.chunks, cols] when first.chunks > 1, else 0
+};
+
+// The plan for [rows, cols] of elem_bytes elements at x_aligned (16-byte boundary) on a GPU of
+// `sms` multiprocessors: enough chunks of rows for kColBlocksPerSm blocks an SM, of at least
+// kMinChunkRows rows (partials at a 16-byte boundary are assumed, as workspaces are).
+ColumnPlan plan_columns(int64_t rows, int64_t cols, int elem_bytes, bool x_aligned, int64_t sms) {
+  ColumnPlan plan;
+  plan.first = column_pass(rows, cols, elem_bytes, x_aligned, kColThreads, 1);
+  const int64_t wanted =
+      std::max<int64_t>(1, (kColBlocksPerSm * sms + plan.first.tiles - 1) / plan.first.tiles);
+  const int64_t most = std::max<int64_t>(1, std::min(kMaxColChunks, rows / kMinChunkRows));
+  plan.first = column_pass(rows, cols, elem_bytes, x_aligned, kColThreads, std::min(wanted, most));
+  if (plan.first.chunks > 1) {
+    plan.partial_floats = plan.first.chunks * cols;
+    plan.second = column_pass(plan.first.chunks, cols, sizeof(float), true, kColSumThreads, 1);
+  }
+  return plan;
+}
+
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+template <ReduceOp OP, typename In, typename Out, int kVec>
+__global__ void __launch_bounds__(kColSumThreads, 1)
+    reduce_cols_kernel(const In* __restrict__ x, Out* __restrict__ out, int64_t rows, int64_t cols,
+                       int64_t chunk_rows, bool final_pass, float count) {
+  extern __shared__ float col_lanes[];  // [lanes][blockDim.x * kVec]
+  const int tx = threadIdx.x, ty = threadIdx.y, lanes = blockDim.y;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + tx) * kVec;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
   const int64_t r1 = std::min(rows, r0 + chunk_rows);
-  float acc = identity<OP>();
-  if (col < cols) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColLanes) {
-      acc = combine<OP>(acc, to_float(x[r * cols + col]));
+  float acc[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc[i] = identity<OP>();
+  if (c0 < cols) {  // with kVec > 1, cols is a multiple of kVec: the whole pack is inside
+#pragma unroll 4
+    for (int64_t r = r0 + ty; r < r1; r += lanes) {
+      const Pack<In, kVec> p = *reinterpret_cast<const Pack<In, kVec>*>(x + r * cols + c0);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[i] = combine<OP>(acc[i], to_float(p.v[i]));
     }
   }
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float v = part[0][threadIdx.x];
+  const int width = blockDim.x * kVec;
+  float* mine = col_lanes + ty * width + tx * kVec;
 #pragma unroll
-    for (int l = 1; l < kColLanes; ++l) v = combine<OP>(v, part[l][threadIdx.x]);
-    out[static_cast<int64_t>(blockIdx.y) * cols + col] = finish<OP, Out>(v, final_pass, count);
+  for (int i = 0; i < kVec; ++i) mine[i] = acc[i];
+  for (int s = lanes / 2; s > 0; s /= 2) {
+    __syncthreads();
+    if (ty < s) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) mine[i] = acc[i] = combine<OP>(acc[i], mine[s * width + i]);
+    }
+  }
+  if (ty == 0 && c0 < cols) {
+    Out* o = out + static_cast<int64_t>(blockIdx.y) * cols + c0;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) o[i] = finish<OP, Out>(acc[i], final_pass, count);
   }
 }
 
-// Reduces the `rows` rows of a contiguous [rows, cols] x into out [cols]: one pass when the column
-// tiles alone fill the GPU, else chunks of rows into f32 partials and a second pass over those.
-template <ReduceOp OP, typename T, typename Out>
-void reduce_cols(const T* x, Out* out, int64_t rows, int64_t cols, const Tensor& like,
-                 cudaStream_t stream) {
-  const float count = static_cast<float>(rows);
-  const int64_t col_tiles = (cols + kColTile - 1) / kColTile;
-  const int64_t wanted = std::max<int64_t>(1, 2 * sm_count(device_index(like)) / col_tiles);
-  const int64_t most = std::max<int64_t>(1, std::min(kMaxColChunks, rows / kMinChunkRows));
-  int64_t chunks = std::min(wanted, most);
-  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
-  chunks = (rows + chunk_rows - 1) / chunk_rows;
-  const dim3 block(kColTile, kColLanes);
-  const auto grid = [&](int64_t y) {
-    return dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(y));
+// One pass over [rows, cols] of x into out [pass.chunks, cols].
+template <ReduceOp OP, typename In, typename Out>
+void launch_column_pass(const ColumnPass& pass, const In* x, Out* out, int64_t rows, int64_t cols,
+                        bool final_pass, float count, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(pass.tiles), static_cast<unsigned>(pass.chunks));
+  const dim3 block(static_cast<unsigned>(pass.col_threads), static_cast<unsigned>(pass.lanes));
+  constexpr int kWide = 16 / static_cast<int>(sizeof(In));
+  const auto run = [&](auto kernel) {
+    launch_kernel(kernel, grid, block, pass.shared_bytes(), stream, x, out, rows, cols,
+                  pass.chunk_rows, final_pass, count);
   };
-  if (chunks == 1) {
-    reduce_cols_kernel<OP, T, Out>
-        <<<grid(1), block, 0, stream>>>(x, out, rows, cols, rows, true, count);
-    SKA_CUDA_CHECK_LAUNCH();
+  if (pass.vec == kWide) {
+    run(reduce_cols_kernel<OP, In, Out, kWide>);
+  } else {
+    run(reduce_cols_kernel<OP, In, Out, 1>);
+  }
+}
+
+// Reduces the `rows` rows of a contiguous [rows, cols] x into out [cols] by `plan`
+// (plan_columns), with partials of plan.partial_floats floats.
+template <ReduceOp OP, typename T, typename Out>
+void launch_reduce_cols(const T* x, Out* out, int64_t rows, int64_t cols, const ColumnPlan& plan,
+                        float* partials, cudaStream_t stream) {
+  const float count = static_cast<float>(rows);
+  if (plan.first.chunks == 1) {
+    launch_column_pass<OP>(plan.first, x, out, rows, cols, true, count, stream);
     return;
   }
-  Tensor partials = Tensor::empty({chunks * cols}, DType::kF32, like.device());
-  float* pp = partials.data<float>();
-  reduce_cols_kernel<OP, T, float><<<grid(chunks), block, 0, stream>>>(x, pp, rows, cols,
-                                                                       chunk_rows, false, count);
-  SKA_CUDA_CHECK_LAUNCH();
-  reduce_cols_kernel<OP, float, Out>
-      <<<grid(1), block, 0, stream>>>(pp, out, chunks, cols, chunks, true, count);
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_column_pass<OP>(plan.first, x, partials, rows, cols, false, count, stream);
+  launch_column_pass<OP>(plan.second, static_cast<const float*>(partials), out, plan.first.chunks,
+                         cols, true, count, stream);
 }
 
 // Calls f(std::integral_constant<ReduceOp, op>{}).
@@ -209,6 +294,11 @@ void visit_reduce_op(ReduceOp op, F&& f) {
     case ReduceOp::kMin: return f(std::integral_constant<ReduceOp, ReduceOp::kMin>{});
   }
 }
+
+}  // namespace
+
+#if !defined(SKA_SIMT)
+namespace {
 
 // x viewed with the reduced dims moved last, packed contiguous: [kept..., reduced...].
 Tensor reduced_dims_last(const Tensor& x, const std::vector<int64_t>& dims) {
@@ -413,18 +503,27 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
   const int64_t len = x.numel() / rows;
   dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
-    DeviceGuard guard(device_index(out));
-    const cudaStream_t stream = current_stream(device_index(out));
+    const int device = device_index(out);
+    DeviceGuard guard(device);
+    const cudaStream_t stream = current_stream(device);
+    const int64_t sms = sm_count(device);
     const bool columns = len > 0 && x.is_contiguous() && reduces_leading_dims(x.shape(), dims);
     const Tensor packed = columns ? x : reduced_dims_last(x, dims);
     const T* xp = static_cast<const T*>(packed.data_ptr());
+    // Columns: the leading `len` elements of the shape are the reduced rows.
+    const bool aligned = reinterpret_cast<uintptr_t>(xp) % 16 == 0;
+    const ColumnPlan plan =
+        columns ? plan_columns(len, rows, sizeof(T), aligned, sms) : ColumnPlan{};
+    const int64_t floats = columns ? plan.partial_floats : row_partial_floats(rows, len, sms);
+    const Tensor partials = floats > 0 ? workspace(device, floats * sizeof(float)) : Tensor();
+    float* pp = mutable_or_null<float>(partials);
     const auto run = [&](auto* yp) {
       visit_reduce_op(op, [&](auto op_c) {
         constexpr ReduceOp kOp = decltype(op_c)::value;
         if (columns) {
-          reduce_cols<kOp>(xp, yp, len, rows, out, stream);
+          launch_reduce_cols<kOp>(xp, yp, len, rows, plan, pp, stream);
         } else {
-          reduce_rows<kOp>(xp, yp, rows, len, out, stream);
+          launch_reduce_rows<kOp>(xp, yp, rows, len, sms, pp, stream);
         }
       });
     };
@@ -508,5 +607,7 @@ void topk(const Tensor& x, int64_t k, const Tensor& values, const Tensor& indice
     SKA_CUDA_CHECK_LAUNCH();
   });
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda

@@ -480,6 +480,26 @@ TEST_CASE("CUDA column reductions (leading dims reduced) match the CPU, chunked 
       }
     }
   }
+  // A view one element past a 16-byte boundary (element loads where the columns would take
+  // 16-byte ones), MetaFormer's narrow channels and f16: the same CPU figures.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Shape& shape : std::vector<Shape>{{3000, 64}, {12544, 64}}) {
+      const int64_t n = shape[0] * shape[1];
+      const Tensor flat = ska::test::uniform({n + 1}, 23, -2.0, 2.0, DType::kF32).to(dt);
+      const Tensor x = flat.narrow(0, 1, n).view(shape);
+      INFO(shape_str(shape) << " " << dtype_name(dt));
+      Tensor want = Tensor::empty({1, shape[1]}, dt);
+      cpu::reduce(ReduceOp::kSum, x, {0}, want);
+      for (const bool misaligned : {false, true}) {
+        const Tensor xg = misaligned ? flat.to(gpu).narrow(0, 1, n).view(shape) : x.to(gpu);
+        Tensor got = Tensor::empty({1, shape[1]}, dt, gpu);
+        cuda::reduce(ReduceOp::kSum, xg, {0}, got);
+        const ska::test::Tolerance tol =
+            dt == DType::kF32 ? ska::test::Tolerance{1e-3, 1e-5} : ska::test::tolerance_for(dt);
+        ska::test::require_close(got, want, tol, misaligned ? "misaligned columns" : "columns");
+      }
+    }
+  }
   // NaN propagates through max in a chunked column.
   Tensor x = ska::test::uniform({20000, 3}, 22, -1.0, 1.0, DType::kF32);
   x.data<float>()[12345 * 3 + 1] = NAN;
