@@ -4,6 +4,7 @@
 # hangs cannot eat the rest. On the GPU machine, from the repository root:
 #
 #   scripts/gpu_session.sh [--budget SECONDS] [STAGE ...]
+#   scripts/gpu_session.sh --print-choices   (the variants and forms the stages pass benchmark)
 #
 # Stages (default: all, in this order; each is skipped when too little time is left):
 #   tests     every [cuda] test but the slow whole-zoo ones (CUDA against the CPU, bit-exact paths)
@@ -101,11 +102,26 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
+# The kernel choices the attention and cait stages time (benchmark --variants), and the forms
+# the depthwise and logits stages run.
+attention_variants="attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass;attention_registers=capped;attention_schedule=persistent"
+cait_variants="talking_heads=fused;projections=stacked;talking_heads=fused,projections=stacked;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;attention_registers=capped;attention_schedule=persistent;talking_heads=fused,projections=stacked,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass;residual_norm=unfused"
+depthwise_forms="cudnn direct auto"
+logits_forms=${LOGITS_FORMS:-conv gemm auto direct}
+
 budget=540
 stages=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+    # What the stages pass benchmark, one line each ("variants STRING", "option FLAG FORM"), for
+    # tests/scripts/test_gpu_scripts.sh to try on the CPU before a lease finds a typo.
+    --print-choices)
+      echo "variants $attention_variants"
+      echo "variants $cait_variants"
+      for f in $depthwise_forms; do echo "option --depthwise-conv $f"; done
+      for f in $logits_forms; do echo "option --conv-logits $f"; done
+      exit 0 ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     -*) echo "gpu_session: unknown option '$1'" >&2; exit 2 ;;
     *) stages+=("$1"); shift ;;
@@ -257,19 +273,18 @@ for stage in "${stages[@]}"; do
     [ $? = 125 ] || grep -E "_attention" "$logs/attention_ops.log" | sed 's/^/  /' | tee -a "$summary"
     variants_stage attention \
       "${ATTN:-cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128}" \
-      "attention=wmma;attention_loads=sync;attention_backward=split;attention_backward=split,attention_forward=tiled;norm_backward=split;norm_forward=held;residual_norm=unfused;residual_norm=unfused,gelu_dropout=unfused;norm_forward=held,talking_heads=fused;attention_backward=one_pass;attention_registers=capped;attention_schedule=persistent" ;;
+      "$attention_variants" ;;
   cait)
-    variants_stage cait "${CAIT:-cifar10_cska_cait:512 cifar10_cait_s:512}" \
-      "talking_heads=fused;projections=stacked;talking_heads=fused,projections=stacked;weight_casts=per_step;linear_grads=f32;attention_backward=one_pass;attention_registers=capped;attention_schedule=persistent;talking_heads=fused,projections=stacked,weight_casts=per_step,linear_grads=f32,attention_backward=one_pass;residual_norm=unfused" ;;
+    variants_stage cait "${CAIT:-cifar10_cska_cait:512 cifar10_cait_s:512}" "$cait_variants" ;;
   depthwise)
     stage_run depthwise_ops 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda \
       --dtype bf16 --cases dwconv
     [ $? = 125 ] && continue
     grep -E "dwconv" "$logs/depthwise_ops.log" | sed 's/^/  /' | tee -a "$summary"
-    forms_stage depthwise --depthwise-conv "cudnn direct auto" \
+    forms_stage depthwise --depthwise-conv "$depthwise_forms" \
       "${DEPTHWISE:-imagenet_caformer_s18:128 imagenet_cskaformer_s18:128}" "images/s|depthwise conv " ;;
   logits)
-    forms_stage logits --conv-logits "${LOGITS_FORMS:-conv gemm auto direct}" \
+    forms_stage logits --conv-logits "$logits_forms" \
       "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits " ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \

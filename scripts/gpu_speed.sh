@@ -13,6 +13,7 @@
 # and --cuda-graph, a process each. Should the --variants process fail (a kernel's error takes
 # the process down), each variant runs on its own. Ends with one table.
 # Usage: scripts/gpu_speed.sh [CONFIG[:BATCH] ...]
+#        scripts/gpu_speed.sh --print-choices   (what it passes benchmark, one line each)
 #   default: cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128
 #            imagenet_cskaformer_s18:128
 # Environment: BUILD_DIR (default build-gpu), MODE (train|infer, default train), DEVICE (default
@@ -31,11 +32,7 @@ dtype=bf16 precision=bf16
 [ "$device" = cpu ] && dtype=f32 precision=fp32
 iters=${ITERS:-20}
 logs=${OUT:-$build/logs}
-mkdir -p "$logs"
 bench=$build/apps/benchmark
-[ -x "$bench" ] || { echo "gpu_speed: $bench not found (scripts/gpu_check.sh builds it)" >&2; exit 1; }
-[ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
-  imagenet_cskaformer_s18:128
 
 # The kernel choices' variants, timed in one benchmark process per config (--variants: one model
 # build and warm-up, the variants in turn, ROUNDS times); "new" is every fast path not yet the
@@ -52,6 +49,31 @@ every_new="norm_forward=held,talking_heads=fused,weight_casts=per_step,linear_gr
 kernel_variants+=("$every_new")
 process_variants=("--cudnn-benchmark off" "--cuda-graph")
 joined=$(IFS=';'; echo "${kernel_variants[*]}")
+
+# A variant (KEY=VALUE,...) as benchmark's own flags, --key value ..., into the array flags.
+variant_flags() {
+  flags=()
+  local pairs kv
+  IFS=, read -r -a pairs <<<"$1"
+  for kv in "${pairs[@]}"; do
+    local key=${kv%%=*}
+    flags+=("--${key//_/-}" "${kv#*=}")
+  done
+}
+
+# What this script passes benchmark, one line each ("variants STRING", "flags FLAG VALUE ...",
+# "process FLAGS"), for tests/scripts/test_gpu_scripts.sh to try on the CPU.
+if [ "${1:-}" = --print-choices ]; then
+  echo "variants $joined"
+  for v in "${kernel_variants[@]}"; do variant_flags "$v"; echo "flags ${flags[*]}"; done
+  for v in "${process_variants[@]}"; do echo "process $v"; done
+  exit 0
+fi
+
+mkdir -p "$logs"
+[ -x "$bench" ] || { echo "gpu_speed: $bench not found (scripts/gpu_check.sh builds it)" >&2; exit 1; }
+[ $# -gt 0 ] || set -- cifar10_vit_s:512 cifar10_cska_vit:512 imagenet_caformer_s18:128 \
+  imagenet_cskaformer_s18:128
 rows=$logs/speed_variants.jsonl
 : >"$rows"
 
@@ -95,14 +117,8 @@ for item in "$@"; do
     tail -3 "$logs/speed_one.err"
     echo "== $config: --variants failed; one process per variant"
     for v in default "${kernel_variants[@]}"; do
-      flags=()  # KEY=VALUE,... as benchmark's own flags: --key value ...
-      if [ "$v" != default ]; then
-        IFS=, read -r -a pairs <<<"$v"
-        for kv in "${pairs[@]}"; do
-          key=${kv%%=*}
-          flags+=("--${key//_/-}" "${kv#*=}")
-        done
-      fi
+      flags=()
+      [ "$v" = default ] || variant_flags "$v"
       if run_one "$config" "${flags[@]}"; then
         append_rows "$logs/speed_one.json" "$v"
       else
