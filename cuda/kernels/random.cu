@@ -11,6 +11,7 @@
 #include "backend/pointwise_math.h"
 #include "core/random.h"
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/vector_io.cuh"
 
 namespace ska::cuda {
 
@@ -93,45 +94,6 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ out, int
       out[i] = from_float<T>(__fmul_rn(to_float(x[i]), philox_uniform(r.w[k]) < keep ? s : 0.0f));
     }
   }
-}
-
-// Eight consecutive elements as f32 from x + i (16-byte loads where `vectors`: 16-bit T, or
-// f32 read as two halves), and back.
-template <typename T>
-__device__ __forceinline__ void load8(const T* x, float (&v)[8], bool vectors) {
-  if constexpr (sizeof(T) <= 4) {
-    if (vectors) {
-      constexpr int kPer = 16 / sizeof(T);  // elements per 16-byte load
-      alignas(16) T tmp[8];
-#pragma unroll
-      for (int h = 0; h < 8 / kPer; ++h) {
-        reinterpret_cast<uint4*>(tmp)[h] = reinterpret_cast<const uint4*>(x)[h];
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = to_float(tmp[k]);
-      return;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = to_float(x[k]);
-}
-template <typename T>
-__device__ __forceinline__ void store8(T* out, const float (&v)[8], bool vectors) {
-  if constexpr (sizeof(T) <= 4) {
-    if (vectors) {
-      constexpr int kPer = 16 / sizeof(T);
-      alignas(16) T tmp[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) tmp[k] = from_float<T>(v[k]);
-#pragma unroll
-      for (int h = 0; h < 8 / kPer; ++h) {
-        reinterpret_cast<uint4*>(out)[h] = reinterpret_cast<const uint4*>(tmp)[h];
-      }
-      return;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < 8; ++k) out[k] = from_float<T>(v[k]);
 }
 
 // What the dropout kernels apply before dropping (forward) and after (backward): nothing, for

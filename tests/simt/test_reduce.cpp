@@ -118,14 +118,8 @@ std::vector<float> expected_columns(ReduceOp op, const rd::ColumnPlan& plan,
   return first;
 }
 
-// __shfl_xor_sync's butterfly over a warp's 32 values: lane 0's result.
-float warp_reduce(ReduceOp op, std::vector<float> v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    std::vector<float> w(32);
-    for (int l = 0; l < 32; ++l) w[l] = combine(op, v[l], v[l ^ o]);
-    v = w;
-  }
-  return v[0];
+float warp_reduce(ReduceOp op, const std::vector<float>& v) {
+  return ska::simt::warp_butterfly(v, [op](float a, float b) { return combine(op, a, b); });
 }
 
 // A warp's fold of len elements (lane l: l, l + 32, ...) and its butterfly.

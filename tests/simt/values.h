@@ -91,6 +91,30 @@ inline bool kept(const Dropout& d, int64_t i) {
   return philox_uniform(r.w[i % 4]) < d.keep;
 }
 
+// __shfl_xor_sync's butterfly over a warp's 32 values as the kernels run it (offsets 16, 8, ...,
+// 1; lane l takes combine(v[l], v[l ^ offset])): lane 0's result, in host floats.
+template <typename Combine>
+float warp_butterfly(std::vector<float> v, Combine combine) {
+  for (int o = 16; o > 0; o >>= 1) {
+    std::vector<float> w(32);
+    for (int l = 0; l < 32; ++l) w[l] = combine(v[l], v[l ^ o]);
+    v = w;
+  }
+  return v[0];
+}
+
+// common.cuh's block_sum over a block's per-thread values (a multiple of 32): each warp's
+// butterfly, then one over the warps' sums (0 past the last warp).
+inline float block_sum(const std::vector<float>& threads) {
+  const auto add = [](float a, float b) { return a + b; };
+  std::vector<float> warps(32, 0.0f);
+  for (size_t w = 0; w < threads.size() / 32; ++w) {
+    warps[w] = warp_butterfly(
+        std::vector<float>(threads.begin() + 32 * w, threads.begin() + 32 * (w + 1)), add);
+  }
+  return warp_butterfly(warps, add);
+}
+
 // Runs f(order) with a block's threads last to first, then shuffled by `seed` (order names it),
 // then goes back to first to last.
 template <typename F>
