@@ -240,6 +240,41 @@ __global__ void dropout_backward_kernel(const TG* __restrict__ grad,
   }
 }
 
+// The bit-mask kernels' launches on raw operands (a thread per byte of the mask: 8 elements).
+inline dim3 per_byte_grid(int64_t n) { return dim3(grid_for((n + 7) / 8, kThreads)); }
+
+// out = dropout(act(x)) with the mask into bits: dropout_forward_kernel.
+template <typename T, typename Act>
+void launch_bits_forward(const T* x, T* out, uint8_t* bits, int64_t n, uint64_t seed,
+                         uint64_t offset, const int64_t* offset_base, float keep, float scale,
+                         bool vectors, Act act, cudaStream_t stream) {
+  launch_kernel(dropout_forward_kernel<T, Act>, per_byte_grid(n), dim3(kThreads), 0, stream, x, out,
+                bits, n, seed, offset, offset_base, keep, scale, vectors, act);
+}
+
+// grad_x from grad through the mask (and act's derivative at x, null without one):
+// dropout_backward_kernel.
+template <typename T, typename Act, typename TG>
+void launch_bits_backward(const TG* grad, const uint8_t* bits, T* grad_x, int64_t n, float scale,
+                          bool vectors, const T* x, Act act, cudaStream_t stream) {
+  launch_kernel(dropout_backward_kernel<T, Act, TG>, per_byte_grid(n), dim3(kThreads), 0, stream,
+                grad, bits, grad_x, n, scale, vectors, x, act);
+}
+
+// out = x + dropout(y) with the mask into bits: dropout_add_forward_kernel.
+template <typename TX, typename TY>
+void launch_bits_add_forward(const TX* x, const TY* y, TX* out, uint8_t* bits, int64_t n,
+                             uint64_t seed, uint64_t offset, const int64_t* offset_base, float keep,
+                             float scale, bool vectors, cudaStream_t stream) {
+  launch_kernel(dropout_add_forward_kernel<TX, TY>, per_byte_grid(n), dim3(kThreads), 0, stream, x,
+                y, out, bits, n, seed, offset, offset_base, keep, scale, vectors);
+}
+
+}  // namespace
+
+#if !defined(SKA_SIMT)
+namespace {
+
 // Launches kernel(out, n, ...) over the counters of contiguous `out`, for its floating dtype.
 template <typename Launch>
 void launch_random(const Tensor& out, const char* name, Launch&& launch) {
@@ -336,8 +371,8 @@ bool vectors_fit(const Tensor& a, const Tensor& b) {
   return aligned(a) && aligned(b);
 }
 
-// Calls launch(tag, n, grid, stream) for a kernel with a thread per byte of a bit mask over
-// `like`'s n elements (T of `like`'s floating dtype), on its device's current stream.
+// Calls launch(tag, n, stream) for a kernel with a thread per byte of a bit mask over `like`'s n
+// elements (T of `like`'s floating dtype), on its device's current stream.
 template <typename Launch>
 void launch_per_byte(const Tensor& like, const char* name, Launch&& launch) {
   const int64_t n = like.numel();
@@ -345,11 +380,7 @@ void launch_per_byte(const Tensor& like, const char* name, Launch&& launch) {
   const int device = device_index(like);
   DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
-  const unsigned grid = grid_for((n + 7) / 8, kThreads);
-  dispatch_floating(like.dtype(), name, [&](auto tag) {
-    launch(tag, n, grid, stream);
-    SKA_CUDA_CHECK_LAUNCH();
-  });
+  dispatch_floating(like.dtype(), name, [&](auto tag) { launch(tag, n, stream); });
 }
 
 // dropout_forward_kernel over x with the activation make_act(T{}) applied first.
@@ -360,12 +391,12 @@ void launch_dropout_forward(const char* kernel, const Tensor& x, uint64_t seed, 
   check_dropout(kernel, x, out, bits);
   const int64_t* base = offset_base_ptr(offset_base, out, kernel);
   const bool vectors = vectors_fit(x, out);
-  launch_per_byte(x, kernel, [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
+  launch_per_byte(x, kernel, [&](auto tag, int64_t n, cudaStream_t s) {
     using T = decltype(tag);
-    dropout_forward_kernel<T><<<grid, kThreads, 0, s>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
-        static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
-        static_cast<float>(keep_prob), static_cast<float>(scale), vectors, make_act(tag));
+    launch_bits_forward(static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()),
+                        static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
+                        static_cast<float>(keep_prob), static_cast<float>(scale), vectors,
+                        make_act(tag), s);
   });
 }
 
@@ -378,12 +409,12 @@ void launch_dropout_backward(const char* kernel, const Tensor& grad, const Tenso
   check_dropout(kernel, grad, grad_x, bits);
   if (x.defined()) check_dropout(kernel, x, grad_x, bits);
   const bool vectors = vectors_fit(grad, grad_x) && (!x.defined() || vectors_fit(x, x));
-  launch_per_byte(grad, kernel, [&](auto tag, int64_t n, unsigned grid, cudaStream_t s) {
+  launch_per_byte(grad, kernel, [&](auto tag, int64_t n, cudaStream_t s) {
     using T = decltype(tag);
-    dropout_backward_kernel<T><<<grid, kThreads, 0, s>>>(
-        static_cast<const T*>(grad.data_ptr()), static_cast<const uint8_t*>(bits.data_ptr()),
-        static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale), vectors,
-        x.defined() ? static_cast<const T*>(x.data_ptr()) : nullptr, make_act(tag));
+    launch_bits_backward(static_cast<const T*>(grad.data_ptr()),
+                         static_cast<const uint8_t*>(bits.data_ptr()),
+                         static_cast<T*>(grad_x.data_ptr()), n, static_cast<float>(scale), vectors,
+                         data_or_null<T>(x), make_act(tag), s);
   });
 }
 
@@ -477,15 +508,14 @@ void dropout_add_forward(const Tensor& x, const Tensor& y, uint64_t seed, uint64
   if (n == 0) return;
   const int device = device_index(out);
   DeviceGuard guard(device);
-  const unsigned grid = grid_for((n + 7) / 8, kThreads);
   dispatch_dropout_add(x.dtype(), y.dtype(), [&](auto tx, auto ty) {
     using TX = decltype(tx);
     using TY = decltype(ty);
-    dropout_add_forward_kernel<TX, TY><<<grid, kThreads, 0, current_stream(device)>>>(
-        static_cast<const TX*>(x.data_ptr()), static_cast<const TY*>(y.data_ptr()),
-        static_cast<TX*>(out.data_ptr()), static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset,
-        base, static_cast<float>(keep_prob), static_cast<float>(scale), vectors);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_bits_add_forward(static_cast<const TX*>(x.data_ptr()),
+                            static_cast<const TY*>(y.data_ptr()), static_cast<TX*>(out.data_ptr()),
+                            static_cast<uint8_t*>(bits.data_ptr()), n, seed, offset, base,
+                            static_cast<float>(keep_prob), static_cast<float>(scale), vectors,
+                            current_stream(device));
   });
 }
 
@@ -498,15 +528,16 @@ void dropout_add_backward(const Tensor& grad, const Tensor& bits, double scale,
   if (n == 0) return;
   const int device = device_index(grad);
   DeviceGuard guard(device);
-  const unsigned grid = grid_for((n + 7) / 8, kThreads);
   dispatch_dropout_add(grad.dtype(), grad_y.dtype(), [&](auto tg, auto ty) {
     using TG = decltype(tg);
     using TY = decltype(ty);
-    dropout_backward_kernel<TY, NoActivation, TG><<<grid, kThreads, 0, current_stream(device)>>>(
-        static_cast<const TG*>(grad.data_ptr()), static_cast<const uint8_t*>(bits.data_ptr()),
-        static_cast<TY*>(grad_y.data_ptr()), n, static_cast<float>(scale), vectors);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_bits_backward(static_cast<const TG*>(grad.data_ptr()),
+                         static_cast<const uint8_t*>(bits.data_ptr()),
+                         static_cast<TY*>(grad_y.data_ptr()), n, static_cast<float>(scale), vectors,
+                         static_cast<const TY*>(nullptr), NoActivation{}, current_stream(device));
   });
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda

@@ -26,6 +26,8 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::Buffer;
+using ska::simt::random_buffer;
 using ska::simt::round_to;
 using ska::simt::same_bits;
 using ska::simt::value;
@@ -47,36 +49,6 @@ std::vector<Case> cases() {
       {"fewer elements than a group: 7", 7, 132, false},
       {"one element off a 16-byte boundary: element accesses", 40000, 8, true},
   };
-}
-
-// n elements of T at a 16-byte boundary, or one element past it, the rest of the buffer all
-// ones (so that a store past n shows).
-template <typename T>
-struct Buffer {
-  std::vector<float4> storage;
-  T* data;
-  int64_t n;
-  Buffer(int64_t count, bool misalign) : n(count) {
-    const size_t shift = misalign ? 1 : 0;
-    storage.resize((static_cast<size_t>(count) + shift + 16) * sizeof(T) / sizeof(float4) + 1);
-    std::memset(static_cast<void*>(storage.data()), 0xff, storage.size() * sizeof(float4));
-    data = reinterpret_cast<T*>(storage.data()) + shift;
-  }
-  std::vector<T> values() const { return std::vector<T>(data, data + n); }
-  // Whether the 16 elements after the last are still all ones.
-  bool untouched_after() const {
-    const auto* b = reinterpret_cast<const unsigned char*>(data + n);
-    return std::all_of(b, b + 16 * sizeof(T), [](unsigned char c) { return c == 0xff; });
-  }
-};
-
-template <typename T>
-Buffer<T> random_buffer(int64_t n, bool misalign, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Buffer<T> b(n, misalign);
-  for (int64_t i = 0; i < n; ++i) b.data[i] = round_to<T>(normal(rng));
-  return b;
 }
 
 // The parameter gradients in the kernels' order: block k's thread t folds its groups of 8

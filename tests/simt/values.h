@@ -1,5 +1,6 @@
 // What the tests/simt tests share: element conversions, buffers no kernel has written yet (every
-// word all ones, NaN in bf16 and f16), bit-for-bit equality, the dropouts fused kernels draw, and
+// word all ones, NaN in bf16 and f16; also at or one element off a 16-byte boundary),
+// bit-for-bit equality, the dropouts fused kernels draw, the warp and block sums' orders, and
 // runs in other thread orders.
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <type_traits>
 #include <vector>
 
@@ -59,6 +61,41 @@ bool untouched(const T& e) {
 template <typename E>
 bool same_bits(const std::vector<E>& a, const std::vector<E>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
+}
+
+// n elements of T at a 16-byte boundary, or one element past it (`misalign`: the kernels'
+// element accesses where they would take 16 bytes), with 16 more after them; every byte starts
+// all ones, so that a store past the n shows.
+template <typename T>
+struct Buffer {
+  std::vector<float4> storage;
+  T* data;
+  int64_t n;
+  Buffer(int64_t count, bool misalign) : n(count) {
+    const size_t shift = misalign ? 1 : 0;
+    storage.resize((static_cast<size_t>(count) + shift + 16) * sizeof(T) / sizeof(float4) + 1);
+    std::memset(static_cast<void*>(storage.data()), 0xff, storage.size() * sizeof(float4));
+    data = reinterpret_cast<T*>(storage.data()) + shift;
+  }
+  std::vector<T> values() const { return std::vector<T>(data, data + n); }
+  // Whether the 16 elements after the last are still all ones.
+  bool untouched_after() const {
+    const auto* b = reinterpret_cast<const unsigned char*>(data + n);
+    for (size_t i = 0; i < 16 * sizeof(T); ++i) {
+      if (b[i] != 0xff) return false;
+    }
+    return true;
+  }
+};
+
+// A Buffer of standard normal values rounded to T.
+template <typename T>
+Buffer<T> random_buffer(int64_t n, bool misalign, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Buffer<T> b(n, misalign);
+  for (int64_t i = 0; i < n; ++i) b.data[i] = round_to<T>(normal(rng));
+  return b;
 }
 
 // A dropout drawn inside a fused kernel, as the kernels take it (cuda::BranchDrop, of the same
