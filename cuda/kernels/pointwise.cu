@@ -1,7 +1,8 @@
 // CUDA kernels: copy, fill, unary (+ backward), binary, where. Twins of backend/cpu/pointwise.cpp;
 // the scalar math is pointwise_math.h evaluated in f32 for f32, bf16 and f16. Dims are merged
 // first (backend/elementwise.h): dense operands take 16-byte accesses, strided ones 32-bit
-// offsets by magic-number division.
+// offsets by magic-number division. launch_elementwise takes a body of raw operands, so that
+// tests/simt runs this file's own code on the host; the tensor entry points are left out there.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -63,14 +64,6 @@ __device__ __forceinline__ int64_t grid_stride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-// The device and stream a kernel on `t` launches with; keeps the device current meanwhile.
-struct LaunchOn {
-  explicit LaunchOn(const Tensor& t)
-      : guard(device_index(t)), stream(current_stream(device_index(t))) {}
-  DeviceGuard guard;
-  cudaStream_t stream;
-};
-
 std::atomic<bool> g_fast_paths{true};
 
 // ---- The launch machinery -------------------------------------------------------------------
@@ -130,28 +123,27 @@ void launch_elementwise(const Shape& shape, const std::array<Shape, N>& strides,
       views.shape = {1};
       for (auto& st : views.strides) st = {1};
     }
-    strided_kernel<N, OffsetCalc64<N>, int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        offset_calc64<N>(views), body, n);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(strided_kernel<N, OffsetCalc64<N>, int64_t, Body>, dim3(grid_for(n, kThreads)),
+                  dim3(kThreads), 0, stream, offset_calc64<N>(views), body, n);
     return;
   }
   const ElementwiseLayout<N> l = coalesce_layout<N>(shape, strides);
   if (layout_is_dense(l)) {
     constexpr int kVec = Body::kVec;
     if (kVec > 1 && body.aligned()) {
-      dense_kernel<kVec><<<grid_for((n + kVec - 1) / kVec, kThreads), kThreads, 0, stream>>>(body,
-                                                                                           n);
+      launch_kernel(dense_kernel<kVec, Body>, dim3(grid_for((n + kVec - 1) / kVec, kThreads)),
+                    dim3(kThreads), 0, stream, body, n);
     } else {
-      dense_kernel<1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(body, n);
+      launch_kernel(dense_kernel<1, Body>, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, stream,
+                    body, n);
     }
   } else if (layout_fits_int32(l)) {
-    strided_kernel<N, OffsetCalc32<N>, uint32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        offset_calc32<N>(l), body, n);
+    launch_kernel(strided_kernel<N, OffsetCalc32<N>, uint32_t, Body>, dim3(grid_for(n, kThreads)),
+                  dim3(kThreads), 0, stream, offset_calc32<N>(l), body, n);
   } else {
-    strided_kernel<N, OffsetCalc64<N>, int64_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        offset_calc64<N>(l), body, n);
+    launch_kernel(strided_kernel<N, OffsetCalc64<N>, int64_t, Body>, dim3(grid_for(n, kThreads)),
+                  dim3(kThreads), 0, stream, offset_calc64<N>(l), body, n);
   }
-  SKA_CUDA_CHECK_LAUNCH();
 }
 
 // ---- Bodies: operand 0 is always the output -------------------------------------------------
@@ -311,6 +303,19 @@ struct WhereBody {
 
 }  // namespace
 
+#if !defined(SKA_SIMT)
+namespace {
+
+// The device and stream a kernel on `t` launches with; keeps the device current meanwhile.
+struct LaunchOn {
+  explicit LaunchOn(const Tensor& t)
+      : guard(device_index(t)), stream(current_stream(device_index(t))) {}
+  DeviceGuard guard;
+  cudaStream_t stream;
+};
+
+}  // namespace
+
 void copy(const Tensor& src, const Tensor& dst) {
   SKA_CHECK(src.shape() == dst.shape(), ShapeError, "copy: source ", shape_str(src.shape()),
             " and destination ", shape_str(dst.shape()), " differ");
@@ -444,8 +449,11 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 
 bool elementwise_fast_paths() { return g_fast_paths.load(std::memory_order_relaxed); }
 
+#endif  // !defined(SKA_SIMT)
+
 }  // namespace ska::cuda
 
+#if !defined(SKA_SIMT)
 namespace ska {
 
 bool set_cuda_elementwise_fast_paths(bool enabled) {
@@ -453,3 +461,4 @@ bool set_cuda_elementwise_fast_paths(bool enabled) {
 }
 
 }  // namespace ska
+#endif
