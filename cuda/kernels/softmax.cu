@@ -1,5 +1,7 @@
 // Softmax and log-softmax over the last dim on CUDA: one warp per row (values in registers) up to
 // 1024 columns, one block per row beyond (row cached in shared memory when it fits). f32 math.
+// launch_forward and launch_backward take raw operands, so that tests/simt runs this file's own
+// code on the host; the tensor entry points are left out there.
 #include <climits>
 #include <cstdint>
 
@@ -181,6 +183,75 @@ unsigned int warp_blocks(int64_t rows) {
   return static_cast<unsigned int>(blocks);
 }
 
+template <typename T>
+void launch_forward(const ForwardArgs<T>& a, cudaStream_t s) {
+  if (a.cols > kMaxWarpCols) {
+    const bool cached = a.cols <= kMaxCachedCols;
+    const size_t smem = cached ? a.cols * sizeof(float) : 0;
+    launch_kernel(softmax_forward_block<T>, dim3(row_blocks(a.rows)),
+                  dim3(block_threads_for(a.cols)), smem, s, a, cached);
+    return;
+  }
+  const unsigned int blocks = warp_blocks(a.rows);
+  const int threads = kWarpsPerBlock * 32;
+  switch (per_lane_for(a.cols)) {
+    case 1:
+      launch_kernel(softmax_forward_warp<T, 1>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 2:
+      launch_kernel(softmax_forward_warp<T, 2>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 4:
+      launch_kernel(softmax_forward_warp<T, 4>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 8:
+      launch_kernel(softmax_forward_warp<T, 8>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 16:
+      launch_kernel(softmax_forward_warp<T, 16>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    default:
+      launch_kernel(softmax_forward_warp<T, 32>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+  }
+}
+
+template <typename T>
+void launch_backward(const BackwardArgs<T>& a, cudaStream_t s) {
+  if (a.cols > kMaxWarpCols) {
+    launch_kernel(softmax_backward_block<T>, dim3(row_blocks(a.rows)),
+                  dim3(block_threads_for(a.cols)), 0, s, a);
+    return;
+  }
+  const unsigned int blocks = warp_blocks(a.rows);
+  const int threads = kWarpsPerBlock * 32;
+  switch (per_lane_for(a.cols)) {
+    case 1:
+      launch_kernel(softmax_backward_warp<T, 1>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 2:
+      launch_kernel(softmax_backward_warp<T, 2>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 4:
+      launch_kernel(softmax_backward_warp<T, 4>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 8:
+      launch_kernel(softmax_backward_warp<T, 8>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    case 16:
+      launch_kernel(softmax_backward_warp<T, 16>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+    default:
+      launch_kernel(softmax_backward_warp<T, 32>, dim3(blocks), dim3(threads), 0, s, a);
+      break;
+  }
+}
+
+}  // namespace
+
+#if !defined(SKA_SIMT)
+namespace {
+
 MaskView mask_view(const Tensor& mask) {
   MaskView mv{};
   const int64_t nd = mask.dim();
@@ -193,68 +264,6 @@ MaskView mask_view(const Tensor& mask) {
   }
   mv.col_stride = nd > 0 ? mask.strides()[nd - 1] : 0;
   return mv;
-}
-
-template <typename T>
-void launch_forward(const ForwardArgs<T>& a, cudaStream_t s) {
-  if (a.cols > kMaxWarpCols) {
-    const bool cached = a.cols <= kMaxCachedCols;
-    const size_t smem = cached ? a.cols * sizeof(float) : 0;
-    softmax_forward_block<T><<<row_blocks(a.rows), block_threads_for(a.cols), smem, s>>>(a, cached);
-    return;
-  }
-  const unsigned int blocks = warp_blocks(a.rows);
-  const int threads = kWarpsPerBlock * 32;
-  switch (per_lane_for(a.cols)) {
-    case 1:
-      softmax_forward_warp<T, 1><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 2:
-      softmax_forward_warp<T, 2><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 4:
-      softmax_forward_warp<T, 4><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 8:
-      softmax_forward_warp<T, 8><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 16:
-      softmax_forward_warp<T, 16><<<blocks, threads, 0, s>>>(a);
-      break;
-    default:
-      softmax_forward_warp<T, 32><<<blocks, threads, 0, s>>>(a);
-      break;
-  }
-}
-
-template <typename T>
-void launch_backward(const BackwardArgs<T>& a, cudaStream_t s) {
-  if (a.cols > kMaxWarpCols) {
-    softmax_backward_block<T><<<row_blocks(a.rows), block_threads_for(a.cols), 0, s>>>(a);
-    return;
-  }
-  const unsigned int blocks = warp_blocks(a.rows);
-  const int threads = kWarpsPerBlock * 32;
-  switch (per_lane_for(a.cols)) {
-    case 1:
-      softmax_backward_warp<T, 1><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 2:
-      softmax_backward_warp<T, 2><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 4:
-      softmax_backward_warp<T, 4><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 8:
-      softmax_backward_warp<T, 8><<<blocks, threads, 0, s>>>(a);
-      break;
-    case 16:
-      softmax_backward_warp<T, 16><<<blocks, threads, 0, s>>>(a);
-      break;
-    default:
-      softmax_backward_warp<T, 32><<<blocks, threads, 0, s>>>(a);
-      break;
-  }
 }
 
 // Rows and columns of a contiguous tensor viewed as [rows, last dim]; columns must fit an int.
@@ -290,7 +299,6 @@ void softmax_forward(const Tensor& x, const Tensor& mask, double scale, bool log
     a.scale = static_cast<float>(scale);
     a.log = log;
     launch_forward(a, current_stream(device));
-    SKA_CUDA_CHECK_LAUNCH();
   });
 }
 
@@ -315,8 +323,9 @@ void softmax_backward(const Tensor& y, const Tensor& grad_y, double scale, bool 
     a.scale = static_cast<float>(scale);
     a.log = log;
     launch_backward(a, current_stream(device));
-    SKA_CUDA_CHECK_LAUNCH();
   });
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
