@@ -1,5 +1,7 @@
 // Cross-entropy of logits [N, C] on CUDA, one block per row: log-sum-exp (max pass, then exp-sum
 // pass) and the label-smoothed loss, class-index or soft targets; f32 math throughout.
+// launch_forward and launch_backward take raw operands, so that tests/simt runs this file's own
+// code on the host; the tensor entry points are left out there.
 #include <climits>
 #include <cstdint>
 
@@ -105,6 +107,27 @@ unsigned int row_blocks(int64_t rows) {
   return static_cast<unsigned int>(rows < INT_MAX ? rows : INT_MAX);
 }
 
+// loss [rows] and lse [rows] (f32) of logits [rows, cols] against t.
+template <typename T>
+void launch_forward(const T* logits, const Target<T>& t, int64_t rows, int64_t cols, float* loss,
+                    float* lse, cudaStream_t stream) {
+  launch_kernel(cross_entropy_forward_kernel<T>, dim3(row_blocks(rows)), dim3(threads_for(cols)), 0,
+                stream, logits, t, rows, cols, loss, lse);
+}
+
+// grad [rows, cols] from the forward's lse and grad_loss [rows].
+template <typename T>
+void launch_backward(const T* logits, const float* lse, const Target<T>& t, const float* grad_loss,
+                     int64_t rows, int64_t cols, T* grad, cudaStream_t stream) {
+  launch_kernel(cross_entropy_backward_kernel<T>, dim3(row_blocks(rows)), dim3(threads_for(cols)),
+                0, stream, logits, lse, t, grad_loss, rows, cols, grad);
+}
+
+}  // namespace
+
+#if !defined(SKA_SIMT)
+namespace {
+
 // Validates shapes and dtypes; returns N and C.
 void check_args(const Tensor& logits, const Tensor& target, const char* kernel, int64_t* rows,
                 int64_t* cols) {
@@ -154,11 +177,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& target, double sm
   SKA_CHECK(cols > 0, ShapeError, "cross_entropy_forward: no classes");
   dispatch_floating(logits.dtype(), "cross_entropy_forward", [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_forward_kernel<T>
-        <<<row_blocks(rows), threads_for(cols), 0, current_stream(device)>>>(
-            static_cast<const T*>(logits.data_ptr()), target_of<T>(target, smoothing), rows, cols,
-            static_cast<float*>(loss.data_ptr()), static_cast<float*>(lse.data_ptr()));
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_forward(static_cast<const T*>(logits.data_ptr()), target_of<T>(target, smoothing), rows,
+                   cols, static_cast<float*>(loss.data_ptr()), static_cast<float*>(lse.data_ptr()),
+                   current_stream(device));
   });
 }
 
@@ -175,13 +196,13 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tenso
   if (rows == 0 || cols == 0) return;
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_backward_kernel<T>
-        <<<row_blocks(rows), threads_for(cols), 0, current_stream(device)>>>(
-            static_cast<const T*>(logits.data_ptr()), static_cast<const float*>(lse.data_ptr()),
-            target_of<T>(target, smoothing), static_cast<const float*>(grad_loss.data_ptr()), rows,
-            cols, static_cast<T*>(grad_logits.data_ptr()));
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_backward(static_cast<const T*>(logits.data_ptr()),
+                    static_cast<const float*>(lse.data_ptr()), target_of<T>(target, smoothing),
+                    static_cast<const float*>(grad_loss.data_ptr()), rows, cols,
+                    static_cast<T*>(grad_logits.data_ptr()), current_stream(device));
   });
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
