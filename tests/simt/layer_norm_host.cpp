@@ -44,9 +44,31 @@ template void add_layer_norm_forward<float, float, float>(const float*, const fl
                                                           const float*, const float*, float*,
                                                           float*, float*, float*, int64_t, int64_t,
                                                           float, bool);
+template void add_layer_norm_forward<float, float, __nv_bfloat16>(
+    const float*, const float*, const Dropout&, const float*, const float*, const float*, float*,
+    __nv_bfloat16*, float*, float*, int64_t, int64_t, float, bool);
 template void add_layer_norm_forward<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(
     const __nv_bfloat16*, const __nv_bfloat16*, const Dropout&, const __nv_bfloat16*, const float*,
     const float*, __nv_bfloat16*, __nv_bfloat16*, float*, float*, int64_t, int64_t, float, bool);
+
+template <typename TY>
+void layer_norm_forward(const float* x, const float* w, const float* b, TY* y, float* mean,
+                        float* rstd, int64_t rows, int64_t cols, float eps, bool held) {
+  const auto args = std::make_tuple(x, w, b, y, mean, rstd, rows, cols, eps);
+  const bool was = set_cuda_layer_norm_held_forward(held);
+  const bool took_held = cuda::with_held_row(cols, [&](auto per_lane) {
+    cuda::launch_rows(cuda::layer_norm_forward_held_kernel<float, TY, decltype(per_lane)::value>,
+                      rows, 0, args);
+  });
+  if (!took_held) cuda::launch_rows(cuda::layer_norm_forward_kernel<float, TY>, rows, 0, args);
+  set_cuda_layer_norm_held_forward(was);
+}
+
+template void layer_norm_forward<float>(const float*, const float*, const float*, float*, float*,
+                                        float*, int64_t, int64_t, float, bool);
+template void layer_norm_forward<__nv_bfloat16>(const float*, const float*, const float*,
+                                                __nv_bfloat16*, float*, float*, int64_t, int64_t,
+                                                float, bool);
 
 template <typename T, typename TY, typename TB>
 void add_layer_norm_backward(const TY* grad_y, const T* grad_sum, const T* x, const float* w,

@@ -20,6 +20,12 @@ void add_layer_norm_forward(const T* x, const TR* y, const Dropout& drop, const 
                             const float* w, const float* b, T* sum, TY* normed, float* mean,
                             float* rstd, int64_t rows, int64_t cols, float eps, bool held);
 
+// The plain layer norm's forward (layer_norm_forward_kernel, or its held-row form): y = the
+// normed rows of x, weight and bias in x's dtype (f32 here).
+template <typename TY>
+void layer_norm_forward(const float* x, const float* w, const float* b, TY* y, float* mean,
+                        float* rstd, int64_t rows, int64_t cols, float eps, bool held);
+
 // The fused backward (rows of at most 768 columns) of that forward, as add_layer_norm_backward
 // launches it: from grad_y (the normed output's gradient, TY) and grad_sum (the sum's gradient
 // from further on, T; null: none), grad_x (the stream's), grad_branch (TB where the branch is

@@ -169,6 +169,36 @@ TEST_CASE("simt: add_layer_norm forward with LayerScale and dropout (f32 stream,
   for (const Case& c : cases()) check_case<float, bf16, bf16>(c);
 }
 
+// The plain layer norm's forward kernels give add_layer_norm's normed rows, mean and rstd for a
+// branch of zeros (x + 0 is x: the same sums in the same order), loop and held-row alike.
+template <typename TY>
+void check_plain_forward(const Case& c) {
+  Inputs<float, float, TY> in = make_inputs<float, float, TY>(c, 31);
+  std::fill(in.y.begin(), in.y.end(), 0.0f);
+  in.c.scale = in.c.dropout = false;
+  for (const bool held : {false, true}) {
+    INFO(c.name << (held ? ", held row" : ", loop"));
+    const Run<float, float, TY> added = in.run(held);
+    const size_t n = static_cast<size_t>(c.rows * c.cols);
+    std::vector<TY> y(n, round_to<TY>(NAN));
+    std::vector<float> mean(c.rows, NAN), rstd(c.rows, NAN);
+    ska::simt::layer_norm::layer_norm_forward(in.x.data(), in.w.data(), in.b.data(), y.data(),
+                                              mean.data(), rstd.data(), c.rows, c.cols, 1e-5f,
+                                              held);
+    CHECK(same_bits(y, added.normed));
+    CHECK(same_bits(mean, added.mean));
+    CHECK(same_bits(rstd, added.rstd));
+  }
+}
+
+TEST_CASE("simt: layer_norm forward (no residual) equals add_layer_norm with a zero branch",
+          "[cpu][simt]") {
+  for (const Case& c : cases()) {
+    check_plain_forward<float>(c);
+    check_plain_forward<bf16>(c);
+  }
+}
+
 TEST_CASE("simt: add_layer_norm forward with LayerScale and dropout (f32)", "[cpu][simt]") {
   for (const Case& c : cases()) check_case<float, float, float>(c);
 }
