@@ -2,6 +2,9 @@
 // two deterministic stages (blocks -> per-(channel, split) partials -> one thread per channel).
 // Parameters in x's dtype, or f32 with a bf16/f16 x (the values read as f32 either way, so the
 // mixed form computes what the f32 form computes on the widened x, rounded once at the store).
+// The launches take raw operands (launch_train_stats, launch_apply, launch_grad_sums,
+// launch_grad_x), so that tests/simt runs this file's own code on the host; the tensor entry
+// points are left out there.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -172,19 +175,71 @@ __global__ void bn_grad_x(const T* gy, const T* x, const P* w, const float* mean
   }
 }
 
+// Splits per channel on a GPU of `sms` multiprocessors: enough blocks to fill it, each with at
+// least kMinPerSplit elements.
+int splits_for(const Layout& lay, int64_t sms) {
+  const int64_t want = (4 * sms + lay.c - 1) / lay.c;
+  const int64_t most = (lay.per_channel() + kMinPerSplit - 1) / kMinPerSplit;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, most, kMaxSplits})));
+}
+
+unsigned int channel_grid(int64_t channels) {
+  SKA_CHECK(channels <= INT_MAX, ShapeError, "batch_norm: too many channels (", channels, ")");
+  return static_cast<unsigned int>(channels);
+}
+
+// The batch's statistics into save_mean / save_rstd and the running ones (either null: not
+// updated), through `splits` partials a channel in `part` (lay.c * splits of them).
+template <typename T>
+void launch_train_stats(const T* x, const Layout& lay, int splits, Welford* part, float eps,
+                        float momentum, float* save_mean, float* save_rstd, float* running_mean,
+                        float* running_var, cudaStream_t s) {
+  launch_kernel(bn_stats_partials<T>, dim3(channel_grid(lay.c), splits), dim3(kThreads), 0, s, x,
+                lay, part);
+  launch_kernel(bn_stats_final, dim3(grid_for(lay.c)), dim3(256), 0, s,
+                static_cast<const Welford*>(part), lay.c, splits, eps, momentum, save_mean,
+                save_rstd, running_mean, running_var);
+}
+
+// y = (x - mean) * rstd * w + b (w, b null: none).
+template <typename T, typename P>
+void launch_apply(const T* x, const P* w, const P* b, const float* mean, const float* rstd,
+                  const Layout& lay, T* y, cudaStream_t s) {
+  launch_kernel(bn_apply<T, P>, dim3(grid_for(lay.n * lay.c * lay.s)), dim3(256), 0, s, x, w, b,
+                mean, rstd, lay, y);
+}
+
+// The per-channel sums of grad_y and grad_y * xhat into sums [lay.c] (and grad_bias, grad_weight
+// where not null), through `splits` partials a channel in part.
+template <typename T, typename P>
+void launch_grad_sums(const T* gy, const T* x, const float* mean, const float* rstd,
+                      const Layout& lay, int splits, float2* part, float2* sums, P* gw, P* gb,
+                      cudaStream_t s) {
+  launch_kernel(bn_grad_partials<T>, dim3(channel_grid(lay.c), splits), dim3(kThreads), 0, s, gy, x,
+                mean, rstd, lay, part);
+  launch_kernel(bn_grad_final<P>, dim3(grid_for(lay.c)), dim3(256), 0, s,
+                static_cast<const float2*>(part), lay.c, splits, sums, gw, gb);
+}
+
+// grad_x: training with the sums, eval (sums null) without.
+template <typename T, typename P>
+void launch_grad_x(const T* gy, const T* x, const P* w, const float* mean, const float* rstd,
+                   const float2* sums, const Layout& lay, T* gx, cudaStream_t s) {
+  launch_kernel(bn_grad_x<T, P>, dim3(grid_for(lay.n * lay.c * lay.s)), dim3(256), 0, s, gy, x, w,
+                mean, rstd, sums, lay, gx);
+}
+
+}  // namespace
+
+#if !defined(SKA_SIMT)
+namespace {
+
 Layout layout_of(const Tensor& x) {
   SKA_CHECK(x.dim() >= 2, ShapeError, "batch_norm: x must be [N, C, ...], got ",
             shape_str(x.shape()));
   Layout lay{x.shape()[0], x.shape()[1], 1};
   for (int64_t d = 2; d < x.dim(); ++d) lay.s *= x.shape()[d];
   return lay;
-}
-
-// Splits per channel: enough blocks to fill the GPU, each with at least kMinPerSplit elements.
-int splits_for(const Layout& lay, int device) {
-  const int64_t want = (4 * static_cast<int64_t>(sm_count(device)) + lay.c - 1) / lay.c;
-  const int64_t most = (lay.per_channel() + kMinPerSplit - 1) / kMinPerSplit;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, most, kMaxSplits})));
 }
 
 void check_channel_tensor(const Tensor& t, int64_t c, DType dtype, const char* what) {
@@ -216,27 +271,17 @@ void dispatch_with_params(DType x_dtype, DType p_dtype, const char* kernel, F&& 
   });
 }
 
-unsigned int channel_grid(int64_t channels) {
-  SKA_CHECK(channels <= INT_MAX, ShapeError, "batch_norm: too many channels (", channels, ")");
-  return static_cast<unsigned int>(channels);
-}
-
 template <typename T>
-void launch_train_stats(const Tensor& x, const Layout& lay, const Tensor& running_mean,
-                        const Tensor& running_var, double momentum, double eps,
-                        const Tensor& save_mean, const Tensor& save_rstd, int device,
-                        cudaStream_t s) {
-  const int splits = splits_for(lay, device);
+void train_stats(const Tensor& x, const Layout& lay, const Tensor& running_mean,
+                 const Tensor& running_var, double momentum, double eps, const Tensor& save_mean,
+                 const Tensor& save_rstd, int device, cudaStream_t s) {
+  const int splits = splits_for(lay, sm_count(device));
   const Tensor ws = workspace(device, lay.c * splits * sizeof(Welford));
-  Welford* part = static_cast<Welford*>(ws.data_ptr());
-  bn_stats_partials<T><<<dim3(channel_grid(lay.c), splits), kThreads, 0, s>>>(
-      static_cast<const T*>(x.data_ptr()), lay, part);
-  SKA_CUDA_CHECK_LAUNCH();
-  bn_stats_final<<<grid_for(lay.c), 256, 0, s>>>(
-      part, lay.c, splits, static_cast<float>(eps), static_cast<float>(momentum),
-      static_cast<float*>(save_mean.data_ptr()), static_cast<float*>(save_rstd.data_ptr()),
-      mutable_or_null<float>(running_mean), mutable_or_null<float>(running_var));
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_train_stats(static_cast<const T*>(x.data_ptr()), lay, splits,
+                     static_cast<Welford*>(ws.data_ptr()), static_cast<float>(eps),
+                     static_cast<float>(momentum), static_cast<float*>(save_mean.data_ptr()),
+                     static_cast<float*>(save_rstd.data_ptr()),
+                     mutable_or_null<float>(running_mean), mutable_or_null<float>(running_var), s);
 }
 
 }  // namespace
@@ -266,8 +311,8 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     const cudaStream_t s = current_stream(device);
     if (training) {
       SKA_CHECK(lay.per_channel() > 0, ValueError, "batch_norm_forward: empty batch in training");
-      launch_train_stats<T>(x, lay, running_mean, running_var, momentum, eps, save_mean, save_rstd,
-                            device, s);
+      train_stats<T>(x, lay, running_mean, running_var, momentum, eps, save_mean, save_rstd, device,
+                     s);
     } else {
       bn_eval_stats<<<grid_for(lay.c), 256, 0, s>>>(
           static_cast<const float*>(running_mean.data_ptr()),
@@ -276,11 +321,10 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
       SKA_CUDA_CHECK_LAUNCH();
     }
     if (x.numel() == 0) return;
-    bn_apply<T, P><<<grid_for(x.numel()), 256, 0, s>>>(
-        static_cast<const T*>(x.data_ptr()), data_or_null<P>(weight), data_or_null<P>(bias),
-        static_cast<const float*>(save_mean.data_ptr()),
-        static_cast<const float*>(save_rstd.data_ptr()), lay, static_cast<T*>(y.data_ptr()));
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_apply(static_cast<const T*>(x.data_ptr()), data_or_null<P>(weight),
+                 data_or_null<P>(bias), static_cast<const float*>(save_mean.data_ptr()),
+                 static_cast<const float*>(save_rstd.data_ptr()), lay,
+                 static_cast<T*>(y.data_ptr()), s);
   });
 }
 
@@ -312,27 +356,21 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
     Tensor sums_ws;
     float2* sums = nullptr;
     if (param_grads || training) {
-      const int splits = splits_for(lay, device);
+      const int splits = splits_for(lay, sm_count(device));
       sums_ws = workspace(device, lay.c * (splits + 1) * sizeof(float2));
       sums = static_cast<float2*>(sums_ws.data_ptr());
-      float2* part = sums + lay.c;
-      bn_grad_partials<T><<<dim3(channel_grid(lay.c), splits), kThreads, 0, s>>>(
-          static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()), mean, rstd,
-          lay, part);
-      SKA_CUDA_CHECK_LAUNCH();
-      bn_grad_final<P><<<grid_for(lay.c), 256, 0, s>>>(part, lay.c, splits, sums,
-                                                       mutable_or_null<P>(grad_weight),
-                                                       mutable_or_null<P>(grad_bias));
-      SKA_CUDA_CHECK_LAUNCH();
+      launch_grad_sums(static_cast<const T*>(grad_y.data_ptr()),
+                       static_cast<const T*>(x.data_ptr()), mean, rstd, lay, splits, sums + lay.c,
+                       sums, mutable_or_null<P>(grad_weight), mutable_or_null<P>(grad_bias), s);
     }
     if (!grad_x.defined() || x.numel() == 0) return;
     SKA_CHECK(grad_x.is_contiguous(), ValueError, "batch_norm_backward: grad_x not contiguous");
-    bn_grad_x<T, P><<<grid_for(x.numel()), 256, 0, s>>>(
-        static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-        data_or_null<P>(weight), mean, rstd, training ? sums : nullptr, lay,
-        static_cast<T*>(grad_x.data_ptr()));
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_grad_x(static_cast<const T*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                  data_or_null<P>(weight), mean, rstd, training ? sums : nullptr, lay,
+                  static_cast<T*>(grad_x.data_ptr()), s);
   });
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
