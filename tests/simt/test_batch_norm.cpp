@@ -11,6 +11,7 @@
 
 #include <cuda_bf16.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
@@ -47,9 +48,10 @@ Welford merge(Welford a, Welford b) {
 Welford block_merge(const std::vector<Welford>& t) {
   std::vector<Welford> warps;
   for (int w = 0; w < kThreads / 32; ++w) {
-    std::vector<Welford> v(t.begin() + 32 * w, t.begin() + 32 * (w + 1));
+    std::array<Welford, 32> v{};
+    for (int l = 0; l < 32; ++l) v[l] = t[static_cast<size_t>(32 * w + l)];
     for (int o = 16; o > 0; o >>= 1) {
-      std::vector<Welford> next(32);
+      std::array<Welford, 32> next{};
       for (int l = 0; l < 32; ++l) next[l] = merge(v[l], l + o < 32 ? v[l + o] : v[l]);
       v = next;
     }
