@@ -1,5 +1,7 @@
 // torch.roll on CUDA in one launch: each thread writes one output element (or one 16-byte pack of
-// them) read from its cyclically shifted source. The bits are copied, so any dtype.
+// them) read from its cyclically shifted source. The bits are copied, so any dtype. The plan
+// (plan_roll) and the launch (launch_roll) take raw operands, so that tests/simt runs this file's
+// own code on the host; the tensor entry point is left out there.
 #include <cstdint>
 #include <vector>
 
@@ -38,74 +40,95 @@ __global__ void roll_kernel(const E* __restrict__ x, E* __restrict__ out, RollIn
 }
 
 template <typename E>
-void launch(const Tensor& x, const RollIndexer& r, int64_t n, const Tensor& out, cudaStream_t s) {
-  const E* src = static_cast<const E*>(x.data_ptr());
-  E* dst = static_cast<E*>(out.data_ptr());
+void launch(const void* x, void* out, const RollIndexer& r, int64_t n, cudaStream_t s) {
+  const E* src = static_cast<const E*>(x);
+  E* dst = static_cast<E*>(out);
   if (n <= INT32_MAX / 2) {  // i + the grid's stride stays within 32 bits
-    roll_kernel<E, int32_t><<<grid_for(n), 256, 0, s>>>(src, dst, r, static_cast<int32_t>(n));
+    launch_kernel(roll_kernel<E, int32_t>, dim3(grid_for(n)), dim3(256), 0, s, src, dst, r,
+                  static_cast<int32_t>(n));
   } else {
-    roll_kernel<E, int64_t><<<grid_for(n), 256, 0, s>>>(src, dst, r, n);
+    launch_kernel(roll_kernel<E, int64_t>, dim3(grid_for(n)), dim3(256), 0, s, src, dst, r, n);
   }
-  SKA_CUDA_CHECK_LAUNCH();
+}
+
+// How roll moves a view of `ndim` dims (sizes, x's strides in elements of esize bytes, shifts in
+// [0, size)) into a contiguous out: the indexer, the elements moved and their size. Rows of 16
+// bytes that do not move inside themselves (the last dim unshifted and dense in x, every other
+// stride a whole number of packs, both buffers aligned) move as 16-byte packs.
+struct RollPlan {
+  RollIndexer r;
+  int64_t n;
+  size_t esize;
+};
+RollPlan plan_roll(int ndim, const int64_t* sizes, const int64_t* strides, const int64_t* shifts,
+                   size_t esize, bool aligned) {
+  RollPlan p{};
+  p.r.ndim = ndim;
+  p.n = 1;
+  for (int d = 0; d < ndim; ++d) {
+    p.r.sizes[d] = sizes[d];
+    p.r.strides[d] = strides[d];
+    p.r.shifts[d] = shifts[d];
+    p.n *= sizes[d];
+  }
+  if (p.r.ndim == 0) {  // one element
+    p.r.ndim = 1;
+    p.r.sizes[0] = 1;
+    p.r.strides[0] = 1;
+    p.r.shifts[0] = 0;
+  }
+  p.esize = esize;
+  const int last = p.r.ndim - 1;
+  const int64_t per_pack = static_cast<int64_t>(16 / esize);
+  bool packs = esize < 16 && p.r.shifts[last] == 0 && p.r.strides[last] == 1 &&
+               p.r.sizes[last] % per_pack == 0 && aligned;
+  for (int d = 0; packs && d < last; ++d) packs = p.r.strides[d] % per_pack == 0;
+  if (packs) {
+    p.r.sizes[last] /= per_pack;
+    for (int d = 0; d < last; ++d) p.r.strides[d] /= per_pack;
+    p.n /= per_pack;
+    p.esize = 16;
+  }
+  return p;
+}
+
+// out = x rolled by the plan.
+void launch_roll(const void* x, void* out, const RollPlan& p, cudaStream_t s) {
+  switch (p.esize) {
+    case 1:
+      launch<uint8_t>(x, out, p.r, p.n, s);
+      break;
+    case 2:
+      launch<uint16_t>(x, out, p.r, p.n, s);
+      break;
+    case 4:
+      launch<uint32_t>(x, out, p.r, p.n, s);
+      break;
+    case 8:
+      launch<uint2>(x, out, p.r, p.n, s);
+      break;
+    case 16:
+      launch<uint4>(x, out, p.r, p.n, s);
+      break;
+    default:
+      SKA_FAIL(DTypeError, "roll: elements of ", p.esize, " bytes");
+  }
 }
 
 }  // namespace
 
+#if !defined(SKA_SIMT)
 void roll(const Tensor& x, const std::vector<int64_t>& shifts, const Tensor& out) {
   check_roll("roll", x, shifts, out);
   SKA_CHECK(x.dim() <= kMaxDims, ShapeError, "roll: at most ", kMaxDims, " dims, got ", x.str());
   if (x.numel() == 0) return;
   const int device = device_index(x);
   DeviceGuard guard(device);
-  RollIndexer r{};
-  r.ndim = static_cast<int>(x.dim());
-  for (int d = 0; d < r.ndim; ++d) {
-    r.sizes[d] = x.shape()[static_cast<size_t>(d)];
-    r.strides[d] = x.strides()[static_cast<size_t>(d)];
-    r.shifts[d] = shifts[static_cast<size_t>(d)];
-  }
-  if (r.ndim == 0) {  // one element
-    r.ndim = 1;
-    r.sizes[0] = 1;
-    r.strides[0] = 1;
-    r.shifts[0] = 0;
-  }
-  int64_t n = x.numel();
-  size_t esize = x.element_size();
-  // Rows of 16 bytes that do not move inside themselves (the last dim unshifted and dense in x,
-  // every other stride a whole number of packs, both buffers aligned) move as 16-byte packs.
-  const int last = r.ndim - 1;
-  const int64_t per_pack = static_cast<int64_t>(16 / esize);
-  bool packs = esize < 16 && r.shifts[last] == 0 && r.strides[last] == 1 &&
-               r.sizes[last] % per_pack == 0 && aligned_to(x.data_ptr(), 16) &&
-               aligned_to(out.data_ptr(), 16);
-  for (int d = 0; packs && d < last; ++d) packs = r.strides[d] % per_pack == 0;
-  if (packs) {
-    r.sizes[last] /= per_pack;
-    for (int d = 0; d < last; ++d) r.strides[d] /= per_pack;
-    n /= per_pack;
-    esize = 16;
-  }
-  const cudaStream_t s = current_stream(device);
-  switch (esize) {
-    case 1:
-      launch<uint8_t>(x, r, n, out, s);
-      break;
-    case 2:
-      launch<uint16_t>(x, r, n, out, s);
-      break;
-    case 4:
-      launch<uint32_t>(x, r, n, out, s);
-      break;
-    case 8:
-      launch<uint2>(x, r, n, out, s);
-      break;
-    case 16:
-      launch<uint4>(x, r, n, out, s);
-      break;
-    default:
-      SKA_FAIL(DTypeError, "roll: elements of ", esize, " bytes");
-  }
+  const RollPlan plan =
+      plan_roll(static_cast<int>(x.dim()), x.shape().data(), x.strides().data(), shifts.data(),
+                x.element_size(), aligned_to(x.data_ptr(), 16) && aligned_to(out.data_ptr(), 16));
+  launch_roll(x.data_ptr(), out.data_ptr(), plan, current_stream(device));
 }
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
