@@ -214,8 +214,8 @@ void check(const Case& cs) {
   });
 }
 
-TEST_CASE("simt batch norm: training statistics, output and gradients to the bit",
-          "[simt][batch_norm]") {
+TEST_CASE("simt: batch norm: training statistics, output and gradients to the bit",
+          "[cpu][simt][batch_norm]") {
   CHECK(bn::splits(4, 64, 256, 132) == 1);
   CHECK(bn::splits(16, 8, 1024, 132) > 1);
   for (const Case& c : cases()) {

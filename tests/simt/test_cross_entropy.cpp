@@ -182,8 +182,8 @@ void check(const Case& c) {
   });
 }
 
-TEST_CASE("simt cross-entropy: loss, log-sum-exp and gradient to the bit",
-          "[simt][cross_entropy]") {
+TEST_CASE("simt: cross-entropy: loss, log-sum-exp and gradient to the bit",
+          "[cpu][simt][cross_entropy]") {
   for (const Case& c : cases()) {
     INFO(c.name);
     SECTION(c.name + ", f32") { check<float>(c); }

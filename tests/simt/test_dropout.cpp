@@ -168,8 +168,8 @@ void check_dropout_add(const Case& c) {
   });
 }
 
-TEST_CASE("simt dropout: the mask against the draws, values and gradients to the bit",
-          "[simt][dropout]") {
+TEST_CASE("simt: dropout: the mask against the draws, values and gradients to the bit",
+          "[cpu][simt][dropout]") {
   for (const Case& c : cases()) {
     INFO(c.name);
     SECTION(c.name + ", f32") { check_dropout<float>(c, false); }
@@ -179,8 +179,8 @@ TEST_CASE("simt dropout: the mask against the draws, values and gradients to the
   }
 }
 
-TEST_CASE("simt dropout_add: x + dropout(y), the mask against the draws, to the bit",
-          "[simt][dropout]") {
+TEST_CASE("simt: dropout_add: x + dropout(y), the mask against the draws, to the bit",
+          "[cpu][simt][dropout]") {
   for (const Case& c : cases()) {
     INFO(c.name);
     SECTION(c.name + ", f32") { check_dropout_add<float, float>(c); }

@@ -134,7 +134,7 @@ void check_op(const Layout& l, const std::function<void(O*, bool)>& op,
   });
 }
 
-TEST_CASE("simt elementwise: every path to the bit at every element", "[simt][pointwise]") {
+TEST_CASE("simt: elementwise: every path to the bit at every element", "[cpu][simt][pointwise]") {
   for (const Layout& l : layouts()) {
     INFO(l.name);
     const std::vector<Dims> three{l.so, l.sa, l.sb}, two{l.so, l.sa};
@@ -223,8 +223,8 @@ TEST_CASE("simt elementwise: every path to the bit at every element", "[simt][po
   }
 }
 
-TEST_CASE("simt elementwise: GELU's backward to the bit, packs and single elements",
-          "[simt][pointwise]") {
+TEST_CASE("simt: elementwise: GELU's backward to the bit, packs and single elements",
+          "[cpu][simt][pointwise]") {
   for (const bool misalign : {false, true}) {
     const int64_t n = 4099;
     INFO((misalign ? "single elements" : "16-byte packs"));

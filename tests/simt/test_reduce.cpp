@@ -305,8 +305,8 @@ void check_columns(const ColumnCase& c, uint32_t seed) {
   }
 }
 
-TEST_CASE("simt column reductions: the kernels' order to the bit, f64 bounds, thread orders",
-          "[simt][reduce]") {
+TEST_CASE("simt: column reductions: the kernels' order to the bit, f64 bounds, thread orders",
+          "[cpu][simt][reduce]") {
   for (const ColumnCase& c : column_cases()) {
     INFO(c.name);
     SECTION(c.name + " bf16") { check_columns<bf16, bf16>(c, 11); }
@@ -318,8 +318,8 @@ TEST_CASE("simt column reductions: the kernels' order to the bit, f64 bounds, th
   }
 }
 
-TEST_CASE("simt column reductions: the plans load 16 bytes a thread and fill the GPU",
-          "[simt][reduce]") {
+TEST_CASE("simt: column reductions: the plans load 16 bytes a thread and fill the GPU",
+          "[cpu][simt][reduce]") {
   // ViT-S's bias gradients at batch 512, bf16: 8 columns a load, two tiles of 256 columns, and
   // enough chunks of rows for four blocks an SM of 132, each lane loading 16 rows.
   const rd::ColumnPlan vit = rd::column_plan(33280, 512, 2, true, 132);
@@ -346,8 +346,8 @@ TEST_CASE("simt column reductions: the plans load 16 bytes a thread and fill the
   CHECK(rd::column_plan(100, 512, 2, true, 132).first.chunks == 1);
 }
 
-TEST_CASE("simt column reductions: NaN propagates through every op, chunked or not",
-          "[simt][reduce]") {
+TEST_CASE("simt: column reductions: NaN propagates through every op, chunked or not",
+          "[cpu][simt][reduce]") {
   for (const int64_t rows : {int64_t{200}, int64_t{20000}}) {
     const int64_t cols = 16;
     std::vector<float> x = as_floats(random_values<float>(static_cast<size_t>(rows * cols), 5));
@@ -404,8 +404,8 @@ void check_rows(const RowCase& c, uint32_t seed) {
   }
 }
 
-TEST_CASE("simt row reductions: warps, blocks and rows split over blocks, to the bit",
-          "[simt][reduce]") {
+TEST_CASE("simt: row reductions: warps, blocks and rows split over blocks, to the bit",
+          "[cpu][simt][reduce]") {
   const std::vector<RowCase> cases = {
       {"a warp a row: [2080, 65]", 2080, 65, 132},
       {"a warp a row, 1024 long: [40, 1024]", 40, 1024, 132},

@@ -47,7 +47,8 @@ std::vector<Case> cases() {
   };
 }
 
-TEST_CASE("simt roll: every element from its shifted source, packs and elements", "[simt][roll]") {
+TEST_CASE("simt: roll: every element from its shifted source, packs and elements",
+          "[cpu][simt][roll]") {
   for (const Case& c : cases()) {
     INFO(c.name);
     int64_t n = 1, span = 1;

@@ -181,7 +181,8 @@ void check(const Case& c, bool log) {
   });
 }
 
-TEST_CASE("simt softmax: forward and backward to the bit, warps and blocks", "[simt][softmax]") {
+TEST_CASE("simt: softmax: forward and backward to the bit, warps and blocks",
+          "[cpu][simt][softmax]") {
   for (const Case& c : cases()) {
     INFO(c.name);
     SECTION(c.name + ", f32") { check<float>(c, false); }

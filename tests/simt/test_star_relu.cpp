@@ -163,8 +163,8 @@ void check(const Case& c) {
   });
 }
 
-TEST_CASE("simt StarReLU: values and gradients to the bit, the parameter sums in their order",
-          "[simt][star_relu]") {
+TEST_CASE("simt: StarReLU: values and gradients to the bit, the parameter sums in their order",
+          "[cpu][simt][star_relu]") {
   for (const Case& c : cases()) {
     INFO(c.name);
     SECTION(c.name + ", f32") { check<float, float, float>(c); }
@@ -174,8 +174,8 @@ TEST_CASE("simt StarReLU: values and gradients to the bit, the parameter sums in
   }
 }
 
-TEST_CASE("simt StarReLU: the backward's chunks are whole groups and fill the GPU",
-          "[simt][star_relu]") {
+TEST_CASE("simt: StarReLU: the backward's chunks are whole groups and fill the GPU",
+          "[cpu][simt][star_relu]") {
   CHECK(sr::backward_chunk(1000003, sr::backward_blocks(1000003, 132)) % kGroup == 0);
   // CAFormer-S18's stage-1 MLP at batch 128: 4 blocks an SM; a small input, a block per 64
   // groups of 8 a thread's worth.
