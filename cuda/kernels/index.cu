@@ -4,6 +4,9 @@
 //
 // No host-side range check (it would need a device sync): an index outside [0, size(dim)) never
 // touches memory; index_select / gather write 0 for it and index_add / scatter_add drop it.
+// The copies and the deterministic index_add launch on raw operands (launch_index_copy,
+// launch_index_add_sums), so that tests/simt runs their code on the host; the tensor entry
+// points and the atomic kernel are left out there.
 #include <cstdint>
 #include <type_traits>
 
@@ -126,6 +129,59 @@ __global__ void index_add_by_column(const T* src, const int64_t* index, int64_t 
   }
 }
 
+// out = x indexed by g (index_select, gather), as elements of `esize` bytes.
+inline void launch_index_copy(const void* x, const int64_t* index, const IndexGeometry& g,
+                              void* out, size_t esize, cudaStream_t s) {
+  const auto run = [&](auto tag) {
+    using E = decltype(tag);
+    launch_kernel(index_copy_kernel<E>, dim3(grid_for(g.numel)), dim3(256), 0, s,
+                  static_cast<const E*>(x), index, g, static_cast<E*>(out));
+  };
+  switch (esize) {
+    case 1:
+      run(uint8_t{});
+      break;
+    case 2:
+      run(uint16_t{});
+      break;
+    case 4:
+      run(uint32_t{});
+      break;
+    case 8:
+      run(uint64_t{});
+      break;
+    default:
+      SKA_FAIL(DTypeError, "index copy: unsupported element size ", esize);
+  }
+}
+
+// Whether index_add sums by output element (tables of up to kIndexAddOutputRows rows, reading
+// the index at most 2^31 times in all) rather than by column.
+inline bool index_add_by_output_fits(int64_t rows, int64_t out_numel, int64_t n) {
+  return rows <= kIndexAddOutputRows &&
+         static_cast<double>(out_numel) * static_cast<double>(n) <= 2147483648.0;
+}
+
+// out [outer, rows, inner] += src [outer, n, inner] by index [n], deterministically: by output
+// element or by column.
+template <typename T>
+void launch_index_add_sums(const T* src, const int64_t* index, int64_t n, int64_t outer,
+                           int64_t rows, int64_t inner, T* out, bool by_output, cudaStream_t s) {
+  const int64_t numel = outer * rows * inner;
+  if (by_output) {
+    launch_kernel(index_add_by_output<T>, dim3(grid_for(numel)), dim3(256), 0, s, src, index, n,
+                  rows, inner, numel, out);
+  } else {
+    launch_kernel(index_add_by_column<T>, dim3(grid_for(outer * inner)), dim3(256), 0, s, src,
+                  index, n, rows, inner, outer * inner, out);
+  }
+}
+
+}  // namespace
+
+#if !defined(SKA_SIMT)
+namespace {
+
 // Geometry over `iter` (the iteration shape with the iterated tensor's strides) against the
 // indexed tensor `indexed` along `dim`.
 IndexGeometry geometry(const Shape& sizes, const Shape& it_strides, const Tensor& indexed,
@@ -177,29 +233,8 @@ void launch_copy(const Tensor& x, const Tensor& index, const IndexGeometry& g, c
   const int device = device_index(x);
   DeviceGuard guard(device);
   const cudaStream_t s = current_stream(device);
-  const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
-  auto run = [&](auto tag) {
-    using E = decltype(tag);
-    index_copy_kernel<E><<<grid_for(g.numel), 256, 0, s>>>(static_cast<const E*>(x.data_ptr()), idx,
-                                                           g, static_cast<E*>(out.data_ptr()));
-  };
-  switch (x.element_size()) {
-    case 1:
-      run(uint8_t{});
-      break;
-    case 2:
-      run(uint16_t{});
-      break;
-    case 4:
-      run(uint32_t{});
-      break;
-    case 8:
-      run(uint64_t{});
-      break;
-    default:
-      SKA_FAIL(DTypeError, kernel, ": unsupported element size ", x.element_size());
-  }
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_index_copy(x.data_ptr(), static_cast<const int64_t*>(index.data_ptr()), g, out.data_ptr(),
+                    x.element_size(), s);
 }
 
 void launch_add(const Tensor& src, const Tensor& index, const IndexGeometry& g, const Tensor& out,
@@ -262,20 +297,11 @@ void index_add(const Tensor& src, int64_t dim, const Tensor& index, const Tensor
   const int64_t* idx = static_cast<const int64_t*>(index.data_ptr());
   // By output element for tables of up to kIndexAddOutputRows rows while that reads the index at
   // most 2^31 times in all, else by column.
-  const bool by_output = rows <= kIndexAddOutputRows &&
-                         static_cast<double>(out.numel()) * static_cast<double>(n) <= 2147483648.0;
+  const bool by_output = index_add_by_output_fits(rows, out.numel(), n);
   dispatch_floating(out.dtype(), "index_add", [&](auto tag) {
     using T = decltype(tag);
-    const T* sp = static_cast<const T*>(src.data_ptr());
-    T* op = static_cast<T*>(out.data_ptr());
-    if (by_output) {
-      index_add_by_output<T>
-          <<<grid_for(out.numel()), 256, 0, s>>>(sp, idx, n, rows, inner, out.numel(), op);
-    } else {
-      index_add_by_column<T>
-          <<<grid_for(outer * inner), 256, 0, s>>>(sp, idx, n, rows, inner, outer * inner, op);
-    }
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_index_add_sums(static_cast<const T*>(src.data_ptr()), idx, n, outer, rows, inner,
+                          static_cast<T*>(out.data_ptr()), by_output, s);
   });
 }
 
@@ -292,5 +318,7 @@ void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tens
   launch_add(src, index, geometry(index.shape(), src.strides(), out, dim, true, "scatter_add"), out,
              "scatter_add");
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
