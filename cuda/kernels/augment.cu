@@ -2,6 +2,8 @@
 // normalisation), the twin of backend/cpu/augment.cpp. One thread per output element; each thread
 // recomputes its sample's one Philox block (cheaper than a second pass), and the multiply and the
 // add are rounded separately (__fmul_rn, __fadd_rn) so the values equal the CPU's bit for bit.
+// launch_crop_flip takes raw operands, so that tests/simt runs the kernel's own code on the host;
+// the tensor entry point is left out there.
 #include <cstdint>
 
 #include "backend/backend.h"
@@ -46,8 +48,17 @@ __global__ void crop_flip_kernel(const uint8_t* __restrict__ images,
   }
 }
 
+// out [B, C, Ho, Wo] from the dataset's images [N, H, W, C] at index [B] (T: f32 or bf16).
+template <typename T>
+void launch_crop_flip(const uint8_t* images, const int64_t* index, const CropFlipParams& p,
+                      const CropFlipGeometry& g, T* out, cudaStream_t stream) {
+  launch_kernel(crop_flip_kernel<T>, dim3(grid_for(g.numel, kThreads)), dim3(kThreads), 0, stream,
+                images, index, p, g, out);
+}
+
 }  // namespace
 
+#if !defined(SKA_SIMT)
 void augment_crop_flip(const Tensor& images, const Tensor& index, const CropFlipParams& p,
                        const Tensor& out) {
   int64_t range_y = 0, range_x = 0;
@@ -65,13 +76,11 @@ void augment_crop_flip(const Tensor& images, const Tensor& index, const CropFlip
   const auto* src = static_cast<const uint8_t*>(images.data_ptr());
   const auto* ip = static_cast<const int64_t*>(index.data_ptr());
   if (out.dtype() == DType::kF32) {
-    crop_flip_kernel<float><<<grid_for(g.numel, kThreads), kThreads, 0, stream>>>(
-        src, ip, p, g, static_cast<float*>(out.data_ptr()));
+    launch_crop_flip(src, ip, p, g, static_cast<float*>(out.data_ptr()), stream);
   } else {
-    crop_flip_kernel<__nv_bfloat16><<<grid_for(g.numel, kThreads), kThreads, 0, stream>>>(
-        src, ip, p, g, static_cast<__nv_bfloat16*>(out.data_ptr()));
+    launch_crop_flip(src, ip, p, g, static_cast<__nv_bfloat16*>(out.data_ptr()), stream);
   }
-  SKA_CUDA_CHECK_LAUNCH();
 }
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
