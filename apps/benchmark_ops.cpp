@@ -288,6 +288,14 @@ class CaseBuilder {
     return {name, shape_text({n}), bytes_of(a, 3), false, [a, b] { return ska::add(a, b); }};
   }
 
+  // MetaFormer's StarReLU, s * relu(x)^2 + b, with one-element parameters of x's dtype.
+  BenchCase star_relu(const std::string& name, int64_t n, bool train = false) {
+    Tensor x = random({n}), s = random({1}), b = random({1});
+    BenchCase c{name, shape_text({n}), bytes_of(x, 2), false,
+                [x, s, b] { return ska::star_relu(x, s, b); }};
+    return train ? with_backward(c, {x, s, b}) : c;
+  }
+
   BenchCase gelu(const std::string& name, int64_t n, bool train = false) {
     Tensor x = random({n});
     BenchCase c{name, shape_text({n}), bytes_of(x, 2), false, [x] { return ska::gelu(x); }};
@@ -395,6 +403,7 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) { return c.column_sum("vit_bias_grad", vit_rows, 512); },
       [=](CaseBuilder& c) { return c.add("add_4M", 4 << 20); },
       [=](CaseBuilder& c) { return c.gelu("gelu_4M", 4 << 20); },
+      [=](CaseBuilder& c) { return c.star_relu("caf_s1_star_relu", s1_rows * 256); },
       // Forward and backward (training) of the ops whose backward has its own kernels.
       [=](CaseBuilder& c) {
         return c.conv("caf_stem_conv7x7s4", {bs.caformer, 3, 224, 224}, 64, 7, 4, 2, 1, true, true);
@@ -523,6 +532,7 @@ std::vector<std::function<BenchCase(CaseBuilder&)>> case_list(const Batches& bs)
       [=](CaseBuilder& c) { return c.layer_norm("caf_s1_layer_norm", s1_rows, 64, true); },
       [=](CaseBuilder& c) { return c.layer_norm("vit_layer_norm", vit_rows, 512, true); },
       [=](CaseBuilder& c) { return c.gelu("gelu_4M", 4 << 20, true); },
+      [=](CaseBuilder& c) { return c.star_relu("caf_s1_star_relu", s1_rows * 256, true); },
   };
 }
 

@@ -155,6 +155,13 @@ class CaseBuilder:
         a, b = self.random(n), self.random(n)
         return name, shape_text((n,)), self.bytes_of(a, 3), False, lambda: torch.add(a, b)
 
+    def star_relu(self, name, n, train=False):
+        """MetaFormer's StarReLU as timm writes it: scale * relu(x) ** 2 + bias."""
+        x, s, b = self.random(n), self.random(1), self.random(1)
+        case = name, shape_text((n,)), self.bytes_of(x, 2), False, \
+            lambda: s * F.relu(x) ** 2 + b
+        return self.with_backward(case, [x, s, b]) if train else case
+
     def gelu(self, name, n, train=False):
         x = self.random(n)
         case = name, shape_text((n,)), self.bytes_of(x, 2), False, lambda: F.gelu(x)
@@ -236,6 +243,7 @@ def case_list(bs):
         lambda c: c.column_sum("vit_bias_grad", vit_rows, 512),
         lambda c: c.add("add_4M", 4 << 20),
         lambda c: c.gelu("gelu_4M", 4 << 20),
+        lambda c: c.star_relu("caf_s1_star_relu", s1_rows * 256),
         # Forward and backward (training) of the ops whose backward has its own kernels.
         lambda c: c.conv("caf_stem_conv7x7s4", (caf, 3, 224, 224), 64, 7, 4, 2, 1, True, True),
         lambda c: c.conv("caf_dwconv7x7", (caf, 128, 56, 56), 128, 7, 1, 3, 128, False, True),
@@ -252,6 +260,7 @@ def case_list(bs):
         lambda c: c.layer_norm("caf_s1_layer_norm", s1_rows, 64, True),
         lambda c: c.layer_norm("vit_layer_norm", vit_rows, 512, True),
         lambda c: c.gelu("gelu_4M", 4 << 20, True),
+        lambda c: c.star_relu("caf_s1_star_relu", s1_rows * 256, True),
     ]
 
 

@@ -45,6 +45,7 @@
 #             backward-input choice and with each form forced (backward-data, rotated forward),
 #             and as the mixers run them in each train.conv_logits form (conv, gemm, direct);
 #             and a bias gradient's column sum (vit_bias_grad: ViT-S's [B * 65, 512] over its rows)
+#             and StarReLU (caf_s1_star_relu: CAFormer-S18's stage-1 MLP), forward and backward
 #   speed     ours against eager PyTorch, bf16 training: cifar10_cska_vit and cifar10_vit_s at
 #             batch 512, imagenet_cskaformer_s18 and imagenet_caformer_s18 at 128, then
 #             cifar10_cska_cait, cifar10_cska_swin and cifar10_cska_cvt at 512 while time lasts;
@@ -288,9 +289,9 @@ for stage in "${stages[@]}"; do
       "${LOGITS:-imagenet_cskaformer_s18:128 cifar10_cska_vit:512}" "images/s|conv logits " ;;
   convs)
     stage_run convs 90 env BUILD_DIR="$build" scripts/benchmark_ops.sh --device cuda --dtype bf16 \
-      --cases cskaf,cska_logits,cska_conv_logits,bias_grad
+      --cases cskaf,cska_logits,cska_conv_logits,bias_grad,star_relu
     [ $? = 125 ] && continue
-    grep -E "cska|bias_grad" "$logs/convs.log" | sed 's/^/  /' | tee -a "$summary" ;;
+    grep -E "cska|bias_grad|star_relu" "$logs/convs.log" | sed 's/^/  /' | tee -a "$summary" ;;
   speed)
     for item in ${SPEED:-cifar10_cska_vit:512 cifar10_vit_s:512 imagenet_cskaformer_s18:128 \
                 imagenet_caformer_s18:128 cifar10_cska_cait:512 cifar10_cska_swin:512 \
