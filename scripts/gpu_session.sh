@@ -87,8 +87,8 @@
 #             CPU's census of the same step
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
-#             elementwise and StarReLU, reductions, dropout and dropout_add, layer norm and add_layer_norm (the
-#             branch's dropout, the held-row forward), depthwise convolution,
+#             elementwise and StarReLU, reductions, dropout and dropout_add, layer norm and
+#             add_layer_norm (the branch's dropout, the held-row forward), depthwise convolution,
 #             residual sums, talking heads, multi-tensor casts, GEMM and column sums into f32,
 #             conv logits),
 #             then racecheck over the attention and conv-logit kernels' tile loads (asynchronous
