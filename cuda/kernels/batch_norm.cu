@@ -19,13 +19,58 @@ constexpr int kThreads = 256;
 constexpr int kMaxSplits = 64;
 constexpr int64_t kMinPerSplit = kThreads * 8;  // elements per split before adding another
 
-// x [N, C, S] flattened: channel c's i-th element (i in [0, N * S)).
+// x [N, C, S] flattened: channel ch's i-th element (i in [0, N * S)) lies at
+// (i / S) * C * S + ch * S + i % S.
 struct Layout {
   int64_t n, c, s;
-  __device__ __forceinline__ int64_t at(int64_t ch, int64_t i) const {
-    return (i / s) * c * s + ch * s + i % s;
-  }
   __host__ __device__ int64_t per_channel() const { return n * s; }
+};
+
+// A grid-stride walk over channel ch's elements i = first, first + step, ... (i in [0, N * S)):
+// each element's offset without a 64-bit division an element (the quotient and remainder by S
+// carried from step to step). S = 0 walks nothing.
+struct ChannelWalk {
+  int64_t q, r, dq, dr, s, cs, base;
+  __device__ ChannelWalk(const Layout& lay, int64_t ch, int64_t first, int64_t step)
+      : q(lay.s > 0 ? first / lay.s : 0),
+        r(lay.s > 0 ? first % lay.s : 0),
+        dq(lay.s > 0 ? step / lay.s : 0),
+        dr(lay.s > 0 ? step % lay.s : 0),
+        s(lay.s),
+        cs(lay.c * lay.s),
+        base(ch * lay.s) {}
+  __device__ int64_t offset() const { return q * cs + base + r; }
+  __device__ void next() {
+    q += dq;
+    r += dr;
+    if (r >= s) {
+      r -= s;
+      ++q;
+    }
+  }
+};
+
+// A grid-stride walk over every element i = first, first + step, ... of x: its channel
+// (i / S) % C, carried from step to step as ChannelWalk carries its quotient. An empty x walks
+// nothing.
+struct ElementWalk {
+  int64_t r, ch, dr, dch, s, c;
+  __device__ ElementWalk(const Layout& lay, int64_t first, int64_t step)
+      : r(lay.s > 0 ? first % lay.s : 0),
+        ch(lay.s > 0 && lay.c > 0 ? (first / lay.s) % lay.c : 0),
+        dr(lay.s > 0 ? step % lay.s : 0),
+        dch(lay.s > 0 && lay.c > 0 ? (step / lay.s) % lay.c : 0),
+        s(lay.s),
+        c(lay.c) {}
+  __device__ void next() {
+    r += dr;
+    ch += dch;
+    if (r >= s) {
+      r -= s;
+      ++ch;
+    }
+    if (ch >= c) ch -= c;  // ch + dch + 1 < 2C
+  }
 };
 
 struct Welford {
@@ -63,9 +108,10 @@ template <typename T>
 __global__ void bn_stats_partials(const T* x, Layout lay, Welford* part) {
   const int64_t ch = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
   Welford w{0.0f, 0.0f, 0.0f};
-  for (int64_t i = split * blockDim.x + threadIdx.x; i < lay.per_channel();
-       i += splits * blockDim.x) {
-    const float v = to_float(x[lay.at(ch, i)]);
+  const int64_t first = split * blockDim.x + threadIdx.x, step = splits * blockDim.x;
+  ChannelWalk at(lay, ch, first, step);
+  for (int64_t i = first; i < lay.per_channel(); i += step, at.next()) {
+    const float v = to_float(x[at.offset()]);
     w.n += 1.0f;
     const float d = v - w.mean;
     w.mean += d / w.n;
@@ -109,9 +155,11 @@ template <typename T, typename P>
 __global__ void bn_apply(const T* x, const P* w, const P* b, const float* mean, const float* rstd,
                          Layout lay, T* y) {
   const int64_t total = lay.n * lay.c * lay.s;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = (i / lay.s) % lay.c;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  ElementWalk walk(lay, first, step);
+  for (int64_t i = first; i < total; i += step, walk.next()) {
+    const int64_t c = walk.ch;
     float v = (to_float(x[i]) - mean[c]) * rstd[c];
     if (w) v *= to_float(w[c]);
     if (b) v += to_float(b[c]);
@@ -126,9 +174,10 @@ __global__ void bn_grad_partials(const T* gy, const T* x, const float* mean, con
   const int64_t ch = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
   const float mu = mean[ch], rs = rstd[ch];
   float sg = 0.0f, sgx = 0.0f;
-  for (int64_t i = split * blockDim.x + threadIdx.x; i < lay.per_channel();
-       i += splits * blockDim.x) {
-    const int64_t at = lay.at(ch, i);
+  const int64_t first = split * blockDim.x + threadIdx.x, step = splits * blockDim.x;
+  ChannelWalk walk(lay, ch, first, step);
+  for (int64_t i = first; i < lay.per_channel(); i += step, walk.next()) {
+    const int64_t at = walk.offset();
     const float g = to_float(gy[at]);
     sg += g;
     sgx += g * (to_float(x[at]) - mu) * rs;
@@ -162,9 +211,11 @@ __global__ void bn_grad_x(const T* gy, const T* x, const P* w, const float* mean
                           const float2* sums, Layout lay, T* gx) {
   const int64_t total = lay.n * lay.c * lay.s;
   const float inv_m = 1.0f / static_cast<float>(lay.per_channel());
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = (i / lay.s) % lay.c;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  ElementWalk walk(lay, first, step);
+  for (int64_t i = first; i < total; i += step, walk.next()) {
+    const int64_t c = walk.ch;
     const float scale = rstd[c] * (w ? to_float(w[c]) : 1.0f);
     float g = to_float(gy[i]);
     if (sums) {
