@@ -1,6 +1,8 @@
 // CUDA kernels: fused in-place optimizer updates (Adam family, SGD), one grid-stride pass over a
 // parameter. Twins of backend/cpu/optim.cpp; f32 math for f32, bf16 and f16 tensors. The update
-// count and the skip flag are read on the device (no host sync decides an update).
+// count and the skip flag are read on the device (no host sync decides an update). The launches
+// take raw operands, so that tests/simt runs this file's own code on the host; the tensor entry
+// points are left out there.
 #include <cstdint>
 
 #include "backend/backend.h"
@@ -78,8 +80,35 @@ __global__ void record_update_kernel(float* __restrict__ s, const float* __restr
   }
 }
 
+template <typename T>
+void launch_adam_step(T* p, const T* g, const float* divisor, T* m, T* v, T* u_out,
+                      const int64_t* step, const uint8_t* skip, int64_t n, const AdamScalars& s,
+                      cudaStream_t stream) {
+  launch_kernel(adam_step_kernel<T>, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, stream, p, g,
+                divisor, m, v, u_out, step, skip, n, s);
+}
+
+template <typename T>
+void launch_sgd_step(T* p, const T* g, T* buf, const uint8_t* skip, int64_t n, const double* lr,
+                     float momentum, float weight_decay, bool nesterov, cudaStream_t stream) {
+  launch_kernel(sgd_step_kernel<T>, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, stream, p, g,
+                buf, skip, n, lr, momentum, weight_decay, nesterov);
+}
+
+inline void launch_advance_counts(int64_t* counts, int64_t n, const uint8_t* skip,
+                                  cudaStream_t stream) {
+  launch_kernel(advance_counts_kernel, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, stream,
+                counts, n, skip);
+}
+
+inline void launch_record_update(float* stats, const float* loss, const uint8_t* skip,
+                                 cudaStream_t stream) {
+  launch_kernel(record_update_kernel, dim3(1), dim3(1), 0, stream, stats, loss, skip);
+}
+
 }  // namespace
 
+#if !defined(SKA_SIMT)
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divisor,
                const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update,
                const Tensor& step, const Tensor& skip, const Tensor& lr, double beta1,
@@ -102,12 +131,11 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divis
   dispatch_floating(param.dtype(), "adam_step", [&](auto tag) {
     using T = decltype(tag);
     T* u_out = update.defined() ? static_cast<T*>(update.data_ptr()) : nullptr;
-    adam_step_kernel<T>
-        <<<grid_for(n, kThreads), kThreads, 0, current_stream(device_index(param))>>>(
-            static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()), divisor,
-            static_cast<T*>(exp_avg.data_ptr()), static_cast<T*>(exp_avg_sq.data_ptr()), u_out,
-            static_cast<const int64_t*>(step.data_ptr()), skip_flag, n, s);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_adam_step(static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()),
+                     divisor, static_cast<T*>(exp_avg.data_ptr()),
+                     static_cast<T*>(exp_avg_sq.data_ptr()), u_out,
+                     static_cast<const int64_t*>(step.data_ptr()), skip_flag, n, s,
+                     current_stream(device_index(param)));
   });
 }
 
@@ -122,10 +150,10 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using T = decltype(tag);
     T* buf = momentum_buf.defined() ? static_cast<T*>(momentum_buf.data_ptr()) : nullptr;
-    sgd_step_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream(device_index(param))>>>(
-        static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()), buf, skip_flag,
-        n, lr_ptr, static_cast<float>(momentum), static_cast<float>(weight_decay), nesterov);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_sgd_step(static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()), buf,
+                    skip_flag, n, lr_ptr, static_cast<float>(momentum),
+                    static_cast<float>(weight_decay), nesterov,
+                    current_stream(device_index(param)));
   });
 }
 
@@ -135,10 +163,9 @@ void advance_counts(const Tensor& counts, const Tensor& skip) {
             "cuda advance_counts: counts must be a contiguous i64 tensor, got ", counts.str());
   const int64_t n = counts.numel();
   if (n == 0) return;
-  advance_counts_kernel<<<grid_for(n, kThreads), kThreads, 0,
-                          current_stream(device_index(counts))>>>(
-      static_cast<int64_t*>(counts.data_ptr()), n, skip_pointer(skip, counts, "advance_counts"));
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_advance_counts(static_cast<int64_t*>(counts.data_ptr()), n,
+                        skip_pointer(skip, counts, "advance_counts"),
+                        current_stream(device_index(counts)));
 }
 
 void record_update(const Tensor& stats, const Tensor& loss, const Tensor& skip) {
@@ -150,10 +177,11 @@ void record_update(const Tensor& stats, const Tensor& loss, const Tensor& skip) 
             DTypeError, "cuda record_update: loss must be one f32 element on ", stats.device(),
             ", got ", loss.str());
   SKA_CHECK(skip.defined(), ValueError, "cuda record_update: skip must be defined");
-  record_update_kernel<<<1, 1, 0, current_stream(device_index(stats))>>>(
+  launch_record_update(
       static_cast<float*>(stats.data_ptr()), static_cast<const float*>(loss.data_ptr()),
-      skip_pointer(skip, stats, "record_update"));
-  SKA_CUDA_CHECK_LAUNCH();
+      skip_pointer(skip, stats, "record_update"), current_stream(device_index(stats)));
 }
+
+#endif  // !defined(SKA_SIMT)
 
 }  // namespace ska::cuda
