@@ -87,8 +87,9 @@
 #             CPU's census of the same step
 #   variants  our step with each fast path switched off (scripts/gpu_speed.sh, no PyTorch)
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
-#             elementwise and StarReLU, reductions, dropout and dropout_add, layer norm and
-#             add_layer_norm (the branch's dropout, the held-row forward), depthwise convolution,
+#             elementwise and StarReLU, reductions, batch norm, dropout and dropout_add, layer
+#             norm and add_layer_norm (the branch's dropout, the held-row forward), depthwise
+#             convolution,
 #             residual sums, talking heads, multi-tensor casts, GEMM and column sums into f32,
 #             conv logits),
 #             then racecheck over the attention and conv-logit kernels' tile loads (asynchronous
@@ -406,7 +407,7 @@ for stage in "${stages[@]}"; do
     command -v compute-sanitizer >/dev/null || { say "memcheck: skipped, no compute-sanitizer"; continue; }
     # Whole blocks: memcheck sees each tensor's own cudaMalloc bounds (gpu_check.sh says why).
     SKA_CUDA_ALLOCATOR=whole_blocks stage_run memcheck 300 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 99 \
-      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA pointwise ops match the CPU,CUDA column reductions*,dropout on CUDA*,cuda layer norm*,cuda add_layer_norm*,cuda depthwise conv*,scaled_residual on CUDA*,scaled_residual with a dropout of y on CUDA*,dropout_add on CUDA*,talking_heads_softmax on CUDA*,multi_cast on CUDA*,CUDA gemm and column sums*,cuda conv logits*"
+      "$tests" "cuda attention*,fused attention: CUDA*,cuda elementwise*,CUDA pointwise ops match the CPU,CUDA column reductions*,CUDA norms match the CPU,cuda batch norm*,dropout on CUDA*,cuda layer norm*,cuda add_layer_norm*,cuda depthwise conv*,scaled_residual on CUDA*,scaled_residual with a dropout of y on CUDA*,dropout_add on CUDA*,talking_heads_softmax on CUDA*,multi_cast on CUDA*,CUDA gemm and column sums*,cuda conv logits*"
     [ $? = 125 ] && continue
     say "  $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1)"
     # The asynchronous tile copies of the attention and conv-logit kernels: a missing wait or
