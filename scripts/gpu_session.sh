@@ -89,9 +89,8 @@
 #   memcheck  compute-sanitizer memcheck over the kernel tests of the newest kernels (attention,
 #             elementwise and StarReLU, reductions, batch norm, dropout and dropout_add, layer
 #             norm and add_layer_norm (the branch's dropout, the held-row forward), depthwise
-#             convolution,
-#             residual sums, talking heads, multi-tensor casts, GEMM and column sums into f32,
-#             conv logits),
+#             convolution, residual sums, talking heads, multi-tensor casts, GEMM and column sums
+#             into f32, conv logits),
 #             then racecheck over the attention and conv-logit kernels' tile loads (asynchronous
 #             copies) and the column reductions' lanes (a tree in shared memory)
 #
