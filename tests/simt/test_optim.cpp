@@ -67,7 +67,7 @@ void check_adam() {
   });
 }
 
-TEST_CASE("simt: single-tensor adam_step gives the multi-tensor kernel's bits; skip holds",
+TEST_CASE("simt: single-tensor adam_step gives the multi-tensor kernel's bits, a skip flag holds",
           "[cpu][simt][optim]") {
   check_adam<float>();
   check_adam<bf16>();
