@@ -41,6 +41,22 @@ int splits(int64_t n, int64_t c, int64_t s, int64_t sms) {
   return cuda::splits_for(cuda::Layout{n, c, s}, sms);
 }
 
+std::vector<int64_t> channel_offsets(int64_t n, int64_t c, int64_t s, int64_t ch, int64_t first,
+                                     int64_t step, int count) {
+  cuda::ChannelWalk walk(cuda::Layout{n, c, s}, ch, first, step);
+  std::vector<int64_t> out;
+  for (int k = 0; k < count; ++k, walk.next()) out.push_back(walk.offset());
+  return out;
+}
+
+std::vector<int64_t> element_channels(int64_t n, int64_t c, int64_t s, int64_t first, int64_t step,
+                                      int count) {
+  cuda::ElementWalk walk(cuda::Layout{n, c, s}, first, step);
+  std::vector<int64_t> out;
+  for (int k = 0; k < count; ++k, walk.next()) out.push_back(walk.ch);
+  return out;
+}
+
 template void forward<float>(const float*, const float*, const float*, int64_t, int64_t, int64_t,
                              float, float, float*, float*, float*, float*, float*, int64_t);
 template void forward<__nv_bfloat16>(const __nv_bfloat16*, const float*, const float*, int64_t,

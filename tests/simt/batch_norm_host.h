@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace ska::simt::batch_norm {
 
@@ -22,5 +23,12 @@ void backward(const T* gy, const T* x, const float* w, const float* save_mean,
 
 // The splits a channel's statistics and sums take.
 int splits(int64_t n, int64_t c, int64_t s, int64_t sms);
+
+// The kernels' grid-stride walks over x [n, c, s], `count` steps from `first` by `step`: channel
+// ch's element offsets (ChannelWalk), and every element's channel (ElementWalk).
+std::vector<int64_t> channel_offsets(int64_t n, int64_t c, int64_t s, int64_t ch, int64_t first,
+                                     int64_t step, int count);
+std::vector<int64_t> element_channels(int64_t n, int64_t c, int64_t s, int64_t first, int64_t step,
+                                      int count);
 
 }  // namespace ska::simt::batch_norm

@@ -73,6 +73,7 @@ std::vector<Case> cases() {
       {"[16, 8, 32 x 32]: several splits a channel", 16, 8, 1024, 132},
       {"[3, 5, 7 x 3]: a block mostly idle", 3, 5, 21, 132},
       {"[8, 2, 2048] on 4 SMs", 8, 2, 2048, 4},
+      {"[64, 5, 7 x 3]: a row of 21 not dividing the 256-thread step", 64, 5, 21, 132},
   };
 }
 
@@ -212,6 +213,36 @@ void check(const Case& cs) {
     CHECK(same_bits(gx2, gx));
     CHECK(same_bits(gw2, gw));
   });
+}
+
+TEST_CASE(
+    "simt: batch norm: the grid-stride walks carry offsets and channels as divisions give them",
+    "[cpu][simt][batch_norm]") {
+  // Steps that are and are not multiples of the spatial size, wider than a channel's row or the
+  // whole tensor, a spatial size of 1: every step's offset (channel ch's element i lies at
+  // (i / S) * C * S + ch * S + i % S) and channel ((i / S) % C), 200 steps each.
+  struct Walk {
+    int64_t n, c, s, first, step;
+  };
+  for (const Walk& w : std::vector<Walk>{{64, 5, 21, 3, 256},
+                                         {64, 5, 21, 20, 2048},
+                                         {8, 3, 7, 0, 1},
+                                         {4, 6, 1, 2, 13},
+                                         {16, 384, 4, 255, 131072},
+                                         {512, 64, 256, 1000, 135168}}) {
+    INFO(w.n << " x " << w.c << " x " << w.s << ", from " << w.first << " by " << w.step);
+    const int count = 200;
+    const int64_t ch = w.c - 1;
+    const std::vector<int64_t> offsets =
+        bn::channel_offsets(w.n, w.c, w.s, ch, w.first, w.step, count);
+    const std::vector<int64_t> channels =
+        bn::element_channels(w.n, w.c, w.s, w.first, w.step, count);
+    for (int k = 0; k < count; ++k) {
+      const int64_t i = w.first + k * w.step;
+      CHECK(offsets[k] == (i / w.s) * w.c * w.s + ch * w.s + i % w.s);
+      CHECK(channels[k] == (i / w.s) % w.c);
+    }
+  }
 }
 
 TEST_CASE("simt: batch norm: training statistics, output and gradients to the bit",
