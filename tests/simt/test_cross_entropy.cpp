@@ -25,15 +25,11 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::as_float;
 using ska::simt::round_to;
 using ska::simt::same_bits;
 using ska::simt::value;
 namespace ce = ska::simt::cross_entropy;
-
-template <typename T>
-float f(T v) {
-  return static_cast<float>(value(v));
-}
 
 // Each thread's fold of its columns c = t, t + threads, ..., then block_sum (or the maximum).
 std::vector<float> per_thread(int threads, int64_t cols, const std::function<float(int64_t)>& v) {
@@ -53,8 +49,8 @@ Expected expected_forward(const std::vector<T>& x, const std::vector<int64_t>& i
   const float inv_c = 1.0f / static_cast<float>(cols);
   Expected e;
   for (int64_t r = 0; r < rows; ++r) {
-    const auto at = [&](int64_t c) { return f(x[static_cast<size_t>(r * cols + c)]); };
-    const auto pat = [&](int64_t c) { return f(prob[static_cast<size_t>(r * cols + c)]); };
+    const auto at = [&](int64_t c) { return as_float(x[static_cast<size_t>(r * cols + c)]); };
+    const auto pat = [&](int64_t c) { return as_float(prob[static_cast<size_t>(r * cols + c)]); };
     float mx = -INFINITY;
     for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, at(c));
     const float sum_x = ska::simt::block_sum(per_thread(threads, cols, at));
@@ -127,13 +123,13 @@ void check(const Case& c) {
     if (std::isnan(want)) continue;
     // f64: sum_c q_c * (lse - x_c) with q the smoothed target.
     double mx = -INFINITY, sum = 0.0, exact = 0.0;
-    for (int64_t k = 0; k < c.cols; ++k) mx = std::max<double>(mx, f(x[r * c.cols + k]));
-    for (int64_t k = 0; k < c.cols; ++k) sum += std::exp(f(x[r * c.cols + k]) - mx);
+    for (int64_t k = 0; k < c.cols; ++k) mx = std::max<double>(mx, as_float(x[r * c.cols + k]));
+    for (int64_t k = 0; k < c.cols; ++k) sum += std::exp(as_float(x[r * c.cols + k]) - mx);
     const double l = mx + std::log(sum);
     for (int64_t k = 0; k < c.cols; ++k) {
-      const double target = c.soft ? f(prob[r * c.cols + k]) : (k == index[r] ? 1.0 : 0.0);
+      const double target = c.soft ? as_float(prob[r * c.cols + k]) : (k == index[r] ? 1.0 : 0.0);
       const double q = (1.0 - c.smoothing) * target + c.smoothing / c.cols;
-      exact += q * (l - f(x[r * c.cols + k]));
+      exact += q * (l - as_float(x[r * c.cols + k]));
     }
     CHECK(std::abs(got - exact) <= 1e-5 * (std::abs(exact) + l));
   }
@@ -151,22 +147,23 @@ void check(const Case& c) {
     if (c.soft) {
       sum_q = (1.0f - c.smoothing) *
                   ska::simt::block_sum(per_thread(
-                      threads, c.cols, [&](int64_t j) { return f(prob[r * c.cols + j]); })) +
+                      threads, c.cols, [&](int64_t j) { return as_float(prob[r * c.cols + j]); })) +
               c.smoothing;
     } else if (k < 0 || k >= c.cols) {
       sum_q = 0.0f;
     }
     for (int64_t j = 0; j < c.cols; ++j) {
       const float q = c.soft
-                          ? (1.0f - c.smoothing) * f(prob[r * c.cols + j]) + uniform
+                          ? (1.0f - c.smoothing) * as_float(prob[r * c.cols + j]) + uniform
                           : (sum_q == 0.0f ? 0.0f : uniform + (j == k ? 1.0f - c.smoothing : 0.0f));
       want[static_cast<size_t>(r * c.cols + j)] =
-          round_to<T>(grad_loss[r] * (std::exp(f(x[r * c.cols + j]) - lse[r]) * sum_q - q));
+          round_to<T>(grad_loss[r] * (std::exp(as_float(x[r * c.cols + j]) - lse[r]) * sum_q - q));
     }
   }
   CHECK(same_bits(grad, want));
   if (!c.soft) {  // the rows outside the classes: a zero gradient
-    for (int64_t j = 0; j < c.cols; ++j) CHECK(f(grad[static_cast<size_t>(c.cols + j)]) == 0.0f);
+    for (int64_t j = 0; j < c.cols; ++j)
+      CHECK(as_float(grad[static_cast<size_t>(c.cols + j)]) == 0.0f);
   }
 
   ska::simt::in_other_orders(82, [&](const char* order) {

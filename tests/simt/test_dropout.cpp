@@ -25,6 +25,7 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::as_float;
 using ska::simt::Buffer;
 using ska::simt::Dropout;
 using ska::simt::kept;
@@ -33,9 +34,6 @@ using ska::simt::round_to;
 using ska::simt::same_bits;
 using ska::simt::value;
 namespace dr = ska::simt::dropout;
-
-float f(float v) { return v; }
-float f(bf16 v) { return static_cast<float>(value(v)); }
 
 struct Case {
   std::string name;
@@ -86,7 +84,7 @@ void check_dropout(const Case& c, bool with_gelu) {
   Dropout d = draw(c, &base);
   const Buffer<T> x = random_buffer<T>(c.n, c.misalign, 41);
   const Buffer<T> g = random_buffer<T>(c.n, c.misalign, 42);
-  const float s = f(round_to<T>(d.scale));
+  const float s = as_float(round_to<T>(d.scale));
 
   std::vector<uint8_t> bits(static_cast<size_t>((c.n + 7) / 8), 0xff);
   d.bits = bits.data();
@@ -97,11 +95,12 @@ void check_dropout(const Case& c, bool with_gelu) {
   std::vector<T> want(static_cast<size_t>(c.n)), want_grad(static_cast<size_t>(c.n));
   for (int64_t i = 0; i < c.n; ++i) {
     // The activation's output rounded to T, as its own kernel would store it, then the mask.
-    const float a = with_gelu ? f(round_to<T>(gelu(f(x.data[i])))) : f(x.data[i]);
+    const float a =
+        with_gelu ? as_float(round_to<T>(gelu(as_float(x.data[i])))) : as_float(x.data[i]);
     want[static_cast<size_t>(i)] = round_to<T>(a * (kept(d, i) ? s : 0.0f));
-    const float dropped = f(round_to<T>(f(g.data[i]) * (bit(bits, i) ? s : 0.0f)));
+    const float dropped = as_float(round_to<T>(as_float(g.data[i]) * (bit(bits, i) ? s : 0.0f)));
     want_grad[static_cast<size_t>(i)] =
-        round_to<T>(with_gelu ? dropped * gelu_derivative(f(x.data[i])) : dropped);
+        round_to<T>(with_gelu ? dropped * gelu_derivative(as_float(x.data[i])) : dropped);
   }
   CHECK(same_bits(out.values(), want));
 
@@ -131,7 +130,7 @@ void check_dropout_add(const Case& c) {
   const Buffer<TX> x = random_buffer<TX>(c.n, c.misalign, 51);
   const Buffer<TY> y = random_buffer<TY>(c.n, c.misalign, 52);
   const Buffer<TX> g = random_buffer<TX>(c.n, c.misalign, 53);
-  const float s = f(round_to<TY>(d.scale));
+  const float s = as_float(round_to<TY>(d.scale));
 
   std::vector<uint8_t> bits(static_cast<size_t>((c.n + 7) / 8), 0xff);
   d.bits = bits.data();
@@ -143,11 +142,11 @@ void check_dropout_add(const Case& c) {
   std::vector<TY> want_grad(static_cast<size_t>(c.n));
   for (int64_t i = 0; i < c.n; ++i) {
     // dropout(y) as its own tensor (TY), then the add in f32 rounded to TX.
-    const float dropped = f(round_to<TY>(f(y.data[i]) * (kept(d, i) ? s : 0.0f)));
-    want[static_cast<size_t>(i)] = round_to<TX>(f(x.data[i]) + dropped);
+    const float dropped = as_float(round_to<TY>(as_float(y.data[i]) * (kept(d, i) ? s : 0.0f)));
+    want[static_cast<size_t>(i)] = round_to<TX>(as_float(x.data[i]) + dropped);
     // The sum's gradient rounded to y's dtype, then through the mask.
     want_grad[static_cast<size_t>(i)] =
-        round_to<TY>(f(round_to<TY>(f(g.data[i]))) * (bit(bits, i) ? s : 0.0f));
+        round_to<TY>(as_float(round_to<TY>(as_float(g.data[i]))) * (bit(bits, i) ? s : 0.0f));
   }
   CHECK(same_bits(out.values(), want));
 

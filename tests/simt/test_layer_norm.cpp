@@ -23,14 +23,10 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::as_float;
 using ska::simt::kept;
 using ska::simt::round_to;
 using ska::simt::same_bits;
-
-template <typename T>
-float as_float(T v) {
-  return static_cast<float>(ska::simt::value(v));
-}
 
 struct Case {
   std::string name;

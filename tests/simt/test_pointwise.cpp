@@ -26,6 +26,7 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::as_float;
 using ska::simt::Buffer;
 using ska::simt::round_to;
 using ska::simt::value;
@@ -96,9 +97,6 @@ Buffer<T> input(const Layout& l, const Dims& strides, uint32_t seed) {
   return ska::simt::random_buffer<T>(span(l.shape, strides), l.misalign, seed);
 }
 
-float f(float v) { return v; }
-float f(bf16 v) { return static_cast<float>(value(v)); }
-
 template <typename E>
 std::vector<E> bits_of(const Buffer<E>& b) {
   return std::vector<E>(b.data, b.data + b.n + 16);
@@ -155,7 +153,7 @@ TEST_CASE("simt: elementwise: every path to the bit at every element", "[cpu][si
           l,
           [&](bf16* o, bool fast) { pw::add(l.shape, o, l.so, a.data, l.sa, b.data, l.sb, fast); },
           [&](const std::vector<int64_t>& off) {
-            return round_to<bf16>(f(a.data[off[1]]) + f(b.data[off[2]]));
+            return round_to<bf16>(as_float(a.data[off[1]]) + as_float(b.data[off[2]]));
           },
           three);
     }
@@ -165,7 +163,9 @@ TEST_CASE("simt: elementwise: every path to the bit at every element", "[cpu][si
       check_op<float>(
           l,
           [&](float* o, bool fast) { pw::add(l.shape, o, l.so, a.data, l.sa, b.data, l.sb, fast); },
-          [&](const std::vector<int64_t>& off) { return a.data[off[1]] + f(b.data[off[2]]); },
+          [&](const std::vector<int64_t>& off) {
+            return a.data[off[1]] + as_float(b.data[off[2]]);
+          },
           three);
     }
     SECTION(l.name + ": a < b into u8") {
@@ -185,8 +185,8 @@ TEST_CASE("simt: elementwise: every path to the bit at every element", "[cpu][si
       check_op<bf16>(
           l, [&](bf16* o, bool fast) { pw::gelu(l.shape, o, l.so, x.data, l.sa, fast); },
           [&](const std::vector<int64_t>& off) {
-            return round_to<bf16>(
-                ska::pm::unary_forward<ska::UnaryOp::kGelu, float>(f(x.data[off[1]]), 0.f, 0.f));
+            return round_to<bf16>(ska::pm::unary_forward<ska::UnaryOp::kGelu, float>(
+                as_float(x.data[off[1]]), 0.f, 0.f));
           },
           two);
     }
@@ -198,7 +198,7 @@ TEST_CASE("simt: elementwise: every path to the bit at every element", "[cpu][si
       const Buffer<bf16> h = input<bf16>(l, l.sa, 11);
       check_op<float>(
           l, [&](float* o, bool fast) { pw::copy(l.shape, o, l.so, h.data, l.sa, fast); },
-          [&](const std::vector<int64_t>& off) { return f(h.data[off[1]]); }, two);
+          [&](const std::vector<int64_t>& off) { return as_float(h.data[off[1]]); }, two);
     }
     SECTION(l.name + ": fill, bf16") {
       check_op<bf16>(
@@ -236,9 +236,9 @@ TEST_CASE("simt: elementwise: GELU's backward to the bit, packs and single eleme
       CHECK(dx.untouched_after());
       std::vector<bf16> want(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
-        want[static_cast<size_t>(i)] =
-            round_to<bf16>(f(g.data[i]) * ska::pm::unary_derivative<ska::UnaryOp::kGelu, float>(
-                                              f(x.data[i]), 0.f, 0.f));
+        want[static_cast<size_t>(i)] = round_to<bf16>(
+            as_float(g.data[i]) *
+            ska::pm::unary_derivative<ska::UnaryOp::kGelu, float>(as_float(x.data[i]), 0.f, 0.f));
       }
       CHECK(ska::simt::same_bits(dx.values(), want));
     }

@@ -266,10 +266,9 @@ std::vector<ColumnCase> column_cases() {
 template <typename T, typename Out>
 void check_columns(const ColumnCase& c, uint32_t seed) {
   const size_t n = static_cast<size_t>(c.rows * c.cols);
-  // 16-byte aligned storage; the misaligned case starts one element in.
-  const size_t shift = c.misalign ? 1 : 0;
-  std::vector<float4> storage((n + shift) * sizeof(T) / sizeof(float4) + 1);
-  T* x = reinterpret_cast<T*>(storage.data()) + shift;
+  // At a 16-byte boundary, or one element past it.
+  ska::simt::Buffer<T> xb(static_cast<int64_t>(n), c.misalign);
+  T* x = xb.data;
   const std::vector<T> values = random_values<T>(n, seed);
   std::memcpy(static_cast<void*>(x), values.data(), n * sizeof(T));
   std::vector<float> xf = as_floats(values);

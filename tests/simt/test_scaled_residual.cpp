@@ -27,15 +27,12 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ska::simt::as_float;
 using ska::simt::Dropout;
 using ska::simt::kept;
 using ska::simt::round_to;
 using ska::simt::same_bits;
 
-template <typename T>
-float as_float(T v) {
-  return static_cast<float>(ska::simt::value(v));
-}
 // v as a T tensor holding it gives it back.
 template <typename T>
 float rounded(float v) {

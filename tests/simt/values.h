@@ -42,6 +42,12 @@ double value(T x) {
   }
 }
 
+// value(x) as a float (exact: every bf16, f16 and f32 is one).
+template <typename T>
+float as_float(T x) {
+  return static_cast<float>(value(x));
+}
+
 template <typename T>
 std::vector<T> unwritten(size_t n) {
   std::vector<T> v(n);
