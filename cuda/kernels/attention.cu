@@ -25,6 +25,8 @@
 // The mma.sync kernels of attention_mma.cu (set_cuda_attention_mma) keep the softmax on the
 // accumulators in registers; beyond them: ldmatrix, tf32 for f32, cp.async double buffering,
 // a swizzled tile layout instead of padded rows.
+// tests/simt runs these kernels' own code on the CPU (scalar_forward, launch_delta and
+// scalar_backward on host memory: tests/simt/test_attention_scalar.cpp).
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -53,8 +55,6 @@ constexpr int kLaneTile = 32;         // the tile the lanes walk: keys (queries 
 constexpr int kRowsPerWarp = 8;       // the rows a warp owns: queries (keys for dK/dV)
 constexpr int kMaxWarps = 4;          // a block owns 8 to 32 rows
 constexpr int kDeltaWarps = 8;        // D = rowsum(dO * O): one warp per row, 8 rows per block
-
-std::atomic<bool> g_async_loads{true};  // set_cuda_attention_async_loads
 
 // Shared tiles hold rows of kC * 32 f32 values (zero past the head dim, so that the float4 dot
 // products and the lane-owned columns read zeros there) kC * 32 + 4 floats apart: rows stay
@@ -273,11 +273,12 @@ __global__ void attention_delta_vector_kernel(const T* out, View ov, const T* go
 }
 
 // The lanes a row takes in attention_delta_vector_kernel for operands `a` and `b` of views av and
-// bv with dv columns, or 0 where it cannot take them: 16-byte vectors need dense, aligned rows.
+// bv with dv columns, or 0 where it cannot take them: 16-byte vectors need dense, aligned rows,
+// and `fast` (elementwise_fast_paths).
 template <typename T>
-int delta_vector_lanes(const T* a, const View& av, const T* b, const View& bv, int dv) {
+int delta_vector_lanes(const T* a, const View& av, const T* b, const View& bv, int dv, bool fast) {
   constexpr int kVec = 16 / sizeof(T);
-  if (!elementwise_fast_paths() || dv <= 0 || dv % kVec != 0) return 0;
+  if (!fast || dv <= 0 || dv % kVec != 0) return 0;
   const int lanes = dv / kVec;
   if (lanes > 32 || (lanes & (lanes - 1)) != 0) return 0;
   const auto dense = [](const T* p, const View& v) {
@@ -468,7 +469,97 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attention_grad_kv_kernel(Backw
   }
 }
 
-// --- Host side ---
+// --- Host side: launches on raw operands (what tests/simt runs) ---
+
+// Calls f(std::integral_constant<int, kC>{}) with kC the accumulator columns per lane that cover
+// both head dims: 1 (up to 32), 2 (up to 64) or 4 (up to 128).
+template <typename F>
+void dispatch_columns(int d, int dv, F&& f) {
+  attn::dispatch_head_dim(
+      d, dv, [&](auto head) { f(std::integral_constant<int, decltype(head)::value / 32>{}); });
+}
+
+// Warps per block for n rows on the warps' side: as many as have rows, at most kMaxWarps.
+int warps_for(int n) { return std::clamp((n + kRowsPerWarp - 1) / kRowsPerWarp, 1, kMaxWarps); }
+
+}  // namespace
+
+namespace attn {
+
+template <typename T>
+void scalar_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
+  if (groups == 0 || a.in.nq == 0) return;
+  const int warps = warps_for(a.in.nq);
+  a.tiles = (a.in.nq + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
+  a.groups = groups;
+  const unsigned int grid = grid_of("attention_forward", groups, a.tiles);
+  dispatch_columns(a.in.d, a.in.dv, [&](auto columns) {
+    constexpr int kC = decltype(columns)::value;
+    launch(attention_forward_kernel<T, kC>, grid, warps,
+           forward_smem_bytes<kC>(warps * kRowsPerWarp), stream, a);
+  });
+}
+
+template <typename T>
+void launch_delta(const T* out, const View& ov, const T* go, const View& gov, float* delta,
+                  int64_t rows, int nq, int dv, bool fast, cudaStream_t stream) {
+  if (rows == 0) return;
+  const char* kKernel = "attention_backward";
+  const int lanes = delta_vector_lanes(out, ov, go, gov, dv, fast);
+  if (lanes > 0) {
+    const int64_t rows_per_block = static_cast<int64_t>(kDeltaWarps) * (32 / lanes);
+    const unsigned int grid = grid_of(kKernel, (rows + rows_per_block - 1) / rows_per_block, 1);
+    launch_kernel(attention_delta_vector_kernel<T>, dim3(grid), dim3(kDeltaWarps * 32), 0, stream,
+                  out, ov, go, gov, delta, rows, nq, lanes);
+  } else {
+    const unsigned int grid = grid_of(kKernel, (rows + kDeltaWarps - 1) / kDeltaWarps, 1);
+    launch_kernel(attention_delta_kernel<T>, dim3(grid), dim3(kDeltaWarps * 32), 0, stream, out, ov,
+                  go, gov, delta, rows, nq, dv);
+  }
+}
+
+template <typename T>
+void scalar_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream) {
+  if (groups == 0) return;
+  const char* kKernel = "attention_backward";
+  a.groups = groups;
+  dispatch_columns(a.in.d, a.in.dv, [&](auto columns) {
+    constexpr int kC = decltype(columns)::value;
+    if (a.in.nk > 0) {  // dK, dV (zero when there are no queries)
+      const int warps = warps_for(a.in.nk);
+      BackwardArgs<T> kv = a;
+      kv.tiles = (a.in.nk + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
+      launch(attention_grad_kv_kernel<T, kC>, grid_of(kKernel, groups, kv.tiles), warps,
+             grad_kv_smem_bytes<kC>(warps * kRowsPerWarp), stream, kv);
+    }
+    if (a.in.nq > 0) {  // dQ (zero when there are no keys) and grad_bias
+      const int warps = warps_for(a.in.nq);
+      BackwardArgs<T> qa = a;
+      qa.tiles = (a.in.nq + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
+      launch(attention_grad_q_kernel<T, kC>, grid_of(kKernel, groups, qa.tiles), warps,
+             grad_q_smem_bytes<kC>(warps * kRowsPerWarp), stream, qa);
+    }
+  });
+}
+
+#define SKA_ATTENTION_SCALAR(T)                                                                \
+  template void scalar_forward<T>(ForwardArgs<T>, int64_t, cudaStream_t);                      \
+  template void scalar_backward<T>(BackwardArgs<T>, int64_t, cudaStream_t);                    \
+  template void launch_delta<T>(const T*, const View&, const T*, const View&, float*, int64_t, \
+                                int, int, bool, cudaStream_t);
+SKA_ATTENTION_SCALAR(float)
+SKA_ATTENTION_SCALAR(__nv_bfloat16)
+SKA_ATTENTION_SCALAR(__half)
+#undef SKA_ATTENTION_SCALAR
+
+}  // namespace attn
+
+// --- Host side: the tensor entry points (left out of tests/simt's host build) ---
+
+#if !defined(SKA_SIMT)
+namespace {
+
+std::atomic<bool> g_async_loads{true};  // set_cuda_attention_async_loads
 
 struct Geometry {
   int64_t nlead = 0;   // number of leading dims
@@ -608,18 +699,6 @@ Inputs<T> inputs_of(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   return in;
 }
 
-// Calls f(std::integral_constant<int, kC>{}) with kC the accumulator columns per lane that cover
-// both head dims: 1 (up to 32), 2 (up to 64) or 4 (up to 128).
-template <typename F>
-void dispatch_columns(const Geometry& geo, F&& f) {
-  attn::dispatch_head_dim(geo.d, geo.dv, [&](auto head) {
-    f(std::integral_constant<int, decltype(head)::value / 32>{});
-  });
-}
-
-// Warps per block for n rows on the warps' side: as many as have rows, at most kMaxWarps.
-int warps_for(int n) { return std::clamp((n + kRowsPerWarp - 1) / kRowsPerWarp, 1, kMaxWarps); }
-
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
@@ -648,14 +727,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
         return;
       }
     }
-    const int warps = warps_for(geo.nq);
-    a.tiles = (geo.nq + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
-    const unsigned int grid = grid_of("attention_forward", geo.groups, a.tiles);
-    dispatch_columns(geo, [&](auto columns) {
-      constexpr int kC = decltype(columns)::value;
-      launch(attention_forward_kernel<T, kC>, grid, warps,
-             forward_smem_bytes<kC>(warps * kRowsPerWarp), stream, a);
-    });
+    attn::scalar_forward(a, geo.groups, stream);
   });
 }
 
@@ -710,22 +782,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     if (grad_bias.defined()) a.gbv = view_of(grad_bias, geo.nlead);
     a.grad_bias_pairs = a.gb != nullptr && a.in.async_loads && attn::pairs_aligned(a.gb, a.gbv);
     if (geo.nq > 0) {
-      const int64_t rows = geo.groups * geo.nq;
-      const T* op = static_cast<const T*>(out.data_ptr());
-      const View ov = view_of(out, geo.nlead);
-      float* dp = static_cast<float*>(delta.data_ptr());
-      const int lanes = delta_vector_lanes(op, ov, a.go, a.gov, geo.dv);
-      if (lanes > 0) {
-        const int64_t rows_per_block = static_cast<int64_t>(kDeltaWarps) * (32 / lanes);
-        const unsigned int grid = grid_of(kKernel, (rows + rows_per_block - 1) / rows_per_block, 1);
-        attention_delta_vector_kernel<T>
-            <<<grid, kDeltaWarps * 32, 0, stream>>>(op, ov, a.go, a.gov, dp, rows, geo.nq, lanes);
-      } else {
-        const unsigned int grid = grid_of(kKernel, (rows + kDeltaWarps - 1) / kDeltaWarps, 1);
-        attention_delta_kernel<T>
-            <<<grid, kDeltaWarps * 32, 0, stream>>>(op, ov, a.go, a.gov, dp, rows, geo.nq, geo.dv);
-      }
-      SKA_CUDA_CHECK_LAUNCH();
+      attn::launch_delta(static_cast<const T*>(out.data_ptr()), view_of(out, geo.nlead), a.go,
+                         a.gov, static_cast<float*>(delta.data_ptr()), geo.groups * geo.nq, geo.nq,
+                         geo.dv, elementwise_fast_paths(), stream);
     }
     if constexpr (!std::is_same_v<T, float>) {
       if (attn::tc_supported(q.dtype(), geo.d, geo.dv, device)) {
@@ -737,23 +796,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
         return;
       }
     }
-    dispatch_columns(geo, [&](auto columns) {
-      constexpr int kC = decltype(columns)::value;
-      if (geo.nk > 0) {  // dK, dV (zero when there are no queries)
-        const int warps = warps_for(geo.nk);
-        BackwardArgs<T> kv = a;
-        kv.tiles = (geo.nk + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
-        launch(attention_grad_kv_kernel<T, kC>, grid_of(kKernel, geo.groups, kv.tiles), warps,
-               grad_kv_smem_bytes<kC>(warps * kRowsPerWarp), stream, kv);
-      }
-      if (geo.nq > 0) {  // dQ (zero when there are no keys) and grad_bias
-        const int warps = warps_for(geo.nq);
-        BackwardArgs<T> qa = a;
-        qa.tiles = (geo.nq + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
-        launch(attention_grad_q_kernel<T, kC>, grid_of(kKernel, geo.groups, qa.tiles), warps,
-               grad_q_smem_bytes<kC>(warps * kRowsPerWarp), stream, qa);
-      }
-    });
+    attn::scalar_backward(a, geo.groups, stream);
   });
 }
 
@@ -761,10 +804,14 @@ namespace attn {
 bool async_loads_enabled() { return g_async_loads.load(std::memory_order_relaxed); }
 }  // namespace attn
 
+#endif  // !defined(SKA_SIMT)
+
 }  // namespace ska::cuda
 
+#if !defined(SKA_SIMT)
 namespace ska {
 
 bool set_cuda_attention_async_loads(bool enabled) { return cuda::g_async_loads.exchange(enabled); }
 
 }  // namespace ska
+#endif

@@ -289,6 +289,22 @@ __device__ void load_tile(T* tile, int ld, const T* base, const View& v, int row
   if (wait) wait_copies();  // this tile's copies and those of earlier calls without `wait`
 }
 
+// The scalar kernels of attention.cu (f32 FMAs; any floating T, any head dims up to 128): what
+// f32 problems and those the tensor-core kernels do not take run on. The forward pass (out and
+// lse) of `groups` leading indices.
+template <typename T>
+void scalar_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream);
+// delta[r] = D = rowsum(dO * O) of the `rows` = groups * nq rows of out (view ov) and dO (view
+// gov), dv columns each: one warp a row, or with `fast` (elementwise_fast_paths) 16-byte vectors
+// where both operands' rows are dense and 16-byte aligned. Every backward pass needs it first.
+template <typename T>
+void launch_delta(const T* out, const View& ov, const T* go, const View& gov, float* delta,
+                  int64_t rows, int nq, int dv, bool fast, cudaStream_t stream);
+// dK, dV (a kernel) and dQ, grad_bias (another) by the scalar kernels, from a.delta already
+// computed on `stream`. Writes every element of the gradients.
+template <typename T>
+void scalar_backward(BackwardArgs<T> a, int64_t groups, cudaStream_t stream);
+
 // Whether the tensor-core kernels take a problem: bf16 or f16, d and dv multiples of 16 up to
 // 128, a device of compute capability 8.0 or newer, and the process-wide switch on
 // (set_cuda_attention_tensor_cores). Otherwise the scalar kernels run.

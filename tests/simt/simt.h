@@ -1,8 +1,8 @@
 // The CUDA kernels' own source run on the host: a block's threads as fibers, one block at a time,
-// with __syncthreads, warp shuffles, mma.sync, ldmatrix and cp.async given their PTX semantics.
-// Included (with SKA_SIMT defined) before a kernel file (.cu) that a host compiler then builds as
-// C++; its launches (attn::launch) run here instead of on a device. What it checks beyond the
-// results the kernels compute:
+// with __syncthreads, __syncwarp, warp shuffles, mma.sync, ldmatrix and cp.async given their PTX
+// semantics. Included (with SKA_SIMT defined) before a kernel file (.cu) that a host compiler then
+// builds as C++; its launches (attn::launch) run here instead of on a device. What it checks beyond
+// the results the kernels compute:
 //   - barriers: every live thread of a block must reach the same number of __syncthreads, and a
 //     block whose threads all wait on one another is reported as a deadlock;
 //   - shared memory: poisoned (0xff bytes, NaN in bf16, f16 and f32) before each block, so that a
@@ -111,6 +111,12 @@ Counts counts();
 #define gridDim (::ska::simt::ids().grid_dim)
 
 inline void __syncthreads() { ::ska::simt::syncthreads(); }
+// The warp's lanes meet: a warp-wide operation of no bytes (every lane must take part, as a full
+// mask asks; what each wrote before is seen by all after).
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  const unsigned char none = 0;
+  ::ska::simt::exchange(&none, 0);
+}
 template <typename T>
 T __shfl_sync(unsigned, T v, int from, int = 32) {
   return ::ska::simt::shuffle(v, from);

@@ -55,13 +55,15 @@ std::vector<T> unwritten(size_t n) {
   return v;
 }
 
-// Whether a 16-bit element still holds unwritten's bits.
+// Whether an element still holds unwritten's bits (all ones).
 template <typename T>
 bool untouched(const T& e) {
-  static_assert(sizeof(T) == 2);
-  uint16_t bits;
-  std::memcpy(&bits, &e, 2);
-  return bits == 0xffff;
+  unsigned char bytes[sizeof(T)];
+  std::memcpy(bytes, &e, sizeof(T));
+  for (unsigned char b : bytes) {
+    if (b != 0xff) return false;
+  }
+  return true;
 }
 
 template <typename E>
