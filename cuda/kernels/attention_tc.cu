@@ -22,7 +22,8 @@
 // block, at 4 warps: forward 33/49/81 KiB, dK/dV 51/63/87 KiB, dQ 39/51/75 KiB for head dims
 // 32/64/128 (opted in above 48 KiB; sm_80..sm_90 allow at least 99 KiB). Registers: up to 254
 // per thread in the dK/dV kernel at head dim 128 (its 16 accumulator fragments), no spills.
-// First verified on a CPU emulator of WMMA; the [cuda] tests pass on an H200 (2026-11-26). Slow:
+// First verified on a CPU emulator of WMMA; the [cuda] tests pass on an H200 (2026-11-26), and
+// tests/simt runs the kernels' own code in CI (its WMMA: tests/simt/wmma.h). Slow:
 // 8 TFLOP/s in ViT-S training there (the softmax through shared memory between the products);
 // attention_mma.cu keeps it in registers instead (set_cuda_attention_mma).
 #include <mma.h>
@@ -50,7 +51,9 @@ constexpr int kTile = 32;      // the tile of the other side: two fragments wide
 constexpr int kFrag = 16;      // m = n = k of the fragments
 constexpr int kMaxHeadDim = 128;
 
+#if !defined(SKA_SIMT)
 std::atomic<bool> g_tensor_cores{true};
+#endif
 
 template <typename T>
 using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, T, wmma::row_major>;
@@ -446,6 +449,9 @@ void dispatch_steps(int d, int dv, F&& f) {
 
 }  // namespace
 
+// The device queries; tests/simt's host build answers resident_blocks itself
+// (attention_mma_host.cpp) and calls tc_forward / tc_backward directly.
+#if !defined(SKA_SIMT)
 int64_t resident_blocks(const void* kernel, int warps, size_t bytes) {
   int device = 0;
   SKA_CUDA_CHECK(cudaGetDevice(&device));
@@ -471,6 +477,8 @@ bool tc_supported(DType dtype, int d, int dv, int device) {
   return g_tensor_cores.load() && (dtype == DType::kBF16 || dtype == DType::kF16) &&
          (d == 0 || fits(d)) && fits(dv) && compute_capability(device) >= 80;
 }
+
+#endif  // !defined(SKA_SIMT)
 
 template <typename T>
 void tc_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
@@ -513,6 +521,7 @@ template void tc_backward<__half>(BackwardArgs<__half>, int64_t, cudaStream_t);
 
 }  // namespace ska::cuda::attn
 
+#if !defined(SKA_SIMT)
 namespace ska {
 
 bool set_cuda_attention_tensor_cores(bool enabled) {
@@ -520,3 +529,4 @@ bool set_cuda_attention_tensor_cores(bool enabled) {
 }
 
 }  // namespace ska
+#endif

@@ -145,6 +145,27 @@ Inputs<T> inputs_of(const Data<T>& x, bool async_loads) {
   return in;
 }
 
+// The paper models' attention shapes the tensor-core kernels take (head dims multiples of 16,
+// or 0), and edges: ViT-S's LSA (65 tokens of 64, the diagonal
+// masked, a learnable temperature, q, k and v in one projection), CSKA-ViT's logits as the
+// bias (head dim 0, rows of 72), CaiT's patch attention, CAFormer's stage 4 (49 tokens of 32)
+// and Swin's windows with their position bias, and sizes that end mid-tile (one with a first tile
+// of keys masked out by the bias in every other row).
+inline std::vector<Problem> tensor_core_problems() {
+  std::vector<Problem> list = {
+      {"vit lsa 65x65 d64", 4, 65, 65, 64, 64, false, 0, true, true, true},
+      {"cska logits as bias 65x65 d0 rows of 72", 3, 65, 65, 0, 64, true, 72},
+      {"cska-cait 64x64 d64 with bias", 2, 64, 64, 64, 64, true, 64},
+      {"caformer s4 49x49 d32", 3, 49, 49, 32, 32},
+      {"swin window 16x16 d32 with bias", 3, 16, 16, 32, 32, true, 16},
+      {"17 queries over 80 keys d16/48 with bias", 2, 17, 80, 16, 48, true, 80},
+      {"97x97 d64 (tiled) with bias rows of 100", 2, 97, 97, 64, 64, true, 100},
+      {"33x70 d128", 2, 33, 70, 128, 128},
+  };
+  list[6].masked_tile = true;
+  return list;
+}
+
 template <typename T>
 struct Results {
   std::vector<T> out;

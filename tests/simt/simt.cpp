@@ -337,6 +337,41 @@ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
   }
 }
 
+void wmma_mma(float (&d)[8], const uint16_t (&a)[8], const uint16_t (&b)[8], const float (&c)[8],
+              bool bf16) {
+  struct Operands {
+    uint16_t a[8], b[8];
+    float c[8];
+  };
+  Operands mine;
+  std::memcpy(mine.a, a, sizeof mine.a);
+  std::memcpy(mine.b, b, sizeof mine.b);
+  std::memcpy(mine.c, c, sizeof mine.c);
+  const auto* all = reinterpret_cast<const Operands*>(exchange(&mine, sizeof mine));
+  auto value = [bf16](uint16_t bits) {
+    if (bf16) return static_cast<double>(__uint_as_float(static_cast<uint32_t>(bits) << 16));
+    __half h;
+    std::memcpy(static_cast<void*>(&h), &bits, 2);
+    return static_cast<double>(__half2float(h));
+  };
+  // Element (r, col) of a tile is lane (16 r + col) / 8's element (16 r + col) % 8.
+  auto A = [&](int r, int k) { return value(all[(16 * r + k) / 8].a[(16 * r + k) % 8]); };
+  auto B = [&](int k, int n) { return value(all[(16 * k + n) / 8].b[(16 * k + n) % 8]); };
+  const int lane = current().index % 32;
+  for (int e = 0; e < 8; ++e) {
+    const int r = (8 * lane + e) / 16, n = (8 * lane + e) % 16;
+    double sum = mine.c[e];
+    for (int k = 0; k < 16; ++k) sum += A(r, k) * B(k, n);
+    d[e] = static_cast<float>(sum);
+  }
+}
+
+void wmma_check(const void* p, size_t ldm_bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0)
+    fail(std::string(what) + ": a pointer not 32-byte aligned");
+  if (ldm_bytes % 16 != 0) fail(std::string(what) + ": a stride not a multiple of 16 bytes");
+}
+
 void ldmatrix(uint32_t* regs, int count, bool trans, const void* row) {
   const int lane = current().index % 32;
   if (lane < 8 * count) {

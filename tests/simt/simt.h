@@ -1,8 +1,8 @@
 // The CUDA kernels' own source run on the host: a block's threads as fibers, one block at a time,
 // with __syncthreads, __syncwarp, warp shuffles, mma.sync, ldmatrix and cp.async given their PTX
-// semantics. Included (with SKA_SIMT defined) before a kernel file (.cu) that a host compiler then
-// builds as C++; its launches (attn::launch) run here instead of on a device. What it checks beyond
-// the results the kernels compute:
+// semantics, and WMMA's fragments (tests/simt/wmma.h). Included (with SKA_SIMT defined) before a
+// kernel file (.cu) that a host compiler then builds as C++; its launches (attn::launch) run here
+// instead of on a device. What it checks beyond the results the kernels compute:
 //   - barriers: every live thread of a block must reach the same number of __syncthreads, and a
 //     block whose threads all wait on one another is reported as a deadlock;
 //   - shared memory: poisoned (0xff bytes, NaN in bf16, f16 and f32) before each block, so that a
@@ -167,3 +167,5 @@ template <typename A, typename B,
 std::common_type_t<A, B> max(A a, B b) {
   return a < b ? b : a;
 }
+
+#include "tests/simt/wmma.h"  // nvcuda::wmma, which the toolkit declares for nvcc only

@@ -58,28 +58,8 @@ Results<T> run(const Data<T>& x, const Forms& f) {
   return r;
 }
 
-// The paper models' attention shapes, and edges: ViT-S's LSA (65 tokens of 64, the diagonal
-// masked, a learnable temperature, q, k and v in one projection), CSKA-ViT's logits as the
-// bias (head dim 0, rows of 72), CaiT's patch attention, CAFormer's stage 4 (49 tokens of 32)
-// and Swin's windows with their position bias, and sizes that end mid-tile (one with a first tile
-// of keys masked out by the bias in every other row).
-std::vector<Problem> problems() {
-  std::vector<Problem> list = {
-      {"vit lsa 65x65 d64", 4, 65, 65, 64, 64, false, 0, true, true, true},
-      {"cska logits as bias 65x65 d0 rows of 72", 3, 65, 65, 0, 64, true, 72},
-      {"cska-cait 64x64 d64 with bias", 2, 64, 64, 64, 64, true, 64},
-      {"caformer s4 49x49 d32", 3, 49, 49, 32, 32},
-      {"swin window 16x16 d32 with bias", 3, 16, 16, 32, 32, true, 16},
-      {"17 queries over 80 keys d16/48 with bias", 2, 17, 80, 16, 48, true, 80},
-      {"97x97 d64 (tiled) with bias rows of 100", 2, 97, 97, 64, 64, true, 100},
-      {"33x70 d128", 2, 33, 70, 128, 128},
-  };
-  list[6].masked_tile = true;
-  return list;
-}
-
 TEST_CASE("simt: mma.sync attention kernels against an f64 reference (bf16)", "[cpu][simt]") {
-  for (const Problem& p : problems()) {
+  for (const Problem& p : tensor_core_problems()) {
     const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 7);
     Forms one_block;
     Forms split = one_block;
@@ -93,14 +73,15 @@ TEST_CASE("simt: mma.sync attention kernels against an f64 reference (bf16)", "[
 }
 
 TEST_CASE("simt: mma.sync attention kernels against an f64 reference (f16)", "[cpu][simt]") {
-  for (const Problem& p : {problems()[0], problems()[1], problems()[5]}) {
+  const std::vector<Problem> all = tensor_core_problems();
+  for (const Problem& p : {all[0], all[1], all[5]}) {
     const Data<__half> x = make_data<__half>(p, 11);
     require_reference(x, run(x, Forms{}), "one-block forward and backward, f16");
   }
 }
 
 TEST_CASE("simt: persistent attention kernels give the per-head kernels' bits", "[cpu][simt]") {
-  for (const Problem& p : problems()) {
+  for (const Problem& p : tensor_core_problems()) {
     const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 3);
     const Results<__nv_bfloat16> per_head = run(x, Forms{});
     for (int64_t resident : {1, 2, 5}) {
@@ -117,7 +98,7 @@ TEST_CASE("simt: attention by synchronous loads gives the asynchronous copies' b
           "[cpu][simt]") {
   // Sync: loads and stores into the tiles, fragments by 32- and 16-bit loads, the bias and its
   // gradient one key at a time; async: cp.async, ldmatrix and key pairs.
-  for (const Problem& p : problems()) {
+  for (const Problem& p : tensor_core_problems()) {
     const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 5);
     for (bool persistent : {false, true}) {
       Forms async, sync;
@@ -138,7 +119,8 @@ TEST_CASE("simt: attention gives the same bits whatever order a block's threads 
           "[cpu][simt]") {
   // A race between threads of a block (a tile read before the barrier that publishes it, a
   // buffer refilled while another warp reads it) gives results that depend on the order.
-  for (const Problem& p : {problems()[0], problems()[1], problems()[5], problems()[6]}) {
+  const std::vector<Problem> all = tensor_core_problems();
+  for (const Problem& p : {all[0], all[1], all[5], all[6]}) {
     const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 9);
     for (bool persistent : {false, true}) {
       for (bool one_pass : {false, true}) {
@@ -162,7 +144,7 @@ TEST_CASE("simt: attention gives the same bits whatever order a block's threads 
 TEST_CASE("simt: the attention kernels' ldmatrix loads are free of bank conflicts", "[cpu][simt]") {
   // Every 8 x 8 matrix in one shared-memory wavefront: the tiles' 16-byte row padding puts a
   // matrix's 8 rows in the 8 groups of 4 banks (simt::Counts).
-  for (const Problem& p : problems()) {
+  for (const Problem& p : tensor_core_problems()) {
     const Data<__nv_bfloat16> x = make_data<__nv_bfloat16>(p, 3);
     Forms one_block, split, one_pass, persistent;
     split.one_block_forward = split.one_block_backward = false;

@@ -1,12 +1,14 @@
-// tests/simt's own checks: the emulated instructions against their PTX definitions, and the
-// faults it exists to find (a race between threads, a tile read before its copy lands, a warp
-// whose lanes part ways) found in small kernels written here.
+// tests/simt's own checks: the emulated instructions against their PTX definitions (and WMMA's
+// fragments against exact products), and the faults it exists to find (a race between threads,
+// a tile read before its copy lands, a warp whose lanes part ways) found in small kernels
+// written here.
 // clang-format off
 #include "tests/simt/simt.h"  // first: the kernels' headers below build for the host
 // clang-format on
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <stdexcept>
@@ -167,6 +169,97 @@ TEST_CASE("simt: mma.sync and ldmatrix follow the PTX fragment layouts", "[cpu][
     INFO((ldsm ? "ldmatrix" : "32-bit loads"));
     CHECK(got == want);  // the inputs and products are exact in bf16 and f32
   }
+}
+
+TEST_CASE("simt: WMMA fragments multiply in every layout, lane by lane", "[cpu][simt]") {
+  namespace wmma = nvcuda::wmma;
+  using T = __nv_bfloat16;
+  // C = A B + C0 over 16 x 16 tiles in shared memory with rows (or columns) of 24 elements; A, B
+  // and the products exact in bf16 and f32. B is read from its row-major or its transposed copy.
+  constexpr int kLd = 24;
+  std::vector<float> a(256), b(256), c0(256);
+  for (int i = 0; i < 256; ++i) {
+    a[i] = static_cast<float>((i * 7) % 13 - 6) / 4.0f;
+    b[i] = static_cast<float>((i * 5) % 11 - 5) / 8.0f;
+    c0[i] = static_cast<float>(i % 9) - 4.0f;
+  }
+  std::vector<float> want(256);
+  for (int r = 0; r < 16; ++r) {
+    for (int n = 0; n < 16; ++n) {
+      float sum = c0[r * 16 + n];
+      for (int k = 0; k < 16; ++k) sum += a[r * 16 + k] * b[k * 16 + n];
+      want[r * 16 + n] = sum;
+    }
+  }
+  for (bool b_columns : {false, true}) {
+    for (bool c_columns : {false, true}) {
+      std::vector<float> got(256, 0.0f);
+      ska::simt::run_grid(dim3(1), dim3(32), 8192, [&] {
+        T* sa = reinterpret_cast<T*>(g_smem);
+        T* sb = sa + 16 * kLd;
+        float* sc = reinterpret_cast<float*>(g_smem + 4096);
+        const int lane = static_cast<int>(threadIdx.x);
+        for (int i = lane; i < 256; i += 32) {
+          const int r = i / 16, col = i % 16;
+          sa[r * kLd + col] = __float2bfloat16(a[i]);
+          sb[b_columns ? col * kLd + r : r * kLd + col] = __float2bfloat16(b[i]);
+          sc[c_columns ? col * kLd + r : r * kLd + col] = c0[i];
+        }
+        __syncwarp();
+        const wmma::layout_t c_layout = c_columns ? wmma::mem_col_major : wmma::mem_row_major;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+        wmma::load_matrix_sync(fa, sa, kLd);
+        wmma::load_matrix_sync(fc, sc, kLd, c_layout);
+        if (b_columns) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+          wmma::load_matrix_sync(fb, sb, kLd);
+          wmma::mma_sync(fc, fa, fb, fc);
+        } else {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+          wmma::load_matrix_sync(fb, sb, kLd);
+          wmma::mma_sync(fc, fa, fb, fc);
+        }
+        wmma::store_matrix_sync(sc, fc, kLd, c_layout);
+        __syncwarp();
+        for (int i = lane; i < 256; i += 32) {
+          const int r = i / 16, col = i % 16;
+          got[i] = sc[c_columns ? col * kLd + r : r * kLd + col];
+        }
+      });
+      INFO("B " << (b_columns ? "col" : "row") << "-major, C " << (c_columns ? "col" : "row")
+                << "-major");
+      CHECK(got == want);
+    }
+  }
+  // Each lane loads and stores only its own elements: without the __syncwarp after the lanes'
+  // writes, the first lanes load the tile before the others wrote their rows.
+  std::vector<float> early(256, 0.0f);
+  ska::simt::run_grid(dim3(1), dim3(32), 8192, [&] {
+    float* sc = reinterpret_cast<float*>(g_smem);
+    const int lane = static_cast<int>(threadIdx.x);
+    for (int i = lane; i < 256; i += 32) sc[i / 16 * kLd + i % 16] = 1.0f;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::load_matrix_sync(fc, sc, kLd, wmma::mem_row_major);
+    for (int e = 0; e < fc.num_elements; ++e) early[lane * 8 + e] = fc.x[e];
+  });
+  CHECK(std::count(early.begin(), early.end(), 1.0f) < 256);
+  CHECK_THROWS_WITH(ska::simt::run_grid(dim3(1), dim3(32), 8192,
+                                        [&] {
+                                          wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
+                                          wmma::load_matrix_sync(
+                                              f, reinterpret_cast<float*>(g_smem + 16), kLd,
+                                              wmma::mem_row_major);
+                                        }),
+                    Catch::Contains("32-byte aligned"));
+  CHECK_THROWS_WITH(ska::simt::run_grid(dim3(1), dim3(32), 8192,
+                                        [&] {
+                                          wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
+                                          wmma::load_matrix_sync(f,
+                                                                 reinterpret_cast<float*>(g_smem),
+                                                                 18, wmma::mem_row_major);
+                                        }),
+                    Catch::Contains("multiple of 16 bytes"));
 }
 
 TEST_CASE("simt: lanes of a warp that part ways at a shuffle are reported", "[cpu][simt]") {
