@@ -3,6 +3,10 @@
 // promise the same bits (persistent and per-head blocks, pairs of bias keys and single keys,
 // threads in any order) compared bit for bit. What a GPU adds (the tensor cores' own summation,
 // timing) is for the [cuda] tests in tests/cuda/test_attention_kernels.cpp.
+// clang-format off
+#include "tests/simt/attention_problems.h"  // first: simt.h, then the kernels' headers
+// clang-format on
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
@@ -10,7 +14,6 @@
 #include <vector>
 
 #include "backend/device_runtime.h"
-#include "tests/simt/attention_problems.h"  // first: simt.h, then the kernels' headers
 
 namespace {
 

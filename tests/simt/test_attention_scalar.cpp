@@ -5,14 +5,16 @@
 // vectors) to the bit against the host's float arithmetic in their order. What a GPU adds (its
 // own expf and FMA contraction, timing) is for the [cuda] tests in
 // tests/cuda/test_attention_kernels.cpp.
+// clang-format off
+#include "tests/simt/attention_problems.h"  // first: simt.h, then the kernels' headers
+// clang-format on
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include "tests/simt/attention_problems.h"  // first: simt.h, then the kernels' headers
 
 namespace {
 

@@ -4,11 +4,13 @@
 // cp.async, and whatever order a block's threads run in. What a GPU adds (the tensor cores' own
 // summation, the fragments' real layout, timing) is for the [cuda] tests in
 // tests/cuda/test_attention_kernels.cpp.
+// clang-format off
+#include "tests/simt/attention_problems.h"  // first: simt.h, then the kernels' headers
+// clang-format on
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include "tests/simt/attention_problems.h"  // first: simt.h, then the kernels' headers
 
 namespace {
 
