@@ -46,8 +46,8 @@ struct Problem {
   float scale = 0.125f;
   bool bias_factor = false;  // a device-side factor of the bias (Inputs::bias_factor)
   // The bias -inf at the first 64 keys of every other query (a whole tile of keys masked out in
-  // the scalar kernels' 32-key tiles and the mma.sync kernels' 64-key ones: those rows' running
-  // max still -inf after it); nk > 64.
+  // the scalar and WMMA kernels' 32-key tiles and the mma.sync kernels' 64-key ones: those rows'
+  // running max still -inf after it); nk > 64.
   bool masked_tile = false;
 };
 
@@ -146,11 +146,11 @@ Inputs<T> inputs_of(const Data<T>& x, bool async_loads) {
 }
 
 // The paper models' attention shapes the tensor-core kernels take (head dims multiples of 16,
-// or 0), and edges: ViT-S's LSA (65 tokens of 64, the diagonal
-// masked, a learnable temperature, q, k and v in one projection), CSKA-ViT's logits as the
-// bias (head dim 0, rows of 72), CaiT's patch attention, CAFormer's stage 4 (49 tokens of 32)
-// and Swin's windows with their position bias, and sizes that end mid-tile (one with a first tile
-// of keys masked out by the bias in every other row).
+// or 0), and edges: ViT-S's LSA (65 tokens of 64, the diagonal masked, a learnable temperature,
+// q, k and v in one projection), CSKA-ViT's logits as the bias (head dim 0, rows of 72), CaiT's
+// patch attention, CAFormer's stage 4 (49 tokens of 32) and Swin's windows with their position
+// bias, and sizes that end mid-tile (one with a first tile of keys masked out by the bias in
+// every other row).
 inline std::vector<Problem> tensor_core_problems() {
   std::vector<Problem> list = {
       {"vit lsa 65x65 d64", 4, 65, 65, 64, 64, false, 0, true, true, true},
