@@ -22,6 +22,7 @@ namespace {
 constexpr int kWarpsPerBlock = 8;     // warp-per-row kernels: blockDim (32, 8)
 constexpr int kRowThreads = 512;      // block-per-row kernels
 constexpr int64_t kWarpRowMax = 1024;  // rows up to this length go one warp each
+constexpr int64_t kMaxRowBlocks = int64_t{1} << 20;  // the row kernels' grids: beyond, they stride
 constexpr unsigned kFullMask = 0xffffffffu;
 
 template <ReduceOp OP>
@@ -112,15 +113,16 @@ int64_t row_partial_floats(int64_t rows, int64_t len, int64_t sms) {
 }
 
 // Reduces `rows` contiguous rows of `len` elements of x into out (contiguous, `rows` elements),
-// with partials of row_partial_floats(rows, len, sms) floats.
+// with partials of row_partial_floats(rows, len, sms) floats, on grids of at most `max_blocks`
+// blocks (the kernels stride over the rest; tests/simt asks for small grids to walk that).
 template <ReduceOp OP, typename T, typename Out>
 void launch_reduce_rows(const T* x, Out* out, int64_t rows, int64_t len, int64_t sms,
-                        float* partials, cudaStream_t stream) {
+                        float* partials, cudaStream_t stream, int64_t max_blocks = kMaxRowBlocks) {
   const float count = static_cast<float>(len);
   const dim3 warp_block(32, kWarpsPerBlock);
-  const auto warp_grid = [](int64_t r) {
+  const auto warp_grid = [max_blocks](int64_t r) {
     return dim3(static_cast<unsigned>(
-        std::min<int64_t>((r + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20)));
+        std::min<int64_t>((r + kWarpsPerBlock - 1) / kWarpsPerBlock, max_blocks)));
   };
   if (len <= kWarpRowMax) {
     launch_kernel(reduce_rows_warp<OP, T, Out>, warp_grid(rows), warp_block, 0, stream, x, out,
@@ -128,7 +130,7 @@ void launch_reduce_rows(const T* x, Out* out, int64_t rows, int64_t len, int64_t
     return;
   }
   const int64_t chunks = row_chunks(rows, len, sms);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(rows * chunks, 1 << 20)));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(rows * chunks, max_blocks)));
   if (chunks == 1) {
     launch_kernel(reduce_rows_block<OP, T, Out>, grid, dim3(kRowThreads), 0, stream, x, out, rows,
                   len, int64_t{1}, true, count);

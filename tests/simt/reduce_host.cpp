@@ -41,9 +41,9 @@ void columns(const T* x, Out* out, int64_t rows, int64_t cols, int64_t sms) {
 }
 
 template <ReduceOp OP, typename T, typename Out>
-void rows(const T* x, Out* out, int64_t rows, int64_t len, int64_t sms) {
+void rows(const T* x, Out* out, int64_t rows, int64_t len, int64_t sms, int64_t max_blocks) {
   std::vector<float> partials(static_cast<size_t>(cuda::row_partial_floats(rows, len, sms)));
-  cuda::launch_reduce_rows<OP>(x, out, rows, len, sms, partials.data(), nullptr);
+  cuda::launch_reduce_rows<OP>(x, out, rows, len, sms, partials.data(), nullptr, max_blocks);
 }
 
 int64_t row_chunks(int64_t rows, int64_t len, int64_t sms) {
@@ -52,7 +52,7 @@ int64_t row_chunks(int64_t rows, int64_t len, int64_t sms) {
 
 #define SKA_SIMT_REDUCE(OP, T, Out)                                             \
   template void columns<OP, T, Out>(const T*, Out*, int64_t, int64_t, int64_t); \
-  template void rows<OP, T, Out>(const T*, Out*, int64_t, int64_t, int64_t);
+  template void rows<OP, T, Out>(const T*, Out*, int64_t, int64_t, int64_t, int64_t);
 #define SKA_SIMT_REDUCE_TYPES(OP)                   \
   SKA_SIMT_REDUCE(OP, float, float)                 \
   SKA_SIMT_REDUCE(OP, __nv_bfloat16, __nv_bfloat16) \

@@ -30,9 +30,11 @@ ColumnPlan column_plan(int64_t rows, int64_t cols, int elem_bytes, bool x_aligne
 template <ReduceOp OP, typename T, typename Out>
 void columns(const T* x, Out* out, int64_t rows, int64_t cols, int64_t sms);
 
-// out[r] = op over j of x[r * len + j] (the trailing dims reduced).
+// out[r] = op over j of x[r * len + j] (the trailing dims reduced), on grids of at most
+// max_blocks blocks (the GPU's: 2^20), which stride over the rest.
 template <ReduceOp OP, typename T, typename Out>
-void rows(const T* x, Out* out, int64_t rows, int64_t len, int64_t sms);
+void rows(const T* x, Out* out, int64_t rows, int64_t len, int64_t sms,
+          int64_t max_blocks = int64_t{1} << 20);
 
 // How many pieces the row reduction splits each row into (1: a warp or a block a row).
 int64_t row_chunks(int64_t rows, int64_t len, int64_t sms);

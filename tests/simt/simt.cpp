@@ -234,20 +234,38 @@ void run_block(uint3 block, dim3 grid, dim3 dims) {
   std::vector<int> order(threads);
   std::iota(order.begin(), order.end(), 0);
   if (g_schedule == Schedule::kReverse) std::reverse(order.begin(), order.end());
-  for (;;) {
-    if (g_schedule == Schedule::kShuffled) {
-      for (int i = threads - 1; i > 0; --i) std::swap(order[i], order[next_random() % (i + 1)]);
-    }
+  // Runs the live threads of order[from, to) once each; whether any was live.
+  const auto sweep = [&](size_t from, size_t to) {
     bool any = false;
-    const uint64_t before = g_progress;
-    for (int t : order) {
-      Fiber& f = g_block.fibers[t];
+    for (size_t i = from; i < to; ++i) {
+      Fiber& f = g_block.fibers[order[i]];
       if (f.done) continue;
       any = true;
       g_current = &f;
       switch_context(g_scheduler, f.context);
       g_current = nullptr;
       if (g_error) std::rethrow_exception(std::exchange(g_error, nullptr));
+    }
+    return any;
+  };
+  for (;;) {
+    if (g_schedule == Schedule::kShuffled) {
+      for (int i = threads - 1; i > 0; --i) std::swap(order[i], order[next_random() % (i + 1)]);
+    }
+    const uint64_t before = g_progress;
+    bool any = false;
+    if (g_schedule == Schedule::kWarpsAhead) {  // order is first to last: a warp is 32 of it
+      for (size_t w = (order.size() + 31) / 32 * 32; w > 0; w -= 32) {
+        const size_t begin = w - 32, end = std::min(order.size(), w);
+        for (;;) {  // until none of the warp's lanes moves (all wait at a barrier, or ended)
+          const uint64_t warp_before = g_progress;
+          const bool live = sweep(begin, end);
+          any = any || live;
+          if (!live || g_progress == warp_before) break;
+        }
+      }
+    } else {
+      any = sweep(0, order.size());
     }
     if (!any) break;
     if (g_progress == before) {

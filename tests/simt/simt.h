@@ -86,8 +86,11 @@ void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<vo
 void register_shared(unsigned char* base, size_t bytes);
 
 // The order a block's threads run in between barriers: first to last (the default), last to
-// first, or shuffled by `seed`.
-enum class Schedule { kForward, kReverse, kShuffled };
+// first, shuffled by `seed`, or warp by warp from the last (kWarpsAhead: each warp runs until
+// every lane of it waits at a barrier or has ended, through its warp-wide operations, before the
+// next warp starts; so a warp that writes shared memory again after a warp-wide operation does
+// it before an earlier warp has read what it wrote the first time).
+enum class Schedule { kForward, kReverse, kShuffled, kWarpsAhead };
 void set_schedule(Schedule s, uint64_t seed = 0);
 
 // What resident_blocks answers (a persistent kernel's grid): default 3.

@@ -131,14 +131,16 @@ TEST_CASE("simt: attention gives the same bits whatever order a block's threads 
         forward.persistent = persistent;
         forward.one_pass = one_pass;
         const Results<__nv_bfloat16> base = run(x, forward);
-        Forms reverse = forward, shuffled = forward;
+        Forms reverse = forward, shuffled = forward, warps = forward;
         reverse.schedule = ska::simt::Schedule::kReverse;
         shuffled.schedule = ska::simt::Schedule::kShuffled;
         shuffled.seed = 1234;
+        warps.schedule = ska::simt::Schedule::kWarpsAhead;
         const std::string what =
             p.name + (persistent ? ", persistent" : ", per head") + (one_pass ? ", one-pass" : "");
         require_same_bits(run(x, reverse), base, what + ": threads last to first");
         require_same_bits(run(x, shuffled), base, what + ": threads shuffled");
+        require_same_bits(run(x, warps), base, what + ": warps ahead");
       }
     }
   }

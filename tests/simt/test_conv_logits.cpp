@@ -307,12 +307,15 @@ TEST_CASE("simt: conv logits give the same bits whatever order a block's threads
       Forms base;
       base.grad_w_rows = rows;
       const Results<__nv_bfloat16> want = run(x, base);
-      for (auto s : {ska::simt::Schedule::kReverse, ska::simt::Schedule::kShuffled}) {
+      for (auto s : {ska::simt::Schedule::kReverse, ska::simt::Schedule::kShuffled,
+                     ska::simt::Schedule::kWarpsAhead}) {
         Forms f = base;
         f.schedule = s;
+        const char* order = s == ska::simt::Schedule::kReverse    ? ": reversed"
+                            : s == ska::simt::Schedule::kShuffled ? ": shuffled"
+                                                                  : ": warps ahead";
         require_same_bits(run(x, f), want,
-                          p.name + (rows ? ", grad_w per row" : ", grad_w per tap") +
-                              (s == ska::simt::Schedule::kReverse ? ": reversed" : ": shuffled"));
+                          p.name + (rows ? ", grad_w per row" : ", grad_w per tap") + order);
       }
     }
   }

@@ -366,6 +366,7 @@ TEST_CASE("simt: column reductions: NaN propagates through every op, chunked or 
 struct RowCase {
   std::string name;
   int64_t rows, len, sms;
+  int64_t max_blocks = int64_t{1} << 20;  // the grid's cap, as on the GPU unless smaller
 };
 
 template <typename T, typename Out>
@@ -383,7 +384,7 @@ void check_rows(const RowCase& c, uint32_t seed) {
     visit(op, [&](auto op_c) {
       constexpr ReduceOp kOp = decltype(op_c)::value;
       std::vector<Out> got = ska::simt::unwritten<Out>(static_cast<size_t>(c.rows) + 2);
-      rd::rows<kOp>(x.data(), got.data(), c.rows, c.len, c.sms);
+      rd::rows<kOp>(x.data(), got.data(), c.rows, c.len, c.sms, c.max_blocks);
       CHECK(untouched_from(got, static_cast<size_t>(c.rows)));
       got.resize(static_cast<size_t>(c.rows));
       const std::vector<float> order = expected_rows(op, xf, c.rows, c.len, chunks);
@@ -396,7 +397,7 @@ void check_rows(const RowCase& c, uint32_t seed) {
       ska::simt::in_other_orders(seed, [&](const char* thread_order) {
         INFO(thread_order);
         std::vector<Out> again = ska::simt::unwritten<Out>(static_cast<size_t>(c.rows));
-        rd::rows<kOp>(x.data(), again.data(), c.rows, c.len, c.sms);
+        rd::rows<kOp>(x.data(), again.data(), c.rows, c.len, c.sms, c.max_blocks);
         CHECK(same_bits(again, got));
       });
     });
@@ -411,6 +412,11 @@ TEST_CASE("simt: row reductions: warps, blocks and rows split over blocks, to th
       {"a block a row: [300, 3000]", 300, 3000, 132},
       {"two long rows split over blocks: [2, 100000]", 2, 100000, 132},
       {"one long row on 4 SMs: [1, 50000]", 1, 50000, 4},
+      // Grids smaller than the rows (on the GPU past 2^20 blocks): the kernels stride, a block
+      // reusing its shared partials row after row.
+      {"a warp a row, 3 blocks striding: [2080, 65]", 2080, 65, 132, 3},
+      {"a block a row, 7 blocks striding: [300, 3000]", 300, 3000, 132, 7},
+      {"two long rows split, 5 blocks striding: [2, 100000]", 2, 100000, 132, 5},
   };
   // The long rows are split, the others not.
   CHECK(rd::row_chunks(2, 100000, 132) > 1);

@@ -51,6 +51,44 @@ TEST_CASE("simt: a race between a block's threads gives results that depend on t
   CHECK(neighbours(false, Schedule::kForward) != neighbours(false, Schedule::kReverse));
 }
 
+// Two warps reduce three rows through one shared array, as a block-per-row reduction does:
+// each warp's sum in slot `warp`, a barrier, warp 0 adds the slots; with or without the barrier
+// that keeps a warp from refilling its slot for the next row before warp 0 has read it.
+std::vector<float> shared_rows(bool end_barrier, Schedule schedule) {
+  std::vector<float> out(3, -1.0f);
+  ska::simt::set_schedule(schedule, 7);
+  ska::simt::run_grid(dim3(1), dim3(64), 256, [&] {
+    float* slot = reinterpret_cast<float*>(g_smem);
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    for (int row = 0; row < 3; ++row) {
+      float v = static_cast<float>(100 * row + threadIdx.x);
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) slot[warp] = v;
+      __syncthreads();
+      if (warp == 0) {
+        float w = lane < 2 ? slot[lane] : 0.0f;
+        w += __shfl_xor_sync(0xffffffffu, w, 1);
+        if (lane == 0) out[row] = w;
+      }
+      if (end_barrier) __syncthreads();
+    }
+  });
+  ska::simt::set_schedule(Schedule::kForward);
+  return out;
+}
+
+TEST_CASE("simt: warps run ahead of one another find a shared slot refilled too early",
+          "[cpu][simt]") {
+  const std::vector<float> want = {2016.0f, 8416.0f, 14816.0f};  // 64 threads' sums
+  for (Schedule s :
+       {Schedule::kForward, Schedule::kReverse, Schedule::kShuffled, Schedule::kWarpsAhead}) {
+    CHECK(shared_rows(true, s) == want);
+  }
+  // Without the second barrier only the warp-by-warp order lets warp 1 refill its slot first.
+  CHECK(shared_rows(false, Schedule::kForward) == want);
+  CHECK(shared_rows(false, Schedule::kWarpsAhead) != want);
+}
+
 TEST_CASE("simt: a static __shared__ array is one for all of a block's threads", "[cpu][simt]") {
   for (Schedule schedule : {Schedule::kForward, Schedule::kReverse, Schedule::kShuffled}) {
     std::vector<int> out(2 * 64, -1);

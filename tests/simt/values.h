@@ -160,16 +160,18 @@ inline float block_sum(const std::vector<float>& threads) {
   return warp_butterfly(warps, add);
 }
 
-// Runs f(order) with a block's threads last to first, then shuffled by `seed` (order names it),
-// then goes back to first to last.
+// Runs f(order) with a block's threads last to first, shuffled by `seed`, and warp by warp from
+// the last (order names it), then goes back to first to last.
 template <typename F>
 void in_other_orders(uint64_t seed, F&& f) {
   struct Restore {
     ~Restore() { set_schedule(Schedule::kForward); }  // also when f throws
   } restore;
-  for (Schedule s : {Schedule::kReverse, Schedule::kShuffled}) {
+  for (Schedule s : {Schedule::kReverse, Schedule::kShuffled, Schedule::kWarpsAhead}) {
     set_schedule(s, seed);
-    f(s == Schedule::kReverse ? "threads reversed" : "threads shuffled");
+    f(s == Schedule::kReverse    ? "threads reversed"
+      : s == Schedule::kShuffled ? "threads shuffled"
+                                 : "warps ahead");
   }
 }
 
