@@ -11,10 +11,12 @@
 //     destination is poisoned from the copy's issue, so that a tile read before its wait and
 //     barrier shows up in the results;
 //   - ldmatrix and cp.async addresses: inside the dynamic shared memory, 16-byte aligned rows;
-//   - the order threads run between barriers: set_schedule runs them first to last, last to first
-//     or shuffled, so that a race between threads of a block gives different results by order.
-// The arithmetic of mma.sync is exact products summed in f64 and rounded once to f32, not the
-// tensor cores' own order: two kernels compared bit for bit here are compared on the same
+//     WMMA's: 32-byte aligned, strides multiples of 16 bytes;
+//   - the order threads run between barriers: set_schedule runs them first to last, last to
+//     first, shuffled or warp by warp, so that a race between threads of a block gives different
+//     results by order.
+// The arithmetic of mma.sync and WMMA is exact products summed in f64 and rounded once to f32, not
+// the tensor cores' own order: two kernels compared bit for bit here are compared on the same
 // arithmetic, and the bits a GPU gives are checked by the [cuda] tests.
 #pragma once
 
