@@ -101,18 +101,6 @@ TEST_CASE("simt: scalar attention gives the same bits whatever order a block's t
   }
 }
 
-// The butterfly of `lanes` (a power of two) values as the vector delta kernel's shuffles add
-// them within a row's lanes: lane l adds lane l ^ o's value, o from lanes / 2 down to 1.
-float lanes_butterfly(std::vector<float> v) {
-  const size_t lanes = v.size();
-  for (size_t o = lanes / 2; o > 0; o /= 2) {
-    std::vector<float> w(lanes);
-    for (size_t l = 0; l < lanes; ++l) w[l] = v[l] + v[l ^ o];
-    v = w;
-  }
-  return v[0];
-}
-
 // D of row `row` in the delta kernels' order: by warps, lane l sums columns l, l + 32, ... and
 // the warp's butterfly adds the lanes; by vectors (`lanes` > 0), lane l sums its kVec columns
 // in turn and the row's lanes are added by their butterfly.
@@ -128,7 +116,7 @@ float delta_in_kernel_order(const Data<T>& x, const std::vector<T>& out, int64_t
     for (int l = 0; l < lanes; ++l) {
       for (int k = 0; k < vec; ++k) sums[l] += product(l * vec + k);
     }
-    return lanes_butterfly(sums);
+    return ska::simt::warp_butterfly(sums, [](float a, float b) { return a + b; });
   }
   std::vector<float> sums(32, 0.0f);
   for (int l = 0; l < 32; ++l) {

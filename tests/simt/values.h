@@ -136,13 +136,15 @@ inline bool kept(const Dropout& d, int64_t i) {
   return philox_uniform(r.w[i % 4]) < d.keep;
 }
 
-// __shfl_xor_sync's butterfly over a warp's 32 values as the kernels run it (offsets 16, 8, ...,
-// 1; lane l takes combine(v[l], v[l ^ offset])): lane 0's result, in host floats.
+// __shfl_xor_sync's butterfly over v.size() lanes' values (a power of two: 32 for a warp, fewer
+// for a row's lanes within one) as the kernels run it (offsets v.size() / 2, ..., 1; lane l takes
+// combine(v[l], v[l ^ offset])): lane 0's result, in host floats.
 template <typename Combine>
 float warp_butterfly(std::vector<float> v, Combine combine) {
-  for (int o = 16; o > 0; o >>= 1) {
-    std::vector<float> w(32);
-    for (int l = 0; l < 32; ++l) w[l] = combine(v[l], v[l ^ o]);
+  const size_t lanes = v.size();
+  for (size_t o = lanes / 2; o > 0; o /= 2) {
+    std::vector<float> w(lanes);
+    for (size_t l = 0; l < lanes; ++l) w[l] = combine(v[l], v[l ^ o]);
     v = w;
   }
   return v[0];
