@@ -556,7 +556,7 @@ SKA_ATTENTION_SCALAR(__half)
 
 // --- Host side: the tensor entry points (left out of tests/simt's host build) ---
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 std::atomic<bool> g_async_loads{true};  // set_cuda_attention_async_loads
@@ -804,11 +804,11 @@ namespace attn {
 bool async_loads_enabled() { return g_async_loads.load(std::memory_order_relaxed); }
 }  // namespace attn
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace ska {
 
 bool set_cuda_attention_async_loads(bool enabled) { return cuda::g_async_loads.exchange(enabled); }

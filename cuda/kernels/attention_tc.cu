@@ -51,7 +51,7 @@ constexpr int kTile = 32;      // the tile of the other side: two fragments wide
 constexpr int kFrag = 16;      // m = n = k of the fragments
 constexpr int kMaxHeadDim = 128;
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 std::atomic<bool> g_tensor_cores{true};
 #endif
 
@@ -451,7 +451,7 @@ void dispatch_steps(int d, int dv, F&& f) {
 
 // The device queries; tests/simt's host build answers resident_blocks itself
 // (attention_mma_host.cpp) and calls tc_forward / tc_backward directly.
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 int64_t resident_blocks(const void* kernel, int warps, size_t bytes) {
   int device = 0;
   SKA_CUDA_CHECK(cudaGetDevice(&device));
@@ -478,7 +478,7 @@ bool tc_supported(DType dtype, int d, int dv, int device) {
          (d == 0 || fits(d)) && fits(dv) && compute_capability(device) >= 80;
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 template <typename T>
 void tc_forward(ForwardArgs<T> a, int64_t groups, cudaStream_t stream) {
@@ -521,7 +521,7 @@ template void tc_backward<__half>(BackwardArgs<__half>, int64_t, cudaStream_t);
 
 }  // namespace ska::cuda::attn
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace ska {
 
 bool set_cuda_attention_tensor_cores(bool enabled) {

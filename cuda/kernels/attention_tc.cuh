@@ -165,9 +165,9 @@ inline void allow_smem(const void* kernel, size_t bytes) {
 template <typename Args>
 void launch(void (*kernel)(Args), dim3 grid, int warps, size_t bytes, cudaStream_t stream,
             const Args& args) {
-#if defined(SKA_SIMT)  // the kernel's own code run on the host (tests/simt)
-  (void)stream;
-  simt::run_grid(grid, dim3(warps * 32), bytes, [&] { kernel(args); });
+#if defined(SKA_SIMT)  // the kernel's own code run on the host (tests/simt, tests/emu)
+  simt::submit(stream,
+               [=] { simt::run_grid(grid, dim3(warps * 32), bytes, [&] { kernel(args); }); });
 #else
   allow_smem(reinterpret_cast<const void*>(kernel), bytes);
   kernel<<<grid, warps * 32, bytes, stream>>>(args);

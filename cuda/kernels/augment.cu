@@ -58,7 +58,7 @@ void launch_crop_flip(const uint8_t* images, const int64_t* index, const CropFli
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 void augment_crop_flip(const Tensor& images, const Tensor& index, const CropFlipParams& p,
                        const Tensor& out) {
   int64_t range_y = 0, range_x = 0;
@@ -81,6 +81,6 @@ void augment_crop_flip(const Tensor& images, const Tensor& index, const CropFlip
     launch_crop_flip(src, ip, p, g, static_cast<__nv_bfloat16*>(out.data_ptr()), stream);
   }
 }
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

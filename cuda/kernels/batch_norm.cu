@@ -282,7 +282,7 @@ void launch_grad_x(const T* gy, const T* x, const P* w, const float* mean, const
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 Layout layout_of(const Tensor& x) {
@@ -365,11 +365,11 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
       train_stats<T>(x, lay, running_mean, running_var, momentum, eps, save_mean, save_rstd, device,
                      s);
     } else {
-      bn_eval_stats<<<grid_for(lay.c), 256, 0, s>>>(
-          static_cast<const float*>(running_mean.data_ptr()),
-          static_cast<const float*>(running_var.data_ptr()), lay.c, static_cast<float>(eps),
-          static_cast<float*>(save_mean.data_ptr()), static_cast<float*>(save_rstd.data_ptr()));
-      SKA_CUDA_CHECK_LAUNCH();
+      launch_kernel(bn_eval_stats, dim3(grid_for(lay.c)), dim3(256), 0, s,
+                    static_cast<const float*>(running_mean.data_ptr()),
+                    static_cast<const float*>(running_var.data_ptr()), lay.c,
+                    static_cast<float>(eps), static_cast<float*>(save_mean.data_ptr()),
+                    static_cast<float*>(save_rstd.data_ptr()));
     }
     if (x.numel() == 0) return;
     launch_apply(static_cast<const T*>(x.data_ptr()), data_or_null<P>(weight),
@@ -422,6 +422,6 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
   });
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -176,13 +176,14 @@ inline unsigned int grid_for(int64_t n, int threads = 256) {
 
 #if defined(__CUDACC__) || defined(SKA_SIMT)
 // Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) and checks the launch; in the
-// host build of tests/simt (SKA_SIMT) runs it there.
+// host build of tests/simt (SKA_SIMT) runs it there (simt::submit: at once, or as the emulated
+// device of tests/emu orders it).
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                    cudaStream_t stream, Args... args) {
 #if defined(SKA_SIMT)
-  (void)stream;
-  simt::run_grid(grid, block, shared_bytes, [&] { kernel(args...); });
+  simt::submit(stream,
+               [=] { simt::run_grid(grid, block, shared_bytes, [&] { kernel(args...); }); });
 #else
   kernel<<<grid, block, shared_bytes, stream>>>(args...);
   SKA_CUDA_CHECK_LAUNCH();

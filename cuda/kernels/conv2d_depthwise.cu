@@ -148,11 +148,10 @@ void launch_correlation(const Tensor& in, const Tensor& w, const Tensor& bias, i
     using T = decltype(tag);
     constexpr int kK = decltype(k)::value;
     constexpr int kVec = 16 / sizeof(T);
-    depthwise_forward_kernel<kK, kVec, T><<<grid, block, 0, stream>>>(
-        static_cast<const T*>(in.data_ptr()), static_cast<const T*>(w.data_ptr()),
-        bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
-        static_cast<T*>(out.data_ptr()), g, l, flip);
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(depthwise_forward_kernel<kK, kVec, T>, dim3(grid), dim3(block), 0, stream,
+                  static_cast<const T*>(in.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                  bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
+                  static_cast<T*>(out.data_ptr()), g, l, flip);
   });
 }
 
@@ -266,13 +265,12 @@ void depthwise_backward_weight(const Tensor& grad_y, const Tensor& x, const Conv
     using T = decltype(tag);
     constexpr int kK = decltype(kt)::value;
     constexpr int kVec = 16 / sizeof(T);
-    depthwise_weight_grad_kernel<kK, kVec, T><<<grid, block, 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<const T*>(grad_y.data_ptr()),
-        partial.data<float>(), g, l, slices);
-    SKA_CUDA_CHECK_LAUNCH();
-    depthwise_weight_grad_total_kernel<T><<<grid_for(elements), 256, 0, stream>>>(
-        partial.data<float>(), elements, slices, static_cast<T*>(grad_w.data_ptr()));
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(depthwise_weight_grad_kernel<kK, kVec, T>, dim3(grid), dim3(block), 0, stream,
+                  static_cast<const T*>(x.data_ptr()), static_cast<const T*>(grad_y.data_ptr()),
+                  partial.data<float>(), g, l, slices);
+    launch_kernel(depthwise_weight_grad_total_kernel<T>, dim3(grid_for(elements)), dim3(256), 0,
+                  stream, partial.data<float>(), elements, slices,
+                  static_cast<T*>(grad_w.data_ptr()));
   });
 }
 

@@ -914,7 +914,7 @@ void launch_backward(const Args<T>& a, const ConvLogitsGeometry& geo, const Grad
 }  // namespace
 
 // The tensor-level entry points (tests/simt runs the launches above on raw host operands).
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 void conv_logits_forward(const Tensor& q, const Tensor& w, const Tensor& bias, int64_t height,
                          int64_t width, const Tensor& logits) {
   const char* kKernel = "conv_logits_forward";

@@ -125,7 +125,7 @@ void launch_backward(const T* logits, const float* lse, const Target<T>& t, cons
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 // Validates shapes and dtypes; returns N and C.
@@ -203,6 +203,6 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& lse, const Tenso
   });
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -179,7 +179,7 @@ void launch_index_add_sums(const T* src, const int64_t* index, int64_t n, int64_
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 // Geometry over `iter` (the iteration shape with the iterated tensor's strides) against the
@@ -246,10 +246,10 @@ void launch_add(const Tensor& src, const Tensor& index, const IndexGeometry& g, 
   dispatch_floating(out.dtype(), kernel, [&](auto tag) {
     using T = decltype(tag);
     if (g.numel == 0) return;
-    index_add_kernel<T><<<grid_for(g.numel), 256, 0, current_stream(device)>>>(
-        static_cast<const T*>(src.data_ptr()), static_cast<const int64_t*>(index.data_ptr()), g,
-        static_cast<T*>(out.data_ptr()));
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(index_add_kernel<T>, dim3(grid_for(g.numel)), dim3(256), 0,
+                  current_stream(device), static_cast<const T*>(src.data_ptr()),
+                  static_cast<const int64_t*>(index.data_ptr()), g,
+                  static_cast<T*>(out.data_ptr()));
   });
 }
 
@@ -319,6 +319,6 @@ void scatter_add(const Tensor& src, int64_t dim, const Tensor& index, const Tens
              "scatter_add");
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -516,21 +516,17 @@ unsigned int row_warp_blocks(int64_t rows) {
 template <typename... Params, typename... Args>
 void launch_rows(void (*kernel)(Params...), int64_t rows, int device,
                  const std::tuple<Args...>& args) {
-#if defined(SKA_SIMT)  // the kernel's own code run on the host (tests/simt)
+#if defined(SKA_SIMT_KERNELS_ONLY)  // the kernels alone, run on the host (tests/simt)
   (void)device;
-  std::apply(
-      [&](const auto&... a) {
-        simt::run_grid(dim3(row_warp_blocks(rows)), dim3(kRowWarps * 32), 0, [&] { kernel(a...); });
-      },
-      args);
+  const cudaStream_t stream = nullptr;
 #else
+  const cudaStream_t stream = current_stream(device);
+#endif
   std::apply(
       [&](const auto&... a) {
-        kernel<<<row_warp_blocks(rows), kRowWarps * 32, 0, current_stream(device)>>>(a...);
+        launch_kernel(kernel, dim3(row_warp_blocks(rows)), dim3(kRowWarps * 32), 0, stream, a...);
       },
       args);
-  SKA_CUDA_CHECK_LAUNCH();
-#endif
 }
 
 // Calls f(std::integral_constant<int, K>) with the first K of kPerLane... (ascending) whose 32
@@ -598,7 +594,7 @@ void launch_fused_backward(const TY* grad_y, const T* grad_sum, const T* x, cons
 
 // The tensor-level entry points and their launches (tests/simt runs the forward kernels through
 // launch_rows and the fused backward through launch_fused_backward on raw host operands).
-#if defined(SKA_SIMT)
+#if defined(SKA_SIMT_KERNELS_ONLY)
 }  // namespace
 #else
 void check_param(const Tensor& p, DType dtype, int64_t cols, const char* what) {
@@ -629,12 +625,12 @@ void launch_param_grads(const Tensor& grad_y, const Tensor& x, const Tensor& mea
   const int64_t col_tiles = (cols + kColTile - 1) / kColTile;
   SKA_CHECK(col_tiles <= INT_MAX, ShapeError, "layer_norm: too many columns (", cols, ")");
   const dim3 grid(static_cast<unsigned int>(col_tiles), static_cast<unsigned int>(chunks));
-  layer_norm_param_partials<T, TY><<<grid, dim3(kColTile, kRowLanes), 0, s>>>(
-      static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-      static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()), rows,
-      cols, chunk_rows, grad_weight.defined() ? part_w : nullptr,
-      grad_bias.defined() ? part_b : nullptr);
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_kernel(layer_norm_param_partials<T, TY>, grid, dim3(kColTile, kRowLanes), 0, s,
+                static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                static_cast<const float*>(mean.data_ptr()),
+                static_cast<const float*>(rstd.data_ptr()), rows, cols, chunk_rows,
+                grad_weight.defined() ? part_w : nullptr, grad_bias.defined() ? part_b : nullptr);
+
   launch_column_sums<P>(part_w, part_b, chunks, cols, mutable_or_null<P>(grad_weight),
                         mutable_or_null<P>(grad_bias), s);
 }
@@ -788,13 +784,13 @@ void backward(const char* kernel, const Tensor& grad_y, const Tensor& grad_sum, 
           return;
         }
         if (grad_x.defined()) {
-          layer_norm_grad_x_kernel<T, P, TY, TB, kScaled>
-              <<<row_warp_blocks(rows), kRowWarps * 32, 0, s>>>(
-                  static_cast<const TY*>(grad_y.data_ptr()), static_cast<const T*>(x.data_ptr()),
-                  data_or_null<P>(weight), static_cast<const float*>(mean.data_ptr()),
-                  static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
-                  static_cast<T*>(grad_x.data_ptr()), branch, rows, cols);
-          SKA_CUDA_CHECK_LAUNCH();
+          launch_kernel(layer_norm_grad_x_kernel<T, P, TY, TB, kScaled>,
+                        dim3(row_warp_blocks(rows)), dim3(kRowWarps * 32), 0, s,
+                        static_cast<const TY*>(grad_y.data_ptr()),
+                        static_cast<const T*>(x.data_ptr()), data_or_null<P>(weight),
+                        static_cast<const float*>(mean.data_ptr()),
+                        static_cast<const float*>(rstd.data_ptr()), data_or_null<T>(grad_sum),
+                        static_cast<T*>(grad_x.data_ptr()), branch, rows, cols);
         }
       };
       // A scale of the branch comes with parameters of x's dtype (check_add_layer_norm_scale).
@@ -904,7 +900,7 @@ void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_sum, const
            y, y_scale, grad_x, grad_branch, grad_weight, grad_bias, grad_scale);
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda
 

@@ -356,7 +356,7 @@ void launch_cast(const Entries<2>& e, cudaStream_t stream) {
 }  // namespace
 
 // The tensor-level entry points (tests/simt runs the launches above on raw host operands).
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 // Every list holds contiguous tensors of the first list's first dtype on its device; `others`
@@ -560,6 +560,6 @@ void multi_cast(const TensorList& src, const TensorList& dst) {
   });
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -108,7 +108,7 @@ inline void launch_record_update(float* stats, const float* loss, const uint8_t*
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& grad_divisor,
                const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& update,
                const Tensor& step, const Tensor& skip, const Tensor& lr, double beta1,
@@ -182,6 +182,6 @@ void record_update(const Tensor& stats, const Tensor& loss, const Tensor& skip) 
       skip_pointer(skip, stats, "record_update"), current_stream(device_index(stats)));
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -303,7 +303,7 @@ struct WhereBody {
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 // The device and stream a kernel on `t` launches with; keeps the device current meanwhile.
@@ -449,11 +449,11 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 
 bool elementwise_fast_paths() { return g_fast_paths.load(std::memory_order_relaxed); }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace ska {
 
 bool set_cuda_elementwise_fast_paths(bool enabled) {

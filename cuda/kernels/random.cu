@@ -272,7 +272,7 @@ void launch_bits_add_forward(const TX* x, const TY* y, TX* out, uint8_t* bits, i
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 // Launches kernel(out, n, ...) over the counters of contiguous `out`, for its floating dtype.
@@ -311,7 +311,8 @@ void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo
   const int64_t* base = offset_base_ptr(offset_base, out, "random_uniform");
   launch_random(out, "random_uniform", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
     using T = std::remove_pointer_t<decltype(p)>;
-    uniform_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, base, lo, hi - lo);
+    launch_kernel(uniform_kernel<T>, dim3(grid), dim3(kThreads), 0, s, p, n, seed, offset, base, lo,
+                  hi - lo);
   });
 }
 
@@ -320,7 +321,8 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
   const int64_t* base = offset_base_ptr(offset_base, out, "random_normal");
   launch_random(out, "random_normal", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
     using T = std::remove_pointer_t<decltype(p)>;
-    normal_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, base, mean, std);
+    launch_kernel(normal_kernel<T>, dim3(grid), dim3(kThreads), 0, s, p, n, seed, offset, base,
+                  mean, std);
   });
 }
 
@@ -329,9 +331,8 @@ void random_bernoulli(const Tensor& out, uint64_t seed, uint64_t offset, double 
   const int64_t* base = offset_base_ptr(offset_base, out, "random_bernoulli");
   launch_random(out, "random_bernoulli", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
     using T = std::remove_pointer_t<decltype(p)>;
-    bernoulli_kernel<T><<<grid, kThreads, 0, s>>>(p, n, seed, offset, base,
-                                                  static_cast<float>(keep_prob),
-                                                  static_cast<float>(scale));
+    launch_kernel(bernoulli_kernel<T>, dim3(grid), dim3(kThreads), 0, s, p, n, seed, offset, base,
+                  static_cast<float>(keep_prob), static_cast<float>(scale));
   });
 }
 
@@ -343,9 +344,8 @@ void dropout_apply(const Tensor& x, uint64_t seed, uint64_t offset, double keep_
   const void* xp = x.data_ptr();
   launch_random(out, "dropout_apply", [&](auto* p, int64_t n, unsigned grid, cudaStream_t s) {
     using T = std::remove_pointer_t<decltype(p)>;
-    dropout_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(xp), p, n, seed, offset,
-                                                base, static_cast<float>(keep_prob),
-                                                static_cast<float>(scale));
+    launch_kernel(dropout_kernel<T>, dim3(grid), dim3(kThreads), 0, s, static_cast<const T*>(xp), p,
+                  n, seed, offset, base, static_cast<float>(keep_prob), static_cast<float>(scale));
   });
 }
 
@@ -538,6 +538,6 @@ void dropout_add_backward(const Tensor& grad, const Tensor& bits, double scale,
   });
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

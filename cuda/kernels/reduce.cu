@@ -299,7 +299,7 @@ void visit_reduce_op(ReduceOp op, F&& f) {
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 // x viewed with the reduced dims moved last, packed contiguous: [kept..., reduced...].
@@ -559,14 +559,14 @@ void dot(const Tensor& a, const Tensor& b, const Tensor& out) {
   const Tensor partial = workspace(device, static_cast<size_t>(blocks) * sizeof(float));
   dispatch_floating(a.dtype(), "dot", [&](auto tag) {
     using T = decltype(tag);
-    dot_partials_kernel<T><<<static_cast<unsigned>(blocks), kDotThreads, 0, stream>>>(
-        static_cast<const T*>(ac.data_ptr()), static_cast<const T*>(bc.data_ptr()), *rows, chunk,
-        static_cast<float*>(partial.data_ptr()));
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(dot_partials_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(kDotThreads), 0,
+                  stream, static_cast<const T*>(ac.data_ptr()),
+                  static_cast<const T*>(bc.data_ptr()), *rows, chunk,
+                  static_cast<float*>(partial.data_ptr()));
   });
-  dot_final_kernel<<<1, kDotThreads, 0, stream>>>(static_cast<const float*>(partial.data_ptr()),
-                                                  blocks, static_cast<float*>(out.data_ptr()));
-  SKA_CUDA_CHECK_LAUNCH();
+  launch_kernel(dot_final_kernel, dim3(1), dim3(kDotThreads), 0, stream,
+                static_cast<const float*>(partial.data_ptr()), blocks,
+                static_cast<float*>(out.data_ptr()));
 }
 
 void argmax(const Tensor& x, int64_t dim, const Tensor& out) {
@@ -584,9 +584,9 @@ void argmax(const Tensor& x, int64_t dim, const Tensor& out) {
     DeviceGuard guard(device_index(out));
     const unsigned grid = static_cast<unsigned>(
         std::min<int64_t>((outs + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 20));
-    argmax_kernel<T><<<grid, dim3(32, kWarpsPerBlock), 0, current_stream(device_index(out))>>>(
-        static_cast<const T*>(x.data_ptr()), base, outs, len, step, out.data<int64_t>());
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(argmax_kernel<T>, dim3(grid), dim3(32, kWarpsPerBlock), 0,
+                  current_stream(device_index(out)), static_cast<const T*>(x.data_ptr()), base,
+                  outs, len, step, out.data<int64_t>());
   });
 }
 
@@ -603,13 +603,12 @@ void topk(const Tensor& x, int64_t k, const Tensor& values, const Tensor& indice
     DeviceGuard guard(device_index(x));
     const int threads = len >= 256 ? 256 : 32 * static_cast<int>((len + 31) / 32);
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
-    topk_kernel<T><<<grid, threads, 0, current_stream(device_index(x))>>>(
-        static_cast<const T*>(x.data_ptr()), rows, len, k, static_cast<T*>(values.data_ptr()),
-        indices.data<int64_t>());
-    SKA_CUDA_CHECK_LAUNCH();
+    launch_kernel(topk_kernel<T>, dim3(grid), dim3(threads), 0, current_stream(device_index(x)),
+                  static_cast<const T*>(x.data_ptr()), rows, len, k,
+                  static_cast<T*>(values.data_ptr()), indices.data<int64_t>());
   });
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -117,7 +117,7 @@ void launch_roll(const void* x, void* out, const RollPlan& p, cudaStream_t s) {
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 void roll(const Tensor& x, const std::vector<int64_t>& shifts, const Tensor& out) {
   check_roll("roll", x, shifts, out);
   SKA_CHECK(x.dim() <= kMaxDims, ShapeError, "roll: at most ", kMaxDims, " dims, got ", x.str());
@@ -129,6 +129,6 @@ void roll(const Tensor& x, const std::vector<int64_t>& shifts, const Tensor& out
                 x.element_size(), aligned_to(x.data_ptr(), 16) && aligned_to(out.data_ptr(), 16));
   launch_roll(x.data_ptr(), out.data_ptr(), plan, current_stream(device));
 }
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

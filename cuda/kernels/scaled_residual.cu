@@ -218,7 +218,7 @@ void launch_backward(const Operands<TX, TY, T>& a, const BranchDrop& drop, const
 
 // The tensor-level entry points (tests/simt runs launch_forward and launch_backward on raw host
 // operands).
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 // Calls f(TX{}, TY{}, T{}) for out's dtype T and x's and y's dtypes: T, or (T f32) bf16/f16.
@@ -354,6 +354,6 @@ void scaled_residual_backward(const Tensor& g, const Tensor& x, const Tensor& xs
                     sums ? static_cast<float*>(ws.data_ptr()) : nullptr, s);
   });
 }
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -249,7 +249,7 @@ void launch_backward(const BackwardArgs<T>& a, cudaStream_t s) {
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 namespace {
 
 MaskView mask_view(const Tensor& mask) {
@@ -326,6 +326,6 @@ void softmax_backward(const Tensor& y, const Tensor& grad_y, double scale, bool 
   });
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -165,7 +165,7 @@ using Wider = std::conditional_t<(sizeof(P) > sizeof(X)), P, X>;
 
 }  // namespace
 
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 void star_relu_forward(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& y) {
   constexpr const char* kKernel = "star_relu_forward";
   SKA_CHECK(x.is_contiguous() && y.is_contiguous() && x.numel() == y.numel(), ValueError, kKernel,
@@ -233,6 +233,6 @@ void star_relu_backward(const Tensor& grad_y, const Tensor& x, const Tensor& sca
   });
 }
 
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -344,7 +344,7 @@ void dispatch_logits(DType dtype, const char* kernel, F&& f) {
 
 // The tensor-level entry points (tests/simt runs launch_forward and launch_backward on raw host
 // operands).
-#if !defined(SKA_SIMT)
+#if !defined(SKA_SIMT_KERNELS_ONLY)
 void talking_heads_softmax_forward(const Tensor& logits, double scale, const Tensor& w_pre,
                                    const Tensor& w_post, const Tensor& out, const Tensor& lse) {
   const char* kKernel = "talking_heads_softmax_forward";
@@ -393,6 +393,6 @@ void talking_heads_softmax_backward(const Tensor& grad_out, const Tensor& logits
         mutable_or_null<float>(grad_post), sums ? static_cast<float*>(ws.data_ptr()) : nullptr, s);
   });
 }
-#endif  // !defined(SKA_SIMT)
+#endif  // !defined(SKA_SIMT_KERNELS_ONLY)
 
 }  // namespace ska::cuda

@@ -110,7 +110,13 @@ Context g_scheduler;
 uint64_t g_progress = 0;
 std::exception_ptr g_error;
 // The registered buffers (register_shared runs in other files' static initialisers: a function's
-// static, constructed on first use).
+// static, constructed on first use); register_shared_of's, registered by the first launch on
+// each thread that runs launches.
+std::vector<std::pair<unsigned char* (*)(), size_t>>& lazy_shared_buffers() {
+  static std::vector<std::pair<unsigned char* (*)(), size_t>> buffers;
+  return buffers;
+}
+Submitter g_submitter = nullptr;
 std::vector<std::pair<unsigned char*, size_t>>& shared_buffers() {
   static std::vector<std::pair<unsigned char*, size_t>> buffers;
   return buffers;
@@ -460,6 +466,11 @@ void async_wait_all() {
 
 void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body) {
   if (g_current != nullptr) fail("a launch from device code");
+  static thread_local bool lazy_registered = false;
+  if (!lazy_registered) {
+    lazy_registered = true;
+    for (const auto& [instance, bytes] : lazy_shared_buffers()) register_shared(instance(), bytes);
+  }
   const int threads = static_cast<int>(block.x * block.y * block.z);
   if (threads <= 0 || threads > 1024) {
     throw std::runtime_error("simt: a block of " + std::to_string(threads) +
@@ -488,6 +499,20 @@ void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<vo
 void register_shared(unsigned char* base, size_t bytes) {
   if (bytes < kMaxSharedBytes) throw std::logic_error("simt: a shared memory buffer under 227 KiB");
   shared_buffers().emplace_back(base, bytes);
+}
+
+void register_shared_of(unsigned char* (*instance)(), size_t bytes) {
+  lazy_shared_buffers().emplace_back(instance, bytes);
+}
+
+void set_submitter(Submitter submitter) { g_submitter = submitter; }
+
+void submit(cudaStream_t stream, std::function<void()> work) {
+  if (g_submitter != nullptr) {
+    g_submitter(stream, std::move(work));
+  } else {
+    work();
+  }
 }
 
 void set_schedule(Schedule s, uint64_t seed) {

@@ -30,6 +30,8 @@
 // headers, which then keep it. Unlike the dynamic shared memory, a static __shared__ array is not
 // poisoned between blocks: a block starts with what the last block left there.
 #define __shared__ thread_local
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>  // the host compiler's view: __device__ and friends expand to nothing
 
 #include <cmath>
@@ -86,6 +88,17 @@ void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<vo
 // registered by its host build: each block poisons the launch's bytes of it, and the ldmatrix
 // and cp.async addresses must lie in them.
 void register_shared(unsigned char* base, size_t bytes);
+// The same for a thread_local buffer named by `instance` on the thread that runs the launches
+// (the emulated device's, tests/emu): registered there before its first launch.
+void register_shared_of(unsigned char* (*instance)(), size_t bytes);
+
+// Runs a launch (`work`: its run_grid) ordered on `stream`: at once on this thread, or where a
+// submitter is set (the emulated device's runtime, tests/emu), as it orders it: on the device's
+// thread, or recorded into the CUDA Graph being captured on the stream. Kernel launches
+// (launch_kernel, attn::launch) go through it.
+using Submitter = void (*)(cudaStream_t stream, std::function<void()> work);
+void set_submitter(Submitter submitter);
+void submit(cudaStream_t stream, std::function<void()> work);
 
 // The order a block's threads run in between barriers: first to last (the default), last to
 // first, shuffled by `seed`, or warp by warp from the last (kWarpsAhead: each warp runs until
@@ -171,6 +184,43 @@ template <typename A, typename B,
           typename = std::enable_if_t<std::is_integral_v<A> && std::is_integral_v<B>>>
 std::common_type_t<A, B> max(A a, B b) {
   return a < b ? b : a;
+}
+
+// Read-only loads and atomic adds: one thread of one block runs at a time, so a plain load and
+// a read-modify-write rounded once as the device's are exact stand-ins.
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+inline double atomicAdd(double* p, double v) {
+  const double old = *p;
+  *p = old + v;
+  return old;
+}
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p = old + v;
+  return old;
+}
+inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
+  const unsigned int old = *p;
+  *p = old + v;
+  return old;
+}
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) {
+  const __nv_bfloat16 old = *p;
+  *p = __float2bfloat16(__bfloat162float(old) + __bfloat162float(v));
+  return old;
+}
+inline __half atomicAdd(__half* p, __half v) {
+  const __half old = *p;
+  *p = __float2half(__half2float(old) + __half2float(v));
+  return old;
 }
 
 #include "tests/simt/wmma.h"  // nvcuda::wmma, which the toolkit declares for nvcc only
