@@ -224,7 +224,7 @@ TEST_CASE("cuda conv logits: fragments by 16- and 32-bit loads give ldmatrix's b
                               std::pair{Case{1, 2, 14, 14, 70, 128, 5, false}, DType::kBF16}}) {
     INFO(describe(c) << ", " << dtype_name(dt));
     const Tensor weights =
-        test::uniform({c.batch, c.heads, c.height * c.width, c.keys}, 4).to(kGpu);
+        test::uniform({c.batch, c.heads, c.height * c.width, c.keys}, 4).to(kGpu, DType::kF32);
     const TensorList by_ldmatrix = seeded_results(c, dt, weights);
     const bool previous = set_cuda_attention_async_loads(false);
     const TensorList by_loads = seeded_results(c, dt, weights);
@@ -248,7 +248,7 @@ TEST_CASE("cuda conv logits: grad_w by filter rows gives the per-tap blocks' bit
                               std::pair{Case{2, 2, 5, 9, 13, 48, 3, false}, DType::kBF16},
                               std::pair{Case{1, 2, 14, 14, 70, 128, 5, false}, DType::kBF16}}) {
     const Tensor weights =
-        test::uniform({c.batch, c.heads, c.height * c.width, c.keys}, 4).to(kGpu);
+        test::uniform({c.batch, c.heads, c.height * c.width, c.keys}, 4).to(kGpu, DType::kF32);
     for (const bool async : {true, false}) {
       INFO(describe(c) << ", " << dtype_name(dt)
                        << (async ? ", ldmatrix" : ", 16- and 32-bit loads"));
