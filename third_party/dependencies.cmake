@@ -107,4 +107,19 @@ if(SKA_CUDA)
   target_include_directories(ska_nccl INTERFACE ${NCCL_INCLUDE_DIR})
   target_link_libraries(ska_nccl INTERFACE ${NCCL_LIBRARY})
   message(STATUS "SKA: NCCL ${NCCL_LIBRARY}")
+elseif(SKA_CUDA_EMULATION)
+  # The toolkit's, cuDNN's and NCCL's headers only: tests/emu answers their calls on the host.
+  find_package(CUDAToolkit REQUIRED)
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  if(NOT CUDNN_INCLUDE_DIR OR NOT NCCL_INCLUDE_DIR)
+    message(FATAL_ERROR "SKA_CUDA_EMULATION=ON needs cudnn.h and nccl.h (the headers of cuDNN 9 "
+                        "and NCCL 2): set -DCUDNN_ROOT=<dir> and -DNCCL_ROOT=<dir>")
+  endif()
+  add_library(ska_cudnn INTERFACE)
+  target_include_directories(ska_cudnn SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR})
+  add_library(ska_nccl INTERFACE)
+  target_include_directories(ska_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
 endif()

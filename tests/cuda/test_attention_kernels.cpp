@@ -597,8 +597,9 @@ TEST_CASE("cuda attention: the register-capped one-block backward gives the unca
   }
 }
 
+// [emu-slow]: 4 minutes on the emulated device (tests/emu), which CI's stage leaves out.
 TEST_CASE("cuda attention: the persistent one-block kernels give the one-block kernels' bits",
-          "[cuda]") {
+          "[cuda][emu-slow]") {
   if (!ska::test::cuda_available_or_skip()) return;
   // train.attention_schedule: persistent runs the one-block forward and backward with blocks
   // that walk the leading indices, staging the next one's tiles while computing the current one:
