@@ -4,7 +4,10 @@
 # In CI (CI=true) a second, CPU-only build without OpenCV (-DSKA_CUDA=OFF -DSKA_OPENCV=OFF, the
 # configuration of a GPU machine without our packages: it must build and pass too) is configured,
 # built and tested as well, then a third under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan), and each libFuzzer
-# target runs for FUZZ_SECONDS (default 30; 0 skips the stage) with scripts/fuzz.sh.
+# target runs for FUZZ_SECONDS (default 30; 0 skips the stage) with scripts/fuzz.sh. With the
+# CUDA toolkit's headers present, CI also builds the CUDA backend for the host on the emulated
+# device (-DSKA_CUDA_EMULATION=ON, build-emu; tests/emu) and runs its [cuda] tests there but the
+# [slow] and [emu-slow] ones (EMU=0 skips the stage).
 # Environment: BUILD_DIR (default build), SKA_CUDA=ON|OFF to force, CMAKE_CUDA_ARCHITECTURES,
 # JOBS (default: all cores).
 set -euo pipefail
@@ -65,6 +68,12 @@ if [ "${CI:-}" = "true" ]; then
   mkdir -p build-cpu
   build_and_test build-cpu -DSKA_CUDA=OFF -DSKA_OPENCV=OFF
   sanitizer_build_and_test
+  cuda_inc=/usr/local/cuda/include
+  if [ "${EMU:-1}" != 0 ] && [ -f $cuda_inc/cuda_runtime.h ] && [ -f $cuda_inc/cudnn.h ] &&
+    [ -f $cuda_inc/nccl.h ]; then
+    mkdir -p build-emu
+    build_and_test build-emu -DSKA_CUDA=OFF -DSKA_CUDA_EMULATION=ON -DSKA_BUILD_BENCHMARKS=OFF
+  fi
   if [ "${FUZZ_SECONDS:-30}" -gt 0 ]; then
     for target in $(scripts/fuzz.sh list); do
       FUZZ_TAIL=5 scripts/fuzz.sh "$target" "${FUZZ_SECONDS:-30}"

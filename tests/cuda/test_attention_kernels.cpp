@@ -468,7 +468,7 @@ TEST_CASE("cuda attention: class attention, one query over 197 keys, d = 48", "[
   check_case(plain_case("class attention", {4, 8}, 1, 197, 48, 48, 501), 1.0 / std::sqrt(48.0));
 }
 
-TEST_CASE("cuda attention: long rows, N = 785, d = 64 (tile boundaries)", "[cuda]") {
+TEST_CASE("cuda attention: long rows, N = 785, d = 64 (tile boundaries)", "[cuda][emu-slow]") {
   if (!ska::test::cuda_available_or_skip()) return;
   check_case(plain_case("long rows", {1, 2}, 785, 785, 64, 64, 601), 1.0 / std::sqrt(64.0));
 }
@@ -597,7 +597,6 @@ TEST_CASE("cuda attention: the register-capped one-block backward gives the unca
   }
 }
 
-// [emu-slow]: 4 minutes on the emulated device (tests/emu), which CI's stage leaves out.
 TEST_CASE("cuda attention: the persistent one-block kernels give the one-block kernels' bits",
           "[cuda][emu-slow]") {
   if (!ska::test::cuda_available_or_skip()) return;
@@ -638,7 +637,7 @@ TEST_CASE("cuda attention: the persistent one-block kernels give the one-block k
   }
 }
 
-TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' bits", "[cuda]") {
+TEST_CASE("cuda attention: synchronous tile loads give the asynchronous copies' bits", "[cuda][emu-slow]") {
   if (!ska::test::cuda_available_or_skip()) return;
   // load_tile fills the shared tiles with cp.async copies by default, or with a load and a store
   // per 16 bytes (set_cuda_attention_async_loads(false)): the same tiles, so every result must

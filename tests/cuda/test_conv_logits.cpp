@@ -134,7 +134,7 @@ void check_case(const Case& c, DType dt) {
 
 }  // namespace
 
-TEST_CASE("cuda conv logits: the tensor-core kernels against the CPU twin", "[cuda]") {
+TEST_CASE("cuda conv logits: the tensor-core kernels against the CPU twin", "[cuda][emu-slow]") {
   if (!test::cuda_available_or_skip()) return;
   // CSKA-ViT-S's logits (8x8 queries, 65 keys, 8 heads of 64), with fewer images; and as the mixer
   // writes them, below the class row.
@@ -234,7 +234,7 @@ TEST_CASE("cuda conv logits: fragments by 16- and 32-bit loads give ldmatrix's b
   }
 }
 
-TEST_CASE("cuda conv logits: grad_w by filter rows gives the per-tap blocks' bits", "[cuda]") {
+TEST_CASE("cuda conv logits: grad_w by filter rows gives the per-tap blocks' bits", "[cuda][emu-slow]") {
   if (!test::cuda_available_or_skip()) return;
   // train.conv_logits_grad_w: per_row computes the three taps of a 3x3 filter row in one block
   // (head dims up to 64), 32 rows a step: each tap's sums over the same rows in the same order,
