@@ -9,14 +9,13 @@
 
 #include <cblas.h>
 #include <cublasLt.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cstring>
 #include <stdexcept>
 #include <vector>
 
 #include "tests/emu/device.h"
+#include "tests/emu/values.h"
 
 struct cublasLtContext {};
 
@@ -43,43 +42,21 @@ struct Layout {
 Desc* desc_of(cublasLtMatmulDesc_t d) { return reinterpret_cast<Desc*>(d); }
 Layout* layout_of(cublasLtMatrixLayout_t l) { return reinterpret_cast<Layout*>(l); }
 
-double load(const void* p, cudaDataType_t t, int64_t i) {
+emu::Element element_of(cudaDataType_t t) {
   switch (t) {
     case CUDA_R_32F:
-      return static_cast<const float*>(p)[i];
+      return emu::Element::kF32;
     case CUDA_R_16BF:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+      return emu::Element::kBF16;
     case CUDA_R_16F:
-      return __half2float(static_cast<const __half*>(p)[i]);
+      return emu::Element::kF16;
     default:
       throw std::logic_error("emulated cuBLASLt: an unsupported data type");
   }
 }
-void store(void* p, cudaDataType_t t, int64_t i, double v) {
-  const float f = static_cast<float>(v);
-  switch (t) {
-    case CUDA_R_32F:
-      static_cast<float*>(p)[i] = f;
-      break;
-    case CUDA_R_16BF:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(f);
-      break;
-    case CUDA_R_16F:
-      static_cast<__half*>(p)[i] = __float2half(f);
-      break;
-    default:
-      throw std::logic_error("emulated cuBLASLt: an unsupported data type");
-  }
-}
-// f32 rounded to TF32 (10 mantissa bits, to nearest, ties away), as the tensor cores read it.
-double tf32(double v) {
-  float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+double load(const void* p, cudaDataType_t t, int64_t i) { return emu::load(p, element_of(t), i); }
+void store(void* p, cudaDataType_t t, int64_t i, double v) { emu::store(p, element_of(t), i, v); }
+using emu::tf32;
 bool supported(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
 
 cublasStatus_t create(cublasLtHandle_t* h) {

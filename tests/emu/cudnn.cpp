@@ -4,15 +4,13 @@
 // math is CUDNN_FMA_MATH) and rounded once to the output's type, with
 // y = alpha * result + beta * y. Every query offers one algorithm in FMA and one in tensor-op math,
 // deterministic, needing no workspace.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cudnn.h>
 
-#include <cstring>
 #include <stdexcept>
 #include <vector>
 
 #include "tests/emu/device.h"
+#include "tests/emu/values.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -41,44 +39,25 @@ int64_t offset(cudnnTensorFormat_t f, int /*d0*/, int d1, int d2, int d3, int a,
   if (f == CUDNN_TENSOR_NHWC) return ((int64_t{a} * d2 + y) * d3 + x) * d1 + b;
   return ((int64_t{a} * d1 + b) * d2 + y) * d3 + x;
 }
-double load(const void* p, cudnnDataType_t t, int64_t i) {
+ska::emu::Element element_of(cudnnDataType_t t) {
   switch (t) {
     case CUDNN_DATA_FLOAT:
-      return static_cast<const float*>(p)[i];
+      return ska::emu::Element::kF32;
     case CUDNN_DATA_BFLOAT16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+      return ska::emu::Element::kBF16;
     case CUDNN_DATA_HALF:
-      return __half2float(static_cast<const __half*>(p)[i]);
+      return ska::emu::Element::kF16;
     default:
       throw std::logic_error("emulated cuDNN: an unsupported data type");
   }
+}
+double load(const void* p, cudnnDataType_t t, int64_t i) {
+  return ska::emu::load(p, element_of(t), i);
 }
 void store(void* p, cudnnDataType_t t, int64_t i, double v) {
-  const float f = static_cast<float>(v);
-  switch (t) {
-    case CUDNN_DATA_FLOAT:
-      static_cast<float*>(p)[i] = f;
-      break;
-    case CUDNN_DATA_BFLOAT16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(f);
-      break;
-    case CUDNN_DATA_HALF:
-      static_cast<__half*>(p)[i] = __float2half(f);
-      break;
-    default:
-      throw std::logic_error("emulated cuDNN: an unsupported data type");
-  }
+  ska::emu::store(p, element_of(t), i, v);
 }
-
-// f32 rounded to TF32 (10 mantissa bits), as tensor-op math reads f32 data.
-double tf32(double v) {
-  float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using ska::emu::tf32;
 
 bool fits(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const cudnnConvolutionStruct& c,
           const cudnnTensorStruct& y) {
