@@ -192,23 +192,9 @@ template <typename T>
 T __ldg(const T* p) {
   return *p;
 }
-inline float atomicAdd(float* p, float v) {
-  const float old = *p;
-  *p = old + v;
-  return old;
-}
-inline double atomicAdd(double* p, double v) {
-  const double old = *p;
-  *p = old + v;
-  return old;
-}
-inline int atomicAdd(int* p, int v) {
-  const int old = *p;
-  *p = old + v;
-  return old;
-}
-inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
-  const unsigned int old = *p;
+template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+T atomicAdd(T* p, std::common_type_t<T> v) {  // the value's type follows the pointer's
+  const T old = *p;
   *p = old + v;
   return old;
 }
