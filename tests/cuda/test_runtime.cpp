@@ -583,6 +583,51 @@ TEST_CASE("CUDA Graph: a capture that synchronises fails with a clear error", "[
   CHECK(add(x, 1.0).to_vector<float>() == std::vector<float>{2, 2, 2, 2});
 }
 
+TEST_CASE("CUDA Graph: a stream forked into a capture records there and leaves it at its end",
+          "[cuda]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  const Device gpu = Device::cuda(0);
+  const Tensor buf = Tensor::zeros({256}, DType::kU8, gpu);
+  auto* bytes = static_cast<uint8_t*>(buf.data_ptr());
+  const cudaStream_t origin = cuda::current_stream(0), side = cuda::create_stream(0);
+  cudaEvent_t fork = nullptr, join = nullptr;
+  SKA_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  SKA_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  synchronize(gpu);
+  SKA_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+  SKA_CUDA_CHECK(cudaMemsetAsync(bytes + 128, 9, 128, origin));
+  SKA_CUDA_CHECK(cudaEventRecord(fork, origin));
+  SKA_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SKA_CUDA_CHECK(cudaStreamIsCapturing(side, &status));
+  CHECK(status == cudaStreamCaptureStatusActive);
+  SKA_CUDA_CHECK(cudaMemsetAsync(bytes, 7, 128, side));
+  SKA_CUDA_CHECK(cudaEventRecord(join, side));
+  SKA_CUDA_CHECK(cudaStreamWaitEvent(origin, join, 0));
+  cudaGraph_t graph = nullptr;
+  SKA_CUDA_CHECK(cudaStreamEndCapture(origin, &graph));
+  // The capture is over for both streams; its work is recorded, not run.
+  SKA_CUDA_CHECK(cudaStreamIsCapturing(side, &status));
+  CHECK(status == cudaStreamCaptureStatusNone);
+  SKA_CUDA_CHECK(cudaStreamIsCapturing(origin, &status));
+  CHECK(status == cudaStreamCaptureStatusNone);
+  CHECK(buf.to_vector<int64_t>() == std::vector<int64_t>(256, 0));
+  cudaGraphExec_t exec = nullptr;
+  SKA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  SKA_CUDA_CHECK(cudaGraphLaunch(exec, origin));
+  std::vector<int64_t> expected(128, 7);
+  expected.resize(256, 9);
+  CHECK(buf.to_vector<int64_t>() == expected);
+  // The side stream runs its own work again.
+  SKA_CUDA_CHECK(cudaMemsetAsync(bytes, 1, 256, side));
+  SKA_CUDA_CHECK(cudaStreamSynchronize(side));
+  CHECK(buf.to_vector<int64_t>() == std::vector<int64_t>(256, 1));
+  SKA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  SKA_CUDA_CHECK(cudaGraphDestroy(graph));
+  SKA_CUDA_CHECK(cudaEventDestroy(fork));
+  SKA_CUDA_CHECK(cudaEventDestroy(join));
+}
+
 #else
 
 TEST_CASE("CUDA runtime tests need a CUDA build", "[cuda]") {

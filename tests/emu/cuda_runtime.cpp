@@ -1,14 +1,17 @@
 // The CUDA runtime of the emulated device (tests/emu/device.h): the calls cuda/ makes, answered on
 // the host. Memory is host memory (device allocations start as 0xff bytes, NaN in every float
 // type, so that a read of what no kernel wrote shows); streams are synchronous; events hold the
-// host time of their record; a stream under capture records its work into a graph, and a
-// synchronisation of a captured stream invalidates the capture, as on a device.
+// host time of their record; a stream under capture records its work into a graph (a stream
+// waiting on an event recorded under it joins it, and leaves it at its end), and a synchronisation
+// of a captured stream invalidates the capture, as on a device.
 // clang-format off
 #include "tests/simt/simt.h"  // first: it defines __shared__ before the toolkit's headers
 // clang-format on
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -22,16 +25,20 @@
 
 #include "tests/emu/device.h"
 
+namespace ska::emu {
+struct Capture;
+}
+
 // The runtime's opaque types, defined here for the emulation.
 struct CUstream_st {
-  bool capturing = false;
-  bool invalidated = false;
-  std::shared_ptr<std::vector<std::function<void()>>> graph;  // while capturing
+  std::shared_ptr<ska::emu::Capture> capture;  // while capturing
+  // A forked stream's work since its last event record: unjoined, if the capture ended now. (A
+  // device also asks that a stream of the capture waited on that event; not checked here.)
+  bool unjoined = false;
 };
 struct CUevent_st {
   std::chrono::steady_clock::time_point time;
-  std::shared_ptr<std::vector<std::function<void()>>> graph;  // recorded under capture
-  CUstream_st* stream = nullptr;                              // the captured stream
+  std::shared_ptr<ska::emu::Capture> capture;  // recorded under capture
 };
 struct CUgraph_st {
   std::shared_ptr<std::vector<std::function<void()>>> work;
@@ -41,6 +48,18 @@ struct CUgraphExec_st {
 };
 
 namespace ska::emu {
+
+// One capture (cudaStreamBeginCapture to cudaStreamEndCapture): the work it records, the stream
+// it began on and the streams forked into it by waiting on an event recorded under it.
+struct Capture {
+  std::shared_ptr<std::vector<std::function<void()>>> work =
+      std::make_shared<std::vector<std::function<void()>>>();
+  CUstream_st* origin = nullptr;
+  std::vector<CUstream_st*> forked;
+  bool invalidated = false;  // a synchronisation under it: it ends without a graph
+  bool ended = false;
+};
+
 namespace {
 
 constexpr int kSms = 132;
@@ -53,7 +72,7 @@ class DeviceThread {
   DeviceThread() : thread_([this] { loop(); }) { thread_.detach(); }
 
   void run(const std::function<void()>& work) {
-    if (std::this_thread::get_id() == id_) return work();  // work submitting work (graph launch)
+    if (std::this_thread::get_id() == id_.load()) return work();  // work submitting work (a graph)
     std::packaged_task<void()> task(work);
     std::future<void> done = task.get_future();
     {
@@ -66,7 +85,7 @@ class DeviceThread {
 
  private:
   void loop() {
-    id_ = std::this_thread::get_id();
+    id_.store(std::this_thread::get_id());
     for (;;) {
       std::packaged_task<void()> task;
       {
@@ -82,7 +101,7 @@ class DeviceThread {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::packaged_task<void()>> queue_;
-  std::thread::id id_;
+  std::atomic<std::thread::id> id_;
   std::thread thread_;
 };
 
@@ -91,8 +110,9 @@ DeviceThread& device_thread() {
   return *t;
 }
 
-std::mutex g_streams_mu;  // guards the streams' capture state
+std::mutex g_streams_mu;  // guards the streams' capture state and the captures
 CUstream_st g_default_stream;
+std::vector<std::shared_ptr<Capture>> g_captures;  // those not ended
 thread_local cudaError_t t_last_error = cudaSuccess;
 
 CUstream_st* resolve(cudaStream_t s) {
@@ -121,9 +141,10 @@ cudaError_t submit(cudaStream_t stream, std::function<void()> work) {
   CUstream_st* s = resolve(stream);
   {
     std::lock_guard<std::mutex> lock(g_streams_mu);
-    if (s->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
-    if (s->capturing) {
-      s->graph->push_back(std::move(work));
+    if (s->capture) {
+      if (s->capture->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+      s->capture->work->push_back(std::move(work));
+      s->unjoined = s != s->capture->origin;
       return cudaSuccess;
     }
   }
@@ -159,6 +180,10 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated:
       return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
     case cudaErrorIllegalState:
       return "cudaErrorIllegalState";
     default:
@@ -179,6 +204,10 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
       return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched:
+      return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "the capture sequence contains a fork that was not joined to the primary stream";
     case cudaErrorIllegalState:
       return "the operation cannot be performed in the present state";
     default:
@@ -250,8 +279,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 cudaError_t cudaDeviceSynchronize() {
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  return ska::emu::g_default_stream.capturing ? fail(cudaErrorStreamCaptureUnsupported)
-                                              : cudaSuccess;
+  if (ska::emu::g_captures.empty()) return cudaSuccess;
+  // As on a device (global capture mode): not allowed, and every capture is lost.
+  for (const auto& c : ska::emu::g_captures) c->invalidated = true;
+  return fail(cudaErrorStreamCaptureUnsupported);
 }
 cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute attr, int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize &&
@@ -315,15 +346,23 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (resolve(s) != &ska::emu::g_default_stream) delete s;
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  CUstream_st* s = resolve(stream);
+  if (s == &ska::emu::g_default_stream) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
+  if (s->capture) {
+    if (s->capture->origin == s) return fail(cudaErrorStreamCaptureUnsupported);
+    std::vector<CUstream_st*>& forked = s->capture->forked;
+    forked.erase(std::find(forked.begin(), forked.end(), s));
+  }
+  delete s;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  if (s->capturing) {  // as on a device: not allowed, and the capture is lost
-    s->invalidated = true;
+  if (s->capture) {  // as on a device: not allowed, and the capture is lost
+    s->capture->invalidated = true;
     return fail(cudaErrorStreamCaptureUnsupported);
   }
   return cudaSuccess;
@@ -332,38 +371,51 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int) {
   CUstream_st* s = resolve(stream);
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  if (e->graph && !s->capturing) {  // joins the capture the event was recorded in (a fork)
-    s->capturing = true;
-    s->graph = e->graph;
+  if (e->capture && !e->capture->ended && !s->capture) {  // joins the event's capture (a fork)
+    s->capture = e->capture;
+    s->unjoined = false;
+    e->capture->forked.push_back(s);
   }
   return cudaSuccess;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
   CUstream_st* s = resolve(stream);
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  if (s->capturing) return fail(cudaErrorIllegalState);
-  s->capturing = true;
-  s->invalidated = false;
-  s->graph = std::make_shared<std::vector<std::function<void()>>>();
+  if (s->capture) return fail(cudaErrorIllegalState);
+  s->capture = std::make_shared<ska::emu::Capture>();
+  s->capture->origin = s;
+  ska::emu::g_captures.push_back(s->capture);
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   CUstream_st* s = resolve(stream);
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  if (!s->capturing && !s->invalidated) return fail(cudaErrorIllegalState);
-  const bool invalidated = s->invalidated;
-  *graph = invalidated ? nullptr : new CUgraph_st{s->graph};
-  s->capturing = false;
-  s->invalidated = false;
-  s->graph.reset();
-  return invalidated ? fail(cudaErrorStreamCaptureInvalidated) : cudaSuccess;
+  *graph = nullptr;
+  if (!s->capture) return fail(cudaErrorIllegalState);
+  const std::shared_ptr<ska::emu::Capture> c = s->capture;
+  if (c->origin != s) return fail(cudaErrorStreamCaptureUnmatched);
+  // The capture ends for every stream in it, the forked ones too.
+  bool unjoined = false;
+  for (CUstream_st* f : c->forked) {
+    unjoined = unjoined || f->unjoined;
+    f->capture.reset();
+    f->unjoined = false;
+  }
+  s->capture.reset();
+  c->ended = true;
+  auto& captures = ska::emu::g_captures;
+  captures.erase(std::find(captures.begin(), captures.end(), c));
+  if (c->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  if (unjoined) return fail(cudaErrorStreamCaptureUnjoined);
+  *graph = new CUgraph_st{c->work};
+  return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
   CUstream_st* s = resolve(stream);
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  *status = s->invalidated ? cudaStreamCaptureStatusInvalidated
-            : s->capturing ? cudaStreamCaptureStatusActive
-                           : cudaStreamCaptureStatusNone;
+  *status = !s->capture               ? cudaStreamCaptureStatusNone
+            : s->capture->invalidated ? cudaStreamCaptureStatusInvalidated
+                                      : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode*) { return cudaSuccess; }
@@ -402,13 +454,12 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  if (s->capturing) {
-    e->graph = s->graph;
-    e->stream = s;
+  if (s->capture) {
+    e->capture = s->capture;
+    s->unjoined = false;  // its work so far is before the event
     return cudaSuccess;
   }
-  e->graph.reset();
-  e->stream = nullptr;
+  e->capture.reset();
   e->time = std::chrono::steady_clock::now();  // all earlier work has run
   return cudaSuccess;
 }
