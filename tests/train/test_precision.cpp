@@ -15,6 +15,7 @@
 
 #include "backend/device_runtime.h"
 #include "core/precision.h"
+#include "core/random.h"
 #include "nn/layers.h"
 #include "nn/mixers/attention_core.h"
 #include "support/test_util.h"
@@ -578,4 +579,47 @@ TEST_CASE("train.cuda_graph: on trains to the same weights as eager steps", "[cu
   INFO("first differing tensor: " << diff);
   CHECK(test::bitwise_equal(eager.weights, graphed.weights, &diff));
   CHECK(graphed.result.final_eval.top1 == eager.result.final_eval.top1);
+}
+
+TEST_CASE("resume on CUDA after k steps is bit-identical to straight training", "[cuda][train]") {
+  if (!ska::test::cuda_available_or_skip()) return;
+  if (!test::fashion_mnist_available()) {
+    WARN("skipped: /usr/share/datasets/fashion-mnist is not installed (dataset-fashion-mnist)");
+    return;
+  }
+  // bf16 with EMA and dropout; batches from the pinned host pipeline with the step captured as a
+  // CUDA Graph, or from the device-resident set with eager steps. k = 5 stops mid-epoch; 12
+  // crosses the epoch boundary and its evaluation. The straight run captures at update 4, the
+  // resumed one at update 9 (three eager updates after each start).
+  const std::string loader =
+      GENERATE(as<std::string>{}, "train.cuda_graph=on", "data.device_resident=true");
+  CAPTURE(loader);
+  const std::vector<std::string> common = {"train.precision=bf16", "train.ema_decay=0.9", loader};
+  auto with = [&](const std::string& steps) {
+    std::vector<std::string> sets = common;
+    sets.push_back(steps);
+    return sets;
+  };
+  const Device gpu = Device::cuda(0);
+  const Run straight = train_tiny(with("train.max_steps=12"), "", "", 2, gpu);
+  const std::string split_dir = test::train_scratch_dir("cuda_split");
+  train_tiny(with("train.max_steps=5"), split_dir, "", 2, gpu);
+  // Another state of the device's generator before the rebuild: the checkpoint's must win.
+  default_generator(gpu).set_state(987, 654);
+  const Run resumed = train_tiny(with("train.max_steps=12"), split_dir, split_dir, 2, gpu);
+  if (loader == "train.cuda_graph=on") {
+    CHECK(mentions(straight.log, "train.cuda_graph: captured the training step at update 4"));
+    CHECK(mentions(resumed.log, "train.cuda_graph: captured the training step at update 9"));
+  }
+  std::string diff;
+  INFO("first differing tensor: " << diff);
+  REQUIRE(test::bitwise_equal(straight.weights, resumed.weights, &diff));
+  const Checkpoint a = load_checkpoint(resolve_checkpoint(straight.dir));
+  const Checkpoint b = load_checkpoint(resolve_checkpoint(split_dir));
+  CHECK(a.state.step == 12);
+  CHECK(b.state.step == 12);
+  CHECK(test::bitwise_equal(a.ema, b.ema, &diff));
+  CHECK(test::bitwise_equal(a.state.optimizer, b.state.optimizer, &diff));
+  CHECK(a.state.best_ema_top1 == b.state.best_ema_top1);
+  CHECK(resumed.result.final_eval.top1 == straight.result.final_eval.top1);
 }
