@@ -1,8 +1,11 @@
-// Every model of the zoo (configs/models/*.yaml, full size) trained a few steps on CUDA with its
-// training step captured and replayed as train.cuda_graph does (GraphedStep), against the same
-// steps run eagerly: the weights, optimizer state and EMA bit for bit. A model that draws on the
-// host in training (CaiT's layer dropout) has its capture refused with the reason, and is
-// compared with those draws moved to the device (move_draws_to_device, as the trainer does).
+// Every model of the zoo (configs/models/*.yaml, at full size and reduced to a layer or two a
+// stage) trained a few steps on CUDA with its training step captured and replayed as
+// train.cuda_graph does (GraphedStep), against the same steps run eagerly: the weights, optimizer
+// state and EMA bit for bit. A model that draws on the host in training (CaiT's layer dropout)
+// has its capture refused with the reason, and is compared with those draws moved to the device
+// (move_draws_to_device, as the trainer does). A replay reruns what was recorded: work the host
+// did while capturing (a value read back, a draw, a shape-dependent choice made from data) is
+// frozen into it, and the replayed steps' bits then differ from the eager ones.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
@@ -29,16 +32,37 @@ namespace {
 
 constexpr int kSteps = 5, kEagerFirst = 2;
 
-Config zoo_config(const std::string& name) {
-  return Config::load(std::string(SKA_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
+// Model `name` of configs/models/; reduced: one or two layers a stage (Swin's come in pairs: a
+// window layer and a shifted one), a few heads of the full model's head width, narrow
+// channels and the ImageNet MetaFormers on 64x64 images, every mixer, norm and block kind of the
+// full model kept (on the emulated device, tests/emu, the full models take hours).
+Config zoo_config(const std::string& name, bool reduced) {
+  Config config = Config::load(std::string(SKA_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
+  if (!reduced) return config;
+  const std::string family = config.root().get<std::string>("family");
+  std::vector<std::string> sets;
+  if (family == "vit") {
+    sets = {"depth=2", "heads=2", "dim=128", "mlp_dim=128"};
+  } else if (family == "cait") {
+    sets = {"depth=2", "cls_depth=1", "heads=2", "dim=128", "mlp_dim=128"};
+  } else if (family == "swin") {
+    sets = {"depths=[2, 2, 2, 2]", "hidden_dim=32", "heads=[1, 1, 2, 2]"};
+  } else if (family == "cvt") {
+    sets = {"depths=[1, 1, 2]", "dims=[32, 64, 96]", "heads=[1, 2, 3]"};
+  } else if (family == "metaformer") {
+    sets = {"depths=[1, 1, 2, 1]", "dims=[32, 64, 96, 128]", "image_size=64"};
+  }
+  for (const std::string& s : sets) config.set(s);
+  return config;
 }
 
 // kSteps AdamW updates (gradient clipping, EMA) of `config`'s model on CUDA under bf16 autocast,
-// dropout and drop path as configured, one seeded batch each (two images; 16 for CvT, whose
-// batch statistics need them): all eager, or kEagerFirst eager and the rest replays of the step
-// captured by GraphedStep after them; with move_draws, what the model draws on the host is drawn
-// on the device (in both runs).
-test::TrainedState train_steps(const Config& config, bool graph, bool move_draws = true) {
+// dropout and drop path as configured, one seeded batch each (two images; for CvT, whose batch
+// statistics need more, cvt_batch): all eager, or kEagerFirst eager and the rest replays of the
+// step captured by GraphedStep after them; with move_draws, what the model draws on the host is
+// drawn on the device (in both runs).
+test::TrainedState train_steps(const Config& config, bool graph, int64_t cvt_batch,
+                               bool move_draws = true) {
   const Device gpu = Device::cuda(0);
   manual_seed(5);
   const nn::ModulePtr model = models::build_model(config.root());
@@ -59,7 +83,7 @@ test::TrainedState train_steps(const Config& config, bool graph, bool move_draws
   const int64_t size = config.root().get<int64_t>("image_size");
   const int64_t channels = config.root().get<int64_t>("in_channels", 3);
   const int64_t classes = config.root().get<int64_t>("num_classes");
-  const int64_t batch = config.root().get<std::string>("family") == "cvt" ? 16 : 2;
+  const int64_t batch = config.root().get<std::string>("family") == "cvt" ? cvt_batch : 2;
   std::vector<Tensor> images, labels;
   for (int k = 0; k < kSteps; ++k) {
     images.push_back(
@@ -85,35 +109,34 @@ test::TrainedState train_steps(const Config& config, bool graph, bool move_draws
   return test::trained_state(*model, *opt, ema, stats);
 }
 
-}  // namespace
-
-TEST_CASE("zoo on CUDA: every model's training step replayed as a CUDA Graph equals eager steps",
-          "[cuda][train][graph][slow]") {
-  if (!test::cuda_available_or_skip()) return;
+// Trains each zoo model (full size or reduced) with and without the graph, and compares.
+void check_replays(bool reduced) {
   // Deterministic cuDNN algorithms, so that the two runs can be compared bit for bit (this
   // project's own kernels sum in a fixed order).
   KernelChoices choices;
   choices.cudnn_deterministic = true;
   choices.apply();
   for (const std::string& name : test::zoo_models()) {
-    INFO(name);
-    Config config = zoo_config(name);
+    INFO(name << (reduced ? " (reduced)" : ""));
+    Config config = zoo_config(name, reduced);
+    const int64_t cvt_batch = reduced ? 4 : 16;  // reduced: 16 values a channel in stage 3
     const nn::ModulePtr probe = models::build_model(config.root());
     const std::string draws = nn::host_draws_in_training(*probe);
     if (config.root().has("layer_dropout")) {
       // CaiT picks its layers on the host: refused before a capture, and a capture tried
       // anyway fails on the host draw instead of freezing it. Drawn on the device, the step
-      // replays; at 0.3, about a third of the 8 layers drop out in each of the 5 steps.
+      // replays; at 0.3, about a third of its layers drop out in each of the 5 steps.
       CHECK_THAT(cuda_graph_obstacle(Device::cuda(0), 1, "single", TrainOptions{}, draws),
                  Catch::Contains("layer_dropout"));
-      CHECK_THROWS_WITH(train_steps(config, true, false), Catch::Contains("drawn on the host"));
+      CHECK_THROWS_WITH(train_steps(config, true, cvt_batch, false),
+                        Catch::Contains("drawn on the host"));
       config.set("layer_dropout=0.3");
     } else {
       CHECK(draws.empty());
     }
     try {
-      const test::TrainedState eager = train_steps(config, false);
-      const test::TrainedState replayed = train_steps(config, true);
+      const test::TrainedState eager = train_steps(config, false, cvt_batch);
+      const test::TrainedState replayed = train_steps(config, true, cvt_batch);
       using Part = std::map<std::string, Tensor> test::TrainedState::*;
       for (const Part part : {&test::TrainedState::weights, &test::TrainedState::optimizer,
                                &test::TrainedState::ema}) {
@@ -129,4 +152,20 @@ TEST_CASE("zoo on CUDA: every model's training step replayed as a CUDA Graph equ
     }
   }
   KernelChoices{}.apply();
+}
+
+}  // namespace
+
+TEST_CASE("zoo on CUDA: every model's training step replayed as a CUDA Graph equals eager steps",
+          "[cuda][train][graph][slow]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_replays(false);
+}
+
+TEST_CASE(
+    "zoo on CUDA, reduced: every model's training step replayed as a CUDA Graph equals eager "
+    "steps",
+    "[cuda][train][graph]") {
+  if (!test::cuda_available_or_skip()) return;
+  check_replays(true);
 }
