@@ -1,7 +1,8 @@
-// Every model of the zoo at full size (configs/models/*.yaml) on CUDA against the CPU: a training
-// forward (dropout and drop-path drawn from the same Philox streams on both), the logits, and the
-// gradient of every parameter, in strict f32 and under bf16 autocast, with the CPU's f64 pass as
-// the exact result where a quantity is too ill-conditioned for the two to agree closely.
+// Every model of the zoo (configs/models/*.yaml), at full size and reduced to a layer or two a
+// stage (test::zoo_config), on CUDA against the CPU: a training forward (dropout and drop-path
+// drawn from the same Philox streams on both), the logits, and the gradient of every parameter,
+// in strict f32 and under bf16 autocast, with the CPU's f64 pass as the exact result where a
+// quantity is too ill-conditioned for the two to agree closely.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -73,10 +74,10 @@ struct Setup {
   Tensor images, labels;
 };
 
-// Model `name` of configs/models/ at full size, seeded weights, and seeded images (two; 16 for
-// CvT).
-Setup build(const std::string& name) {
-  Config config = Config::load(std::string(SKA_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
+// Model `name` of configs/models/ at full size or reduced (test::zoo_config), seeded weights,
+// and seeded images (two; 16 for CvT).
+Setup build(const std::string& name, bool reduced) {
+  Config config = test::zoo_config(name, reduced);
   // CaiT's layer dropout draws on the host generator, which the CPU pass's dropout masks share
   // and the CUDA pass's do not: the two passes would drop different layers. Every layer is kept
   // (the layers' arithmetic is what is compared; the draw is tested on the CPU).
@@ -99,10 +100,10 @@ Setup build(const std::string& name) {
 
 // The logits' NMSE between the CPU and `device` with `choices` applied (training mode or not);
 // the defaults are restored afterwards.
-double logits_nmse(const std::string& name, Device device, bool bf16, bool training,
+double logits_nmse(const std::string& name, bool reduced, Device device, bool bf16, bool training,
                    const KernelChoices& choices) {
   choices.apply();
-  Setup s = build(name);
+  Setup s = build(name, reduced);
   const Pass cpu = run_pass(*s.model, s.images, s.labels, Device::cpu(), bf16, training);
   s.model->to(device);
   const Pass other = run_pass(*s.model, s.images, s.labels, device, bf16, training);
@@ -113,7 +114,7 @@ double logits_nmse(const std::string& name, Device device, bool bf16, bool train
 // After a mismatch: the logits' NMSE with one thing at a time taken out of the picture (dropout
 // and drop-path by evaluation mode, then each fast path switched back to its reference), as
 // warnings, so that one run names the part to blame.
-void localize(const std::string& name, Device device, bool bf16) {
+void localize(const std::string& name, bool reduced, Device device, bool bf16) {
   struct Variant {
     const char* what;
     bool training;
@@ -136,7 +137,7 @@ void localize(const std::string& name, Device device, bool bf16) {
     try {
       WARN(name << (bf16 ? " bf16" : " f32") << ", " << v.what
                 << (v.training ? " (training)" : " (evaluation)") << ": logits NMSE "
-                << logits_nmse(name, device, bf16, v.training, v.choices));
+                << logits_nmse(name, reduced, device, bf16, v.training, v.choices));
     } catch (const std::exception& e) {
       KernelChoices{}.apply();
       WARN(name << ", " << v.what << ": " << e.what());
@@ -167,10 +168,11 @@ bool agrees(const Tensor& actual, const Tensor& cpu, const Tensor& exact, double
 // CPU's own bf16 error reaches several times the value), so where one misses the NMSE bound they
 // are judged together: the device's distance to the f64 results over all of them, against the
 // CPU's. Returns whether all agreed.
-bool compare_devices(const std::string& name, Device device, bool bf16) {
-  INFO(name << (bf16 ? " under bf16 autocast" : " in f32") << " on " << device);
+bool compare_devices(const std::string& name, Device device, bool bf16, bool reduced = false) {
+  INFO(name << (reduced ? " (reduced)" : "") << (bf16 ? " under bf16 autocast" : " in f32")
+            << " on " << device);
   const Tf32Guard strict(Tf32Policy{false, false});
-  Setup s = build(name);
+  Setup s = build(name, reduced);
   const Pass cpu = run_pass(*s.model, s.images, s.labels, Device::cpu(), bf16);
   s.model->to(device);
   const Pass other = run_pass(*s.model, s.images, s.labels, device, bf16);
@@ -230,18 +232,32 @@ TEST_CASE("zoo: a training pass reseeded repeats itself on the CPU (the parity h
   CHECK(compare_devices("cait_s", Device::cpu(), false));
 }
 
-TEST_CASE("zoo on CUDA: logits and every parameter gradient of every model match the CPU",
-          "[cuda][models][slow]") {
-  if (!test::cuda_available_or_skip()) return;
-  // Every model is compared even after one fails or throws; the first failures are localized.
+namespace {
+
+// Every model is compared even after one fails or throws; the first failures are localized.
+void compare_zoo(bool reduced) {
   int localized = 0;
   for (const std::string& name : test::zoo_models()) {
     for (const bool bf16 : {false, true}) {
       bool ok = false;
-      CHECK_NOTHROW(ok = compare_devices(name, Device::cuda(0), bf16));
-      if (!ok && localized++ < 4) localize(name, Device::cuda(0), bf16);
+      CHECK_NOTHROW(ok = compare_devices(name, Device::cuda(0), bf16, reduced));
+      if (!ok && localized++ < 4) localize(name, reduced, Device::cuda(0), bf16);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("zoo on CUDA: logits and every parameter gradient of every model match the CPU",
+          "[cuda][models][slow]") {
+  if (!test::cuda_available_or_skip()) return;
+  compare_zoo(false);
+}
+
+TEST_CASE("zoo on CUDA, reduced: logits and every parameter gradient of every model match the CPU",
+          "[cuda][models]") {
+  if (!test::cuda_available_or_skip()) return;
+  compare_zoo(true);
 }
 
 TEST_CASE(

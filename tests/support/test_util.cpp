@@ -297,4 +297,24 @@ const std::vector<std::string>& zoo_models() {
   return kZoo;
 }
 
+Config zoo_config(const std::string& name, bool reduced) {
+  Config config = Config::load(std::string(SKA_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
+  if (!reduced) return config;
+  const std::string family = config.root().get<std::string>("family");
+  std::vector<std::string> sets;
+  if (family == "vit") {
+    sets = {"depth=2", "heads=2", "dim=128", "mlp_dim=128"};
+  } else if (family == "cait") {
+    sets = {"depth=2", "cls_depth=1", "heads=2", "dim=128", "mlp_dim=128"};
+  } else if (family == "swin") {
+    sets = {"depths=[2, 2, 2, 2]", "hidden_dim=32", "heads=[1, 1, 2, 2]"};
+  } else if (family == "cvt") {
+    sets = {"depths=[1, 1, 2]", "dims=[32, 64, 96]", "heads=[1, 2, 3]"};
+  } else if (family == "metaformer") {
+    sets = {"depths=[1, 1, 2, 1]", "dims=[32, 64, 96, 128]", "image_size=64"};
+  }
+  for (const std::string& s : sets) config.set(s);
+  return config;
+}
+
 }  // namespace ska::test

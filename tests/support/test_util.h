@@ -9,6 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "backend/profiler.h"
+#include "config/config.h"
 #include "ops/ops.h"
 
 namespace ska::test {
@@ -74,6 +75,11 @@ int count_nodes(const Tensor& root, const std::string& name, bool into_leaf = fa
 
 // The model configs of the zoo (configs/models/NAME.yaml), every family and mixer at full size.
 const std::vector<std::string>& zoo_models();
+// Model `name` of configs/models/; reduced: one or two layers a stage (Swin's come in pairs: a
+// window layer and a shifted one), a few heads of the full model's head width, narrow channels
+// and the ImageNet MetaFormers on 64x64 images, every mixer, norm and block kind of the full
+// model kept (on the emulated device, tests/emu, the full models take hours).
+Config zoo_config(const std::string& name, bool reduced);
 
 // The kernels `fn` runs, as the kernel profiler records them (a row per kernel and operands).
 std::vector<profiler::KernelTime> kernels_of(const std::function<void()>& fn);

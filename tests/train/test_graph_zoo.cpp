@@ -32,30 +32,6 @@ namespace {
 
 constexpr int kSteps = 5, kEagerFirst = 2;
 
-// Model `name` of configs/models/; reduced: one or two layers a stage (Swin's come in pairs: a
-// window layer and a shifted one), a few heads of the full model's head width, narrow
-// channels and the ImageNet MetaFormers on 64x64 images, every mixer, norm and block kind of the
-// full model kept (on the emulated device, tests/emu, the full models take hours).
-Config zoo_config(const std::string& name, bool reduced) {
-  Config config = Config::load(std::string(SKA_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
-  if (!reduced) return config;
-  const std::string family = config.root().get<std::string>("family");
-  std::vector<std::string> sets;
-  if (family == "vit") {
-    sets = {"depth=2", "heads=2", "dim=128", "mlp_dim=128"};
-  } else if (family == "cait") {
-    sets = {"depth=2", "cls_depth=1", "heads=2", "dim=128", "mlp_dim=128"};
-  } else if (family == "swin") {
-    sets = {"depths=[2, 2, 2, 2]", "hidden_dim=32", "heads=[1, 1, 2, 2]"};
-  } else if (family == "cvt") {
-    sets = {"depths=[1, 1, 2]", "dims=[32, 64, 96]", "heads=[1, 2, 3]"};
-  } else if (family == "metaformer") {
-    sets = {"depths=[1, 1, 2, 1]", "dims=[32, 64, 96, 128]", "image_size=64"};
-  }
-  for (const std::string& s : sets) config.set(s);
-  return config;
-}
-
 // kSteps AdamW updates (gradient clipping, EMA) of `config`'s model on CUDA under bf16 autocast,
 // dropout and drop path as configured, one seeded batch each (two images; for CvT, whose batch
 // statistics need more, cvt_batch): all eager, or kEagerFirst eager and the rest replays of the
@@ -118,7 +94,7 @@ void check_replays(bool reduced) {
   choices.apply();
   for (const std::string& name : test::zoo_models()) {
     INFO(name << (reduced ? " (reduced)" : ""));
-    Config config = zoo_config(name, reduced);
+    Config config = test::zoo_config(name, reduced);
     const int64_t cvt_batch = reduced ? 4 : 16;  // reduced: 16 values a channel in stage 3
     const nn::ModulePtr probe = models::build_model(config.root());
     const std::string draws = nn::host_draws_in_training(*probe);
