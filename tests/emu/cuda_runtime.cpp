@@ -3,7 +3,8 @@
 // type, so that a read of what no kernel wrote shows); streams are synchronous; events hold the
 // host time of their record; a stream under capture records its work into a graph (a stream
 // waiting on an event recorded under it joins it, and leaves it at its end), and a synchronisation
-// of a captured stream invalidates the capture, as on a device.
+// of a captured stream invalidates the capture, as on a device. SKA_EMU_DEVICES sets how many
+// devices it reports (device_count below).
 // clang-format off
 #include "tests/simt/simt.h"  // first: it defines __shared__ before the toolkit's headers
 // clang-format on
@@ -14,12 +15,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -113,6 +116,23 @@ DeviceThread& device_thread() {
 std::mutex g_streams_mu;  // guards the streams' capture state and the captures
 CUstream_st g_default_stream;
 std::vector<std::shared_ptr<Capture>> g_captures;  // those not ended
+thread_local int t_device = 0;                     // cudaSetDevice's
+
+// SKA_EMU_DEVICES (1 to 8, default 1): how many devices the emulation reports. They share the
+// one device thread and the host's memory; a data-parallel worker computes on one of them.
+int device_count() {
+  static const int count = [] {
+    const char* env = std::getenv("SKA_EMU_DEVICES");
+    if (env == nullptr || *env == '\0') return 1;
+    const int n = std::atoi(env);
+    if (n < 1 || n > 8 || std::to_string(n) != env) {
+      std::fprintf(stderr, "emulated device: SKA_EMU_DEVICES=%s is not a count of 1 to 8\n", env);
+      std::exit(2);
+    }
+    return n;
+  }();
+  return count;
+}
 thread_local cudaError_t t_last_error = cudaSuccess;
 
 CUstream_st* resolve(cudaStream_t s) {
@@ -217,20 +237,23 @@ const char* cudaGetErrorString(cudaError_t e) {
 
 // --- Devices ---
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = ska::emu::device_count();
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= ska::emu::device_count()) return fail(cudaErrorInvalidDevice);
+  ska::emu::t_device = device;
+  return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = ska::emu::t_device;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= ska::emu::device_count()) return fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof *prop);
   std::strncpy(prop->name, "emulated device (tests/emu, sm_90 limits)", sizeof prop->name - 1);
+  prop->uuid.bytes[0] = static_cast<char>(device + 1);  // each device its own, as NCCL asks
   prop->totalGlobalMem = ska::emu::kGlobalBytes;
   prop->sharedMemPerBlock = 48 * 1024;
   prop->sharedMemPerBlockOptin = ska::emu::kSharedPerBlock;
@@ -249,7 +272,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= ska::emu::device_count()) return fail(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMultiProcessorCount:
       *value = ska::emu::kSms;
