@@ -58,6 +58,7 @@ struct Capture {
   std::shared_ptr<std::vector<std::function<void()>>> work =
       std::make_shared<std::vector<std::function<void()>>>();
   CUstream_st* origin = nullptr;
+  std::thread::id thread;  // the one that began it
   std::vector<CUstream_st*> forked;
   bool invalidated = false;  // a synchronisation under it: it ends without a graph
   bool ended = false;
@@ -302,10 +303,15 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 cudaError_t cudaDeviceSynchronize() {
   std::lock_guard<std::mutex> lock(ska::emu::g_streams_mu);
-  if (ska::emu::g_captures.empty()) return cudaSuccess;
-  // As on a device (global capture mode): not allowed, and every capture is lost.
-  for (const auto& c : ska::emu::g_captures) c->invalidated = true;
-  return fail(cudaErrorStreamCaptureUnsupported);
+  // As on a device in thread-local capture mode (device_graph.cpp's): not allowed in a thread
+  // that is capturing, and its captures are lost; other threads may.
+  bool capturing = false;
+  for (const auto& c : ska::emu::g_captures) {
+    if (c->thread != std::this_thread::get_id()) continue;
+    c->invalidated = true;
+    capturing = true;
+  }
+  return capturing ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute attr, int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize &&
@@ -407,6 +413,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
   if (s->capture) return fail(cudaErrorIllegalState);
   s->capture = std::make_shared<ska::emu::Capture>();
   s->capture->origin = s;
+  s->capture->thread = std::this_thread::get_id();
   ska::emu::g_captures.push_back(s->capture);
   return cudaSuccess;
 }
