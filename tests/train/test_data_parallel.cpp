@@ -318,24 +318,29 @@ TEST_CASE("a data-parallel job stopped by SIGTERM checkpoints, and resumes bit-i
   REQUIRE(test::bitwise_equal(a.state.optimizer, b.state.optimizer, &diff));
 }
 
-TEST_CASE("a killed worker makes the others exit with a message, the last checkpoint loads",
-          "[cpu][distributed][train][slow]") {
-  SKIP_WITHOUT_FASHION_MNIST();
-  const std::string dir = test::train_scratch_dir("dp_dead");
+namespace {
+
+// Two workers started as srun or torchrun would, without our launcher, on `device` (with `env`
+// added); rank 1 is killed after the checkpoint of step 4: the survivor must notice on its own,
+// exit with a message naming the collective and `cause`, and leave the last checkpoint loadable.
+template <typename Matcher>
+void check_killed_worker(const std::string& tag, const std::string& device,
+                         const std::vector<std::string>& env, const Matcher& cause) {
+  const std::string dir = test::train_scratch_dir(tag);
   const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 100, 16, 1000, 0.0));
-  // Two workers started as srun or torchrun would, without our launcher: the survivor must
-  // notice on its own.
   const int port = dist::find_free_port();
-  const std::vector<std::string> args = {"--config", config, "--output", dir + "/run", "--set",
-                                         "checkpoint.every_steps=2", "--set",
-                                         "distributed.timeout_s=60"};
+  const std::vector<std::string> args = {"--config", config,
+                                         "--device", device,
+                                         "--output", dir + "/run",
+                                         "--set",    "checkpoint.every_steps=2",
+                                         "--set",    "distributed.timeout_s=60"};
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) {
-    pids.push_back(spawn_train(args,
-                               {"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "LOCAL_RANK=" +
-                                std::to_string(rank), "MASTER_ADDR=127.0.0.1",
-                                "MASTER_PORT=" + std::to_string(port)},
-                               dir + "/rank" + std::to_string(rank) + ".log"));
+    std::vector<std::string> vars = {"RANK=" + std::to_string(rank), "WORLD_SIZE=2",
+                                     "LOCAL_RANK=" + std::to_string(rank), "MASTER_ADDR=127.0.0.1",
+                                     "MASTER_PORT=" + std::to_string(port)};
+    vars.insert(vars.end(), env.begin(), env.end());
+    pids.push_back(spawn_train(args, vars, dir + "/rank" + std::to_string(rank) + ".log"));
   }
   REQUIRE(test::wait_for_checkpoint_step(dir + "/run", 4) >= 4);
   ::kill(pids[1], SIGKILL);
@@ -351,12 +356,39 @@ TEST_CASE("a killed worker makes the others exit with a message, the last checkp
   REQUIRE_THAT(log, Contains("step"));
   // The message names the collective that failed: which one depends on where the survivor was
   // when its peer died (a step's all_reduce, or the all_gather after a checkpoint).
-  REQUIRE_THAT(log, (Contains("all_reduce") || Contains("all_gather") || Contains("broadcast") ||
-                     Contains("barrier")) &&
-                        Contains("closed its connection"));
+  REQUIRE_THAT(log, Contains("all_reduce") || Contains("all_gather") || Contains("broadcast") ||
+                        Contains("barrier"));
+  REQUIRE_THAT(log, cause);
   // The last complete checkpoint is intact and loads.
   const Checkpoint c = load_checkpoint(resolve_checkpoint(dir + "/run"));
   REQUIRE(c.state.step >= 4);
+}
+
+}  // namespace
+
+TEST_CASE("a killed worker makes the others exit with a message, the last checkpoint loads",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  check_killed_worker("dp_dead", "cpu", {}, Contains("closed its connection"));
+}
+
+TEST_CASE("a killed CUDA worker makes the other exit through NCCL with a message",
+          "[cuda][nccl][distributed][train]") {
+  if (!test::cuda_available_or_skip()) return;
+  SKIP_WITHOUT_FASHION_MNIST();
+  std::vector<std::string> env;
+#ifdef SKA_CUDA_EMULATION
+  env.push_back("SKA_EMU_DEVICES=2");  // two emulated devices, a worker on each (tests/emu)
+#else
+  if (cuda_device_count() < 2) {
+    WARN("skipped: 2 workers through NCCL need 2 GPUs (this machine has " << cuda_device_count()
+                                                                          << ")");
+    return;
+  }
+#endif
+  // NCCL reports the dead peer (ncclRemoteError), or the watchdog's timeout names it.
+  check_killed_worker("dp_dead_nccl", "cuda", env,
+                      Contains("remote process exited") || Contains("timed out"));
 }
 
 TEST_CASE("workers that build different models fail alike, naming the difference",
