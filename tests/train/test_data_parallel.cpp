@@ -109,6 +109,21 @@ double max_relative_difference(const TensorMap& a, const TensorMap& b,
     return;                                                                                   \
   }
 
+// Whether two CUDA workers can run here, each on a device of its own: on the emulated device
+// (tests/emu) with `env` asking it for two, or on a machine with two GPUs; a warning otherwise.
+bool two_cuda_workers(std::vector<std::string>* env) {
+#ifdef SKA_CUDA_EMULATION
+  env->push_back("SKA_EMU_DEVICES=2");
+  return true;
+#else
+  (void)env;
+  if (cuda_device_count() >= 2) return true;
+  WARN("skipped: 2 workers through NCCL need 2 GPUs (this machine has " << cuda_device_count()
+                                                                        << ")");
+  return false;
+#endif
+}
+
 }  // namespace
 
 TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
@@ -377,15 +392,7 @@ TEST_CASE("a killed CUDA worker makes the other exit through NCCL with a message
   if (!test::cuda_available_or_skip()) return;
   SKIP_WITHOUT_FASHION_MNIST();
   std::vector<std::string> env;
-#ifdef SKA_CUDA_EMULATION
-  env.push_back("SKA_EMU_DEVICES=2");  // two emulated devices, a worker on each (tests/emu)
-#else
-  if (cuda_device_count() < 2) {
-    WARN("skipped: 2 workers through NCCL need 2 GPUs (this machine has " << cuda_device_count()
-                                                                          << ")");
-    return;
-  }
-#endif
+  if (!two_cuda_workers(&env)) return;
   // NCCL reports the dead peer (ncclRemoteError), or the watchdog's timeout names it.
   check_killed_worker("dp_dead_nccl", "cuda", env,
                       Contains("remote process exited") || Contains("timed out"));
@@ -538,15 +545,7 @@ TEST_CASE("2 CUDA workers x batch 16 through NCCL train the weights of 1 worker 
   if (!test::cuda_available_or_skip()) return;
   SKIP_WITHOUT_FASHION_MNIST();
   std::vector<std::string> env;
-#ifdef SKA_CUDA_EMULATION
-  env.push_back("SKA_EMU_DEVICES=2");  // two emulated devices, a worker on each (tests/emu)
-#else
-  if (cuda_device_count() < 2) {
-    WARN("skipped: 2 workers through NCCL need 2 GPUs (this machine has " << cuda_device_count()
-                                                                          << ")");
-    return;
-  }
-#endif
+  if (!two_cuda_workers(&env)) return;
   // As the Gloo case above, on CUDA: 20 steps over an epoch boundary, several buckets.
   const std::string dir = test::train_scratch_dir("dp_nccl");
   const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 150, 16, 2, 0.0));
