@@ -192,23 +192,30 @@ Tensor BatchNorm2d::forward_synchronised(const Tensor& x) {
   SKA_CHECK(x.dim() == 4, ShapeError, "BatchNorm2d: expected [N, C, H, W], got ",
             shape_str(x.shape()));
   const int64_t channels = x.size(1);
-  // Per-channel sums of x and x^2 and the sample count, summed over the workers in one
+  // Per-channel sums of x - s and (x - s)^2 and the sample count, summed over the workers in one
   // collective; the sum is differentiable, so backward reduces the statistics' gradients too.
+  // The shift s is the running mean (the same on every worker: each updates it from the same
+  // sums), so that the variance is not the small difference of two large f32 sums where a
+  // channel's mean is far from zero (CUDA's sums are f32; the difference cost three digits).
+  const Shape per_channel = {1, channels, 1, 1};
   const Tensor xf = x.to(DType::kF32);
+  const Tensor shift = running_mean.detach().to(DType::kF32).clone();  // before its update
+  const Tensor d = sub(xf, shift.view(per_channel));
   const Tensor count = Tensor::full({1}, static_cast<double>(x.numel() / channels), DType::kF32,
                                     x.device());
   const Tensor stats =
-      sum_across_workers(cat({sum(xf, {0, 2, 3}), sum(mul(xf, xf), {0, 2, 3}), count}, 0));
+      sum_across_workers(cat({sum(d, {0, 2, 3}), sum(mul(d, d), {0, 2, 3}), count}, 0));
   const Tensor n = stats.narrow(0, 2 * channels, 1);
-  const Tensor mean = div(stats.narrow(0, 0, channels), n);
-  const Tensor var = sub(div(stats.narrow(0, channels, channels), n), mul(mean, mean));
+  const Tensor shifted_mean = div(stats.narrow(0, 0, channels), n);
+  const Tensor mean = add(shifted_mean, shift);
+  const Tensor var =
+      sub(div(stats.narrow(0, channels, channels), n), mul(shifted_mean, shifted_mean));
   {
     NoGradGuard no_grad;  // running statistics as PyTorch keeps them: the variance unbiased
     const Tensor unbiased = div(mul(var.detach(), n), sub(n, 1.0));
     running_mean.copy_(add(mul(running_mean, 1.0 - momentum), mul(mean.detach(), momentum)));
     running_var.copy_(add(mul(running_var, 1.0 - momentum), mul(unbiased, momentum)));
   }
-  const Shape per_channel = {1, channels, 1, 1};
   const Tensor scale = mul(rsqrt(add(var, eps)), weight).view(per_channel);
   const Tensor y = add(mul(sub(xf, mean.view(per_channel)), scale), bias.view(per_channel));
   return y.dtype() == x.dtype() ? y : y.to(x.dtype());  // in x's dtype, as batch_norm

@@ -158,10 +158,20 @@ TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
   REQUIRE(std::abs(dp.state.best_top1 - single.state.best_top1) < 1.0);
 }
 
-TEST_CASE("distributed.sync_bn: 2 workers x batch 16 train CvT as 1 worker x batch 32",
-          "[cpu][distributed][train][slow]") {
-  SKIP_WITHOUT_FASHION_MNIST();
-  const std::string dir = test::train_scratch_dir("dp_syncbn");
+namespace {
+
+// `args` with `--device device` and, for the run of `name`, its output folder in `dir`.
+std::vector<std::string> train_args(const std::string& device, std::vector<std::string> args,
+                                    const std::string& dir, const std::string& name) {
+  args.insert(args.end(), {"--device", device, "--output", dir + "/" + name});
+  return args;
+}
+
+// distributed.sync_bn on `device` (workers started with `env`): 2 workers x batch 16 of a
+// one-stage CvT against 1 x 32, synchronised (within `bound`) and with local statistics.
+void check_sync_bn(const std::string& tag, const std::string& device,
+                   const std::vector<std::string>& env, double bound) {
+  const std::string dir = test::train_scratch_dir(tag);
   // A one-stage CvT: batch norm in its convolutional projections.
   std::string yaml = test::tiny_experiment_yaml(320, 100, 16, 2, 0.0);
   const std::string cvt =
@@ -171,13 +181,15 @@ TEST_CASE("distributed.sync_bn: 2 workers x batch 16 train CvT as 1 worker x bat
       "  kv_stride: 2\n";
   yaml = cvt + yaml.substr(yaml.find("data:"));
   const std::string config = write_config(dir, yaml);
-  run_train({"--config", config, "--output", dir + "/single", "--set", "data.batch_size=32"},
-            dir + "/single.log");
-  run_train({"--config", config, "--output", dir + "/sync", "--nproc-per-node", "2", "--set",
-             "distributed.sync_bn=true"},
-            dir + "/sync.log");
-  run_train({"--config", config, "--output", dir + "/local", "--nproc-per-node", "2"},
-            dir + "/local.log");
+  run_train(train_args(device, {"--config", config, "--set", "data.batch_size=32"}, dir, "single"),
+            dir + "/single.log", env);
+  run_train(
+      train_args(device,
+                 {"--config", config, "--nproc-per-node", "2", "--set", "distributed.sync_bn=true"},
+                 dir, "sync"),
+      dir + "/sync.log", env);
+  run_train(train_args(device, {"--config", config, "--nproc-per-node", "2"}, dir, "local"),
+            dir + "/local.log", env);
   REQUIRE_THAT(read_file(dir + "/sync.log"), Contains("3 batch-norm layers"));
   const TensorMap single = load_checkpoint(resolve_checkpoint(dir + "/single")).model;
   const TensorMap sync = load_checkpoint(resolve_checkpoint(dir + "/sync")).model;
@@ -187,31 +199,29 @@ TEST_CASE("distributed.sync_bn: 2 workers x batch 16 train CvT as 1 worker x bat
   const double sync_diff = max_relative_difference(sync, single, "proj_k.bias");
   const double local_diff = max_relative_difference(local, single, "proj_k.bias");
   INFO("synchronised " << sync_diff << ", local statistics " << local_diff);
-  REQUIRE(sync_diff < 2e-5);    // measured 3.7e-6 (running statistics included)
-  REQUIRE(local_diff > 1e-3);   // measured 0.17: local statistics are another model
+  REQUIRE(sync_diff < bound);
+  REQUIRE(local_diff > 100 * bound);  // measured 0.23 and 0.29: local statistics are another model
 }
 
-TEST_CASE("distributed.shard_optimizer: the same weights and state, resumable, for less memory",
-          "[cpu][distributed][train][slow]") {
-  SKIP_WITHOUT_FASHION_MNIST();
-  const std::string dir = test::train_scratch_dir("dp_zero");
+// distributed.shard_optimizer on `device` (workers started with `env`): LAMB over 2 workers,
+// sharded with a resume halfway, against unsharded: the same bits, half the state on rank 0.
+void check_shard_optimizer(const std::string& tag, const std::string& device,
+                           const std::vector<std::string>& env) {
+  const std::string dir = test::train_scratch_dir(tag);
   // LAMB: its global gradient-norm clip must see every gradient, not only a worker's share.
   const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 100, 16, 3, 0.0));
   const std::vector<std::string> common = {"--config", config, "--nproc-per-node", "2", "--set",
                                            "optim.name=lamb", "--set", "train.max_steps=24"};
-  std::vector<std::string> plain = common;
-  plain.insert(plain.end(), {"--output", dir + "/plain"});
-  run_train(plain, dir + "/plain.log");
+  run_train(train_args(device, common, dir, "plain"), dir + "/plain.log", env);
   // Sharded: 12 steps, then a resume to 24 (the gathered state is split again on load).
   std::vector<std::string> sharded = common;
-  sharded.insert(sharded.end(), {"--output", dir + "/sharded", "--set",
-                                 "distributed.shard_optimizer=true"});
+  sharded.insert(sharded.end(), {"--set", "distributed.shard_optimizer=true"});
   std::vector<std::string> first = sharded;
   first.insert(first.end(), {"--set", "train.max_steps=12"});
-  run_train(first, dir + "/sharded1.log");
+  run_train(train_args(device, first, dir, "sharded"), dir + "/sharded1.log", env);
   std::vector<std::string> second = sharded;
   second.insert(second.end(), {"--resume", "auto"});
-  run_train(second, dir + "/sharded2.log");
+  run_train(train_args(device, second, dir, "sharded"), dir + "/sharded2.log", env);
 
   const Checkpoint a = load_checkpoint(resolve_checkpoint(dir + "/plain"));
   const Checkpoint b = load_checkpoint(resolve_checkpoint(dir + "/sharded"));
@@ -229,6 +239,42 @@ TEST_CASE("distributed.shard_optimizer: the same weights and state, resumable, f
   REQUIRE(std::sscanf(log.c_str() + at, "optimizer state: %lf MB on rank 0, %lf MB in all", &mine,
                       &all) == 2);
   REQUIRE(mine / all == Approx(0.5).margin(0.1));
+}
+
+}  // namespace
+
+TEST_CASE("distributed.sync_bn: 2 workers x batch 16 train CvT as 1 worker x batch 32",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  // Measured 2.5e-6 (running statistics included).
+  check_sync_bn("dp_syncbn", "cpu", {}, 2e-5);
+}
+
+TEST_CASE("distributed.sync_bn on CUDA through NCCL: 2 workers x batch 16 train CvT as 1 x 32",
+          "[cuda][nccl][distributed][train]") {
+  if (!test::cuda_available_or_skip()) return;
+  SKIP_WITHOUT_FASHION_MNIST();
+  std::vector<std::string> env;
+  if (!two_cuda_workers(&env)) return;
+  // Measured 1.6e-4 on the emulated device: the largest in the layer norms' biases, whose
+  // gradients are sums that cancel, reduced in f32 over 2 x 16 images in another order than over
+  // 32 (the CPU sums in f64), and that AdamW scales to its step size.
+  check_sync_bn("dp_syncbn_nccl", "cuda", env, 1e-3);
+}
+
+TEST_CASE("distributed.shard_optimizer: the same weights and state, resumable, for less memory",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  check_shard_optimizer("dp_zero", "cpu", {});
+}
+
+TEST_CASE("distributed.shard_optimizer on CUDA through NCCL: the same weights and state, resumable",
+          "[cuda][nccl][distributed][train]") {
+  if (!test::cuda_available_or_skip()) return;
+  SKIP_WITHOUT_FASHION_MNIST();
+  std::vector<std::string> env;
+  if (!two_cuda_workers(&env)) return;
+  check_shard_optimizer("dp_zero_nccl", "cuda", env);
 }
 
 TEST_CASE("a 2-worker checkpoint resumes with 1 worker: weights and schedule kept, data order changed",
