@@ -124,20 +124,29 @@ bool two_cuda_workers(std::vector<std::string>* env) {
 #endif
 }
 
-}  // namespace
+// `args` with `--device device` and, for the run of `name`, its output folder in `dir`.
+std::vector<std::string> train_args(const std::string& device, std::vector<std::string> args,
+                                    const std::string& dir, const std::string& name) {
+  args.insert(args.end(), {"--device", device, "--output", dir + "/" + name});
+  return args;
+}
 
-TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
-          "[cpu][distributed][train][slow]") {
-  SKIP_WITHOUT_FASHION_MNIST();
-  const std::string dir = test::train_scratch_dir("dp_equiv");
+// 2 workers x batch 16 on `device` (workers started with `env`, communicating through
+// `backend`) against 1 worker x batch 32: the same weights but for the order of the sums.
+void check_data_parallel_equivalence(const std::string& tag, const std::string& device,
+                                     const std::vector<std::string>& env,
+                                     const std::string& backend) {
+  const std::string dir = test::train_scratch_dir(tag);
   // 320 images: 10 updates of 32 per epoch, 20 steps cross an epoch boundary (with its sharded
   // evaluation). Dropout off (each worker draws its own); crop and flip are keyed by sample.
   const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 150, 16, 2, 0.0));
-  run_train({"--config", config, "--output", dir + "/dp", "--nproc-per-node", "2",
-             "--set", "distributed.bucket_mb=0.01"},  // several buckets, overlapped
-            dir + "/dp.log");
-  run_train({"--config", config, "--output", dir + "/single", "--set", "data.batch_size=32"},
-            dir + "/single.log");
+  run_train(train_args(device,
+                       {"--config", config, "--nproc-per-node", "2", "--set",
+                        "distributed.bucket_mb=0.01"},  // several buckets, overlapped
+                       dir, "dp"),
+            dir + "/dp.log", env);
+  run_train(train_args(device, {"--config", config, "--set", "data.batch_size=32"}, dir, "single"),
+            dir + "/single.log", env);
   const Checkpoint dp = load_checkpoint(resolve_checkpoint(dir + "/dp"));
   const Checkpoint single = load_checkpoint(resolve_checkpoint(dir + "/single"));
   REQUIRE(dp.state.step == 20);
@@ -149,7 +158,7 @@ TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
   REQUIRE(diff > 0.0);  // summation order differs: equal weights would mean one did not shard
   // One run folder, written by rank 0 only: a single header and one row per epoch.
   const std::string log = read_file(dir + "/dp.log");
-  REQUIRE_THAT(log, Contains("global batch 32 = 2 x 16"));
+  REQUIRE_THAT(log, Contains("2 workers (" + backend + "), global batch 32 = 2 x 16"));
   std::ifstream csv(dir + "/dp/summary.csv");
   int rows = 0;
   for (std::string line; std::getline(csv, line);) ++rows;
@@ -158,14 +167,15 @@ TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
   REQUIRE(std::abs(dp.state.best_top1 - single.state.best_top1) < 1.0);
 }
 
-namespace {
+}  // namespace
 
-// `args` with `--device device` and, for the run of `name`, its output folder in `dir`.
-std::vector<std::string> train_args(const std::string& device, std::vector<std::string> args,
-                                    const std::string& dir, const std::string& name) {
-  args.insert(args.end(), {"--device", device, "--output", dir + "/" + name});
-  return args;
+TEST_CASE("2 workers x batch 16 train the weights of 1 worker x batch 32",
+          "[cpu][distributed][train][slow]") {
+  SKIP_WITHOUT_FASHION_MNIST();
+  check_data_parallel_equivalence("dp_equiv", "cpu", {}, "gloo");
 }
+
+namespace {
 
 // distributed.sync_bn on `device` (workers started with `env`): 2 workers x batch 16 of a
 // one-stage CvT against 1 x 32, synchronised (within `bound`) and with local statistics.
@@ -592,25 +602,7 @@ TEST_CASE("2 CUDA workers x batch 16 through NCCL train the weights of 1 worker 
   SKIP_WITHOUT_FASHION_MNIST();
   std::vector<std::string> env;
   if (!two_cuda_workers(&env)) return;
-  // As the Gloo case above, on CUDA: 20 steps over an epoch boundary, several buckets.
-  const std::string dir = test::train_scratch_dir("dp_nccl");
-  const std::string config = write_config(dir, test::tiny_experiment_yaml(320, 150, 16, 2, 0.0));
-  run_train({"--config", config, "--device", "cuda", "--output", dir + "/dp", "--nproc-per-node",
-             "2", "--set", "distributed.bucket_mb=0.01"},
-            dir + "/dp.log", env);
-  run_train({"--config", config, "--device", "cuda", "--output", dir + "/single", "--set",
-             "data.batch_size=32"},
-            dir + "/single.log", env);
-  REQUIRE_THAT(read_file(dir + "/dp.log"), Contains("2 workers (nccl)"));
-  const Checkpoint dp = load_checkpoint(resolve_checkpoint(dir + "/dp"));
-  const Checkpoint single = load_checkpoint(resolve_checkpoint(dir + "/single"));
-  REQUIRE(dp.state.step == 20);
-  REQUIRE(single.state.step == 20);
-  REQUIRE(dp.state.info.at("world_size") == "2");
-  const double diff = max_relative_difference(dp.model, single.model);
-  INFO("largest relative difference " << diff);
-  REQUIRE(diff < 2e-6);
-  REQUIRE(diff > 0.0);  // summation order differs: equal weights would mean one did not shard
+  check_data_parallel_equivalence("dp_nccl", "cuda", env, "nccl");
 }
 
 TEST_CASE("resuming a finished run says so and trains nothing", "[cpu][train][hardening]") {
